@@ -1,0 +1,22 @@
+# CUDA detection. Hopper only (sm_90a): the arch-specific target enables wgmma and TMA.
+# CMake 3.25 does not know the "90a" architecture name, so the flags are passed explicitly.
+set(XINFER_HAVE_CUDA OFF)
+if(NOT XINFER_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(CMAKE_CUDA_ARCHITECTURES OFF)
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    find_package(CUDAToolkit REQUIRED)
+    set(XINFER_HAVE_CUDA ON)
+    set(XINFER_CUDA_FLAGS -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo
+        -Xcompiler=-Wall)
+    message(STATUS "xinfer: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, sm_90a)")
+  elseif(XINFER_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "XINFER_CUDA=ON but no CUDA compiler was found")
+  else()
+    message(STATUS "xinfer: CUDA backend OFF (nvcc not found)")
+  endif()
+endif()

@@ -1,0 +1,49 @@
+// Minimal leveled logging to stderr: `XI_LOG(INFO) << "loaded " << n << " tensors";`
+// One line per statement, prefixed with time, level and source location; thread-safe (a line is written
+// with one write call). The level threshold comes from XINFER_LOG_LEVEL (debug|info|warn|error) or
+// set_log_level().
+#pragma once
+
+#include <sstream>
+
+namespace xinfer {
+
+enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3, kFatal = 4 };
+
+void set_log_level(LogLevel level);
+LogLevel log_level();
+bool parse_log_level(const std::string& s, LogLevel* out);
+
+namespace detail {
+
+class LogMessage {
+ public:
+  LogMessage(LogLevel level, const char* file, int line);
+  ~LogMessage();  // writes the line; aborts for kFatal
+  LogMessage(const LogMessage&) = delete;
+  LogMessage& operator=(const LogMessage&) = delete;
+  std::ostream& stream() { return os_; }
+
+ private:
+  LogLevel level_;
+  std::ostringstream os_;
+};
+
+// Lets `cond ? (void)0 : LogVoidify() & stream` type-check.
+struct LogVoidify {
+  void operator&(std::ostream&) {}
+};
+
+}  // namespace detail
+}  // namespace xinfer
+
+#define XI_LOG_LEVEL_DEBUG ::xinfer::LogLevel::kDebug
+#define XI_LOG_LEVEL_INFO ::xinfer::LogLevel::kInfo
+#define XI_LOG_LEVEL_WARN ::xinfer::LogLevel::kWarn
+#define XI_LOG_LEVEL_ERROR ::xinfer::LogLevel::kError
+
+#define XI_LOG(level)                                                        \
+  (XI_LOG_LEVEL_##level < ::xinfer::log_level())                             \
+      ? (void)0                                                              \
+      : ::xinfer::detail::LogVoidify() &                                     \
+            ::xinfer::detail::LogMessage(XI_LOG_LEVEL_##level, __FILE__, __LINE__).stream()
