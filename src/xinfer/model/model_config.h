@@ -59,7 +59,8 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;  // q/k/v (and for llama's attention_bias key also o_proj) have a bias; Qwen2: true
+  bool attention_bias = false;  // q/k/v projections have a bias: Qwen2 always; llama/qwen3 attention_bias key
+  bool o_bias = false;          // o_proj has a bias: llama/qwen3 attention_bias key (never Qwen2)
   bool mlp_bias = false;        // llama's mlp_bias key
   bool qk_norm = false;         // Qwen3: q_norm / k_norm weights [head_dim] per layer
   DType torch_dtype = DType::kF32;

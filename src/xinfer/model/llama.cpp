@@ -1,0 +1,195 @@
+#include "xinfer/model/llama.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "xinfer/core/logging.h"
+#include "xinfer/core/progress_bar.h"
+#include "xinfer/model/rope.h"
+#include "xinfer/model/safetensors.h"
+
+namespace xinfer::model {
+namespace {
+
+// Concatenates the rows of several host tensors (any float dtype) into one f32 host tensor.
+HostTensor concat_rows_f32(const std::vector<TensorView>& parts) {
+  int64_t rows = 0;
+  const int64_t cols = parts[0].shape.rank() == 1 ? 1 : parts[0].shape[1];
+  for (const auto& p : parts) rows += p.shape[0];
+  HostTensor out(DType::kF32, parts[0].shape.rank() == 1 ? Shape{rows} : Shape{rows, cols});
+  float* dst = out.data<float>();
+  for (const auto& p : parts) {
+    convert_to_f32(p.dtype, p.data, dst, static_cast<size_t>(p.numel()));
+    dst += p.numel();
+  }
+  return out;
+}
+
+}  // namespace
+
+LlamaModel::LlamaModel(ModelConfig config, backend::Backend& backend, LoadOptions options)
+    : config_(std::move(config)), backend_(backend), options_(options) {
+  max_model_len_ = options_.max_model_len > 0 ? options_.max_model_len : config_.max_position_embeddings;
+}
+
+Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& dir, backend::Backend& backend,
+                                                     const LoadOptions& options) {
+  XI_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir));
+  if (options.max_model_len > config.max_position_embeddings)
+    return invalid_argument("max_model_len " + std::to_string(options.max_model_len) +
+                            " exceeds the model's max_position_embeddings " +
+                            std::to_string(config.max_position_embeddings));
+  std::unique_ptr<LlamaModel> model(new LlamaModel(std::move(config), backend, options));
+  XI_RETURN_IF_ERROR(model->load_weights(dir));
+  model->allocate_workspace();
+  return model;
+}
+
+Status LlamaModel::load_weights(const std::string& dir) {
+  XI_ASSIGN_OR_RETURN(WeightFiles files, WeightFiles::open(dir));
+  const ModelConfig& c = config_;
+  const DType dtype = backend_.info().activation_dtype;
+  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
+  const int64_t q_rows = static_cast<int64_t>(c.num_heads) * D, kv_rows = static_cast<int64_t>(c.num_kv_heads) * D;
+
+  const int64_t per_layer = 9 + (c.attention_bias ? 3 : 0) + (c.qk_norm ? 2 : 0);
+  ProgressBar progress("Loading weights", per_layer * c.num_layers + 3, "tensors");
+  if (!options_.show_progress) progress.finish();
+
+  auto upload = [&](const std::vector<TensorView>& parts) -> TensorView {
+    HostTensor host = concat_rows_f32(parts);
+    backend::DeviceTensor t = backend_.upload(host.view(), dtype);
+    owned_.push_back(t.buffer);
+    weight_bytes_ += t.view.bytes();
+    for (const auto& p : parts) progress.advance(1, static_cast<int64_t>(p.bytes()));
+    return t.view;
+  };
+  // Fetches named tensors with expected shapes and uploads them as one (row-concatenated) tensor.
+  auto load = [&](std::vector<std::pair<std::string, Shape>> specs) -> Result<TensorView> {
+    std::vector<TensorView> parts;
+    for (auto& [name, shape] : specs) {
+      XI_ASSIGN_OR_RETURN(TensorView v, files.get(name, shape));
+      if (v.dtype != DType::kF32 && v.dtype != DType::kBF16 && v.dtype != DType::kF16)
+        return unimplemented(name + " in " + files.file_of(name) + ": unsupported dtype " + dtype_name(v.dtype) +
+                             " (supported: F32, BF16, F16)");
+      parts.push_back(v);
+    }
+    return upload(parts);
+  };
+
+  XI_ASSIGN_OR_RETURN(embed_, load({{"model.embed_tokens.weight", Shape{V, H}}}));
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerWeights w;
+    XI_ASSIGN_OR_RETURN(w.input_norm, load({{p + "input_layernorm.weight", Shape{H}}}));
+    XI_ASSIGN_OR_RETURN(w.post_attention_norm, load({{p + "post_attention_layernorm.weight", Shape{H}}}));
+    XI_ASSIGN_OR_RETURN(w.qkv.weight, load({{p + "self_attn.q_proj.weight", Shape{q_rows, H}},
+                                            {p + "self_attn.k_proj.weight", Shape{kv_rows, H}},
+                                            {p + "self_attn.v_proj.weight", Shape{kv_rows, H}}}));
+    if (c.attention_bias) {
+      XI_ASSIGN_OR_RETURN(w.qkv.bias, load({{p + "self_attn.q_proj.bias", Shape{q_rows}},
+                                            {p + "self_attn.k_proj.bias", Shape{kv_rows}},
+                                            {p + "self_attn.v_proj.bias", Shape{kv_rows}}}));
+    }
+    XI_ASSIGN_OR_RETURN(w.o.weight, load({{p + "self_attn.o_proj.weight", Shape{H, q_rows}}}));
+    if (files.contains(p + "self_attn.o_proj.bias")) {
+      XI_ASSIGN_OR_RETURN(w.o.bias, load({{p + "self_attn.o_proj.bias", Shape{H}}}));
+    }
+    if (c.qk_norm) {
+      XI_ASSIGN_OR_RETURN(w.q_norm, load({{p + "self_attn.q_norm.weight", Shape{D}}}));
+      XI_ASSIGN_OR_RETURN(w.k_norm, load({{p + "self_attn.k_norm.weight", Shape{D}}}));
+    }
+    XI_ASSIGN_OR_RETURN(w.gate_up.weight, load({{p + "mlp.gate_proj.weight", Shape{I, H}},
+                                                {p + "mlp.up_proj.weight", Shape{I, H}}}));
+    XI_ASSIGN_OR_RETURN(w.down.weight, load({{p + "mlp.down_proj.weight", Shape{H, I}}}));
+    if (c.mlp_bias) {
+      XI_ASSIGN_OR_RETURN(w.gate_up.bias, load({{p + "mlp.gate_proj.bias", Shape{I}}, {p + "mlp.up_proj.bias", Shape{I}}}));
+      XI_ASSIGN_OR_RETURN(w.down.bias, load({{p + "mlp.down_proj.bias", Shape{H}}}));
+    }
+    layers_.push_back(w);
+  }
+  XI_ASSIGN_OR_RETURN(final_norm_, load({{"model.norm.weight", Shape{H}}}));
+  if (c.tie_word_embeddings) {
+    lm_head_.weight = embed_;
+  } else {
+    XI_ASSIGN_OR_RETURN(lm_head_.weight, load({{"lm_head.weight", Shape{V, H}}}));
+  }
+  progress.finish();
+
+  // cos/sin table: angle = position * inv_freq in float32 (as transformers), cos/sin evaluated in double.
+  const std::vector<float> inv_freq = rope_inv_freq(c);
+  const float attn_scale = rope_attention_scaling(c);
+  const int64_t half = D / 2;
+  HostTensor table(DType::kF32, Shape{max_model_len_, D});
+  for (int64_t pos = 0; pos < max_model_len_; ++pos) {
+    float* row = table.data<float>() + pos * D;
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(pos) * inv_freq[static_cast<size_t>(i)];
+      row[i] = static_cast<float>(std::cos(static_cast<double>(angle))) * attn_scale;
+      row[half + i] = static_cast<float>(std::sin(static_cast<double>(angle))) * attn_scale;
+    }
+  }
+  backend::DeviceTensor cs = backend_.upload(table.view(), DType::kF32);
+  owned_.push_back(cs.buffer);
+  cos_sin_ = cs.view;
+  return Status();
+}
+
+void LlamaModel::allocate_workspace() {
+  const ModelConfig& c = config_;
+  const DType dt = backend_.info().activation_dtype;
+  const int64_t T = options_.max_tokens, R = options_.max_logit_rows;
+  const int64_t qkv_width = static_cast<int64_t>(c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+  auto alloc = [&](Shape s, DType d) {
+    backend::DeviceTensor t = backend_.allocate(d, s);
+    owned_.push_back(t.buffer);
+    return t.view;
+  };
+  residual_ = alloc(Shape{T, c.hidden_size}, dt);
+  normed_ = alloc(Shape{T, c.hidden_size}, dt);
+  qkv_ = alloc(Shape{T, qkv_width}, dt);
+  attn_ = alloc(Shape{T, static_cast<int64_t>(c.num_heads) * c.head_dim}, dt);
+  proj_ = alloc(Shape{T, c.hidden_size}, dt);
+  gate_up_ = alloc(Shape{T, 2 * static_cast<int64_t>(c.intermediate_size)}, dt);
+  mlp_ = alloc(Shape{T, c.intermediate_size}, dt);
+  last_hidden_ = alloc(Shape{R, c.hidden_size}, dt);
+  logits_ = alloc(Shape{R, c.vocab_size}, DType::kF32);
+}
+
+TensorView LlamaModel::forward(const backend::StepMeta& step, const backend::KvCache& kv) {
+  const ModelConfig& c = config_;
+  const int64_t T = step.num_tokens;
+  XI_CHECK(T > 0 && T <= options_.max_tokens) << "step of " << T << " tokens; max " << options_.max_tokens;
+  XI_CHECK(step.num_logit_rows <= options_.max_logit_rows) << step.num_logit_rows << " logit rows";
+  XI_CHECK_EQ(static_cast<int>(kv.layers.size()), c.num_layers);
+  const float eps = c.rms_norm_eps;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+
+  TensorView x = residual_.rows(0, T), h = normed_.rows(0, T), qkv = qkv_.rows(0, T), attn = attn_.rows(0, T),
+             proj = proj_.rows(0, T), gate_up = gate_up_.rows(0, T), mlp = mlp_.rows(0, T);
+
+  backend_.embedding(step, embed_, x);
+  backend_.rms_norm(x, layers_[0].input_norm, eps, h);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& w = layers_[static_cast<size_t>(l)];
+    backend_.linear(h, w.qkv, qkv);
+    if (c.qk_norm) backend_.qk_norm(qkv, c.num_heads, c.num_kv_heads, c.head_dim, w.q_norm, w.k_norm, eps);
+    backend_.rope_kv_write(step, qkv, c.num_heads, c.num_kv_heads, c.head_dim, cos_sin_, kv.layers[static_cast<size_t>(l)]);
+    backend_.paged_attention(step, qkv, c.num_heads, c.num_kv_heads, c.head_dim, scale, kv.layers[static_cast<size_t>(l)], attn);
+    backend_.linear(attn, w.o, proj);
+    backend_.add_rms_norm(x, proj, w.post_attention_norm, eps, h);
+    backend_.linear(h, w.gate_up, gate_up);
+    backend_.silu_mul(gate_up, mlp);
+    backend_.linear(mlp, w.down, proj);
+    const TensorView& next_norm = l + 1 < c.num_layers ? layers_[static_cast<size_t>(l) + 1].input_norm : final_norm_;
+    backend_.add_rms_norm(x, proj, next_norm, eps, h);
+  }
+  const int64_t R = step.num_logit_rows;
+  TensorView last = last_hidden_.rows(0, R), logits = logits_.rows(0, R);
+  if (R == 0) return logits;
+  backend_.gather_rows(step, h, last);
+  backend_.linear(last, lm_head_, logits);
+  return logits;
+}
+
+}  // namespace xinfer::model

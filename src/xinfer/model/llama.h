@@ -1,0 +1,85 @@
+// LlamaModel: the decoder-only transformer graph shared by Llama 2/3/3.x, Mistral, Qwen2/2.5 and Qwen3,
+// written once against the Backend op interface (no device code here).
+//
+// Per layer (pre-norm):
+//   h = rms_norm(x)                          (fused with the residual add of the previous layer)
+//   qkv = h @ Wqkv^T (+ bias: Qwen2)         q, k, v projections concatenated at load: [(Hq + 2Hkv) * D, H]
+//   q, k = rms_norm per head (Qwen3)
+//   q, k = rope(q, k); cache[k, v] = k, v    (paged; rotate-half layout as in transformers)
+//   a = paged_attention(q, cache) @ Wo^T
+//   x = x + a; h = rms_norm(x)
+//   x = x + (silu(h @ Wgate^T) * (h @ Wup^T)) @ Wdown^T   (gate and up concatenated at load: [2I, H])
+// then logits = rms_norm(x)[logit rows] @ Wlm^T (lm_head, or the embedding when tied).
+//
+// Weights are converted once at load to the backend's activation dtype. Buffers for activations are
+// sized for `max_tokens` tokens per step and `max_logit_rows` logit rows, allocated once.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "xinfer/backend/backend.h"
+#include "xinfer/core/status.h"
+#include "xinfer/model/model_config.h"
+
+namespace xinfer::model {
+
+struct LoadOptions {
+  int max_tokens = 2048;      // most tokens one forward step may carry
+  int max_logit_rows = 256;   // most rows whose logits one step may ask for
+  int max_model_len = 0;      // context limit (rope table size); 0: max_position_embeddings
+  bool show_progress = true;  // progress bar while converting weights
+};
+
+struct LayerWeights {
+  TensorView input_norm;         // [H]
+  TensorView post_attention_norm;  // [H]
+  backend::LinearWeights qkv;    // [(Hq + 2Hkv) * D, H]
+  backend::LinearWeights o;      // [H, Hq * D]
+  backend::LinearWeights gate_up;  // [2I, H]
+  backend::LinearWeights down;   // [H, I]
+  TensorView q_norm;             // [D] (Qwen3) or empty
+  TensorView k_norm;             // [D] (Qwen3) or empty
+};
+
+class LlamaModel {
+ public:
+  // Reads config.json and the safetensors of `dir`, converts weights onto `backend`.
+  static Result<std::unique_ptr<LlamaModel>> load(const std::string& dir, backend::Backend& backend,
+                                                  const LoadOptions& options);
+
+  const ModelConfig& config() const { return config_; }
+  const LoadOptions& options() const { return options_; }
+  int max_model_len() const { return max_model_len_; }
+  size_t weight_bytes() const { return weight_bytes_; }
+
+  // Runs one step over the tokens described by `step`, writing K/V into `kv`.
+  // Returns logits [step.num_logit_rows, vocab] on the device, valid until the next forward().
+  TensorView forward(const backend::StepMeta& step, const backend::KvCache& kv);
+
+ private:
+  LlamaModel(ModelConfig config, backend::Backend& backend, LoadOptions options);
+  Status load_weights(const std::string& dir);
+  void allocate_workspace();
+
+  ModelConfig config_;
+  backend::Backend& backend_;
+  LoadOptions options_;
+  int max_model_len_ = 0;
+  size_t weight_bytes_ = 0;
+
+  std::vector<std::shared_ptr<backend::DeviceBuffer>> owned_;  // weights and workspace
+  TensorView embed_;       // [V, H]
+  std::vector<LayerWeights> layers_;
+  TensorView final_norm_;  // [H]
+  backend::LinearWeights lm_head_;  // [V, H]
+  TensorView cos_sin_;     // [max_model_len, D]
+
+  // Workspace, [max_tokens, ...] each; forward() uses the first T rows.
+  TensorView residual_, normed_, qkv_, attn_, proj_, gate_up_, mlp_;
+  TensorView last_hidden_;  // [max_logit_rows, H]
+  TensorView logits_;       // [max_logit_rows, V]
+};
+
+}  // namespace xinfer::model
