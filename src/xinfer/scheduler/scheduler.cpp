@@ -1,0 +1,419 @@
+#include "xinfer/scheduler/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "xinfer/core/check.h"
+
+namespace xinfer::sched {
+
+double steady_clock_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+  }
+  return "unknown";
+}
+
+namespace {
+
+kv::KVCacheConfig kv_config(const SchedulerConfig& c) {
+  kv::KVCacheConfig k;
+  k.num_blocks = c.num_blocks;
+  k.block_size = c.block_size;
+  k.enable_prefix_caching = c.enable_prefix_caching;
+  return k;
+}
+
+bool contains(const std::vector<int32_t>& v, int32_t t) { return std::find(v.begin(), v.end(), t) != v.end(); }
+
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerConfig& config, Clock clock)
+    : config_(config), clock_(std::move(clock)), kv_(kv_config(config)), decode_interval_(config.decode_interval) {
+  XI_CHECK_OK(config.validate());
+  running_.reserve(config.max_num_seqs);
+}
+
+Scheduler::~Scheduler() = default;
+
+Status Scheduler::add(Request request) {
+  if (request.prompt.empty()) return invalid_argument("request " + std::to_string(request.id) + ": empty prompt");
+  if (request.max_new_tokens < 1) {
+    return invalid_argument("request " + std::to_string(request.id) + ": max_new_tokens must be >= 1, got " +
+                            std::to_string(request.max_new_tokens));
+  }
+  if (seqs_.count(request.id) != 0) return invalid_argument("duplicate request id " + std::to_string(request.id));
+  const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens;
+  if (config_.max_model_len > 0 && total > config_.max_model_len) {
+    return invalid_argument("request " + std::to_string(request.id) + ": prompt (" +
+                            std::to_string(request.prompt.size()) + " tokens) + max_new_tokens (" +
+                            std::to_string(request.max_new_tokens) + ") = " + std::to_string(total) +
+                            " exceeds max_model_len " + std::to_string(config_.max_model_len));
+  }
+  // The last sampled token is never fed back, so a sequence needs KV for total - 1 tokens.
+  if (total - 1 > kv_.capacity_tokens()) {
+    return invalid_argument("request " + std::to_string(request.id) + ": prompt (" +
+                            std::to_string(request.prompt.size()) + " tokens) + max_new_tokens (" +
+                            std::to_string(request.max_new_tokens) + ") needs KV cache for " +
+                            std::to_string(total - 1) + " tokens, more than the whole cache holds (" +
+                            std::to_string(kv_.capacity_tokens()) + " tokens = " +
+                            std::to_string(kv_.pool().num_usable_blocks()) + " blocks of " +
+                            std::to_string(config_.block_size) + ")");
+  }
+  const double now = clock_();
+  auto seq = std::make_unique<Sequence>();
+  Sequence* s = seq.get();
+  s->tokens = std::move(request.prompt);
+  s->request = std::move(request);
+  s->request.prompt.clear();
+  if (s->request.arrival_time < 0) s->request.arrival_time = now;
+  s->num_prompt_tokens = static_cast<int>(s->tokens.size());
+  s->tokens.reserve(s->tokens.size() + s->request.max_new_tokens);
+  s->arrival_seq = next_arrival_seq_++;
+  s->enqueue_time = now;
+  s->metrics.arrival_time = s->request.arrival_time;
+  s->metrics.num_prompt_tokens = s->num_prompt_tokens;
+  seqs_.emplace(s->request.id, std::move(seq));
+  waiting_.push(s);
+  return Status::ok_status();
+}
+
+std::optional<FinishedRequest> Scheduler::abort(uint64_t id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return std::nullopt;
+  Sequence* s = it->second.get();
+  for (InFlight& f : in_flight_) {
+    if (f.seq == s) f.seq = nullptr;
+  }
+  if (s->status == SeqStatus::kRunning) {
+    remove_running(s);
+  } else {
+    waiting_.erase(s);
+  }
+  ++num_aborted_;
+  return finish(s, FinishReason::kAbort, clock_());
+}
+
+void Scheduler::remove_running(Sequence* s) {
+  auto it = std::find(running_.begin(), running_.end(), s);
+  XI_CHECK(it != running_.end()) << "sequence " << s->request.id << " not running";
+  running_.erase(it);
+}
+
+FinishedRequest Scheduler::finish(Sequence* s, FinishReason reason, double now) {
+  kv_.free(s->table);
+  FinishedRequest f;
+  f.id = s->request.id;
+  f.reason = reason;
+  f.output_token_ids.assign(s->tokens.begin() + s->num_prompt_tokens, s->tokens.end());
+  f.metrics = std::move(s->metrics);
+  f.metrics.finished_time = now;
+  f.metrics.num_output_tokens = static_cast<int>(f.output_token_ids.size());
+  ++num_finished_;
+  seqs_.erase(f.id);  // destroys s
+  return f;
+}
+
+void Scheduler::preempt(Sequence* s, ScheduledStep& step) {
+  XI_CHECK(!running_.empty() && running_.back() == s);
+  running_.pop_back();
+  kv_.free(s->table);
+  s->num_computed = 0;
+  s->status = SeqStatus::kWaiting;
+  s->enqueue_time = clock_();
+  ++s->metrics.num_preemptions;
+  ++num_preemptions_;
+  waiting_.push(s);
+  step.preempted_ids.push_back(s->request.id);
+}
+
+void Scheduler::emit(Sequence* s, int n, ScheduledStep& step) {
+  ScheduledSeq q;
+  q.seq_id = s->request.id;
+  q.token_ids = std::span<const int32_t>(s->tokens).subspan(s->num_computed, n);
+  q.start_pos = static_cast<int>(s->num_computed);
+  q.sample = s->num_computed + n == static_cast<int64_t>(s->tokens.size());
+  q.block_table = s->table.blocks();
+  step.seqs.push_back(q);
+  in_flight_.push_back({s, n, q.sample});
+}
+
+bool Scheduler::admission_due(int num_decodes, double now) {
+  ++steps_since_admission_;
+  if (num_decodes == 0) return true;  // nothing is decoding: a prefill delays nobody
+  const double head_wait = now - waiting_.front()->enqueue_time;
+  if (head_wait <= config_.target_queue_time_s && steps_since_admission_ < decode_interval_) return false;
+  adapt_interval(head_wait, num_decodes);
+  steps_since_admission_ = 0;
+  return true;
+}
+
+// Halve when requests queue up (the head waited too long, or more requests wait than decode), double when
+// admission steps are slow for the decoding sequences they interrupt, else drift back to the initial value.
+void Scheduler::adapt_interval(double head_wait_s, int num_decodes) {
+  if (head_wait_s > config_.target_queue_time_s || static_cast<int>(waiting_.size()) > num_decodes) {
+    decode_interval_ = std::max(config_.min_decode_interval, decode_interval_ / 2);
+  } else if (admission_step_time_ewma_ > config_.target_step_time_s) {
+    decode_interval_ = std::min(config_.max_decode_interval, decode_interval_ * 2);
+  } else if (decode_interval_ < config_.decode_interval) {
+    ++decode_interval_;
+  } else if (decode_interval_ > config_.decode_interval) {
+    --decode_interval_;
+  }
+}
+
+int Scheduler::admit(int budget, ScheduledStep& step) {
+  const int watermark_blocks =
+      static_cast<int>(config_.kv_watermark * static_cast<double>(kv_.pool().num_usable_blocks()));
+  const int window = std::max(1, config_.reorder_window);
+  const double now = clock_();
+  int admitted = 0;
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_num_seqs && budget > 0) {
+    Sequence* s = waiting_.pick(window, config_.max_bypass);
+    const int reserve = running_.empty() ? 0 : watermark_blocks;
+    kv::PrefixMatch m = kv_.match_prefix(s->tokens);
+    const int64_t hit = m.num_tokens(config_.block_size);
+    int64_t n = std::min<int64_t>(static_cast<int64_t>(s->tokens.size()) - hit, budget);
+    n = std::min<int64_t>(n, kv_.max_total_tokens(s->table, &m, reserve) - hit);
+    // The chosen request does not fit: stop here rather than let others overtake it (bounded waiting).
+    if (n < 1) break;
+    XI_CHECK(kv_.allocate(s->table, hit + n, &m, reserve));
+    waiting_.admitted(s, window);
+    s->status = SeqStatus::kRunning;
+    s->num_computed = hit;
+    s->bypass_count = 0;
+    if (s->metrics.first_scheduled_time < 0) {
+      s->metrics.first_scheduled_time = now;
+      s->metrics.num_cached_prompt_tokens = static_cast<int>(std::min<int64_t>(hit, s->num_prompt_tokens));
+    }
+    running_.insert(std::upper_bound(running_.begin(), running_.end(), s, MoreImportant()), s);
+    emit(s, static_cast<int>(n), step);
+    budget -= static_cast<int>(n);
+    ++admitted;
+  }
+  return admitted;
+}
+
+ScheduledStep Scheduler::schedule() {
+  XI_CHECK(!step_pending_) << "schedule() called again before update()";
+  const double now = clock_();
+  schedule_start_ = now;
+  ScheduledStep step;
+  step.seqs.reserve(running_.size() + 4);
+  in_flight_.clear();
+  int budget = config_.max_num_batched_tokens;
+
+  // 1. Running sequences in priority order. Decodes later in the order keep one budget token each, so a
+  //    long prefill chunk of an important sequence cannot stall everyone's decode.
+  int decodes_left = 0;
+  for (const Sequence* s : running_) decodes_left += s->num_remaining() == 1 ? 1 : 0;
+  int num_decodes = 0;
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence* s = running_[i];
+    const int64_t remaining = s->num_remaining();
+    XI_CHECK_GE(remaining, 1) << "sequence " << s->request.id;
+    const bool decode = remaining == 1;
+    if (decode) --decodes_left;
+    int64_t n = decode ? 1 : std::min<int64_t>(remaining, budget - decodes_left);
+    if (n < 1) continue;
+    // Out of blocks: preempt the least important running sequence (never one already in this step,
+    // since those come before s in the order) until s fits at least one token; it may be s itself.
+    bool self_preempted = false;
+    for (;;) {
+      const int64_t fit = kv_.max_total_tokens(s->table, nullptr, 0) - s->num_computed;
+      if (fit >= 1) {
+        n = std::min(n, fit);
+        break;
+      }
+      Sequence* victim = running_.back();
+      if (victim != s && victim->num_remaining() == 1) --decodes_left;
+      preempt(victim, step);
+      if (victim == s) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) break;
+    XI_CHECK(kv_.allocate(s->table, s->num_computed + n));
+    emit(s, static_cast<int>(n), step);
+    budget -= static_cast<int>(n);
+    num_decodes += decode ? 1 : 0;
+  }
+
+  // 2. Waiting requests, when admission is due. Not in a step that preempted: the blocks just freed
+  //    belong to the running sequences that needed them.
+  int num_admitted = 0;
+  step_admitted_ = false;
+  if (step.preempted_ids.empty() && !waiting_.empty() && budget > 0 &&
+      static_cast<int>(running_.size()) < config_.max_num_seqs && admission_due(num_decodes, now)) {
+    num_admitted = admit(budget, step);
+    step_admitted_ = num_admitted > 0;
+  }
+
+  // Decode-shaped sequences first (kernels batch them), each group in the order scheduled.
+  bool ordered = true;
+  bool seen_prefill = false;
+  for (const ScheduledSeq& q : step.seqs) {
+    if (!q.is_decode()) seen_prefill = true;
+    else if (seen_prefill) ordered = false;
+  }
+  if (!ordered) {
+    std::vector<ScheduledSeq> seqs;
+    std::vector<InFlight> flights;
+    seqs.reserve(step.seqs.size());
+    flights.reserve(step.seqs.size());
+    for (int pass = 0; pass < 2; ++pass) {
+      for (size_t i = 0; i < step.seqs.size(); ++i) {
+        if (step.seqs[i].is_decode() == (pass == 0)) {
+          seqs.push_back(step.seqs[i]);
+          flights.push_back(in_flight_[i]);
+        }
+      }
+    }
+    step.seqs.swap(seqs);
+    in_flight_.swap(flights);
+  }
+
+  StepMetrics& m = step.metrics;
+  m.step = step_index_;
+  m.num_seqs = static_cast<int>(step.seqs.size());
+  for (const ScheduledSeq& q : step.seqs) {
+    if (q.sample) ++step.num_sampling;
+    if (q.is_decode()) {
+      ++m.num_decode_seqs;
+      m.num_decode_tokens += 1;
+    } else {
+      ++m.num_prefill_seqs;
+      m.num_prefill_tokens += q.num_tokens();
+    }
+  }
+  m.num_batched_tokens = m.num_decode_tokens + m.num_prefill_tokens;
+  m.num_admitted = num_admitted;
+  m.num_preempted = static_cast<int>(step.preempted_ids.size());
+  m.num_running = static_cast<int>(running_.size());
+  m.num_waiting = static_cast<int>(waiting_.size());
+  const kv::KVCacheStats ks = kv_.stats();
+  m.num_free_blocks = ks.num_free_blocks;
+  m.kv_usage = ks.usage;
+  m.prefix_query_tokens = ks.prefix_query_tokens;
+  m.prefix_hit_tokens = ks.prefix_hit_tokens;
+  m.prefix_hit_rate = ks.prefix_hit_rate();
+  m.decode_interval = decode_interval_;
+  m.schedule_time_s = clock_() - now;
+  last_metrics_ = m;
+  ++step_index_;
+  step_pending_ = !step.seqs.empty();
+  return step;
+}
+
+std::vector<FinishedRequest> Scheduler::update(const StepOutput& output) {
+  std::vector<FinishedRequest> finished;
+  if (!step_pending_) {
+    XI_CHECK(output.token_ids.empty()) << "update() with tokens but no step in flight";
+    return finished;
+  }
+  step_pending_ = false;
+  const double now = clock_();
+  size_t k = 0;
+  size_t num_sampling = 0;
+  for (const InFlight& f : in_flight_) num_sampling += f.sample ? 1 : 0;
+  XI_CHECK_EQ(output.token_ids.size(), num_sampling) << "StepOutput needs one token per sampling sequence";
+
+  std::vector<std::pair<Sequence*, FinishReason>> done;
+  for (const InFlight& f : in_flight_) {
+    const int32_t token = f.sample ? output.token_ids[k++] : 0;
+    Sequence* s = f.seq;
+    if (s == nullptr) continue;  // aborted during the step
+    s->num_computed += f.num_tokens;
+    kv_.commit(s->table, s->tokens, s->num_computed);
+    if (!f.sample) continue;
+    s->tokens.push_back(token);
+    RequestMetrics& rm = s->metrics;
+    if (rm.first_token_time < 0) {
+      rm.first_token_time = now;
+    } else {
+      rm.inter_token_latencies_s.push_back(now - rm.last_token_time);
+    }
+    rm.last_token_time = now;
+    const Request& r = s->request;
+    const int outputs = s->num_output_tokens();
+    rm.num_output_tokens = outputs;
+    const bool may_stop = outputs >= r.min_new_tokens;
+    if (may_stop && (contains(r.stop_token_ids, token) || (!r.ignore_eos && contains(r.eos_token_ids, token)))) {
+      done.emplace_back(s, FinishReason::kStop);
+    } else if (outputs >= r.max_new_tokens ||
+               (config_.max_model_len > 0 && static_cast<int64_t>(s->tokens.size()) >= config_.max_model_len)) {
+      done.emplace_back(s, FinishReason::kLength);
+    }
+  }
+  in_flight_.clear();
+  if (!done.empty()) {
+    for (auto& [s, reason] : done) s->finishing = true;
+    running_.erase(std::remove_if(running_.begin(), running_.end(), [](const Sequence* s) { return s->finishing; }),
+                   running_.end());
+    finished.reserve(done.size());
+    for (auto& [s, reason] : done) finished.push_back(finish(s, reason, now));
+  }
+
+  const double dt = now - schedule_start_;
+  last_metrics_.step_time_s = dt;
+  last_metrics_.num_finished = static_cast<int>(finished.size());
+  if (step_admitted_) {
+    admission_step_time_ewma_ = admission_step_time_ewma_ == 0 ? dt : 0.8 * admission_step_time_ewma_ + 0.2 * dt;
+  }
+  return finished;
+}
+
+const Sequence* Scheduler::find(uint64_t id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? nullptr : it->second.get();
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats s;
+  s.num_running = num_running();
+  s.num_waiting = num_waiting();
+  s.kv = kv_.stats();
+  s.num_steps = static_cast<int64_t>(step_index_);
+  s.num_preemptions = num_preemptions_;
+  s.num_finished = num_finished_;
+  s.num_aborted = num_aborted_;
+  s.decode_interval = decode_interval_;
+  return s;
+}
+
+void Scheduler::check_invariants() const {
+  std::vector<const kv::BlockTable*> tables;
+  tables.reserve(seqs_.size());
+  for (const auto& [id, s] : seqs_) tables.push_back(&s->table);
+  kv_.check_invariants(tables);
+  XI_CHECK_EQ(running_.size() + waiting_.size(), seqs_.size()) << "a sequence is in neither or both queues";
+  XI_CHECK_LE(static_cast<int>(running_.size()), config_.max_num_seqs);
+  const int64_t bs = config_.block_size;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const Sequence* s = running_[i];
+    XI_CHECK(s->status == SeqStatus::kRunning) << "sequence " << s->request.id;
+    XI_CHECK_EQ(find(s->request.id), s);
+    if (i > 0) XI_CHECK(more_important(running_[i - 1], s)) << "running list out of order at " << i;
+    XI_CHECK_LT(s->num_computed, static_cast<int64_t>(s->tokens.size()));
+    if (!step_pending_) {
+      XI_CHECK_EQ(static_cast<int64_t>(s->table.num_blocks()), (s->num_computed + bs - 1) / bs)
+          << "sequence " << s->request.id << " holds blocks it does not use";
+    }
+  }
+  for (const Sequence* s : waiting_) {
+    XI_CHECK(s->status == SeqStatus::kWaiting) << "sequence " << s->request.id;
+    XI_CHECK_EQ(find(s->request.id), s);
+    XI_CHECK(s->table.empty()) << "waiting sequence " << s->request.id << " holds blocks";
+    XI_CHECK_EQ(s->num_computed, 0);
+  }
+}
+
+}  // namespace xinfer::sched

@@ -1,0 +1,130 @@
+// Scheduler: continuous batching over a paged KV cache. One schedule() + one forward + one update() is
+// one engine step; the engine loop is
+//
+//   for (;;) {
+//     drain client queue: add(request) / abort(id)      // never between schedule() and update()
+//     ScheduledStep step = scheduler.schedule();       // decodes + prefill chunks, block tables
+//     if (step.empty()) { wait for work; continue; }   // (an empty step needs no update())
+//     StepOutput out = run_forward_and_sample(step);   // one token per seq with sample == true
+//     for (FinishedRequest& f : scheduler.update(out)) report(f);
+//   }
+//
+// Policy (docs/scheduler.md): running sequences first, in priority order (decodes are never starved of
+// token budget by prefill chunks); waiting requests are admitted every decode_interval steps (adaptive)
+// or at once when nothing is decoding; when KV blocks run out the least important running sequence is
+// preempted (lowest priority, then most recent) and later recomputed from prompt + outputs.
+// Each token in StepOutput is a new output token of its sequence (recomputation never re-samples).
+// Invariants, checked by check_invariants(): every block's ref count equals its uses in live block
+// tables; a sequence is in exactly one of waiting / running; running.size() <= max_num_seqs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "xinfer/core/status.h"
+#include "xinfer/kv_cache/kv_cache_manager.h"
+#include "xinfer/scheduler/request.h"
+#include "xinfer/scheduler/scheduled_step.h"
+#include "xinfer/scheduler/scheduler_config.h"
+#include "xinfer/scheduler/sequence.h"
+#include "xinfer/scheduler/waiting_queue.h"
+
+namespace xinfer::sched {
+
+// Seconds on a monotonic clock. Tests inject a fake one.
+using Clock = std::function<double()>;
+double steady_clock_seconds();
+
+struct SchedulerStats {
+  int num_running = 0;
+  int num_waiting = 0;
+  kv::KVCacheStats kv;
+  int64_t num_steps = 0;
+  int64_t num_preemptions = 0;  // cumulative
+  int64_t num_finished = 0;     // cumulative, aborts included
+  int64_t num_aborted = 0;
+  int decode_interval = 0;
+};
+
+class Scheduler {
+ public:
+  // XI_CHECKs config.validate(): call it first to report bad user input.
+  explicit Scheduler(const SchedulerConfig& config, Clock clock = steady_clock_seconds);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  const SchedulerConfig& config() const { return config_; }
+
+  // Queues a request. invalid_argument: empty prompt, max_new_tokens < 1, duplicate live id, or prompt +
+  // max_new_tokens longer than max_model_len or than the whole KV cache (it could never finish).
+  Status add(Request request);
+  // Finishes request `id` in any state (waiting, running, in the step being computed) and frees its
+  // blocks at once. Returns its record (reason kAbort, outputs so far), or nullopt for an unknown id.
+  std::optional<FinishedRequest> abort(uint64_t id);
+
+  // Plans one forward pass. Must be followed by update() before the next schedule(), unless empty().
+  ScheduledStep schedule();
+  // Applies the forward's results: advances computed tokens, registers full blocks in the prefix cache,
+  // appends sampled tokens, finishes sequences (stop/eos token, max_new_tokens, max_model_len).
+  // Returns the sequences finished by this update.
+  std::vector<FinishedRequest> update(const StepOutput& output);
+
+  bool has_unfinished() const { return !seqs_.empty(); }
+  int num_running() const { return static_cast<int>(running_.size()); }
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  int decode_interval() const { return decode_interval_; }
+  SchedulerStats stats() const;
+  // The last step's metrics, completed by update() (step_time_s, num_finished).
+  const StepMetrics& last_step_metrics() const { return last_metrics_; }
+  // nullptr when `id` is not live. For tests and debugging.
+  const Sequence* find(uint64_t id) const;
+  const kv::KVCacheManager& kv_cache() const { return kv_; }
+
+  // XI_CHECKs every invariant above (O(blocks + sequences)); for tests.
+  void check_invariants() const;
+
+ private:
+  struct InFlight {
+    Sequence* seq;  // nullptr once aborted during the step
+    int num_tokens;
+    bool sample;
+  };
+
+  void preempt(Sequence* s, ScheduledStep& step);
+  void emit(Sequence* s, int n, ScheduledStep& step);
+  int admit(int budget, ScheduledStep& step);
+  bool admission_due(int num_decodes, double now);
+  void adapt_interval(double head_wait_s, int num_decodes);
+  FinishedRequest finish(Sequence* s, FinishReason reason, double now);
+  void remove_running(Sequence* s);
+
+  SchedulerConfig config_;
+  Clock clock_;
+  kv::KVCacheManager kv_;
+  std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
+  std::vector<Sequence*> running_;  // sorted by more_important()
+  WaitingQueue waiting_;
+  std::vector<InFlight> in_flight_;
+  bool step_pending_ = false;
+  uint64_t next_arrival_seq_ = 0;
+  uint64_t step_index_ = 0;
+  double schedule_start_ = 0;
+
+  // Admission control (docs/scheduler.md, "decode interrupts").
+  int decode_interval_;
+  int steps_since_admission_ = 0;
+  double admission_step_time_ewma_ = 0;  // seconds, over steps that admitted prefills
+  bool step_admitted_ = false;
+
+  int64_t num_preemptions_ = 0;
+  int64_t num_finished_ = 0;
+  int64_t num_aborted_ = 0;
+  StepMetrics last_metrics_;
+};
+
+}  // namespace xinfer::sched

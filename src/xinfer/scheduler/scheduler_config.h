@@ -1,0 +1,41 @@
+// SchedulerConfig: every tunable of the KV cache and the continuous-batching policy, with defaults.
+// The engine fills num_blocks (kv::num_blocks_for_budget) and prints to_string() at start-up.
+// docs/scheduler.md explains the policy these knobs steer.
+#pragma once
+
+#include <string>
+
+#include "xinfer/core/status.h"
+
+namespace xinfer::sched {
+
+struct SchedulerConfig {
+  // --- KV cache ---
+  int block_size = 16;                // tokens per KV block
+  int num_blocks = 0;                 // KV blocks including the null block 0 (required, >= 2)
+  bool enable_prefix_caching = true;  // reuse full blocks with equal (parent hash, tokens)
+
+  // --- batch limits ---
+  int max_num_seqs = 256;             // sequences running at once (sequence slots)
+  int max_num_batched_tokens = 2048;  // tokens fed to one forward (decodes + prefill chunks)
+  int max_model_len = 0;              // longest sequence (prompt + output); 0: only KV capacity limits it
+
+  // --- admission: decode interrupts ---
+  int decode_interval = 4;        // initial: admit waiting requests every this many steps while decoding
+  int min_decode_interval = 1;    // adaptive interval lower bound (1: admit every step)
+  int max_decode_interval = 32;   // adaptive interval upper bound
+  double target_queue_time_s = 0.5;     // head-of-queue wait above this forces admission, halves interval
+  double target_step_time_s = 0.1;      // admission steps slower than this (EWMA) double the interval
+  double kv_watermark = 0.01;     // fraction of usable blocks kept free when admitting (not when empty)
+
+  // --- waiting queue ordering ---
+  int reorder_window = 8;   // head-of-queue requests (same priority) reordered shortest-first; <= 1: FIFO
+  int max_bypass = 8;       // aging: a request passed over this many times is admitted next (no starvation)
+
+  // Ok or an invalid_argument naming the first bad field.
+  Status validate() const;
+  // "block_size=16 num_blocks=... ..." on one line, every field.
+  std::string to_string() const;
+};
+
+}  // namespace xinfer::sched
