@@ -7,11 +7,11 @@ if(NOT XINFER_CUDA STREQUAL "OFF")
   if(CMAKE_CUDA_COMPILER)
     set(CMAKE_CUDA_ARCHITECTURES OFF)
     enable_language(CUDA)
-    set(CMAKE_CUDA_STANDARD 20)
-    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
     set(XINFER_HAVE_CUDA ON)
-    set(XINFER_CUDA_FLAGS -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo
+    # CMake 3.25 knows no CUDA20 dialect for nvcc: declare 17 for CMake and pass -std=c++20 ourselves.
+    set(CMAKE_CUDA_STANDARD 17)
+    set(XINFER_CUDA_FLAGS -std=c++20 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo
         -Xcompiler=-Wall)
     message(STATUS "xinfer: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, sm_90a)")
   elseif(XINFER_CUDA STREQUAL "ON")

@@ -1,0 +1,162 @@
+// Backend: the op interface the model graph is written against (model/llama.cpp), implemented once per
+// device (backend/cpu, backend/cuda). A backend owns device memory (weights, activations, KV blocks);
+// the model owns no device code and has no #ifdef for devices.
+//
+// Conventions for every op:
+//  - TensorViews passed to an op live on this backend's device, are row-major and contiguous.
+//  - Activations are in the backend's activation dtype (f32 on CPU, bf16 on CUDA); `T` is the number of
+//    tokens in the step (all sequences' new tokens, flattened), `H` hidden size, `D` head dim.
+//  - Ops are asynchronous on devices that are (CUDA stream order); to_host() synchronizes.
+//  - Step metadata (positions, slot mapping, block tables) is planned on the host once per step and
+//    uploaded with upload_step(); ops then read it from device memory, which keeps the forward
+//    capturable as a CUDA graph.
+//
+// KV cache layout (paged): per layer, K and V each [num_blocks, num_kv_heads, block_size, D]. A token at
+// position p of a sequence lives in block block_table[p / block_size], row p % block_size; its flat slot
+// is block_id * block_size + p % block_size. Block 0 may be the null block (never written by live
+// sequences).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "xinfer/core/status.h"
+#include "xinfer/core/tensor.h"
+
+namespace xinfer::backend {
+
+// Device memory owned by a backend; freed on destruction.
+class DeviceBuffer {
+ public:
+  virtual ~DeviceBuffer() = default;
+  virtual void* data() const = 0;
+  virtual size_t bytes() const = 0;
+};
+
+// A tensor together with the buffer that owns it.
+struct DeviceTensor {
+  std::shared_ptr<DeviceBuffer> buffer;
+  TensorView view;
+};
+
+// A linear layer's parameters: y[T, N] = x[T, K] @ weight[N, K]^T (+ bias[N]).
+struct LinearWeights {
+  TensorView weight;  // [N, K]
+  TensorView bias;    // [N] or empty
+  int64_t out_features() const { return weight.shape[0]; }
+  int64_t in_features() const { return weight.shape[1]; }
+};
+
+struct KvCacheSpec {
+  int num_layers = 0;
+  int num_blocks = 0;
+  int block_size = 16;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  DType dtype = DType::kF32;
+  size_t bytes_per_block() const {  // K and V of one block across all layers
+    return 2 * static_cast<size_t>(num_layers) * dtype_bytes(dtype, static_cast<size_t>(num_kv_heads) *
+                                                                         block_size * head_dim);
+  }
+};
+
+// One layer's cache: k, v: [num_blocks, num_kv_heads, block_size, D].
+struct LayerKvCache {
+  TensorView k;
+  TensorView v;
+};
+
+// The whole KV cache: per-layer views plus the buffers that own them.
+struct KvCache {
+  std::vector<LayerKvCache> layers;
+  std::vector<std::shared_ptr<DeviceBuffer>> buffers;
+};
+
+// Host-planned description of one forward step (one entry per sequence in the batch).
+struct StepPlan {
+  std::vector<int32_t> token_ids;        // [T]
+  std::vector<int32_t> positions;        // [T]
+  std::vector<int32_t> slot_mapping;     // [T] flat KV slot for each new token
+  std::vector<int32_t> query_start_loc;  // [num_seqs + 1] offsets of each sequence's tokens in [0, T]
+  std::vector<int32_t> seq_lens;         // [num_seqs] context length after this step (cached + new)
+  std::vector<int32_t> block_tables;     // [num_seqs, max_blocks_per_seq], padded with 0
+  int max_blocks_per_seq = 0;
+  int max_seq_len = 0;
+  std::vector<int32_t> logit_rows;       // token rows whose logits are wanted (e.g. last of each sequence)
+  int num_seqs() const { return static_cast<int>(seq_lens.size()); }
+  int num_tokens() const { return static_cast<int>(token_ids.size()); }
+};
+
+// The device-side copy of a StepPlan (pointers into device memory), valid until the next upload_step().
+struct StepMeta {
+  int num_tokens = 0;
+  int num_seqs = 0;
+  int max_blocks_per_seq = 0;
+  int max_seq_len = 0;
+  int num_logit_rows = 0;
+  const int32_t* token_ids = nullptr;        // [T]
+  const int32_t* positions = nullptr;        // [T]
+  const int32_t* slot_mapping = nullptr;     // [T]
+  const int32_t* query_start_loc = nullptr;  // [num_seqs + 1]
+  const int32_t* seq_lens = nullptr;         // [num_seqs]
+  const int32_t* block_tables = nullptr;     // [num_seqs, max_blocks_per_seq]
+  const int32_t* logit_rows = nullptr;       // [num_logit_rows]
+};
+
+struct BackendInfo {
+  std::string name;        // "cpu" / "cuda:0 NVIDIA H200"
+  DType activation_dtype;  // dtype of activations and (by default) weights
+  size_t total_memory;     // bytes of device memory (host RAM for cpu)
+  size_t free_memory;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendInfo info() const = 0;
+
+  // ---- memory ----
+  virtual DeviceTensor allocate(DType dtype, const Shape& shape) = 0;
+  // Converts a host tensor (any float dtype) to `dtype` and copies it to the device.
+  virtual DeviceTensor upload(const TensorView& host, DType dtype) = 0;
+  // Copies a device tensor to host memory (f32), synchronizing first.
+  virtual void to_host_f32(const TensorView& src, float* dst) = 0;
+  // Copies the plan's arrays to device memory; returns views of them.
+  virtual StepMeta upload_step(const StepPlan& plan) = 0;
+  virtual KvCache allocate_kv_cache(const KvCacheSpec& spec) = 0;
+
+  // ---- ops ----
+  // out[T, H] = table[ids[t], :]          table: [V, H]
+  virtual void embedding(const StepMeta& step, const TensorView& table, const TensorView& out) = 0;
+  // out[R, W] = x / rms(x) * weight        x: [R, W], weight: [W]; R may be T or T*heads (q/k norm)
+  virtual void rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) = 0;
+  // residual[T, H] += delta[T, H]; out[T, H] = rms_norm(residual) * weight   (fused add + norm)
+  virtual void add_rms_norm(const TensorView& residual, const TensorView& delta, const TensorView& weight,
+                            float eps, const TensorView& out) = 0;
+  // out[T, N] = x[T, K] @ w.weight[N, K]^T + w.bias
+  virtual void linear(const TensorView& x, const LinearWeights& w, const TensorView& out) = 0;
+  // Applies rotary embedding (rotate-half / NeoX layout) to q and k in place and writes k, v to the cache.
+  // qkv: [T, (Hq + 2 * Hkv) * D] (q heads, then k heads, then v heads); cos_sin: [max_pos, D] with
+  // cos in [:, :D/2] and sin in [:, D/2:].
+  virtual void rope_kv_write(const StepMeta& step, const TensorView& qkv, int num_heads, int num_kv_heads,
+                             int head_dim, const TensorView& cos_sin, const LayerKvCache& cache) = 0;
+  // Causal paged attention over each sequence's cached context (prefill chunks and decodes alike):
+  // token t of sequence s at position p attends to positions [0, p] of s.
+  // qkv: [T, (Hq + 2 * Hkv) * D] (only the q part is read); out: [T, Hq * D]
+  virtual void paged_attention(const StepMeta& step, const TensorView& qkv, int num_heads, int num_kv_heads,
+                               int head_dim, float scale, const LayerKvCache& cache, const TensorView& out) = 0;
+  // Qwen3's per-head RMSNorm of q and k, in place inside qkv: [T, (Hq + 2 * Hkv) * D];
+  // q_weight, k_weight: [D]
+  virtual void qk_norm(const TensorView& qkv, int num_heads, int num_kv_heads, int head_dim,
+                       const TensorView& q_weight, const TensorView& k_weight, float eps) = 0;
+  // out[T, I] = silu(gate_up[:, :I]) * gate_up[:, I:]      gate_up: [T, 2I]
+  virtual void silu_mul(const TensorView& gate_up, const TensorView& out) = 0;
+  // out[R, H] = x[step.logit_rows[r], :]
+  virtual void gather_rows(const StepMeta& step, const TensorView& x, const TensorView& out) = 0;
+};
+
+}  // namespace xinfer::backend

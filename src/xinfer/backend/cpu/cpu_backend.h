@@ -1,0 +1,54 @@
+// The CPU backend: f32 activations and weights (bf16/f16 weights are converted to f32 at upload), GEMMs
+// through OpenBLAS, everything else parallelized over rows with our ThreadPool. It is the correctness
+// oracle for the CUDA backend and what CI runs.
+//
+// Memory is host RAM; "device" pointers are host pointers, so StepMeta points into the backend's own
+// copy of the last StepPlan.
+#pragma once
+
+#include <memory>
+
+#include "xinfer/backend/backend.h"
+#include "xinfer/core/thread_pool.h"
+
+namespace xinfer::cpu {
+
+struct CpuBackendOptions {
+  int num_threads = 0;  // 0: all hardware threads
+};
+
+class CpuBackend final : public backend::Backend {
+ public:
+  explicit CpuBackend(CpuBackendOptions options = {});
+  ~CpuBackend() override;
+
+  backend::BackendInfo info() const override;
+  backend::DeviceTensor allocate(DType dtype, const Shape& shape) override;
+  backend::DeviceTensor upload(const TensorView& host, DType dtype) override;
+  void to_host_f32(const TensorView& src, float* dst) override;
+  backend::StepMeta upload_step(const backend::StepPlan& plan) override;
+  backend::KvCache allocate_kv_cache(const backend::KvCacheSpec& spec) override;
+
+  void embedding(const backend::StepMeta& step, const TensorView& table, const TensorView& out) override;
+  void rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) override;
+  void add_rms_norm(const TensorView& residual, const TensorView& delta, const TensorView& weight, float eps,
+                    const TensorView& out) override;
+  void linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) override;
+  void rope_kv_write(const backend::StepMeta& step, const TensorView& qkv, int num_heads, int num_kv_heads,
+                     int head_dim, const TensorView& cos_sin, const backend::LayerKvCache& cache) override;
+  void qk_norm(const TensorView& qkv, int num_heads, int num_kv_heads, int head_dim,
+               const TensorView& q_weight, const TensorView& k_weight, float eps) override;
+  void paged_attention(const backend::StepMeta& step, const TensorView& qkv, int num_heads, int num_kv_heads,
+                       int head_dim, float scale, const backend::LayerKvCache& cache,
+                       const TensorView& out) override;
+  void silu_mul(const TensorView& gate_up, const TensorView& out) override;
+  void gather_rows(const backend::StepMeta& step, const TensorView& x, const TensorView& out) override;
+
+  ThreadPool& pool() { return *pool_; }
+
+ private:
+  std::unique_ptr<ThreadPool> pool_;
+  backend::StepPlan step_copy_;  // storage behind the last StepMeta
+};
+
+}  // namespace xinfer::cpu

@@ -1,0 +1,161 @@
+// Element-wise, normalization, GEMM and RoPE ops of the CPU backend (f32).
+#include <cblas.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "xinfer/backend/cpu/cpu_backend.h"
+
+namespace xinfer::cpu {
+namespace {
+
+void check_f32(const TensorView& t, const char* what) {
+  XI_CHECK(t.dtype == DType::kF32) << what << " must be f32 on cpu, got " << dtype_name(t.dtype);
+}
+
+int64_t last_dim(const TensorView& t) { return t.shape[t.shape.rank() - 1]; }
+
+// y = x / sqrt(mean(x^2) + eps) * w, accumulated in double so the CPU stays a precise oracle.
+inline void rms_norm_row(const float* x, const float* w, float eps, int64_t n, float* y) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const auto inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * inv * w[i];
+}
+
+}  // namespace
+
+void CpuBackend::embedding(const backend::StepMeta& step, const TensorView& table, const TensorView& out) {
+  check_f32(table, "embedding table");
+  const int64_t hidden = table.shape[1];
+  const int64_t vocab = table.shape[0];
+  XI_CHECK_EQ(out.shape[0], step.num_tokens);
+  XI_CHECK_EQ(last_dim(out), hidden);
+  for (int t = 0; t < step.num_tokens; ++t) {
+    const int32_t id = step.token_ids[t];
+    XI_CHECK(id >= 0 && id < vocab) << "token id " << id << " outside vocab of " << vocab;
+    std::memcpy(out.as<float>() + t * hidden, table.as<float>() + id * hidden,
+                static_cast<size_t>(hidden) * sizeof(float));
+  }
+}
+
+void CpuBackend::rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) {
+  const int64_t width = last_dim(x);
+  const int64_t rows = x.numel() / width;
+  XI_CHECK_EQ(weight.numel(), width);
+  pool_->parallel_for(0, rows, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r)
+      rms_norm_row(x.as<float>() + r * width, weight.as<float>(), eps, width, out.as<float>() + r * width);
+  }, 16);
+}
+
+void CpuBackend::add_rms_norm(const TensorView& residual, const TensorView& delta, const TensorView& weight,
+                              float eps, const TensorView& out) {
+  const int64_t width = last_dim(residual);
+  const int64_t rows = residual.numel() / width;
+  XI_CHECK_EQ(delta.numel(), residual.numel());
+  pool_->parallel_for(0, rows, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      float* res = residual.as<float>() + r * width;
+      const float* d = delta.as<float>() + r * width;
+      for (int64_t i = 0; i < width; ++i) res[i] += d[i];
+      rms_norm_row(res, weight.as<float>(), eps, width, out.as<float>() + r * width);
+    }
+  }, 16);
+}
+
+void CpuBackend::linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) {
+  check_f32(x, "linear input");
+  check_f32(w.weight, "linear weight");
+  const int64_t k = w.in_features();
+  const int64_t n = w.out_features();
+  const int64_t m = x.numel() / k;
+  XI_CHECK_EQ(last_dim(x), k) << "linear: input width vs weight [" << n << ", " << k << "]";
+  XI_CHECK_EQ(out.numel(), m * n);
+  if (m == 0) return;
+  float* y = out.as<float>();
+  if (!w.bias.empty()) {
+    XI_CHECK_EQ(w.bias.numel(), n);
+    for (int64_t r = 0; r < m; ++r) std::memcpy(y + r * n, w.bias.data, static_cast<size_t>(n) * sizeof(float));
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), 1.0f, x.as<float>(), static_cast<int>(k), w.weight.as<float>(),
+              static_cast<int>(k), w.bias.empty() ? 0.0f : 1.0f, y, static_cast<int>(n));
+}
+
+void CpuBackend::rope_kv_write(const backend::StepMeta& step, const TensorView& qkv, int num_heads,
+                               int num_kv_heads, int head_dim, const TensorView& cos_sin,
+                               const backend::LayerKvCache& cache) {
+  const int64_t row = static_cast<int64_t>(num_heads + 2 * num_kv_heads) * head_dim;
+  XI_CHECK_EQ(last_dim(qkv), row);
+  XI_CHECK_EQ(cos_sin.shape[1], head_dim);
+  const int half = head_dim / 2;
+  const int64_t block_size = cache.k.shape[2];
+  const int64_t max_pos = cos_sin.shape[0];
+  pool_->parallel_for(0, step.num_tokens, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int32_t pos = step.positions[t];
+      XI_CHECK(pos >= 0 && pos < max_pos) << "position " << pos << " outside rope table of " << max_pos;
+      const float* cs = cos_sin.as<float>() + static_cast<int64_t>(pos) * head_dim;
+      float* base = qkv.as<float>() + t * row;
+      for (int h = 0; h < num_heads + num_kv_heads; ++h) {  // q heads then k heads
+        float* x = base + static_cast<int64_t>(h) * head_dim;
+        for (int i = 0; i < half; ++i) {
+          const float x1 = x[i], x2 = x[i + half];
+          x[i] = x1 * cs[i] - x2 * cs[half + i];
+          x[i + half] = x2 * cs[i] + x1 * cs[half + i];
+        }
+      }
+      const int32_t slot = step.slot_mapping[t];
+      const int64_t block = slot / block_size, offset = slot % block_size;
+      const float* k = base + static_cast<int64_t>(num_heads) * head_dim;
+      const float* v = k + static_cast<int64_t>(num_kv_heads) * head_dim;
+      for (int h = 0; h < num_kv_heads; ++h) {
+        const int64_t dst = ((block * num_kv_heads + h) * block_size + offset) * head_dim;
+        std::memcpy(cache.k.as<float>() + dst, k + h * head_dim, sizeof(float) * static_cast<size_t>(head_dim));
+        std::memcpy(cache.v.as<float>() + dst, v + h * head_dim, sizeof(float) * static_cast<size_t>(head_dim));
+      }
+    }
+  }, 4);
+}
+
+void CpuBackend::qk_norm(const TensorView& qkv, int num_heads, int num_kv_heads, int head_dim,
+                         const TensorView& q_weight, const TensorView& k_weight, float eps) {
+  const int64_t row = static_cast<int64_t>(num_heads + 2 * num_kv_heads) * head_dim;
+  const int64_t tokens = qkv.numel() / row;
+  pool_->parallel_for(0, tokens, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      float* base = qkv.as<float>() + t * row;
+      for (int h = 0; h < num_heads + num_kv_heads; ++h) {
+        float* x = base + static_cast<int64_t>(h) * head_dim;
+        rms_norm_row(x, (h < num_heads ? q_weight : k_weight).as<float>(), eps, head_dim, x);
+      }
+    }
+  }, 4);
+}
+
+void CpuBackend::silu_mul(const TensorView& gate_up, const TensorView& out) {
+  const int64_t inter = last_dim(out);
+  const int64_t rows = out.numel() / inter;
+  XI_CHECK_EQ(last_dim(gate_up), 2 * inter);
+  pool_->parallel_for(0, rows, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* g = gate_up.as<float>() + r * 2 * inter;
+      const float* u = g + inter;
+      float* y = out.as<float>() + r * inter;
+      for (int64_t i = 0; i < inter; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    }
+  }, 8);
+}
+
+void CpuBackend::gather_rows(const backend::StepMeta& step, const TensorView& x, const TensorView& out) {
+  const int64_t width = last_dim(x);
+  const int64_t rows = x.numel() / width;
+  for (int r = 0; r < step.num_logit_rows; ++r) {
+    const int32_t src = step.logit_rows[r];
+    XI_CHECK(src >= 0 && src < rows) << "logit row " << src << " of " << rows;
+    std::memcpy(out.as<float>() + r * width, x.as<float>() + src * width, sizeof(float) * static_cast<size_t>(width));
+  }
+}
+
+}  // namespace xinfer::cpu

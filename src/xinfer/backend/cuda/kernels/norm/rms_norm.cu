@@ -1,0 +1,70 @@
+#include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
+
+#include "xinfer/backend/cuda/cuda_check.h"
+
+namespace xinfer::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kVec = 8;  // bf16 per 16-byte load
+
+__device__ float block_sum(float v) {
+  __shared__ float warp_sums[kThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  v = lane < kThreads / 32 ? warp_sums[lane] : 0.0f;
+  if (warp == 0)
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+  __shared__ float total;
+  if (threadIdx.x == 0) total = v;
+  __syncthreads();
+  return total;
+}
+
+__global__ void __launch_bounds__(kThreads) add_rms_norm_kernel(RmsNormArgs a) {
+  const int row = blockIdx.x;
+  uint4* res = reinterpret_cast<uint4*>(a.residual + static_cast<size_t>(row) * a.hidden);
+  const uint4* del = a.delta ? reinterpret_cast<const uint4*>(a.delta + static_cast<size_t>(row) * a.hidden) : nullptr;
+  const uint4* w = reinterpret_cast<const uint4*>(a.weight);
+  uint4* out = reinterpret_cast<uint4*>(a.out + static_cast<size_t>(row) * a.hidden);
+  const int vecs = a.hidden / kVec;
+
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < vecs; i += kThreads) {
+    uint4 r = res[i];
+    __nv_bfloat16* rv = reinterpret_cast<__nv_bfloat16*>(&r);
+    if (del) {
+      uint4 d = del[i];
+      const __nv_bfloat16* dv = reinterpret_cast<const __nv_bfloat16*>(&d);
+      for (int j = 0; j < kVec; ++j) rv[j] = __float2bfloat16(__bfloat162float(rv[j]) + __bfloat162float(dv[j]));
+      res[i] = r;
+    }
+    for (int j = 0; j < kVec; ++j) {
+      const float x = __bfloat162float(rv[j]);
+      ss += x * x;
+    }
+  }
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(a.hidden) + a.eps);
+  for (int i = threadIdx.x; i < vecs; i += kThreads) {
+    uint4 r = res[i], wv = w[i], o;
+    const __nv_bfloat16* rv = reinterpret_cast<const __nv_bfloat16*>(&r);
+    const __nv_bfloat16* ww = reinterpret_cast<const __nv_bfloat16*>(&wv);
+    __nv_bfloat16* ov = reinterpret_cast<__nv_bfloat16*>(&o);
+    for (int j = 0; j < kVec; ++j)
+      ov[j] = __float2bfloat16(__bfloat162float(rv[j]) * inv * __bfloat162float(ww[j]));
+    out[i] = o;
+  }
+}
+
+}  // namespace
+
+void launch_add_rms_norm(const RmsNormArgs& args, cudaStream_t stream) {
+  XI_CHECK_EQ(args.hidden % kVec, 0) << "add_rms_norm: hidden must be a multiple of " << kVec;
+  if (args.rows == 0) return;
+  add_rms_norm_kernel<<<args.rows, kThreads, 0, stream>>>(args);
+  XI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace xinfer::cuda
