@@ -191,6 +191,7 @@ int Scheduler::admit(int budget, ScheduledStep& step) {
     s->bypass_count = 0;
     if (s->metrics.first_scheduled_time < 0) {
       s->metrics.first_scheduled_time = now;
+      s->admission_order = next_admission_order_++;
       s->metrics.num_cached_prompt_tokens = static_cast<int>(std::min<int64_t>(hit, s->num_prompt_tokens));
     }
     running_.insert(std::upper_bound(running_.begin(), running_.end(), s, MoreImportant()), s);

@@ -112,6 +112,7 @@ class Scheduler {
   std::vector<InFlight> in_flight_;
   bool step_pending_ = false;
   uint64_t next_arrival_seq_ = 0;
+  int64_t next_admission_order_ = 0;
   uint64_t step_index_ = 0;
   double schedule_start_ = 0;
 

@@ -26,6 +26,7 @@ struct Sequence {
   kv::BlockTable table;
   uint64_t arrival_seq = 0;      // order of add(): breaks arrival_time ties
   int bypass_count = 0;          // times a later request of the same priority was admitted first
+  int64_t admission_order = -1;  // rank of its first admission among all requests (for tests, debugging)
   double enqueue_time = 0;       // last time it entered the waiting queue (add or preemption)
   bool finishing = false;        // set by update() while it removes finished sequences
   RequestMetrics metrics;

@@ -1,0 +1,83 @@
+// SimModel: a stand-in for the model runner in scheduler tests. Its "KV cache" stores (token, position)
+// per slot, written through the step's block tables exactly as the real runner writes K/V; its
+// "attention" reads the whole context back through the block table and checks it against the true tokens;
+// its sampled token is a hash of the context, so, like a greedy model, it depends only on the sequence's
+// tokens and never on batching, chunking, preemption or prefix-cache hits.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "xinfer/kv_cache/block_pool.h"
+#include "xinfer/scheduler/scheduled_step.h"
+
+namespace xinfer::sched::testing {
+
+inline int32_t sim_next_token(std::span<const int32_t> context, int vocab) {
+  uint64_t h = 1469598103934665603ULL;
+  for (int32_t t : context) h = (h ^ static_cast<uint64_t>(t)) * 1099511628211ULL;
+  h ^= h >> 29;
+  return static_cast<int32_t>(h % static_cast<uint64_t>(vocab));
+}
+
+// The tokens a request generates when run alone: sampling stops like the scheduler's update().
+struct Expected {
+  std::vector<int32_t> outputs;
+  bool stopped = false;  // by a stop/eos token (else length)
+};
+
+class SimModel {
+ public:
+  // truth(id): the sequence's true tokens so far (prompt + outputs).
+  using Truth = std::function<const std::vector<int32_t>&(uint64_t)>;
+  SimModel(int num_blocks, int block_size, int vocab)
+      : block_size_(block_size), vocab_(vocab), kv_(static_cast<size_t>(num_blocks) * block_size, {-1, -1}) {}
+
+  StepOutput forward(const ScheduledStep& step, const kv::BlockPool& pool, const Truth& truth) {
+    StepOutput out;
+    for (const ScheduledSeq& q : step.seqs) {
+      const std::vector<int32_t>& t = truth(q.seq_id);
+      const int end = q.start_pos + q.num_tokens();
+      EXPECT_LE(end, static_cast<int>(t.size())) << "seq " << q.seq_id;
+      EXPECT_EQ(q.sample, end == static_cast<int>(t.size())) << "seq " << q.seq_id;
+      EXPECT_GE(static_cast<int>(q.block_table.size()) * block_size_, end) << "seq " << q.seq_id;
+      for (int i = 0; i < q.num_tokens(); ++i) {
+        const int pos = q.start_pos + i;
+        EXPECT_EQ(q.token_ids[i], t[pos]) << "seq " << q.seq_id << " pos " << pos;
+        const int32_t block = q.block_table[pos / block_size_];
+        EXPECT_EQ(pool.ref_count(block), 1) << "seq " << q.seq_id << " writes into shared block " << block;
+        kv_[static_cast<size_t>(block) * block_size_ + pos % block_size_] = {q.token_ids[i], pos};
+      }
+      if (::testing::Test::HasFailure()) return out;
+      // Attention over the whole context: every position must hold this sequence's token.
+      context_.clear();
+      for (int pos = 0; pos < end; ++pos) {
+        const Slot& s = kv_[static_cast<size_t>(q.block_table[pos / block_size_]) * block_size_ + pos % block_size_];
+        if (s.token != t[pos] || s.pos != pos) {
+          ADD_FAILURE() << "seq " << q.seq_id << " reads (" << s.token << "@" << s.pos << ") at position " << pos
+                        << ", expected " << t[pos];
+          return out;
+        }
+        context_.push_back(s.token);
+      }
+      if (q.sample) out.token_ids.push_back(sim_next_token(context_, vocab_));
+    }
+    return out;
+  }
+
+ private:
+  struct Slot {
+    int32_t token;
+    int32_t pos;
+  };
+  int block_size_;
+  int vocab_;
+  std::vector<Slot> kv_;
+  std::vector<int32_t> context_;
+};
+
+}  // namespace xinfer::sched::testing
