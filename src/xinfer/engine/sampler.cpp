@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -15,8 +16,11 @@ namespace {
 
 constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-// Below this many candidates, top-p sorts them all; above, it first narrows them with a probability threshold.
-constexpr size_t kSortAllCandidates = 2048;
+// nucleus_prefix sorts ranges this small instead of partitioning them further.
+constexpr size_t kSortBelow = 64;
+// top_p histogram: the top 11 bits of a non-negative float (8 exponent + 3 mantissa bits) order it coarsely.
+constexpr int kBucketShift = 20;
+constexpr int kBuckets = 1 << 11;
 
 // SplitMix64's output function (Steele, Lea, Flood 2014): a bijective 64-bit mixer.
 uint64_t mix64(uint64_t z) {
@@ -35,22 +39,154 @@ bool more_likely(const Candidate& a, const Candidate& b) {
   return a.weight != b.weight ? a.weight > b.weight : a.id < b.id;
 }
 
-int32_t argmax(const float* x, int n) {
-  int32_t best = 0;
-  float best_v = x[0];
-  for (int i = 1; i < n; ++i) {
-    if (x[i] > best_v) {
-      best_v = x[i];
-      best = i;
-    }
-  }
-  return best;
+// The vocabulary-wide passes use GCC/Clang vector extensions (4 x f32, plain SSE2 on x86-64, NEON on arm):
+// without -ffast-math g++ will not vectorize a float max, a select or a reassociated sum on its own.
+// Each lane's arithmetic is fixed, so results never depend on the thread count or the batch.
+using f32x4 = float __attribute__((vector_size(16)));
+using i32x4 = int32_t __attribute__((vector_size(16)));
+using f64x2 = double __attribute__((vector_size(16)));
+
+inline f32x4 load4(const float* p) {
+  f32x4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
 }
+inline f32x4 splat(float x) { return f32x4{x, x, x, x}; }
 
 float max_value(const float* x, int n) {
-  float m = kNegInf;
-  for (int i = 0; i < n; ++i) m = std::max(m, x[i]);
+  f32x4 acc = splat(kNegInf);
+  int i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const f32x4 v = load4(x + i);
+    acc = v > acc ? v : acc;
+  }
+  float m = std::max(std::max(acc[0], acc[1]), std::max(acc[2], acc[3]));
+  for (; i < n; ++i) m = std::max(m, x[i]);
   return m;
+}
+
+// Lowest id holding the value m (the max, from max_value); 0 if none (all NaN).
+int32_t first_index_of(const float* x, int n, float m) {
+  const f32x4 mv = splat(m);
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const i32x4 hit = (load4(x + i) == mv) | (load4(x + i + 4) == mv) | (load4(x + i + 8) == mv) |
+                      (load4(x + i + 12) == mv);
+    if ((hit[0] | hit[1] | hit[2] | hit[3]) != 0) break;
+  }
+  for (; i < n; ++i)
+    if (x[i] == m) return i;
+  return 0;
+}
+
+// e^x for x <= 0, and exactly 0 below -87 (where float turns denormal): 2^n * e^r with |r| <= ln2 / 2 and a
+// degree-6 Taylor polynomial (relative error < 3e-7).
+inline f32x4 exp_nonpositive(f32x4 x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693145751953125f;  // few mantissa bits: n * kLn2Hi is exact
+  constexpr float kLn2Lo = 1.42860682030941723212e-6f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer held in the low bits
+  const f32x4 lo = splat(-87.0f);
+  const f32x4 xc = x < lo ? lo : x;
+  const f32x4 t = xc * kLog2e + kRound;
+  const f32x4 n = t - kRound;
+  const i32x4 ni = std::bit_cast<i32x4>(t) - std::bit_cast<int32_t>(kRound);
+  const f32x4 r = (xc - n * kLn2Hi) - n * kLn2Lo;
+  f32x4 p = splat(1.0f / 720);
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const i32x4 bits = std::bit_cast<i32x4>(p) + (ni << 23);
+  const f32x4 e = std::bit_cast<f32x4>(bits);
+  return x < lo ? splat(0.0f) : e;
+}
+
+float exp_nonpositive(float x) {
+  const f32x4 v = exp_nonpositive(splat(x));
+  return v[0];
+}
+
+// w[i] = exp((l[i] - m) * inv_t) where l[i] >= threshold, else 0.
+void compute_weights(const float* l, int n, float m, float inv_t, float threshold, float* w) {
+  const f32x4 thr = splat(threshold), zero = splat(0.0f);
+  int i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const f32x4 v = load4(l + i);
+    const f32x4 e = exp_nonpositive((v - m) * inv_t);
+    const f32x4 out = v >= thr ? e : zero;
+    std::memcpy(w + i, &out, sizeof(out));
+  }
+  for (; i < n; ++i) w[i] = l[i] >= threshold ? exp_nonpositive((l[i] - m) * inv_t) : 0.0f;
+}
+
+inline void accumulate(f64x2& a, f64x2& b, f32x4 v) {
+  a += f64x2{v[0], v[1]};
+  b += f64x2{v[2], v[3]};
+}
+
+double sum(const float* x, int n) {
+  f64x2 a = {0, 0}, b = {0, 0};
+  int i = 0;
+  for (; i + 4 <= n; i += 4) accumulate(a, b, load4(x + i));
+  double s = (a[0] + a[1]) + (b[0] + b[1]);
+  for (; i < n; ++i) s += x[i];
+  return s;
+}
+
+// sum_i exp(x[i] - m), for m >= max x.
+double sum_exp(const float* x, int n, float m) {
+  f64x2 a = {0, 0}, b = {0, 0};
+  int i = 0;
+  for (; i + 4 <= n; i += 4) accumulate(a, b, exp_nonpositive(load4(x + i) - m));
+  double s = (a[0] + a[1]) + (b[0] + b[1]);
+  for (; i < n; ++i) s += exp_nonpositive(x[i] - m);
+  return s;
+}
+
+inline uint32_t bucket_of(float w) { return std::bit_cast<uint32_t>(w) >> kBucketShift; }
+
+double mass(std::span<const Candidate> c) {
+  double s = 0.0;
+  for (const Candidate& x : c) s += x.weight;
+  return s;
+}
+
+// Rearranges c so that c[0, k) is the top-p nucleus and returns k: the most-likely-first (ties -> lower id)
+// prefix up to and including the token at which the mass reaches target (> 0). Quickselect on the weight
+// that carries the mass of what is already known to be in: expected O(n), and deterministic.
+size_t nucleus_prefix(std::span<Candidate> c, double target) {
+  size_t lo = 0, hi = c.size();
+  double above = 0.0;  // mass of c[0, lo): all in, all more likely than c[lo, hi); above < target
+  while (hi - lo > kSortBelow) {
+    const float a = c[lo].weight, b = c[lo + (hi - lo) / 2].weight, d = c[hi - 1].weight;
+    const float pivot = std::max(std::min(a, b), std::min(std::max(a, b), d));  // median of three
+    auto first = c.begin() + static_cast<std::ptrdiff_t>(lo), last = c.begin() + static_cast<std::ptrdiff_t>(hi);
+    auto gt_end = std::partition(first, last, [&](const Candidate& x) { return x.weight > pivot; });
+    auto eq_end = std::partition(gt_end, last, [&](const Candidate& x) { return x.weight == pivot; });
+    const size_t g = static_cast<size_t>(gt_end - c.begin()), e = static_cast<size_t>(eq_end - c.begin());
+    const double mass_gt = mass(c.subspan(lo, g - lo));
+    if (above + mass_gt >= target) {  // the cut is among the more likely ones (the pivot is excluded)
+      hi = g;
+      continue;
+    }
+    above += mass_gt;
+    const double mass_eq = mass(c.subspan(g, e - g));
+    if (above + mass_eq >= target) {  // the cut is inside a group of equal weights: lower ids first
+      std::sort(gt_end, eq_end, [](const Candidate& x, const Candidate& y) { return x.id < y.id; });
+      size_t k = g;
+      while (k < e && above < target) above += c[k++].weight;
+      return k;
+    }
+    above += mass_eq;
+    lo = e;
+  }
+  std::sort(c.begin() + static_cast<std::ptrdiff_t>(lo), c.begin() + static_cast<std::ptrdiff_t>(hi), more_likely);
+  size_t k = lo;
+  while (k < hi && above < target) above += c[k++].weight;
+  return std::max<size_t>(k, 1);
 }
 
 // The k-th largest value of x[0, n) (1 <= k < n), with a size-k min-heap: O(n) compares plus
@@ -94,12 +230,13 @@ uint64_t SequenceRng::bits(uint64_t counter) const { return mix64(key_ + (counte
 // so penalty bookkeeping costs O(prompt + output), not O(vocab).
 struct Sampler::Workspace {
   std::vector<float> logits;   // [vocab] adjusted logits
+  std::vector<float> weights;  // [vocab] unnormalized probabilities of the tokens that pass the filters
   std::vector<int32_t> counts; // [vocab] output-token counts, zero between uses
   std::vector<uint8_t> seen;   // [vocab] prompt+output membership, zero between uses
   std::vector<int32_t> unique; // distinct tokens touched this step
   std::vector<float> heap;
   std::vector<Candidate> candidates;
-  std::vector<Candidate> nucleus;
+  std::vector<double> histogram = std::vector<double>(kBuckets);
   std::vector<std::pair<float, int32_t>> top;  // for top logprobs
 };
 
@@ -121,6 +258,7 @@ std::vector<SampleOutput> Sampler::sample(std::span<const SampleInput> batch) {
     workspaces_.resize(num_ws);
     for (size_t i = old; i < num_ws; ++i) {
       workspaces_[i].logits.resize(static_cast<size_t>(vocab_size_));
+      workspaces_[i].weights.resize(static_cast<size_t>(vocab_size_));
       workspaces_[i].counts.assign(static_cast<size_t>(vocab_size_), 0);
       workspaces_[i].seen.assign(static_cast<size_t>(vocab_size_), 0);
     }
@@ -192,7 +330,7 @@ SampleOutput Sampler::sample_one(const SampleInput& in, Workspace& ws) const {
   // ---- Choose the token. ----
   const float m = max_value(logits, V);
   if (p.is_greedy() || m == kNegInf) {
-    result.token = argmax(logits, V);
+    result.token = first_index_of(logits, V, m);
   } else {
     XI_CHECK(in.rng != nullptr) << "a random-sampling sequence needs a SequenceRng";
     const float T = p.temperature;
@@ -203,59 +341,64 @@ SampleOutput Sampler::sample_one(const SampleInput& in, Workspace& ws) const {
     if (p.min_p > 0.0f) threshold = m + T * std::log(p.min_p);
     if (p.top_k_active(V)) threshold = std::max(threshold, kth_largest(logits, V, p.top_k, ws.heap));
 
-    auto& cand = ws.candidates;
-    cand.clear();
-    double total = 0.0;
-    for (int i = 0; i < V; ++i) {
-      if (logits[i] >= threshold && logits[i] != kNegInf) {
-        const float w = std::exp((logits[i] - m) * inv_t);
-        cand.push_back({w, i});
-        total += w;
-      }
-    }
-    XI_CHECK(!cand.empty());
+    float* w = ws.weights.data();
+    compute_weights(logits, V, m, inv_t, threshold, w);
+    const double u = in.rng->uniform(in.output_tokens.size());
 
-    // top_p: the smallest most-likely-first prefix whose mass reaches top_p (keep a token while the mass
-    // before it is < top_p * total). Only tokens above a threshold that already holds that mass are sorted.
-    std::span<const Candidate> kept(cand);
     if (p.top_p < 1.0f) {
+      // top_p keeps the smallest most-likely-first (ties -> lower id) prefix whose mass reaches top_p: a token
+      // is kept while the mass before it is < top_p * total. Found without sorting: a histogram of the
+      // weights' top float bits (monotone in the weight) finds the boundary bucket; only that bucket's
+      // tokens are ordered (nucleus_prefix). The cut is then a (weight, id) threshold.
+      auto& hist = ws.histogram;
+      std::fill(hist.begin(), hist.end(), 0.0);
+      for (int i = 0; i < V; ++i) hist[bucket_of(w[i])] += w[i];  // zero weights land in bucket 0, add 0
+      double total = 0.0;
+      for (double h : hist) total += h;
       const double target = static_cast<double>(p.top_p) * total;
-      auto& nuc = ws.nucleus;
-      if (cand.size() <= kSortAllCandidates) {
-        nuc.assign(cand.begin(), cand.end());
-      } else {
-        // The max token has weight 1; lower the bar by 64x until the tokens above it hold the target mass.
-        for (float bar = 1.0f / 64;; bar /= 64) {
-          nuc.clear();
-          double mass = 0.0;
-          for (const Candidate& c : cand) {
-            if (c.weight >= bar) {
-              nuc.push_back(c);
-              mass += c.weight;
-            }
+      double above = 0.0;  // mass of the buckets above the boundary one, all kept
+      int b = kBuckets - 1;
+      while (b > 1 && above + hist[static_cast<size_t>(b)] < target) above += hist[static_cast<size_t>(b--)];
+      auto& cand = ws.candidates;
+      cand.clear();
+      for (int i = 0; i < V; ++i)
+        if (w[i] > 0.0f && bucket_of(w[i]) == static_cast<uint32_t>(b)) cand.push_back({w[i], i});
+      XI_CHECK(!cand.empty());
+      const size_t k = nucleus_prefix(cand, std::max(target - above, 1e-300));
+      Candidate cut = cand[0];  // the least likely kept token
+      for (size_t i = 1; i < k; ++i)
+        if (more_likely(cut, cand[i])) cut = cand[i];
+      const double kept_total = above + mass(std::span<const Candidate>(cand.data(), k));
+      // Inverse CDF over the kept tokens in id order.
+      const double r = u * kept_total;
+      double acc = 0.0;
+      result.token = cut.id;
+      for (int i = 0; i < V; ++i) {
+        if (w[i] > cut.weight || (w[i] == cut.weight && i <= cut.id)) {
+          acc += w[i];
+          if (acc > r) {
+            result.token = i;
+            break;
           }
-          if (mass >= target || bar < 1e-30f) break;
         }
       }
-      std::sort(nuc.begin(), nuc.end(), more_likely);
-      double before = 0.0;
-      size_t keep = 0;
-      while (keep < nuc.size() && before < target) before += nuc[keep++].weight;
-      kept = std::span<const Candidate>(nuc.data(), std::max<size_t>(keep, 1));
-    }
-
-    // Inverse CDF: one uniform per output position, walking the kept tokens in their fixed order.
-    double kept_total = 0.0;
-    for (const Candidate& c : kept) kept_total += c.weight;
-    const double r = in.rng->uniform(in.output_tokens.size()) * kept_total;
-    double acc = 0.0;
-    result.token = kept.back().id;
-    for (const Candidate& c : kept) {
-      acc += c.weight;
-      if (acc > r && c.weight > 0.0f) {
-        result.token = c.id;
-        break;
+    } else {
+      // Inverse CDF over the weights in id order; zero weights can never be picked.
+      const double r = u * sum(w, V);
+      double acc = 0.0;
+      int32_t last_positive = 0;
+      result.token = -1;
+      for (int i = 0; i < V; ++i) {
+        if (w[i] > 0.0f) {
+          acc += w[i];
+          last_positive = i;
+          if (acc > r) {
+            result.token = i;
+            break;
+          }
+        }
       }
+      if (result.token < 0) result.token = last_positive;  // r rounded past the walked total
     }
   }
 
@@ -263,9 +406,7 @@ SampleOutput Sampler::sample_one(const SampleInput& in, Workspace& ws) const {
   if (p.logprobs) {
     const float* raw = in.logits;
     const float raw_max = max_value(raw, V);
-    double sum = 0.0;
-    for (int i = 0; i < V; ++i) sum += std::exp(static_cast<double>(raw[i]) - raw_max);
-    const double lse = raw_max + std::log(sum);
+    const double lse = raw_max + std::log(sum_exp(raw, V, raw_max));
     result.logprob = static_cast<float>(raw[result.token] - lse);
     const int n = std::min(*p.logprobs, V);
     if (n > 0) {

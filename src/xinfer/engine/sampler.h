@@ -6,8 +6,8 @@
 //   -> else: / temperature -> min_p -> top_k -> top_p (on what min_p and top_k left) -> inverse-CDF draw
 //
 // Cost per sampling sequence: O(vocab) passes (copy, max, one exp per surviving token) plus
-// O(prompt + output) for penalties; top-k uses a size-k heap and top-p sorts only the candidates above an
-// adaptive probability threshold, never the whole vocabulary. Sequences run in parallel on the ThreadPool.
+// O(prompt + output) for penalties; top-k uses a size-k heap and top-p a quickselect that carries the mass
+// (expected O(candidates)), never a sort of the vocabulary. Sequences run in parallel on the ThreadPool.
 //
 // Reproducibility: the uniform for a sequence's n-th output token is a pure function of (SequenceRng key,
 // n = output_tokens.size()), and each sequence is processed by one thread with a fixed summation order, so a

@@ -172,13 +172,32 @@ TEST(SamplerStatistics, LargeNucleusUsesThresholdPathCorrectly) {
   EXPECT_TRUE(chi.plausible()) << "chi2 " << chi.stat << " df " << chi.df;
 }
 
+TEST(SamplerFiltering, TopPCutInsideAGroupOfEqualLogitsKeepsLowerIds) {
+  // 900 tokens on three logit levels; the top-p cut falls inside the top group (0.5) or the middle one (0.8).
+  std::vector<float> logits(900);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(i % 3);
+  Sampler sampler(900);
+  for (float top_p : {0.5f, 0.8f}) {
+    const SamplingParams p = make(1.0f, 0, top_p);
+    const auto counts = draw_counts(sampler, logits, p, 60000, 17);
+    const auto expected = expected_distribution(logits, p);
+    // The group holding the cut (ids 2, 5, ..., 899 at 0.5; 1, 4, ..., 898 at 0.8) keeps its lower ids only.
+    const size_t lowest = top_p == 0.5f ? 2 : 1;
+    EXPECT_GT(expected[lowest], 0.0);
+    EXPECT_EQ(expected[lowest + 897], 0.0);
+    const ChiSquared chi = chi_squared(counts, expected, 60000);
+    EXPECT_EQ(chi.impossible_draws, 0) << top_p;
+    EXPECT_TRUE(chi.plausible()) << top_p << ": chi2 " << chi.stat << " df " << chi.df;
+  }
+}
+
 TEST(SamplerFiltering, TokensOutsideTopKNeverDrawnOnLargeVocab) {
   const auto logits = random_logits(50000, 3);
   Sampler sampler(50000);
   for (const SamplingParams& p : {make(1.5f, 40), make(1.0f, 0, 0.3f), make(1.0f, 0, 1.0f, 0.2f)}) {
-    const auto counts = draw_counts(sampler, logits, p, 3000, 5);
+    const auto counts = draw_counts(sampler, logits, p, 1000, 5);
     const auto expected = expected_distribution(logits, p);
-    const ChiSquared chi = chi_squared(counts, expected, 3000);
+    const ChiSquared chi = chi_squared(counts, expected, 1000);
     EXPECT_EQ(chi.impossible_draws, 0) << "top_k " << p.top_k << " top_p " << p.top_p << " min_p " << p.min_p;
   }
 }
