@@ -146,8 +146,10 @@ void Scheduler::emit(Sequence* s, int n, ScheduledStep& step) {
 }
 
 bool Scheduler::admission_due(int num_decodes, double now) {
-  ++steps_since_admission_;
-  if (num_decodes == 0) return true;  // nothing is decoding: a prefill delays nobody
+  if (num_decodes == 0) {  // nothing is decoding: a prefill delays nobody
+    steps_since_admission_ = 0;
+    return true;
+  }
   const double head_wait = now - waiting_.front()->enqueue_time;
   if (head_wait <= config_.target_queue_time_s && steps_since_admission_ < decode_interval_) return false;
   adapt_interval(head_wait, num_decodes);
@@ -252,6 +254,7 @@ ScheduledStep Scheduler::schedule() {
   //    belong to the running sequences that needed them.
   int num_admitted = 0;
   step_admitted_ = false;
+  ++steps_since_admission_;
   if (step.preempted_ids.empty() && !waiting_.empty() && budget > 0 &&
       static_cast<int>(running_.size()) < config_.max_num_seqs && admission_due(num_decodes, now)) {
     num_admitted = admit(budget, step);
