@@ -349,20 +349,29 @@ SampleOutput Sampler::sample_one(const SampleInput& in, Workspace& ws) const {
       // top_p keeps the smallest most-likely-first (ties -> lower id) prefix whose mass reaches top_p: a token
       // is kept while the mass before it is < top_p * total. Found without sorting: a histogram of the
       // weights' top float bits (monotone in the weight) finds the boundary bucket; only that bucket's
-      // tokens are ordered (nucleus_prefix). The cut is then a (weight, id) threshold.
-      auto& hist = ws.histogram;
-      std::fill(hist.begin(), hist.end(), 0.0);
-      for (int i = 0; i < V; ++i) hist[bucket_of(w[i])] += w[i];  // zero weights land in bucket 0, add 0
-      double total = 0.0;
-      for (double h : hist) total += h;
-      const double target = static_cast<double>(p.top_p) * total;
-      double above = 0.0;  // mass of the buckets above the boundary one, all kept
-      int b = kBuckets - 1;
-      while (b > 1 && above + hist[static_cast<size_t>(b)] < target) above += hist[static_cast<size_t>(b--)];
+      // tokens are ordered (nucleus_prefix, a quickselect). The cut is then a (weight, id) threshold.
       auto& cand = ws.candidates;
       cand.clear();
-      for (int i = 0; i < V; ++i)
-        if (w[i] > 0.0f && bucket_of(w[i]) == static_cast<uint32_t>(b)) cand.push_back({w[i], i});
+      double target = 0.0;
+      double above = 0.0;  // mass of the tokens known to be kept that are not in cand
+      if (V <= kBuckets || (p.top_k_active(V) && p.top_k <= kBuckets)) {  // few tokens left: all candidates
+        target = static_cast<double>(p.top_p) * sum(w, V);
+        for (int i = 0; i < V; ++i)
+          if (w[i] > 0.0f) cand.push_back({w[i], i});
+      } else {
+        auto& hist = ws.histogram;
+        std::fill(hist.begin(), hist.end(), 0.0);
+        for (int i = 0; i < V; ++i) hist[bucket_of(w[i])] += w[i];  // zero weights land in bucket 0, add 0
+        double total = 0.0;
+        for (double h : hist) total += h;
+        target = static_cast<double>(p.top_p) * total;
+        int lowest = 1;  // the lowest non-empty bucket (bucket 0 holds only zero weights)
+        while (lowest < kBuckets - 1 && hist[static_cast<size_t>(lowest)] == 0.0) ++lowest;
+        int b = kBuckets - 1;  // stops at a non-empty bucket, as above < target there
+        while (b > lowest && above + hist[static_cast<size_t>(b)] < target) above += hist[static_cast<size_t>(b--)];
+        for (int i = 0; i < V; ++i)
+          if (w[i] > 0.0f && bucket_of(w[i]) == static_cast<uint32_t>(b)) cand.push_back({w[i], i});
+      }
       XI_CHECK(!cand.empty());
       const size_t k = nucleus_prefix(cand, std::max(target - above, 1e-300));
       Candidate cut = cand[0];  // the least likely kept token
@@ -416,14 +425,15 @@ SampleOutput Sampler::sample_one(const SampleInput& in, Workspace& ws) const {
       };
       auto& top = ws.top;
       top.clear();
-      for (int i = 0; i < V; ++i) {
-        if (static_cast<int>(top.size()) < n) {
-          top.emplace_back(raw[i], i);
-          std::push_heap(top.begin(), top.end(), better);
-        } else if (raw[i] > top.front().first) {  // equal values lose to the lower id already kept
+      for (int i = 0; i < n; ++i) top.emplace_back(raw[i], i);
+      std::make_heap(top.begin(), top.end(), better);
+      float worst = top.front().first;
+      for (int i = n; i < V; ++i) {
+        if (raw[i] > worst) {  // equal values lose to the lower id already kept
           std::pop_heap(top.begin(), top.end(), better);
           top.back() = {raw[i], i};
           std::push_heap(top.begin(), top.end(), better);
+          worst = top.front().first;
         }
       }
       std::sort(top.begin(), top.end(), better);
