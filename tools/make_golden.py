@@ -90,8 +90,8 @@ def check(cond: bool, msg: str) -> None:
 
 
 def _dtype_kwargs() -> dict:
-    major = int(transformers.__version__.split(".")[0])
-    return {"dtype": torch.float32} if major >= 5 else {"torch_dtype": torch.float32}
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype": torch.float32} if (major, minor) >= (4, 56) else {"torch_dtype": torch.float32}
 
 
 def make_config(cls_name: str, kwargs: dict, rope: dict):
