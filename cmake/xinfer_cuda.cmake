@@ -11,6 +11,8 @@ if(NOT XINFER_CUDA STREQUAL "OFF")
     set(XINFER_HAVE_CUDA ON)
     # CMake 3.25 knows no CUDA20 dialect for nvcc: declare 17 for CMake and pass -std=c++20 ourselves.
     set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA17_STANDARD_COMPILE_OPTION "")
+    set(CMAKE_CUDA17_EXTENSION_COMPILE_OPTION "")
     set(XINFER_CUDA_FLAGS -std=c++20 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo
         -Xcompiler=-Wall)
     message(STATUS "xinfer: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, sm_90a)")

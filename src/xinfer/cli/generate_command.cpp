@@ -143,7 +143,8 @@ int run_generate(int argc, char** argv) {
     const int32_t token = sampler.sample(std::span(&in, 1))[0].token;
     output.push_back(token);
     if (print_ids) {
-      ids_line += (ids_line.empty() ? "" : " ") + std::to_string(token);
+      if (!ids_line.empty()) ids_line += ' ';
+      ids_line += std::to_string(token);
     } else if (detok) {
       std::string piece = detok->push(token);
       std::fwrite(piece.data(), 1, piece.size(), stdout);

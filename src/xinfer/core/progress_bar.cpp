@@ -8,10 +8,11 @@
 
 namespace xinfer {
 
-ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit)
+ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit, bool enabled)
     : label_(std::move(label)),
       unit_(std::move(unit)),
       total_(total),
+      enabled_(enabled),
       tty_(isatty(STDERR_FILENO) != 0),
       start_(std::chrono::steady_clock::now()),
       last_draw_(start_) {}
@@ -22,7 +23,7 @@ void ProgressBar::advance(int64_t n, int64_t bytes) {
   done_ += n;
   bytes_ += bytes;
   auto now = std::chrono::steady_clock::now();
-  if (tty_ && now - last_draw_ > std::chrono::milliseconds(100)) {
+  if (enabled_ && tty_ && now - last_draw_ > std::chrono::milliseconds(100)) {
     last_draw_ = now;
     draw(false);
   }
@@ -31,6 +32,7 @@ void ProgressBar::advance(int64_t n, int64_t bytes) {
 void ProgressBar::finish() {
   if (finished_) return;
   finished_ = true;
+  if (!enabled_) return;
   if (tty_) {
     draw(true);
     std::fputc('\n', stderr);

@@ -12,7 +12,8 @@ namespace xinfer {
 
 class ProgressBar {
  public:
-  ProgressBar(std::string label, int64_t total, std::string unit);
+  // A disabled bar prints nothing at all.
+  ProgressBar(std::string label, int64_t total, std::string unit, bool enabled = true);
   ~ProgressBar();
   void advance(int64_t n = 1, int64_t bytes = 0);
   void finish();
@@ -25,6 +26,7 @@ class ProgressBar {
   int64_t total_;
   int64_t done_ = 0;
   int64_t bytes_ = 0;
+  bool enabled_;
   bool tty_;
   bool finished_ = false;
   std::chrono::steady_clock::time_point start_;

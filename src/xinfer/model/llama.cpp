@@ -52,9 +52,10 @@ Status LlamaModel::load_weights(const std::string& dir) {
   const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
   const int64_t q_rows = static_cast<int64_t>(c.num_heads) * D, kv_rows = static_cast<int64_t>(c.num_kv_heads) * D;
 
-  const int64_t per_layer = 9 + (c.attention_bias ? 3 : 0) + (c.qk_norm ? 2 : 0);
-  ProgressBar progress("Loading weights", per_layer * c.num_layers + 3, "tensors");
-  if (!options_.show_progress) progress.finish();
+  const int64_t per_layer = 9 + (c.attention_bias ? 3 : 0) + (c.o_bias ? 1 : 0) + (c.qk_norm ? 2 : 0) +
+                            (c.mlp_bias ? 3 : 0);
+  ProgressBar progress("Loading weights", per_layer * c.num_layers + (c.tie_word_embeddings ? 2 : 3), "tensors",
+                       options_.show_progress);
 
   auto upload = [&](const std::vector<TensorView>& parts) -> TensorView {
     HostTensor host = concat_rows_f32(parts);
@@ -92,7 +93,7 @@ Status LlamaModel::load_weights(const std::string& dir) {
                                             {p + "self_attn.v_proj.bias", Shape{kv_rows}}}));
     }
     XI_ASSIGN_OR_RETURN(w.o.weight, load({{p + "self_attn.o_proj.weight", Shape{H, q_rows}}}));
-    if (files.contains(p + "self_attn.o_proj.bias")) {
+    if (c.o_bias) {
       XI_ASSIGN_OR_RETURN(w.o.bias, load({{p + "self_attn.o_proj.bias", Shape{H}}}));
     }
     if (c.qk_norm) {

@@ -320,6 +320,16 @@ Result<WeightFiles> WeightFiles::open(const std::string& model_dir) {
   return WeightFiles(std::move(impl));
 }
 
+Result<WeightFiles> WeightFiles::open_file(const std::string& path) {
+  auto impl = std::make_unique<Impl>();
+  impl->dir = fs::path(path).parent_path().string();
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return not_found(path + ": no such file");
+  XI_RETURN_IF_ERROR(impl->add_file(path, &impl->entries));
+  for (const auto& [name, e] : impl->entries) impl->total_bytes += e.bytes;
+  return WeightFiles(std::move(impl));
+}
+
 bool WeightFiles::contains(const std::string& name) const { return impl_->entries.count(name) != 0; }
 
 Result<TensorView> WeightFiles::get(const std::string& name) const {

@@ -35,6 +35,8 @@ class WeightFiles {
   // DATA_LOSS for truncated or corrupt files; INVALID_ARGUMENT for a malformed index.
   static Result<WeightFiles> open(const std::string& model_dir);
 
+  // One safetensors file (not a model directory), validated the same way; used for golden data.
+  static Result<WeightFiles> open_file(const std::string& path);
   WeightFiles(WeightFiles&&) noexcept;
   WeightFiles& operator=(WeightFiles&&) noexcept;
   ~WeightFiles();  // unmaps all files

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <numeric>
@@ -149,6 +150,8 @@ TEST_P(GoldenTest, LogitsMatchTransformers) {
     float max_err = 0;
     for (size_t i = 0; i < golden_.logits[p].size(); ++i)
       max_err = std::max(max_err, std::fabs(logits.as<float>()[i] - golden_.logits[p][i]));
+    std::printf("%s prompt %zu (%zu tokens): max abs logit error vs transformers %.2e\n", GetParam().c_str(), p,
+                prompt.size(), static_cast<double>(max_err));
     EXPECT_LE(max_err, kLogitTolerance) << GetParam() << " prompt " << p << " (" << prompt.size() << " tokens)";
   }
 }
@@ -169,7 +172,7 @@ TEST_P(GoldenTest, ChunkedPrefillAndBatchingGiveTheSameTokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GoldenTest, ::testing::ValuesIn(golden_models()),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& param_info) { return param_info.param; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GoldenTest);
 
 TEST(GoldenSet, AllArchitecturesPresent) {
