@@ -226,7 +226,7 @@ uint64_t SequenceRng::bits(uint64_t counter) const { return mix64(key_ + (counte
 
 // ---- Sampler ----
 
-// Per-thread scratch, sized once. counts_ and seen_ are all-zero between uses (penalties undo their marks),
+// Per-thread scratch, sized once. counts and seen are all-zero between uses (penalties undo their marks),
 // so penalty bookkeeping costs O(prompt + output), not O(vocab).
 struct Sampler::Workspace {
   std::vector<float> logits;   // [vocab] adjusted logits
@@ -289,12 +289,20 @@ SampleOutput Sampler::sample_one(const SampleInput& in, Workspace& ws) const {
   if (mask_stops || !p.logit_bias.empty() || p.has_penalties()) {
     float* l = ws.logits.data();
     std::memcpy(l, logits, sizeof(float) * static_cast<size_t>(V));
+    // Ids in params were range-checked by validate(); the checks here keep a skipped validate() from
+    // writing out of bounds.
     if (mask_stops) {
-      for (int32_t t : p.stop_token_ids) l[t] = kNegInf;
+      for (int32_t t : p.stop_token_ids) {
+        XI_CHECK(t >= 0 && t < V) << "stop token id " << t << " outside vocab " << V;
+        l[t] = kNegInf;
+      }
       if (!p.ignore_eos)
         for (int32_t t : eos_token_ids_) l[t] = kNegInf;
     }
-    for (const auto& [t, bias] : p.logit_bias) l[t] += bias;
+    for (const auto& [t, bias] : p.logit_bias) {
+      XI_CHECK(t >= 0 && t < V) << "logit_bias token id " << t << " outside vocab " << V;
+      l[t] += bias;
+    }
     if (p.repetition_penalty != 1.0f) {
       const float r = p.repetition_penalty;
       ws.unique.clear();
