@@ -20,7 +20,17 @@ BlockPool::BlockPool(int num_blocks, int block_size)
   XI_CHECK_GE(block_size, 1);
   prev_[sentinel_] = next_[sentinel_] = sentinel_;
   for (int32_t id = 1; id < num_blocks; ++id) push_tail(id);
-  index_.reserve(num_blocks);
+  size_t cap = 16;
+  while (cap < 2 * static_cast<size_t>(num_blocks)) cap *= 2;
+  index_.assign(cap, -1);
+  index_mask_ = cap - 1;
+}
+
+int32_t BlockPool::index_find(uint64_t hash) const {
+  for (uint64_t i = hash & index_mask_;; i = (i + 1) & index_mask_) {
+    int32_t id = index_[i];
+    if (id < 0 || hash_[id] == hash) return id;
+  }
 }
 
 double BlockPool::usage() const {
@@ -44,9 +54,23 @@ void BlockPool::push_tail(int32_t id) {
 }
 
 void BlockPool::drop_hash(int32_t id) {
-  auto it = index_.find(hash_[id]);
-  XI_CHECK(it != index_.end() && it->second == id) << "block " << id << " hashed but not indexed";
-  index_.erase(it);
+  uint64_t hole = hash_[id] & index_mask_;
+  while (index_[hole] != id) {
+    XI_CHECK_GE(index_[hole], 0) << "block " << id << " hashed but not indexed";
+    hole = (hole + 1) & index_mask_;
+  }
+  // Backward-shift deletion: pull later entries of the probe run into the hole when their home slot
+  // does not lie cyclically in (hole, j], so every remaining entry stays reachable from its home.
+  for (uint64_t j = (hole + 1) & index_mask_; index_[j] >= 0; j = (j + 1) & index_mask_) {
+    const uint64_t home = hash_[index_[j]] & index_mask_;
+    const bool home_in_range = hole < j ? (home > hole && home <= j) : (home > hole || home <= j);
+    if (!home_in_range) {
+      index_[hole] = index_[j];
+      hole = j;
+    }
+  }
+  index_[hole] = -1;
+  --num_indexed_;
   has_hash_[id] = 0;
 }
 
@@ -82,7 +106,12 @@ bool BlockPool::register_full(int32_t id, uint64_t hash, uint64_t parent_hash, s
   XI_CHECK_GT(ref_count_[id], 0) << "register_full of inactive block " << id;
   XI_CHECK_EQ(static_cast<int>(tokens.size()), block_size_);
   XI_CHECK(!has_hash_[id]) << "block " << id << " registered twice";
-  if (!index_.emplace(hash, id).second) return false;
+  uint64_t i = hash & index_mask_;
+  for (; index_[i] >= 0; i = (i + 1) & index_mask_) {
+    if (hash_[index_[i]] == hash) return false;
+  }
+  index_[i] = id;
+  ++num_indexed_;
   has_hash_[id] = 1;
   hash_[id] = hash;
   parent_[id] = parent_hash;
@@ -91,9 +120,8 @@ bool BlockPool::register_full(int32_t id, uint64_t hash, uint64_t parent_hash, s
 }
 
 std::optional<int32_t> BlockPool::lookup(uint64_t hash, uint64_t parent_hash, std::span<const int32_t> tokens) const {
-  auto it = index_.find(hash);
-  if (it == index_.end()) return std::nullopt;
-  int32_t id = it->second;
+  int32_t id = index_find(hash);
+  if (id < 0) return std::nullopt;
   if (parent_[id] != parent_hash) return std::nullopt;
   const int32_t* stored = tokens_.data() + static_cast<ptrdiff_t>(id) * block_size_;
   if (!std::equal(tokens.begin(), tokens.end(), stored)) return std::nullopt;
@@ -125,11 +153,17 @@ void BlockPool::check_invariants() const {
     XI_CHECK_EQ(ref_count_[id] == 0, in_list[id] != 0) << "block " << id << " ref " << ref_count_[id];
     if (has_hash_[id]) {
       ++hashed;
-      auto it = index_.find(hash_[id]);
-      XI_CHECK(it != index_.end() && it->second == id) << "hashed block " << id << " not indexed";
+      XI_CHECK_EQ(index_find(hash_[id]), id) << "hashed block not indexed";
     }
   }
-  XI_CHECK_EQ(hashed, static_cast<int>(index_.size())) << "stale entries in the hash index";
+  int entries = 0;
+  for (int32_t id : index_) {
+    if (id < 0) continue;
+    ++entries;
+    XI_CHECK(has_hash_[id]) << "unhashed block " << id << " in the hash index";
+  }
+  XI_CHECK_EQ(hashed, entries) << "stale entries in the hash index";
+  XI_CHECK_EQ(hashed, num_indexed_);
 }
 
 }  // namespace xinfer::kv

@@ -20,7 +20,6 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 namespace xinfer::kv {
@@ -37,7 +36,7 @@ class BlockPool {
   int block_size() const { return block_size_; }
   // Blocks with ref 0 (free + cached): what allocate() can hand out.
   int num_free_blocks() const { return num_free_; }
-  int num_cached_blocks() const { return static_cast<int>(index_.size()); }
+  int num_cached_blocks() const { return num_indexed_; }
   // Fraction of usable blocks that are active.
   double usage() const;
 
@@ -65,6 +64,9 @@ class BlockPool {
   void unlink(int32_t id);
   void push_tail(int32_t id);
   void drop_hash(int32_t id);
+  // Open-addressing index hash -> block id (linear probing, backward-shift deletion). Its capacity is a
+  // power of two >= 2 * num_blocks, so it never grows and never allocates after construction.
+  int32_t index_find(uint64_t hash) const;
 
   int block_size_;
   std::vector<int32_t> ref_count_;
@@ -76,7 +78,9 @@ class BlockPool {
   std::vector<uint8_t> has_hash_;
   std::vector<uint64_t> hash_, parent_;
   std::vector<int32_t> tokens_;
-  std::unordered_map<uint64_t, int32_t> index_;
+  std::vector<int32_t> index_;  // block id or -1
+  uint64_t index_mask_ = 0;
+  int num_indexed_ = 0;
   int64_t num_evictions_ = 0;
 };
 

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <vector>
 
 namespace xinfer::kv {
@@ -93,6 +94,53 @@ TEST(BlockPool, LookupComparesTheStoredKeySoCollisionsMiss) {
   EXPECT_FALSE(pool.register_full(b, 42, 9, toks(1, 2, 3, 4)));
   EXPECT_FALSE(pool.is_hashed(b));
   pool.check_invariants();
+}
+
+// Random operations with hashes that collide in their low bits (long probe runs in the open-addressing
+// index), checked against a plain model of which keys are cached and against the pool invariants.
+TEST(BlockPool, RandomOperationsWithCollidingHashesKeepTheIndexExact) {
+  constexpr int kBlocks = 40;
+  BlockPool pool(kBlocks, 4);
+  std::mt19937 rng(11);
+  std::vector<int32_t> active;  // one entry per reference held
+  std::vector<int64_t> key_of(kBlocks, -1);  // model: key registered for a block (while hashed)
+  auto key_hash = [](int k) { return (static_cast<uint64_t>(k) << 20) | 5u; };  // same low bits
+  auto key_tokens = [](int k) { return toks(k, k + 1, k + 2, k + 3); };
+  for (int step = 0; step < 20000; ++step) {
+    int op = std::uniform_int_distribution<int>(0, 3)(rng);
+    if (op == 0) {
+      if (auto id = pool.allocate()) {
+        key_of[*id] = -1;  // eviction drops the key
+        active.push_back(*id);
+      }
+    } else if (op == 1 && !active.empty()) {
+      size_t i = std::uniform_int_distribution<size_t>(0, active.size() - 1)(rng);
+      pool.release(active[i]);
+      active.erase(active.begin() + static_cast<ptrdiff_t>(i));
+    } else if (op == 2 && !active.empty()) {
+      int32_t id = active[std::uniform_int_distribution<size_t>(0, active.size() - 1)(rng)];
+      int k = std::uniform_int_distribution<int>(0, 60)(rng);
+      if (!pool.is_hashed(id)) {
+        bool taken = false;
+        for (int b = 1; b < kBlocks; ++b) taken = taken || key_of[b] == k;
+        EXPECT_EQ(pool.register_full(id, key_hash(k), 0, key_tokens(k)), !taken);
+        if (!taken) key_of[id] = k;
+      }
+    } else {
+      int k = std::uniform_int_distribution<int>(0, 60)(rng);
+      std::optional<int32_t> hit = pool.lookup(key_hash(k), 0, key_tokens(k));
+      int32_t expect = -1;
+      for (int b = 1; b < kBlocks; ++b) {
+        if (key_of[b] == k) expect = b;
+      }
+      ASSERT_EQ(hit.value_or(-1), expect) << "key " << k << " at step " << step;
+      if (hit) {
+        pool.acquire(*hit);
+        active.push_back(*hit);
+      }
+    }
+    pool.check_invariants();
+  }
 }
 
 TEST(BlockPoolDeathTest, DoubleFreeAndBadAcquireAbort) {
