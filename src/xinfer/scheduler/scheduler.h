@@ -14,6 +14,8 @@
 // or at once when nothing is decoding; when KV blocks run out the least important running sequence is
 // preempted (lowest priority, then most recent) and later recomputed from prompt + outputs.
 // Each token in StepOutput is a new output token of its sequence (recomputation never re-samples).
+// Not thread-safe: only the engine loop thread calls it. Spans in a ScheduledStep stay valid until the
+// next add()/abort()/schedule()/update().
 // Invariants, checked by check_invariants(): every block's ref count equals its uses in live block
 // tables; a sequence is in exactly one of waiting / running; running.size() <= max_num_seqs.
 #pragma once
