@@ -88,7 +88,7 @@ int run_generate(int argc, char** argv) {
   if (!model.ok()) return fail(model.status());
   const model::ModelConfig& cfg = (*model)->config();
   XI_LOG(INFO) << "model: " << cfg.to_string();
-  XI_CHECK_OK(engine::validate(sp, cfg.vocab_size));
+  if (Status s = engine::validate(sp, cfg.vocab_size); !s.ok()) return fail(s);
 
   std::unique_ptr<tok::Tokenizer> tokenizer;
   std::vector<int32_t> ids;
