@@ -1,0 +1,110 @@
+// EngineClient: the thread boundary between the server (or any front end) and the engine loop.
+//
+//   submit(request, on_output)  enqueues a request; the engine thread calls on_output once per engine
+//                               step in which the request produced tokens, and exactly once with
+//                               finished == true (stop, length, abort, error). After that call the
+//                               callback is never invoked again and is destroyed.
+//   abort(request_id)           any time, from any thread; the request's blocks are freed within one
+//                               engine step and its callback gets a final output with kAbort.
+//
+// Callbacks run on the engine thread: they must not block (post the output to the server's own
+// executor and return). The engine never waits on a socket; the server never blocks the engine loop.
+// Token ids only cross this boundary: detokenization, stop strings and output filters belong to the
+// caller, which calls abort() when a stop string ends a request (finish reason reported by the caller).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "xinfer/core/status.h"
+#include "xinfer/engine/sampling_params.h"
+
+namespace xinfer::engine {
+
+struct GenerationRequest {
+  std::string request_id;            // unique among live requests (the server makes them)
+  std::vector<int32_t> prompt_ids;   // non-empty
+  SamplingParams sampling;           // validated by submit(); max_tokens unset = up to the context length
+  int priority = 0;                  // lower value = more important (as vLLM)
+  uint64_t rng_stream = 0;           // index of this sequence among a request's n choices (seeded RNG stream)
+  double arrival_time = -1;          // steady-clock seconds; < 0: now
+};
+
+enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
+const char* finish_reason_name(FinishReason r);  // "", "stop", "length", "abort", "error"
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // most likely first; empty unless logprobs requested
+};
+
+struct RequestTimings {
+  double queue_time_s = -1;       // arrival -> first scheduled
+  double ttft_s = -1;             // arrival -> first token
+  double e2e_s = -1;              // arrival -> finished
+  std::vector<double> itl_s;      // inter-token latencies (filled in the final output)
+};
+
+// What one engine step produced for one request (a delta).
+struct RequestOutput {
+  std::string request_id;
+  std::vector<int32_t> new_token_ids;      // tokens generated in this step (usually 1)
+  std::vector<TokenLogprob> new_logprobs;  // parallel to new_token_ids when sampling.logprobs is set
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string error;                       // set with kError
+  int num_prompt_tokens = 0;
+  int num_output_tokens = 0;               // cumulative, including new_token_ids
+  int num_cached_prompt_tokens = 0;        // prefix-cache hits
+  RequestTimings timings;                  // complete in the final output
+};
+
+using OutputCallback = std::function<void(RequestOutput)>;
+
+// Engine-wide figures for /metrics and logs; a consistent snapshot.
+struct EngineStats {
+  int num_running = 0;
+  int num_waiting = 0;
+  double kv_usage = 0;                 // fraction of KV blocks in use
+  int num_free_blocks = 0;
+  int num_total_blocks = 0;
+  int64_t num_preemptions = 0;         // cumulative
+  int64_t prefix_query_tokens = 0;     // cumulative
+  int64_t prefix_hit_tokens = 0;       // cumulative
+  int64_t prompt_tokens = 0;           // cumulative, finished + running
+  int64_t generation_tokens = 0;       // cumulative
+  int64_t num_steps = 0;
+  int64_t requests_finished = 0;
+  int64_t requests_aborted = 0;
+};
+
+// Static facts about the served model, for validation and /v1/models.
+struct EngineInfo {
+  std::string model_name;              // served name (directory base name unless overridden)
+  int max_model_len = 0;               // prompt + generated tokens per sequence
+  int vocab_size = 0;
+  std::vector<int32_t> eos_token_ids;
+  int max_waiting = 0;                 // submit() beyond this many waiting requests -> RESOURCE_EXHAUSTED
+};
+
+class EngineClient {
+ public:
+  virtual ~EngineClient() = default;
+  // Errors (the callback is then never called): INVALID_ARGUMENT (empty prompt, bad sampling params,
+  // duplicate id), OUT_OF_RANGE (prompt + max_tokens > max_model_len), RESOURCE_EXHAUSTED (queue full),
+  // UNAVAILABLE (engine stopping).
+  virtual Status submit(GenerationRequest request, OutputCallback on_output) = 0;
+  virtual void abort(const std::string& request_id) = 0;
+  virtual EngineStats stats() const = 0;
+  virtual const EngineInfo& info() const = 0;
+  // Appends the engine's metrics in Prometheus text exposition format (names close to vLLM's:
+  // xinfer:time_to_first_token_seconds histogram, xinfer:num_requests_running gauge, ...).
+  virtual void render_metrics(std::string* out) const = 0;
+};
+
+}  // namespace xinfer::engine
