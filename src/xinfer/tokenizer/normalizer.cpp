@@ -1,6 +1,8 @@
 #include "xinfer/tokenizer/normalizer.h"
 
+#include <unicode/uchar.h>
 #include <unicode/unorm2.h>
+#include <unicode/utf16.h>
 #include <unicode/ustring.h>
 
 #include <nlohmann/json.hpp>
@@ -48,11 +50,33 @@ bool unicode_normalize(UnicodeNormalize::Form form, std::string_view text, std::
   if (U_FAILURE(err)) return false;
   const auto* src = reinterpret_cast<const UChar*>(u16.data());
   if (unorm2_spanQuickCheckYes(norm, src, len16, &err) == len16 && U_SUCCESS(err)) return false;
-  err = U_ZERO_ERROR;
-  std::u16string dst(static_cast<size_t>(len16) * 4 + 16, u'\0');
-  const int32_t n = unorm2_normalize(norm, src, len16, reinterpret_cast<UChar*>(dst.data()),
-                                     static_cast<int32_t>(dst.size()), &err);
-  if (U_FAILURE(err)) return false;
+  // Hugging Face normalizes with Unicode 9.0 data: characters assigned later are opaque starters
+  // (no decomposition, combining class 0), so the text is normalized in stretches between them.
+  std::u16string dst;
+  int32_t seg = 0, i16 = 0;
+  auto flush = [&](int32_t end) {
+    if (end <= seg) return;
+    UErrorCode e = U_ZERO_ERROR;
+    const size_t at = dst.size();
+    dst.resize(at + static_cast<size_t>(end - seg) * 4 + 16);
+    const int32_t n = unorm2_normalize(norm, src + seg, end - seg, reinterpret_cast<UChar*>(dst.data() + at),
+                                       static_cast<int32_t>(dst.size() - at), &e);
+    dst.resize(U_SUCCESS(e) ? at + static_cast<size_t>(n) : at);
+  };
+  while (i16 < len16) {
+    const int32_t start = i16;
+    UChar32 c;
+    U16_NEXT(src, i16, len16, c);
+    UVersionInfo age;
+    u_charAge(c, age);
+    if (age[0] > 9) {
+      flush(start);
+      dst.append(u16, static_cast<size_t>(start), static_cast<size_t>(i16 - start));
+      seg = i16;
+    }
+  }
+  flush(len16);
+  const auto n = static_cast<int32_t>(dst.size());
   err = U_ZERO_ERROR;
   out.assign(static_cast<size_t>(n) * 3, '\0');
   int32_t len8 = 0;

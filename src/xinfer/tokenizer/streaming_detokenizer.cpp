@@ -1,5 +1,7 @@
 #include "xinfer/tokenizer/streaming_detokenizer.h"
 
+#include <cctype>
+
 #include "xinfer/tokenizer/utf8.h"
 
 namespace xinfer::tok {
@@ -11,6 +13,13 @@ constexpr size_t kPromptContext = 5;
 bool ends_with_replacement(const std::string& s) {
   return s.size() >= kReplacementChar.size() &&
          s.compare(s.size() - kReplacementChar.size(), kReplacementChar.size(), kReplacementChar) == 0;
+}
+
+// "<0xXX>": a byte-fallback token. The ByteFallback decoder turns a whole run of them into U+FFFDs
+// when the run is not valid UTF-8, so text inside a run is not final until the run ends.
+bool is_byte_token(const std::string& t) {
+  return t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && std::isxdigit(static_cast<uint8_t>(t[3])) &&
+         std::isxdigit(static_cast<uint8_t>(t[4]));
 }
 
 }  // namespace
@@ -30,6 +39,8 @@ std::string StreamingDetokenizer::decode_range(size_t begin, size_t end) const {
 
 std::string StreamingDetokenizer::push(int32_t id) {
   ids_.push_back(id);
+  if (skip_special_ && tokenizer_.is_special(id)) return {};  // decodes to nothing, does not end a byte run
+  if (is_byte_token(tokenizer_.id_to_token(id))) return {};
   const std::string prefix_text = decode_range(prefix_, read_);
   std::string new_text = decode_range(prefix_, ids_.size());
   if (new_text.size() <= prefix_text.size() || ends_with_replacement(new_text) ||

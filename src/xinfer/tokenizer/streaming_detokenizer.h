@@ -5,7 +5,9 @@
 // Method (as vLLM's incremental detokenizer): keep two offsets into ids_, prefix_ <= read_. The text
 // of ids_[prefix_, read_) has been emitted. On push, decode ids_[prefix_, end) and emit what extends
 // the decode of ids_[prefix_, read_), unless it ends in U+FFFD (an incomplete UTF-8 sequence or byte
-// fallback run that the next id may complete). Decoding a window that starts a few tokens back keeps
+// fallback run that the next id may complete), or the last decoded token is a byte-fallback token
+// (<0xXX>): Hugging Face's ByteFallback decoder replaces every byte of an invalid run by U+FFFD, so a
+// later byte can change text that looked complete. Decoding a window that starts a few tokens back keeps
 // context-dependent decoders (SentencePiece's leading-space strip) consistent; each push costs
 // O(window), not O(generation).
 #pragma once
