@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <map>
+#include <set>
 #include <string_view>
 
 #include "xinfer/tokenizer/jinja/builtins.h"
@@ -532,6 +533,14 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& args) {
 bool apply_test(const std::string& name, const Value& v, CallArgs& args) {
   auto it = tests().find(name);
   if (it == tests().end()) throw TemplateError("No test named '" + name + "'.");
+  static const std::set<std::string, std::less<>> kTakesOther = {
+      "divisibleby", "eq", "equalto", "==", "ge", ">=", "gt", "greaterthan", ">", "in", "le", "<=",
+      "lt", "lessthan", "<", "ne", "!=", "sameas"};
+  size_t given = args.args.size() + args.kwargs.size();
+  size_t allowed = kTakesOther.count(name) ? 1 : 0;
+  if (given > allowed)  // Python would raise TypeError for the extra argument
+    throw TemplateError("test_" + name + "() takes " + std::to_string(allowed + 1) + " positional argument" +
+                        (allowed ? "s" : "") + " but " + std::to_string(given + 1) + " were given");
   return it->second(v, args);
 }
 
