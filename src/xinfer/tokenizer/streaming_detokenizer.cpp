@@ -39,8 +39,10 @@ std::string StreamingDetokenizer::decode_range(size_t begin, size_t end) const {
 
 std::string StreamingDetokenizer::push(int32_t id) {
   ids_.push_back(id);
-  if (skip_special_ && tokenizer_.is_special(id)) return {};  // decodes to nothing, does not end a byte run
-  if (is_byte_token(tokenizer_.id_to_token(id))) return {};
+  // Skipped specials and unknown ids decode to nothing and do not end a byte run.
+  if (skip_special_ && tokenizer_.is_special(id)) return {};
+  const std::string token = tokenizer_.id_to_token(id);
+  if (token.empty() || is_byte_token(token)) return {};
   const std::string prefix_text = decode_range(prefix_, read_);
   std::string new_text = decode_range(prefix_, ids_.size());
   if (new_text.size() <= prefix_text.size() || ends_with_replacement(new_text) ||
