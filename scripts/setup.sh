@@ -6,6 +6,7 @@ apt_packages=(
   cmake ninja-build g++ pkg-config
   libopenblas-dev          # CPU GEMMs
   libpcre2-dev             # tokenizer pre-tokenizer regexes
+  libicu-dev               # tokenizer Unicode normalization (NFC/NFKC...)
   nlohmann-json3-dev       # JSON: config.json, tokenizer.json, safetensors headers, HTTP bodies
   libboost-dev             # Boost.Asio/Beast (header-only) for the HTTP server
   libgtest-dev libgmock-dev libbenchmark-dev
