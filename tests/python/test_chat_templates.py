@@ -295,7 +295,7 @@ def test_missing_chat_template_is_a_clear_error(xinfer_bin, shared_dir):
 FEATURE_CONTEXT = {
     "messages": [{"role": "user", "content": "Hi there", "n": 3}, {"role": "assistant", "content": " Yo ", "n": -7}],
     "tools": None, "d": {"b": 1, "a": [1.5, True, None, "x"], "c": {"k": "v"}}, "s": "  Hello, World  ",
-    "nums": [3, 1, 2], "f": 2.5, "big": 1e20, "small": 1e-7, "u": "ünïcödé 日本",
+    "nums": [3, 1, 2], "f": 2.5, "nn": None, "big": 1e20, "small": 1e-7, "u": "ünïcödé 日本",
 }
 
 FEATURE_TEMPLATES = [
@@ -346,6 +346,13 @@ FEATURE_TEMPLATES = [
     "{% set a, b = 1, 2 %}{{ a + b }} {% set t = (1, 2) %}{{ t }} {{ t[0] }} {{ (t|list) }}",
     "{{ messages[0].content.split()[-1].upper().lower() }} {{ ('a,b'.split(','))|length }} {{ s.strip().startswith('Hello') }}",
     "{{ nums|length - 1 }} {{ -nums|length }} {{ (nums|first) + 1 }} {{ messages|length > 1 and messages[1].role }}",
+    "{{ f is even }} {{ '%s' is odd }} {{ 9 is divisibleby 3 }} {{ 2.5|round }} {{ true|round }} {{ 7|round }} {{ -1 }} {{ 2 - 3 }}",
+    "{{ messages|truncate(3) }} {{ nums|truncate(3)|length }} {{ 'a long sentence here'|truncate(9) }}",
+    "{{ f[1:] }}",
+    "{{ nn[::-1] }}",
+    "{{ f|indent }}",
+    "{{ undefined_var|dictsort }}",
+    "{{ nn is none and nn is not defined }}",
     "{{ raise_exception('custom failure: ' ~ messages|length) }}",
     "{{ undefined_var.attr }}",
     "{{ 'a' + 1 }}",

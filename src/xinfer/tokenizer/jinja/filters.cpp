@@ -183,7 +183,9 @@ Value f_indent(const Value& v, CallArgs& a) {
   const Value* w = arg(a, 0, "width");
   std::string ind = !w ? "    " : w->is_string() ? w->as_string() : std::string(static_cast<size_t>(std::max<int64_t>(0, w->as_int())), ' ');
   bool first = arg_bool(a, 1, "first", false), blank = arg_bool(a, 2, "blank", false);
-  std::string s = v.str() + "\n";
+  v.require_defined();
+  if (!v.is_string()) throw TemplateError("unsupported operand type(s) for +=: '" + v.type_name() + "' and 'str'");
+  std::string s = v.as_string() + "\n";
   std::vector<std::string> lines = py::splitlines(s);
   std::string rv;
   if (blank) {
@@ -273,6 +275,8 @@ Value f_dictsort(const Value& v, CallArgs& a) {
   const Value* by = arg(a, 1, "by");
   bool reverse = arg_bool(a, 2, "reverse", false);
   bool by_value = by && by->is_string() && by->as_string() == "value";
+  v.require_defined();
+  if (!v.is_dict()) throw TemplateError("'" + v.type_name() + "' object has no attribute 'items'");
   ValueList items = f_items(v, a).as_list();
   std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
     Value kx = sort_key(x.as_list()[by_value], cs), ky = sort_key(y.as_list()[by_value], cs);
@@ -330,6 +334,11 @@ Value f_round(const Value& v, CallArgs& a) {
   int64_t precision = arg_int(a, 0, "precision", 0);
   const Value* m = arg(a, 1, "method");
   std::string method = m ? m->str() : "common";
+  if (!v.is_number()) {
+    v.require_defined();
+    throw TemplateError("type " + v.type_name() + " doesn't define __round__ method");
+  }
+  if (!v.is_float() && method == "common" && precision >= 0) return Value(v.as_int());  // round(int) is an int
   double x = v.as_double(), scale = std::pow(10.0, static_cast<double>(precision));
   double r = method == "ceil" ? std::ceil(x * scale) / scale
              : method == "floor" ? std::floor(x * scale) / scale
@@ -350,14 +359,20 @@ Value f_wordcount(const Value& v, CallArgs&) {
 }
 
 Value f_truncate(const Value& v, CallArgs& a) {
-  std::u32string s = py::decode(v.str());
+  if (!v.is_string()) {  // jinja2 returns anything short enough unchanged, checking only len()
+    int64_t n = f_length(v, a).as_int();
+    int64_t limit = arg_int(a, 0, "length", 255) + 5;
+    if (n <= limit) return v;
+    throw TemplateError("truncate of a long '" + v.type_name() + "' is not supported");
+  }
+  std::u32string s = py::decode(v.as_string());
   int64_t length = arg_int(a, 0, "length", 255);
   bool killwords = arg_bool(a, 1, "killwords", false);
   const Value* e = arg(a, 2, "end");
   std::u32string end = py::decode(e ? e->str() : "...");
   const Value* lw = arg(a, 3, "leeway");
   int64_t leeway = lw && !lw->is_none() ? lw->as_int() : 5;
-  if (static_cast<int64_t>(s.size()) <= length + leeway) return v.is_string() ? v : Value(v.str());
+  if (static_cast<int64_t>(s.size()) <= length + leeway) return v;
   size_t keep = static_cast<size_t>(std::max<int64_t>(0, length - static_cast<int64_t>(end.size())));
   std::u32string head = s.substr(0, keep);
   if (!killwords) {
@@ -472,14 +487,13 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
       {"callable", [](const Value& v, CallArgs&) { return v.is_function() || v.is_undefined(); }},
       {"defined", [](const Value& v, CallArgs&) { return !v.is_undefined(); }},
       {"divisibleby", [](const Value& v, CallArgs& a) {
-         Value m = binary_op("%", v, need(a, "num"));
-         return m.is_float() ? m.as_double() == 0.0 : m.as_int() == 0;
+         return py_equal(binary_op("%", v, need(a, "num")), Value(int64_t{0}));
        }},
       {"eq", [](const Value& v, CallArgs& a) { return py_equal(v, need(a, "other")); }},
       {"equalto", [](const Value& v, CallArgs& a) { return py_equal(v, need(a, "other")); }},
       {"==", [](const Value& v, CallArgs& a) { return py_equal(v, need(a, "other")); }},
       {"escaped", [](const Value&, CallArgs&) { return false; }},
-      {"even", [](const Value& v, CallArgs&) { return binary_op("%", v, Value(int64_t{2})).as_int() == 0; }},
+      {"even", [](const Value& v, CallArgs&) { return py_equal(binary_op("%", v, Value(int64_t{2})), Value(int64_t{0})); }},
       {"false", [](const Value& v, CallArgs&) { return v.is_bool() && !v.as_bool(); }},
       {"filter", [](const Value& v, CallArgs&) { return v.is_string() && has_filter(v.as_string()); }},
       {"float", [](const Value& v, CallArgs&) { return v.is_float(); }},
@@ -502,7 +516,7 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
       {"!=", [](const Value& v, CallArgs& a) { return !py_equal(v, need(a, "other")); }},
       {"none", [](const Value& v, CallArgs&) { return v.is_none(); }},
       {"number", [](const Value& v, CallArgs&) { return v.is_number(); }},
-      {"odd", [](const Value& v, CallArgs&) { return binary_op("%", v, Value(int64_t{2})).as_int() == 1; }},
+      {"odd", [](const Value& v, CallArgs&) { return py_equal(binary_op("%", v, Value(int64_t{2})), Value(int64_t{1})); }},
       {"sameas", [](const Value& v, CallArgs& a) {
          const Value& o = need(a, "other");
          if (v.is_list() && o.is_list()) return &v.as_list() == &o.as_list();

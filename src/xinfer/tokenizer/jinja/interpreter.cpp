@@ -271,7 +271,8 @@ class Interpreter {
             out.push_back(u[static_cast<size_t>(i)]);
           return Value(py::encode(out));
         }
-        return Value::undefined("'" + obj.type_name() + " object' is not subscriptable");
+        if (obj.is_dict()) throw TemplateError("unhashable type: 'slice'");
+        throw TemplateError("'" + obj.type_name() + "' object is not subscriptable");
       }
       case ExprKind::kCall: {
         Value fn = eval(*e.children[0]);
