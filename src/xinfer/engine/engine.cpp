@@ -1,0 +1,438 @@
+#include "xinfer/engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <utility>
+
+#include "xinfer/backend/cpu/cpu_backend.h"
+#include "xinfer/core/check.h"
+#include "xinfer/core/logging.h"
+#include "xinfer/kv_cache/kv_cache_manager.h"
+#include "xinfer/model/model_config.h"
+
+namespace xinfer::engine {
+namespace {
+
+struct BackendBundle {
+  std::unique_ptr<backend::Backend> backend;
+  std::unique_ptr<ThreadPool> own_pool;  // set when the backend has no host pool to share
+  ThreadPool* sampler_pool = nullptr;
+};
+
+// The one place that knows how to build each backend.
+Result<BackendBundle> make_backend(const EngineConfig& config) {
+  BackendBundle b;
+  switch (config.backend) {
+    case BackendKind::kCpu: {
+      auto cpu = std::make_unique<cpu::CpuBackend>(cpu::CpuBackendOptions{config.threads});
+      b.sampler_pool = &cpu->pool();  // forward and sampling never overlap: one pool serves both
+      b.backend = std::move(cpu);
+      return b;
+    }
+    case BackendKind::kCuda:
+      return unimplemented("the CUDA backend is not wired into the engine yet; use --backend cpu");
+  }
+  return invalid_argument("unknown backend");
+}
+
+FinishReason to_engine_reason(sched::FinishReason r) {
+  switch (r) {
+    case sched::FinishReason::kStop: return FinishReason::kStop;
+    case sched::FinishReason::kLength: return FinishReason::kLength;
+    case sched::FinishReason::kAbort: return FinishReason::kAbort;
+  }
+  return FinishReason::kError;
+}
+
+RequestTimings timings_of(const sched::RequestMetrics& m, bool final_output) {
+  RequestTimings t;
+  t.queue_time_s = m.queue_time_s();
+  t.ttft_s = m.time_to_first_token_s();
+  if (final_output) {
+    t.e2e_s = m.e2e_latency_s();
+    t.itl_s = m.inter_token_latencies_s;
+  }
+  return t;
+}
+
+void append_token(RequestOutput& out, const SampleOutput& o, bool with_logprobs) {
+  out.new_token_ids.push_back(o.token);
+  if (with_logprobs) out.new_logprobs.push_back(TokenLogprob{o.token, o.logprob, o.top_logprobs});
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
+  XI_RETURN_IF_ERROR(config.validate());
+  XI_ASSIGN_OR_RETURN(model::ModelConfig mc, model::load_model_config(config.model_dir));
+  XI_ASSIGN_OR_RETURN(BackendBundle bundle, make_backend(config));
+
+  sched::SchedulerConfig& sc = config.scheduler;
+  backend::KvCacheSpec spec{mc.num_layers, 0, sc.block_size, mc.num_kv_heads, mc.head_dim,
+                            bundle.backend->info().activation_dtype};
+  const size_t bytes_per_block = spec.bytes_per_block();
+  sc.num_blocks = kv::num_blocks_for_budget(config.kv_cache_memory, bytes_per_block);
+  if (sc.num_blocks == 0) {
+    return invalid_argument("kv_cache_memory (" + std::to_string(config.kv_cache_memory) +
+                            " bytes) holds fewer than 2 KV blocks of " + std::to_string(bytes_per_block) +
+                            " bytes (block_size " + std::to_string(sc.block_size) + ")");
+  }
+  spec.num_blocks = sc.num_blocks;
+  // The last sampled token is never fed back: a sequence of L tokens needs KV for L - 1.
+  const int64_t kv_tokens = static_cast<int64_t>(sc.num_blocks - 1) * sc.block_size + 1;
+  const int max_pos = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : INT32_MAX;
+  if (config.max_model_len > 0) {
+    if (config.max_model_len > max_pos)
+      return invalid_argument("max_model_len " + std::to_string(config.max_model_len) +
+                              " exceeds the model's max_position_embeddings " + std::to_string(max_pos));
+    if (config.max_model_len > kv_tokens)
+      return invalid_argument("max_model_len " + std::to_string(config.max_model_len) +
+                              " needs more KV cache than kv_cache_memory holds (" + std::to_string(kv_tokens) +
+                              " tokens in " + std::to_string(sc.num_blocks - 1) +
+                              " blocks); raise kv_cache_memory or lower max_model_len");
+  } else {
+    config.max_model_len = static_cast<int>(std::min<int64_t>(max_pos, kv_tokens));
+    if (config.max_model_len < max_pos)
+      XI_LOG(WARN) << "max_model_len lowered to " << config.max_model_len << " (model: " << max_pos
+                   << "): that is all kv_cache_memory holds";
+  }
+  sc.max_model_len = config.max_model_len;
+  XI_RETURN_IF_ERROR(sc.validate());
+  if (config.served_model_name.empty())
+    config.served_model_name = std::filesystem::path(config.model_dir).lexically_normal().filename().string();
+  if (config.served_model_name.empty())  // "dir/" normalizes to a trailing empty name
+    config.served_model_name =
+        std::filesystem::path(config.model_dir).lexically_normal().parent_path().filename().string();
+
+  model::LoadOptions load;
+  load.max_tokens = sc.max_num_batched_tokens;
+  load.max_logit_rows = sc.max_num_seqs;
+  load.max_model_len = config.max_model_len;
+  load.show_progress = config.show_progress;
+  XI_ASSIGN_OR_RETURN(std::unique_ptr<model::LlamaModel> model,
+                      model::LlamaModel::load(config.model_dir, *bundle.backend, load));
+  XI_LOG(INFO) << "engine: " << config.to_string();
+  XI_LOG(INFO) << "engine: model " << model->config().to_string() << "; KV cache " << sc.num_blocks - 1
+               << " blocks x " << bytes_per_block << " bytes = " << kv_tokens - 1 << " tokens";
+  ThreadPool* pool = bundle.sampler_pool;
+  return std::unique_ptr<Engine>(new Engine(std::move(config), std::move(bundle.backend),
+                                            std::move(bundle.own_pool), pool, std::move(model), spec));
+}
+
+Engine::Engine(EngineConfig config, std::unique_ptr<backend::Backend> backend, std::unique_ptr<ThreadPool> own_pool,
+               ThreadPool* sampler_pool, std::unique_ptr<model::LlamaModel> model, backend::KvCacheSpec kv_spec)
+    : config_(std::move(config)),
+      backend_(std::move(backend)),
+      own_pool_(std::move(own_pool)),
+      model_(std::move(model)),
+      metrics_(config_.served_model_name, config_.scheduler.max_num_batched_tokens, config_.scheduler.max_num_seqs) {
+  const model::ModelConfig& mc = model_->config();
+  info_.model_name = config_.served_model_name;
+  info_.max_model_len = config_.max_model_len;
+  info_.vocab_size = mc.vocab_size;
+  info_.eos_token_ids = mc.eos_token_ids;
+  info_.max_waiting = config_.max_waiting;
+  runner_ = std::make_unique<ModelRunner>(*model_, *backend_, kv_spec);
+  sampler_ = std::make_unique<Sampler>(mc.vocab_size, sampler_pool ? sampler_pool : own_pool_.get(),
+                                       mc.eos_token_ids);
+  scheduler_ = std::make_unique<sched::Scheduler>(config_.scheduler);
+  publish_stats();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() { stop(); }
+
+Status Engine::submit(GenerationRequest request, OutputCallback on_output) {
+  if (!on_output) return invalid_argument("submit: on_output callback is empty");
+  if (request.request_id.empty()) return invalid_argument("request_id must not be empty");
+  const std::vector<int32_t>& prompt = request.prompt_ids;
+  if (prompt.empty()) return invalid_argument("the prompt must contain at least one token");
+  for (int32_t id : prompt)
+    if (id < 0 || id >= info_.vocab_size)
+      return invalid_argument("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                              std::to_string(info_.vocab_size) + ")");
+  XI_RETURN_IF_ERROR(validate(request.sampling, info_.vocab_size));
+  const int num_prompt = static_cast<int>(prompt.size());
+  const int max_len = info_.max_model_len;
+  if (num_prompt >= max_len)
+    return out_of_range("prompt has " + std::to_string(num_prompt) + " tokens; max_model_len is " +
+                        std::to_string(max_len) + " and must hold the prompt plus at least one generated token");
+  const SamplingParams& sp = request.sampling;
+  const int max_new = sp.max_tokens ? *sp.max_tokens : max_len - num_prompt;
+  if (static_cast<int64_t>(num_prompt) + max_new > max_len)
+    return out_of_range("prompt (" + std::to_string(num_prompt) + " tokens) + max_tokens (" +
+                        std::to_string(max_new) + ") = " + std::to_string(int64_t{num_prompt} + max_new) +
+                        " exceeds max_model_len " + std::to_string(max_len));
+  if (sp.min_tokens > max_new)
+    return out_of_range("min_tokens " + std::to_string(sp.min_tokens) + " exceeds the " + std::to_string(max_new) +
+                        " tokens left after the prompt within max_model_len " + std::to_string(max_len));
+  if (request.arrival_time < 0) request.arrival_time = sched::steady_clock_seconds();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!accepting_) return unavailable("the engine is shutting down");
+    if (live_.count(request.request_id) != 0)
+      return invalid_argument("duplicate request id '" + request.request_id + "' (still in flight)");
+    const int waiting = num_waiting_ + static_cast<int>(submissions_.size());
+    if (waiting >= info_.max_waiting)
+      return resource_exhausted("the request queue is full (" + std::to_string(waiting) + " waiting, max_waiting " +
+                                std::to_string(info_.max_waiting) + ")");
+    const uint64_t id = next_id_++;
+    live_.emplace(request.request_id, id);
+    submissions_.push_back(Submission{id, std::move(request), std::move(on_output), max_new});
+  }
+  work_cv_.notify_one();
+  return Status::ok_status();
+}
+
+void Engine::abort(const std::string& request_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(request_id);
+    if (it == live_.end()) return;  // unknown or already finished: nothing to do
+    aborts_.push_back(it->second);
+  }
+  work_cv_.notify_one();
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    s = stats_;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  s.num_waiting += static_cast<int>(submissions_.size());
+  return s;
+}
+
+void Engine::render_metrics(std::string* out) const { metrics_.render(stats(), out); }
+
+void Engine::drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  accepting_ = false;
+  idle_cv_.wait(lock, [this] { return live_.empty(); });
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    accepting_ = false;
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  // From a callback (the loop thread itself) the loop exits after this step; the owner joins.
+  if (thread_.joinable() && std::this_thread::get_id() != thread_.get_id()) thread_.join();
+}
+
+void Engine::loop() {
+  std::vector<Submission> submissions;
+  std::vector<uint64_t> aborts;
+  for (;;) {
+    bool stopping = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      auto has_news = [this] { return stopping_ || !submissions_.empty() || !aborts_.empty(); };
+      if (!scheduler_->has_unfinished()) work_cv_.wait(lock, has_news);
+      submissions.swap(submissions_);
+      aborts.swap(aborts_);
+      stopping = stopping_;
+    }
+    for (Submission& s : submissions) add_request(s);
+    if (!submissions.empty()) publish_stats();  // they count as waiting from now on
+    submissions.clear();
+    for (uint64_t id : aborts) abort_request(id);
+    aborts.clear();
+    if (stopping) {
+      std::vector<uint64_t> ids;
+      ids.reserve(requests_.size());
+      for (const auto& [id, st] : requests_) ids.push_back(id);
+      std::sort(ids.begin(), ids.end());  // submission order, for predictable callbacks
+      for (uint64_t id : ids) abort_request(id);
+      publish_stats();
+      return;
+    }
+    sched::ScheduledStep step = scheduler_->schedule();
+    if (step.empty()) {
+      // Work is queued but nothing can run (should not happen: an empty batch admits the queue head).
+      if (scheduler_->has_unfinished()) {
+        std::unique_lock<std::mutex> lock(mu_);
+        work_cv_.wait_for(lock, std::chrono::milliseconds(1));
+      }
+    } else {
+      run_step(step);  // publishes stats
+    }
+  }
+}
+
+void Engine::add_request(Submission& s) {
+  GenerationRequest& g = s.request;
+  sched::Request r;
+  r.id = s.id;
+  r.prompt = g.prompt_ids;
+  r.max_new_tokens = s.max_new_tokens;
+  r.min_new_tokens = g.sampling.min_tokens;
+  r.priority = g.priority;
+  r.stop_token_ids = g.sampling.stop_token_ids;
+  r.eos_token_ids = info_.eos_token_ids;
+  r.ignore_eos = g.sampling.ignore_eos;
+  r.arrival_time = g.arrival_time;
+  const int num_prompt = static_cast<int>(g.prompt_ids.size());
+  if (Status st = scheduler_->add(std::move(r)); !st.ok()) {
+    finish_with_error(s, st);
+    return;
+  }
+  RequestState state{std::move(g.request_id), std::move(s.on_output), g.sampling,
+                     SequenceRng::for_request(g.sampling, g.rng_stream), num_prompt};
+  requests_.emplace(s.id, std::move(state));
+}
+
+void Engine::abort_request(uint64_t id) {
+  std::optional<sched::FinishedRequest> f = scheduler_->abort(id);
+  if (!f) return;
+  ++requests_aborted_;
+  publish_stats();
+  finish_request(id, *f, nullptr);
+}
+
+void Engine::run_step(const sched::ScheduledStep& step) {
+  chunks_.clear();
+  for (const sched::ScheduledSeq& s : step.seqs)
+    chunks_.push_back(SequenceChunk{s.token_ids, s.start_pos, s.block_table, s.sample});
+  const std::vector<float>& logits = runner_->run(chunks_);
+
+  const size_t vocab = static_cast<size_t>(info_.vocab_size);
+  sample_inputs_.clear();
+  sample_ids_.clear();
+  for (const sched::ScheduledSeq& s : step.seqs) {
+    if (!s.sample) continue;
+    RequestState& st = requests_.at(s.seq_id);
+    const sched::Sequence* seq = scheduler_->find(s.seq_id);
+    XI_CHECK(seq != nullptr) << "scheduled sequence " << s.seq_id << " is not live";
+    const std::span<const int32_t> tokens(seq->tokens);
+    st.sample_index = static_cast<int>(sample_ids_.size());
+    sample_inputs_.push_back(SampleInput{logits.data() + sample_ids_.size() * vocab, &st.params, &st.rng,
+                                         tokens.first(static_cast<size_t>(st.num_prompt_tokens)),
+                                         tokens.subspan(static_cast<size_t>(st.num_prompt_tokens))});
+    sample_ids_.push_back(s.seq_id);
+  }
+  XI_CHECK_EQ(static_cast<int>(sample_ids_.size()), step.num_sampling);
+  const std::vector<SampleOutput> outs = sampler_->sample(sample_inputs_);
+  sched::StepOutput so;
+  so.token_ids.reserve(outs.size());
+  for (const SampleOutput& o : outs) so.token_ids.push_back(o.token);
+  std::vector<sched::FinishedRequest> finished = scheduler_->update(so);
+  metrics_.observe_step(scheduler_->last_step_metrics());
+  metrics_.observe_generated(static_cast<int>(outs.size()));
+  generation_tokens_total_ += static_cast<int64_t>(outs.size());
+
+  std::vector<uint64_t> finished_ids;
+  finished_ids.reserve(finished.size());
+  for (const sched::FinishedRequest& f : finished) finished_ids.push_back(f.id);
+  std::sort(finished_ids.begin(), finished_ids.end());
+  auto is_finished = [&](uint64_t id) { return std::binary_search(finished_ids.begin(), finished_ids.end(), id); };
+
+  // Bookkeeping first, then stats, then callbacks: a client that saw its final output sees its effect in
+  // stats() (blocks freed, counters).
+  for (uint64_t id : sample_ids_) {
+    RequestState& st = requests_.at(id);
+    if (++st.num_output_tokens != 1) continue;
+    prompt_tokens_total_ += st.num_prompt_tokens;
+    const sched::RequestMetrics& m = is_finished(id) ? std::find_if(finished.begin(), finished.end(), [&](auto& f) {
+                                                          return f.id == id;
+                                                        })->metrics
+                                                     : scheduler_->find(id)->metrics;
+    metrics_.observe_first_token(m.queue_time_s(), m.time_to_first_token_s(), st.num_prompt_tokens);
+  }
+  requests_finished_ += static_cast<int64_t>(finished.size());
+  publish_stats();
+
+  for (size_t i = 0; i < sample_ids_.size(); ++i) {
+    const uint64_t id = sample_ids_[i];
+    if (is_finished(id)) continue;  // final output below
+    RequestState& st = requests_.at(id);
+    const sched::Sequence* seq = scheduler_->find(id);
+    XI_CHECK(seq != nullptr);
+    RequestOutput out;
+    out.request_id = st.request_id;
+    append_token(out, outs[i], st.params.logprobs.has_value());
+    out.num_prompt_tokens = st.num_prompt_tokens;
+    out.num_output_tokens = st.num_output_tokens;
+    out.num_cached_prompt_tokens = seq->metrics.num_cached_prompt_tokens;
+    out.timings = timings_of(seq->metrics, false);
+    st.on_output(std::move(out));
+  }
+  for (const sched::FinishedRequest& f : finished) {
+    const int index = requests_.at(f.id).sample_index;
+    finish_request(f.id, f, &outs[static_cast<size_t>(index)]);
+  }
+}
+
+void Engine::finish_request(uint64_t id, const sched::FinishedRequest& f, const SampleOutput* last) {
+  auto it = requests_.find(id);
+  XI_CHECK(it != requests_.end()) << "finishing unknown request " << id;
+  RequestState st = std::move(it->second);
+  requests_.erase(it);
+  const FinishReason reason = to_engine_reason(f.reason);
+  metrics_.observe_finished(f.metrics, reason);
+
+  RequestOutput out;
+  out.request_id = st.request_id;
+  if (last != nullptr) append_token(out, *last, st.params.logprobs.has_value());
+  out.finished = true;
+  out.finish_reason = reason;
+  out.num_prompt_tokens = st.num_prompt_tokens;
+  out.num_output_tokens = static_cast<int>(f.output_token_ids.size());
+  XI_CHECK_EQ(out.num_output_tokens, st.num_output_tokens) << "request " << st.request_id;
+  out.num_cached_prompt_tokens = f.metrics.num_cached_prompt_tokens;
+  out.timings = timings_of(f.metrics, true);
+  st.on_output(std::move(out));
+  st.on_output = nullptr;  // destroyed before the id is released
+  release_id(st.request_id);
+}
+
+void Engine::finish_with_error(Submission& s, const Status& error) {
+  XI_LOG(WARN) << "request " << s.request.request_id << " failed: " << error.to_string();
+  ++requests_finished_;
+  publish_stats();
+  metrics_.observe_finished(sched::RequestMetrics{}, FinishReason::kError);
+  RequestOutput out;
+  out.request_id = s.request.request_id;
+  out.finished = true;
+  out.finish_reason = FinishReason::kError;
+  out.error = error.to_string();
+  out.num_prompt_tokens = static_cast<int>(s.request.prompt_ids.size());
+  s.on_output(std::move(out));
+  s.on_output = nullptr;
+  release_id(s.request.request_id);
+}
+
+void Engine::release_id(const std::string& request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  live_.erase(request_id);
+  if (live_.empty()) idle_cv_.notify_all();
+}
+
+void Engine::publish_stats() {
+  const sched::SchedulerStats ss = scheduler_->stats();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    num_waiting_ = ss.num_waiting;
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.num_running = ss.num_running;
+  stats_.num_waiting = ss.num_waiting;
+  stats_.kv_usage = ss.kv.usage;
+  stats_.num_free_blocks = ss.kv.num_free_blocks;
+  stats_.num_total_blocks = ss.kv.num_usable_blocks;
+  stats_.num_preemptions = ss.num_preemptions;
+  stats_.prefix_query_tokens = ss.kv.prefix_query_tokens;
+  stats_.prefix_hit_tokens = ss.kv.prefix_hit_tokens;
+  stats_.prompt_tokens = prompt_tokens_total_;
+  stats_.generation_tokens = generation_tokens_total_;
+  stats_.num_steps = ss.num_steps;
+  stats_.requests_finished = requests_finished_;
+  stats_.requests_aborted = requests_aborted_;
+}
+
+}  // namespace xinfer::engine

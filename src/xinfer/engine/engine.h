@@ -1,0 +1,134 @@
+// Engine: the EngineClient implementation. Owns the backend, the model, the ModelRunner, the Sampler and
+// the Scheduler, and runs them on one loop thread:
+//
+//   loop:  take the submission and abort queues (swap under mu_, never block while holding it)
+//          -> Scheduler::add / abort (aborts: final output with kAbort at once)
+//          -> step = schedule(); empty: sleep on cv_ until a submission, abort or stop arrives
+//          -> ModelRunner::run(chunks of step)  (sample -> want_logits)
+//          -> Sampler::sample(one input per sampling sequence: its params, its SequenceRng, prompt/outputs)
+//          -> Scheduler::update(tokens) -> one RequestOutput per sampling request, final ones carry timings
+//
+// Threads: submit/abort/stats/render_metrics/drain/stop may be called from any thread; everything in
+// "engine-thread state" below is touched only by the loop. Callbacks run on the loop thread, never under a
+// lock (a callback may call submit() or abort()).
+// Request ids: strings at the interface, mapped to uint64 (`live_`) for the scheduler; an id is live
+// from a successful submit() until its final callback has returned.
+// Shutdown: drain() refuses new work (UNAVAILABLE) and waits until nothing is live; stop() (and the
+// destructor) aborts everything live, each callback getting its final kAbort output, and joins the loop.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "xinfer/backend/backend.h"
+#include "xinfer/core/thread_pool.h"
+#include "xinfer/engine/engine_client.h"
+#include "xinfer/engine/engine_config.h"
+#include "xinfer/engine/metrics.h"
+#include "xinfer/engine/model_runner.h"
+#include "xinfer/engine/sampler.h"
+#include "xinfer/model/llama.h"
+#include "xinfer/scheduler/scheduler.h"
+
+namespace xinfer::engine {
+
+class Engine final : public EngineClient {
+ public:
+  // Loads the model, sizes the KV cache from config.kv_cache_memory and starts the loop thread.
+  // Errors: the config's (INVALID_ARGUMENT), the model's (NOT_FOUND, UNIMPLEMENTED, ...), a budget below two
+  // blocks or a max_model_len the KV cache cannot hold (INVALID_ARGUMENT), CUDA backend (UNIMPLEMENTED yet).
+  static Result<std::unique_ptr<Engine>> create(EngineConfig config);
+  ~Engine() override;  // stop()
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  Status submit(GenerationRequest request, OutputCallback on_output) override;
+  void abort(const std::string& request_id) override;
+  EngineStats stats() const override;
+  const EngineInfo& info() const override { return info_; }
+  void render_metrics(std::string* out) const override;
+
+  // Stops accepting (submit -> UNAVAILABLE) and blocks until every live request has finished.
+  void drain();
+  // Aborts every live request (final kAbort outputs), stops and joins the loop. Idempotent.
+  void stop();
+
+  // The config with derived fields filled (num_blocks, max_model_len).
+  const EngineConfig& config() const { return config_; }
+
+ private:
+  struct Submission {
+    uint64_t id;
+    GenerationRequest request;
+    OutputCallback on_output;
+    int max_new_tokens;
+  };
+  // Engine-thread state of one live request.
+  struct RequestState {
+    std::string request_id;
+    OutputCallback on_output;
+    SamplingParams params;
+    SequenceRng rng;
+    int num_prompt_tokens = 0;
+    int num_output_tokens = 0;
+    int sample_index = -1;  // row in this step's sampler outputs
+  };
+
+  Engine(EngineConfig config, std::unique_ptr<backend::Backend> backend, std::unique_ptr<ThreadPool> own_pool,
+         ThreadPool* sampler_pool, std::unique_ptr<model::LlamaModel> model, backend::KvCacheSpec kv_spec);
+
+  void loop();
+  void add_request(Submission& s);
+  void abort_request(uint64_t id);
+  void run_step(const sched::ScheduledStep& step);
+  // Sends the final output and forgets the request (engine thread).
+  void finish_request(uint64_t id, const sched::FinishedRequest& f, const SampleOutput* last);
+  void finish_with_error(Submission& s, const Status& error);
+  void release_id(const std::string& request_id);
+  void publish_stats();
+
+  EngineConfig config_;
+  EngineInfo info_;
+  std::unique_ptr<backend::Backend> backend_;
+  std::unique_ptr<ThreadPool> own_pool_;  // sampler pool when the backend has none to share
+  std::unique_ptr<model::LlamaModel> model_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Sampler> sampler_;
+  std::unique_ptr<sched::Scheduler> scheduler_;
+  EngineMetrics metrics_;
+
+  // Shared with client threads, guarded by mu_.
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;   // loop waits: submissions, aborts, stop
+  std::condition_variable idle_cv_;   // drain() waits: live_ empty
+  std::vector<Submission> submissions_;
+  std::vector<uint64_t> aborts_;
+  std::unordered_map<std::string, uint64_t> live_;
+  uint64_t next_id_ = 1;
+  int num_waiting_ = 0;               // scheduler's waiting count after the last step
+  bool accepting_ = true;
+  bool stopping_ = false;
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+
+  // Engine-thread state.
+  std::unordered_map<uint64_t, RequestState> requests_;
+  std::vector<SequenceChunk> chunks_;
+  std::vector<SampleInput> sample_inputs_;
+  std::vector<uint64_t> sample_ids_;
+  int64_t prompt_tokens_total_ = 0;
+  int64_t generation_tokens_total_ = 0;
+  int64_t requests_finished_ = 0;
+  int64_t requests_aborted_ = 0;
+
+  std::thread thread_;
+};
+
+}  // namespace xinfer::engine

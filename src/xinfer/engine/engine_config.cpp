@@ -1,0 +1,44 @@
+#include "xinfer/engine/engine_config.h"
+
+#include <sstream>
+
+namespace xinfer::engine {
+
+const char* backend_kind_name(BackendKind k) {
+  switch (k) {
+    case BackendKind::kCpu: return "cpu";
+    case BackendKind::kCuda: return "cuda";
+  }
+  return "?";
+}
+
+Result<BackendKind> parse_backend_kind(const std::string& s) {
+  if (s == "cpu") return BackendKind::kCpu;
+  if (s == "cuda") return BackendKind::kCuda;
+  return invalid_argument("backend must be 'cpu' or 'cuda', got '" + s + "'");
+}
+
+Status EngineConfig::validate() const {
+  auto bad = [](const std::string& what) { return invalid_argument("engine config: " + what); };
+  if (model_dir.empty()) return bad("model_dir is required");
+  if (threads < 0) return bad("threads must be >= 0, got " + std::to_string(threads));
+  if (kv_cache_memory == 0) return bad("kv_cache_memory must be > 0");
+  if (max_model_len < 0) return bad("max_model_len must be >= 0, got " + std::to_string(max_model_len));
+  if (max_waiting < 1) return bad("max_waiting must be >= 1, got " + std::to_string(max_waiting));
+  // num_blocks is derived later: check the rest with a placeholder.
+  sched::SchedulerConfig s = scheduler;
+  s.num_blocks = 2;
+  s.max_model_len = 0;
+  return s.validate();
+}
+
+std::string EngineConfig::to_string() const {
+  std::ostringstream os;
+  os << "model_dir=" << model_dir << " served_model_name=" << served_model_name
+     << " backend=" << backend_kind_name(backend) << " threads=" << threads
+     << " kv_cache_memory=" << kv_cache_memory << " max_model_len=" << max_model_len
+     << " max_waiting=" << max_waiting << " | " << scheduler.to_string();
+  return os.str();
+}
+
+}  // namespace xinfer::engine

@@ -1,0 +1,41 @@
+// EngineConfig: everything Engine::create() needs: the model, the backend, the KV-cache budget and every
+// scheduler tunable (sched::SchedulerConfig, embedded whole so a new knob needs no plumbing here).
+// Filled from the command line by `xinfer serve`; to_string() goes to the start-up log.
+//
+// Derived at create() (not set by the user):
+//   scheduler.num_blocks     = kv::num_blocks_for_budget(kv_cache_memory, KvCacheSpec::bytes_per_block())
+//   scheduler.max_model_len  = max_model_len, or min(max_position_embeddings, KV capacity + 1) when 0
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "xinfer/core/status.h"
+#include "xinfer/scheduler/scheduler_config.h"
+
+namespace xinfer::engine {
+
+enum class BackendKind { kCpu, kCuda };
+const char* backend_kind_name(BackendKind k);                   // "cpu", "cuda"
+Result<BackendKind> parse_backend_kind(const std::string& s);   // INVALID_ARGUMENT for anything else
+
+struct EngineConfig {
+  std::string model_dir;                 // Hugging Face directory: config.json + *.safetensors
+  std::string served_model_name;         // empty: base name of model_dir
+  BackendKind backend = BackendKind::kCpu;
+  int threads = 0;                       // CPU threads (backend ops and sampler); 0: all cores
+  size_t kv_cache_memory = size_t{1} << 30;  // bytes of KV blocks (CPU: host RAM)
+  int max_model_len = 0;                 // prompt + output per sequence; 0: see above
+  int max_waiting = 4096;                // queued requests beyond this -> RESOURCE_EXHAUSTED
+  bool show_progress = false;            // progress bar while converting weights
+  // Policy and limits; num_blocks and max_model_len are overwritten by create().
+  sched::SchedulerConfig scheduler;
+
+  // Ok or INVALID_ARGUMENT naming the first bad field (scheduler fields other than the derived ones too).
+  Status validate() const;
+  // One line, every field: "model_dir=... backend=cpu threads=0 kv_cache_memory=1073741824 ... | block_size=16 ..."
+  std::string to_string() const;
+};
+
+}  // namespace xinfer::engine
