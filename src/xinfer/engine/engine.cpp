@@ -179,6 +179,7 @@ Status Engine::submit(GenerationRequest request, OutputCallback on_output) {
                                 std::to_string(info_.max_waiting) + ")");
     const uint64_t id = next_id_++;
     live_.emplace(request.request_id, id);
+    ++num_in_flight_;
     submissions_.push_back(Submission{id, std::move(request), std::move(on_output), max_new});
   }
   work_cv_.notify_one();
@@ -211,7 +212,7 @@ void Engine::render_metrics(std::string* out) const { metrics_.render(stats(), o
 void Engine::drain() {
   std::unique_lock<std::mutex> lock(mu_);
   accepting_ = false;
-  idle_cv_.wait(lock, [this] { return live_.empty(); });
+  idle_cv_.wait(lock, [this] { return num_in_flight_ == 0; });
 }
 
 void Engine::stop() {
@@ -386,9 +387,10 @@ void Engine::finish_request(uint64_t id, const sched::FinishedRequest& f, const 
   XI_CHECK_EQ(out.num_output_tokens, st.num_output_tokens) << "request " << st.request_id;
   out.num_cached_prompt_tokens = f.metrics.num_cached_prompt_tokens;
   out.timings = timings_of(f.metrics, true);
-  st.on_output(std::move(out));
-  st.on_output = nullptr;  // destroyed before the id is released
   release_id(st.request_id);
+  st.on_output(std::move(out));
+  st.on_output = nullptr;
+  final_delivered();
 }
 
 void Engine::finish_with_error(Submission& s, const Status& error) {
@@ -402,15 +404,20 @@ void Engine::finish_with_error(Submission& s, const Status& error) {
   out.finish_reason = FinishReason::kError;
   out.error = error.to_string();
   out.num_prompt_tokens = static_cast<int>(s.request.prompt_ids.size());
+  release_id(s.request.request_id);
   s.on_output(std::move(out));
   s.on_output = nullptr;
-  release_id(s.request.request_id);
+  final_delivered();
 }
 
 void Engine::release_id(const std::string& request_id) {
   std::lock_guard<std::mutex> lock(mu_);
   live_.erase(request_id);
-  if (live_.empty()) idle_cv_.notify_all();
+}
+
+void Engine::final_delivered() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--num_in_flight_ == 0) idle_cv_.notify_all();
 }
 
 void Engine::publish_stats() {

@@ -12,7 +12,8 @@
 // "engine-thread state" below is touched only by the loop. Callbacks run on the loop thread, never under a
 // lock (a callback may call submit() or abort()).
 // Request ids: strings at the interface, mapped to uint64 (`live_`) for the scheduler; an id is live
-// from a successful submit() until its final callback has returned.
+// (a duplicate is refused, abort() finds it) from a successful submit() until just before its final
+// callback runs, so the final callback itself may reuse it.
 // Shutdown: drain() refuses new work (UNAVAILABLE) and waits until nothing is live; stop() (and the
 // destructor) aborts everything live, each callback getting its final kAbort output, and joins the loop.
 #pragma once
@@ -90,7 +91,8 @@ class Engine final : public EngineClient {
   // Sends the final output and forgets the request (engine thread).
   void finish_request(uint64_t id, const sched::FinishedRequest& f, const SampleOutput* last);
   void finish_with_error(Submission& s, const Status& error);
-  void release_id(const std::string& request_id);
+  void release_id(const std::string& request_id);  // before the final callback
+  void final_delivered();                          // after it: drain() counts these
   void publish_stats();
 
   EngineConfig config_;
@@ -106,10 +108,11 @@ class Engine final : public EngineClient {
   // Shared with client threads, guarded by mu_.
   mutable std::mutex mu_;
   std::condition_variable work_cv_;   // loop waits: submissions, aborts, stop
-  std::condition_variable idle_cv_;   // drain() waits: live_ empty
+  std::condition_variable idle_cv_;   // drain() waits: num_in_flight_ == 0
   std::vector<Submission> submissions_;
   std::vector<uint64_t> aborts_;
   std::unordered_map<std::string, uint64_t> live_;
+  int num_in_flight_ = 0;             // accepted requests whose final callback has not returned
   uint64_t next_id_ = 1;
   int num_waiting_ = 0;               // scheduler's waiting count after the last step
   bool accepting_ = true;
