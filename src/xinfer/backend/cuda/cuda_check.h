@@ -1,5 +1,6 @@
 // XI_CUDA_CHECK(call): aborts with the CUDA error string, the call, file and line when a CUDA runtime
-// call fails. XI_CUDA_CHECK_LAUNCH() checks the last kernel launch.
+// call fails. XI_CUDA_CHECK_LAUNCH() checks the last kernel launch. XI_CUBLAS_CHECK(call) does the same
+// for cuBLAS / cuBLASLt status codes.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,3 +15,9 @@
   } while (0)
 
 #define XI_CUDA_CHECK_LAUNCH() XI_CUDA_CHECK(cudaGetLastError())
+
+#define XI_CUBLAS_CHECK(call)                                                             \
+  do {                                                                                    \
+    const int xi_st_ = static_cast<int>(call);                                            \
+    XI_CHECK(xi_st_ == 0) << #call << ": cuBLAS status " << xi_st_;                       \
+  } while (0)

@@ -23,6 +23,7 @@ __device__ float block_sum(float v) {
   return total;
 }
 
+// Vectorized path: 16-byte loads, hidden % 8 == 0.
 __global__ void __launch_bounds__(kThreads) add_rms_norm_kernel(RmsNormArgs a) {
   const int row = blockIdx.x;
   uint4* res = reinterpret_cast<uint4*>(a.residual + static_cast<size_t>(row) * a.hidden);
@@ -58,12 +59,32 @@ __global__ void __launch_bounds__(kThreads) add_rms_norm_kernel(RmsNormArgs a) {
   }
 }
 
+// Scalar path for any hidden size.
+__global__ void __launch_bounds__(kThreads) add_rms_norm_scalar_kernel(RmsNormArgs a) {
+  const size_t base = static_cast<size_t>(blockIdx.x) * a.hidden;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < a.hidden; i += kThreads) {
+    float x = __bfloat162float(a.residual[base + i]);
+    if (a.delta) {
+      const __nv_bfloat16 r = __float2bfloat16(x + __bfloat162float(a.delta[base + i]));
+      a.residual[base + i] = r;
+      x = __bfloat162float(r);
+    }
+    ss += x * x;
+  }
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(a.hidden) + a.eps);
+  for (int i = threadIdx.x; i < a.hidden; i += kThreads)
+    a.out[base + i] = __float2bfloat16(__bfloat162float(a.residual[base + i]) * inv * __bfloat162float(a.weight[i]));
+}
+
 }  // namespace
 
 void launch_add_rms_norm(const RmsNormArgs& args, cudaStream_t stream) {
-  XI_CHECK_EQ(args.hidden % kVec, 0) << "add_rms_norm: hidden must be a multiple of " << kVec;
   if (args.rows == 0) return;
-  add_rms_norm_kernel<<<args.rows, kThreads, 0, stream>>>(args);
+  if (args.hidden % kVec == 0)
+    add_rms_norm_kernel<<<args.rows, kThreads, 0, stream>>>(args);
+  else
+    add_rms_norm_scalar_kernel<<<args.rows, kThreads, 0, stream>>>(args);
   XI_CUDA_CHECK_LAUNCH();
 }
 

@@ -4,7 +4,8 @@
 //   out[T, H] = residual / sqrt(mean(residual^2) + eps) * weight[H]
 //
 // One thread block per row; each thread loads 16 bytes (8 bf16) per iteration, accumulates the sum of
-// squares in f32, reduces across the block with warp shuffles, then normalizes. H must be a multiple of 8.
+// squares in f32, reduces across the block with warp shuffles, then normalizes. H % 8 != 0 takes a scalar
+// path. Plain rms_norm is the same kernel with delta == nullptr (residual is then only read).
 #pragma once
 
 #include <cuda_bf16.h>

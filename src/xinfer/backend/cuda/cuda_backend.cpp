@@ -1,0 +1,350 @@
+// Memory, step upload and op dispatch of the CUDA backend; kernels live in kernels/<family>/.
+#include "xinfer/backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/attention/paged_attention_generic.h"
+#include "xinfer/backend/cuda/kernels/attention/paged_decode_attention.h"
+#include "xinfer/backend/cuda/kernels/attention/paged_prefill_attention.h"
+#include "xinfer/backend/cuda/kernels/elementwise/gather_rows.h"
+#include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
+#include "xinfer/backend/cuda/kernels/gemm/cublaslt_gemm.h"
+#include "xinfer/backend/cuda/kernels/norm/qk_norm.h"
+#include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
+#include "xinfer/backend/cuda/kernels/rope/rope_kv_write.h"
+
+namespace xinfer::cuda {
+namespace {
+
+class CudaBuffer final : public backend::DeviceBuffer {
+ public:
+  explicit CudaBuffer(size_t bytes) : bytes_(bytes) {
+    const cudaError_t err = cudaMalloc(&data_, std::max<size_t>(bytes, 256));
+    XI_CHECK(err == cudaSuccess) << "cudaMalloc of " << bytes << " bytes: " << cudaGetErrorString(err);
+  }
+  ~CudaBuffer() override { cudaFree(data_); }
+  void* data() const override { return data_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_;
+};
+
+__nv_bfloat16* bf16_ptr(const TensorView& t, const char* what) {
+  XI_CHECK(t.dtype == DType::kBF16) << what << " must be bf16 on cuda, got " << dtype_name(t.dtype);
+  XI_CHECK(t.device == Device::kCuda) << what << " is not a cuda tensor";
+  return static_cast<__nv_bfloat16*>(t.data);
+}
+
+int64_t last_dim(const TensorView& t) { return t.shape[t.shape.rank() - 1]; }
+
+int to_int(int64_t v) {
+  XI_CHECK(v >= 0 && v <= INT32_MAX) << v << " does not fit in int32";
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device) {
+  XI_CUDA_CHECK(cudaSetDevice(device_));
+  cudaDeviceProp props{};
+  XI_CUDA_CHECK(cudaGetDeviceProperties(&props, device_));
+  XI_CHECK(props.major == 9) << "the CUDA backend is built for Hopper (sm_90a); device " << device_ << " is "
+                             << props.name << " (sm_" << props.major << props.minor << ")";
+  device_name_ = props.name;
+  num_sms_ = props.multiProcessorCount;
+  XI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  XI_CUDA_CHECK(cudaEventCreateWithFlags(&step_copied_, cudaEventDisableTiming));
+  gemm_ = std::make_unique<CublasLtGemm>(options.gemm_workspace_bytes);
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_);
+  gemm_.reset();
+  if (decode_ws_) cudaFree(decode_ws_);
+  if (step_device_) cudaFree(step_device_);
+  if (step_host_) cudaFreeHost(step_host_);
+  cudaEventDestroy(step_copied_);
+  cudaStreamDestroy(stream_);
+}
+
+backend::BackendInfo CudaBackend::info() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  XI_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return backend::BackendInfo{"cuda:" + std::to_string(device_) + " " + device_name_, DType::kBF16, total_bytes,
+                              free_bytes};
+}
+
+void CudaBackend::synchronize() { XI_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+backend::DeviceTensor CudaBackend::allocate(DType dtype, const Shape& shape) {
+  auto buf = std::make_shared<CudaBuffer>(dtype_bytes(dtype, static_cast<size_t>(shape.numel())));
+  XI_CUDA_CHECK(cudaMemsetAsync(buf->data(), 0, buf->bytes(), stream_));
+  return backend::DeviceTensor{buf, TensorView{buf->data(), dtype, shape, Device::kCuda}};
+}
+
+backend::DeviceTensor CudaBackend::upload(const TensorView& host, DType dtype) {
+  XI_CHECK(dtype == DType::kBF16 || dtype == DType::kF32 || dtype == host.dtype)
+      << "cuda upload: target dtype " << dtype_name(dtype) << " not supported";
+  backend::DeviceTensor t = allocate(dtype, host.shape);
+  synchronize();  // the zero fill must not land after the copy
+  if (host.dtype == dtype) {
+    XI_CUDA_CHECK(cudaMemcpy(t.view.data, host.data, host.bytes(), cudaMemcpyHostToDevice));
+    return t;
+  }
+  // Convert on the host in chunks (any float dtype -> f32 -> target), then copy.
+  constexpr size_t kChunk = 1u << 20;
+  const auto n = static_cast<size_t>(host.numel());
+  std::vector<float> f32(std::min(n, kChunk));
+  std::vector<char> conv(dtype_bytes(dtype, f32.size()));
+  for (size_t begin = 0; begin < n; begin += kChunk) {
+    const size_t count = std::min(kChunk, n - begin);
+    convert_to_f32(host.dtype, static_cast<const char*>(host.data) + dtype_bytes(host.dtype, begin), f32.data(), count);
+    convert_from_f32(dtype, f32.data(), conv.data(), count);
+    XI_CUDA_CHECK(cudaMemcpy(static_cast<char*>(t.view.data) + dtype_bytes(dtype, begin), conv.data(),
+                             dtype_bytes(dtype, count), cudaMemcpyHostToDevice));
+  }
+  return t;
+}
+
+void CudaBackend::to_host_f32(const TensorView& src, float* dst) {
+  synchronize();
+  const auto n = static_cast<size_t>(src.numel());
+  if (src.dtype == DType::kF32) {
+    XI_CUDA_CHECK(cudaMemcpy(dst, src.data, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return;
+  }
+  std::vector<char> raw(src.bytes());
+  XI_CUDA_CHECK(cudaMemcpy(raw.data(), src.data, raw.size(), cudaMemcpyDeviceToHost));
+  convert_to_f32(src.dtype, raw.data(), dst, n);
+}
+
+backend::StepMeta CudaBackend::upload_step(const backend::StepPlan& plan) {
+  XI_CHECK_EQ(plan.positions.size(), plan.token_ids.size());
+  XI_CHECK_EQ(plan.slot_mapping.size(), plan.token_ids.size());
+  XI_CHECK_EQ(plan.query_start_loc.size(), plan.seq_lens.size() + 1);
+  XI_CHECK_EQ(plan.block_tables.size(), plan.seq_lens.size() * static_cast<size_t>(plan.max_blocks_per_seq));
+  host_step_ = plan;
+  attn_host_ = build_attention_plan(plan);
+
+  // Pack every array (16-byte aligned) into the staging buffer.
+  const std::vector<int32_t>* arrays[] = {&plan.token_ids,      &plan.positions,          &plan.slot_mapping,
+                                          &plan.query_start_loc, &plan.seq_lens,           &plan.block_tables,
+                                          &plan.logit_rows,      &attn_host_.decode_seqs,  &attn_host_.prefill_items,
+                                          &attn_host_.token_seq};
+  constexpr int kArrays = sizeof(arrays) / sizeof(arrays[0]);
+  size_t offsets[kArrays];
+  size_t total = 0;
+  for (int i = 0; i < kArrays; ++i) {
+    offsets[i] = total;
+    total += (arrays[i]->size() * sizeof(int32_t) + 15) / 16 * 16;
+  }
+  XI_CUDA_CHECK(cudaEventSynchronize(step_copied_));  // the previous copy has left the staging buffer
+  if (total > step_capacity_) {
+    synchronize();  // kernels of the previous step may still read the device buffer
+    const size_t capacity = std::max<size_t>(total * 2, 64u << 10);
+    if (step_host_) XI_CUDA_CHECK(cudaFreeHost(step_host_));
+    if (step_device_) XI_CUDA_CHECK(cudaFree(step_device_));
+    XI_CUDA_CHECK(cudaMallocHost(&step_host_, capacity));
+    XI_CUDA_CHECK(cudaMalloc(&step_device_, capacity));
+    step_capacity_ = capacity;
+  }
+  for (int i = 0; i < kArrays; ++i)
+    if (!arrays[i]->empty())
+      std::memcpy(static_cast<char*>(step_host_) + offsets[i], arrays[i]->data(), arrays[i]->size() * sizeof(int32_t));
+  XI_CUDA_CHECK(cudaMemcpyAsync(step_device_, step_host_, total, cudaMemcpyHostToDevice, stream_));
+  XI_CUDA_CHECK(cudaEventRecord(step_copied_, stream_));
+
+  auto dev = [&](int i) { return reinterpret_cast<const int32_t*>(static_cast<const char*>(step_device_) + offsets[i]); };
+  backend::StepMeta m;
+  m.num_tokens = plan.num_tokens();
+  m.num_seqs = plan.num_seqs();
+  m.max_blocks_per_seq = plan.max_blocks_per_seq;
+  m.max_seq_len = plan.max_seq_len;
+  m.num_logit_rows = static_cast<int>(plan.logit_rows.size());
+  m.token_ids = dev(0);
+  m.positions = dev(1);
+  m.slot_mapping = dev(2);
+  m.query_start_loc = dev(3);
+  m.seq_lens = dev(4);
+  m.block_tables = dev(5);
+  m.logit_rows = dev(6);
+  attn_view_.num_decode = attn_host_.num_decode();
+  attn_view_.max_decode_len = attn_host_.max_decode_len;
+  attn_view_.num_prefill_items = attn_host_.num_prefill_items();
+  attn_view_.decode_seqs = dev(7);
+  attn_view_.prefill_items = dev(8);
+  attn_view_.token_seq = dev(9);
+  step_token_ids_ = m.token_ids;
+  return m;
+}
+
+void CudaBackend::check_step(const backend::StepMeta& step) const {
+  XI_CHECK(step.token_ids == step_token_ids_ && step.num_tokens == host_step_.num_tokens())
+      << "StepMeta does not come from this backend's last upload_step()";
+}
+
+backend::KvCache CudaBackend::allocate_kv_cache(const backend::KvCacheSpec& spec) {
+  XI_CHECK(spec.dtype == DType::kBF16) << "cuda KV cache is bf16, got " << dtype_name(spec.dtype);
+  backend::KvCache cache;
+  const Shape shape{spec.num_blocks, spec.num_kv_heads, spec.block_size, spec.head_dim};
+  for (int l = 0; l < spec.num_layers; ++l) {
+    backend::DeviceTensor k = allocate(spec.dtype, shape);
+    backend::DeviceTensor v = allocate(spec.dtype, shape);
+    cache.layers.push_back({k.view, v.view});
+    cache.buffers.push_back(std::move(k.buffer));
+    cache.buffers.push_back(std::move(v.buffer));
+  }
+  return cache;
+}
+
+// ---- ops ----
+
+void CudaBackend::embedding(const backend::StepMeta& step, const TensorView& table, const TensorView& out) {
+  check_step(step);
+  const int64_t vocab = table.shape[0], hidden = table.shape[1];
+  XI_CHECK_EQ(out.shape[0], step.num_tokens);
+  XI_CHECK_EQ(last_dim(out), hidden);
+  for (int32_t id : host_step_.token_ids) XI_CHECK(id >= 0 && id < vocab) << "token id " << id << " outside vocab of " << vocab;
+  launch_gather_rows({bf16_ptr(table, "embedding table"), step.token_ids, bf16_ptr(out, "embedding out"),
+                      step.num_tokens, to_int(hidden)}, stream_);
+}
+
+void CudaBackend::rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) {
+  const int64_t width = last_dim(x);
+  XI_CHECK_EQ(weight.numel(), width);
+  XI_CHECK_EQ(out.numel(), x.numel());
+  launch_add_rms_norm({bf16_ptr(x, "rms_norm x"), nullptr, bf16_ptr(weight, "rms_norm weight"),
+                       bf16_ptr(out, "rms_norm out"), to_int(x.numel() / width), to_int(width), eps}, stream_);
+}
+
+void CudaBackend::add_rms_norm(const TensorView& residual, const TensorView& delta, const TensorView& weight, float eps,
+                               const TensorView& out) {
+  const int64_t width = last_dim(residual);
+  XI_CHECK_EQ(weight.numel(), width);
+  XI_CHECK_EQ(delta.numel(), residual.numel());
+  XI_CHECK_EQ(out.numel(), residual.numel());
+  launch_add_rms_norm({bf16_ptr(residual, "residual"), bf16_ptr(delta, "delta"), bf16_ptr(weight, "norm weight"),
+                       bf16_ptr(out, "add_rms_norm out"), to_int(residual.numel() / width), to_int(width), eps},
+                      stream_);
+}
+
+void CudaBackend::linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) {
+  const int64_t k = w.in_features(), n = w.out_features();
+  const int64_t m = x.numel() / k;
+  XI_CHECK_EQ(last_dim(x), k) << "linear: input width vs weight [" << n << ", " << k << "]";
+  XI_CHECK_EQ(out.numel(), m * n);
+  XI_CHECK(out.dtype == DType::kBF16 || out.dtype == DType::kF32) << "linear out dtype " << dtype_name(out.dtype);
+  if (!w.bias.empty()) XI_CHECK_EQ(w.bias.numel(), n);
+  gemm_->run({bf16_ptr(x, "linear x"), bf16_ptr(w.weight, "linear weight"),
+              w.bias.empty() ? nullptr : bf16_ptr(w.bias, "linear bias"), out.data, out.dtype == DType::kF32,
+              to_int(m), to_int(n), to_int(k)},
+             stream_);
+}
+
+void CudaBackend::rope_kv_write(const backend::StepMeta& step, const TensorView& qkv, int num_heads, int num_kv_heads,
+                                int head_dim, const TensorView& cos_sin, const backend::LayerKvCache& cache) {
+  check_step(step);
+  XI_CHECK_EQ(last_dim(qkv), static_cast<int64_t>(num_heads + 2 * num_kv_heads) * head_dim);
+  XI_CHECK(cos_sin.dtype == DType::kF32) << "cos_sin must be f32";
+  XI_CHECK_EQ(cos_sin.shape[1], head_dim);
+  XI_CHECK_EQ(cache.k.shape[1], num_kv_heads);
+  XI_CHECK_EQ(cache.k.shape[3], head_dim);
+  const int64_t max_pos = cos_sin.shape[0];
+  for (int32_t pos : host_step_.positions)
+    XI_CHECK(pos >= 0 && pos < max_pos) << "position " << pos << " outside rope table of " << max_pos;
+  launch_rope_kv_write({bf16_ptr(qkv, "qkv"), cos_sin.as<float>(), step.positions, step.slot_mapping,
+                        bf16_ptr(cache.k, "k cache"), bf16_ptr(cache.v, "v cache"), step.num_tokens, num_heads,
+                        num_kv_heads, head_dim, to_int(cache.k.shape[2])},
+                       stream_);
+}
+
+void CudaBackend::qk_norm(const TensorView& qkv, int num_heads, int num_kv_heads, int head_dim,
+                          const TensorView& q_weight, const TensorView& k_weight, float eps) {
+  const int64_t row = static_cast<int64_t>(num_heads + 2 * num_kv_heads) * head_dim;
+  XI_CHECK_EQ(last_dim(qkv), row);
+  XI_CHECK_EQ(q_weight.numel(), head_dim);
+  XI_CHECK_EQ(k_weight.numel(), head_dim);
+  launch_qk_norm({bf16_ptr(qkv, "qkv"), bf16_ptr(q_weight, "q_norm"), bf16_ptr(k_weight, "k_norm"),
+                  to_int(qkv.numel() / row), num_heads, num_kv_heads, head_dim, eps},
+                 stream_);
+}
+
+float* CudaBackend::decode_workspace(size_t floats) {
+  if (floats > decode_ws_floats_) {
+    synchronize();
+    if (decode_ws_) XI_CUDA_CHECK(cudaFree(decode_ws_));
+    decode_ws_floats_ = std::max(floats, decode_ws_floats_ * 2);
+    XI_CUDA_CHECK(cudaMalloc(&decode_ws_, decode_ws_floats_ * sizeof(float)));
+  }
+  return static_cast<float*>(decode_ws_);
+}
+
+void CudaBackend::paged_attention(const backend::StepMeta& step, const TensorView& qkv, int num_heads,
+                                  int num_kv_heads, int head_dim, float scale, const backend::LayerKvCache& cache,
+                                  const TensorView& out) {
+  check_step(step);
+  XI_CHECK_EQ(num_heads % num_kv_heads, 0);
+  XI_CHECK_EQ(last_dim(qkv), static_cast<int64_t>(num_heads + 2 * num_kv_heads) * head_dim);
+  XI_CHECK_EQ(last_dim(out), static_cast<int64_t>(num_heads) * head_dim);
+  XI_CHECK_EQ(cache.k.shape[1], num_kv_heads);
+  XI_CHECK_EQ(cache.k.shape[3], head_dim);
+  for (size_t s = 0; s < host_step_.seq_lens.size(); ++s) {
+    const int32_t last = host_step_.query_start_loc[s + 1] - 1;
+    if (last >= host_step_.query_start_loc[s])
+      XI_CHECK_LT(host_step_.positions[static_cast<size_t>(last)], host_step_.seq_lens[s])
+          << "token position past its sequence's length";
+  }
+  PagedAttentionParams p{};
+  p.qkv = bf16_ptr(qkv, "qkv");
+  p.k_cache = bf16_ptr(cache.k, "k cache");
+  p.v_cache = bf16_ptr(cache.v, "v cache");
+  p.out = bf16_ptr(out, "attention out");
+  p.query_start_loc = step.query_start_loc;
+  p.positions = step.positions;
+  p.block_tables = step.block_tables;
+  p.max_blocks_per_seq = step.max_blocks_per_seq;
+  p.num_tokens = step.num_tokens;
+  p.num_heads = num_heads;
+  p.num_kv_heads = num_kv_heads;
+  p.head_dim = head_dim;
+  p.block_size = to_int(cache.k.shape[2]);
+  p.qkv_stride = (num_heads + 2 * num_kv_heads) * head_dim;
+  p.scale = scale;
+
+  if (!decode_attention_supports(head_dim) || !prefill_attention_supports(head_dim)) {
+    launch_paged_attention_generic(p, attn_view_, stream_);
+    return;
+  }
+  if (attn_view_.num_decode > 0) {
+    const int group = num_heads / num_kv_heads;
+    const int psize = decode_partition_size(attn_view_.num_decode, attn_view_.max_decode_len, num_kv_heads, group, num_sms_);
+    const size_t ws = decode_attention_workspace_floats(attn_view_.num_decode, num_heads, head_dim,
+                                                        attn_view_.max_decode_len, psize);
+    launch_paged_decode_attention(p, attn_view_, psize, ws > 0 ? decode_workspace(ws) : nullptr, stream_);
+  }
+  launch_paged_prefill_attention(p, attn_view_, stream_);
+}
+
+void CudaBackend::silu_mul(const TensorView& gate_up, const TensorView& out) {
+  const int64_t inter = last_dim(out);
+  XI_CHECK_EQ(last_dim(gate_up), 2 * inter);
+  XI_CHECK_EQ(gate_up.numel(), 2 * out.numel());
+  launch_silu_mul({bf16_ptr(gate_up, "gate_up"), bf16_ptr(out, "silu_mul out"), to_int(out.numel() / inter),
+                   to_int(inter)}, stream_);
+}
+
+void CudaBackend::gather_rows(const backend::StepMeta& step, const TensorView& x, const TensorView& out) {
+  check_step(step);
+  const int64_t width = last_dim(x), rows = x.numel() / width;
+  XI_CHECK_EQ(out.numel(), static_cast<int64_t>(step.num_logit_rows) * width);
+  for (int32_t r : host_step_.logit_rows) XI_CHECK(r >= 0 && r < rows) << "logit row " << r << " of " << rows;
+  launch_gather_rows({bf16_ptr(x, "gather x"), step.logit_rows, bf16_ptr(out, "gather out"), step.num_logit_rows,
+                      to_int(width)}, stream_);
+}
+
+}  // namespace xinfer::cuda

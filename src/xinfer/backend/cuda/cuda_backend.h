@@ -1,0 +1,89 @@
+// CudaBackend: the Backend op interface on one NVIDIA GPU (Hopper, sm_90a), bf16 activations and
+// weights, f32 accumulation everywhere, f32 logits.
+//
+// Memory: every allocate()/upload() is its own cudaMalloc, owned by the returned buffer (freed when the
+// last shared_ptr goes). All work is issued on one stream owned by the backend; to_host_f32() and
+// synchronize() wait for it.
+//
+// Step metadata: upload_step() packs the StepPlan arrays and the attention plan (attention_plan.h) into
+// one pinned host staging buffer and copies it with one async copy into one persistent device buffer
+// (grown, never shrunk), so pointers stay stable across steps (CUDA graphs later). The staging buffer
+// is reused only after the previous copy has completed (an event guards it).
+//
+// KV cache: bf16, per layer K and V [num_blocks, num_kv_heads, block_size, head_dim] (backend.h).
+// Attention: decodes use the split-KV decode kernel, prefill chunks the tiled tensor-core kernel
+// (head_dim 64 / 128); other head dims go to the generic kernel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+
+#include "xinfer/backend/backend.h"
+#include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
+#include "xinfer/backend/cuda/kernels/attention/paged_attention_params.h"
+
+namespace xinfer::cuda {
+
+class CublasLtGemm;
+
+struct CudaBackendOptions {
+  int device = 0;
+  size_t gemm_workspace_bytes = 32u << 20;
+};
+
+class CudaBackend final : public backend::Backend {
+ public:
+  explicit CudaBackend(CudaBackendOptions options = {});
+  ~CudaBackend() override;
+
+  backend::BackendInfo info() const override;
+  backend::DeviceTensor allocate(DType dtype, const Shape& shape) override;
+  backend::DeviceTensor upload(const TensorView& host, DType dtype) override;
+  void to_host_f32(const TensorView& src, float* dst) override;
+  backend::StepMeta upload_step(const backend::StepPlan& plan) override;
+  backend::KvCache allocate_kv_cache(const backend::KvCacheSpec& spec) override;
+
+  void embedding(const backend::StepMeta& step, const TensorView& table, const TensorView& out) override;
+  void rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) override;
+  void add_rms_norm(const TensorView& residual, const TensorView& delta, const TensorView& weight, float eps,
+                    const TensorView& out) override;
+  void linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) override;
+  void rope_kv_write(const backend::StepMeta& step, const TensorView& qkv, int num_heads, int num_kv_heads,
+                     int head_dim, const TensorView& cos_sin, const backend::LayerKvCache& cache) override;
+  void qk_norm(const TensorView& qkv, int num_heads, int num_kv_heads, int head_dim, const TensorView& q_weight,
+               const TensorView& k_weight, float eps) override;
+  void paged_attention(const backend::StepMeta& step, const TensorView& qkv, int num_heads, int num_kv_heads,
+                       int head_dim, float scale, const backend::LayerKvCache& cache, const TensorView& out) override;
+  void silu_mul(const TensorView& gate_up, const TensorView& out) override;
+  void gather_rows(const backend::StepMeta& step, const TensorView& x, const TensorView& out) override;
+
+  cudaStream_t stream() const { return stream_; }
+  void synchronize();
+  int num_sms() const { return num_sms_; }
+
+ private:
+  void check_step(const backend::StepMeta& step) const;
+  float* decode_workspace(size_t floats);
+
+  int device_;
+  std::string device_name_;
+  int num_sms_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<CublasLtGemm> gemm_;
+
+  // upload_step() state
+  void* step_host_ = nullptr;    // pinned staging buffer
+  void* step_device_ = nullptr;  // persistent device copy
+  size_t step_capacity_ = 0;
+  cudaEvent_t step_copied_ = nullptr;
+  backend::StepPlan host_step_;      // host copy of the last plan (host-side checks and attention sizing)
+  AttentionPlanHost attn_host_;
+  AttentionPlanView attn_view_;      // device pointers into step_device_
+  const int32_t* step_token_ids_ = nullptr;  // identifies the step the plan belongs to
+
+  void* decode_ws_ = nullptr;  // split-KV partials, grown on demand
+  size_t decode_ws_floats_ = 0;
+};
+
+}  // namespace xinfer::cuda

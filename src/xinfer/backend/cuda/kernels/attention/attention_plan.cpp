@@ -1,0 +1,41 @@
+#include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
+
+#include <algorithm>
+
+#include "xinfer/core/check.h"
+
+namespace xinfer::cuda {
+
+AttentionPlanHost build_attention_plan(const backend::StepPlan& plan) {
+  AttentionPlanHost out;
+  out.token_seq.resize(plan.token_ids.size());
+  for (int s = 0; s < plan.num_seqs(); ++s) {
+    const int32_t begin = plan.query_start_loc[static_cast<size_t>(s)];
+    const int32_t end = plan.query_start_loc[static_cast<size_t>(s) + 1];
+    XI_CHECK(begin <= end && end <= plan.num_tokens()) << "query_start_loc of seq " << s << ": " << begin << ".." << end;
+    for (int32_t t = begin; t < end; ++t) out.token_seq[static_cast<size_t>(t)] = s;
+    const int32_t qlen = end - begin;
+    if (qlen == 1) {
+      out.decode_seqs.push_back(s);
+      out.max_decode_len = std::max(out.max_decode_len, plan.positions[static_cast<size_t>(begin)] + 1);
+    } else {
+      for (int32_t m0 = 0; m0 < qlen; m0 += kPrefillTileRows) {
+        out.prefill_items.push_back(s);
+        out.prefill_items.push_back(m0);
+      }
+    }
+  }
+  return out;
+}
+
+int decode_partition_size(int num_decode, int max_decode_len, int num_kv_heads, int group, int num_sms) {
+  // Score buffer: group * partition floats <= 64 KiB.
+  int cap = 1024;
+  while (cap > 64 && group * cap > 16384) cap /= 2;
+  int size = 128;
+  auto ctas = [&](int p) { return static_cast<int64_t>(num_decode) * num_kv_heads * ((max_decode_len + p - 1) / p); };
+  while (size < cap && ctas(size) > 4LL * num_sms) size *= 2;
+  return size;
+}
+
+}  // namespace xinfer::cuda

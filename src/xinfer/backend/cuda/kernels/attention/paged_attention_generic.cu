@@ -1,0 +1,88 @@
+#include "xinfer/backend/cuda/kernels/attention/paged_attention_generic.h"
+
+#include <cfloat>
+
+#include "xinfer/backend/cuda/cuda_check.h"
+
+namespace xinfer::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+
+// Block-wide reduction (max or sum) of one float per thread; all threads get the result.
+template <bool kMax>
+__device__ float block_reduce(float v, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = kMax ? fmaxf(v, w) : v + w;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // scratch may still be read from the previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float r = scratch[0];
+  for (int i = 1; i < kThreads / 32; ++i) r = kMax ? fmaxf(r, scratch[i]) : r + scratch[i];
+  return r;
+}
+
+// Grid (T, num_heads).
+__global__ void __launch_bounds__(kThreads) paged_attention_generic_kernel(PagedAttentionParams p, AttentionPlanView plan) {
+  const int t = blockIdx.x, h = blockIdx.y, D = p.head_dim;
+  const int kvh = h / (p.num_heads / p.num_kv_heads);
+  const int seq = plan.token_seq[t];
+  const int n = p.positions[t] + 1;
+  __shared__ float q_s[kGenericAttentionMaxHeadDim];
+  __shared__ float p_s[kThreads];
+  __shared__ float scratch[kThreads / 32];
+  const __nv_bfloat16* q = p.qkv + static_cast<size_t>(t) * p.qkv_stride + static_cast<size_t>(h) * D;
+  for (int d = threadIdx.x; d < D; d += kThreads) q_s[d] = __bfloat162float(q[d]) * p.scale;
+  __syncthreads();
+  const int32_t* table = p.block_tables + static_cast<size_t>(seq) * p.max_blocks_per_seq;
+  auto row = [&](const __nv_bfloat16* cache, int j) {
+    return cache + ((static_cast<size_t>(table[j / p.block_size]) * p.num_kv_heads + kvh) * p.block_size +
+                    j % p.block_size) * D;
+  };
+  float m = -FLT_MAX, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
+  const int d0 = threadIdx.x, d1 = threadIdx.x + kThreads;
+  for (int c0 = 0; c0 < n; c0 += kThreads) {
+    const int j = c0 + threadIdx.x;
+    float s = -FLT_MAX;
+    if (j < n) {
+      const __nv_bfloat16* k = row(p.k_cache, j);
+      float dot = 0.0f;
+      for (int d = 0; d < D; ++d) dot += q_s[d] * __bfloat162float(k[d]);
+      s = dot;
+    }
+    const float m_new = fmaxf(m, block_reduce<true>(s, scratch));
+    const float pr = j < n ? __expf(s - m_new) : 0.0f;
+    const float alpha = __expf(m - m_new);  // m = -FLT_MAX on the first chunk: alpha = 0, acc = 0 anyway
+    l = l * alpha + block_reduce<false>(pr, scratch);
+    m = m_new;
+    p_s[threadIdx.x] = pr;
+    __syncthreads();
+    acc0 *= alpha;
+    acc1 *= alpha;
+    const int count = min(kThreads, n - c0);
+    for (int jj = 0; jj < count; ++jj) {
+      const __nv_bfloat16* v = row(p.v_cache, c0 + jj);
+      if (d0 < D) acc0 += p_s[jj] * __bfloat162float(v[d0]);
+      if (d1 < D) acc1 += p_s[jj] * __bfloat162float(v[d1]);
+    }
+    __syncthreads();
+  }
+  __nv_bfloat16* o = p.out + static_cast<size_t>(t) * p.num_heads * D + static_cast<size_t>(h) * D;
+  if (d0 < D) o[d0] = __float2bfloat16(acc0 / l);
+  if (d1 < D) o[d1] = __float2bfloat16(acc1 / l);
+}
+
+}  // namespace
+
+void launch_paged_attention_generic(const PagedAttentionParams& p, const AttentionPlanView& plan, cudaStream_t stream) {
+  XI_CHECK(p.head_dim > 0 && p.head_dim <= kGenericAttentionMaxHeadDim) << "unsupported head_dim: " << p.head_dim;
+  XI_CHECK_EQ(p.num_heads % p.num_kv_heads, 0);
+  if (p.num_tokens == 0) return;
+  paged_attention_generic_kernel<<<dim3(p.num_tokens, p.num_heads), kThreads, 0, stream>>>(p, plan);
+  XI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace xinfer::cuda

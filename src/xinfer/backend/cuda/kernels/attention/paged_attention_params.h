@@ -1,0 +1,44 @@
+// Parameters shared by the paged attention kernels (decode, prefill, generic) and the host-made work
+// partition they read (AttentionPlan, built once per step by build_attention_plan()).
+//
+// Layouts: qkv [T, (Hq + 2 * Hkv) * D] (q heads first; only q is read), K/V cache
+// [num_blocks, Hkv, block_size, D], out [T, Hq * D]. Query head h reads KV head h / (Hq / Hkv).
+// Token t of sequence s at position p attends to positions [0, p] of s (causal, paged through
+// block_tables[s]).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace xinfer::cuda {
+
+struct PagedAttentionParams {
+  const __nv_bfloat16* qkv;      // [T, qkv_stride]
+  const __nv_bfloat16* k_cache;  // [num_blocks, num_kv_heads, block_size, head_dim]
+  const __nv_bfloat16* v_cache;  // [num_blocks, num_kv_heads, block_size, head_dim]
+  __nv_bfloat16* out;            // [T, num_heads * head_dim]
+  const int32_t* query_start_loc;  // [num_seqs + 1]
+  const int32_t* positions;        // [T]
+  const int32_t* block_tables;     // [num_seqs, max_blocks_per_seq]
+  int max_blocks_per_seq;
+  int num_tokens;
+  int num_heads;
+  int num_kv_heads;
+  int head_dim;
+  int block_size;
+  int qkv_stride;  // (num_heads + 2 * num_kv_heads) * head_dim
+  float scale;     // softmax scale, usually 1 / sqrt(head_dim)
+};
+
+// Device views of a step's attention work partition (arrays live in the backend's step buffer).
+struct AttentionPlanView {
+  int num_decode = 0;          // sequences with exactly one query token
+  int max_decode_len = 0;      // longest context among them (cached + new)
+  int num_prefill_items = 0;   // query tiles of sequences with more than one query token
+  const int32_t* decode_seqs = nullptr;    // [num_decode] sequence index of each decode
+  const int32_t* prefill_items = nullptr;  // [num_prefill_items, 2] (sequence, first query row of the tile)
+  const int32_t* token_seq = nullptr;      // [T] sequence index of each token
+};
+
+}  // namespace xinfer::cuda

@@ -1,0 +1,33 @@
+// RoPE (rotate-half / NeoX layout, as transformers' Llama) on the q and k heads of qkv, in place, fused
+// with the paged KV-cache write of the rotated k and of v (bf16; f32 math).
+//
+//   x[i], x[i + D/2]  <-  x[i] cos - x[i + D/2] sin,  x[i + D/2] cos + x[i] sin    (cos, sin at `position`)
+//   k_cache/v_cache[slot / block_size, kv_head, slot % block_size, :] = k, v
+//
+// One CTA per token. Tokens with a negative slot (padding) are rotated but not cached.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace xinfer::cuda {
+
+struct RopeKvWriteArgs {
+  __nv_bfloat16* qkv;            // [T, (Hq + 2 * Hkv) * D], q and k rotated in place
+  const float* cos_sin;          // [max_pos, D]: cos in [:, :D/2], sin in [:, D/2:]
+  const int32_t* positions;      // [T]
+  const int32_t* slot_mapping;   // [T]
+  __nv_bfloat16* k_cache;        // [num_blocks, Hkv, block_size, D]
+  __nv_bfloat16* v_cache;        // [num_blocks, Hkv, block_size, D]
+  int num_tokens;
+  int num_heads;
+  int num_kv_heads;
+  int head_dim;
+  int block_size;
+};
+
+void launch_rope_kv_write(const RopeKvWriteArgs& args, cudaStream_t stream);
+
+}  // namespace xinfer::cuda

@@ -1,0 +1,283 @@
+// Whole-model checks: LlamaModel on CudaBackend (bf16) against the transformers goldens (tests/golden/,
+// f32) and against LlamaModel on CpuBackend (f32): prefill logits, teacher-forced decode logits,
+// 32 free-running greedy steps, and a mixed step (decodes + a prefill chunk in one forward).
+// The golden tiny models have head_dim 16 / 32 (generic attention kernel); a synthetic random model with
+// head_dim 128 and GQA 4 (written to a temp dir) runs the fast decode and prefill kernels end to end.
+#include <stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu_test_util.h"
+#include "xinfer/model/llama.h"
+#include "xinfer/model/safetensors.h"
+
+namespace xinfer::gpu_test {
+namespace {
+
+constexpr double kLogitTol = 5e-2;    // relative L2 of bf16-model logits vs f32 references
+constexpr float kGapMargin = 0.05f;   // top-2 gaps below this may flip between bf16 and f32
+
+// Drives one model on one backend through hand-made steps (one block table per sequence, block size 16).
+class Runner {
+ public:
+  Runner(backend::Backend& b, const std::string& dir, DType kv_dtype) : b_(b) {
+    model::LoadOptions opt;
+    opt.max_tokens = 512;
+    opt.max_logit_rows = 512;
+    opt.show_progress = false;
+    auto m = model::LlamaModel::load(dir, b, opt);
+    XI_CHECK(m.ok()) << m.status().to_string();
+    model_ = std::move(m).value();
+    const auto& c = model_->config();
+    kv_ = b.allocate_kv_cache({c.num_layers, kNumBlocks, kBlockSize, c.num_kv_heads, c.head_dim, kv_dtype});
+  }
+  const model::ModelConfig& config() const { return model_->config(); }
+  int add_seq() {
+    seqs_.emplace_back();
+    return static_cast<int>(seqs_.size()) - 1;
+  }
+  // Appends tokens to sequences in one forward; returns logits [rows, V]: every new token's row when
+  // all_rows, else the last new token of each entry.
+  std::vector<float> step(const std::vector<std::pair<int, std::vector<int32_t>>>& work, bool all_rows) {
+    backend::StepPlan p;
+    p.query_start_loc.push_back(0);
+    int max_blocks = 1;
+    for (auto& [s, toks] : work) {
+      const int len = seqs_[static_cast<size_t>(s)].len + static_cast<int>(toks.size());
+      max_blocks = std::max(max_blocks, (len + kBlockSize - 1) / kBlockSize);
+    }
+    p.max_blocks_per_seq = max_blocks;
+    for (auto& [s, toks] : work) {
+      Seq& q = seqs_[static_cast<size_t>(s)];
+      for (int32_t tok : toks) {
+        if (q.len % kBlockSize == 0) {
+          XI_CHECK_LT(next_block_, kNumBlocks);
+          q.blocks.push_back(next_block_++);
+        }
+        if (all_rows) p.logit_rows.push_back(p.num_tokens());
+        p.token_ids.push_back(tok);
+        p.positions.push_back(q.len);
+        p.slot_mapping.push_back(q.blocks.back() * kBlockSize + q.len % kBlockSize);
+        ++q.len;
+      }
+      if (!all_rows) p.logit_rows.push_back(p.num_tokens() - 1);
+      p.query_start_loc.push_back(p.num_tokens());
+      p.seq_lens.push_back(q.len);
+      p.max_seq_len = std::max(p.max_seq_len, q.len);
+      std::vector<int32_t> table(static_cast<size_t>(max_blocks), 0);
+      std::copy(q.blocks.begin(), q.blocks.end(), table.begin());
+      p.block_tables.insert(p.block_tables.end(), table.begin(), table.end());
+    }
+    const backend::StepMeta meta = b_.upload_step(p);
+    const TensorView logits = model_->forward(meta, kv_);
+    return download(b_, logits);
+  }
+
+ private:
+  static constexpr int kBlockSize = 16, kNumBlocks = 128;
+  struct Seq {
+    std::vector<int32_t> blocks;
+    int len = 0;
+  };
+  backend::Backend& b_;
+  std::unique_ptr<model::LlamaModel> model_;
+  backend::KvCache kv_;
+  std::vector<Seq> seqs_;
+  int next_block_ = 1;
+};
+
+std::pair<int32_t, float> top1_gap(const float* row, int vocab) {
+  int best = 0;
+  for (int i = 1; i < vocab; ++i)
+    if (row[i] > row[best]) best = i;
+  float second = -INFINITY;
+  for (int i = 0; i < vocab; ++i)
+    if (i != best) second = std::max(second, row[i]);
+  return {best, row[best] - second};
+}
+
+std::vector<float> slice(const TensorView& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  convert_to_f32(t.dtype, t.data, v.data(), v.size());
+  return v;
+}
+std::vector<int32_t> slice_i32(const TensorView& t) {
+  const auto* p = t.as<int32_t>();
+  return std::vector<int32_t>(p, p + t.numel());
+}
+
+// Synthetic Llama with head_dim 128, GQA 4 (8 q heads, 2 kv heads), written once into a temp dir.
+std::string synthetic_d128_dir() {
+  static const std::string dir = [] {
+    std::string templ = (std::filesystem::temp_directory_path() / "xinfer_gpu_model_XXXXXX").string();
+    XI_CHECK(::mkdtemp(templ.data()) != nullptr);
+    const int H = 256, D = 128, Hq = 8, Hkv = 2, I = 512, V = 512, L = 2;
+    nlohmann::json cfg = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"hidden_size", H},
+                          {"intermediate_size", I}, {"num_hidden_layers", L}, {"num_attention_heads", Hq},
+                          {"num_key_value_heads", Hkv}, {"head_dim", D}, {"vocab_size", V},
+                          {"max_position_embeddings", 1024}, {"rms_norm_eps", 1e-5}, {"hidden_act", "silu"},
+                          {"rope_parameters", {{"rope_theta", 10000.0}, {"rope_type", "default"}}},
+                          {"tie_word_embeddings", false}, {"dtype", "float32"}, {"bos_token_id", 1},
+                          {"eos_token_id", 2}};
+    std::ofstream(templ + "/config.json") << cfg.dump(2);
+    std::mt19937 rng(1234);
+    std::vector<std::unique_ptr<HostTensor>> store;
+    std::vector<std::pair<std::string, TensorView>> tensors;
+    auto add = [&](const std::string& name, Shape s, float stdev, float mean) {
+      auto t = std::make_unique<HostTensor>(DType::kF32, s);
+      std::normal_distribution<float> d(mean, stdev);
+      for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = d(rng);
+      tensors.emplace_back(name, t->view());
+      store.push_back(std::move(t));
+    };
+    add("model.embed_tokens.weight", Shape{V, H}, 1.0f, 0.0f);
+    for (int l = 0; l < L; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      add(p + "input_layernorm.weight", Shape{H}, 0.1f, 1.0f);
+      add(p + "post_attention_layernorm.weight", Shape{H}, 0.1f, 1.0f);
+      add(p + "self_attn.q_proj.weight", Shape{Hq * D, H}, 0.08f, 0.0f);
+      add(p + "self_attn.k_proj.weight", Shape{Hkv * D, H}, 0.08f, 0.0f);
+      add(p + "self_attn.v_proj.weight", Shape{Hkv * D, H}, 0.08f, 0.0f);
+      add(p + "self_attn.o_proj.weight", Shape{H, Hq * D}, 0.03f, 0.0f);
+      add(p + "mlp.gate_proj.weight", Shape{I, H}, 0.06f, 0.0f);
+      add(p + "mlp.up_proj.weight", Shape{I, H}, 0.06f, 0.0f);
+      add(p + "mlp.down_proj.weight", Shape{H, I}, 0.04f, 0.0f);
+    }
+    add("model.norm.weight", Shape{H}, 0.1f, 1.0f);
+    add("lm_head.weight", Shape{V, H}, 0.1f, 0.0f);
+    XI_CHECK_OK(model::write_safetensors(templ + "/model.safetensors", tensors, nullptr));
+    return templ;
+  }();
+  return dir;
+}
+
+std::string model_dir(const std::string& name) {
+  return name == "synthetic_d128" ? synthetic_d128_dir() : "tests/golden/" + name;
+}
+
+class ModelTest : public ::testing::TestWithParam<std::string> {};
+
+// CUDA logits vs the transformers goldens: every prompt position, then 19 teacher-forced decode steps.
+TEST_P(ModelTest, MatchesTransformersGolden) {
+  if (GetParam() == "synthetic_d128") GTEST_SKIP() << "no golden for the synthetic model";
+  auto golden = model::WeightFiles::open_file(model_dir(GetParam()) + "/golden.safetensors");
+  ASSERT_TRUE(golden.ok()) << golden.status().to_string();
+  Runner r(gpu(), model_dir(GetParam()), DType::kBF16);
+  const int V = r.config().vocab_size;
+  double worst_rel = 0, worst_abs = 0;
+  int checked = 0, equal = 0;
+  for (int i = 0; i < 3; ++i) {
+    const std::string n = std::to_string(i);
+    const auto prompt = slice_i32(golden->get("prompt_" + n).value());
+    const auto greedy = slice_i32(golden->get("greedy_" + n).value());
+    const auto ref_logits = slice(golden->get("logits_" + n).value());
+    const auto ref_greedy = slice(golden->get("greedy_logits_" + n).value());
+    const int s = r.add_seq();
+    const auto logits = r.step({{s, prompt}}, true);
+    Compare c = compare(logits, ref_logits);
+    EXPECT_EQ(c.nans, 0);
+    EXPECT_LT(c.rel_l2, kLogitTol) << "prompt " << i << " logits (max abs " << c.max_abs << ")";
+    worst_rel = std::max(worst_rel, c.rel_l2);
+    worst_abs = std::max(worst_abs, c.max_abs);
+    for (size_t k = 0; k < greedy.size(); ++k) {
+      const float* ref_row = ref_greedy.data() + k * static_cast<size_t>(V);
+      std::vector<float> row;
+      if (k == 0) {
+        row.assign(logits.end() - V, logits.end());
+      } else {
+        row = r.step({{s, {greedy[k - 1]}}}, false);
+      }
+      c = compare(row, std::vector<float>(ref_row, ref_row + V));
+      EXPECT_EQ(c.nans, 0);
+      EXPECT_LT(c.rel_l2, kLogitTol) << "prompt " << i << " decode step " << k;
+      worst_rel = std::max(worst_rel, c.rel_l2);
+      worst_abs = std::max(worst_abs, c.max_abs);
+      const auto [ref_tok, ref_gap] = top1_gap(ref_row, V);
+      EXPECT_EQ(ref_tok, greedy[k]);
+      if (ref_gap > kGapMargin) {
+        ++checked;
+        const int32_t tok = top1_gap(row.data(), V).first;
+        equal += tok == greedy[k];
+        EXPECT_EQ(tok, greedy[k]) << "prompt " << i << " step " << k << " (golden top-2 gap " << ref_gap << ")";
+      }
+    }
+  }
+  std::printf("[ model ] %-14s vs transformers: worst rel_l2 %.2e, max abs %.3f, greedy %d/%d equal (gap > %.2f)\n",
+              GetParam().c_str(), worst_rel, worst_abs, equal, checked, kGapMargin);
+}
+
+std::vector<int32_t> long_prompt(int vocab, int n) {
+  std::mt19937 rng(42);
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (auto& t : p) t = 3 + static_cast<int32_t>(rng() % static_cast<unsigned>(vocab - 3));
+  return p;
+}
+
+// 32 greedy steps on each backend from the same prompt: tokens equal until a step whose CPU top-2 gap
+// is small enough for bf16 to flip it (then the comparison stops).
+TEST_P(ModelTest, GreedyMatchesCpu) {
+  Runner g(gpu(), model_dir(GetParam()), DType::kBF16);
+  Runner c(cpu(), model_dir(GetParam()), DType::kF32);
+  const int V = g.config().vocab_size;
+  const auto prompt = long_prompt(V, GetParam() == "synthetic_d128" ? 150 : 33);
+  const int sg = g.add_seq(), sc = c.add_seq();
+  auto lg = g.step({{sg, prompt}}, true);
+  auto lc = c.step({{sc, prompt}}, true);
+  const Compare pc = compare(lg, lc);
+  EXPECT_EQ(pc.nans, 0);
+  EXPECT_LT(pc.rel_l2, kLogitTol) << "prefill logits vs cpu (max abs " << pc.max_abs << ")";
+  std::vector<float> rg(lg.end() - V, lg.end()), rc(lc.end() - V, lc.end());
+  int same = 0;
+  double worst = pc.rel_l2;
+  for (int k = 0; k < 32; ++k) {
+    const auto [tg, gap_g] = top1_gap(rg.data(), V);
+    const auto [tc, gap_c] = top1_gap(rc.data(), V);
+    if (tg != tc) {
+      EXPECT_LT(gap_c, kGapMargin) << "step " << k << ": cuda " << tg << " vs cpu " << tc << " with top-2 gap " << gap_c;
+      break;
+    }
+    ++same;
+    rg = g.step({{sg, {tg}}}, false);
+    rc = c.step({{sc, {tc}}}, false);
+    const Compare dc = compare(rg, rc);
+    EXPECT_EQ(dc.nans, 0);
+    EXPECT_LT(dc.rel_l2, kLogitTol) << "decode step " << k;
+    worst = std::max(worst, dc.rel_l2);
+  }
+  std::printf("[ model ] %-14s vs cpu: %d/32 greedy tokens equal, worst logits rel_l2 %.2e\n", GetParam().c_str(),
+              same, worst);
+}
+
+// Step 1 prefills A and B; step 2 mixes decodes of A and B with C's prefill and a chunk of B-prefix-like
+// new sequence D; logits of the last row of each must match the CPU running the same plans.
+TEST_P(ModelTest, MixedStepMatchesCpu) {
+  Runner g(gpu(), model_dir(GetParam()), DType::kBF16);
+  Runner c(cpu(), model_dir(GetParam()), DType::kF32);
+  const int V = g.config().vocab_size;
+  const auto p = long_prompt(V, 120);
+  const std::vector<int32_t> a(p.begin(), p.begin() + 7), b(p.begin() + 7, p.begin() + 8),
+      cc(p.begin() + 8, p.begin() + 41), d1(p.begin() + 41, p.begin() + 100), d2(p.begin() + 100, p.end());
+  for (Runner* r : {&g, &c})
+    for (int i = 0; i < 4; ++i) r->add_seq();
+  const std::vector<std::pair<int, std::vector<int32_t>>> step1 = {{0, a}, {1, b}, {3, d1}};
+  const std::vector<std::pair<int, std::vector<int32_t>>> step2 = {{0, {5}}, {2, cc}, {1, {9}}, {3, d2}};
+  for (const auto* s : {&step1, &step2}) {
+    const auto lg = g.step(*s, false), lc = c.step(*s, false);
+    ASSERT_EQ(lg.size(), s->size() * static_cast<size_t>(V));
+    const Compare cm = compare(lg, lc);
+    EXPECT_EQ(cm.nans, 0);
+    EXPECT_LT(cm.rel_l2, kLogitTol) << "mixed step logits vs cpu (max abs " << cm.max_abs << ")";
+    std::printf("[ model ] %-14s mixed step (%zu seqs) vs cpu: rel_l2 %.2e\n", GetParam().c_str(), s->size(), cm.rel_l2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ModelTest,
+                         ::testing::Values("llama_gqa", "llama_tied", "mistral", "qwen2", "qwen3", "synthetic_d128"),
+                         [](const auto& param_info) { return param_info.param; });
+
+}  // namespace
+}  // namespace xinfer::gpu_test

@@ -1,0 +1,208 @@
+// Every non-attention op of CudaBackend (bf16) against CpuBackend (f32) on the same bf16-valued random
+// inputs of awkward sizes; CUDA outputs are NaN-poisoned first so unwritten elements fail.
+#include <algorithm>
+#include <numeric>
+
+#include "gpu_test_util.h"
+
+namespace xinfer::gpu_test {
+namespace {
+
+constexpr double kBf16Tol = 1e-2;
+
+// A step with `t` tokens of one sequence at the given positions / slots (ops that read only these).
+backend::StepPlan token_step(const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
+                             const std::vector<int32_t>& slots) {
+  backend::StepPlan p;
+  p.token_ids = ids;
+  p.positions = positions;
+  p.slot_mapping = slots;
+  p.query_start_loc = {0, static_cast<int32_t>(ids.size())};
+  p.seq_lens = {*std::max_element(positions.begin(), positions.end()) + 1};
+  p.max_blocks_per_seq = 1;
+  p.block_tables = {0};
+  p.max_seq_len = p.seq_lens[0];
+  return p;
+}
+
+class EmbeddingTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
+TEST_P(EmbeddingTest, MatchesCpu) {
+  const auto [tokens, hidden] = GetParam();
+  std::mt19937 rng(tokens * 31 + hidden);
+  const int vocab = 1000;
+  auto table = upload_both(random_bf16(static_cast<size_t>(vocab) * hidden, rng), Shape{vocab, hidden});
+  std::vector<int32_t> ids(static_cast<size_t>(tokens));
+  for (auto& id : ids) id = static_cast<int32_t>(rng() % vocab);
+  ids[0] = vocab - 1;
+  const auto plan = token_step(ids, std::vector<int32_t>(ids.size(), 0), std::vector<int32_t>(ids.size(), 0));
+  auto out = allocate_both(Shape{tokens, hidden});
+  poison(out.g.view);
+  cpu().embedding(cpu().upload_step(plan), table.c.view, out.c.view);
+  gpu().embedding(gpu().upload_step(plan), table.g.view, out.g.view);
+  const Compare c = expect_close(out.g.view, out.c.view, 1e-7, "embedding");
+  EXPECT_EQ(c.max_abs, 0.0);
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, EmbeddingTest,
+                         ::testing::Values(std::make_tuple(1, 64), std::make_tuple(7, 4096), std::make_tuple(97, 100)));
+
+class NormTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
+TEST_P(NormTest, RmsNormMatchesCpu) {
+  const auto [rows, width] = GetParam();
+  std::mt19937 rng(rows * 17 + width);
+  auto x = upload_both(random_bf16(static_cast<size_t>(rows) * width, rng), Shape{rows, width});
+  auto w = upload_both(random_bf16(static_cast<size_t>(width), rng), Shape{width});
+  auto out = allocate_both(Shape{rows, width});
+  poison(out.g.view);
+  cpu().rms_norm(x.c.view, w.c.view, 1e-6f, out.c.view);
+  gpu().rms_norm(x.g.view, w.g.view, 1e-6f, out.g.view);
+  expect_close(out.g.view, out.c.view, kBf16Tol, "rms_norm");
+}
+TEST_P(NormTest, AddRmsNormMatchesCpu) {
+  const auto [rows, width] = GetParam();
+  std::mt19937 rng(rows * 19 + width);
+  const size_t n = static_cast<size_t>(rows) * width;
+  auto res = upload_both(random_bf16(n, rng), Shape{rows, width});
+  auto delta = upload_both(random_bf16(n, rng, 0.5f), Shape{rows, width});
+  auto w = upload_both(random_bf16(static_cast<size_t>(width), rng), Shape{width});
+  auto out = allocate_both(Shape{rows, width});
+  poison(out.g.view);
+  cpu().add_rms_norm(res.c.view, delta.c.view, w.c.view, 1e-5f, out.c.view);
+  gpu().add_rms_norm(res.g.view, delta.g.view, w.g.view, 1e-5f, out.g.view);
+  expect_close(out.g.view, out.c.view, kBf16Tol, "add_rms_norm out");
+  expect_close(res.g.view, res.c.view, kBf16Tol, "add_rms_norm residual");
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, NormTest,
+                         ::testing::Values(std::make_tuple(1, 64), std::make_tuple(7, 4096), std::make_tuple(97, 100),
+                                           std::make_tuple(3, 5120), std::make_tuple(33, 13)));
+
+struct LinearCase {
+  int m, n, k;
+  bool bias;
+  bool f32_out;
+};
+class LinearTest : public ::testing::TestWithParam<LinearCase> {};
+TEST_P(LinearTest, MatchesCpu) {
+  const LinearCase lc = GetParam();
+  std::mt19937 rng(lc.m * 7 + lc.n * 3 + lc.k);
+  auto x = upload_both(random_bf16(static_cast<size_t>(lc.m) * lc.k, rng), Shape{lc.m, lc.k});
+  auto w = upload_both(random_bf16(static_cast<size_t>(lc.n) * lc.k, rng, 0.05f), Shape{lc.n, lc.k});
+  Both b;
+  if (lc.bias) b = upload_both(random_bf16(static_cast<size_t>(lc.n), rng), Shape{lc.n});
+  auto out = allocate_both(Shape{lc.m, lc.n}, lc.f32_out ? DType::kF32 : DType::kBF16);
+  poison(out.g.view);
+  cpu().linear(x.c.view, {w.c.view, lc.bias ? b.c.view : TensorView{}}, out.c.view);
+  gpu().linear(x.g.view, {w.g.view, lc.bias ? b.g.view : TensorView{}}, out.g.view);
+  expect_close(out.g.view, out.c.view, lc.f32_out ? 1e-3 : kBf16Tol, "linear");
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, LinearTest,
+                         ::testing::Values(LinearCase{1, 4096, 4096, false, false}, LinearCase{7, 96, 64, true, false},
+                                           LinearCase{97, 264, 200, false, false}, LinearCase{33, 512, 64, false, true},
+                                           LinearCase{300, 1024, 512, true, false}, LinearCase{2, 32000, 256, false, true}));
+
+struct HeadsCase {
+  int hq, hkv, d, block_size, tokens;
+};
+class RopeKvWriteTest : public ::testing::TestWithParam<HeadsCase> {};
+TEST_P(RopeKvWriteTest, MatchesCpu) {
+  const HeadsCase hc = GetParam();
+  std::mt19937 rng(hc.hq * 13 + hc.d + hc.block_size);
+  const int width = (hc.hq + 2 * hc.hkv) * hc.d, max_pos = 300, num_blocks = 40;
+  auto qkv = upload_both(random_bf16(static_cast<size_t>(hc.tokens) * width, rng), Shape{hc.tokens, width});
+  // cos/sin of random angles (the model's table is tested in tests/unit/model/rope_test).
+  std::vector<float> cs(static_cast<size_t>(max_pos) * hc.d);
+  std::uniform_real_distribution<float> angle(-3.2f, 3.2f);
+  for (int p = 0; p < max_pos; ++p)
+    for (int i = 0; i < hc.d / 2; ++i) {
+      const float a = angle(rng);
+      cs[static_cast<size_t>(p) * hc.d + i] = std::cos(a);
+      cs[static_cast<size_t>(p) * hc.d + hc.d / 2 + i] = std::sin(a);
+    }
+  backend::DeviceTensor cs_c = cpu().upload(host_view(cs, Shape{max_pos, hc.d}), DType::kF32);
+  backend::DeviceTensor cs_g = gpu().upload(host_view(cs, Shape{max_pos, hc.d}), DType::kF32);
+  std::vector<int32_t> slots(static_cast<size_t>(num_blocks * hc.block_size));
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  slots.resize(static_cast<size_t>(hc.tokens));
+  std::vector<int32_t> positions(static_cast<size_t>(hc.tokens));
+  for (auto& p : positions) p = static_cast<int32_t>(rng() % max_pos);
+  const auto plan = token_step(std::vector<int32_t>(positions.size(), 0), positions, slots);
+  backend::KvCacheSpec spec{1, num_blocks, hc.block_size, hc.hkv, hc.d, DType::kF32};
+  backend::KvCache kc = cpu().allocate_kv_cache(spec);
+  spec.dtype = DType::kBF16;
+  backend::KvCache kg = gpu().allocate_kv_cache(spec);
+  cpu().rope_kv_write(cpu().upload_step(plan), qkv.c.view, hc.hq, hc.hkv, hc.d, cs_c.view, kc.layers[0]);
+  gpu().rope_kv_write(gpu().upload_step(plan), qkv.g.view, hc.hq, hc.hkv, hc.d, cs_g.view, kg.layers[0]);
+  expect_close(qkv.g.view, qkv.c.view, kBf16Tol, "rope qkv");
+  expect_close(kg.layers[0].k, kc.layers[0].k, kBf16Tol, "k cache");
+  const Compare v = expect_close(kg.layers[0].v, kc.layers[0].v, 1e-7, "v cache");
+  EXPECT_EQ(v.max_abs, 0.0) << "v is copied exactly";
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, RopeKvWriteTest,
+                         ::testing::Values(HeadsCase{4, 2, 16, 16, 7}, HeadsCase{32, 8, 128, 16, 97},
+                                           HeadsCase{8, 1, 64, 1, 54}, HeadsCase{4, 4, 32, 16, 1},
+                                           HeadsCase{28, 4, 128, 1, 33}));
+
+class QkNormTest : public ::testing::TestWithParam<HeadsCase> {};
+TEST_P(QkNormTest, MatchesCpu) {
+  const HeadsCase hc = GetParam();
+  std::mt19937 rng(hc.hq * 11 + hc.d);
+  const int width = (hc.hq + 2 * hc.hkv) * hc.d;
+  auto qkv = upload_both(random_bf16(static_cast<size_t>(hc.tokens) * width, rng), Shape{hc.tokens, width});
+  auto qw = upload_both(random_bf16(static_cast<size_t>(hc.d), rng), Shape{hc.d});
+  auto kw = upload_both(random_bf16(static_cast<size_t>(hc.d), rng), Shape{hc.d});
+  cpu().qk_norm(qkv.c.view, hc.hq, hc.hkv, hc.d, qw.c.view, kw.c.view, 1e-6f);
+  gpu().qk_norm(qkv.g.view, hc.hq, hc.hkv, hc.d, qw.g.view, kw.g.view, 1e-6f);
+  expect_close(qkv.g.view, qkv.c.view, kBf16Tol, "qk_norm");
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, QkNormTest,
+                         ::testing::Values(HeadsCase{4, 2, 32, 16, 7}, HeadsCase{32, 8, 128, 16, 97},
+                                           HeadsCase{16, 1, 64, 16, 1}, HeadsCase{4, 2, 48, 16, 3}));
+
+class SiluMulTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
+TEST_P(SiluMulTest, MatchesCpu) {
+  const auto [rows, inter] = GetParam();
+  std::mt19937 rng(rows * 5 + inter);
+  auto gu = upload_both(random_bf16(static_cast<size_t>(rows) * 2 * inter, rng, 2.0f), Shape{rows, 2 * inter});
+  auto out = allocate_both(Shape{rows, inter});
+  poison(out.g.view);
+  cpu().silu_mul(gu.c.view, out.c.view);
+  gpu().silu_mul(gu.g.view, out.g.view);
+  expect_close(out.g.view, out.c.view, kBf16Tol, "silu_mul");
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, SiluMulTest,
+                         ::testing::Values(std::make_tuple(1, 176), std::make_tuple(7, 14336), std::make_tuple(97, 100),
+                                           std::make_tuple(5, 33)));
+
+TEST(GatherRowsTest, MatchesCpu) {
+  std::mt19937 rng(3);
+  const int rows = 97, width = 264;
+  auto x = upload_both(random_bf16(static_cast<size_t>(rows) * width, rng), Shape{rows, width});
+  auto plan = token_step(std::vector<int32_t>(rows, 0), std::vector<int32_t>(rows, 0), std::vector<int32_t>(rows, 0));
+  plan.logit_rows = {96, 0, 53, 53, 7};
+  auto out = allocate_both(Shape{5, width});
+  poison(out.g.view);
+  cpu().gather_rows(cpu().upload_step(plan), x.c.view, out.c.view);
+  gpu().gather_rows(gpu().upload_step(plan), x.g.view, out.g.view);
+  const Compare c = expect_close(out.g.view, out.c.view, 1e-7, "gather_rows");
+  EXPECT_EQ(c.max_abs, 0.0);
+}
+
+TEST(UploadTest, RoundTripsEveryFloatDtype) {
+  std::mt19937 rng(5);
+  const auto v = random_bf16(1000, rng);
+  for (DType src : {DType::kF32, DType::kBF16, DType::kF16}) {
+    std::vector<char> raw(dtype_bytes(src, v.size()));
+    convert_from_f32(src, v.data(), raw.data(), v.size());
+    backend::DeviceTensor t = gpu().upload(TensorView{raw.data(), src, Shape{1000}, Device::kCpu}, DType::kBF16);
+    std::vector<float> expect(v.size());
+    convert_to_f32(src, raw.data(), expect.data(), v.size());
+    for (float& e : expect) e = to_float(to_bf16(e));
+    EXPECT_EQ(download(gpu(), t.view), expect) << dtype_name(src);
+  }
+  const auto info = gpu().info();
+  EXPECT_NE(info.name.find("cuda:0"), std::string::npos);
+  EXPECT_GT(info.total_memory, info.free_memory);
+}
+
+}  // namespace
+}  // namespace xinfer::gpu_test
