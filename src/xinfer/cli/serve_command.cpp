@@ -1,0 +1,235 @@
+// `xinfer serve`: the OpenAI-compatible HTTP server over the engine.
+//
+// Start-up: parse flags -> load filter rules -> listen (GET /health answers 503 while loading) -> load the
+// engine (model, KV cache) and tokenizer -> ready. SIGTERM / SIGINT drain: stop accepting, refuse new
+// generation (503), let in-flight requests finish (up to --drain-timeout, then abort them), exit 0.
+// Signals are blocked in every thread and taken with sigwait() by main, so no handler runs async code.
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "xinfer/cli/command.h"
+#include "xinfer/cli/flags.h"
+#include "xinfer/core/logging.h"
+#include "xinfer/engine/engine.h"
+#include "xinfer/server/http_server.h"
+#include "xinfer/server/openai_server.h"
+#include "xinfer/server/output_filter.h"
+#include "xinfer/tokenizer/jinja/chat_template.h"
+#include "xinfer/tokenizer/tokenizer.h"
+
+namespace xinfer::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The bundled default model, relative to the repository root (tools/train_tiny.py makes it).
+constexpr const char* kDefaultModel = "models/xinfer-tiny-shakespeare";
+
+// kDefaultModel under the working directory or under any ancestor of the executable (the binary lives in
+// <repo>/build/<preset>/src/xinfer/cli/). "" if none has it.
+std::string find_default_model() {
+  std::error_code ec;
+  if (fs::exists(fs::path(kDefaultModel) / "config.json", ec)) return kDefaultModel;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
+    if (fs::exists(dir / kDefaultModel / "config.json", ec)) return (dir / kDefaultModel).string();
+  }
+  return "";
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Waits up to timeout_s for `done`, returning early (false) if SIGINT/SIGTERM arrives meanwhile.
+template <typename Pred>
+bool wait_until(Pred done, double timeout_s, const sigset_t& signals) {
+  const double deadline = now_s() + timeout_s;
+  while (!done()) {
+    if (now_s() >= deadline) return false;
+    timespec ts{0, 20 * 1000 * 1000};
+    if (sigtimedwait(&signals, nullptr, &ts) > 0) return false;
+  }
+  return true;
+}
+
+int run_serve(int argc, char** argv) {
+  std::string model_dir, served_name, host = "127.0.0.1", api_key, filter_rules_path, backend = "cpu";
+  int port = 8000, max_connections = 1024, server_threads = 1, threads = 0;
+  int64_t max_body_bytes = 8 << 20, kv_cache_mb = 1024;
+  double keep_alive_timeout = 30, drain_timeout = 30;
+  engine::EngineConfig ec;
+  sched::SchedulerConfig& sc = ec.scheduler;
+
+  FlagSet flags("xinfer serve",
+                "Serve a model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,\n"
+                "/v1/models, /tokenize, /detokenize, /health, /metrics).\n"
+                "Example: xinfer serve --model DIR --port 8000\n"
+                "Without --model it serves the bundled model " +
+                    std::string(kDefaultModel) +
+                    ".\nSIGTERM or Ctrl-C drains: new requests get 503, running ones finish, then exit 0.");
+  flags.add("--model", &model_dir,
+            std::string("Hugging Face model directory (config.json, *.safetensors, tokenizer files); default: ") +
+                kDefaultModel + " of this checkout");
+  flags.add("--served-model-name", &served_name, "model name clients must send (default: the directory's name)");
+  flags.add("--host", &host, "address to bind (IP); 0.0.0.0 exposes the server to the network");
+  flags.add("--port", &port, "TCP port; 0 picks a free one (printed in the log)");
+  flags.add("--api-key", &api_key,
+            "require 'Authorization: Bearer KEY' on /v1/* (default: $XINFER_API_KEY, else no auth)");
+  flags.add("--filter-rules", &filter_rules_path,
+            "JSON file of output rules: [{\"pattern\", \"type\": literal|regex, \"action\": mask|stop|content_filter, "
+            "\"replacement\"}]");
+  flags.add("--max-waiting", &ec.max_waiting, "queued requests beyond this are refused with 429");
+  flags.add("--max-body-bytes", &max_body_bytes, "largest request body accepted (413 beyond)");
+  flags.add("--max-connections", &max_connections, "open HTTP connections beyond this are refused with 503");
+  flags.add("--keep-alive-timeout", &keep_alive_timeout,
+            "seconds an idle keep-alive connection (or slow request headers) may wait before it is closed");
+  flags.add("--drain-timeout", &drain_timeout, "seconds in-flight requests may run after SIGTERM before abort");
+  flags.add("--server-threads", &server_threads, "HTTP I/O threads");
+  flags.add("--backend", &backend, "cpu or cuda");
+  flags.add("--threads", &threads, "CPU threads for the model and sampler; 0 = all cores");
+  flags.add("--kv-cache-mb", &kv_cache_mb, "memory for KV-cache blocks, MiB (host RAM on the CPU backend)");
+  flags.add("--max-model-len", &ec.max_model_len,
+            "longest sequence (prompt + output); 0 = the model's limit or what the KV cache holds");
+  flags.add("--block-size", &sc.block_size, "tokens per KV-cache block");
+  flags.add("--enable-prefix-caching", &sc.enable_prefix_caching, "reuse KV blocks of identical prompt prefixes");
+  flags.add("--max-num-seqs", &sc.max_num_seqs, "most sequences running at once");
+  flags.add("--max-num-batched-tokens", &sc.max_num_batched_tokens, "most tokens in one forward pass");
+  flags.add("--decode-interval", &sc.decode_interval, "initial steps between admissions of waiting requests");
+  flags.add("--reorder-window", &sc.reorder_window, "waiting requests reordered shortest-first (<= 1: FIFO)");
+  if (int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
+
+  auto fail = [](const std::string& msg) {
+    std::fprintf(stderr, "xinfer serve: %s\n", msg.c_str());
+    return 1;
+  };
+  if (api_key.empty()) {
+    if (const char* env = std::getenv("XINFER_API_KEY")) api_key = env;
+  }
+  if (port < 0 || port > 65535) return fail("--port must be in [0, 65535]");
+  if (max_body_bytes <= 0 || max_connections <= 0 || server_threads <= 0 || kv_cache_mb <= 0)
+    return fail("--max-body-bytes, --max-connections, --server-threads and --kv-cache-mb must be positive");
+  if (model_dir.empty()) {
+    model_dir = find_default_model();
+    if (model_dir.empty()) {
+      return fail(std::string("no --model given and the bundled model ") + kDefaultModel +
+                  " is missing (looked under the working directory and the checkout holding this binary); "
+                  "make it with tools/train_tiny.py or pass --model DIR");
+    }
+  }
+  if (!fs::exists(fs::path(model_dir) / "config.json")) return fail(model_dir + ": no config.json (not a model directory)");
+
+  std::shared_ptr<const server::FilterRules> rules;
+  if (!filter_rules_path.empty()) {
+    auto r = server::FilterRules::load(filter_rules_path);
+    if (!r.ok()) return fail(r.status().to_string());
+    rules = *r;
+  }
+  auto kind = engine::parse_backend_kind(backend);
+  if (!kind.ok()) return fail(kind.status().message());
+  ec.backend = *kind;
+  ec.model_dir = model_dir;
+  ec.served_model_name = served_name;
+  ec.threads = threads;
+  ec.kv_cache_memory = static_cast<size_t>(kv_cache_mb) << 20;
+  if (Status s = ec.validate(); !s.ok()) return fail(s.message());
+
+  // Block the signals before any thread starts, so every thread inherits the mask and main takes them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  server::OpenAIServerOptions so;
+  so.api_key = api_key;
+  so.filter_rules = rules;
+  server::OpenAIServer api(so);
+  server::HttpServerOptions ho;
+  ho.host = host;
+  ho.port = port;
+  ho.max_body_bytes = static_cast<size_t>(max_body_bytes);
+  ho.max_connections = max_connections;
+  ho.keep_alive_timeout_s = keep_alive_timeout;
+  ho.threads = server_threads;
+  server::HttpServer http(ho, [&api](server::HttpRequest req, std::shared_ptr<server::HttpExchange> ex) {
+    api.handle(std::move(req), std::move(ex));
+  });
+  api.set_http_server(&http);
+  if (Status s = http.start(); !s.ok()) return fail(s.message());
+  XI_LOG(INFO) << "listening on http://" << host << ":" << http.port() << " (loading the model; /health is 503 until ready)";
+
+  const double t0 = now_s();
+  auto engine = engine::Engine::create(ec);
+  if (!engine.ok()) {
+    http.stop();
+    return fail("loading " + model_dir + ": " + engine.status().to_string());
+  }
+  auto tokenizer = tok::Tokenizer::load(model_dir);
+  if (!tokenizer.ok()) {
+    http.stop();
+    return fail("loading the tokenizer of " + model_dir + ": " + tokenizer.status().to_string());
+  }
+  server::ServedModel served;
+  served.engine = engine->get();
+  served.tokenizer = tokenizer->get();
+  served.name = (*engine)->info().model_name;
+  std::string chat_note = "none (chat completions answer 400)";
+  if (!(*tokenizer)->chat_template().empty()) {
+    auto tmpl = jinja::ChatTemplate::parse((*tokenizer)->chat_template());
+    if (tmpl.ok()) {
+      served.chat_template.emplace(std::move(*tmpl));
+      chat_note = "from tokenizer_config.json";
+    } else {
+      XI_LOG(WARN) << "chat template does not parse, chat completions disabled: " << tmpl.status().to_string();
+    }
+  }
+  const engine::EngineConfig& cfg = (*engine)->config();
+  const engine::EngineStats st = (*engine)->stats();
+  const engine::EngineInfo& info = (*engine)->info();
+  XI_LOG(INFO) << "model " << info.model_name << " from " << model_dir << " on " << engine::backend_kind_name(cfg.backend)
+               << ", vocab " << info.vocab_size << ", max_model_len " << info.max_model_len << ", chat template: "
+               << chat_note;
+  XI_LOG(INFO) << "memory plan: KV cache " << (cfg.kv_cache_memory >> 20) << " MiB -> " << st.num_total_blocks
+               << " blocks x " << cfg.scheduler.block_size << " tokens; max_num_seqs " << cfg.scheduler.max_num_seqs
+               << ", max_num_batched_tokens " << cfg.scheduler.max_num_batched_tokens << ", max_waiting "
+               << cfg.max_waiting;
+  XI_LOG(INFO) << "limits: body " << max_body_bytes << " bytes, " << max_connections << " connections, keep-alive "
+               << keep_alive_timeout << " s; api key " << (api_key.empty() ? "off" : "on") << "; filter rules "
+               << (rules ? std::to_string(rules->size()) : std::string("none"));
+  api.set_model(std::move(served));
+  XI_LOG(INFO) << "ready in " << static_cast<int>((now_s() - t0) * 1000) << " ms: serving " << info.model_name
+               << " on http://" << host << ":" << http.port();
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  XI_LOG(INFO) << "signal " << sig << ": draining (" << api.active_requests() << " requests in flight)";
+  api.begin_drain();
+  http.stop_accepting();
+  if (!wait_until([&] { return api.active_requests() == 0; }, drain_timeout, signals)) {
+    XI_LOG(WARN) << "drain: aborting " << api.active_requests() << " requests still running";
+    (*engine)->stop();  // every request gets its final (abort) output
+    wait_until([&] { return api.active_requests() == 0; }, 5, signals);
+  }
+  // Let the last responses reach their clients (connections close once written).
+  wait_until([&] { return http.open_connections() == 0; }, 5, signals);
+  (*engine)->stop();
+  http.stop();
+  XI_LOG(INFO) << "drained; exiting";
+  return 0;
+}
+
+const CommandRegistration kReg{"serve", "serve a model over an OpenAI-compatible HTTP API", &run_serve};
+
+}  // namespace
+}  // namespace xinfer::cli

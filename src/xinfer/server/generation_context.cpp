@@ -1,0 +1,359 @@
+#include "xinfer/server/generation_context.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "xinfer/core/logging.h"
+
+namespace xinfer::server {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double finite_logprob(float lp) { return std::isfinite(lp) ? lp : -9999.0; }
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+ApiError submit_error(const Status& s) {
+  ApiError e;
+  e.message = s.message();
+  switch (s.code()) {
+    case StatusCode::kResourceExhausted:
+      e.status = 429;
+      e.type = "rate_limit_error";
+      e.code = "rate_limit_exceeded";
+      e.message = "the server is overloaded (too many waiting requests); retry later: " + s.message();
+      break;
+    case StatusCode::kUnavailable:
+      e.status = 503;
+      e.type = "server_error";
+      e.code = "unavailable";
+      break;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange:
+      e.status = 400;
+      break;
+    default:
+      e.status = 500;
+      e.type = "server_error";
+      break;
+  }
+  return e;
+}
+
+}  // namespace
+
+GenerationContext::GenerationContext(OpenAIServer* server, const ServedModel* model,
+                                     std::shared_ptr<HttpExchange> exchange, GenerationSetup setup)
+    : server_(server), model_(model), ex_(std::move(exchange)), setup_(std::move(setup)) {
+  const int n = setup_.options.n;
+  choices_.resize(setup_.prompts.size() * static_cast<size_t>(n));
+  for (size_t p = 0; p < setup_.prompts.size(); ++p) {
+    for (int i = 0; i < n; ++i) {
+      Choice& c = choices_[p * static_cast<size_t>(n) + static_cast<size_t>(i)];
+      c.index = static_cast<int>(p) * n + i;
+      c.prompt = p;
+      c.request_id = setup_.id + "-" + std::to_string(c.index);
+      c.detok.emplace(*model_->tokenizer, setup_.options.skip_special_tokens, setup_.prompts[p].ids);
+      c.filter.emplace(setup_.options.stop, setup_.filter_rules, setup_.options.include_stop_str);
+      if (setup_.echo) c.text = setup_.prompts[p].text;
+      c.text_offset = static_cast<int64_t>(c.text.size());
+      if (setup_.options.logprobs == LogprobsFormat::kCompletion) {
+        c.logprobs = json{{"tokens", json::array()}, {"token_logprobs", json::array()},
+                          {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+      } else if (setup_.options.logprobs == LogprobsFormat::kChat) {
+        c.logprobs = json{{"content", json::array()}};
+      }
+    }
+  }
+}
+
+void GenerationContext::start() {
+  auto self = shared_from_this();
+  const double arrival = now_s();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    Choice& c = choices_[i];
+    engine::GenerationRequest req;
+    req.request_id = c.request_id;
+    req.prompt_ids = setup_.prompts[c.prompt].ids;
+    req.sampling = setup_.options.sampling;
+    if (!req.sampling.max_tokens) {
+      req.sampling.max_tokens = model_->engine->info().max_model_len - static_cast<int>(req.prompt_ids.size());
+    }
+    req.priority = setup_.options.priority;
+    req.rng_stream = static_cast<uint64_t>(c.index % setup_.options.n);
+    req.arrival_time = arrival;
+    std::shared_ptr<HttpExchange> ex = ex_;
+    Status s = model_->engine->submit(std::move(req), [self, ex, i](engine::RequestOutput out) {
+      ex->post([self, i, out = std::move(out)]() mutable { self->on_output(i, std::move(out)); });
+    });
+    if (!s.ok()) {
+      for (size_t j = i; j < choices_.size(); ++j) choices_[j].engine_done = true;
+      fail(submit_error(s));
+      maybe_release();
+      return;
+    }
+    c.submitted = true;
+  }
+  ex_->set_on_disconnect([self] { self->on_disconnect(); });
+  if (!setup_.options.stream) return;
+  ex_->start_stream();
+  stream_started_ = true;
+  server_->counters().responses[200].fetch_add(1);
+  // Opening chunks: the assistant role (chat) or the echoed prompt (completions).
+  for (Choice& c : choices_) {
+    if (!setup_.chat && !setup_.echo) break;
+    json chunk = chunk_base();
+    json choice = json::object();
+    choice["index"] = c.index;
+    if (setup_.chat) {
+      choice["delta"] = json{{"role", "assistant"}, {"content", ""}};
+    } else {
+      choice["text"] = c.text;
+    }
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = nullptr;
+    chunk["choices"] = json::array({choice});
+    send_event(chunk);
+  }
+}
+
+json GenerationContext::chunk_base() const {
+  json j = json::object();
+  j["id"] = setup_.id;
+  j["object"] = setup_.chat ? "chat.completion.chunk" : "text_completion";
+  j["created"] = setup_.created;
+  j["model"] = setup_.model_name;
+  return j;
+}
+
+void GenerationContext::send_event(const json& j) {
+  json copy = j;
+  if (setup_.options.include_usage && !copy.contains("usage")) copy["usage"] = nullptr;
+  ex_->write("data: " + dump(copy) + "\n\n");
+}
+
+json GenerationContext::logprob_delta(Choice& c, const engine::RequestOutput& out, size_t count) {
+  const tok::Tokenizer& t = *model_->tokenizer;
+  auto token_text = [&](int32_t id) { return t.decode(std::span<const int32_t>(&id, 1), /*skip_special=*/false); };
+  auto bytes_of = [](const std::string& s) {
+    json b = json::array();
+    for (unsigned char ch : s) b.push_back(static_cast<int>(ch));
+    return b;
+  };
+  if (setup_.options.logprobs == LogprobsFormat::kChat) {
+    json content = json::array();
+    for (size_t k = 0; k < count && k < out.new_logprobs.size(); ++k) {
+      const engine::TokenLogprob& lp = out.new_logprobs[k];
+      const std::string s = token_text(lp.token);
+      json e = json::object();
+      e["token"] = s;
+      e["logprob"] = finite_logprob(lp.logprob);
+      e["bytes"] = bytes_of(s);
+      json top = json::array();
+      for (const auto& [id, v] : lp.top) {
+        const std::string ts = token_text(id);
+        top.push_back(json{{"token", ts}, {"logprob", finite_logprob(v)}, {"bytes", bytes_of(ts)}});
+      }
+      e["top_logprobs"] = std::move(top);
+      content.push_back(std::move(e));
+    }
+    return json{{"content", std::move(content)}};
+  }
+  json d{{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+         {"text_offset", json::array()}};
+  for (size_t k = 0; k < count && k < out.new_logprobs.size(); ++k) {
+    const engine::TokenLogprob& lp = out.new_logprobs[k];
+    const std::string s = token_text(lp.token);
+    d["tokens"].push_back(s);
+    d["token_logprobs"].push_back(finite_logprob(lp.logprob));
+    json top = json::object();
+    for (const auto& [id, v] : lp.top) top[token_text(id)] = finite_logprob(v);
+    d["top_logprobs"].push_back(std::move(top));
+    d["text_offset"].push_back(c.text_offset);
+    c.text_offset += static_cast<int64_t>(s.size());
+  }
+  return d;
+}
+
+void GenerationContext::append_logprobs(json& acc, const json& delta) const {
+  for (auto it = delta.begin(); it != delta.end(); ++it)
+    for (const json& v : *it) acc[it.key()].push_back(v);
+}
+
+void GenerationContext::on_output(size_t index, engine::RequestOutput out) {
+  Choice& c = choices_[index];
+  if (out.finished) c.engine_done = true;
+  if (responded_ || !c.finish_reason.empty()) {
+    maybe_release();
+    return;
+  }
+  if (out.finished && out.finish_reason == engine::FinishReason::kError) {
+    c.num_tokens += static_cast<int>(out.new_token_ids.size());
+    ApiError e;
+    e.status = 500;
+    e.type = "server_error";
+    e.message = "generation failed: " + out.error;
+    finish_choice(c, "error");
+    fail(e);
+    maybe_release();
+    return;
+  }
+  std::string delta;
+  std::string reason;
+  size_t consumed = 0;
+  for (int32_t id : out.new_token_ids) {
+    ++consumed;
+    ++c.num_tokens;
+    FilterOutput f = c.filter->push(c.detok->push(id));
+    delta += f.text;
+    if (f.stop != FilterStop::kNone) {
+      reason = f.stop == FilterStop::kContentFilter ? "content_filter" : "stop";
+      break;
+    }
+  }
+  if (reason.empty() && out.finished) {
+    FilterOutput f = c.filter->push(c.detok->flush());
+    delta += f.text;
+    if (f.stop == FilterStop::kNone) {
+      FilterOutput g = c.filter->finish();
+      delta += g.text;
+      f.stop = g.stop;
+    }
+    if (f.stop != FilterStop::kNone) {
+      reason = f.stop == FilterStop::kContentFilter ? "content_filter" : "stop";
+    } else {
+      reason = engine::finish_reason_name(out.finish_reason);
+    }
+  } else if (!reason.empty() && !out.finished) {
+    model_->engine->abort(c.request_id);  // a stop string or rule ended it: free its blocks now
+  }
+  json lp;
+  if (setup_.options.logprobs != LogprobsFormat::kNone) lp = logprob_delta(c, out, consumed);
+  c.text += delta;
+  if (!reason.empty()) finish_choice(c, reason);
+  if (setup_.options.stream) {
+    const bool has_lp = !lp.is_null() && !lp.begin()->empty();
+    if (!delta.empty() || has_lp || !reason.empty()) {
+      json chunk = chunk_base();
+      json choice = json::object();
+      choice["index"] = c.index;
+      if (setup_.chat) {
+        choice["delta"] = delta.empty() && !reason.empty() ? json::object() : json{{"content", delta}};
+      } else {
+        choice["text"] = delta;
+      }
+      choice["logprobs"] = has_lp ? lp : json(nullptr);
+      choice["finish_reason"] = reason.empty() ? json(nullptr) : json(reason);
+      chunk["choices"] = json::array({choice});
+      send_event(chunk);
+    }
+  } else if (!lp.is_null()) {
+    append_logprobs(c.logprobs, lp);
+  }
+  maybe_complete();
+  maybe_release();
+}
+
+void GenerationContext::finish_choice(Choice& c, const std::string& reason) {
+  c.finish_reason = reason;
+  OpenAIServer::Counters& k = server_->counters();
+  if (reason == "stop") k.finished_stop.fetch_add(1);
+  else if (reason == "length") k.finished_length.fetch_add(1);
+  else if (reason == "content_filter") k.finished_content_filter.fetch_add(1);
+  else if (reason == "error") k.finished_error.fetch_add(1);
+  else k.finished_abort.fetch_add(1);
+}
+
+json GenerationContext::usage() const {
+  int64_t prompt = 0, completion = 0;
+  for (const PromptInput& p : setup_.prompts) prompt += static_cast<int64_t>(p.ids.size());
+  for (const Choice& c : choices_) completion += c.num_tokens;
+  return json{{"prompt_tokens", prompt}, {"total_tokens", prompt + completion}, {"completion_tokens", completion}};
+}
+
+json GenerationContext::full_response() const {
+  json j = json::object();
+  j["id"] = setup_.id;
+  j["object"] = setup_.chat ? "chat.completion" : "text_completion";
+  j["created"] = setup_.created;
+  j["model"] = setup_.model_name;
+  json choices = json::array();
+  for (const Choice& c : choices_) {
+    json ch = json::object();
+    ch["index"] = c.index;
+    if (setup_.chat) {
+      ch["message"] = json{{"role", "assistant"}, {"content", c.text}};
+    } else {
+      ch["text"] = c.text;
+    }
+    ch["logprobs"] = c.logprobs.is_null() ? json(nullptr) : c.logprobs;
+    ch["finish_reason"] = c.finish_reason;
+    choices.push_back(std::move(ch));
+  }
+  j["choices"] = std::move(choices);
+  j["usage"] = usage();
+  return j;
+}
+
+void GenerationContext::maybe_complete() {
+  if (responded_) return;
+  for (const Choice& c : choices_)
+    if (c.finish_reason.empty()) return;
+  responded_ = true;
+  if (setup_.options.stream) {
+    if (setup_.options.include_usage) {
+      json chunk = chunk_base();
+      chunk["choices"] = json::array();
+      chunk["usage"] = usage();
+      send_event(chunk);
+    }
+    ex_->write("data: [DONE]\n\n");
+    ex_->end_stream();
+  } else {
+    server_->counters().responses[200].fetch_add(1);
+    ex_->respond(200, "application/json", dump(full_response()));
+  }
+}
+
+void GenerationContext::fail(const ApiError& error) {
+  if (responded_) return;
+  responded_ = true;
+  abort_running();
+  if (stream_started_) {
+    // Headers (200) are out: report the error as an event, then end the stream.
+    ex_->write("data: " + error.body() + "\n\n");
+    ex_->write("data: [DONE]\n\n");
+    ex_->end_stream();
+    return;
+  }
+  server_->counters().responses[static_cast<size_t>(error.status) % 600].fetch_add(1);
+  ex_->respond(error.status, "application/json", error.body());
+}
+
+void GenerationContext::abort_running() {
+  for (Choice& c : choices_)
+    if (c.submitted && !c.engine_done) model_->engine->abort(c.request_id);
+}
+
+void GenerationContext::on_disconnect() {
+  if (responded_) return;
+  responded_ = true;
+  server_->counters().client_disconnects.fetch_add(1);
+  abort_running();
+}
+
+void GenerationContext::maybe_release() {
+  if (released_) return;
+  for (const Choice& c : choices_)
+    if (c.submitted && !c.engine_done) return;
+  released_ = true;
+  server_->request_done();
+}
+
+}  // namespace xinfer::server

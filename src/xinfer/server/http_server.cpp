@@ -1,0 +1,437 @@
+#include "xinfer/server/http_server.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <deque>
+#include <mutex>
+#include <sstream>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "xinfer/core/logging.h"
+
+namespace xinfer::server {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+
+std::chrono::steady_clock::duration seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+}
+
+constexpr size_t kWatchBytes = 4096;
+constexpr size_t kMaxPipelinedBytes = 1 << 20;
+
+}  // namespace
+
+const char* http_status_text(int status) {
+  // obsolete_reason returns views of static strings: NUL-terminated.
+  return http::obsolete_reason(static_cast<http::status>(status)).data();
+}
+
+struct HttpServer::Impl {
+  explicit Impl(int threads) : ioc(threads), acceptor(net::make_strand(ioc)), guard(net::make_work_guard(ioc)) {}
+  net::io_context ioc;
+  tcp::acceptor acceptor;
+  net::executor_work_guard<net::io_context::executor_type> guard;
+  std::atomic<bool> accepting{false};
+  std::atomic<bool> draining{false};
+  std::mutex mu;
+  std::vector<std::weak_ptr<HttpSession>> sessions;  // for closing idle ones when draining
+};
+
+class HttpSession : public std::enable_shared_from_this<HttpSession> {
+ public:
+  HttpSession(tcp::socket socket, HttpServer::Impl* impl, const HttpServerOptions* options, HttpHandler* handler,
+              std::atomic<int>* open_count)
+      : stream_(std::move(socket)), impl_(impl), options_(options), handler_(handler), open_count_(open_count) {
+    open_count_->fetch_add(1);
+  }
+  ~HttpSession() { open_count_->fetch_sub(1); }
+
+  net::any_io_executor executor() { return stream_.get_executor(); }
+
+  void start(bool reject) {
+    net::dispatch(executor(), [self = shared_from_this(), reject] {
+      if (reject) {
+        self->keep_alive_ = false;
+        self->enqueue(self->serialize(503, "application/json",
+                                      R"({"error":{"message":"too many open connections","type":"server_error",)"
+                                      R"("param":null,"code":"too_many_connections"}})",
+                                      {}),
+                      /*last=*/true);
+        return;
+      }
+      self->do_read();
+    });
+  }
+
+  // Drain: close if idle; otherwise close after the current response.
+  void close_if_idle() {
+    net::dispatch(executor(), [self = shared_from_this()] {
+      self->keep_alive_ = false;
+      if (!self->current_) self->close();
+    });
+  }
+
+  // --- called by HttpExchange, on the strand ---
+  void respond(HttpExchange* ex, int status, const std::string& type, std::string body,
+               const std::vector<std::pair<std::string, std::string>>& extra) {
+    if (!accepts(ex)) return;
+    ex->completed_ = true;
+    enqueue(serialize(status, type, std::move(body), extra), /*last=*/true);
+  }
+  void start_stream(HttpExchange* ex, const std::string& type) {
+    if (!accepts(ex) || streaming_) return;
+    streaming_ = true;
+    std::string head = "HTTP/1.1 200 OK\r\nServer: xinfer\r\nContent-Type: " + type +
+                       "\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nConnection: " +
+                       (keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n";
+    enqueue(std::move(head), false);
+  }
+  void write_chunk(HttpExchange* ex, const std::string& data) {
+    if (!accepts(ex) || !streaming_ || data.empty()) return;
+    std::ostringstream os;
+    os << std::hex << data.size() << "\r\n";
+    enqueue(os.str() + data + "\r\n", false);
+  }
+  void end_stream(HttpExchange* ex) {
+    if (!accepts(ex) || !streaming_) return;
+    ex->completed_ = true;
+    enqueue("0\r\n\r\n", true);
+  }
+
+ private:
+  bool accepts(HttpExchange* ex) const { return !closed_ && current_.get() == ex && !ex->completed_; }
+
+  std::string serialize(int status, const std::string& type, std::string body,
+                        const std::vector<std::pair<std::string, std::string>>& extra) {
+    http::response<http::string_body> res{static_cast<http::status>(status), 11};
+    res.set(http::field::server, "xinfer");
+    if (!type.empty()) res.set(http::field::content_type, type);
+    for (const auto& [k, v] : extra) res.set(k, v);
+    res.body() = std::move(body);
+    res.keep_alive(keep_alive_);
+    res.prepare_payload();
+    std::ostringstream os;
+    os << res;
+    return os.str();
+  }
+
+  void do_read() {
+    if (closed_) return;
+    if (impl_->draining.load()) return close();
+    parser_.emplace();
+    parser_->body_limit(options_->max_body_bytes);
+    parser_->header_limit(64 * 1024);
+    stream_.expires_after(seconds(options_->keep_alive_timeout_s));
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (closed_) return;
+    if (ec == http::error::body_limit) {
+      keep_alive_ = false;
+      current_ = std::make_shared<HttpExchange>(shared_from_this());
+      respond(current_.get(), 413, "application/json",
+              R"({"error":{"message":"request body exceeds the limit of )" +
+                  std::to_string(options_->max_body_bytes) +
+                  R"( bytes","type":"invalid_request_error","param":null,"code":"request_too_large"}})",
+              {});
+      return;
+    }
+    if (ec) {
+      const bool benign = ec == http::error::end_of_stream || ec == beast::error::timeout ||
+                          ec == net::error::connection_reset || ec == net::error::operation_aborted ||
+                          ec == http::error::partial_message;
+      if (benign || buffer_.size() == 0) return close();
+      keep_alive_ = false;  // a malformed request: tell the client why, then close
+      current_ = std::make_shared<HttpExchange>(shared_from_this());
+      respond(current_.get(), 400, "application/json",
+              R"({"error":{"message":"malformed HTTP request: )" + ec.message() +
+                  R"(","type":"invalid_request_error","param":null,"code":null}})",
+              {});
+      return;
+    }
+    stream_.expires_never();
+    http::request<http::string_body> msg = parser_->release();
+    parser_.reset();
+    HttpRequest req;
+    req.method = std::string(msg.method_string());
+    req.target = std::string(msg.target());
+    req.path = req.target.substr(0, req.target.find('?'));
+    for (const auto& f : msg) {
+      std::string name(f.name_string());
+      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      req.headers[name] = std::string(f.value());
+    }
+    req.body = std::move(msg.body());
+    keep_alive_ = msg.keep_alive() && !impl_->draining.load();
+    streaming_ = false;
+    current_ = std::make_shared<HttpExchange>(shared_from_this());
+    start_watch();
+    std::shared_ptr<HttpExchange> ex = current_;
+    try {
+      (*handler_)(std::move(req), ex);
+    } catch (const std::exception& e) {
+      XI_LOG(ERROR) << "http handler threw: " << e.what();
+      respond(ex.get(), 500, "application/json",
+              R"({"error":{"message":"internal error","type":"server_error","param":null,"code":null}})", {});
+    }
+  }
+
+  // Watches the socket while a response is pending: EOF or an error means the client has gone.
+  void start_watch() {
+    if (watching_ || closed_) return;
+    watching_ = true;
+    stream_.socket().async_read_some(buffer_.prepare(kWatchBytes),
+                                     [self = shared_from_this()](beast::error_code ec, size_t n) {
+                                       self->on_watch(ec, n);
+                                     });
+  }
+
+  void on_watch(beast::error_code ec, size_t n) {
+    watching_ = false;
+    if (closed_) return;
+    if (lingering_) return linger();
+    if (!ec || ec == net::error::operation_aborted) {
+      if (!ec) buffer_.commit(n);  // pipelined bytes of the next request
+      if (want_read_) {
+        want_read_ = false;
+        do_read();
+      } else if (!ec && current_ && buffer_.size() < kMaxPipelinedBytes) {
+        start_watch();
+      }
+      return;
+    }
+    close();  // EOF / reset: the client is gone
+  }
+
+  void enqueue(std::string data, bool last) {
+    if (closed_) return;
+    queue_.push_back(std::move(data));
+    if (last) last_queued_ = true;
+    if (!writing_) do_write();
+  }
+
+  void do_write() {
+    writing_ = true;
+    stream_.expires_after(seconds(options_->write_timeout_s));
+    net::async_write(stream_, net::buffer(queue_.front()),
+                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_write(ec); });
+  }
+
+  void on_write(beast::error_code ec) {
+    writing_ = false;
+    if (closed_) return;
+    if (ec) return close();
+    queue_.pop_front();
+    if (!queue_.empty()) return do_write();
+    stream_.expires_never();
+    if (!last_queued_) return;
+    last_queued_ = false;
+    finish_exchange();
+  }
+
+  void finish_exchange() {
+    current_.reset();
+    streaming_ = false;
+    if (!keep_alive_ || impl_->draining.load()) return linger();
+    if (watching_) {
+      want_read_ = true;
+      beast::error_code ignored;
+      stream_.socket().cancel(ignored);
+    } else {
+      do_read();
+    }
+  }
+
+  // Lingering close: stop sending, then read and drop what the client still sends (say the rest of a body
+  // past the limit) until it closes or 5 s pass, so that the kernel does not reset the connection before
+  // the client has read our response.
+  void linger() {
+    if (closed_) return;
+    if (!lingering_) {
+      lingering_ = true;
+      beast::error_code ignored;
+      stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      stream_.expires_after(seconds(5));
+      if (watching_) {  // on_watch comes back here once the watch read is cancelled
+        stream_.socket().cancel(ignored);
+        return;
+      }
+    }
+    buffer_.clear();
+    stream_.async_read_some(buffer_.prepare(kWatchBytes), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->close();
+      self->linger();
+    });
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.socket().close(ignored);
+    if (current_) {
+      std::shared_ptr<HttpExchange> ex = std::move(current_);
+      if (!ex->completed_) ex->notify_disconnect();
+    }
+    queue_.clear();
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  HttpServer::Impl* impl_;
+  const HttpServerOptions* options_;
+  HttpHandler* handler_;
+  std::atomic<int>* open_count_;
+  std::shared_ptr<HttpExchange> current_;
+  std::deque<std::string> queue_;
+  bool writing_ = false, watching_ = false, want_read_ = false, last_queued_ = false;
+  bool keep_alive_ = true, streaming_ = false, closed_ = false, lingering_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------------------
+HttpExchange::HttpExchange(std::shared_ptr<HttpSession> session) : session_(std::move(session)) {}
+HttpExchange::~HttpExchange() = default;
+
+void HttpExchange::respond(int status, std::string content_type, std::string body,
+                           std::vector<std::pair<std::string, std::string>> extra_headers) {
+  net::dispatch(session_->executor(), [self = shared_from_this(), status, type = std::move(content_type),
+                                       body = std::move(body), extra = std::move(extra_headers)]() mutable {
+    self->session_->respond(self.get(), status, type, std::move(body), extra);
+  });
+}
+
+void HttpExchange::start_stream(std::string content_type) {
+  net::dispatch(session_->executor(), [self = shared_from_this(), type = std::move(content_type)] {
+    self->session_->start_stream(self.get(), type);
+  });
+}
+
+void HttpExchange::write(std::string data) {
+  net::dispatch(session_->executor(), [self = shared_from_this(), data = std::move(data)] {
+    self->session_->write_chunk(self.get(), data);
+  });
+}
+
+void HttpExchange::end_stream() {
+  net::dispatch(session_->executor(), [self = shared_from_this()] { self->session_->end_stream(self.get()); });
+}
+
+void HttpExchange::post(std::function<void()> fn) { net::post(session_->executor(), std::move(fn)); }
+
+void HttpExchange::set_on_disconnect(std::function<void()> fn) {
+  net::dispatch(session_->executor(), [self = shared_from_this(), fn = std::move(fn)]() mutable {
+    if (self->gone_.load()) {
+      fn();
+      return;
+    }
+    self->on_disconnect_ = std::move(fn);
+  });
+}
+
+void HttpExchange::notify_disconnect() {
+  if (gone_.exchange(true)) return;
+  if (on_disconnect_) {
+    auto fn = std::move(on_disconnect_);
+    on_disconnect_ = nullptr;
+    fn();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler)
+    : options_(std::move(options)), handler_(std::move(handler)),
+      impl_(std::make_unique<Impl>(std::max(1, options_.threads))) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+namespace {
+
+void do_accept(HttpServer::Impl* impl, const HttpServerOptions* options, HttpHandler* handler,
+               std::atomic<int>* open_count, std::atomic<int64_t>* rejected) {
+  impl->acceptor.async_accept(
+      net::make_strand(impl->ioc), [=](beast::error_code ec, tcp::socket socket) {
+        if (!impl->accepting.load()) return;
+        if (!ec) {
+          const bool reject = open_count->load() >= options->max_connections;
+          if (reject) rejected->fetch_add(1);
+          auto session = std::make_shared<HttpSession>(std::move(socket), impl, options, handler, open_count);
+          {
+            std::lock_guard<std::mutex> lock(impl->mu);
+            if (impl->sessions.size() > 64 && impl->sessions.size() > 2 * static_cast<size_t>(open_count->load())) {
+              std::erase_if(impl->sessions, [](const std::weak_ptr<HttpSession>& w) { return w.expired(); });
+            }
+            impl->sessions.push_back(session);
+          }
+          session->start(reject);
+        } else if (ec == net::error::operation_aborted) {
+          return;
+        } else {
+          XI_LOG(WARN) << "accept failed: " << ec.message();
+        }
+        do_accept(impl, options, handler, open_count, rejected);
+      });
+}
+
+}  // namespace
+
+Status HttpServer::start() {
+  beast::error_code ec;
+  const net::ip::address address = net::ip::make_address(options_.host, ec);
+  if (ec) return invalid_argument("--host '" + options_.host + "' is not an IP address: " + ec.message());
+  const tcp::endpoint endpoint{address, static_cast<unsigned short>(options_.port)};
+  tcp::acceptor& acc = impl_->acceptor;
+  acc.open(endpoint.protocol(), ec);
+  if (!ec) acc.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acc.bind(endpoint, ec);
+  if (!ec) acc.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return unavailable("cannot listen on " + options_.host + ":" + std::to_string(options_.port) + ": " +
+                       ec.message());
+  }
+  bound_port_ = acc.local_endpoint().port();
+  impl_->accepting = true;
+  do_accept(impl_.get(), &options_, &handler_, &open_connections_, &rejected_connections_);
+  for (int i = 0; i < std::max(1, options_.threads); ++i) threads_.emplace_back([this] { impl_->ioc.run(); });
+  return Status::ok_status();
+}
+
+void HttpServer::stop_accepting() {
+  if (!impl_->accepting.exchange(false)) return;
+  impl_->draining = true;
+  net::post(impl_->acceptor.get_executor(), [impl = impl_.get()] {
+    beast::error_code ignored;
+    impl->acceptor.close(ignored);
+  });
+  std::vector<std::shared_ptr<HttpSession>> live;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (auto& w : impl_->sessions)
+      if (auto s = w.lock()) live.push_back(std::move(s));
+  }
+  for (auto& s : live) s->close_if_idle();
+}
+
+void HttpServer::stop() {
+  if (threads_.empty()) return;
+  impl_->accepting = false;
+  impl_->guard.reset();
+  impl_->ioc.stop();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+}  // namespace xinfer::server
