@@ -102,7 +102,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rope-theta", type=float, default=10000.0)
     # training
     p.add_argument("--steps", type=int, default=2000)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--min-lr", type=float, default=1e-4)
