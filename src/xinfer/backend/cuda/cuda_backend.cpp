@@ -91,9 +91,11 @@ backend::DeviceTensor CudaBackend::upload(const TensorView& host, DType dtype) {
   XI_CHECK(dtype == DType::kBF16 || dtype == DType::kF32 || dtype == host.dtype)
       << "cuda upload: target dtype " << dtype_name(dtype) << " not supported";
   backend::DeviceTensor t = allocate(dtype, host.shape);
-  synchronize();  // the zero fill must not land after the copy
+  // Copies go through our (non-blocking) stream, ordered after the zero fill; each is waited for
+  // because the host source may be temporary.
   if (host.dtype == dtype) {
-    XI_CUDA_CHECK(cudaMemcpy(t.view.data, host.data, host.bytes(), cudaMemcpyHostToDevice));
+    XI_CUDA_CHECK(cudaMemcpyAsync(t.view.data, host.data, host.bytes(), cudaMemcpyHostToDevice, stream_));
+    synchronize();
     return t;
   }
   // Convert on the host in chunks (any float dtype -> f32 -> target), then copy.
@@ -105,21 +107,23 @@ backend::DeviceTensor CudaBackend::upload(const TensorView& host, DType dtype) {
     const size_t count = std::min(kChunk, n - begin);
     convert_to_f32(host.dtype, static_cast<const char*>(host.data) + dtype_bytes(host.dtype, begin), f32.data(), count);
     convert_from_f32(dtype, f32.data(), conv.data(), count);
-    XI_CUDA_CHECK(cudaMemcpy(static_cast<char*>(t.view.data) + dtype_bytes(dtype, begin), conv.data(),
-                             dtype_bytes(dtype, count), cudaMemcpyHostToDevice));
+    XI_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(t.view.data) + dtype_bytes(dtype, begin), conv.data(),
+                                  dtype_bytes(dtype, count), cudaMemcpyHostToDevice, stream_));
+    synchronize();
   }
   return t;
 }
 
 void CudaBackend::to_host_f32(const TensorView& src, float* dst) {
-  synchronize();
   const auto n = static_cast<size_t>(src.numel());
   if (src.dtype == DType::kF32) {
-    XI_CUDA_CHECK(cudaMemcpy(dst, src.data, n * sizeof(float), cudaMemcpyDeviceToHost));
+    XI_CUDA_CHECK(cudaMemcpyAsync(dst, src.data, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    synchronize();
     return;
   }
   std::vector<char> raw(src.bytes());
-  XI_CUDA_CHECK(cudaMemcpy(raw.data(), src.data, raw.size(), cudaMemcpyDeviceToHost));
+  XI_CUDA_CHECK(cudaMemcpyAsync(raw.data(), src.data, raw.size(), cudaMemcpyDeviceToHost, stream_));
+  synchronize();
   convert_to_f32(src.dtype, raw.data(), dst, n);
 }
 

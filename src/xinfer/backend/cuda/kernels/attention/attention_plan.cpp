@@ -32,7 +32,7 @@ int decode_partition_size(int num_decode, int max_decode_len, int num_kv_heads, 
   // Score buffer: group * partition floats <= 64 KiB.
   int cap = 1024;
   while (cap > 64 && group * cap > 16384) cap /= 2;
-  int size = 128;
+  int size = 64;
   auto ctas = [&](int p) { return static_cast<int64_t>(num_decode) * num_kv_heads * ((max_decode_len + p - 1) / p); };
   while (size < cap && ctas(size) > 4LL * num_sms) size *= 2;
   return size;

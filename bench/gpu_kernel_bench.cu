@@ -1,0 +1,219 @@
+// gpu_kernel_bench: measures the card's ceilings (device-to-device copy bandwidth, cuBLASLt bf16 GEMM
+// rate on random data), then times the CUDA backend's decode attention (Llama-3.1-8B shape: 32 q heads,
+// 8 KV heads, D 128, block 16, context 2048, batch 1..64), prefill attention (2048 tokens) and the 8B
+// GEMMs, printing achieved GB/s or TFLOP/s and the ratio to the measured ceiling.
+//
+// Timing: CUDA events around `reps` launches after warm-up, median of 5 such runs. Inputs are random
+// (never zeros); small working sets rotate among several copies so L2 does not serve them.
+//   usage: gpu_kernel_bench [--quick]
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "xinfer/backend/cuda/cuda_backend.h"
+#include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/gemm/cublaslt_gemm.h"
+
+namespace xinfer::bench {
+namespace {
+
+__global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
+    p[i] = __float2bfloat16((static_cast<float>(x & 0xffffff) / 16777216.0f - 0.5f) * 2.0f * scale);
+  }
+}
+
+cudaStream_t g_stream = nullptr;  // the backend's stream: fills are ordered with its work
+void fill(const TensorView& t, uint32_t seed, float scale = 1.0f) {
+  fill_random_bf16<<<1024, 256, 0, g_stream>>>(static_cast<__nv_bfloat16*>(t.data), static_cast<size_t>(t.numel()), seed, scale);
+  XI_CUDA_CHECK_LAUNCH();
+}
+
+// Median over 5 runs of (event time of `reps` calls) / reps, in seconds.
+double time_op(cudaStream_t stream, int reps, const std::function<void(int)>& op) {
+  cudaEvent_t a, b;
+  XI_CUDA_CHECK(cudaEventCreate(&a));
+  XI_CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) op(i);
+  std::vector<double> runs;
+  for (int r = 0; r < 5; ++r) {
+    XI_CUDA_CHECK(cudaEventRecord(a, stream));
+    for (int i = 0; i < reps; ++i) op(i);
+    XI_CUDA_CHECK(cudaEventRecord(b, stream));
+    XI_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    XI_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    runs.push_back(ms / 1e3 / reps);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(runs.begin(), runs.end());
+  return runs[2];
+}
+
+struct Row {
+  std::string what;
+  double us;
+  double achieved;  // GB/s or TFLOP/s
+  const char* unit;
+  double ceiling;
+};
+std::vector<Row> rows;
+void report(const std::string& what, double seconds, double amount, bool flops, double ceiling) {
+  const double achieved = amount / seconds / (flops ? 1e12 : 1e9);
+  rows.push_back({what, seconds * 1e6, achieved, flops ? "TFLOP/s" : "GB/s", ceiling});
+  std::printf("%-44s %10.1f us %9.1f %-7s %5.1f%%\n", what.c_str(), seconds * 1e6, achieved, flops ? "TFLOP/s" : "GB/s",
+              100.0 * achieved / ceiling);
+  std::fflush(stdout);
+}
+
+int run(bool quick) {
+  cuda::CudaBackend be;
+  const auto info = be.info();
+  std::printf("device: %s, %d SMs, %.1f / %.1f GiB free\n", info.name.c_str(), be.num_sms(),
+              static_cast<double>(info.free_memory) / (1 << 30), static_cast<double>(info.total_memory) / (1 << 30));
+  cudaStream_t s = be.stream();
+  g_stream = s;
+
+  // ---- ceilings ----
+  const size_t copy_bytes = size_t{2} << 30;
+  auto src = be.allocate(DType::kU8, Shape{static_cast<int64_t>(copy_bytes)});
+  auto dst = be.allocate(DType::kU8, Shape{static_cast<int64_t>(copy_bytes)});
+  XI_CUDA_CHECK(cudaMemsetAsync(src.view.data, 0x5a, copy_bytes, s));
+  const double t_copy = time_op(s, 5, [&](int) {
+    XI_CUDA_CHECK(cudaMemcpyAsync(dst.view.data, src.view.data, copy_bytes, cudaMemcpyDeviceToDevice, s));
+  });
+  const double bw = 2.0 * copy_bytes / t_copy / 1e9;
+  std::printf("ceiling: d2d copy %.0f GB/s (read + write)\n", bw);
+  src = {};
+  dst = {};
+
+  cuda::CublasLtGemm gemm;
+  const int G = 8192;
+  auto ga = be.allocate(DType::kBF16, Shape{G, G}), gb = be.allocate(DType::kBF16, Shape{G, G}),
+       gc = be.allocate(DType::kBF16, Shape{G, G});
+  fill(ga.view, 1);
+  fill(gb.view, 2);
+  const double t_gemm = time_op(s, 10, [&](int) {
+    gemm.run({static_cast<__nv_bfloat16*>(ga.view.data), static_cast<__nv_bfloat16*>(gb.view.data), nullptr,
+              gc.view.data, false, G, G, G}, s);
+  });
+  const double peak = 2.0 * G * G * G / t_gemm / 1e12;
+  std::printf("ceiling: cuBLASLt bf16 GEMM 8192^3 %.0f TFLOP/s (random data)\n", peak);
+  ga = gb = gc = {};
+
+  // ---- decode attention, Llama-3.1-8B shape ----
+  const int Hq = 32, Hkv = 8, D = 128, bs = 16, ctx = 2048;
+  const int width = (Hq + 2 * Hkv) * D;
+  std::vector<int> batches = quick ? std::vector<int>{1, 64} : std::vector<int>{1, 4, 16, 32, 64};
+  for (int batch : batches) {
+    const int blocks_per_seq = ctx / bs;
+    const size_t layer_bytes = static_cast<size_t>(batch) * ctx * Hkv * D * 2 * 2;
+    const int layers = static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / layer_bytes, 1, 16));
+    backend::KvCache kv = be.allocate_kv_cache({layers, batch * blocks_per_seq + 1, bs, Hkv, D, DType::kBF16});
+    for (auto& l : kv.layers) {
+      fill(l.k, 3);
+      fill(l.v, 4);
+    }
+    backend::StepPlan plan;
+    plan.max_blocks_per_seq = blocks_per_seq;
+    plan.query_start_loc.push_back(0);
+    for (int b = 0; b < batch; ++b) {
+      plan.token_ids.push_back(1);
+      plan.positions.push_back(ctx - 1);
+      plan.slot_mapping.push_back((1 + b * blocks_per_seq + blocks_per_seq - 1) * bs + (ctx - 1) % bs);
+      plan.query_start_loc.push_back(b + 1);
+      plan.seq_lens.push_back(ctx);
+      for (int i = 0; i < blocks_per_seq; ++i) plan.block_tables.push_back(1 + b * blocks_per_seq + i);
+    }
+    plan.max_seq_len = ctx;
+    const backend::StepMeta meta = be.upload_step(plan);
+    auto qkv = be.allocate(DType::kBF16, Shape{batch, width});
+    auto out = be.allocate(DType::kBF16, Shape{batch, Hq * D});
+    fill(qkv.view, 5);
+    const double t = time_op(s, 20, [&](int i) {
+      be.paged_attention(meta, qkv.view, Hq, Hkv, D, 0.088f, kv.layers[static_cast<size_t>(i % layers)], out.view);
+    });
+    report("decode attn 32/8x128 ctx2048 batch " + std::to_string(batch), t, static_cast<double>(layer_bytes), false, bw);
+  }
+
+  // ---- prefill attention, 2048 new tokens ----
+  {
+    const int T = 2048, blocks = T / bs;
+    backend::KvCache kv = be.allocate_kv_cache({1, blocks + 1, bs, Hkv, D, DType::kBF16});
+    fill(kv.layers[0].k, 6);
+    fill(kv.layers[0].v, 7);
+    backend::StepPlan plan;
+    plan.max_blocks_per_seq = blocks;
+    plan.query_start_loc = {0, T};
+    plan.seq_lens = {T};
+    plan.max_seq_len = T;
+    for (int i = 0; i < blocks; ++i) plan.block_tables.push_back(1 + i);
+    for (int t = 0; t < T; ++t) {
+      plan.token_ids.push_back(1);
+      plan.positions.push_back(t);
+      plan.slot_mapping.push_back((1 + t / bs) * bs + t % bs);
+    }
+    const backend::StepMeta meta = be.upload_step(plan);
+    auto qkv = be.allocate(DType::kBF16, Shape{T, width});
+    auto out = be.allocate(DType::kBF16, Shape{T, Hq * D});
+    fill(qkv.view, 8);
+    const double t = time_op(s, 5, [&](int) { be.paged_attention(meta, qkv.view, Hq, Hkv, D, 0.088f, kv.layers[0], out.view); });
+    const double flops = 4.0 * D * Hq * (static_cast<double>(T) * (T + 1) / 2);  // QK^T and PV, causal
+    report("prefill attn 32/8x128 2048 tokens (causal)", t, flops, true, peak);
+  }
+
+  // ---- Llama-3.1-8B GEMMs ----
+  struct Shape8b {
+    const char* name;
+    int n, k;
+    bool f32_out;
+  };
+  const Shape8b shapes[] = {{"qkv", 6144, 4096, false}, {"o", 4096, 4096, false}, {"gate_up", 28672, 4096, false},
+                            {"down", 4096, 14336, false}, {"lm_head", 128256, 4096, true}};
+  std::vector<int> ms = quick ? std::vector<int>{1, 2048} : std::vector<int>{1, 64, 256, 2048};
+  for (const Shape8b& sh : shapes) {
+    const size_t wbytes = static_cast<size_t>(sh.n) * sh.k * 2;
+    const int copies = static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / wbytes, 1, 8));
+    std::vector<backend::DeviceTensor> ws;
+    for (int c = 0; c < copies; ++c) {
+      ws.push_back(be.allocate(DType::kBF16, Shape{sh.n, sh.k}));
+      fill(ws.back().view, 10 + c, 0.05f);
+    }
+    for (int m : ms) {
+      auto x = be.allocate(DType::kBF16, Shape{m, sh.k});
+      fill(x.view, 20);
+      auto y = be.allocate(sh.f32_out ? DType::kF32 : DType::kBF16, Shape{m, sh.n});
+      const double t = time_op(s, 10, [&](int i) { be.linear(x.view, {ws[static_cast<size_t>(i % copies)].view, {}}, y.view); });
+      const std::string what = std::string("gemm ") + sh.name + " m=" + std::to_string(m) + " n=" + std::to_string(sh.n) +
+                               " k=" + std::to_string(sh.k);
+      if (m <= 256)
+        report(what, t, static_cast<double>(wbytes), false, bw);
+      else
+        report(what, t, 2.0 * m * sh.n * sh.k, true, peak);
+    }
+  }
+  be.synchronize();
+
+  std::printf("\n==== gpu_kernel_bench summary (ceilings: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s) ====\n", bw, peak);
+  for (const Row& r : rows)
+    std::printf("%-44s %9.1f us %8.1f %-7s %5.1f%% of ceiling\n", r.what.c_str(), r.us, r.achieved, r.unit,
+                100.0 * r.achieved / r.ceiling);
+  return 0;
+}
+
+}  // namespace
+}  // namespace xinfer::bench
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  return xinfer::bench::run(quick);
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs every GPU check and the kernel bench from prebuilt binaries, then prints a compact summary.
+# Builds nothing. Usage (repository root, on the GPU machine):
+#   tests/gpu/run_gpu_checks.sh [BIN_DIR]      # BIN_DIR default .gpu-data/bin, holding gpu_tests and
+#                                              # gpu_kernel_bench from a -DXINFER_CUDA=ON -DXINFER_STATIC_DEPS=ON build
+# Full logs go to $OUT (or /tmp/xinfer_gpu_checks). cuBLASLt is the one non-system shared library: it is
+# looked up in the CUDA toolkit and in PyTorch's nvidia wheels.
+set -u
+BIN=${1:-.gpu-data/bin}
+LOG=${OUT:-/tmp/xinfer_gpu_checks}
+mkdir -p "$LOG"
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, "cu13", "lib") for p in nvidia.__path__))' 2>/dev/null); do
+  [ -e "$d/libcublasLt.so.13" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" && break
+done
+nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv,noheader 2>&1 | head -1
+
+t0=$(date +%s)
+timeout 150 "$BIN/gpu_tests" --gtest_color=no > "$LOG/gpu_tests.log" 2>&1
+tests_rc=$?
+t1=$(date +%s)
+
+# Out-of-bounds / uninitialized-read check of the attention kernels on a few cases (slow under the tool).
+san_rc=skipped
+if command -v compute-sanitizer > /dev/null; then
+  timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/gpu_tests" --gtest_color=no \
+    --gtest_filter='Cases/PagedAttentionTest.MatchesCpu/decode_gqa4_d128_bs16:Cases/PagedAttentionTest.MatchesCpu/mixed_gqa4_d128_bs16:Cases/PagedAttentionTest.MatchesCpu/prefill_prefix_gqa4_d64:Cases/PagedAttentionTest.MatchesCpu/generic_d16_mixed:Shapes/RopeKvWriteTest.*:Models/ModelTest.MixedStepMatchesCpu/synthetic_d128' \
+    > "$LOG/memcheck.log" 2>&1
+  san_rc=$?
+fi
+t2=$(date +%s)
+
+timeout 90 "$BIN/gpu_kernel_bench" > "$LOG/bench.log" 2>&1
+bench_rc=$?
+t3=$(date +%s)
+
+echo "==== failures (gpu_tests) ===="
+grep -E "^\[  FAILED  \]|Failure|error:|Check failed|CHECK" "$LOG/gpu_tests.log" | head -40
+echo "==== attention kernels vs cpu ===="
+grep "^\[ attention \]" "$LOG/gpu_tests.log"
+echo "==== models ===="
+grep "^\[ model \]" "$LOG/gpu_tests.log"
+echo "==== memcheck (rc $san_rc) ===="
+grep -E "ERROR SUMMARY|Invalid|PASSED|FAILED" "$LOG/memcheck.log" 2>/dev/null | tail -4
+sed -n '/==== gpu_kernel_bench summary/,$p' "$LOG/bench.log"
+[ $bench_rc -ne 0 ] && tail -20 "$LOG/bench.log"
+echo "==== summary ===="
+echo "gpu_tests: rc $tests_rc ($((t1 - t0)) s): $(grep -E '^\[  PASSED  \]|tests? ran' "$LOG/gpu_tests.log" | tr '\n' ' ')$(grep -c '^\[  FAILED  \]' "$LOG/gpu_tests.log") FAILED lines"
+echo "memcheck: rc $san_rc ($((t2 - t1)) s); bench: rc $bench_rc ($((t3 - t2)) s)"
