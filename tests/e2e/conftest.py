@@ -88,6 +88,10 @@ class Server:
         for line in data.decode().splitlines():
             if line and not line.startswith("#"):
                 name, value = line.rsplit(" ", 1)
+                if "{" in name:  # drop the engine's model_name label: one model per server
+                    base, labels = name[:-1].split("{", 1)
+                    rest = [lbl for lbl in labels.split(",") if lbl and not lbl.startswith("model_name=")]
+                    name = base + ("{" + ",".join(rest) + "}" if rest else "")
                 values[name] = float(value)
         return values
 
