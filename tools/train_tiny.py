@@ -85,7 +85,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--data", type=pathlib.Path, default=DEFAULT_DATA, help="tinyshakespeare input.txt")
-    p.add_argument("--out", type=pathlib.Path, required=True, help="output model directory (created)")
+    p.add_argument("--out", type=pathlib.Path, help="output model directory (created)")
+    p.add_argument("--summary", type=pathlib.Path, metavar="TRAIN_LOG",
+                   help="print a markdown summary of a train_log.json (for models/README.md) and exit")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cuda, cpu")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--smoke", action="store_true",
@@ -119,6 +121,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-model-mb", type=float, default=18.0)
     p.add_argument("--max-total-mb", type=float, default=20.0)
     args = p.parse_args(argv)
+    if args.out is None and args.summary is None:
+        p.error("--out is required")
     if args.smoke:
         args.vocab_size = 512
         args.hidden, args.layers, args.heads, args.kv_heads, args.intermediate = 64, 2, 4, 2, 176
@@ -388,8 +392,40 @@ def generate(model, prompt_ids: list[int], n: int, device, torch, eos: set[int],
 # ------------------------------------------------------------------------------------------------ main
 
 
+def summary(log_path: pathlib.Path) -> str:
+    """Markdown: figures, loss curve (about 10 rows), samples."""
+    t = json.loads(log_path.read_text())
+    a, v = t["args"], t["versions"]
+    lines = [f"- Trained on {v['device']} (torch {v['torch']}, transformers {v['transformers']}) in "
+             f"{t['train_seconds']} s: {a['steps']} steps x {a['batch_size']} x {a['seq_len']} tokens; "
+             f"{t['parameters'] / 1e6:.2f} M parameters; corpus {t['corpus']['train_tokens']} train / "
+             f"{t['corpus']['val_tokens']} validation tokens.",
+             f"- Best validation loss {t['best_val_loss']} nats/token at step {t['best_step']}; saved "
+             f"({a['save_dtype']}) weights: validation loss {t['saved_val_loss']}, perplexity "
+             f"{t['saved_val_perplexity']}, chat-sample loss {t['saved_val_chat_loss']}.", "",
+             "| step | train loss | val loss | val chat loss | elapsed s |", "|---:|---:|---:|---:|---:|"]
+    curve = t["curve"]
+    stride = max(1, len(curve) // 10)
+    for i, c in enumerate(curve):
+        if i % stride == 0 or i == len(curve) - 1:
+            lines.append(f"| {c['step']} | {c['train_loss'] if c['train_loss'] is not None else '-'} | "
+                         f"{c['val_loss']} | {c['val_chat_loss']} | {c['elapsed_s']} |")
+    for s in t["samples"]:
+        if s["kind"] == "completion":
+            head = f"completion, temperature {s['temperature']}, prompt {s['prompt']!r}"
+        else:
+            head = (f"chat, temperature {s['temperature']}, user {s['messages'][-1]['content']!r}, "
+                    f"stopped at EOS: {s['stopped_at_eos']}")
+        body = (s["prompt"] if s["kind"] == "completion" else "") + s["text"]
+        lines += ["", f"{head}:", "```", body.rstrip("\n"), "```"]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.summary is not None:
+        print(summary(args.summary))
+        return 0
     import torch
     import transformers
     from tokenizers import Tokenizer
