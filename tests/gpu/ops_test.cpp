@@ -106,7 +106,9 @@ class RopeKvWriteTest : public ::testing::TestWithParam<HeadsCase> {};
 TEST_P(RopeKvWriteTest, MatchesCpu) {
   const HeadsCase hc = GetParam();
   std::mt19937 rng(hc.hq * 13 + hc.d + hc.block_size);
-  const int width = (hc.hq + 2 * hc.hkv) * hc.d, max_pos = 300, num_blocks = 40;
+  const int width = (hc.hq + 2 * hc.hkv) * hc.d, max_pos = 300;
+  // Enough slots for every token to get its own (shared slots would make the writes race).
+  const int num_blocks = std::max(40, hc.tokens / hc.block_size + 2);
   auto qkv = upload_both(random_bf16(static_cast<size_t>(hc.tokens) * width, rng), Shape{hc.tokens, width});
   // cos/sin of random angles (the model's table is tested in tests/unit/model/rope_test).
   std::vector<float> cs(static_cast<size_t>(max_pos) * hc.d);
