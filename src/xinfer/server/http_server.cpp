@@ -85,7 +85,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void respond(HttpExchange* ex, int status, const std::string& type, std::string body,
                const std::vector<std::pair<std::string, std::string>>& extra) {
     if (!accepts(ex)) return;
-    ex->completed_ = true;
+    complete(ex);
     enqueue(serialize(status, type, std::move(body), extra), /*last=*/true);
   }
   void start_stream(HttpExchange* ex, const std::string& type) {
@@ -104,11 +104,18 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   }
   void end_stream(HttpExchange* ex) {
     if (!accepts(ex) || !streaming_) return;
-    ex->completed_ = true;
+    complete(ex);
     enqueue("0\r\n\r\n", true);
   }
 
  private:
+  // The response is fully queued: the disconnect callback (which may own the handler's request state,
+  // which owns the exchange) is dropped here, breaking that cycle.
+  static void complete(HttpExchange* ex) {
+    ex->completed_ = true;
+    ex->on_disconnect_ = nullptr;
+  }
+
   bool accepts(HttpExchange* ex) const { return !closed_ && current_.get() == ex && !ex->completed_; }
 
   std::string serialize(int status, const std::string& type, std::string body,
@@ -338,7 +345,7 @@ void HttpExchange::set_on_disconnect(std::function<void()> fn) {
       fn();
       return;
     }
-    self->on_disconnect_ = std::move(fn);
+    if (!self->completed_) self->on_disconnect_ = std::move(fn);
   });
 }
 

@@ -54,7 +54,8 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
   void end_stream();
   // Runs `fn` on the connection's strand (for work that touches state owned by this exchange).
   void post(std::function<void()> fn);
-  // Called once, on the strand, if the client goes away before the response is complete.
+  // Called once, on the strand, if the client goes away before the response is complete; dropped (never
+  // called) once the response is complete.
   void set_on_disconnect(std::function<void()> fn);
   bool client_gone() const { return gone_.load(); }
 
