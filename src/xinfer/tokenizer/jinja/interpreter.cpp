@@ -97,10 +97,11 @@ class Interpreter {
         return exec(s.else_body);
       case StmtKind::kFor: return exec_for(s);
       case StmtKind::kSet: assign(*s.target, eval(*s.expr)); break;
-      case StmtKind::kBlockSet: {
+      case StmtKind::kBlockSet: {  // the body has its own scope: its assignments do not leak
         std::string buf;
         {
           OutSwap o(*this, &buf);
+          ScopeSwap swap(*this, child_scope());
           exec(s.body);
         }
         assign(*s.target, s.filter ? apply_block_filter(*s.filter, Value(buf)) : Value(buf));
@@ -110,6 +111,7 @@ class Interpreter {
         std::string buf;
         {
           OutSwap o(*this, &buf);
+          ScopeSwap swap(*this, child_scope());
           exec(s.body);
         }
         *out_ += apply_block_filter(*s.filter, Value(buf)).str();
@@ -145,7 +147,10 @@ class Interpreter {
       }
       items = std::move(kept);
     }
-    if (items.empty()) return exec(s.else_body);
+    if (items.empty()) {  // the else body, like the loop body, has its own scope
+      ScopeSwap swap(*this, child_scope());
+      return exec(s.else_body);
+    }
     auto n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
       ScopeSwap swap(*this, child_scope());

@@ -1,8 +1,8 @@
 // Interpreter: executes a parsed template (ast.h) against a root scope of variables.
 //
 // Scoping follows jinja2: `for` bodies get a fresh scope per iteration (a `set` inside a loop is
-// invisible to the next iteration and after the loop), macros and `with` get their own scope,
-// `if` and block `set` do not. Variables are looked up innermost-first; a missing name is Undefined.
+// invisible to the next iteration and after the loop); the for-else body, macros, `with`, block `set`
+// bodies and `filter` blocks get their own scope; `if` does not. Variables are looked up innermost-first; a missing name is Undefined.
 // Runtime errors are thrown as TemplateError/RaisedError (value.h) with the template line prepended;
 // Template::render turns them into a Status.
 #pragma once
