@@ -10,7 +10,8 @@
 //
 // Threads: submit/abort/stats/render_metrics/drain/stop may be called from any thread; everything in
 // "engine-thread state" below is touched only by the loop. Callbacks run on the loop thread, never under a
-// lock (a callback may call submit() or abort()).
+// lock: a callback may call submit(), abort() and stop() (which then does not join), must not throw, must
+// not call drain() and must not destroy the Engine.
 // Request ids: strings at the interface, mapped to uint64 (`live_`) for the scheduler; an id is live
 // (a duplicate is refused, abort() finds it) from a successful submit() until just before its final
 // callback runs, so the final callback itself may reuse it.

@@ -58,17 +58,25 @@ inline GoldenPaths read_golden_paths(const std::string& dir) {
 // ../shared/models/stories260K converted with tools/convert_llama2c.py into a temporary directory, once per
 // process. Empty when the checkpoint is absent (the caller skips).
 inline std::string stories_dir() {
-  static const std::string dir = [] {
+  // Converted on first use; removed at process exit.
+  struct Converted {
+    std::string dir;
+    ~Converted() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+  };
+  static const Converted converted = [] {
     const std::string src = source_dir() + "/../shared/models/stories260K";
-    if (!std::filesystem::exists(src + "/stories260K.bin")) return std::string();
+    if (!std::filesystem::exists(src + "/stories260K.bin")) return Converted{};
     const std::string out = (std::filesystem::temp_directory_path() /
                              ("xinfer_engine_stories_" + std::to_string(::getpid()))).string();
     const std::string cmd = "python3 " + source_dir() + "/tools/convert_llama2c.py --checkpoint " + src +
                             "/stories260K.bin --tokenizer " + src + "/tok512.bin --out " + out + " > /dev/null";
     XI_CHECK_EQ(std::system(cmd.c_str()), 0) << cmd;
-    return out;
+    return Converted{out};
   }();
-  return dir;
+  return converted.dir;
 }
 
 // Everything the engine sent for each request id.
