@@ -104,6 +104,21 @@ TEST(Template, RuntimeErrorsAreStatusesNotCrashes) {
   EXPECT_FALSE(Template::parse("{{ x }}")->render(ordered_json::array()).ok());
 }
 
+TEST(Template, DeepNestingIsAnErrorNotAStackOverflow) {
+  std::string deep_expr = "{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}";
+  EXPECT_FALSE(Template::parse(deep_expr).ok());
+  std::string deep_if;
+  for (int i = 0; i < 5000; ++i) deep_if += "{% if true %}";
+  EXPECT_FALSE(Template::parse(deep_if).ok());
+  ordered_json deep = ordered_json::array();
+  for (int i = 0; i < 5000; ++i) deep = ordered_json::array({deep});
+  auto t = Template::parse("{{ x|length }}");
+  ASSERT_TRUE(t.ok());
+  auto r = t->render(ordered_json{{"x", deep}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("nested deeper"), std::string::npos) << r.status().message();
+}
+
 TEST(Template, UndefinedBehavesLikeJinja2Default) {
   // Attribute of a missing *key* is Undefined (printable, falsy); attribute of an Undefined raises.
   EXPECT_EQ(render_ok("[{{ m.tool_calls }}][{{ m.tool_calls is defined }}][{{ m['x'] or 'falsy' }}]",

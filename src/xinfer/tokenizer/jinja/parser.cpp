@@ -31,6 +31,8 @@ std::string describe(const Token& t) {
   }
 }
 
+constexpr int kMaxNesting = 200;  // expressions/blocks nested deeper fail instead of overflowing the stack
+
 class Parser {
  public:
   explicit Parser(std::vector<Token> toks) : t_(std::move(toks)) {}
@@ -132,6 +134,7 @@ class Parser {
   }
 
   StmtPtr parse_statement() {
+    DepthGuard guard(*this);
     auto s = std::make_unique<Stmt>();
     s->line = cur().line;
     std::string tag = next().text;
@@ -293,6 +296,7 @@ class Parser {
   }
 
   ExprPtr parse_expression(bool with_condexpr) {
+    DepthGuard guard(*this);
     if (!with_condexpr) return parse_or();
     ExprPtr e = parse_or();
     while (is_name("if")) {
@@ -328,6 +332,7 @@ class Parser {
     return l;
   }
   ExprPtr parse_not() {
+    DepthGuard guard(*this);
     if (is_name("not")) {
       auto e = make(ExprKind::kNot);
       ++p_;
@@ -394,6 +399,7 @@ class Parser {
     return l;
   }
   ExprPtr parse_unary(bool with_filter) {
+    DepthGuard guard(*this);
     ExprPtr node;
     if (is_op("-") || is_op("+")) {
       node = make(is_op("-") ? ExprKind::kNeg : ExprKind::kPos);
@@ -618,9 +624,18 @@ class Parser {
     return e;
   }
 
+  struct DepthGuard {
+    Parser& p;
+    explicit DepthGuard(Parser& parser) : p(parser) {
+      if (++p.depth_ > kMaxNesting) p.fail("template nested too deeply");
+    }
+    ~DepthGuard() { --p.depth_; }
+  };
+
   std::vector<Token> t_;
   size_t p_ = 0;
   int loop_depth_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -44,7 +44,14 @@ Value Value::function(std::string name, Function fn) {
   return v;
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+namespace {
+constexpr int kMaxJsonDepth = 256;  // deeper inputs are rejected instead of recursing toward a stack overflow
+}  // namespace
+
+Value Value::from_json(const nlohmann::ordered_json& j) { return from_json(j, 0); }
+
+Value Value::from_json(const nlohmann::ordered_json& j, int depth) {
+  if (depth > kMaxJsonDepth) throw TemplateError("template context nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null: return Value(None{});
     case nlohmann::ordered_json::value_t::boolean: return Value(j.get<bool>());
@@ -59,13 +66,13 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::array: {
       ValueList items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json(e));
+      for (const auto& e : j) items.push_back(from_json(e, depth + 1));
       return list(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       DictItems items;
       items.reserve(j.size());
-      for (const auto& [k, e] : j.items()) items.emplace_back(k, from_json(e));
+      for (const auto& [k, e] : j.items()) items.emplace_back(k, from_json(e, depth + 1));
       return dict(std::move(items));
     }
     default: return Value(None{});  // binary / discarded: not produced by JSON text

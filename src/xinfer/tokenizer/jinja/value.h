@@ -83,7 +83,7 @@ class Value {
   static Value dict(DictItems items = {});
   static Value namespace_(DictItems items = {});
   static Value function(std::string name, Function fn);
-  static Value from_json(const nlohmann::ordered_json& j);
+  static Value from_json(const nlohmann::ordered_json& j);  // throws TemplateError past 256 levels of nesting
 
   bool is_undefined() const { return std::holds_alternative<Undefined>(v_); }
   bool is_none() const { return std::holds_alternative<None>(v_); }
@@ -121,6 +121,7 @@ class Value {
   void require_defined() const;
 
  private:
+  static Value from_json(const nlohmann::ordered_json& j, int depth);
   Storage v_;
 };
 
