@@ -61,7 +61,7 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
       float* o = out.as<float>() + t * static_cast<int64_t>(num_heads) * head_dim + static_cast<int64_t>(h) * head_dim;
       for (int d = 0; d < head_dim; ++d) o[d] = static_cast<float>(acc[static_cast<size_t>(d)] / denom);
     }
-  }, 4);
+  }, grain_for(4 * static_cast<int64_t>(step.max_seq_len) * head_dim));
 }
 
 }  // namespace xinfer::cpu

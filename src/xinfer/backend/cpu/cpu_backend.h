@@ -6,6 +6,7 @@
 // copy of the last StepPlan.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 
 #include "xinfer/backend/backend.h"
@@ -47,6 +48,13 @@ class CpuBackend final : public backend::Backend {
   ThreadPool& pool() { return *pool_; }
 
  private:
+  // Items per task so each task does at least ~32K element operations: waking the pool costs tens of
+  // microseconds, more than small ops take (decode steps of small models are all small ops).
+  static int64_t grain_for(int64_t ops_per_item) {
+    constexpr int64_t kMinOpsPerTask = int64_t{1} << 15;
+    return std::max<int64_t>(1, kMinOpsPerTask / std::max<int64_t>(1, ops_per_item));
+  }
+
   std::unique_ptr<ThreadPool> pool_;
   backend::StepPlan step_copy_;  // storage behind the last StepMeta
 };

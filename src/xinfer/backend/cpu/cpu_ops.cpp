@@ -46,7 +46,7 @@ void CpuBackend::rms_norm(const TensorView& x, const TensorView& weight, float e
   pool_->parallel_for(0, rows, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r)
       rms_norm_row(x.as<float>() + r * width, weight.as<float>(), eps, width, out.as<float>() + r * width);
-  }, 16);
+  }, grain_for(width));
 }
 
 void CpuBackend::add_rms_norm(const TensorView& residual, const TensorView& delta, const TensorView& weight,
@@ -61,7 +61,7 @@ void CpuBackend::add_rms_norm(const TensorView& residual, const TensorView& delt
       for (int64_t i = 0; i < width; ++i) res[i] += d[i];
       rms_norm_row(res, weight.as<float>(), eps, width, out.as<float>() + r * width);
     }
-  }, 16);
+  }, grain_for(2 * width));
 }
 
 void CpuBackend::linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) {
@@ -116,7 +116,7 @@ void CpuBackend::rope_kv_write(const backend::StepMeta& step, const TensorView& 
         std::memcpy(cache.v.as<float>() + dst, v + h * head_dim, sizeof(float) * static_cast<size_t>(head_dim));
       }
     }
-  }, 4);
+  }, grain_for(row));
 }
 
 void CpuBackend::qk_norm(const TensorView& qkv, int num_heads, int num_kv_heads, int head_dim,
@@ -131,7 +131,7 @@ void CpuBackend::qk_norm(const TensorView& qkv, int num_heads, int num_kv_heads,
         rms_norm_row(x, (h < num_heads ? q_weight : k_weight).as<float>(), eps, head_dim, x);
       }
     }
-  }, 4);
+  }, grain_for(row));
 }
 
 void CpuBackend::silu_mul(const TensorView& gate_up, const TensorView& out) {
@@ -145,7 +145,7 @@ void CpuBackend::silu_mul(const TensorView& gate_up, const TensorView& out) {
       float* y = out.as<float>() + r * inter;
       for (int64_t i = 0; i < inter; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
     }
-  }, 8);
+  }, grain_for(8 * inter));
 }
 
 void CpuBackend::gather_rows(const backend::StepMeta& step, const TensorView& x, const TensorView& out) {
