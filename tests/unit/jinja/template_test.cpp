@@ -68,9 +68,11 @@ TEST(Template, KeepsJsonKeyOrderWithOrderedJson) {
 TEST(Template, AcceptsPlainJsonContext) {
   auto t = Template::parse("{{ a }}-{{ b }}");
   ASSERT_TRUE(t.ok());
-  auto r = t->render(nlohmann::json{{"a", 1}, {"b", "x"}});
+  nlohmann::json plain = {{"a", 1}, {"b", "x"}};
+  auto r = t->render(plain);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(*r, "1-x");
+  EXPECT_EQ(*t->render({{"a", 2}, {"b", "y"}}), "2-y");
 }
 
 TEST(Template, RaiseExceptionCarriesTheTemplateMessage) {

@@ -34,8 +34,4 @@ Result<std::string> Template::render(const nlohmann::ordered_json& context) cons
   }
 }
 
-Result<std::string> Template::render(const nlohmann::json& context) const {
-  return render(nlohmann::ordered_json(context));
-}
-
 }  // namespace xinfer::jinja

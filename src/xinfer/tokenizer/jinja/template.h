@@ -30,8 +30,9 @@ class Template {
  public:
   static Result<Template> parse(std::string_view source);
 
+  // A plain nlohmann::json context converts implicitly (with its keys sorted); one overload only, so
+  // that render({{"key", value}}) is not ambiguous.
   Result<std::string> render(const nlohmann::ordered_json& context) const;
-  Result<std::string> render(const nlohmann::json& context) const;
 
  private:
   struct Ast;
