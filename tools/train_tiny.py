@@ -437,9 +437,7 @@ def main(argv=None) -> int:
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
     on_cuda = device.type == "cuda"
-    if on_cuda:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+    torch.set_float32_matmul_precision("high")  # TF32 for training; "highest" again for the checks
 
     def autocast():
         return torch.autocast("cuda", dtype=torch.bfloat16) if on_cuda else torch.autocast("cpu", enabled=False)
@@ -559,6 +557,7 @@ def main(argv=None) -> int:
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(args.max_positions), indent=2,
                                                           ensure_ascii=False) + "\n")
     model.to(torch.float32)  # in-memory reference = the saved (rounded) weights, computed in float32
+    torch.set_float32_matmul_precision("highest")
     with torch.autocast(device.type, enabled=False):
         saved_val = mean_loss(model, val_rows, device, torch, lambda: torch.autocast(device.type, enabled=False))
         saved_val_chat = mean_loss(model, val_chat_rows, device, torch,
@@ -572,16 +571,24 @@ def main(argv=None) -> int:
     raw_prompts = ["ROMEO:\n", "First Citizen:\nWhat say you to the king?\n\n"]
     chat_prompts = [[{"role": "user", "content": "Continue: To be, or not to be, that is the question."}],
                     [{"role": "user", "content": "Speak as JULIET."}]]
+
+    def sample(ids: list[int], n: int, temp: float) -> list[int]:  # transformers generate(), KV cache
+        x = torch.tensor([ids], device=device)
+        torch.manual_seed(args.seed)
+        kw = dict(do_sample=True, temperature=temp, top_p=0.95, top_k=50) if temp > 0 else dict(do_sample=False)
+        return model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, eos_token_id=sorted(eos),
+                              pad_token_id=SPECIAL_TOKENS.index(EOT_TEXT), **kw)[0, len(ids):].tolist()
+
     for p in raw_prompts:
         ids = tok.encode(p).ids
         for temp in (0.0, 0.8):
-            out_ids = generate(model, ids, 24 if args.smoke else 120, device, torch, eos, temp, args.seed)
+            out_ids = sample(ids, 24 if args.smoke else 120, temp)
             samples.append({"kind": "completion", "prompt": p, "temperature": temp,
                             "text": tok.decode(out_ids, skip_special_tokens=False)})
     for msgs in chat_prompts:
         ids = tok.encode(render_chat(msgs, True), add_special_tokens=False).ids
         for temp in (0.0, 0.8):
-            out_ids = generate(model, ids, 24 if args.smoke else 200, device, torch, eos, temp, args.seed)
+            out_ids = sample(ids, 24 if args.smoke else 200, temp)
             samples.append({"kind": "chat", "messages": msgs, "temperature": temp,
                             "stopped_at_eos": bool(out_ids) and out_ids[-1] in eos,
                             "text": tok.decode(out_ids, skip_special_tokens=True)})
