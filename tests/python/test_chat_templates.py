@@ -356,6 +356,7 @@ FEATURE_TEMPLATES = [
     "{{ f|indent }}",
     "{{ undefined_var|dictsort }}",
     "{{ nn is none and nn is not defined }}",
+    "{{ messages is lower }} {{ 'ABC 1' is upper }} {{ 'abC' is lower }} {{ '12' is lower }} {{ nums is upper }}",
     "{{ raise_exception('custom failure: ' ~ messages|length) }}",
     "{{ undefined_var.attr }}",
     "{{ 'a' + 1 }}",

@@ -472,6 +472,16 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
   return kFilters;
 }
 
+// str.isupper() / str.islower(): at least one cased character and none of the other case.
+bool cased_only(const std::string& s, bool upper) {
+  bool any = false;
+  for (char32_t c : py::decode(s)) {
+    if (upper ? py::is_lower(c) : py::is_upper(c)) return false;
+    any = any || py::is_lower(c) || py::is_upper(c);
+  }
+  return any;
+}
+
 bool t_iterable(const Value& v) {
   return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
 }
@@ -507,7 +517,7 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
       {"iterable", [](const Value& v, CallArgs&) { return t_iterable(v); }},
       {"le", [](const Value& v, CallArgs& a) { return !py_less(need(a, "other"), v); }},
       {"<=", [](const Value& v, CallArgs& a) { return !py_less(need(a, "other"), v); }},
-      {"lower", [](const Value& v, CallArgs&) { return v.is_string() && !v.as_string().empty() && py::lower(v.as_string()) == v.as_string() && py::upper(v.as_string()) != v.as_string(); }},
+      {"lower", [](const Value& v, CallArgs&) { return cased_only(v.str(), false); }},
       {"lt", [](const Value& v, CallArgs& a) { return py_less(v, need(a, "other")); }},
       {"lessthan", [](const Value& v, CallArgs& a) { return py_less(v, need(a, "other")); }},
       {"<", [](const Value& v, CallArgs& a) { return py_less(v, need(a, "other")); }},
@@ -528,7 +538,7 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
       {"test", [](const Value& v, CallArgs&) { return v.is_string() && has_test(v.as_string()); }},
       {"true", [](const Value& v, CallArgs&) { return v.is_bool() && v.as_bool(); }},
       {"undefined", [](const Value& v, CallArgs&) { return v.is_undefined(); }},
-      {"upper", [](const Value& v, CallArgs&) { return v.is_string() && !v.as_string().empty() && py::upper(v.as_string()) == v.as_string() && py::lower(v.as_string()) != v.as_string(); }},
+      {"upper", [](const Value& v, CallArgs&) { return cased_only(v.str(), true); }},
   };
   return kTests;
 }
