@@ -254,6 +254,14 @@ def test_shared_chat_templates_match_jinja2(xinfer_bin, shared_dir, name):
     assert ok >= 20, f"only {ok} conversations rendered without error"
 
 
+def test_bundled_model_chat_template_matches_jinja2(xinfer_bin):
+    """The default model's own template (models/xinfer-tiny-shakespeare) renders like jinja2 too."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "models/xinfer-tiny-shakespeare/tokenizer_config.json"
+    config = json.loads(path.read_text())
+    ok, _ = check_template(xinfer_bin, ["--tokenizer-config", str(path)], config["chat_template"], config)
+    assert ok >= 20, f"only {ok} conversations rendered without error"
+
+
 def test_llama2_chat_template_matches_jinja2(xinfer_bin, shared_dir, tmp_path):
     path = shared_dir / "tokenizers" / "llama2" / "tokenizer_config.json"
     config = json.loads(path.read_text())

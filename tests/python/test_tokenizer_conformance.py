@@ -24,6 +24,9 @@ tokenizers = pytest.importorskip("tokenizers")
 
 SHARED = pathlib.Path(__file__).resolve().parents[2].parent / "shared"
 NAMES = sorted(p.name for p in (SHARED / "tokenizers").iterdir()) if (SHARED / "tokenizers").exists() else []
+# The bundled default model's tokenizer is checked the same way.
+BUNDLED = pathlib.Path(__file__).resolve().parents[2] / "models" / "xinfer-tiny-shakespeare"
+NAMES.append(BUNDLED.name)
 OTHER_SPECIALS = ["<s>", "</s>", "<unk>", "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|begin_of_text|>",
                   "<|eot_id|>", "<｜begin▁of▁sentence｜>", "[INST]", "<|im_start", "<s", "|>", "<tool_call>"]
 
@@ -57,7 +60,8 @@ def tok_root(tmp_path_factory):
 
 def prepare(name, root):
     """Unpacks ../shared/tokenizers/<name> into a temp dir; returns (dir, reference)."""
-    src, dst = SHARED / "tokenizers" / name, root / name
+    src = BUNDLED if name == BUNDLED.name else SHARED / "tokenizers" / name
+    dst = root / name
     if not dst.exists():
         dst.mkdir()
         for f in src.iterdir():
