@@ -1,0 +1,106 @@
+// Request parsing and validation (OpenAI field names, types, ranges) without a server.
+#include "xinfer/server/openai_protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace xinfer::server {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+TEST(OpenAIProtocol, CompletionDefaultsAndFields) {
+  auto r = parse_completion_request(json::parse(R"({"model": "m", "prompt": "hi", "temperature": 0.5, "top_p": 0.9,
+      "top_k": 5, "min_p": 0.1, "n": 3, "stop": ["a", "b"], "seed": 42, "logprobs": 2, "logit_bias": {"7": -100},
+      "ignore_eos": true, "priority": -1, "presence_penalty": 1, "frequency_penalty": -1, "repetition_penalty": 1.2,
+      "stream": true, "stream_options": {"include_usage": true}, "user": "u"})"),
+                                    100);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r)) << std::get<ApiError>(r).message;
+  const CompletionRequest& c = std::get<CompletionRequest>(r);
+  EXPECT_EQ(c.model, "m");
+  ASSERT_EQ(c.prompts.size(), 1u);
+  EXPECT_EQ(std::get<std::string>(c.prompts[0]), "hi");
+  const engine::SamplingParams& sp = c.options.sampling;
+  EXPECT_FLOAT_EQ(sp.temperature, 0.5f);
+  EXPECT_EQ(sp.top_k, 5);
+  EXPECT_EQ(sp.max_tokens, 16);  // completions default
+  EXPECT_EQ(sp.seed, 42);
+  EXPECT_EQ(sp.logprobs, 2);
+  EXPECT_EQ(sp.logit_bias.at(7), -100.0f);
+  EXPECT_TRUE(sp.ignore_eos);
+  EXPECT_EQ(c.options.n, 3);
+  EXPECT_EQ(c.options.stop, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(c.options.priority, -1);
+  EXPECT_TRUE(c.options.stream && c.options.include_usage);
+  EXPECT_EQ(c.options.logprobs, LogprobsFormat::kCompletion);
+}
+
+TEST(OpenAIProtocol, PromptShapes) {
+  auto ids = parse_completion_request(json::parse(R"({"prompt": [1, 2, 3]})"), 10);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(ids));
+  EXPECT_EQ(std::get<std::vector<int32_t>>(std::get<CompletionRequest>(ids).prompts[0]), (std::vector<int32_t>{1, 2, 3}));
+  auto batch = parse_completion_request(json::parse(R"({"prompt": ["a", [4, 5]]})"), 10);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(batch));
+  EXPECT_EQ(std::get<CompletionRequest>(batch).prompts.size(), 2u);
+  for (const char* bad : {R"({"prompt": [1, 10]})", R"({"prompt": [[]]})", R"({"prompt": {}})", R"({"prompt": [1.5]})",
+                          R"({})"}) {
+    auto r = parse_completion_request(json::parse(bad), 10);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << bad;
+    EXPECT_EQ(std::get<ApiError>(r).status, 400);
+    EXPECT_EQ(std::get<ApiError>(r).param, "prompt") << bad;
+  }
+}
+
+TEST(OpenAIProtocol, TypeAndRangeErrorsNameTheField) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"prompt": "x", "temperature": "1"})", "temperature"}, {R"({"prompt": "x", "temperature": 2.5})", "temperature"},
+      {R"({"prompt": "x", "top_p": 0})", "top_p"},               {R"({"prompt": "x", "max_tokens": 0})", "max_tokens"},
+      {R"({"prompt": "x", "n": 0})", "n"},                       {R"({"prompt": "x", "logprobs": 21})", "logprobs"},
+      {R"({"prompt": "x", "stop": [1]})", "stop"},               {R"({"prompt": "x", "logit_bias": {"x": 1}})", "logit_bias"},
+      {R"({"prompt": "x", "seed": 1.5})", "seed"},               {R"({"prompt": "x", "stream_options": {}})", "stream_options"},
+      {R"({"prompt": "x", "min_tokens": 20, "max_tokens": 5})", "min_tokens"},
+      {R"({"prompt": "x", "echo": true, "logprobs": 1})", "echo"},
+  };
+  for (const auto& [body, param] : cases) {
+    auto r = parse_completion_request(json::parse(body), 10);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << body;
+    EXPECT_EQ(std::get<ApiError>(r).param, param) << body << ": " << std::get<ApiError>(r).message;
+  }
+}
+
+TEST(OpenAIProtocol, ChatMessagesAndLogprobs) {
+  auto r = parse_chat_request(json::parse(R"({"messages": [{"role": "system", "content": "s"},
+      {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "1"}]}],
+      "max_completion_tokens": 7, "max_tokens": 99, "logprobs": true, "top_logprobs": 3})"),
+                              10);
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(r)) << std::get<ApiError>(r).message;
+  const ChatRequest& c = std::get<ChatRequest>(r);
+  EXPECT_EQ(c.messages[1]["content"], "a\nb");
+  EXPECT_TRUE(c.messages[2]["content"].is_null());
+  EXPECT_EQ(c.options.sampling.max_tokens, 7);  // max_completion_tokens wins
+  EXPECT_FALSE(parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "x"}]})"), 10)
+                   .index() == 1);
+  EXPECT_EQ(std::get<ChatRequest>(r).options.sampling.logprobs, 3);
+  for (const char* bad : {R"({"messages": []})", R"({"messages": [{"role": "bot", "content": "x"}]})",
+                          R"({"messages": [{"role": "user"}]})", R"({"messages": [{"role": "user", "content": 1}]})",
+                          R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})"}) {
+    EXPECT_TRUE(std::holds_alternative<ApiError>(parse_chat_request(json::parse(bad), 10))) << bad;
+  }
+}
+
+TEST(OpenAIProtocol, JsonBodyAndErrorShape) {
+  EXPECT_TRUE(std::holds_alternative<ApiError>(parse_json_body("{")));
+  EXPECT_TRUE(std::holds_alternative<ApiError>(parse_json_body("[]")));
+  auto bad_utf8 = parse_json_body("{\"a\": \"\xff\"}");
+  ASSERT_TRUE(std::holds_alternative<ApiError>(bad_utf8));
+  EXPECT_NE(std::get<ApiError>(bad_utf8).message.find("UTF-8"), std::string::npos);
+  EXPECT_TRUE(std::holds_alternative<json>(parse_json_body(R"({"a": "\u00e9"})")));
+  json e = json::parse(bad_request("nope", "x").body());
+  EXPECT_EQ(e["error"]["message"], "nope");
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(e["error"]["param"], "x");
+  EXPECT_TRUE(e["error"]["code"].is_null());
+}
+
+}  // namespace
+}  // namespace xinfer::server
