@@ -42,9 +42,10 @@ class Server:
     def __init__(self, xinfer_bin, model_dir, log_path, *extra):
         self.log_path = log_path
         self.log = open(log_path, "w")
-        self.proc = subprocess.Popen([str(xinfer_bin), "serve", "--model", str(model_dir), "--port", "0",
+        model_args = ["--model", str(model_dir)] if model_dir else []  # None: the bundled default model
+        self.proc = subprocess.Popen([str(xinfer_bin), "serve", *model_args, "--port", "0",
                                       "--threads", "2", "--kv-cache-mb", "32", *extra],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
         self.port = None
         deadline = time.time() + 60
         while time.time() < deadline:
