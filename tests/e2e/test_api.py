@@ -10,7 +10,7 @@ import jinja2
 import pytest
 import tokenizers
 
-from conftest import CHAT_TEMPLATE
+from xinfer_server import CHAT_TEMPLATE
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOLDEN = json.loads((ROOT / "tests/golden/stories260K/golden.json").read_text())

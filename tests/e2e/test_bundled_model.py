@@ -2,7 +2,7 @@
 template. Skipped until the bundled model is committed."""
 import pytest
 
-from conftest import ROOT, Server
+from xinfer_server import ROOT, Server
 
 BUNDLED = ROOT / "models/xinfer-tiny-shakespeare"
 
