@@ -176,3 +176,21 @@ def test_sigterm_drains_in_flight_and_exits_0(start_server):
     assert s.proc.wait(timeout=30) == 0
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", s.port), timeout=2).recv(1)
+
+
+def test_idle_keep_alive_times_out_and_connection_limit(start_server):
+    s = start_server("--keep-alive-timeout", "0.5", "--max-connections", "2")
+    a = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+    b = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+    time.sleep(0.1)
+    c = socket.create_connection(("127.0.0.1", s.port), timeout=5)  # third: refused with 503
+    c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert c.recv(4096).startswith(b"HTTP/1.1 503")
+    c.close()
+    t0 = time.time()
+    assert a.recv(1) == b"" and b.recv(1) == b""  # idle connections closed by the server
+    assert time.time() - t0 < 3
+    a.close()
+    b.close()
+    code, _, _ = s.request("GET", "/health")
+    assert code == 200
