@@ -22,7 +22,7 @@ class Server:
         self.log = open(log_path, "w")
         model_args = ["--model", str(model_dir)] if model_dir else []  # None: the bundled default model
         self.proc = subprocess.Popen([str(xinfer_bin), "serve", *model_args, "--port", "0",
-                                      "--threads", "2", "--kv-cache-mb", "32", *extra],
+                                      "--threads", "2", "--kv-cache-memory", "32MiB", *extra],
                                      stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT)
         self.port = None
         deadline = time.time() + 60

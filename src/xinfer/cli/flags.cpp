@@ -18,6 +18,35 @@ std::string text_of(const T& v) {
 
 }  // namespace
 
+Result<uint64_t> parse_byte_size(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end == text.c_str() || errno == ERANGE || value < 0)
+    return invalid_argument("'" + text + "' is not a size (examples: 1073741824, 512MiB, 1.5GiB, 2GB)");
+  std::string unit(end);
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1.0},          {"B", 1.0},          {"K", 0x1p10},    {"KiB", 0x1p10}, {"KB", 1e3},
+      {"M", 0x1p20},      {"MiB", 0x1p20},     {"MB", 1e6},      {"G", 0x1p30},   {"GiB", 0x1p30},
+      {"GB", 1e9},        {"T", 0x1p40},       {"TiB", 0x1p40},  {"TB", 1e12}};
+  for (const auto& [name, scale] : kUnits)
+    if (unit == name) return static_cast<uint64_t>(value * scale);
+  return invalid_argument("'" + text + "': unknown size unit '" + unit + "' (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+}
+
+std::string format_byte_size(uint64_t bytes) {
+  static const char* kNames[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  double v = static_cast<double>(bytes);
+  while (v >= 1024 && unit < 4) {
+    v /= 1024;
+    ++unit;
+  }
+  std::ostringstream os;
+  os << v << ' ' << kNames[unit];
+  return os.str();
+}
+
 FlagSet::FlagSet(std::string program, std::string description)
     : program_(std::move(program)), description_(std::move(description)) {}
 
@@ -38,6 +67,9 @@ void FlagSet::add(std::string name, double* t, std::string help) {
 }
 void FlagSet::add(std::string name, bool* t, std::string help) {
   flags_.push_back({std::move(name), t, std::move(help), *t ? "true" : "false"});
+}
+void FlagSet::add(std::string name, ByteSize* t, std::string help) {
+  flags_.push_back({std::move(name), t, std::move(help), format_byte_size(t->bytes)});
 }
 void FlagSet::add(std::string name, std::optional<int64_t>* t, std::string help) {
   flags_.push_back({std::move(name), t, std::move(help), t->has_value() ? text_of(**t) : "unset"});
@@ -79,6 +111,10 @@ Status FlagSet::assign(Flag& flag, const std::string& value) {
           *target = static_cast<int>(v);
         } else if constexpr (std::is_same_v<T, int64_t>) {
           if (!parse_int(target)) return bad("an integer");
+        } else if constexpr (std::is_same_v<T, ByteSize>) {
+          auto bytes = parse_byte_size(value);
+          if (!bytes.ok()) return invalid_argument(flag.name + ": " + bytes.status().message());
+          target->bytes = *bytes;
         } else if constexpr (std::is_same_v<T, std::optional<int64_t>>) {
           int64_t v;
           if (!parse_int(&v)) return bad("an integer");
@@ -151,6 +187,7 @@ std::string FlagSet::help() const {
           if constexpr (std::is_same_v<T, std::string>) return "STR";
           else if constexpr (std::is_same_v<T, bool>) return "";
           else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) return "NUM";
+          else if constexpr (std::is_same_v<T, ByteSize>) return "SIZE";
           else return "INT";
         },
         f.target);

@@ -16,6 +16,13 @@
 
 namespace xinfer::cli {
 
+// A memory size flag: "1073741824", "512MiB", "1.5GiB", "2G" (binary), "2GB" (decimal).
+struct ByteSize {
+  uint64_t bytes = 0;
+};
+Result<uint64_t> parse_byte_size(const std::string& text);
+std::string format_byte_size(uint64_t bytes);  // "1 GiB", "512 MiB", "123 B"
+
 class FlagSet {
  public:
   FlagSet(std::string program, std::string description);
@@ -27,6 +34,7 @@ class FlagSet {
   void add(std::string name, double* target, std::string help);
   void add(std::string name, bool* target, std::string help);  // --name / --name=true|false / --no-name
   void add(std::string name, std::optional<int64_t>* target, std::string help);
+  void add(std::string name, ByteSize* target, std::string help);
 
   // Parses argv[1..]; INVALID_ARGUMENT for unknown flags, missing or malformed values.
   Status parse(int argc, char** argv);
@@ -36,7 +44,8 @@ class FlagSet {
   bool was_set(const std::string& name) const;
 
  private:
-  using Target = std::variant<std::string*, int*, int64_t*, float*, double*, bool*, std::optional<int64_t>*>;
+  using Target = std::variant<std::string*, int*, int64_t*, float*, double*, bool*, std::optional<int64_t>*,
+                              ByteSize*>;
   struct Flag {
     std::string name;
     Target target;

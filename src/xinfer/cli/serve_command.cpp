@@ -66,7 +66,8 @@ bool wait_until(Pred done, double timeout_s, const sigset_t& signals) {
 int run_serve(int argc, char** argv) {
   std::string model_dir, served_name, host = "127.0.0.1", api_key, filter_rules_path, backend = "cpu";
   int port = 8000, max_connections = 1024, server_threads = 1, threads = 0;
-  int64_t max_body_bytes = 8 << 20, kv_cache_mb = 1024;
+  int64_t max_body_bytes = 8 << 20;
+  ByteSize kv_cache_memory{uint64_t{1} << 30};
   double keep_alive_timeout = 30, drain_timeout = 30;
   engine::EngineConfig ec;
   sched::SchedulerConfig& sc = ec.scheduler;
@@ -98,7 +99,8 @@ int run_serve(int argc, char** argv) {
   flags.add("--server-threads", &server_threads, "HTTP I/O threads");
   flags.add("--backend", &backend, "cpu or cuda");
   flags.add("--threads", &threads, "CPU threads for the model and sampler; 0 = all cores");
-  flags.add("--kv-cache-mb", &kv_cache_mb, "memory for KV-cache blocks, MiB (host RAM on the CPU backend)");
+  flags.add("--kv-cache-memory", &kv_cache_memory,
+            "memory for KV-cache blocks on the CPU backend (host RAM), e.g. 512MiB, 4GiB");
   flags.add("--max-model-len", &ec.max_model_len,
             "longest sequence (prompt + output); 0 = the model's limit or what the KV cache holds");
   flags.add("--block-size", &sc.block_size, "tokens per KV-cache block");
@@ -117,8 +119,8 @@ int run_serve(int argc, char** argv) {
     if (const char* env = std::getenv("XINFER_API_KEY")) api_key = env;
   }
   if (port < 0 || port > 65535) return fail("--port must be in [0, 65535]");
-  if (max_body_bytes <= 0 || max_connections <= 0 || server_threads <= 0 || kv_cache_mb <= 0)
-    return fail("--max-body-bytes, --max-connections, --server-threads and --kv-cache-mb must be positive");
+  if (max_body_bytes <= 0 || max_connections <= 0 || server_threads <= 0 || kv_cache_memory.bytes == 0)
+    return fail("--max-body-bytes, --max-connections, --server-threads and --kv-cache-memory must be positive");
   if (model_dir.empty()) {
     model_dir = find_default_model();
     if (model_dir.empty()) {
@@ -141,7 +143,7 @@ int run_serve(int argc, char** argv) {
   ec.model_dir = model_dir;
   ec.served_model_name = served_name;
   ec.threads = threads;
-  ec.kv_cache_memory = static_cast<size_t>(kv_cache_mb) << 20;
+  ec.kv_cache_memory = kv_cache_memory.bytes;
   if (Status s = ec.validate(); !s.ok()) return fail(s.message());
 
   // Block the signals before any thread starts, so every thread inherits the mask and main takes them.
