@@ -59,6 +59,17 @@ f16 to_f16(float f);
 float to_float(fp8_e4m3 v);
 fp8_e4m3 to_fp8_e4m3(float f);  // saturates to +-448
 
+// Packed i4: element i lives in byte i / 2, low nibble for even i, high nibble for odd i.
+inline int8_t get_i4(const uint8_t* packed, size_t i) {
+  const uint8_t nibble = (packed[i / 2] >> ((i % 2) * 4)) & 0xF;
+  return static_cast<int8_t>(nibble >= 8 ? static_cast<int>(nibble) - 16 : nibble);  // sign-extend
+}
+inline void set_i4(uint8_t* packed, size_t i, int8_t value) {
+  const int shift = static_cast<int>(i % 2) * 4;
+  const auto nibble = static_cast<uint8_t>(value & 0xF);
+  packed[i / 2] = static_cast<uint8_t>((packed[i / 2] & ~(0xF << shift)) | (nibble << shift));
+}
+
 // Converts n elements of `src` (type `from`) to float. Supports f32, bf16, f16, fp8_e4m3, i8, i32.
 void convert_to_f32(DType from, const void* src, float* dst, size_t n);
 // Converts n floats to `to`. Supports f32, bf16, f16, fp8_e4m3.

@@ -61,6 +61,16 @@ TEST(DType, Fp8RoundingIsNearest) {
   }
 }
 
+TEST(DType, Int4PackingIsTwoPerByteLowNibbleFirst) {
+  uint8_t packed[3] = {0, 0, 0xAA};
+  const int8_t values[5] = {-8, 7, -1, 0, 3};
+  for (size_t i = 0; i < 5; ++i) set_i4(packed, i, values[i]);
+  EXPECT_EQ(packed[0], 0x78);  // -8 -> 0x8 low, 7 -> 0x7 high
+  EXPECT_EQ(packed[1], 0x0F);  // -1 -> 0xF low, 0 high
+  EXPECT_EQ(packed[2], 0xA3);  // 3 low; the high nibble (element 5) is untouched
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(get_i4(packed, i), values[i]) << i;
+}
+
 TEST(DType, SizesAndNames) {
   EXPECT_EQ(dtype_bytes(DType::kI4, 3), 2u);
   EXPECT_EQ(dtype_bytes(DType::kBF16, 3), 6u);
