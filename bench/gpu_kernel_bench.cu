@@ -15,6 +15,7 @@
 
 #include "xinfer/backend/cuda/cuda_backend.h"
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/device_ceilings.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_gemm.h"
 
 namespace xinfer::bench {
@@ -37,26 +38,8 @@ void fill(const TensorView& t, uint32_t seed, float scale = 1.0f) {
   XI_CUDA_CHECK_LAUNCH();
 }
 
-// Median over 5 runs of (event time of `reps` calls) / reps, in seconds.
 double time_op(cudaStream_t stream, int reps, const std::function<void(int)>& op) {
-  cudaEvent_t a, b;
-  XI_CUDA_CHECK(cudaEventCreate(&a));
-  XI_CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) op(i);
-  std::vector<double> runs;
-  for (int r = 0; r < 5; ++r) {
-    XI_CUDA_CHECK(cudaEventRecord(a, stream));
-    for (int i = 0; i < reps; ++i) op(i);
-    XI_CUDA_CHECK(cudaEventRecord(b, stream));
-    XI_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    XI_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    runs.push_back(ms / 1e3 / reps);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(runs.begin(), runs.end());
-  return runs[2];
+  return cuda::time_on_stream(stream, reps, op);
 }
 
 struct Row {
@@ -83,32 +66,12 @@ int run(bool quick) {
   cudaStream_t s = be.stream();
   g_stream = s;
 
-  // ---- ceilings ----
-  const size_t copy_bytes = size_t{2} << 30;
-  auto src = be.allocate(DType::kU8, Shape{static_cast<int64_t>(copy_bytes)});
-  auto dst = be.allocate(DType::kU8, Shape{static_cast<int64_t>(copy_bytes)});
-  XI_CUDA_CHECK(cudaMemsetAsync(src.view.data, 0x5a, copy_bytes, s));
-  const double t_copy = time_op(s, 5, [&](int) {
-    XI_CUDA_CHECK(cudaMemcpyAsync(dst.view.data, src.view.data, copy_bytes, cudaMemcpyDeviceToDevice, s));
-  });
-  const double bw = 2.0 * copy_bytes / t_copy / 1e9;
+  // ---- ceilings (shared with `xinfer bench`: backend/cuda/device_ceilings.h) ----
+  const backend::DeviceCeilings ceil = cuda::measure_device_ceilings(be);
+  const double bw = ceil.copy_gbs, peak = ceil.bf16_gemm_tflops;
   std::printf("ceiling: d2d copy %.0f GB/s (read + write)\n", bw);
-  src = {};
-  dst = {};
-
-  cuda::CublasLtGemm gemm;
-  const int G = 8192;
-  auto ga = be.allocate(DType::kBF16, Shape{G, G}), gb = be.allocate(DType::kBF16, Shape{G, G}),
-       gc = be.allocate(DType::kBF16, Shape{G, G});
-  fill(ga.view, 1);
-  fill(gb.view, 2);
-  const double t_gemm = time_op(s, 10, [&](int) {
-    gemm.run({static_cast<__nv_bfloat16*>(ga.view.data), static_cast<__nv_bfloat16*>(gb.view.data), nullptr,
-              gc.view.data, false, G, G, G}, s);
-  });
-  const double peak = 2.0 * G * G * G / t_gemm / 1e12;
   std::printf("ceiling: cuBLASLt bf16 GEMM 8192^3 %.0f TFLOP/s (random data)\n", peak);
-  ga = gb = gc = {};
+  cuda::CublasLtGemm gemm;
 
   // ---- decode attention, Llama-3.1-8B shape ----
   const int Hq = 32, Hkv = 8, D = 128, bs = 16, ctx = 2048;

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "xinfer/backend/counter_rng.h"
 #include "xinfer/core/status.h"
 #include "xinfer/core/tensor.h"
 
@@ -107,6 +108,12 @@ struct StepMeta {
   const int32_t* logit_rows = nullptr;       // [num_logit_rows]
 };
 
+// Ceilings measured on the device itself (benchmarks divide achieved figures by these).
+struct DeviceCeilings {
+  double copy_gbs = 0;          // device-to-device copy, bytes read + written per second / 1e9
+  double bf16_gemm_tflops = 0;  // bf16 GEMM 8192^3 on random data
+};
+
 struct BackendInfo {
   std::string name;        // "cpu" / "cuda:0 NVIDIA H200"
   DType activation_dtype;  // dtype of activations and (by default) weights
@@ -128,6 +135,19 @@ class Backend {
   // Copies the plan's arrays to device memory; returns views of them.
   virtual StepMeta upload_step(const StepPlan& plan) = 0;
   virtual KvCache allocate_kv_cache(const KvCacheSpec& spec) = 0;
+  // A new tensor of N(0, stddev^2) values, element i = counter_normal(seed, i, stddev) rounded to
+  // `dtype` (the same values on every backend). Default: generated on the host and uploaded; devices
+  // override it to generate in place (dummy weights of 8B+ models).
+  virtual DeviceTensor random_normal(DType dtype, const Shape& shape, uint64_t seed, float stddev) {
+    HostTensor host(DType::kF32, shape);
+    float* p = host.data<float>();
+    for (int64_t i = 0; i < shape.numel(); ++i) p[i] = counter_normal(seed, static_cast<uint64_t>(i), stddev);
+    return upload(host.view(), dtype);
+  }
+  // Blocks until all queued work is done (no-op on synchronous backends).
+  virtual void synchronize() {}
+  // Measures copy bandwidth and GEMM peak (seconds of device time); UNIMPLEMENTED where not supported.
+  virtual Result<DeviceCeilings> measure_ceilings() { return unimplemented("no ceiling measurement on " + info().name); }
 
   // ---- ops ----
   // out[T, H] = table[ids[t], :]          table: [V, H]

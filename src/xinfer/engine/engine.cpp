@@ -6,10 +6,14 @@
 #include <utility>
 
 #include "xinfer/backend/cpu/cpu_backend.h"
+#if defined(XINFER_HAVE_CUDA)
+#include "xinfer/backend/cuda/cuda_backend.h"
+#endif
 #include "xinfer/core/check.h"
 #include "xinfer/core/logging.h"
 #include "xinfer/kv_cache/kv_cache_manager.h"
 #include "xinfer/model/model_config.h"
+#include "xinfer/model/preset_configs.h"
 
 namespace xinfer::engine {
 namespace {
@@ -20,8 +24,10 @@ struct BackendBundle {
   ThreadPool* sampler_pool = nullptr;
 };
 
-// The one place that knows how to build each backend.
-Result<BackendBundle> make_backend(const EngineConfig& config) {
+// The one place that knows how to build each backend (and the only #if on CUDA in the engine).
+// The CUDA backend reserves its split-KV decode workspace here, before the memory plan measures what
+// is in use.
+Result<BackendBundle> make_backend(const EngineConfig& config, const model::ModelConfig& mc, int max_seq_len) {
   BackendBundle b;
   switch (config.backend) {
     case BackendKind::kCpu: {
@@ -30,11 +36,31 @@ Result<BackendBundle> make_backend(const EngineConfig& config) {
       b.backend = std::move(cpu);
       return b;
     }
-    case BackendKind::kCuda:
-      return unimplemented("the CUDA backend is not wired into the engine yet; use --backend cpu");
+    case BackendKind::kCuda: {
+#if defined(XINFER_HAVE_CUDA)
+      int devices = 0;
+      if (const cudaError_t err = cudaGetDeviceCount(&devices); err != cudaSuccess || devices == 0)
+        return unavailable(std::string("no usable CUDA device: ") +
+                           (err != cudaSuccess ? cudaGetErrorString(err) : "none found"));
+      auto gpu = std::make_unique<cuda::CudaBackend>();
+      gpu->reserve_decode_workspace(config.scheduler.max_num_seqs, mc.num_heads, mc.num_kv_heads, mc.head_dim,
+                                    max_seq_len);
+      b.backend = std::move(gpu);
+      b.own_pool = std::make_unique<ThreadPool>(config.threads);
+      b.sampler_pool = b.own_pool.get();
+      return b;
+#else
+      (void)mc;
+      (void)max_seq_len;
+      return unimplemented("this xinfer was built without the CUDA backend (no nvcc at configure time); "
+                           "use --backend cpu");
+#endif
+    }
   }
   return invalid_argument("unknown backend");
 }
+
+double gib(size_t bytes) { return static_cast<double>(bytes) / static_cast<double>(size_t{1} << 30); }
 
 FinishReason to_engine_reason(sched::FinishReason r) {
   switch (r) {
@@ -65,37 +91,87 @@ void append_token(RequestOutput& out, const SampleOutput& o, bool with_logprobs)
 
 Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
   XI_RETURN_IF_ERROR(config.validate());
-  XI_ASSIGN_OR_RETURN(model::ModelConfig mc, model::load_model_config(config.model_dir));
-  XI_ASSIGN_OR_RETURN(BackendBundle bundle, make_backend(config));
+  const bool dummy = config.load_format == model::LoadFormat::kDummy;
+  if (!dummy && model::is_preset(config.model_dir))
+    return invalid_argument("model " + config.model_dir + " is a built-in config without weights: use "
+                            "--load-format dummy, or give a model directory");
+  XI_ASSIGN_OR_RETURN(model::ModelConfig mc, dummy ? model::resolve_model_config(config.model_dir)
+                                                   : model::load_model_config(config.model_dir));
+  const int max_pos = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : INT32_MAX;
+  if (config.max_model_len > max_pos)
+    return invalid_argument("max_model_len " + std::to_string(config.max_model_len) +
+                            " exceeds the model's max_position_embeddings " + std::to_string(max_pos));
+  // Devices plan memory (weights and workspaces first, KV blocks from what is left); the CPU backend
+  // takes kv_cache_memory of host RAM.
+  const bool plan_memory = config.backend == BackendKind::kCuda;
+  const int longest = config.max_model_len > 0 ? config.max_model_len : max_pos;
+  XI_ASSIGN_OR_RETURN(BackendBundle bundle, make_backend(config, mc, longest));
+  backend::Backend& be = *bundle.backend;
 
   sched::SchedulerConfig& sc = config.scheduler;
   backend::KvCacheSpec spec{mc.num_layers, 0, sc.block_size, mc.num_kv_heads, mc.head_dim,
-                            bundle.backend->info().activation_dtype};
+                            be.info().activation_dtype};
   const size_t bytes_per_block = spec.bytes_per_block();
-  sc.num_blocks = kv::num_blocks_for_budget(config.kv_cache_memory, bytes_per_block);
+  model::LoadOptions load;
+  load.max_tokens = sc.max_num_batched_tokens;
+  load.max_logit_rows = sc.max_num_seqs;
+  load.show_progress = config.show_progress;
+  load.load_format = config.load_format;
+  load.seed = config.dummy_seed;
+
+  std::unique_ptr<model::LlamaModel> model;
+  MemoryPlan plan;
+  size_t kv_budget = config.kv_cache_memory;
+  if (plan_memory) {
+    const backend::BackendInfo before = be.info();
+    const size_t weights_estimate =
+        static_cast<size_t>(model::LlamaModel::parameter_count(mc)) * dtype_bytes(spec.dtype, 1);
+    const double usable = config.gpu_memory_utilization * static_cast<double>(before.total_memory) -
+                          static_cast<double>(before.total_memory - before.free_memory);
+    if (static_cast<double>(weights_estimate) > usable)
+      return invalid_argument(
+          "model " + config.model_dir + " needs " + std::to_string(gib(weights_estimate)) + " GiB of " +
+          dtype_name(spec.dtype) + " weights (" + std::to_string(model::LlamaModel::parameter_count(mc)) +
+          " parameters) but " + before.name + " has " + std::to_string(gib(before.total_memory)) +
+          " GiB, of which gpu_memory_utilization " + std::to_string(config.gpu_memory_utilization) +
+          " leaves " + std::to_string(usable / (1 << 30)) +
+          " GiB: it does not fit one GPU (tensor parallelism is not implemented yet)");
+    load.max_model_len = config.max_model_len;  // 0: the rope table covers max_position_embeddings
+    XI_ASSIGN_OR_RETURN(model, model::LlamaModel::load(config.model_dir, be, load));
+    be.synchronize();
+    const backend::BackendInfo after = be.info();
+    const size_t used = after.total_memory - after.free_memory;
+    const double budget = config.gpu_memory_utilization * static_cast<double>(after.total_memory) -
+                          static_cast<double>(used);
+    kv_budget = budget > 0 ? static_cast<size_t>(budget) : 0;
+    plan.weight_bytes = model->weight_bytes();
+    plan.other_bytes = used > plan.weight_bytes ? used - plan.weight_bytes : 0;
+    plan.total_bytes = after.total_memory;
+  }
+  sc.num_blocks = kv::num_blocks_for_budget(kv_budget, bytes_per_block);
   if (sc.num_blocks == 0) {
-    return invalid_argument("kv_cache_memory (" + std::to_string(config.kv_cache_memory) +
-                            " bytes) holds fewer than 2 KV blocks of " + std::to_string(bytes_per_block) +
-                            " bytes (block_size " + std::to_string(sc.block_size) + ")");
+    return invalid_argument(std::string(plan_memory ? "the memory left after weights and workspaces under "
+                                                      "gpu_memory_utilization"
+                                                    : "kv_cache_memory") +
+                            " (" + std::to_string(kv_budget) + " bytes) holds fewer than 2 KV blocks of " +
+                            std::to_string(bytes_per_block) + " bytes (block_size " + std::to_string(sc.block_size) +
+                            ")");
   }
   spec.num_blocks = sc.num_blocks;
   // The last sampled token is never fed back: a sequence of L tokens needs KV for L - 1.
   const int64_t kv_tokens = static_cast<int64_t>(sc.num_blocks - 1) * sc.block_size + 1;
-  const int max_pos = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : INT32_MAX;
   if (config.max_model_len > 0) {
-    if (config.max_model_len > max_pos)
-      return invalid_argument("max_model_len " + std::to_string(config.max_model_len) +
-                              " exceeds the model's max_position_embeddings " + std::to_string(max_pos));
     if (config.max_model_len > kv_tokens)
       return invalid_argument("max_model_len " + std::to_string(config.max_model_len) +
-                              " needs more KV cache than kv_cache_memory holds (" + std::to_string(kv_tokens) +
-                              " tokens in " + std::to_string(sc.num_blocks - 1) +
-                              " blocks); raise kv_cache_memory or lower max_model_len");
+                              " needs more KV cache than there is (" + std::to_string(kv_tokens) +
+                              " tokens in " + std::to_string(sc.num_blocks - 1) + " blocks); " +
+                              (plan_memory ? "raise gpu_memory_utilization" : "raise kv_cache_memory") +
+                              " or lower max_model_len");
   } else {
     config.max_model_len = static_cast<int>(std::min<int64_t>(max_pos, kv_tokens));
     if (config.max_model_len < max_pos)
       XI_LOG(WARN) << "max_model_len lowered to " << config.max_model_len << " (model: " << max_pos
-                   << "): that is all kv_cache_memory holds";
+                   << "): that is all the KV cache holds";
   }
   sc.max_model_len = config.max_model_len;
   XI_RETURN_IF_ERROR(sc.validate());
@@ -105,19 +181,29 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
     config.served_model_name =
         std::filesystem::path(config.model_dir).lexically_normal().parent_path().filename().string();
 
-  model::LoadOptions load;
-  load.max_tokens = sc.max_num_batched_tokens;
-  load.max_logit_rows = sc.max_num_seqs;
-  load.max_model_len = config.max_model_len;
-  load.show_progress = config.show_progress;
-  XI_ASSIGN_OR_RETURN(std::unique_ptr<model::LlamaModel> model,
-                      model::LlamaModel::load(config.model_dir, *bundle.backend, load));
+  if (!model) {
+    load.max_model_len = config.max_model_len;
+    XI_ASSIGN_OR_RETURN(model, model::LlamaModel::load(config.model_dir, be, load));
+  }
+  plan.kv_bytes = static_cast<size_t>(sc.num_blocks) * bytes_per_block;
+  plan.num_blocks = sc.num_blocks;
+  plan.kv_tokens = kv_tokens - 1;
+  if (!plan_memory) plan.weight_bytes = model->weight_bytes();
   XI_LOG(INFO) << "engine: " << config.to_string();
-  XI_LOG(INFO) << "engine: model " << model->config().to_string() << "; KV cache " << sc.num_blocks - 1
-               << " blocks x " << bytes_per_block << " bytes = " << kv_tokens - 1 << " tokens";
+  XI_LOG(INFO) << "engine: model " << model->config().to_string() << "; " << model::LlamaModel::parameter_count(mc)
+               << " parameters";
+  XI_LOG(INFO) << "engine: memory plan on " << be.info().name << ": weights " << gib(plan.weight_bytes)
+               << " GiB, activations/workspaces/context " << gib(plan.other_bytes) << " GiB, KV cache "
+               << gib(plan.kv_bytes) << " GiB = " << sc.num_blocks - 1 << " blocks x " << bytes_per_block
+               << " bytes = " << plan.kv_tokens << " tokens"
+               << (plan_memory ? " (gpu_memory_utilization " + std::to_string(config.gpu_memory_utilization) +
+                                     " of " + std::to_string(gib(plan.total_bytes)) + " GiB)"
+                               : std::string(" (kv_cache_memory)"));
   ThreadPool* pool = bundle.sampler_pool;
-  return std::unique_ptr<Engine>(new Engine(std::move(config), std::move(bundle.backend),
-                                            std::move(bundle.own_pool), pool, std::move(model), spec));
+  std::unique_ptr<Engine> engine(new Engine(std::move(config), std::move(bundle.backend), std::move(bundle.own_pool),
+                                            pool, std::move(model), spec));
+  engine->memory_plan_ = plan;
+  return engine;
 }
 
 Engine::Engine(EngineConfig config, std::unique_ptr<backend::Backend> backend, std::unique_ptr<ThreadPool> own_pool,

@@ -40,11 +40,22 @@
 
 namespace xinfer::engine {
 
+// Where device memory went at start-up (printed then; `xinfer bench` records it).
+struct MemoryPlan {
+  size_t total_bytes = 0;   // device memory (0 on the CPU backend)
+  size_t weight_bytes = 0;
+  size_t other_bytes = 0;   // activations, workspaces, CUDA context: in use after loading, minus weights
+  size_t kv_bytes = 0;      // num_blocks x bytes_per_block
+  int num_blocks = 0;       // including the null block
+  int64_t kv_tokens = 0;    // tokens the usable blocks hold
+};
+
 class Engine final : public EngineClient {
  public:
   // Loads the model, sizes the KV cache from config.kv_cache_memory and starts the loop thread.
   // Errors: the config's (INVALID_ARGUMENT), the model's (NOT_FOUND, UNIMPLEMENTED, ...), a budget below two
-  // blocks or a max_model_len the KV cache cannot hold (INVALID_ARGUMENT), CUDA backend (UNIMPLEMENTED yet).
+  // blocks or a max_model_len the KV cache cannot hold, weights larger than the device (INVALID_ARGUMENT), CUDA
+  // backend in a build without it (UNIMPLEMENTED). CUDA: KV blocks from gpu_memory_utilization (MemoryPlan).
   static Result<std::unique_ptr<Engine>> create(EngineConfig config);
   ~Engine() override;  // stop()
   Engine(const Engine&) = delete;
@@ -63,6 +74,10 @@ class Engine final : public EngineClient {
 
   // The config with derived fields filled (num_blocks, max_model_len).
   const EngineConfig& config() const { return config_; }
+  const MemoryPlan& memory_plan() const { return memory_plan_; }
+  const model::LlamaModel& model() const { return *model_; }
+  // For measurements while no request is live (bench ceilings); the loop thread uses it otherwise.
+  backend::Backend& backend() { return *backend_; }
 
  private:
   struct Submission {
@@ -98,6 +113,7 @@ class Engine final : public EngineClient {
 
   EngineConfig config_;
   EngineInfo info_;
+  MemoryPlan memory_plan_;
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<ThreadPool> own_pool_;  // sampler pool when the backend has none to share
   std::unique_ptr<model::LlamaModel> model_;

@@ -23,6 +23,8 @@ Status EngineConfig::validate() const {
   if (model_dir.empty()) return bad("model_dir is required");
   if (threads < 0) return bad("threads must be >= 0, got " + std::to_string(threads));
   if (kv_cache_memory == 0) return bad("kv_cache_memory must be > 0");
+  if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1))
+    return bad("gpu_memory_utilization must be in (0, 1], got " + std::to_string(gpu_memory_utilization));
   if (max_model_len < 0) return bad("max_model_len must be >= 0, got " + std::to_string(max_model_len));
   if (max_waiting < 1) return bad("max_waiting must be >= 1, got " + std::to_string(max_waiting));
   // num_blocks is derived later: check the rest with a placeholder.
@@ -36,7 +38,8 @@ std::string EngineConfig::to_string() const {
   std::ostringstream os;
   os << "model_dir=" << model_dir << " served_model_name=" << served_model_name
      << " backend=" << backend_kind_name(backend) << " threads=" << threads
-     << " kv_cache_memory=" << kv_cache_memory << " max_model_len=" << max_model_len
+     << " kv_cache_memory=" << kv_cache_memory << " gpu_memory_utilization=" << gpu_memory_utilization
+     << " load_format=" << model::load_format_name(load_format) << " max_model_len=" << max_model_len
      << " max_waiting=" << max_waiting << " | " << scheduler.to_string();
   return os.str();
 }

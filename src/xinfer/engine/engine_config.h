@@ -3,7 +3,9 @@
 // Filled from the command line by `xinfer serve`; to_string() goes to the start-up log.
 //
 // Derived at create() (not set by the user):
-//   scheduler.num_blocks     = kv::num_blocks_for_budget(kv_cache_memory, KvCacheSpec::bytes_per_block())
+//   scheduler.num_blocks     = kv::num_blocks_for_budget(budget, KvCacheSpec::bytes_per_block()), budget =
+//                              kv_cache_memory (CPU) or, on CUDA, gpu_memory_utilization * total device
+//                              memory - memory in use after weights and workspaces are allocated
 //   scheduler.max_model_len  = max_model_len, or min(max_position_embeddings, KV capacity + 1) when 0
 #pragma once
 
@@ -12,6 +14,7 @@
 #include <string>
 
 #include "xinfer/core/status.h"
+#include "xinfer/model/llama.h"
 #include "xinfer/scheduler/scheduler_config.h"
 
 namespace xinfer::engine {
@@ -25,7 +28,11 @@ struct EngineConfig {
   std::string served_model_name;         // empty: base name of model_dir
   BackendKind backend = BackendKind::kCpu;
   int threads = 0;                       // CPU threads (backend ops and sampler); 0: all cores
-  size_t kv_cache_memory = size_t{1} << 30;  // bytes of KV blocks (CPU: host RAM)
+  size_t kv_cache_memory = size_t{1} << 30;  // bytes of KV blocks on the CPU backend (host RAM)
+  // CUDA: fraction of device memory the engine may use; KV blocks get what weights and workspaces leave.
+  double gpu_memory_utilization = 0.90;
+  model::LoadFormat load_format = model::LoadFormat::kAuto;  // kDummy: random weights, model may be a preset
+  uint64_t dummy_seed = 0;
   int max_model_len = 0;                 // prompt + output per sequence; 0: see above
   int max_waiting = 4096;                // queued requests beyond this -> RESOURCE_EXHAUSTED
   bool show_progress = false;            // progress bar while converting weights

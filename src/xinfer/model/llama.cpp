@@ -1,10 +1,13 @@
 #include "xinfer/model/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "xinfer/core/logging.h"
 #include "xinfer/core/progress_bar.h"
+#include "xinfer/model/preset_configs.h"
 #include "xinfer/model/rope.h"
 #include "xinfer/model/safetensors.h"
 
@@ -27,6 +30,25 @@ HostTensor concat_rows_f32(const std::vector<TensorView>& parts) {
 
 }  // namespace
 
+const char* load_format_name(LoadFormat f) { return f == LoadFormat::kDummy ? "dummy" : "auto"; }
+
+Result<LoadFormat> parse_load_format(const std::string& s) {
+  if (s == "auto") return LoadFormat::kAuto;
+  if (s == "dummy") return LoadFormat::kDummy;
+  return invalid_argument("load format must be 'auto' or 'dummy', got '" + s + "'");
+}
+
+int64_t LlamaModel::parameter_count(const ModelConfig& c) {
+  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
+  const int64_t q = static_cast<int64_t>(c.num_heads) * D, kv = static_cast<int64_t>(c.num_kv_heads) * D;
+  int64_t layer = 2 * H + (q + 2 * kv) * H + H * q + 3 * I * H;
+  if (c.attention_bias) layer += q + 2 * kv;
+  if (c.o_bias) layer += H;
+  if (c.qk_norm) layer += 2 * D;
+  if (c.mlp_bias) layer += 2 * I + H;
+  return V * H * (c.tie_word_embeddings ? 1 : 2) + layer * c.num_layers + H;
+}
+
 LlamaModel::LlamaModel(ModelConfig config, backend::Backend& backend, LoadOptions options)
     : config_(std::move(config)), backend_(backend), options_(options) {
   max_model_len_ = options_.max_model_len > 0 ? options_.max_model_len : config_.max_position_embeddings;
@@ -34,7 +56,11 @@ LlamaModel::LlamaModel(ModelConfig config, backend::Backend& backend, LoadOption
 
 Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& dir, backend::Backend& backend,
                                                      const LoadOptions& options) {
-  XI_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(dir));
+  if (options.load_format == LoadFormat::kAuto && is_preset(dir))
+    return invalid_argument("model " + dir + " is a built-in config without weights: use --load-format dummy, "
+                            "or give a model directory");
+  XI_ASSIGN_OR_RETURN(ModelConfig config, options.load_format == LoadFormat::kDummy ? resolve_model_config(dir)
+                                                                                    : load_model_config(dir));
   if (options.max_model_len > config.max_position_embeddings)
     return invalid_argument("max_model_len " + std::to_string(options.max_model_len) +
                             " exceeds the model's max_position_embeddings " +
@@ -46,7 +72,12 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& dir, bac
 }
 
 Status LlamaModel::load_weights(const std::string& dir) {
-  XI_ASSIGN_OR_RETURN(WeightFiles files, WeightFiles::open(dir));
+  const bool dummy = options_.load_format == LoadFormat::kDummy;
+  std::optional<WeightFiles> files;
+  if (!dummy) {
+    XI_ASSIGN_OR_RETURN(WeightFiles opened, WeightFiles::open(dir));
+    files.emplace(std::move(opened));
+  }
   const ModelConfig& c = config_;
   const DType dtype = backend_.info().activation_dtype;
   const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
@@ -65,13 +96,36 @@ Status LlamaModel::load_weights(const std::string& dir) {
     for (const auto& p : parts) progress.advance(1, static_cast<int64_t>(p.bytes()));
     return t.view;
   };
+  // Dummy weights: one random stream per tensor (seeded by its index), norm weights 1 as in a fresh model.
+  uint64_t dummy_index = 0;
+  auto make_dummy = [&](const std::vector<std::pair<std::string, Shape>>& specs) -> TensorView {
+    int64_t rows = 0;
+    for (const auto& sp : specs) rows += sp.second[0];
+    const Shape shape = specs[0].second.rank() == 1 ? Shape{rows} : Shape{rows, specs[0].second[1]};
+    const std::string& name = specs[0].first;
+    const bool is_norm = name.size() >= 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0;
+    backend::DeviceTensor t;
+    if (is_norm) {
+      HostTensor ones(DType::kF32, shape);
+      std::fill(ones.data<float>(), ones.data<float>() + shape.numel(), 1.0f);
+      t = backend_.upload(ones.view(), dtype);
+    } else {
+      t = backend_.random_normal(dtype, shape, options_.seed * 1000003u + dummy_index, 0.02f);
+    }
+    ++dummy_index;
+    owned_.push_back(t.buffer);
+    weight_bytes_ += t.view.bytes();
+    progress.advance(static_cast<int64_t>(specs.size()), static_cast<int64_t>(t.view.bytes()));
+    return t.view;
+  };
   // Fetches named tensors with expected shapes and uploads them as one (row-concatenated) tensor.
   auto load = [&](std::vector<std::pair<std::string, Shape>> specs) -> Result<TensorView> {
+    if (dummy) return make_dummy(specs);
     std::vector<TensorView> parts;
     for (auto& [name, shape] : specs) {
-      XI_ASSIGN_OR_RETURN(TensorView v, files.get(name, shape));
+      XI_ASSIGN_OR_RETURN(TensorView v, files->get(name, shape));
       if (v.dtype != DType::kF32 && v.dtype != DType::kBF16 && v.dtype != DType::kF16)
-        return unimplemented(name + " in " + files.file_of(name) + ": unsupported dtype " + dtype_name(v.dtype) +
+        return unimplemented(name + " in " + files->file_of(name) + ": unsupported dtype " + dtype_name(v.dtype) +
                              " (supported: F32, BF16, F16)");
       parts.push_back(v);
     }

@@ -25,11 +25,20 @@
 
 namespace xinfer::model {
 
+// auto: weights from the directory's safetensors. dummy: random weights in the real shapes (N(0, 0.02),
+// norm weights 1, deterministic in `seed`), generated on the backend; the model may then be a built-in
+// preset name (preset_configs.h) instead of a directory.
+enum class LoadFormat { kAuto, kDummy };
+const char* load_format_name(LoadFormat f);                 // "auto", "dummy"
+Result<LoadFormat> parse_load_format(const std::string& s);  // INVALID_ARGUMENT otherwise
+
 struct LoadOptions {
   int max_tokens = 2048;      // most tokens one forward step may carry
   int max_logit_rows = 256;   // most rows whose logits one step may ask for
   int max_model_len = 0;      // context limit (rope table size); 0: max_position_embeddings
   bool show_progress = true;  // progress bar while converting weights
+  LoadFormat load_format = LoadFormat::kAuto;
+  uint64_t seed = 0;          // dummy weights
 };
 
 struct LayerWeights {
@@ -45,9 +54,12 @@ struct LayerWeights {
 
 class LlamaModel {
  public:
-  // Reads config.json and the safetensors of `dir`, converts weights onto `backend`.
+  // Reads config.json and the safetensors of `dir`, converts weights onto `backend`. With
+  // LoadFormat::kDummy, `dir` may be a preset name and no weight file is read.
   static Result<std::unique_ptr<LlamaModel>> load(const std::string& dir, backend::Backend& backend,
                                                   const LoadOptions& options);
+  // Parameters of the weights load() creates (tied embeddings counted once).
+  static int64_t parameter_count(const ModelConfig& config);
 
   const ModelConfig& config() const { return config_; }
   const LoadOptions& options() const { return options_; }
@@ -60,7 +72,7 @@ class LlamaModel {
 
  private:
   LlamaModel(ModelConfig config, backend::Backend& backend, LoadOptions options);
-  Status load_weights(const std::string& dir);
+  Status load_weights(const std::string& dir);  // dir unused for dummy weights
   void allocate_workspace();
 
   ModelConfig config_;

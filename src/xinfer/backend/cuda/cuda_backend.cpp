@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/device_ceilings.h"
 #include "xinfer/backend/cuda/kernels/attention/paged_attention_generic.h"
 #include "xinfer/backend/cuda/kernels/attention/paged_decode_attention.h"
 #include "xinfer/backend/cuda/kernels/attention/paged_prefill_attention.h"
@@ -14,6 +15,7 @@
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_gemm.h"
 #include "xinfer/backend/cuda/kernels/norm/qk_norm.h"
 #include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
+#include "xinfer/backend/cuda/kernels/random/random_normal.h"
 #include "xinfer/backend/cuda/kernels/rope/rope_kv_write.h"
 
 namespace xinfer::cuda {
@@ -204,6 +206,31 @@ backend::KvCache CudaBackend::allocate_kv_cache(const backend::KvCacheSpec& spec
     cache.buffers.push_back(std::move(v.buffer));
   }
   return cache;
+}
+
+backend::DeviceTensor CudaBackend::random_normal(DType dtype, const Shape& shape, uint64_t seed, float stddev) {
+  XI_CHECK(dtype == DType::kBF16 || dtype == DType::kF32) << "random_normal: dtype " << dtype_name(dtype);
+  backend::DeviceTensor t = allocate(dtype, shape);
+  launch_random_normal({t.view.data, dtype == DType::kF32, static_cast<size_t>(shape.numel()), seed, stddev}, stream_);
+  return t;
+}
+
+Result<backend::DeviceCeilings> CudaBackend::measure_ceilings() { return measure_device_ceilings(*this); }
+
+void CudaBackend::reserve_decode_workspace(int max_decode_seqs, int num_heads, int num_kv_heads, int head_dim,
+                                           int max_seq_len) {
+  if (!decode_attention_supports(head_dim) || num_kv_heads <= 0 || num_heads % num_kv_heads != 0) return;
+  const int group = num_heads / num_kv_heads;
+  size_t worst = 0;
+  // workspace = CTAs x group x (D + 2) floats. decode_partition_size keeps CTAs <= 4 per SM unless the
+  // partition is at its cap, where CTAs grow with the context: the longest context at each decode
+  // count, or 4 CTAs per SM at any shorter one, bounds every step.
+  for (int n = 1; n <= max_decode_seqs; ++n) {
+    const int psize = decode_partition_size(n, max_seq_len, num_kv_heads, group, num_sms_);
+    worst = std::max(worst, decode_attention_workspace_floats(n, num_heads, head_dim, max_seq_len, psize));
+  }
+  worst = std::max(worst, static_cast<size_t>(4) * num_sms_ * group * (head_dim + 2));
+  if (worst > 0) decode_workspace(worst);
 }
 
 // ---- ops ----

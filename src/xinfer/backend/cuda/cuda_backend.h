@@ -43,6 +43,9 @@ class CudaBackend final : public backend::Backend {
   void to_host_f32(const TensorView& src, float* dst) override;
   backend::StepMeta upload_step(const backend::StepPlan& plan) override;
   backend::KvCache allocate_kv_cache(const backend::KvCacheSpec& spec) override;
+  // Generated on the device (kernels/random), no host copy: dummy weights of an 8B model in < 1 s.
+  backend::DeviceTensor random_normal(DType dtype, const Shape& shape, uint64_t seed, float stddev) override;
+  Result<backend::DeviceCeilings> measure_ceilings() override;
 
   void embedding(const backend::StepMeta& step, const TensorView& table, const TensorView& out) override;
   void rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) override;
@@ -59,7 +62,11 @@ class CudaBackend final : public backend::Backend {
   void gather_rows(const backend::StepMeta& step, const TensorView& x, const TensorView& out) override;
 
   cudaStream_t stream() const { return stream_; }
-  void synchronize();
+  void synchronize() override;
+  // Allocates the split-KV decode workspace for the worst step within these limits now, so it never
+  // grows during serving (memory plan; CUDA graphs need stable pointers).
+  void reserve_decode_workspace(int max_decode_seqs, int num_heads, int num_kv_heads, int head_dim, int max_seq_len);
+  size_t decode_workspace_bytes() const { return decode_ws_floats_ * sizeof(float); }
   int num_sms() const { return num_sms_; }
 
  private:
