@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Runs every GPU check and the kernel bench from prebuilt binaries, then prints a compact summary.
 # Builds nothing. Usage (repository root, on the GPU machine):
-#   tests/gpu/run_gpu_checks.sh [BIN_DIR]      # BIN_DIR default .gpu-data/bin, holding gpu_tests and
-#                                              # gpu_kernel_bench from a -DXINFER_CUDA=ON -DXINFER_STATIC_DEPS=ON build
+#   tests/gpu/run_gpu_checks.sh [BIN_DIR]      # BIN_DIR default .gpu-data/bin, holding gpu_tests,
+#                                              # gpu_kernel_bench and xinfer-bench (each plain or .gz) from a
+#                                              # -DXINFER_CUDA=ON -DXINFER_STATIC_DEPS=ON build
+# Then the engine benchmarks: `xinfer-bench bench` on Llama-3.1-8B-shaped dummy weights (batch-1 latency,
+# 128/128 throughput) and the refusal of Llama-3.1-70B (does not fit one GPU); JSON results in $OUT.
 # Full logs go to $OUT (or /tmp/xinfer_gpu_checks). cuBLASLt is the one non-system shared library: it is
 # looked up in the CUDA toolkit and in PyTorch's nvidia wheels.
 set -u
@@ -12,6 +15,14 @@ mkdir -p "$LOG"
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, "cu13", "lib") for p in nvidia.__path__))' 2>/dev/null); do
   [ -e "$d/libcublasLt.so.13" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" && break
 done
+# Binaries travel gzip-compressed (the carry is limited; OpenBLAS compresses ~4x).
+UNPACK="$LOG/bin"
+mkdir -p "$UNPACK"
+for f in gpu_tests gpu_kernel_bench xinfer-bench; do
+  if [ -e "$BIN/$f.gz" ]; then gunzip -c "$BIN/$f.gz" > "$UNPACK/$f" && chmod +x "$UNPACK/$f"
+  elif [ -e "$BIN/$f" ]; then cp "$BIN/$f" "$UNPACK/$f"; fi
+done
+BIN="$UNPACK"
 nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv,noheader 2>&1 | head -1
 
 t0=$(date +%s)
@@ -29,9 +40,19 @@ if command -v compute-sanitizer > /dev/null; then
 fi
 t2=$(date +%s)
 
-timeout 90 "$BIN/gpu_kernel_bench" > "$LOG/bench.log" 2>&1
+timeout 90 "$BIN/gpu_kernel_bench" ${KERNEL_BENCH_ARGS:-} > "$LOG/bench.log" 2>&1
 bench_rc=$?
 t3=$(date +%s)
+
+# Engine benchmarks (xinfer bench) on dummy Llama-3.1-8B weights.
+eb=(timeout 100 "$BIN/xinfer-bench" bench --model llama-3.1-8b --load-format dummy --no-progress --output-dir "$LOG/results")
+"${eb[@]}" --latency --input-len 128 --output-len 128 --num-iters 3 > "$LOG/engine_latency.log" 2>&1
+lat_rc=$?
+"${eb[@]}" --input-len 128 --output-len 128 --num-prompts ${THROUGHPUT_PROMPTS:-1000} > "$LOG/engine_throughput.log" 2>&1
+thr_rc=$?
+timeout 60 "$BIN/xinfer-bench" bench --model llama-3.1-70b --no-progress --output-dir "$LOG/results" > "$LOG/engine_70b.log" 2>&1
+r70_rc=$?
+t4=$(date +%s)
 
 echo "==== failures (gpu_tests) ===="
 grep -E "^\[  FAILED  \]|Failure|error:|Check failed|CHECK" "$LOG/gpu_tests.log" | head -40
@@ -43,6 +64,13 @@ echo "==== memcheck (rc $san_rc) ===="
 grep -E "ERROR SUMMARY|Invalid|PASSED|FAILED" "$LOG/memcheck.log" 2>/dev/null | tail -4
 sed -n '/==== gpu_kernel_bench summary/,$p' "$LOG/bench.log"
 [ $bench_rc -ne 0 ] && tail -20 "$LOG/bench.log"
+echo "==== xinfer bench (engine, Llama-3.1-8B shape, dummy weights) ===="
+grep -E "memory plan|ceilings on" "$LOG/engine_latency.log" | sed 's/^.*engine: //' | head -2
+grep -E "^latency|^  decode|^  prefill" "$LOG/engine_latency.log"
+grep -E -A1 "^shape" "$LOG/engine_throughput.log"
+[ $lat_rc -ne 0 ] && tail -5 "$LOG/engine_latency.log"
+[ $thr_rc -ne 0 ] && tail -5 "$LOG/engine_throughput.log"
+echo "70B (expected refusal, rc $r70_rc): $(tail -1 "$LOG/engine_70b.log" | cut -c1-300)"
 echo "==== summary ===="
 echo "gpu_tests: rc $tests_rc ($((t1 - t0)) s): $(grep -E '^\[  PASSED  \]|tests? ran' "$LOG/gpu_tests.log" | tr '\n' ' ')$(grep -c '^\[  FAILED  \]' "$LOG/gpu_tests.log") FAILED lines"
-echo "memcheck: rc $san_rc ($((t2 - t1)) s); bench: rc $bench_rc ($((t3 - t2)) s)"
+echo "memcheck: rc $san_rc ($((t2 - t1)) s); kernel bench: rc $bench_rc ($((t3 - t2)) s); engine bench: latency rc $lat_rc, throughput rc $thr_rc ($((t4 - t3)) s)"

@@ -1,0 +1,356 @@
+// `xinfer bench`: offline throughput and latency of the real Engine at fixed input/output lengths.
+//
+//   throughput (default): submit --num-prompts requests of random prompt ids at once (ignore_eos, greedy,
+//     exactly --output-len tokens each), wait for all; output tok/s, total tok/s, requests/s. --all-shapes
+//     runs 128/128, 128/2048, 2048/128 and 2048/2048 on one engine.
+//   latency (--latency): one request at a time (batch 1), --num-iters after one warm-up; TTFT and
+//     inter-token latency p50/p99.
+//
+// Roofline figures divide by ceilings measured on the same device at start (backend measure_ceilings():
+// d2d copy bandwidth, bf16 GEMM 8192^3), never by datasheet numbers:
+//   decode MBU = (weights read per step + KV read at the mean context) / ITL p50 / copy bandwidth, where
+//     weights read per step = weight bytes minus the embedding table (one row of it is read);
+//   prefill MFU = (2 * non-embedding params * tokens + causal attention 2 * layers * Hq * D * tokens^2) / TTFT / peak;
+//   throughput "effective bandwidth" = (steps * weights per step + all KV reads) / elapsed / copy bandwidth.
+// Results go to <--output-dir>/<name>.json (default bench/results/, created when missing).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "xinfer/cli/command.h"
+#include "xinfer/cli/flags.h"
+#include "xinfer/core/logging.h"
+#include "xinfer/core/progress_bar.h"
+#include "xinfer/engine/engine.h"
+#include "xinfer/model/preset_configs.h"
+
+namespace xinfer::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+struct Shape2 {
+  int input_len;
+  int output_len;
+};
+
+struct RunResult {
+  int num_requests = 0;
+  int64_t output_tokens = 0;
+  int64_t prompt_tokens = 0;
+  double elapsed_s = 0;
+  int64_t steps = 0;
+  std::vector<double> ttft_s;
+  std::vector<double> itl_s;
+  int errors = 0;
+  std::string first_error;
+};
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double idx = p / 100.0 * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(idx)), hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
+}
+
+// Submits `n` random prompts of `shape` at once and waits for all of them.
+RunResult run_batch(engine::Engine& eng, Shape2 shape, int n, uint64_t seed, bool progress, const std::string& tag) {
+  RunResult r;
+  r.num_requests = n;
+  const int vocab = eng.info().vocab_size;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> token(0, vocab - 1);
+  std::mutex mu;
+  std::condition_variable cv;
+  int remaining = n;
+  ProgressBar bar(tag, static_cast<int64_t>(n) * shape.output_len, "tokens", progress);
+  const int64_t steps_before = eng.stats().num_steps;
+  static std::atomic<uint64_t> next_id{0};
+
+  std::vector<engine::GenerationRequest> reqs(static_cast<size_t>(n));
+  for (auto& req : reqs) {
+    req.request_id = "bench-" + std::to_string(next_id++);
+    req.prompt_ids.resize(static_cast<size_t>(shape.input_len));
+    for (auto& t : req.prompt_ids) t = token(rng);
+    req.sampling.temperature = 0.0f;
+    req.sampling.ignore_eos = true;
+    req.sampling.max_tokens = shape.output_len;
+  }
+  const auto t0 = Clock::now();
+  for (auto& req : reqs) {
+    Status s = eng.submit(std::move(req), [&](engine::RequestOutput out) {
+      bar.advance(static_cast<int64_t>(out.new_token_ids.size()));  // engine thread only
+      if (!out.finished) return;
+      std::lock_guard<std::mutex> lock(mu);
+      if (out.finish_reason == engine::FinishReason::kError || out.finish_reason == engine::FinishReason::kAbort) {
+        if (r.errors++ == 0) r.first_error = out.error.empty() ? engine::finish_reason_name(out.finish_reason) : out.error;
+      }
+      r.output_tokens += out.num_output_tokens;
+      r.prompt_tokens += out.num_prompt_tokens;
+      r.ttft_s.push_back(out.timings.ttft_s);
+      r.itl_s.insert(r.itl_s.end(), out.timings.itl_s.begin(), out.timings.itl_s.end());
+      if (--remaining == 0) cv.notify_all();
+    });
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (r.errors++ == 0) r.first_error = s.to_string();
+      --remaining;
+    }
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return remaining == 0; });
+  }
+  r.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  bar.finish();
+  r.steps = eng.stats().num_steps - steps_before;
+  return r;
+}
+
+int run_bench(int argc, char** argv) {
+  std::string model = "llama-3.1-8b", load_format, backend = "cuda", name, output_dir = "bench/results";
+  int input_len = 128, output_len = 128, num_prompts = 0, num_iters = 5, threads = 0, max_model_len = 0;
+  bool all_shapes = false, latency = false, progress = true, ceilings = true;
+  double gpu_util = 0.90;
+  int64_t seed = 0;
+  ByteSize kv_cache_memory{uint64_t{1} << 30};
+  engine::EngineConfig ec;
+  sched::SchedulerConfig& sc = ec.scheduler;
+  sc.max_num_batched_tokens = 8192;
+  FlagSet flags("xinfer bench",
+                "Offline throughput or batch-1 latency of the engine at fixed input/output lengths, with MBU/MFU\n"
+                "against ceilings measured on the same device. Writes <output-dir>/<name>.json.\n"
+                "Example: xinfer bench --model llama-3.1-8b --load-format dummy --input-len 128 --output-len 128");
+  flags.add("--model", &model, "model directory, or a built-in config (llama-3.1-8b, qwen2.5-7b, llama-3.1-70b)");
+  flags.add("--load-format", &load_format, "auto (safetensors) or dummy (random weights); default: dummy for a "
+                                           "built-in config, auto for a directory");
+  flags.add("--backend", &backend, "cuda or cpu");
+  flags.add("--input-len", &input_len, "prompt tokens per request (random ids)");
+  flags.add("--output-len", &output_len, "generated tokens per request (ignore_eos)");
+  flags.add("--all-shapes", &all_shapes, "run 128/128, 128/2048, 2048/128 and 2048/2048 (throughput mode)");
+  flags.add("--num-prompts", &num_prompts,
+            "requests per shape; 0: enough to fill the KV cache twice, at most 1000");
+  flags.add("--latency", &latency, "latency mode: one request at a time; TTFT and inter-token latency");
+  flags.add("--num-iters", &num_iters, "latency mode: measured requests (after one warm-up)");
+  flags.add("--gpu-memory-utilization", &gpu_util, "fraction of device memory for weights, workspaces and KV cache");
+  flags.add("--kv-cache-memory", &kv_cache_memory, "CPU backend: memory for KV-cache blocks (e.g. 1GiB)");
+  flags.add("--max-num-seqs", &sc.max_num_seqs, "most sequences running at once");
+  flags.add("--max-num-batched-tokens", &sc.max_num_batched_tokens, "most tokens in one forward pass");
+  flags.add("--max-model-len", &max_model_len, "context limit; 0: the longest input + output benchmarked");
+  flags.add("--block-size", &sc.block_size, "tokens per KV-cache block");
+  flags.add("--threads", &threads, "CPU threads (sampler; CPU backend ops); 0 = all cores");
+  flags.add("--seed", &seed, "seed of the random prompts and dummy weights");
+  flags.add("--name", &name, "result name; default <model>_<backend>_<mode>");
+  flags.add("--output-dir", &output_dir, "folder for <name>.json (created when missing)");
+  flags.add("--progress", &progress, "progress bar while generating");
+  flags.add("--ceilings", &ceilings, "measure copy bandwidth and GEMM peak first (MBU / MFU)");
+  if (int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
+  auto fail = [](const std::string& msg) {
+    std::fprintf(stderr, "xinfer bench: %s\n", msg.c_str());
+    return 1;
+  };
+
+  std::vector<Shape2> shapes;
+  if (all_shapes && !latency) shapes = {{128, 128}, {128, 2048}, {2048, 128}, {2048, 2048}};
+  else shapes = {{input_len, output_len}};
+  for (const auto& s : shapes)
+    if (s.input_len < 1 || s.output_len < 1) return fail("--input-len and --output-len must be >= 1");
+  if (num_prompts < 0 || num_iters < 1) return fail("--num-prompts must be >= 0 and --num-iters >= 1");
+
+  auto backend_kind = engine::parse_backend_kind(backend);
+  if (!backend_kind.ok()) return fail(backend_kind.status().to_string());
+  if (load_format.empty()) load_format = model::is_preset(model) ? "dummy" : "auto";
+  auto fmt = model::parse_load_format(load_format);
+  if (!fmt.ok()) return fail(fmt.status().to_string());
+
+  int longest = 0;
+  for (const auto& s : shapes) longest = std::max(longest, s.input_len + s.output_len);
+  ec.model_dir = model;
+  ec.backend = *backend_kind;
+  ec.threads = threads;
+  ec.kv_cache_memory = static_cast<size_t>(kv_cache_memory.bytes);
+  ec.gpu_memory_utilization = gpu_util;
+  ec.load_format = *fmt;
+  ec.dummy_seed = static_cast<uint64_t>(seed);
+  ec.max_model_len = max_model_len > 0 ? max_model_len : longest;
+  ec.max_waiting = 1 << 20;
+  ec.show_progress = progress;
+  sc.enable_prefix_caching = false;  // random prompts never share blocks; keep the figure about compute
+  if (latency) sc.max_num_seqs = std::max(sc.max_num_seqs, 1);
+
+  auto created = engine::Engine::create(ec);
+  if (!created.ok()) return fail(created.status().to_string());
+  engine::Engine& eng = **created;
+  const model::ModelConfig& mc = eng.model().config();
+  const engine::MemoryPlan& plan = eng.memory_plan();
+  const std::string device = eng.backend().info().name;
+
+  backend::DeviceCeilings ceil;
+  bool have_ceilings = false;
+  if (ceilings) {
+    auto c = eng.backend().measure_ceilings();
+    if (c.ok()) {
+      ceil = *c;
+      have_ceilings = true;
+      std::printf("ceilings on %s: d2d copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", device.c_str(), ceil.copy_gbs,
+                  ceil.bf16_gemm_tflops);
+    } else {
+      std::printf("ceilings: %s (MBU/MFU not reported)\n", c.status().message().c_str());
+    }
+  }
+
+  // Bytes and flops of the model.
+  const int64_t params = model::LlamaModel::parameter_count(mc);
+  const int64_t embed_params = static_cast<int64_t>(mc.vocab_size) * mc.hidden_size;
+  const double dtype_b = static_cast<double>(plan.weight_bytes) / static_cast<double>(params);
+  const double step_weight_bytes = static_cast<double>(plan.weight_bytes) -
+                                   (mc.tie_word_embeddings ? 0.0 : static_cast<double>(embed_params) * dtype_b);
+  const double kv_bytes_per_token = 2.0 * mc.num_layers * mc.num_kv_heads * mc.head_dim * dtype_b;
+  const double matmul_params = static_cast<double>(params - (mc.tie_word_embeddings ? 0 : embed_params));
+  auto prefill_flops = [&](double tokens) {
+    return 2.0 * matmul_params * tokens + 2.0 * mc.num_layers * mc.num_heads * mc.head_dim * tokens * tokens;
+  };
+
+  if (name.empty()) {
+    name = std::filesystem::path(model).lexically_normal().filename().string();
+    if (name.empty()) name = "model";
+    name += "_" + backend + (latency ? "_latency" : "_throughput");
+  }
+  json out;
+  out["name"] = name;
+  out["model"] = model;
+  out["model_config"] = mc.to_string();
+  out["load_format"] = load_format;
+  out["device"] = device;
+  out["parameters"] = params;
+  {
+    const std::time_t now = std::time(nullptr);
+    char buf[32];
+    std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    out["date"] = buf;
+  }
+  out["engine_config"] = eng.config().to_string();
+  out["memory_plan"] = {{"total_gib", static_cast<double>(plan.total_bytes) / (1 << 30)},
+                        {"weights_gib", static_cast<double>(plan.weight_bytes) / (1 << 30)},
+                        {"other_gib", static_cast<double>(plan.other_bytes) / (1 << 30)},
+                        {"kv_gib", static_cast<double>(plan.kv_bytes) / (1 << 30)},
+                        {"kv_blocks", plan.num_blocks - 1},
+                        {"kv_tokens", plan.kv_tokens}};
+  if (have_ceilings) out["ceilings"] = {{"copy_gbs", ceil.copy_gbs}, {"bf16_gemm_tflops", ceil.bf16_gemm_tflops}};
+  out["results"] = json::array();
+
+  // Warm-up: cuBLASLt algorithm choices and first-touch costs stay out of the measured runs.
+  {
+    const int warm = latency ? 1 : std::min(sc.max_num_seqs, 32);
+    RunResult w = run_batch(eng, {std::min(shapes[0].input_len, 64), 4}, warm, static_cast<uint64_t>(seed) + 99, false,
+                            "warm-up");
+    if (w.errors > 0) return fail("warm-up failed: " + w.first_error);
+  }
+
+  if (!latency)
+    std::printf("\n%-10s %8s %12s %12s %9s %10s %9s\n", "shape", "requests", "output tok/s", "total tok/s", "req/s",
+              "ms/step", "eff. BW %");
+  for (const Shape2& shape : shapes) {
+    json row = {{"input_len", shape.input_len}, {"output_len", shape.output_len}};
+    const double mean_ctx = shape.input_len + shape.output_len / 2.0;
+    if (latency) {
+      RunResult all;
+      for (int i = 0; i < num_iters; ++i) {
+        RunResult one = run_batch(eng, shape, 1, static_cast<uint64_t>(seed) + static_cast<uint64_t>(i), false, "latency");
+        if (one.errors > 0) return fail("request failed: " + one.first_error);
+        all.ttft_s.insert(all.ttft_s.end(), one.ttft_s.begin(), one.ttft_s.end());
+        all.itl_s.insert(all.itl_s.end(), one.itl_s.begin(), one.itl_s.end());
+        all.elapsed_s += one.elapsed_s;
+      }
+      const double ttft50 = percentile(all.ttft_s, 50), ttft99 = percentile(all.ttft_s, 99);
+      const double itl50 = percentile(all.itl_s, 50), itl99 = percentile(all.itl_s, 99);
+      row["mode"] = "latency";
+      row["iterations"] = num_iters;
+      row["ttft_ms"] = {{"p50", ttft50 * 1e3}, {"p99", ttft99 * 1e3}};
+      row["itl_ms"] = {{"p50", itl50 * 1e3}, {"p99", itl99 * 1e3}};
+      row["decode_tok_s"] = itl50 > 0 ? 1.0 / itl50 : 0.0;
+      std::printf("latency %d/%d (batch 1, %d requests): TTFT p50 %.2f ms p99 %.2f ms; ITL p50 %.3f ms p99 %.3f ms "
+                  "(%.1f tok/s)\n",
+                  shape.input_len, shape.output_len, num_iters, ttft50 * 1e3, ttft99 * 1e3, itl50 * 1e3, itl99 * 1e3,
+                  itl50 > 0 ? 1.0 / itl50 : 0.0);
+      if (have_ceilings && itl50 > 0 && ttft50 > 0) {
+        const double bytes = step_weight_bytes + kv_bytes_per_token * mean_ctx;
+        const double mbu = bytes / itl50 / (ceil.copy_gbs * 1e9);
+        const double mfu = prefill_flops(shape.input_len) / ttft50 / (ceil.bf16_gemm_tflops * 1e12);
+        row["decode_bytes_per_step"] = bytes;
+        row["decode_mbu"] = mbu;
+        row["decode_roofline_ms"] = bytes / (ceil.copy_gbs * 1e9) * 1e3;
+        row["prefill_mfu"] = mfu;
+        std::printf("  decode: %.2f GB per step / ITL p50 = %.0f GB/s = %.1f%% MBU (roofline %.3f ms/token; target "
+                    ">= 85%%)\n",
+                    bytes / 1e9, bytes / itl50 / 1e9, 100 * mbu, bytes / (ceil.copy_gbs * 1e9) * 1e3);
+        std::printf("  prefill: %.2f TFLOP / TTFT p50 = %.1f TFLOP/s = %.1f%% MFU\n", prefill_flops(shape.input_len) / 1e12,
+                    prefill_flops(shape.input_len) / ttft50 / 1e12, 100 * mfu);
+      }
+    } else {
+      int n = num_prompts;
+      if (n == 0)
+        n = static_cast<int>(std::clamp<int64_t>(2 * plan.kv_tokens / (shape.input_len + shape.output_len), 1, 1000));
+      const std::string tag = "bench " + std::to_string(shape.input_len) + "/" + std::to_string(shape.output_len);
+      RunResult r = run_batch(eng, shape, n, static_cast<uint64_t>(seed), progress, tag);
+      if (r.errors > 0) return fail(std::to_string(r.errors) + " requests failed, first: " + r.first_error);
+      const double out_tps = static_cast<double>(r.output_tokens) / r.elapsed_s;
+      const double total_tps = static_cast<double>(r.output_tokens + r.prompt_tokens) / r.elapsed_s;
+      row["mode"] = "throughput";
+      row["num_prompts"] = n;
+      row["elapsed_s"] = r.elapsed_s;
+      row["steps"] = r.steps;
+      row["output_tok_s"] = out_tps;
+      row["total_tok_s"] = total_tps;
+      row["requests_s"] = n / r.elapsed_s;
+      row["ttft_ms"] = {{"p50", percentile(r.ttft_s, 50) * 1e3}, {"p99", percentile(r.ttft_s, 99) * 1e3}};
+      row["itl_ms"] = {{"p50", percentile(r.itl_s, 50) * 1e3}, {"p99", percentile(r.itl_s, 99) * 1e3}};
+      double eff_bw = 0;
+      if (have_ceilings && r.steps > 0) {
+        // KV read by decode steps: each output token after the first attends to its whole context.
+        const double kv_reads = static_cast<double>(n) * kv_bytes_per_token *
+                                (static_cast<double>(shape.input_len) * shape.output_len +
+                                 0.5 * static_cast<double>(shape.output_len) * shape.output_len);
+        eff_bw = (static_cast<double>(r.steps) * step_weight_bytes + kv_reads) / r.elapsed_s / (ceil.copy_gbs * 1e9);
+        const double mfu = (prefill_flops(shape.input_len) * n + 2.0 * matmul_params * static_cast<double>(r.output_tokens)) /
+                           r.elapsed_s / (ceil.bf16_gemm_tflops * 1e12);
+        row["effective_bandwidth_fraction"] = eff_bw;
+        row["mfu"] = mfu;
+      }
+      std::printf("%4d/%-5d %8d %12.0f %12.0f %9.2f %10.2f %9.1f\n", shape.input_len, shape.output_len, n, out_tps,
+                  total_tps, n / r.elapsed_s, r.steps > 0 ? r.elapsed_s / static_cast<double>(r.steps) * 1e3 : 0.0,
+                  100 * eff_bw);
+    }
+    out["results"].push_back(row);
+  }
+
+  std::error_code err;
+  std::filesystem::create_directories(output_dir, err);
+  const std::string path = (std::filesystem::path(output_dir) / (name + ".json")).string();
+  std::ofstream f(path);
+  if (!f) return fail("cannot write " + path);
+  f << out.dump(2) << "\n";
+  std::printf("wrote %s\n", path.c_str());
+  return 0;
+}
+
+const CommandRegistration kRegistration{"bench", "offline throughput / latency benchmark (MBU, MFU vs measured ceilings)",
+                                        &run_bench};
+
+}  // namespace
+}  // namespace xinfer::cli
