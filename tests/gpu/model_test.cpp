@@ -18,7 +18,11 @@
 namespace xinfer::gpu_test {
 namespace {
 
-constexpr double kLogitTol = 5e-2;    // relative L2 of bf16-model logits vs f32 references
+constexpr double kDefaultLogitTol = 5e-2;  // relative L2 of bf16-model logits vs f32 references
+// llama_tied has large weights (std 0.25): emulating bf16 in numpy (tools/bf16_error_floor.py) gives it a
+// floor of 0.14 from rounding the weights alone and 0.20 with bf16 activations on teacher-forced decode
+// rows; an f32 residual stream does not lower it. Its tolerance follows that floor.
+double logit_tol(const std::string& model) { return model == "llama_tied" ? 0.25 : kDefaultLogitTol; }
 constexpr float kGapMargin = 0.05f;   // top-2 gaps below this may flip between bf16 and f32
 
 // Drives one model on one backend through hand-made steps (one block table per sequence, block size 16).
@@ -180,7 +184,7 @@ TEST_P(ModelTest, MatchesTransformersGolden) {
     const auto logits = r.step({{s, prompt}}, true);
     Compare c = compare(logits, ref_logits);
     EXPECT_EQ(c.nans, 0);
-    EXPECT_LT(c.rel_l2, kLogitTol) << "prompt " << i << " logits (max abs " << c.max_abs << ")";
+    EXPECT_LT(c.rel_l2, logit_tol(GetParam())) << "prompt " << i << " logits (max abs " << c.max_abs << ")";
     worst_rel = std::max(worst_rel, c.rel_l2);
     worst_abs = std::max(worst_abs, c.max_abs);
     for (size_t k = 0; k < greedy.size(); ++k) {
@@ -193,7 +197,7 @@ TEST_P(ModelTest, MatchesTransformersGolden) {
       }
       c = compare(row, std::vector<float>(ref_row, ref_row + V));
       EXPECT_EQ(c.nans, 0);
-      EXPECT_LT(c.rel_l2, kLogitTol) << "prompt " << i << " decode step " << k;
+      EXPECT_LT(c.rel_l2, logit_tol(GetParam())) << "prompt " << i << " decode step " << k;
       worst_rel = std::max(worst_rel, c.rel_l2);
       worst_abs = std::max(worst_abs, c.max_abs);
       const auto [ref_tok, ref_gap] = top1_gap(ref_row, V);
@@ -229,7 +233,7 @@ TEST_P(ModelTest, GreedyMatchesCpu) {
   auto lc = c.step({{sc, prompt}}, true);
   const Compare pc = compare(lg, lc);
   EXPECT_EQ(pc.nans, 0);
-  EXPECT_LT(pc.rel_l2, kLogitTol) << "prefill logits vs cpu (max abs " << pc.max_abs << ")";
+  EXPECT_LT(pc.rel_l2, logit_tol(GetParam())) << "prefill logits vs cpu (max abs " << pc.max_abs << ")";
   std::vector<float> rg(lg.end() - V, lg.end()), rc(lc.end() - V, lc.end());
   int same = 0;
   double worst = pc.rel_l2;
@@ -245,7 +249,7 @@ TEST_P(ModelTest, GreedyMatchesCpu) {
     rc = c.step({{sc, {tc}}}, false);
     const Compare dc = compare(rg, rc);
     EXPECT_EQ(dc.nans, 0);
-    EXPECT_LT(dc.rel_l2, kLogitTol) << "decode step " << k;
+    EXPECT_LT(dc.rel_l2, logit_tol(GetParam())) << "decode step " << k;
     worst = std::max(worst, dc.rel_l2);
   }
   std::printf("[ model ] %-14s vs cpu: %d/32 greedy tokens equal, worst logits rel_l2 %.2e\n", GetParam().c_str(),
@@ -270,7 +274,7 @@ TEST_P(ModelTest, MixedStepMatchesCpu) {
     ASSERT_EQ(lg.size(), s->size() * static_cast<size_t>(V));
     const Compare cm = compare(lg, lc);
     EXPECT_EQ(cm.nans, 0);
-    EXPECT_LT(cm.rel_l2, kLogitTol) << "mixed step logits vs cpu (max abs " << cm.max_abs << ")";
+    EXPECT_LT(cm.rel_l2, logit_tol(GetParam())) << "mixed step logits vs cpu (max abs " << cm.max_abs << ")";
     std::printf("[ model ] %-14s mixed step (%zu seqs) vs cpu: rel_l2 %.2e\n", GetParam().c_str(), s->size(), cm.rel_l2);
   }
 }
