@@ -16,7 +16,7 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/lib $(python3 -c 'import nvidia, 
   [ -e "$d/libcublasLt.so.13" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" && break
 done
 # Binaries travel gzip-compressed (the carry is limited; OpenBLAS compresses ~4x).
-UNPACK="$LOG/bin"
+UNPACK=$(mktemp -d)  # not under $OUT: only logs and results travel back
 mkdir -p "$UNPACK"
 for f in gpu_tests gpu_kernel_bench xinfer-bench; do
   if [ -e "$BIN/$f.gz" ]; then gunzip -c "$BIN/$f.gz" > "$UNPACK/$f" && chmod +x "$UNPACK/$f"
