@@ -101,6 +101,9 @@ int run_serve(int argc, char** argv) {
   flags.add("--threads", &threads, "CPU threads for the model and sampler; 0 = all cores");
   flags.add("--kv-cache-memory", &kv_cache_memory,
             "memory for KV-cache blocks on the CPU backend (host RAM), e.g. 512MiB, 4GiB");
+  flags.add("--gpu-memory-utilization", &ec.gpu_memory_utilization,
+            "CUDA backend: fraction of device memory for weights, activations and KV cache (the KV cache gets "
+            "what is left)");
   flags.add("--max-model-len", &ec.max_model_len,
             "longest sequence (prompt + output); 0 = the model's limit or what the KV cache holds");
   flags.add("--block-size", &sc.block_size, "tokens per KV-cache block");
@@ -202,8 +205,10 @@ int run_serve(int argc, char** argv) {
   XI_LOG(INFO) << "model " << info.model_name << " from " << model_dir << " on " << engine::backend_kind_name(cfg.backend)
                << ", vocab " << info.vocab_size << ", max_model_len " << info.max_model_len << ", chat template: "
                << chat_note;
-  XI_LOG(INFO) << "memory plan: KV cache " << (cfg.kv_cache_memory >> 20) << " MiB -> " << st.num_total_blocks
-               << " blocks x " << cfg.scheduler.block_size << " tokens; max_num_seqs " << cfg.scheduler.max_num_seqs
+  const engine::MemoryPlan& plan = (*engine)->memory_plan();
+  XI_LOG(INFO) << "memory plan: weights " << format_byte_size(plan.weight_bytes) << ", KV cache "
+               << format_byte_size(plan.kv_bytes) << " = " << st.num_total_blocks << " blocks x "
+               << cfg.scheduler.block_size << " tokens (" << plan.kv_tokens << " tokens); max_num_seqs " << cfg.scheduler.max_num_seqs
                << ", max_num_batched_tokens " << cfg.scheduler.max_num_batched_tokens << ", max_waiting "
                << cfg.max_waiting;
   XI_LOG(INFO) << "limits: body " << max_body_bytes << " bytes, " << max_connections << " connections, keep-alive "
