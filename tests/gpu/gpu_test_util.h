@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "xinfer/backend/cpu/cpu_backend.h"
@@ -92,5 +94,34 @@ inline Compare expect_close(const TensorView& gpu_t, const TensorView& cpu_t, do
   EXPECT_LT(c.rel_l2, tol) << what << ": relative L2 error (max abs " << c.max_abs << ")";
   return c;
 }
+
+// Top token of a logits row and its lead over the runner-up (top-2 gap).
+inline std::pair<int32_t, float> top1_gap(const float* row, int vocab) {
+  int best = 0;
+  for (int i = 1; i < vocab; ++i)
+    if (row[i] > row[best]) best = i;
+  float second = -INFINITY;
+  for (int i = 0; i < vocab; ++i)
+    if (i != best) second = std::max(second, row[i]);
+  return {best, row[best] - second};
+}
+
+// Logit tolerances of the bf16 CUDA model against f32 references, per golden model.
+inline constexpr double kDefaultLogitTol = 5e-2;  // relative L2 of bf16-model logits vs f32 references
+// llama_tied has large weights (std 0.25): emulating bf16 in numpy (tools/bf16_error_floor.py) gives it a
+// floor of 0.14 from rounding the weights alone and 0.20 with bf16 activations on teacher-forced decode
+// rows; an f32 residual stream does not lower it. Its tolerance follows that floor.
+inline double logit_tol(const std::string& model) { return model == "llama_tied" ? 0.25 : kDefaultLogitTol; }
+
+// Greedy-flip margin: bf16 rounding adds an error e to the f32 logits c; the top token a loses to a
+// runner-up b when c[a] - c[b] < e[b] - e[a]. The margin is the 99th percentile of that "pairwise gain"
+// max over the f32 top-2..6 of e[b] - e[a], measured with the numpy bf16 emulation of
+// tools/bf16_error_floor.py (weights and activations rounded; 672 rows of 12 random 64-token prompts)
+// and rounded up: llama_gqa p99 0.043 (max 0.058), mistral p99 0.043 (max 0.050) -> 0.05;
+// llama_tied p99 0.167 (max 0.31) -> 0.20 (the same rounding that sets its 5x logit tolerance).
+// A CUDA token that differs from the f32 one is accepted only when its f32 logit is within this
+// margin of the f32 top logit.
+inline constexpr float kDefaultGapMargin = 0.05f;
+inline float gap_margin(const std::string& model) { return model == "llama_tied" ? 0.20f : kDefaultGapMargin; }
 
 }  // namespace xinfer::gpu_test
