@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "gpu_test_util.h"
+#include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
 
 namespace xinfer::gpu_test {
 namespace {
@@ -70,6 +71,41 @@ TEST_P(PagedAttentionTest, MatchesCpu) {
   std::printf("[ attention ] %-28s T=%-5d rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), T, c.rel_l2, c.max_abs);
 }
 
+// Host-side plan of the Engine test's first step (5 + 28 + a 31-token chunk) and of a mixed step: every
+// token maps to its sequence, single-token rows are decodes, longer ones prefill tiles of 64 rows.
+TEST(AttentionPlan, ShortPromptBesidePrefillChunks) {
+  auto make = [](const std::vector<Seq>& seqs) {
+    backend::StepPlan p;
+    p.query_start_loc.push_back(0);
+    p.max_blocks_per_seq = 16;
+    for (const Seq& s : seqs) {
+      for (int i = 0; i < s.q_len; ++i) {
+        p.token_ids.push_back(1);
+        p.positions.push_back(s.cached + i);
+        p.slot_mapping.push_back(0);
+      }
+      p.query_start_loc.push_back(p.num_tokens());
+      p.seq_lens.push_back(s.cached + s.q_len);
+      p.block_tables.resize(p.block_tables.size() + 16, 0);
+    }
+    return p;
+  };
+  const cuda::AttentionPlanHost a = cuda::build_attention_plan(make({{0, 5}, {0, 28}, {0, 31}}));
+  EXPECT_EQ(a.num_decode(), 0);
+  EXPECT_EQ(a.prefill_items, (std::vector<int32_t>{0, 0, 1, 0, 2, 0}));
+  ASSERT_EQ(a.token_seq.size(), 64u);
+  for (int t = 0; t < 64; ++t) EXPECT_EQ(a.token_seq[static_cast<size_t>(t)], t < 5 ? 0 : t < 33 ? 1 : 2) << t;
+  const cuda::AttentionPlanHost b = cuda::build_attention_plan(make({{4, 1}, {0, 130}, {20, 1}, {0, 2}}));
+  EXPECT_EQ(b.decode_seqs, (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(b.max_decode_len, 21);
+  EXPECT_EQ(b.prefill_items, (std::vector<int32_t>{1, 0, 1, 64, 1, 128, 3, 0}));
+  EXPECT_EQ(b.token_seq.front(), 0);
+  EXPECT_EQ(b.token_seq[130], 1);
+  EXPECT_EQ(b.token_seq[131], 2);
+  EXPECT_EQ(b.token_seq.size(), 134u);
+  EXPECT_EQ(b.token_seq.back(), 3);
+}
+
 std::vector<Seq> decodes(std::initializer_list<int> kv_lens) {
   std::vector<Seq> s;
   for (int n : kv_lens) s.push_back({n - 1, 1});
@@ -95,6 +131,8 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{"mixed_gqa1_d64_bs1", 4, 4, 64, 1, {{0, 1}, {96, 1}, {1, 54}}},
         // generic kernel (head dims of the tiny test models and others)
         AttnCase{"generic_d16_mixed", 4, 2, 16, 16, {{0, 7}, {32, 1}, {5, 33}, {2100, 1}}},
+        // the Engine test's first step: a 5-token prompt beside a 28-token one and a 31-token chunk
+        AttnCase{"generic_d16_engine_step1", 4, 2, 16, 16, {{0, 5}, {0, 28}, {0, 31}}},
         AttnCase{"generic_d32_bs1", 4, 2, 32, 1, {{0, 33}, {53, 1}}},
         AttnCase{"generic_d8_mha", 8, 8, 8, 16, {{0, 1}, {96, 1}, {0, 97}}},
         AttnCase{"generic_d80_mqa", 5, 1, 80, 16, {{0, 54}, {200, 1}}},
