@@ -134,7 +134,22 @@ class Backend {
   virtual void to_host_f32(const TensorView& src, float* dst) = 0;
   // Copies the plan's arrays to device memory; returns views of them.
   virtual StepMeta upload_step(const StepPlan& plan) = 0;
-  virtual KvCache allocate_kv_cache(const KvCacheSpec& spec) = 0;
+  // K and V for every layer, each [num_blocks, num_kv_heads, block_size, D] in the activation dtype.
+  KvCache allocate_kv_cache(const KvCacheSpec& spec) {
+    XI_CHECK(spec.dtype == info().activation_dtype)
+        << info().name << ": KV cache must be " << dtype_name(info().activation_dtype) << ", got "
+        << dtype_name(spec.dtype);
+    KvCache cache;
+    const Shape shape{spec.num_blocks, spec.num_kv_heads, spec.block_size, spec.head_dim};
+    for (int l = 0; l < spec.num_layers; ++l) {
+      DeviceTensor k = allocate(spec.dtype, shape);
+      DeviceTensor v = allocate(spec.dtype, shape);
+      cache.layers.push_back({k.view, v.view});
+      cache.buffers.push_back(std::move(k.buffer));
+      cache.buffers.push_back(std::move(v.buffer));
+    }
+    return cache;
+  }
   // A new tensor of N(0, stddev^2) values, element i = counter_normal(seed, i, stddev) rounded to
   // `dtype` (the same values on every backend). Default: generated on the host and uploaded; devices
   // override it to generate in place (dummy weights of 8B+ models).

@@ -92,18 +92,4 @@ backend::StepMeta CpuBackend::upload_step(const backend::StepPlan& plan) {
   return m;
 }
 
-backend::KvCache CpuBackend::allocate_kv_cache(const backend::KvCacheSpec& spec) {
-  XI_CHECK(spec.dtype == DType::kF32) << "cpu KV cache is f32, got " << dtype_name(spec.dtype);
-  backend::KvCache cache;
-  const Shape shape{spec.num_blocks, spec.num_kv_heads, spec.block_size, spec.head_dim};
-  for (int l = 0; l < spec.num_layers; ++l) {
-    backend::DeviceTensor k = allocate(spec.dtype, shape);
-    backend::DeviceTensor v = allocate(spec.dtype, shape);
-    cache.layers.push_back({k.view, v.view});
-    cache.buffers.push_back(std::move(k.buffer));
-    cache.buffers.push_back(std::move(v.buffer));
-  }
-  return cache;
-}
-
 }  // namespace xinfer::cpu

@@ -28,7 +28,6 @@ class CpuBackend final : public backend::Backend {
   backend::DeviceTensor upload(const TensorView& host, DType dtype) override;
   void to_host_f32(const TensorView& src, float* dst) override;
   backend::StepMeta upload_step(const backend::StepPlan& plan) override;
-  backend::KvCache allocate_kv_cache(const backend::KvCacheSpec& spec) override;
 
   void embedding(const backend::StepMeta& step, const TensorView& table, const TensorView& out) override;
   void rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) override;

@@ -194,20 +194,6 @@ void CudaBackend::check_step(const backend::StepMeta& step) const {
       << "StepMeta does not come from this backend's last upload_step()";
 }
 
-backend::KvCache CudaBackend::allocate_kv_cache(const backend::KvCacheSpec& spec) {
-  XI_CHECK(spec.dtype == DType::kBF16) << "cuda KV cache is bf16, got " << dtype_name(spec.dtype);
-  backend::KvCache cache;
-  const Shape shape{spec.num_blocks, spec.num_kv_heads, spec.block_size, spec.head_dim};
-  for (int l = 0; l < spec.num_layers; ++l) {
-    backend::DeviceTensor k = allocate(spec.dtype, shape);
-    backend::DeviceTensor v = allocate(spec.dtype, shape);
-    cache.layers.push_back({k.view, v.view});
-    cache.buffers.push_back(std::move(k.buffer));
-    cache.buffers.push_back(std::move(v.buffer));
-  }
-  return cache;
-}
-
 backend::DeviceTensor CudaBackend::random_normal(DType dtype, const Shape& shape, uint64_t seed, float stddev) {
   XI_CHECK(dtype == DType::kBF16 || dtype == DType::kF32) << "random_normal: dtype " << dtype_name(dtype);
   backend::DeviceTensor t = allocate(dtype, shape);

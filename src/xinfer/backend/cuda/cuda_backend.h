@@ -42,7 +42,6 @@ class CudaBackend final : public backend::Backend {
   backend::DeviceTensor upload(const TensorView& host, DType dtype) override;
   void to_host_f32(const TensorView& src, float* dst) override;
   backend::StepMeta upload_step(const backend::StepPlan& plan) override;
-  backend::KvCache allocate_kv_cache(const backend::KvCacheSpec& spec) override;
   // Generated on the device (kernels/random), no host copy: dummy weights of an 8B model in < 1 s.
   backend::DeviceTensor random_normal(DType dtype, const Shape& shape, uint64_t seed, float stddev) override;
   Result<backend::DeviceCeilings> measure_ceilings() override;
