@@ -1,6 +1,8 @@
 """Shared pytest fixtures: where the built binaries and the shared data live."""
 import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -26,3 +28,14 @@ def shared_dir() -> pathlib.Path:
     if not SHARED.exists():
         pytest.fail(f"{SHARED} missing: tests need ../shared beside the checkout")
     return SHARED
+
+
+@pytest.fixture(scope="session")
+def stories260k_dir(tmp_path_factory, shared_dir) -> pathlib.Path:
+    """../shared/models/stories260K converted to a Hugging Face directory by tools/convert_llama2c.py, once
+    per test session. Tests that modify it must work on a copy."""
+    out = tmp_path_factory.mktemp("stories") / "stories260K"
+    src = shared_dir / "models/stories260K"
+    subprocess.run([sys.executable, str(ROOT / "tools/convert_llama2c.py"), "--checkpoint", str(src / "stories260K.bin"),
+                    "--tokenizer", str(src / "tok512.bin"), "--out", str(out)], check=True, capture_output=True)
+    return out

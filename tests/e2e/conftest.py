@@ -1,13 +1,11 @@
 """Fixtures for end-to-end tests: a real `xinfer serve` subprocess on 127.0.0.1 and a free port.
 
-The model is stories260K (../shared/models/stories260K), converted at test time with tools/convert_llama2c.py.
-Its tokenizer_config.json has no chat template, so the fixture adds a simple one (CHAT_TEMPLATE) to the
-converted copy; reference renderings come from jinja2 in the tests themselves.
+The model is stories260K (the session fixture stories260k_dir in tests/conftest.py). Its
+tokenizer_config.json has no chat template, so the fixture adds a simple one (CHAT_TEMPLATE) to a copy;
+reference renderings come from jinja2 in the tests themselves.
 """
 import json
-
-import subprocess
-import sys
+import shutil
 
 import pytest
 
@@ -15,11 +13,9 @@ from xinfer_server import CHAT_TEMPLATE, ROOT, Server  # noqa: F401
 
 
 @pytest.fixture(scope="session")
-def model_dir(tmp_path_factory, shared_dir):
+def model_dir(tmp_path_factory, stories260k_dir):
     out = tmp_path_factory.mktemp("e2e") / "stories260K"
-    src = shared_dir / "models/stories260K"
-    subprocess.run([sys.executable, str(ROOT / "tools/convert_llama2c.py"), "--checkpoint", str(src / "stories260K.bin"),
-                    "--tokenizer", str(src / "tok512.bin"), "--out", str(out)], check=True, capture_output=True)
+    shutil.copytree(stories260k_dir, out)
     cfg_path = out / "tokenizer_config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["chat_template"] = CHAT_TEMPLATE

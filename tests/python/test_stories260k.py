@@ -7,7 +7,6 @@ transformers against the numpy llama2.c reference)."""
 import json
 import pathlib
 import subprocess
-import sys
 
 import pytest
 
@@ -16,12 +15,8 @@ GOLDEN = json.loads((ROOT / "tests/golden/stories260K/golden.json").read_text())
 
 
 @pytest.fixture(scope="module")
-def stories_dir(tmp_path_factory, shared_dir):
-    out = tmp_path_factory.mktemp("stories") / "stories260K"
-    src = shared_dir / "models/stories260K"
-    subprocess.run([sys.executable, str(ROOT / "tools/convert_llama2c.py"), "--checkpoint", str(src / "stories260K.bin"),
-                    "--tokenizer", str(src / "tok512.bin"), "--out", str(out)], check=True, capture_output=True)
-    return out
+def stories_dir(stories260k_dir):
+    return stories260k_dir
 
 
 def generate(xinfer_bin, *args):
