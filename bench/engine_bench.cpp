@@ -108,7 +108,7 @@ std::vector<int> parse_list(const std::string& s) {
 int main(int argc, char** argv) {
   std::string model_dir, levels = "1,8,32";
   int prompt_len = 64, max_tokens = 128, threads = 0, block_size = 16, max_num_batched_tokens = 2048;
-  int64_t kv_mib = 256;
+  cli::ByteSize kv_cache_memory{uint64_t{256} << 20};
   cli::FlagSet flags("engine_bench", "Closed-loop CPU engine throughput at several concurrency levels.");
   flags.add("--model", &model_dir, "Hugging Face model directory");
   flags.add("--concurrency", &levels, "comma-separated numbers of requests kept in flight");
@@ -117,13 +117,13 @@ int main(int argc, char** argv) {
   flags.add("--threads", &threads, "CPU threads; 0 = all");
   flags.add("--block-size", &block_size, "KV block size");
   flags.add("--max-num-batched-tokens", &max_num_batched_tokens, "token budget per step");
-  flags.add("--kv-cache-mib", &kv_mib, "KV cache budget in MiB");
+  flags.add("--kv-cache-memory", &kv_cache_memory, "KV cache budget, e.g. 256MiB");
   if (int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
 
   EngineConfig cfg;
   cfg.model_dir = model_dir;
   cfg.threads = threads;
-  cfg.kv_cache_memory = static_cast<size_t>(kv_mib) << 20;
+  cfg.kv_cache_memory = kv_cache_memory.bytes;
   cfg.scheduler.block_size = block_size;
   cfg.scheduler.max_num_batched_tokens = max_num_batched_tokens;
   auto engine = Engine::create(cfg);
