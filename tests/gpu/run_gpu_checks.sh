@@ -32,7 +32,7 @@ t1=$(date +%s)
 
 # Out-of-bounds / uninitialized-read check of the attention kernels on a few cases (slow under the tool).
 san_rc=skipped
-if command -v compute-sanitizer > /dev/null; then
+if [ "${MEMCHECK:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then  # MEMCHECK=0 skips it
   timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/gpu_tests" --gtest_color=no \
     --gtest_filter='Cases/PagedAttentionTest.MatchesCpu/decode_gqa4_d128_bs16:Cases/PagedAttentionTest.MatchesCpu/mixed_gqa4_d128_bs16:Cases/PagedAttentionTest.MatchesCpu/prefill_prefix_gqa4_d64:Cases/PagedAttentionTest.MatchesCpu/generic_d16_mixed:Shapes/RopeKvWriteTest.*:Models/ModelTest.MixedStepMatchesCpu/synthetic_d128' \
     > "$LOG/memcheck.log" 2>&1
@@ -50,6 +50,16 @@ eb=(timeout 100 "$BIN/xinfer-bench" bench --model llama-3.1-8b --load-format dum
 lat_rc=$?
 "${eb[@]}" --input-len 128 --output-len 128 --num-prompts ${THROUGHPUT_PROMPTS:-1000} > "$LOG/engine_throughput.log" 2>&1
 thr_rc=$?
+# ENGINE_EAGER=1: the same two runs with --enforce-eager (no CUDA graphs), for before/after figures.
+lat_e_rc=skipped; thr_e_rc=skipped
+if [ "${ENGINE_EAGER:-0}" = 1 ]; then
+  "${eb[@]}" --enforce-eager --latency --input-len 128 --output-len 128 --num-iters 3 \
+    --name llama-3.1-8b_cuda_latency_eager > "$LOG/engine_latency_eager.log" 2>&1
+  lat_e_rc=$?
+  "${eb[@]}" --enforce-eager --input-len 128 --output-len 128 --num-prompts ${THROUGHPUT_PROMPTS:-1000} \
+    --name llama-3.1-8b_cuda_throughput_eager > "$LOG/engine_throughput_eager.log" 2>&1
+  thr_e_rc=$?
+fi
 timeout 60 "$BIN/xinfer-bench" bench --model llama-3.1-70b --no-progress --output-dir "$LOG/results" > "$LOG/engine_70b.log" 2>&1
 r70_rc=$?
 t4=$(date +%s)
@@ -60,6 +70,8 @@ echo "==== attention kernels vs cpu ===="
 grep "^\[ attention \]" "$LOG/gpu_tests.log"
 echo "==== models ===="
 grep "^\[ model \]" "$LOG/gpu_tests.log"
+echo "==== cuda graphs ===="
+grep "^\[ graphs \]" "$LOG/gpu_tests.log"
 echo "==== memcheck (rc $san_rc) ===="
 grep -E "ERROR SUMMARY|Invalid|PASSED|FAILED" "$LOG/memcheck.log" 2>/dev/null | tail -4
 sed -n '/==== gpu_kernel_bench summary/,$p' "$LOG/bench.log"
@@ -68,6 +80,11 @@ echo "==== xinfer bench (engine, Llama-3.1-8B shape, dummy weights) ===="
 grep -E "memory plan|ceilings on" "$LOG/engine_latency.log" | sed 's/^.*engine: //' | head -2
 grep -E "^latency|^  decode|^  prefill" "$LOG/engine_latency.log"
 grep -E -A1 "^shape" "$LOG/engine_throughput.log"
+if [ "${ENGINE_EAGER:-0}" = 1 ]; then
+  echo "---- the same with --enforce-eager (rc $lat_e_rc / $thr_e_rc) ----"
+  grep -E "^latency|^  decode|^  prefill" "$LOG/engine_latency_eager.log"
+  grep -E -A1 "^shape" "$LOG/engine_throughput_eager.log"
+fi
 [ $lat_rc -ne 0 ] && tail -5 "$LOG/engine_latency.log"
 [ $thr_rc -ne 0 ] && tail -5 "$LOG/engine_throughput.log"
 echo "70B (expected refusal, rc $r70_rc): $(tail -1 "$LOG/engine_70b.log" | cut -c1-300)"

@@ -81,13 +81,16 @@ struct KvCache {
 struct StepPlan {
   std::vector<int32_t> token_ids;        // [T]
   std::vector<int32_t> positions;        // [T]
-  std::vector<int32_t> slot_mapping;     // [T] flat KV slot for each new token
+  std::vector<int32_t> slot_mapping;     // [T] flat KV slot for each new token; -1: no KV write (padding)
   std::vector<int32_t> query_start_loc;  // [num_seqs + 1] offsets of each sequence's tokens in [0, T]
   std::vector<int32_t> seq_lens;         // [num_seqs] context length after this step (cached + new)
   std::vector<int32_t> block_tables;     // [num_seqs, max_blocks_per_seq], padded with 0
   int max_blocks_per_seq = 0;
   int max_seq_len = 0;
   std::vector<int32_t> logit_rows;       // token rows whose logits are wanted (e.g. last of each sequence)
+  // > 0: size attention launches (split-KV partitions, grid) for contexts up to this many tokens instead of
+  // the longest one in the step, so that every step of one graph key has the same launch shapes.
+  int padded_context_len = 0;
   int num_seqs() const { return static_cast<int>(seq_lens.size()); }
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
 };
@@ -163,6 +166,30 @@ class Backend {
   virtual void synchronize() {}
   // Measures copy bandwidth and GEMM peak (seconds of device time); UNIMPLEMENTED where not supported.
   virtual Result<DeviceCeilings> measure_ceilings() { return unimplemented("no ceiling measurement on " + info().name); }
+
+  // ---- graphs: record the device work of one forward once, replay it on later steps ----
+  // A backend that cannot record returns false from supports_graphs() and never gets the calls below.
+  // Between begin_capture() and end_capture() ops are recorded, not run: they must not synchronize,
+  // allocate or read results. A recording reads step metadata through the pointers of the upload_step()
+  // it was made after, so replay(key) runs it against the last upload_step() only if that step has the same
+  // layout and launch shapes (array sizes, block-table width, attention plan sizes) and the backend's
+  // buffers were not reallocated since; otherwise it drops the recording and returns false.
+  virtual bool supports_graphs() const { return false; }
+  virtual void begin_capture() { XI_CHECK(false) << info().name << " cannot record graphs"; }
+  // Stores the recording under `key` (replacing an older one); false if recording failed (nothing stored;
+  // the work was not run: run it eagerly).
+  virtual bool end_capture(uint64_t key) {
+    (void)key;
+    return false;
+  }
+  // Runs the recording `key` on the device (asynchronously); false if there is none that fits.
+  virtual bool replay(uint64_t key) {
+    (void)key;
+    return false;
+  }
+  virtual int num_graphs() const { return 0; }
+  // Drops every recording (their owners record again on their next step).
+  virtual void clear_graphs() {}
 
   // ---- ops ----
   // out[T, H] = table[ids[t], :]          table: [V, H]

@@ -125,7 +125,7 @@ RunResult run_batch(engine::Engine& eng, Shape2 shape, int n, uint64_t seed, boo
 int run_bench(int argc, char** argv) {
   std::string model = "llama-3.1-8b", load_format, backend = "cuda", name, output_dir = "bench/results";
   int input_len = 128, output_len = 128, num_prompts = 0, num_iters = 5, threads = 0, max_model_len = 0;
-  bool all_shapes = false, latency = false, progress = true, ceilings = true;
+  bool all_shapes = false, latency = false, progress = true, ceilings = true, enforce_eager = false;
   double gpu_util = 0.90;
   int64_t seed = 0;
   ByteSize kv_cache_memory{uint64_t{1} << 30};
@@ -158,6 +158,7 @@ int run_bench(int argc, char** argv) {
   flags.add("--name", &name, "result name; default <model>_<backend>_<mode>");
   flags.add("--output-dir", &output_dir, "folder for <name>.json (created when missing)");
   flags.add("--progress", &progress, "progress bar while generating");
+  flags.add("--enforce-eager", &enforce_eager, "no CUDA graphs: every step runs op by op");
   flags.add("--ceilings", &ceilings, "measure copy bandwidth and GEMM peak first (MBU / MFU)");
   if (int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
   auto fail = [](const std::string& msg) {
@@ -190,6 +191,7 @@ int run_bench(int argc, char** argv) {
   ec.max_model_len = max_model_len > 0 ? max_model_len : longest;
   ec.max_waiting = 1 << 20;
   ec.show_progress = progress;
+  ec.enable_cuda_graphs = !enforce_eager;
   sc.enable_prefix_caching = false;  // random prompts never share blocks; keep the figure about compute
   if (latency) sc.max_num_seqs = std::max(sc.max_num_seqs, 1);
 
@@ -248,6 +250,7 @@ int run_bench(int argc, char** argv) {
   out["memory_plan"] = {{"total_gib", static_cast<double>(plan.total_bytes) / (1 << 30)},
                         {"weights_gib", static_cast<double>(plan.weight_bytes) / (1 << 30)},
                         {"other_gib", static_cast<double>(plan.other_bytes) / (1 << 30)},
+                        {"graph_reserve_gib", static_cast<double>(plan.graph_reserve_bytes) / (1 << 30)},
                         {"kv_gib", static_cast<double>(plan.kv_bytes) / (1 << 30)},
                         {"kv_blocks", plan.num_blocks - 1},
                         {"kv_tokens", plan.kv_tokens}};

@@ -107,12 +107,15 @@ int run_serve(int argc, char** argv) {
   flags.add("--max-model-len", &ec.max_model_len,
             "longest sequence (prompt + output); 0 = the model's limit or what the KV cache holds");
   flags.add("--block-size", &sc.block_size, "tokens per KV-cache block");
+  bool enforce_eager = false;
+  flags.add("--enforce-eager", &enforce_eager, "no CUDA graphs: every step runs op by op");
   flags.add("--enable-prefix-caching", &sc.enable_prefix_caching, "reuse KV blocks of identical prompt prefixes");
   flags.add("--max-num-seqs", &sc.max_num_seqs, "most sequences running at once");
   flags.add("--max-num-batched-tokens", &sc.max_num_batched_tokens, "most tokens in one forward pass");
   flags.add("--decode-interval", &sc.decode_interval, "initial steps between admissions of waiting requests");
   flags.add("--reorder-window", &sc.reorder_window, "waiting requests reordered shortest-first (<= 1: FIFO)");
   if (int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
+  ec.enable_cuda_graphs = !enforce_eager;
 
   auto fail = [](const std::string& msg) {
     std::fprintf(stderr, "xinfer serve: %s\n", msg.c_str());

@@ -60,6 +60,10 @@ Result<BackendBundle> make_backend(const EngineConfig& config, const model::Mode
   return invalid_argument("unknown backend");
 }
 
+// Device memory kept out of the KV cache for CUDA graphs (recorded lazily, at most 9 batch buckets x a
+// few block-table widths; each holds ~12 kernel nodes per layer).
+constexpr size_t kGraphMemoryReserve = size_t{256} << 20;
+
 double gib(size_t bytes) { return static_cast<double>(bytes) / static_cast<double>(size_t{1} << 30); }
 
 FinishReason to_engine_reason(sched::FinishReason r) {
@@ -143,7 +147,10 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
     const size_t used = after.total_memory - after.free_memory;
     const double budget = config.gpu_memory_utilization * static_cast<double>(after.total_memory) -
                           static_cast<double>(used);
-    kv_budget = budget > 0 ? static_cast<size_t>(budget) : 0;
+    // Graphs are recorded lazily (first decode step of each key): their memory comes from this margin.
+    plan.graph_reserve_bytes = config.enable_cuda_graphs && be.supports_graphs() ? kGraphMemoryReserve : 0;
+    const double kv_part = budget - static_cast<double>(plan.graph_reserve_bytes);
+    kv_budget = kv_part > 0 ? static_cast<size_t>(kv_part) : 0;
     plan.weight_bytes = model->weight_bytes();
     plan.other_bytes = used > plan.weight_bytes ? used - plan.weight_bytes : 0;
     plan.total_bytes = after.total_memory;
@@ -193,7 +200,8 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
   XI_LOG(INFO) << "engine: model " << model->config().to_string() << "; " << model::LlamaModel::parameter_count(mc)
                << " parameters";
   XI_LOG(INFO) << "engine: memory plan on " << be.info().name << ": weights " << gib(plan.weight_bytes)
-               << " GiB, activations/workspaces/context " << gib(plan.other_bytes) << " GiB, KV cache "
+               << " GiB, activations/workspaces/context " << gib(plan.other_bytes) << " GiB, CUDA graphs (reserve) "
+               << gib(plan.graph_reserve_bytes) << " GiB, KV cache "
                << gib(plan.kv_bytes) << " GiB = " << sc.num_blocks - 1 << " blocks x " << bytes_per_block
                << " bytes = " << plan.kv_tokens << " tokens"
                << (plan_memory ? " (gpu_memory_utilization " + std::to_string(config.gpu_memory_utilization) +
@@ -219,7 +227,8 @@ Engine::Engine(EngineConfig config, std::unique_ptr<backend::Backend> backend, s
   info_.vocab_size = mc.vocab_size;
   info_.eos_token_ids = mc.eos_token_ids;
   info_.max_waiting = config_.max_waiting;
-  runner_ = std::make_unique<ModelRunner>(*model_, *backend_, kv_spec);
+  runner_ = std::make_unique<ModelRunner>(*model_, *backend_, kv_spec,
+                                          config_.enable_cuda_graphs ? GraphMode::kOn : GraphMode::kOff);
   sampler_ = std::make_unique<Sampler>(mc.vocab_size, sampler_pool ? sampler_pool : own_pool_.get(),
                                        mc.eos_token_ids);
   scheduler_ = std::make_unique<sched::Scheduler>(config_.scheduler);

@@ -45,6 +45,7 @@ struct MemoryPlan {
   size_t total_bytes = 0;   // device memory (0 on the CPU backend)
   size_t weight_bytes = 0;
   size_t other_bytes = 0;   // activations, workspaces, CUDA context: in use after loading, minus weights
+  size_t graph_reserve_bytes = 0;  // margin kept for lazily recorded CUDA graphs (0: graphs off)
   size_t kv_bytes = 0;      // num_blocks x bytes_per_block
   int num_blocks = 0;       // including the null block
   int64_t kv_tokens = 0;    // tokens the usable blocks hold

@@ -36,6 +36,9 @@ struct EngineConfig {
   int max_model_len = 0;                 // prompt + output per sequence; 0: see above
   int max_waiting = 4096;                // queued requests beyond this -> RESOURCE_EXHAUSTED
   bool show_progress = false;            // progress bar while converting weights
+  // Decode-only steps run as recorded CUDA graphs per batch bucket (ModelRunner); false: always eager
+  // (`--enforce-eager`). No effect on backends that cannot record.
+  bool enable_cuda_graphs = true;
   // Policy and limits; num_blocks and max_model_len are overwritten by create().
   sched::SchedulerConfig scheduler;
 

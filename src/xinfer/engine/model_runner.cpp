@@ -1,13 +1,27 @@
 #include "xinfer/engine/model_runner.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "xinfer/core/check.h"
 
 namespace xinfer::engine {
+namespace {
+std::atomic<uint64_t> next_graph_owner{1};
+}  // namespace
 
-ModelRunner::ModelRunner(model::LlamaModel& model, backend::Backend& backend, const backend::KvCacheSpec& kv_spec)
-    : model_(model), backend_(backend), kv_spec_(kv_spec), kv_(backend.allocate_kv_cache(kv_spec)) {}
+ModelRunner::ModelRunner(model::LlamaModel& model, backend::Backend& backend, const backend::KvCacheSpec& kv_spec,
+                         GraphMode graphs)
+    : model_(model),
+      backend_(backend),
+      kv_spec_(kv_spec),
+      kv_(backend.allocate_kv_cache(kv_spec)),
+      graph_mode_(graphs),
+      graph_owner_(next_graph_owner.fetch_add(1)) {}
+
+ModelRunner::~ModelRunner() {
+  if (graph_captures_ > 0) backend_.clear_graphs();
+}
 
 backend::StepPlan ModelRunner::plan(std::span<const SequenceChunk> chunks, int block_size) {
   backend::StepPlan p;
@@ -36,7 +50,111 @@ backend::StepPlan ModelRunner::plan(std::span<const SequenceChunk> chunks, int b
   return p;
 }
 
+backend::StepPlan ModelRunner::padded_decode_plan(std::span<const SequenceChunk> chunks, int block_size, int bucket,
+                                                  int width) {
+  XI_CHECK_LE(chunks.size(), static_cast<size_t>(bucket));
+  backend::StepPlan p;
+  p.max_blocks_per_seq = width;
+  p.max_seq_len = width * block_size;
+  p.padded_context_len = width * block_size;
+  p.query_start_loc.push_back(0);
+  for (const auto& c : chunks) {
+    XI_CHECK_EQ(c.tokens.size(), 1u) << "padded plans are for decode-only steps";
+    XI_CHECK_LE(c.block_table.size(), static_cast<size_t>(width));
+    const int32_t pos = c.start_pos;
+    XI_CHECK_LT(static_cast<size_t>(pos / block_size), c.block_table.size()) << "block table too short for position " << pos;
+    p.token_ids.push_back(c.tokens[0]);
+    p.positions.push_back(pos);
+    p.slot_mapping.push_back(c.block_table[static_cast<size_t>(pos / block_size)] * block_size + pos % block_size);
+    p.seq_lens.push_back(pos + 1);
+    p.block_tables.insert(p.block_tables.end(), c.block_table.begin(), c.block_table.end());
+    p.block_tables.resize(p.block_tables.size() + static_cast<size_t>(width) - c.block_table.size(), 0);
+  }
+  for (size_t i = chunks.size(); i < static_cast<size_t>(bucket); ++i) {  // harmless rows: no KV write
+    p.token_ids.push_back(0);
+    p.positions.push_back(0);
+    p.slot_mapping.push_back(-1);
+    p.seq_lens.push_back(1);
+    p.block_tables.resize(p.block_tables.size() + static_cast<size_t>(width), 0);
+  }
+  for (int i = 0; i < bucket; ++i) {
+    p.query_start_loc.push_back(i + 1);
+    p.logit_rows.push_back(i);
+  }
+  return p;
+}
+
+bool ModelRunner::graph_shape(std::span<const SequenceChunk> chunks, int* bucket, int* width) const {
+  if (graph_mode_ == GraphMode::kOff || chunks.empty()) return false;
+  if (graph_mode_ == GraphMode::kOn && !backend_.supports_graphs()) return false;
+  if (chunks.size() > static_cast<size_t>(kMaxGraphBatch)) return false;
+  size_t max_blocks = 1;
+  for (const auto& c : chunks) {
+    if (c.tokens.size() != 1) return false;
+    max_blocks = std::max(max_blocks, c.block_table.size());
+  }
+  int b = 1;
+  while (static_cast<size_t>(b) < chunks.size()) b *= 2;
+  const model::LoadOptions& lo = model_.options();
+  if (b > lo.max_tokens || b > lo.max_logit_rows) return false;
+  const int bs = kv_spec_.block_size;
+  const int cap = std::max<int>((model_.max_model_len() + bs - 1) / bs, static_cast<int>(max_blocks));
+  int w = kMinGraphBlocks;
+  while (static_cast<size_t>(w) < max_blocks) w *= 2;
+  *bucket = b;
+  *width = std::min(w, cap);
+  return true;
+}
+
+const std::vector<float>& ModelRunner::run_padded(std::span<const SequenceChunk> chunks, int bucket, int width) {
+  const backend::StepPlan p = padded_decode_plan(chunks, kv_spec_.block_size, bucket, width);
+  const backend::StepMeta meta = backend_.upload_step(p);
+  TensorView logits;
+  if (graph_mode_ == GraphMode::kOn) {
+    const uint64_t key = (graph_owner_ << 40) | (static_cast<uint64_t>(bucket) << 24) | static_cast<uint32_t>(width);
+    auto it = graph_logits_.find(key);
+    if (it != graph_logits_.end() && backend_.replay(key)) {
+      logits = it->second;
+      ++graph_replays_;
+    } else {
+      backend_.begin_capture();
+      const TensorView recorded = model_.forward(meta, kv_);
+      if (backend_.end_capture(key)) {
+        ++graph_captures_;
+        graph_logits_[key] = recorded;
+        XI_CHECK(backend_.replay(key)) << "a fresh recording must replay";
+        ++graph_replays_;
+        logits = recorded;
+      } else {
+        graph_logits_.erase(key);
+        logits = model_.forward(meta, kv_);  // recording failed (e.g. a workspace had to grow): run eagerly
+      }
+    }
+  } else {
+    logits = model_.forward(meta, kv_);
+  }
+  // Only the live rows come back; padded rows are ignored.
+  const int64_t vocab = logits.shape[1];
+  const size_t n = chunks.size();
+  const bool all_want = std::all_of(chunks.begin(), chunks.end(), [](const SequenceChunk& c) { return c.want_logits; });
+  if (all_want) {  // the usual decode step: straight into the result
+    logits_.resize(n * static_cast<size_t>(vocab));
+    backend_.to_host_f32(logits.rows(0, static_cast<int64_t>(n)), logits_.data());
+    return logits_;
+  }
+  padded_logits_.resize(n * static_cast<size_t>(vocab));
+  backend_.to_host_f32(logits.rows(0, static_cast<int64_t>(n)), padded_logits_.data());
+  logits_.clear();
+  for (size_t i = 0; i < n; ++i)
+    if (chunks[i].want_logits)
+      logits_.insert(logits_.end(), padded_logits_.begin() + static_cast<ptrdiff_t>(i * vocab),
+                     padded_logits_.begin() + static_cast<ptrdiff_t>((i + 1) * vocab));
+  return logits_;
+}
+
 const std::vector<float>& ModelRunner::run(std::span<const SequenceChunk> chunks) {
+  int bucket = 0, width = 0;
+  if (graph_shape(chunks, &bucket, &width)) return run_padded(chunks, bucket, width);
   const backend::StepPlan p = plan(chunks, kv_spec_.block_size);
   const backend::StepMeta meta = backend_.upload_step(p);
   const TensorView logits = model_.forward(meta, kv_);

@@ -5,10 +5,24 @@
 // Each chunk feeds `tokens` at positions [start_pos, start_pos + tokens.size()) of its sequence; the
 // sequence's KV cache lives in the blocks of `block_table` (block_table[p / block_size] holds position
 // p), which must already cover every position up to start_pos + tokens.size() - 1.
+//
+// Graphs (GraphMode::kOn, on backends that supports_graphs()): a decode-only step (every chunk feeds one
+// token) of n <= 256 sequences is padded to a graph key (bucket, width):
+//   bucket = n rounded up to 1, 2, 4, 8, 16, 32, 64, 128, 256 (and within the model's max_tokens and
+//            max_logit_rows); padded rows feed token 0 at position 0 with slot -1 (no KV write),
+//            seq_len 1 and an all-zero block-table row; their logits are computed and ignored;
+//   width  = block-table width: the longest table rounded up to a power of two >= 16 blocks (at most
+//            the model's max_model_len in blocks); attention is sized for width * block_size tokens.
+// The first step of a key records the forward (Backend::begin_capture/end_capture); later steps of the
+// key upload their metadata and replay it. Keys carry a per-runner id (recordings bake in this runner's
+// KV cache and the model's buffers). Graphs are recorded lazily: the engine reserves a memory
+// margin for them before sizing the KV cache. Mixed and prefill steps always run eagerly.
+// GraphMode::kPaddedEager pads the same way but runs eagerly: the bit-exact reference for graph replay.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "xinfer/backend/backend.h"
@@ -23,9 +37,18 @@ struct SequenceChunk {
   bool want_logits = false;              // return logits of the chunk's last token
 };
 
+enum class GraphMode { kOff, kOn, kPaddedEager };
+
 class ModelRunner {
  public:
-  ModelRunner(model::LlamaModel& model, backend::Backend& backend, const backend::KvCacheSpec& kv_spec);
+  static constexpr int kMaxGraphBatch = 256;
+  static constexpr int kMinGraphBlocks = 16;
+
+  ModelRunner(model::LlamaModel& model, backend::Backend& backend, const backend::KvCacheSpec& kv_spec,
+              GraphMode graphs = GraphMode::kOff);
+  ~ModelRunner();  // drops the backend's recordings if it made any (they point at this runner's buffers)
+  ModelRunner(const ModelRunner&) = delete;
+  ModelRunner& operator=(const ModelRunner&) = delete;
 
   // Runs one forward. Returns logits [number of chunks with want_logits, vocab], row-major, valid until
   // the next call.
@@ -34,16 +57,33 @@ class ModelRunner {
   const backend::KvCacheSpec& kv_spec() const { return kv_spec_; }
   int vocab_size() const { return model_.config().vocab_size; }
   model::LlamaModel& model() { return model_; }
+  void set_graph_mode(GraphMode mode) { graph_mode_ = mode; }
+  GraphMode graph_mode() const { return graph_mode_; }
+  int64_t graph_captures() const { return graph_captures_; }  // recordings made
+  int64_t graph_replays() const { return graph_replays_; }    // steps run from a recording
 
   // Builds the StepPlan for `chunks` (exposed for tests).
   static backend::StepPlan plan(std::span<const SequenceChunk> chunks, int block_size);
+  // The padded plan of a decode-only step: `bucket` rows, block tables `width` wide (exposed for tests).
+  static backend::StepPlan padded_decode_plan(std::span<const SequenceChunk> chunks, int block_size, int bucket,
+                                              int width);
 
  private:
+  // bucket and width of a decode-only step, or false when the step runs unpadded.
+  bool graph_shape(std::span<const SequenceChunk> chunks, int* bucket, int* width) const;
+  const std::vector<float>& run_padded(std::span<const SequenceChunk> chunks, int bucket, int width);
+
   model::LlamaModel& model_;
   backend::Backend& backend_;
   backend::KvCacheSpec kv_spec_;
   backend::KvCache kv_;
+  GraphMode graph_mode_;
+  uint64_t graph_owner_;  // unique per runner: keys of different runners on one backend never collide
+  std::unordered_map<uint64_t, TensorView> graph_logits_;  // logits view each recording writes
+  int64_t graph_captures_ = 0;
+  int64_t graph_replays_ = 0;
   std::vector<float> logits_;
+  std::vector<float> padded_logits_;
 };
 
 }  // namespace xinfer::engine

@@ -107,6 +107,7 @@ void CpuBackend::rope_kv_write(const backend::StepMeta& step, const TensorView& 
         }
       }
       const int32_t slot = step.slot_mapping[t];
+      if (slot < 0) continue;  // padding row (graph buckets): no KV write
       const int64_t block = slot / block_size, offset = slot % block_size;
       const float* k = base + static_cast<int64_t>(num_heads) * head_dim;
       const float* v = k + static_cast<int64_t>(num_kv_heads) * head_dim;

@@ -66,6 +66,7 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device) {
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
+  for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
   gemm_.reset();
   if (decode_ws_) cudaFree(decode_ws_);
   if (step_device_) cudaFree(step_device_);
@@ -130,6 +131,7 @@ void CudaBackend::to_host_f32(const TensorView& src, float* dst) {
 }
 
 backend::StepMeta CudaBackend::upload_step(const backend::StepPlan& plan) {
+  XI_CHECK(!capturing_) << "upload_step() while recording a graph";
   XI_CHECK_EQ(plan.positions.size(), plan.token_ids.size());
   XI_CHECK_EQ(plan.slot_mapping.size(), plan.token_ids.size());
   XI_CHECK_EQ(plan.query_start_loc.size(), plan.seq_lens.size() + 1);
@@ -187,6 +189,69 @@ backend::StepMeta CudaBackend::upload_step(const backend::StepPlan& plan) {
   attn_view_.token_seq = dev(9);
   step_token_ids_ = m.token_ids;
   return m;
+}
+
+CudaBackend::StepSignature CudaBackend::step_signature() const {
+  const backend::StepPlan& p = host_step_;
+  return {static_cast<int64_t>(p.token_ids.size()), static_cast<int64_t>(p.seq_lens.size()),
+          static_cast<int64_t>(p.block_tables.size()), p.max_blocks_per_seq, p.max_seq_len,
+          static_cast<int64_t>(p.logit_rows.size()), attn_host_.num_decode(), attn_host_.num_prefill_items(),
+          attn_host_.max_decode_len};
+}
+
+void CudaBackend::destroy_graph(Graph& g) {
+  if (g.exec) XI_CUDA_CHECK(cudaGraphExecDestroy(g.exec));
+  g.exec = nullptr;
+}
+
+void CudaBackend::begin_capture() {
+  XI_CHECK(!capturing_) << "begin_capture() while recording";
+  XI_CHECK(step_token_ids_ != nullptr) << "begin_capture() before any upload_step()";
+  XI_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+  capturing_ = true;
+  capture_failed_ = false;
+  capture_ws_floats_ = 0;
+}
+
+bool CudaBackend::end_capture(uint64_t key) {
+  XI_CHECK(capturing_) << "end_capture() without begin_capture()";
+  cudaGraph_t graph = nullptr;
+  XI_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  capturing_ = false;
+  if (capture_failed_) {
+    if (graph) XI_CUDA_CHECK(cudaGraphDestroy(graph));
+    if (capture_ws_floats_ > 0) decode_workspace(capture_ws_floats_);
+    return false;
+  }
+  cudaGraphExec_t exec = nullptr;
+  XI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  XI_CUDA_CHECK(cudaGraphDestroy(graph));
+  if (auto it = graphs_.find(key); it != graphs_.end()) {
+    destroy_graph(it->second);
+    graphs_.erase(it);
+  }
+  graphs_[key] = Graph{exec, step_signature(), step_device_, decode_ws_};
+  return true;
+}
+
+bool CudaBackend::replay(uint64_t key) {
+  XI_CHECK(!capturing_) << "replay() while recording";
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) return false;
+  Graph& g = it->second;
+  if (g.step_device != step_device_ || g.decode_ws != decode_ws_ || g.signature != step_signature()) {
+    destroy_graph(g);
+    graphs_.erase(it);
+    return false;
+  }
+  XI_CUDA_CHECK(cudaGraphLaunch(g.exec, stream_));
+  return true;
+}
+
+void CudaBackend::clear_graphs() {
+  XI_CHECK(!capturing_) << "clear_graphs() while recording";
+  for (auto& [key, g] : graphs_) destroy_graph(g);
+  graphs_.clear();
 }
 
 void CudaBackend::check_step(const backend::StepMeta& step) const {
@@ -342,6 +407,11 @@ void CudaBackend::paged_attention(const backend::StepMeta& step, const TensorVie
     const int psize = decode_partition_size(attn_view_.num_decode, attn_view_.max_decode_len, num_kv_heads, group, num_sms_);
     const size_t ws = decode_attention_workspace_floats(attn_view_.num_decode, num_heads, head_dim,
                                                         attn_view_.max_decode_len, psize);
+    if (capturing_ && ws > decode_ws_floats_) {  // growing would synchronize: fail the recording instead
+      capture_failed_ = true;
+      capture_ws_floats_ = std::max(capture_ws_floats_, ws);
+      return;
+    }
     launch_paged_decode_attention(p, attn_view_, psize, ws > 0 ? decode_workspace(ws) : nullptr, stream_);
   }
   launch_paged_prefill_attention(p, attn_view_, stream_);

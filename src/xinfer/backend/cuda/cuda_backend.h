@@ -10,6 +10,13 @@
 // (grown, never shrunk), so pointers stay stable across steps (CUDA graphs later). The staging buffer
 // is reused only after the previous copy has completed (an event guards it).
 //
+// Graphs: begin_capture()/end_capture(key) record the ops in between on the backend's stream (relaxed
+// capture mode) into a cudaGraphExec kept per key; replay(key) launches it when the last upload_step()
+// has the layout it was recorded with (array sizes, block-table width, attention plan sizes) and the
+// step buffer and decode workspace are the ones it recorded (else it is dropped: the caller records
+// again). An op that would have to grow the decode workspace during a recording fails the recording;
+// the workspace is grown at end_capture(), so the next recording succeeds.
+//
 // KV cache: bf16, per layer K and V [num_blocks, num_kv_heads, block_size, head_dim] (backend.h).
 // Attention: decodes use the split-KV decode kernel, prefill chunks the tiled tensor-core kernel
 // (head_dim 64 / 128); other head dims go to the generic kernel.
@@ -18,6 +25,8 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <unordered_map>
+#include <vector>
 
 #include "xinfer/backend/backend.h"
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
@@ -60,6 +69,13 @@ class CudaBackend final : public backend::Backend {
   void silu_mul(const TensorView& gate_up, const TensorView& out) override;
   void gather_rows(const backend::StepMeta& step, const TensorView& x, const TensorView& out) override;
 
+  bool supports_graphs() const override { return true; }
+  void begin_capture() override;
+  bool end_capture(uint64_t key) override;
+  bool replay(uint64_t key) override;
+  int num_graphs() const override { return static_cast<int>(graphs_.size()); }
+  void clear_graphs() override;
+
   cudaStream_t stream() const { return stream_; }
   void synchronize() override;
   // Allocates the split-KV decode workspace for the worst step within these limits now, so it never
@@ -90,6 +106,22 @@ class CudaBackend final : public backend::Backend {
 
   void* decode_ws_ = nullptr;  // split-KV partials, grown on demand
   size_t decode_ws_floats_ = 0;
+
+  // Graphs. The signature of a step: what a recording bakes in (array sizes fix the offsets in the step
+  // buffer; scalars fix launch shapes).
+  using StepSignature = std::vector<int64_t>;
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    StepSignature signature;
+    const void* step_device = nullptr;
+    const void* decode_ws = nullptr;
+  };
+  StepSignature step_signature() const;
+  void destroy_graph(Graph& g);
+  std::unordered_map<uint64_t, Graph> graphs_;
+  bool capturing_ = false;
+  bool capture_failed_ = false;
+  size_t capture_ws_floats_ = 0;  // decode workspace a failed recording needed
 };
 
 }  // namespace xinfer::cuda

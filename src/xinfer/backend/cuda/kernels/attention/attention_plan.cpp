@@ -25,6 +25,7 @@ AttentionPlanHost build_attention_plan(const backend::StepPlan& plan) {
       }
     }
   }
+  if (!out.decode_seqs.empty()) out.max_decode_len = std::max(out.max_decode_len, plan.padded_context_len);
   return out;
 }
 
