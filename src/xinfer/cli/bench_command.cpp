@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "xinfer/cli/command.h"
+#include "xinfer/cli/engine_flags.h"
 #include "xinfer/cli/flags.h"
 #include "xinfer/core/logging.h"
 #include "xinfer/core/progress_bar.h"
@@ -123,15 +124,16 @@ RunResult run_batch(engine::Engine& eng, Shape2 shape, int n, uint64_t seed, boo
 }
 
 int run_bench(int argc, char** argv) {
-  std::string model = "llama-3.1-8b", load_format, backend = "cuda", name, output_dir = "bench/results";
-  int input_len = 128, output_len = 128, num_prompts = 0, num_iters = 5, threads = 0, max_model_len = 0;
-  bool all_shapes = false, latency = false, progress = true, ceilings = true, enforce_eager = false;
-  double gpu_util = 0.90;
+  std::string model = "llama-3.1-8b", load_format, name, output_dir = "bench/results";
+  int input_len = 128, output_len = 128, num_prompts = 0, num_iters = 5;
+  bool all_shapes = false, latency = false, progress = true, ceilings = true;
   int64_t seed = 0;
-  ByteSize kv_cache_memory{uint64_t{1} << 30};
-  engine::EngineConfig ec;
+  EngineFlags engine_flags;
+  engine_flags.backend = "cuda";
+  engine::EngineConfig& ec = engine_flags.config;
   sched::SchedulerConfig& sc = ec.scheduler;
   sc.max_num_batched_tokens = 8192;
+  sc.enable_prefix_caching = false;  // random prompts never share blocks; keep the figure about compute
   FlagSet flags("xinfer bench",
                 "Offline throughput or batch-1 latency of the engine at fixed input/output lengths, with MBU/MFU\n"
                 "against ceilings measured on the same device. Writes <output-dir>/<name>.json.\n"
@@ -139,7 +141,6 @@ int run_bench(int argc, char** argv) {
   flags.add("--model", &model, "model directory, or a built-in config (llama-3.1-8b, qwen2.5-7b, llama-3.1-70b)");
   flags.add("--load-format", &load_format, "auto (safetensors) or dummy (random weights); default: dummy for a "
                                            "built-in config, auto for a directory");
-  flags.add("--backend", &backend, "cuda or cpu");
   flags.add("--input-len", &input_len, "prompt tokens per request (random ids)");
   flags.add("--output-len", &output_len, "generated tokens per request (ignore_eos)");
   flags.add("--all-shapes", &all_shapes, "run 128/128, 128/2048, 2048/128 and 2048/2048 (throughput mode)");
@@ -147,18 +148,11 @@ int run_bench(int argc, char** argv) {
             "requests per shape; 0: enough to fill the KV cache twice, at most 1000");
   flags.add("--latency", &latency, "latency mode: one request at a time; TTFT and inter-token latency");
   flags.add("--num-iters", &num_iters, "latency mode: measured requests (after one warm-up)");
-  flags.add("--gpu-memory-utilization", &gpu_util, "fraction of device memory for weights, workspaces and KV cache");
-  flags.add("--kv-cache-memory", &kv_cache_memory, "CPU backend: memory for KV-cache blocks (e.g. 1GiB)");
-  flags.add("--max-num-seqs", &sc.max_num_seqs, "most sequences running at once");
-  flags.add("--max-num-batched-tokens", &sc.max_num_batched_tokens, "most tokens in one forward pass");
-  flags.add("--max-model-len", &max_model_len, "context limit; 0: the longest input + output benchmarked");
-  flags.add("--block-size", &sc.block_size, "tokens per KV-cache block");
-  flags.add("--threads", &threads, "CPU threads (sampler; CPU backend ops); 0 = all cores");
+  engine_flags.add_to(flags);
   flags.add("--seed", &seed, "seed of the random prompts and dummy weights");
   flags.add("--name", &name, "result name; default <model>_<backend>_<mode>");
   flags.add("--output-dir", &output_dir, "folder for <name>.json (created when missing)");
   flags.add("--progress", &progress, "progress bar while generating");
-  flags.add("--enforce-eager", &enforce_eager, "no CUDA graphs: every step runs op by op");
   flags.add("--ceilings", &ceilings, "measure copy bandwidth and GEMM peak first (MBU / MFU)");
   if (int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
   auto fail = [](const std::string& msg) {
@@ -173,8 +167,7 @@ int run_bench(int argc, char** argv) {
     if (s.input_len < 1 || s.output_len < 1) return fail("--input-len and --output-len must be >= 1");
   if (num_prompts < 0 || num_iters < 1) return fail("--num-prompts must be >= 0 and --num-iters >= 1");
 
-  auto backend_kind = engine::parse_backend_kind(backend);
-  if (!backend_kind.ok()) return fail(backend_kind.status().to_string());
+  if (Status st = engine_flags.finish(); !st.ok()) return fail(st.to_string());
   if (load_format.empty()) load_format = model::is_preset(model) ? "dummy" : "auto";
   auto fmt = model::parse_load_format(load_format);
   if (!fmt.ok()) return fail(fmt.status().to_string());
@@ -182,17 +175,11 @@ int run_bench(int argc, char** argv) {
   int longest = 0;
   for (const auto& s : shapes) longest = std::max(longest, s.input_len + s.output_len);
   ec.model_dir = model;
-  ec.backend = *backend_kind;
-  ec.threads = threads;
-  ec.kv_cache_memory = static_cast<size_t>(kv_cache_memory.bytes);
-  ec.gpu_memory_utilization = gpu_util;
   ec.load_format = *fmt;
   ec.dummy_seed = static_cast<uint64_t>(seed);
-  ec.max_model_len = max_model_len > 0 ? max_model_len : longest;
+  if (ec.max_model_len == 0) ec.max_model_len = longest;  // 0: the longest input + output benchmarked
   ec.max_waiting = 1 << 20;
   ec.show_progress = progress;
-  ec.enable_cuda_graphs = !enforce_eager;
-  sc.enable_prefix_caching = false;  // random prompts never share blocks; keep the figure about compute
   if (latency) sc.max_num_seqs = std::max(sc.max_num_seqs, 1);
 
   auto created = engine::Engine::create(ec);
@@ -231,7 +218,7 @@ int run_bench(int argc, char** argv) {
   if (name.empty()) {
     name = std::filesystem::path(model).lexically_normal().filename().string();
     if (name.empty()) name = "model";
-    name += "_" + backend + (latency ? "_latency" : "_throughput");
+    name += "_" + engine_flags.backend + (latency ? "_latency" : "_throughput");
   }
   json out;
   out["name"] = name;

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "xinfer/cli/command.h"
+#include "xinfer/cli/engine_flags.h"
 #include "xinfer/cli/flags.h"
 #include "xinfer/core/logging.h"
 #include "xinfer/engine/engine.h"
@@ -64,13 +65,12 @@ bool wait_until(Pred done, double timeout_s, const sigset_t& signals) {
 }
 
 int run_serve(int argc, char** argv) {
-  std::string model_dir, served_name, host = "127.0.0.1", api_key, filter_rules_path, backend = "cpu";
-  int port = 8000, max_connections = 1024, server_threads = 1, threads = 0;
+  std::string model_dir, served_name, host = "127.0.0.1", api_key, filter_rules_path;
+  int port = 8000, max_connections = 1024, server_threads = 1;
   int64_t max_body_bytes = 8 << 20;
-  ByteSize kv_cache_memory{uint64_t{1} << 30};
   double keep_alive_timeout = 30, drain_timeout = 30;
-  engine::EngineConfig ec;
-  sched::SchedulerConfig& sc = ec.scheduler;
+  EngineFlags engine_flags;
+  engine::EngineConfig& ec = engine_flags.config;
 
   FlagSet flags("xinfer serve",
                 "Serve a model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,\n"
@@ -97,25 +97,8 @@ int run_serve(int argc, char** argv) {
             "seconds an idle keep-alive connection (or slow request headers) may wait before it is closed");
   flags.add("--drain-timeout", &drain_timeout, "seconds in-flight requests may run after SIGTERM before abort");
   flags.add("--server-threads", &server_threads, "HTTP I/O threads");
-  flags.add("--backend", &backend, "cpu or cuda");
-  flags.add("--threads", &threads, "CPU threads for the model and sampler; 0 = all cores");
-  flags.add("--kv-cache-memory", &kv_cache_memory,
-            "memory for KV-cache blocks on the CPU backend (host RAM), e.g. 512MiB, 4GiB");
-  flags.add("--gpu-memory-utilization", &ec.gpu_memory_utilization,
-            "CUDA backend: fraction of device memory for weights, activations and KV cache (the KV cache gets "
-            "what is left)");
-  flags.add("--max-model-len", &ec.max_model_len,
-            "longest sequence (prompt + output); 0 = the model's limit or what the KV cache holds");
-  flags.add("--block-size", &sc.block_size, "tokens per KV-cache block");
-  bool enforce_eager = false;
-  flags.add("--enforce-eager", &enforce_eager, "no CUDA graphs: every step runs op by op");
-  flags.add("--enable-prefix-caching", &sc.enable_prefix_caching, "reuse KV blocks of identical prompt prefixes");
-  flags.add("--max-num-seqs", &sc.max_num_seqs, "most sequences running at once");
-  flags.add("--max-num-batched-tokens", &sc.max_num_batched_tokens, "most tokens in one forward pass");
-  flags.add("--decode-interval", &sc.decode_interval, "initial steps between admissions of waiting requests");
-  flags.add("--reorder-window", &sc.reorder_window, "waiting requests reordered shortest-first (<= 1: FIFO)");
+  engine_flags.add_to(flags);
   if (int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
-  ec.enable_cuda_graphs = !enforce_eager;
 
   auto fail = [](const std::string& msg) {
     std::fprintf(stderr, "xinfer serve: %s\n", msg.c_str());
@@ -125,8 +108,8 @@ int run_serve(int argc, char** argv) {
     if (const char* env = std::getenv("XINFER_API_KEY")) api_key = env;
   }
   if (port < 0 || port > 65535) return fail("--port must be in [0, 65535]");
-  if (max_body_bytes <= 0 || max_connections <= 0 || server_threads <= 0 || kv_cache_memory.bytes == 0)
-    return fail("--max-body-bytes, --max-connections, --server-threads and --kv-cache-memory must be positive");
+  if (max_body_bytes <= 0 || max_connections <= 0 || server_threads <= 0)
+    return fail("--max-body-bytes, --max-connections and --server-threads must be positive");
   if (model_dir.empty()) {
     model_dir = find_default_model();
     if (model_dir.empty()) {
@@ -143,13 +126,9 @@ int run_serve(int argc, char** argv) {
     if (!r.ok()) return fail(r.status().to_string());
     rules = *r;
   }
-  auto kind = engine::parse_backend_kind(backend);
-  if (!kind.ok()) return fail(kind.status().message());
-  ec.backend = *kind;
+  if (Status s = engine_flags.finish(); !s.ok()) return fail(s.message());
   ec.model_dir = model_dir;
   ec.served_model_name = served_name;
-  ec.threads = threads;
-  ec.kv_cache_memory = kv_cache_memory.bytes;
   if (Status s = ec.validate(); !s.ok()) return fail(s.message());
 
   // Block the signals before any thread starts, so every thread inherits the mask and main takes them.

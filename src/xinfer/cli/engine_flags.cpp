@@ -1,0 +1,38 @@
+#include "xinfer/cli/engine_flags.h"
+
+namespace xinfer::cli {
+
+void EngineFlags::add_to(FlagSet& flags) {
+  sched::SchedulerConfig& sc = config.scheduler;
+  kv_cache_memory.bytes = config.kv_cache_memory;
+  enforce_eager = !config.enable_cuda_graphs;
+  flags.add("--backend", &backend, "cpu or cuda");
+  flags.add("--threads", &config.threads, "CPU threads for the sampler and the CPU backend's ops; 0 = all cores");
+  flags.add("--kv-cache-memory", &kv_cache_memory,
+            "memory for KV-cache blocks on the CPU backend (host RAM), e.g. 512MiB, 4GiB");
+  flags.add("--gpu-memory-utilization", &config.gpu_memory_utilization,
+            "CUDA backend: fraction of device memory for weights, activations and KV cache (the KV cache gets "
+            "what is left)");
+  flags.add("--max-model-len", &config.max_model_len,
+            "longest sequence (prompt + output); 0 = serve: the model's limit or what the KV cache holds, "
+            "bench: the longest input + output benchmarked");
+  flags.add("--block-size", &sc.block_size, "tokens per KV-cache block");
+  flags.add("--enforce-eager", &enforce_eager, "no CUDA graphs: every step runs op by op");
+  flags.add("--enable-prefix-caching", &sc.enable_prefix_caching, "reuse KV blocks of identical prompt prefixes");
+  flags.add("--max-num-seqs", &sc.max_num_seqs, "most sequences running at once");
+  flags.add("--max-num-batched-tokens", &sc.max_num_batched_tokens, "most tokens in one forward pass");
+  flags.add("--decode-interval", &sc.decode_interval, "initial steps between admissions of waiting requests");
+  flags.add("--reorder-window", &sc.reorder_window, "waiting requests reordered shortest-first (<= 1: FIFO)");
+}
+
+Status EngineFlags::finish() {
+  auto kind = engine::parse_backend_kind(backend);
+  if (!kind.ok()) return kind.status();
+  if (kv_cache_memory.bytes == 0) return invalid_argument("--kv-cache-memory must be positive");
+  config.backend = *kind;
+  config.kv_cache_memory = static_cast<size_t>(kv_cache_memory.bytes);
+  config.enable_cuda_graphs = !enforce_eager;
+  return Status();
+}
+
+}  // namespace xinfer::cli

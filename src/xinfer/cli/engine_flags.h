@@ -1,0 +1,27 @@
+// EngineFlags: the command-line face of engine::EngineConfig (and its SchedulerConfig), shared by every
+// command that starts an Engine (`serve`, `bench`), so each tunable is spelled, documented and parsed
+// once. A command sets its own defaults in `config` / `backend` before add_to(); they show in --help.
+#pragma once
+
+#include <string>
+
+#include "xinfer/cli/flags.h"
+#include "xinfer/engine/engine_config.h"
+
+namespace xinfer::cli {
+
+struct EngineFlags {
+  engine::EngineConfig config;
+  std::string backend = "cpu";                         // parsed into config.backend by finish()
+  ByteSize kv_cache_memory{uint64_t{1} << 30};         // config.kv_cache_memory
+  bool enforce_eager = false;                          // !config.enable_cuda_graphs
+
+  // Registers --backend --threads --kv-cache-memory --gpu-memory-utilization --max-model-len --block-size
+  // --enforce-eager --enable-prefix-caching --max-num-seqs --max-num-batched-tokens --decode-interval
+  // --reorder-window. The targets must outlive `flags` parsing.
+  void add_to(FlagSet& flags);
+  // Copies the parsed values into `config`; INVALID_ARGUMENT for an unknown backend or a zero KV budget.
+  Status finish();
+};
+
+}  // namespace xinfer::cli
