@@ -9,6 +9,7 @@
 // (gpu_test_util.h). Prompt 0 below is such a near-tie: its f32 top-2 gap after the prompt is 1e-4
 // (token 257 at 2.2302, 491 at 2.2301; numpy f32 forward), and bf16 rounding alone (numpy emulation)
 // already picks 491, as CUDA does.
+#include <algorithm>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -107,8 +108,10 @@ struct StepRunner {
     }
     std::vector<engine::SequenceChunk> sc;
     for (size_t i = 0; i < chunks.size(); ++i) sc.push_back({chunks[i].first, 0, tables[i], chunks[i].second});
-    return runner->run(sc);
+    return greedy ? to_floats(runner->run_greedy(sc)) : runner->run(sc);
   }
+  static std::vector<float> to_floats(const std::vector<int32_t>& ids) { return {ids.begin(), ids.end()}; }
+  bool greedy = false;  // step() returns run_greedy()'s ids (as floats) instead of logits
   std::unique_ptr<model::LlamaModel> model;
   std::unique_ptr<engine::ModelRunner> runner;
 };
@@ -227,6 +230,61 @@ TEST(EngineOnCuda, MemoryPlanAndGreedyMatchesCpuEngine) {
   for (size_t k : lens) std::printf(" %zu", k);
   std::printf("; KV %.1f GiB = %lld tokens\n", static_cast<double>(plan.kv_bytes) / (1 << 30), static_cast<long long>(plan.kv_tokens));
   EXPECT_GE(total_prefix, 6 * 12) << "greedy paths diverge early on average";
+}
+
+// run_greedy() returns exactly the argmax (ties -> lowest id) of run()'s logits, for a mixed step (rows
+// that want no logits, chunked prefill) on both backends.
+TEST(EngineOnCuda, RunGreedyIsArgmaxOfRun) {
+  const auto prompts = engine_prompts();
+  const std::vector<int32_t> p2(prompts[2].begin(), prompts[2].begin() + 31);
+  const std::vector<std::pair<std::vector<int32_t>, bool>> mixed = {
+      {prompts[0], true}, {p2, false}, {prompts[1], true}, {prompts[3], true}};
+  for (backend::Backend* be : {static_cast<backend::Backend*>(&gpu()), static_cast<backend::Backend*>(&cpu())}) {
+    StepRunner r(*be, be == &gpu() ? DType::kBF16 : DType::kF32);
+    const int V = r.vocab();
+    const auto logits = r.step(mixed);
+    r.greedy = true;
+    const auto ids = r.step(mixed);
+    ASSERT_EQ(ids.size(), 3u);
+    ASSERT_EQ(logits.size(), 3u * V);
+    for (size_t i = 0; i < 3; ++i) {
+      const float* row = logits.data() + i * static_cast<size_t>(V);
+      EXPECT_EQ(static_cast<int32_t>(ids[i]), std::max_element(row, row + V) - row) << be->info().name << " row " << i;
+    }
+  }
+}
+
+// The Engine's device-side greedy path (argmax on the GPU, ids back) gives exactly the host Sampler's tokens on
+// the same CUDA engine configuration: graph decode steps (padded buckets), chunked prefill, 6 concurrent prompts.
+TEST(EngineOnCuda, DeviceGreedyEqualsHostSampler) {
+  engine::EngineConfig ec;
+  ec.model_dir = golden_dir("llama_gqa");
+  ec.threads = 4;
+  ec.kv_cache_memory = 16 << 20;
+  ec.scheduler.max_num_batched_tokens = 64;
+  ec.backend = engine::BackendKind::kCuda;
+  ec.gpu_memory_utilization = 0.05;
+  const auto prompts = engine_prompts();
+  for (const bool graphs : {true, false}) {
+    ec.enable_cuda_graphs = graphs;
+    std::vector<std::vector<int32_t>> host, device;
+    {
+      ec.device_greedy = false;
+      auto eng = engine::Engine::create(ec);
+      ASSERT_TRUE(eng.ok()) << eng.status().to_string();
+      host = generate(**eng, prompts, 24);
+    }
+    {
+      ec.device_greedy = true;
+      auto eng = engine::Engine::create(ec);
+      ASSERT_TRUE(eng.ok()) << eng.status().to_string();
+      device = generate(**eng, prompts, 24);
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_EQ(device[i].size(), 24u);
+      EXPECT_EQ(device[i], host[i]) << "prompt " << i << (graphs ? " (graphs)" : " (eager)");
+    }
+  }
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Every non-attention op of CudaBackend (bf16) against CpuBackend (f32) on the same bf16-valued random
 // inputs of awkward sizes; CUDA outputs are NaN-poisoned first so unwritten elements fail.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "gpu_test_util.h"
@@ -188,6 +190,85 @@ TEST(GatherRowsTest, MatchesCpu) {
   const Compare c = expect_close(out.g.view, out.c.view, 1e-7, "gather_rows");
   EXPECT_EQ(c.max_abs, 0.0);
 }
+
+// argmax_rows on f32 logits: must equal the CPU op (itself checked against the host Sampler in
+// tests/unit/engine/argmax_rows_test.cpp) exactly, on rows with exact ties at the max, -inf, huge values,
+// NaN, all -inf / all NaN rows, and -0/+0 ties; vocab sizes taking the 16-byte and the scalar path.
+std::vector<float> awkward_logits(int rows, int vocab, std::mt19937& rng) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = random_bf16(static_cast<size_t>(rows) * vocab, rng, 3.0f);  // bf16 values: many ties
+  for (int r = 0; r < rows; ++r) {
+    float* row = x.data() + static_cast<size_t>(r) * vocab;
+    const auto at = [&](uint32_t k) -> float& { return row[k % static_cast<uint32_t>(vocab)]; };
+    switch (r % 7) {
+      case 0:
+        at(rng()) = 50.0f;
+        at(rng()) = 50.0f;
+        at(rng()) = 50.0f;
+        break;
+      case 1:
+        at(rng()) = 3.0e38f;
+        at(rng()) = 3.0e38f;
+        at(rng()) = -inf;
+        break;
+      case 2:
+        at(rng()) = std::nanf("");
+        at(rng()) = 40.0f;
+        row[0] = row[vocab - 1] = std::nanf("");
+        break;
+      case 3:
+        for (int c = 0; c < vocab; ++c) row[c] = -inf;
+        if (vocab > 2) row[vocab - 1] = row[vocab - 2] = -1.0f;
+        break;
+      case 4:
+        for (int c = 0; c < vocab; ++c) row[c] = -inf;
+        break;
+      case 5:
+        for (int c = 0; c < vocab; ++c) row[c] = std::nanf("");
+        break;
+      case 6:
+        for (int c = 0; c < vocab; ++c) row[c] = (c % 3 == 0) ? -0.0f : 0.0f;
+        if (r % 2 == 1) at(rng()) = inf;
+        break;
+    }
+  }
+  return x;
+}
+
+class ArgmaxRowsTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
+TEST_P(ArgmaxRowsTest, MatchesCpuExactly) {
+  const auto [rows, vocab] = GetParam();
+  std::mt19937 rng(rows * 7 + vocab);
+  // One spare row in front: the GPU op also runs on rows(1, rows + 1), a view whose base is not 16-byte
+  // aligned when vocab is odd.
+  const std::vector<float> x = awkward_logits(rows + 1, vocab, rng);
+  const TensorView hv = host_view(x, Shape{rows + 1, vocab});
+  backend::DeviceTensor lc = cpu().upload(hv, DType::kF32), lg = gpu().upload(hv, DType::kF32);
+  backend::DeviceTensor oc = cpu().allocate(DType::kI32, Shape{rows + 1}), og = gpu().allocate(DType::kI32, Shape{rows + 1});
+  std::vector<int32_t> want(static_cast<size_t>(rows) + 1), got(want.size());
+  for (const int64_t first : {int64_t{0}, int64_t{1}}) {
+    const int64_t n = first == 0 ? rows + 1 : rows;
+    poison(og.view);
+    cpu().argmax_rows(lc.view.rows(first, first + n), oc.view.rows(0, n));
+    gpu().argmax_rows(lg.view.rows(first, first + n), og.view.rows(0, n));
+    cpu().to_host_raw(oc.view.rows(0, n), want.data());
+    gpu().to_host_raw(og.view.rows(0, n), got.data());
+    for (int64_t r = 0; r < n; ++r) {
+      EXPECT_EQ(got[static_cast<size_t>(r)], want[static_cast<size_t>(r)]) << "first " << first << " row " << r;
+      const int64_t src = first + r;  // the row of x: its kind is src % 7 (awkward_logits)
+      if (src % 7 == 3 && vocab > 2) {
+        EXPECT_EQ(got[static_cast<size_t>(r)], vocab - 2) << "tie of two late ids";
+      }
+      if (src % 7 == 4 || src % 7 == 5 || (src % 7 == 6 && src % 2 == 0)) {
+        EXPECT_EQ(got[static_cast<size_t>(r)], 0) << "all -inf / all NaN / all zeros row " << src;
+      }
+    }
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, ArgmaxRowsTest,
+                         ::testing::Values(std::make_tuple(1, 128256), std::make_tuple(3, 128256),
+                                           std::make_tuple(257, 128256), std::make_tuple(3, 1001),
+                                           std::make_tuple(257, 151936), std::make_tuple(20, 7)));
 
 TEST(UploadTest, RoundTripsEveryFloatDtype) {
   std::mt19937 rng(5);

@@ -135,6 +135,9 @@ class Backend {
   virtual DeviceTensor upload(const TensorView& host, DType dtype) = 0;
   // Copies a device tensor to host memory (f32), synchronizing first.
   virtual void to_host_f32(const TensorView& src, float* dst) = 0;
+  // Copies a device tensor's bytes to host memory unconverted (any dtype; dst holds src.bytes()),
+  // synchronizing first.
+  virtual void to_host_raw(const TensorView& src, void* dst) = 0;
   // Copies the plan's arrays to device memory; returns views of them.
   virtual StepMeta upload_step(const StepPlan& plan) = 0;
   // K and V for every layer, each [num_blocks, num_kv_heads, block_size, D] in the activation dtype.
@@ -219,6 +222,10 @@ class Backend {
   virtual void silu_mul(const TensorView& gate_up, const TensorView& out) = 0;
   // out[R, H] = x[step.logit_rows[r], :]
   virtual void gather_rows(const StepMeta& step, const TensorView& x, const TensorView& out) = 0;
+  // Greedy choice per row, exactly the host Sampler's: out[r] = the lowest c with logits[r, c] == the row's
+  // max (NaN is never the max; -0 == +0), or 0 if the row has no non-NaN value.
+  // logits: [R, V] f32; out: [R] i32. (ModelRunner runs it after a graph replay, outside the recording.)
+  virtual void argmax_rows(const TensorView& logits, const TensorView& out) = 0;
 };
 
 }  // namespace xinfer::backend

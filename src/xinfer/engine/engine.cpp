@@ -391,15 +391,24 @@ void Engine::abort_request(uint64_t id) {
   finish_request(id, *f, nullptr);
 }
 
+namespace {
+// True when the Sampler's choice for `in` is the argmax of the raw logits (ties -> lowest id): greedy, and no
+// adjustment that it would apply first (min_tokens stop masking, logit_bias, penalties) nor logprobs to report.
+bool is_plain_greedy(const SampleInput& in) {
+  const SamplingParams& p = *in.params;
+  return p.is_greedy() && p.logit_bias.empty() && !p.has_penalties() && !p.logprobs.has_value() &&
+         static_cast<int64_t>(in.output_tokens.size()) >= p.min_tokens;
+}
+}  // namespace
+
 void Engine::run_step(const sched::ScheduledStep& step) {
   chunks_.clear();
   for (const sched::ScheduledSeq& s : step.seqs)
     chunks_.push_back(SequenceChunk{s.token_ids, s.start_pos, s.block_table, s.sample});
-  const std::vector<float>& logits = runner_->run(chunks_);
 
-  const size_t vocab = static_cast<size_t>(info_.vocab_size);
   sample_inputs_.clear();
   sample_ids_.clear();
+  bool all_plain_greedy = true;  // every sampling row is a bare argmax of its raw logits (see below)
   for (const sched::ScheduledSeq& s : step.seqs) {
     if (!s.sample) continue;
     RequestState& st = requests_.at(s.seq_id);
@@ -407,13 +416,26 @@ void Engine::run_step(const sched::ScheduledStep& step) {
     XI_CHECK(seq != nullptr) << "scheduled sequence " << s.seq_id << " is not live";
     const std::span<const int32_t> tokens(seq->tokens);
     st.sample_index = static_cast<int>(sample_ids_.size());
-    sample_inputs_.push_back(SampleInput{logits.data() + sample_ids_.size() * vocab, &st.params, &st.rng,
+    sample_inputs_.push_back(SampleInput{nullptr, &st.params, &st.rng,
                                          tokens.first(static_cast<size_t>(st.num_prompt_tokens)),
                                          tokens.subspan(static_cast<size_t>(st.num_prompt_tokens))});
     sample_ids_.push_back(s.seq_id);
+    all_plain_greedy = all_plain_greedy && is_plain_greedy(sample_inputs_.back());
   }
   XI_CHECK_EQ(static_cast<int>(sample_ids_.size()), step.num_sampling);
-  const std::vector<SampleOutput> outs = sampler_->sample(sample_inputs_);
+  std::vector<SampleOutput> outs;
+  if (config_.device_greedy && all_plain_greedy && !sample_ids_.empty()) {
+    // Device-side greedy: only the chosen ids come back (4 bytes per row, not the vocab's logits).
+    const std::vector<int32_t>& ids = runner_->run_greedy(chunks_);
+    XI_CHECK_EQ(ids.size(), sample_ids_.size());
+    outs.resize(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) outs[i].token = ids[i];
+  } else {
+    const std::vector<float>& logits = runner_->run(chunks_);
+    const size_t vocab = static_cast<size_t>(info_.vocab_size);
+    for (size_t i = 0; i < sample_inputs_.size(); ++i) sample_inputs_[i].logits = logits.data() + i * vocab;
+    outs = sampler_->sample(sample_inputs_);
+  }
   sched::StepOutput so;
   so.token_ids.reserve(outs.size());
   for (const SampleOutput& o : outs) so.token_ids.push_back(o.token);

@@ -39,6 +39,10 @@ struct EngineConfig {
   // Decode-only steps run as recorded CUDA graphs per batch bucket (ModelRunner); false: always eager
   // (`--enforce-eager`). No effect on backends that cannot record.
   bool enable_cuda_graphs = true;
+  // A step whose every sampling row is plain greedy (temperature 0; no min_tokens masking pending, logit_bias,
+  // penalties or logprobs) takes the argmax on the backend and copies back only the token ids; false: the
+  // logits always come to the host Sampler (`--host-sampling`). Same tokens either way.
+  bool device_greedy = true;
   // Policy and limits; num_blocks and max_model_len are overwritten by create().
   sched::SchedulerConfig scheduler;
 

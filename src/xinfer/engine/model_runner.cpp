@@ -17,7 +17,8 @@ ModelRunner::ModelRunner(model::LlamaModel& model, backend::Backend& backend, co
       kv_spec_(kv_spec),
       kv_(backend.allocate_kv_cache(kv_spec)),
       graph_mode_(graphs),
-      graph_owner_(next_graph_owner.fetch_add(1)) {}
+      graph_owner_(next_graph_owner.fetch_add(1)),
+      ids_device_(backend.allocate(DType::kI32, Shape{std::max(model.options().max_logit_rows, kMaxGraphBatch)})) {}
 
 ModelRunner::~ModelRunner() {
   if (graph_captures_ > 0) backend_.clear_graphs();
@@ -106,7 +107,7 @@ bool ModelRunner::graph_shape(std::span<const SequenceChunk> chunks, int* bucket
   return true;
 }
 
-const std::vector<float>& ModelRunner::run_padded(std::span<const SequenceChunk> chunks, int bucket, int width) {
+TensorView ModelRunner::forward_padded(std::span<const SequenceChunk> chunks, int bucket, int width) {
   const backend::StepPlan p = padded_decode_plan(chunks, kv_spec_.block_size, bucket, width);
   const backend::StepMeta meta = backend_.upload_step(p);
   TensorView logits;
@@ -133,6 +134,26 @@ const std::vector<float>& ModelRunner::run_padded(std::span<const SequenceChunk>
   } else {
     logits = model_.forward(meta, kv_);
   }
+  return logits;
+}
+
+TensorView ModelRunner::forward(std::span<const SequenceChunk> chunks, bool* padded) {
+  int bucket = 0, width = 0;
+  *padded = graph_shape(chunks, &bucket, &width);
+  if (*padded) return forward_padded(chunks, bucket, width);
+  const backend::StepPlan p = plan(chunks, kv_spec_.block_size);
+  const backend::StepMeta meta = backend_.upload_step(p);
+  return model_.forward(meta, kv_);
+}
+
+const std::vector<float>& ModelRunner::run(std::span<const SequenceChunk> chunks) {
+  bool padded = false;
+  const TensorView logits = forward(chunks, &padded);
+  if (!padded) {
+    logits_.resize(static_cast<size_t>(logits.numel()));
+    if (logits.numel() > 0) backend_.to_host_f32(logits, logits_.data());
+    return logits_;
+  }
   // Only the live rows come back; padded rows are ignored.
   const int64_t vocab = logits.shape[1];
   const size_t n = chunks.size();
@@ -152,15 +173,24 @@ const std::vector<float>& ModelRunner::run_padded(std::span<const SequenceChunk>
   return logits_;
 }
 
-const std::vector<float>& ModelRunner::run(std::span<const SequenceChunk> chunks) {
-  int bucket = 0, width = 0;
-  if (graph_shape(chunks, &bucket, &width)) return run_padded(chunks, bucket, width);
-  const backend::StepPlan p = plan(chunks, kv_spec_.block_size);
-  const backend::StepMeta meta = backend_.upload_step(p);
-  const TensorView logits = model_.forward(meta, kv_);
-  logits_.resize(static_cast<size_t>(logits.numel()));
-  if (logits.numel() > 0) backend_.to_host_f32(logits, logits_.data());
-  return logits_;
+const std::vector<int32_t>& ModelRunner::run_greedy(std::span<const SequenceChunk> chunks) {
+  bool padded = false;
+  const TensorView logits = forward(chunks, &padded);
+  // Padded steps: the live rows are the first chunks.size() rows, one per chunk.
+  const int64_t rows = padded ? static_cast<int64_t>(chunks.size()) : (logits.numel() > 0 ? logits.shape[0] : 0);
+  ids_.resize(static_cast<size_t>(rows));
+  if (rows == 0) return ids_;
+  XI_CHECK_LE(rows, ids_device_.view.numel());
+  const TensorView ids = ids_device_.view.rows(0, rows);
+  backend_.argmax_rows(logits.rows(0, rows), ids);
+  backend_.to_host_raw(ids, ids_.data());
+  if (!padded || std::all_of(chunks.begin(), chunks.end(), [](const SequenceChunk& c) { return c.want_logits; }))
+    return ids_;
+  padded_ids_.swap(ids_);
+  ids_.clear();
+  for (size_t i = 0; i < chunks.size(); ++i)
+    if (chunks[i].want_logits) ids_.push_back(padded_ids_[i]);
+  return ids_;
 }
 
 }  // namespace xinfer::engine

@@ -1,6 +1,7 @@
 // ModelRunner: turns one scheduled step (a list of sequence chunks: prefill chunks and single decode
 // tokens, mixed) into a StepPlan, runs the model once on the backend and returns the logits of the
-// chunks that asked for them, on the host.
+// chunks that asked for them, on the host - or, with run_greedy(), only their argmax token ids (computed on
+// the backend by argmax_rows: 4 bytes per row come back instead of vocab * 4).
 //
 // Each chunk feeds `tokens` at positions [start_pos, start_pos + tokens.size()) of its sequence; the
 // sequence's KV cache lives in the blocks of `block_table` (block_table[p / block_size] holds position
@@ -53,6 +54,10 @@ class ModelRunner {
   // Runs one forward. Returns logits [number of chunks with want_logits, vocab], row-major, valid until
   // the next call.
   const std::vector<float>& run(std::span<const SequenceChunk> chunks);
+  // Runs one forward like run() but returns, per chunk with want_logits (in order), the argmax of its logits
+  // row (ties -> lowest id): the host Sampler's greedy choice for a row with no logit adjustments. Valid
+  // until the next call.
+  const std::vector<int32_t>& run_greedy(std::span<const SequenceChunk> chunks);
 
   const backend::KvCacheSpec& kv_spec() const { return kv_spec_; }
   int vocab_size() const { return model_.config().vocab_size; }
@@ -71,7 +76,10 @@ class ModelRunner {
  private:
   // bucket and width of a decode-only step, or false when the step runs unpadded.
   bool graph_shape(std::span<const SequenceChunk> chunks, int* bucket, int* width) const;
-  const std::vector<float>& run_padded(std::span<const SequenceChunk> chunks, int bucket, int width);
+  // Runs the forward; returns the device logits: one row per chunk with want_logits, or, when *padded is set,
+  // one row per chunk (then padding rows) whatever want_logits says.
+  TensorView forward(std::span<const SequenceChunk> chunks, bool* padded);
+  TensorView forward_padded(std::span<const SequenceChunk> chunks, int bucket, int width);
 
   model::LlamaModel& model_;
   backend::Backend& backend_;
@@ -84,6 +92,9 @@ class ModelRunner {
   int64_t graph_replays_ = 0;
   std::vector<float> logits_;
   std::vector<float> padded_logits_;
+  backend::DeviceTensor ids_device_;  // [max(max_logit_rows, kMaxGraphBatch)] i32: argmax_rows output
+  std::vector<int32_t> ids_;
+  std::vector<int32_t> padded_ids_;
 };
 
 }  // namespace xinfer::engine

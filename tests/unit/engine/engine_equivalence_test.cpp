@@ -192,6 +192,14 @@ TEST_P(EngineGoldenEquivalence, ConcurrentChunkedPreemptedPrefixCachedEqualsTran
     EXPECT_EQ(engine->stats().prefix_hit_tokens, 0);
     expect_all_blocks_free(*engine);
   }
+  {
+    // Greedy steps through the host Sampler instead of the backend's argmax_rows (EngineConfig::device_greedy).
+    EngineConfig c = base_config(dir);
+    c.device_greedy = false;
+    auto engine = make_engine(c);
+    auto got = run_cases(*engine, cases, /*solo=*/false);
+    expect_streams(cases, got, &solo, "host sampling");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, EngineGoldenEquivalence,

@@ -70,6 +70,8 @@ void CpuBackend::to_host_f32(const TensorView& src, float* dst) {
   convert_to_f32(src.dtype, src.data, dst, static_cast<size_t>(src.numel()));
 }
 
+void CpuBackend::to_host_raw(const TensorView& src, void* dst) { std::memcpy(dst, src.data, src.bytes()); }
+
 backend::StepMeta CpuBackend::upload_step(const backend::StepPlan& plan) {
   XI_CHECK_EQ(plan.positions.size(), plan.token_ids.size());
   XI_CHECK_EQ(plan.slot_mapping.size(), plan.token_ids.size());

@@ -27,6 +27,7 @@ class CpuBackend final : public backend::Backend {
   backend::DeviceTensor allocate(DType dtype, const Shape& shape) override;
   backend::DeviceTensor upload(const TensorView& host, DType dtype) override;
   void to_host_f32(const TensorView& src, float* dst) override;
+  void to_host_raw(const TensorView& src, void* dst) override;
   backend::StepMeta upload_step(const backend::StepPlan& plan) override;
 
   void embedding(const backend::StepMeta& step, const TensorView& table, const TensorView& out) override;
@@ -43,6 +44,7 @@ class CpuBackend final : public backend::Backend {
                        const TensorView& out) override;
   void silu_mul(const TensorView& gate_up, const TensorView& out) override;
   void gather_rows(const backend::StepMeta& step, const TensorView& x, const TensorView& out) override;
+  void argmax_rows(const TensorView& logits, const TensorView& out) override;
 
   ThreadPool& pool() { return *pool_; }
 

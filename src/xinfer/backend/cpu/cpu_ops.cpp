@@ -160,3 +160,26 @@ void CpuBackend::gather_rows(const backend::StepMeta& step, const TensorView& x,
 }
 
 }  // namespace xinfer::cpu
+
+namespace xinfer::cpu {
+
+void CpuBackend::argmax_rows(const TensorView& logits, const TensorView& out) {
+  check_f32(logits, "argmax_rows logits");
+  XI_CHECK(out.dtype == DType::kI32) << "argmax_rows out must be i32, got " << dtype_name(out.dtype);
+  XI_CHECK_EQ(logits.shape.rank(), 2);
+  const int64_t rows = logits.shape[0], vocab = logits.shape[1];
+  XI_CHECK_EQ(out.numel(), rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = logits.as<float>() + r * vocab;
+    float best = -INFINITY;
+    int32_t idx = -1;
+    for (int64_t c = 0; c < vocab; ++c)
+      if (x[c] > best || (idx < 0 && x[c] == best)) {  // strict: ties keep the lowest id; NaN never wins
+        best = x[c];
+        idx = static_cast<int32_t>(c);
+      }
+    out.as<int32_t>()[r] = idx < 0 ? 0 : idx;
+  }
+}
+
+}  // namespace xinfer::cpu

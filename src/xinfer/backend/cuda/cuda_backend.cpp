@@ -10,6 +10,7 @@
 #include "xinfer/backend/cuda/kernels/attention/paged_attention_generic.h"
 #include "xinfer/backend/cuda/kernels/attention/paged_decode_attention.h"
 #include "xinfer/backend/cuda/kernels/attention/paged_prefill_attention.h"
+#include "xinfer/backend/cuda/kernels/elementwise/argmax_rows.h"
 #include "xinfer/backend/cuda/kernels/elementwise/gather_rows.h"
 #include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_gemm.h"
@@ -128,6 +129,11 @@ void CudaBackend::to_host_f32(const TensorView& src, float* dst) {
   XI_CUDA_CHECK(cudaMemcpyAsync(raw.data(), src.data, raw.size(), cudaMemcpyDeviceToHost, stream_));
   synchronize();
   convert_to_f32(src.dtype, raw.data(), dst, n);
+}
+
+void CudaBackend::to_host_raw(const TensorView& src, void* dst) {
+  XI_CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_));
+  synchronize();
 }
 
 backend::StepMeta CudaBackend::upload_step(const backend::StepPlan& plan) {
@@ -432,6 +438,15 @@ void CudaBackend::gather_rows(const backend::StepMeta& step, const TensorView& x
   for (int32_t r : host_step_.logit_rows) XI_CHECK(r >= 0 && r < rows) << "logit row " << r << " of " << rows;
   launch_gather_rows({bf16_ptr(x, "gather x"), step.logit_rows, bf16_ptr(out, "gather out"), step.num_logit_rows,
                       to_int(width)}, stream_);
+}
+
+void CudaBackend::argmax_rows(const TensorView& logits, const TensorView& out) {
+  XI_CHECK(logits.dtype == DType::kF32) << "argmax_rows logits must be f32, got " << dtype_name(logits.dtype);
+  XI_CHECK(out.dtype == DType::kI32) << "argmax_rows out must be i32, got " << dtype_name(out.dtype);
+  XI_CHECK_EQ(logits.shape.rank(), 2);
+  XI_CHECK_EQ(out.numel(), logits.shape[0]);
+  launch_argmax_rows({logits.as<float>(), out.as<int32_t>(), to_int(logits.shape[0]), to_int(logits.shape[1])},
+                     stream_);
 }
 
 }  // namespace xinfer::cuda

@@ -50,6 +50,7 @@ class CudaBackend final : public backend::Backend {
   backend::DeviceTensor allocate(DType dtype, const Shape& shape) override;
   backend::DeviceTensor upload(const TensorView& host, DType dtype) override;
   void to_host_f32(const TensorView& src, float* dst) override;
+  void to_host_raw(const TensorView& src, void* dst) override;
   backend::StepMeta upload_step(const backend::StepPlan& plan) override;
   // Generated on the device (kernels/random), no host copy: dummy weights of an 8B model in < 1 s.
   backend::DeviceTensor random_normal(DType dtype, const Shape& shape, uint64_t seed, float stddev) override;
@@ -68,6 +69,7 @@ class CudaBackend final : public backend::Backend {
                        int head_dim, float scale, const backend::LayerKvCache& cache, const TensorView& out) override;
   void silu_mul(const TensorView& gate_up, const TensorView& out) override;
   void gather_rows(const backend::StepMeta& step, const TensorView& x, const TensorView& out) override;
+  void argmax_rows(const TensorView& logits, const TensorView& out) override;
 
   bool supports_graphs() const override { return true; }
   void begin_capture() override;
