@@ -391,15 +391,6 @@ void Engine::abort_request(uint64_t id) {
   finish_request(id, *f, nullptr);
 }
 
-namespace {
-// True when the Sampler's choice for `in` is the argmax of the raw logits (ties -> lowest id): greedy, and no
-// adjustment that it would apply first (min_tokens stop masking, logit_bias, penalties) nor logprobs to report.
-bool is_plain_greedy(const SampleInput& in) {
-  const SamplingParams& p = *in.params;
-  return p.is_greedy() && p.logit_bias.empty() && !p.has_penalties() && !p.logprobs.has_value() &&
-         static_cast<int64_t>(in.output_tokens.size()) >= p.min_tokens;
-}
-}  // namespace
 
 void Engine::run_step(const sched::ScheduledStep& step) {
   chunks_.clear();
@@ -420,7 +411,7 @@ void Engine::run_step(const sched::ScheduledStep& step) {
                                          tokens.first(static_cast<size_t>(st.num_prompt_tokens)),
                                          tokens.subspan(static_cast<size_t>(st.num_prompt_tokens))});
     sample_ids_.push_back(s.seq_id);
-    all_plain_greedy = all_plain_greedy && is_plain_greedy(sample_inputs_.back());
+    all_plain_greedy = all_plain_greedy && is_plain_argmax(sample_inputs_.back());
   }
   XI_CHECK_EQ(static_cast<int>(sample_ids_.size()), step.num_sampling);
   std::vector<SampleOutput> outs;

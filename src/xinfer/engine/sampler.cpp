@@ -277,6 +277,11 @@ std::vector<SampleOutput> Sampler::sample(std::span<const SampleInput> batch) {
   return out;
 }
 
+bool adjusts_logits(const SampleInput& in) {
+  const SamplingParams& p = *in.params;
+  return static_cast<int64_t>(in.output_tokens.size()) < p.min_tokens || !p.logit_bias.empty() || p.has_penalties();
+}
+
 SampleOutput Sampler::sample_one(const SampleInput& in, Workspace& ws) const {
   XI_CHECK(in.logits != nullptr && in.params != nullptr);
   const SamplingParams& p = *in.params;
@@ -285,8 +290,8 @@ SampleOutput Sampler::sample_one(const SampleInput& in, Workspace& ws) const {
   SampleOutput result;
 
   // ---- Logit adjustments: on a copy, only when the request has any. ----
-  const bool mask_stops = static_cast<int64_t>(in.output_tokens.size()) < p.min_tokens;
-  if (mask_stops || !p.logit_bias.empty() || p.has_penalties()) {
+  if (adjusts_logits(in)) {
+    const bool mask_stops = static_cast<int64_t>(in.output_tokens.size()) < p.min_tokens;
     float* l = ws.logits.data();
     std::memcpy(l, logits, sizeof(float) * static_cast<size_t>(V));
     // Ids in params were range-checked by validate(); the checks here keep a skipped validate() from

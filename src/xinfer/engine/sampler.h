@@ -60,6 +60,15 @@ struct SampleOutput {
   std::vector<std::pair<int32_t, float>> top_logprobs;
 };
 
+// Whether the Sampler changes `in`'s raw logits before choosing (min_tokens stop masking, logit_bias,
+// penalties).
+bool adjusts_logits(const SampleInput& in);
+// Whether the Sampler's choice for `in` is the argmax of the raw logits (ties -> lowest id) with no logprobs
+// to report: then a backend's argmax_rows gives the same token (the engine's device greedy path).
+inline bool is_plain_argmax(const SampleInput& in) {
+  return in.params->is_greedy() && !in.params->logprobs.has_value() && !adjusts_logits(in);
+}
+
 class Sampler {
  public:
   // eos_token_ids: masked while a sequence has fewer than min_tokens outputs (unless ignore_eos).
