@@ -55,6 +55,7 @@ struct RunResult {
   int64_t prompt_tokens = 0;
   double elapsed_s = 0;
   int64_t steps = 0;
+  engine::EngineStats before, after;  // engine counters around the run (step-time breakdown)
   std::vector<double> ttft_s;
   std::vector<double> itl_s;
   int errors = 0;
@@ -69,6 +70,35 @@ double percentile(std::vector<double> v, double p) {
   return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
 }
 
+// Where the engine thread's time went between two stats snapshots: per step kind, the count, tokens per
+// step and milliseconds per step in the model runner ("device": upload, forward, sampling, wait), and the
+// host-only time (scheduling, bookkeeping, callbacks) per step.
+nlohmann::json step_breakdown(const engine::EngineStats& a, const engine::EngineStats& b) {
+  auto kind = [](int64_t steps, int64_t tokens, double device_s) {
+    return nlohmann::json{{"steps", steps},
+                          {"tokens_per_step", steps > 0 ? static_cast<double>(tokens) / static_cast<double>(steps) : 0.0},
+                          {"device_ms_per_step", steps > 0 ? device_s / static_cast<double>(steps) * 1e3 : 0.0},
+                          {"device_s", device_s}};
+  };
+  const int64_t steps = b.num_steps - a.num_steps;
+  return {{"decode_only", kind(b.decode_only_steps - a.decode_only_steps, b.decode_only_tokens - a.decode_only_tokens,
+                               b.decode_only_device_s - a.decode_only_device_s)},
+          {"mixed", kind(b.mixed_steps - a.mixed_steps, b.mixed_tokens - a.mixed_tokens, b.mixed_device_s - a.mixed_device_s)},
+          {"host_s", b.host_s - a.host_s},
+          {"host_ms_per_step", steps > 0 ? (b.host_s - a.host_s) / static_cast<double>(steps) * 1e3 : 0.0}};
+}
+
+void print_step_breakdown(const nlohmann::json& b) {
+  for (const char* k : {"decode_only", "mixed"}) {
+    const nlohmann::json& x = b[k];
+    std::printf("  %-11s steps %6lld, %7.1f tokens/step, %7.2f ms/step in the runner (%.2f s)\n", k,
+                static_cast<long long>(x["steps"].get<int64_t>()), x["tokens_per_step"].get<double>(),
+                x["device_ms_per_step"].get<double>(), x["device_s"].get<double>());
+  }
+  std::printf("  host (schedule + bookkeeping): %.3f ms/step (%.2f s)\n", b["host_ms_per_step"].get<double>(),
+              b["host_s"].get<double>());
+}
+
 // Submits `n` random prompts of `shape` at once and waits for all of them.
 RunResult run_batch(engine::Engine& eng, Shape2 shape, int n, uint64_t seed, bool progress, const std::string& tag) {
   RunResult r;
@@ -80,7 +110,7 @@ RunResult run_batch(engine::Engine& eng, Shape2 shape, int n, uint64_t seed, boo
   std::condition_variable cv;
   int remaining = n;
   ProgressBar bar(tag, static_cast<int64_t>(n) * shape.output_len, "tokens", progress);
-  const int64_t steps_before = eng.stats().num_steps;
+  r.before = eng.stats();
   static std::atomic<uint64_t> next_id{0};
 
   std::vector<engine::GenerationRequest> reqs(static_cast<size_t>(n));
@@ -119,7 +149,8 @@ RunResult run_batch(engine::Engine& eng, Shape2 shape, int n, uint64_t seed, boo
   }
   r.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
   bar.finish();
-  r.steps = eng.stats().num_steps - steps_before;
+  r.after = eng.stats();
+  r.steps = r.after.num_steps - r.before.num_steps;
   return r;
 }
 
@@ -310,6 +341,7 @@ int run_bench(int argc, char** argv) {
       row["requests_s"] = n / r.elapsed_s;
       row["ttft_ms"] = {{"p50", percentile(r.ttft_s, 50) * 1e3}, {"p99", percentile(r.ttft_s, 99) * 1e3}};
       row["itl_ms"] = {{"p50", percentile(r.itl_s, 50) * 1e3}, {"p99", percentile(r.itl_s, 99) * 1e3}};
+      row["step_breakdown"] = step_breakdown(r.before, r.after);
       double eff_bw = 0;
       if (have_ceilings && r.steps > 0) {
         // KV read by decode steps: each output token after the first attends to its whole context.
@@ -325,6 +357,7 @@ int run_bench(int argc, char** argv) {
       std::printf("%4d/%-5d %8d %12.0f %12.0f %9.2f %10.2f %9.1f\n", shape.input_len, shape.output_len, n, out_tps,
                   total_tps, n / r.elapsed_s, r.steps > 0 ? r.elapsed_s / static_cast<double>(r.steps) * 1e3 : 0.0,
                   100 * eff_bw);
+      print_step_breakdown(row["step_breakdown"]);
     }
     out["results"].push_back(row);
   }

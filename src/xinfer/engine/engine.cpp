@@ -348,6 +348,7 @@ void Engine::loop() {
       publish_stats();
       return;
     }
+    const auto step_begin = std::chrono::steady_clock::now();
     sched::ScheduledStep step = scheduler_->schedule();
     if (step.empty()) {
       // Work is queued but nothing can run (should not happen: an empty batch admits the queue head).
@@ -356,7 +357,9 @@ void Engine::loop() {
         work_cv_.wait_for(lock, std::chrono::milliseconds(1));
       }
     } else {
-      run_step(step);  // publishes stats
+      const double device_s = run_step(step);  // publishes stats
+      const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_begin).count();
+      record_step_time(step, device_s, total_s);
     }
   }
 }
@@ -392,7 +395,7 @@ void Engine::abort_request(uint64_t id) {
 }
 
 
-void Engine::run_step(const sched::ScheduledStep& step) {
+double Engine::run_step(const sched::ScheduledStep& step) {
   chunks_.clear();
   for (const sched::ScheduledSeq& s : step.seqs)
     chunks_.push_back(SequenceChunk{s.token_ids, s.start_pos, s.block_table, s.sample});
@@ -415,6 +418,7 @@ void Engine::run_step(const sched::ScheduledStep& step) {
   }
   XI_CHECK_EQ(static_cast<int>(sample_ids_.size()), step.num_sampling);
   std::vector<SampleOutput> outs;
+  const auto device_begin = std::chrono::steady_clock::now();
   if (config_.device_greedy && all_plain_greedy && !sample_ids_.empty()) {
     // Device-side greedy: only the chosen ids come back (4 bytes per row, not the vocab's logits).
     const std::vector<int32_t>& ids = runner_->run_greedy(chunks_);
@@ -427,6 +431,7 @@ void Engine::run_step(const sched::ScheduledStep& step) {
     for (size_t i = 0; i < sample_inputs_.size(); ++i) sample_inputs_[i].logits = logits.data() + i * vocab;
     outs = sampler_->sample(sample_inputs_);
   }
+  const double device_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - device_begin).count();
   sched::StepOutput so;
   so.token_ids.reserve(outs.size());
   for (const SampleOutput& o : outs) so.token_ids.push_back(o.token);
@@ -475,6 +480,19 @@ void Engine::run_step(const sched::ScheduledStep& step) {
     const int index = requests_.at(f.id).sample_index;
     finish_request(f.id, f, &outs[static_cast<size_t>(index)]);
   }
+  return device_s;
+}
+
+void Engine::record_step_time(const sched::ScheduledStep& step, double device_s, double total_s) {
+  const bool decode_only = std::all_of(step.seqs.begin(), step.seqs.end(),
+                                       [](const sched::ScheduledSeq& s) { return s.token_ids.size() == 1; });
+  int64_t tokens = 0;
+  for (const sched::ScheduledSeq& s : step.seqs) tokens += static_cast<int64_t>(s.token_ids.size());
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  (decode_only ? stats_.decode_only_steps : stats_.mixed_steps) += 1;
+  (decode_only ? stats_.decode_only_tokens : stats_.mixed_tokens) += tokens;
+  (decode_only ? stats_.decode_only_device_s : stats_.mixed_device_s) += device_s;
+  stats_.host_s += total_s - device_s;
 }
 
 void Engine::finish_request(uint64_t id, const sched::FinishedRequest& f, const SampleOutput* last) {

@@ -104,7 +104,9 @@ class Engine final : public EngineClient {
   void loop();
   void add_request(Submission& s);
   void abort_request(uint64_t id);
-  void run_step(const sched::ScheduledStep& step);
+  // Returns the seconds spent in the model runner (upload, forward, sampling, wait for the result).
+  double run_step(const sched::ScheduledStep& step);
+  void record_step_time(const sched::ScheduledStep& step, double device_s, double total_s);
   // Sends the final output and forgets the request (engine thread).
   void finish_request(uint64_t id, const sched::FinishedRequest& f, const SampleOutput* last);
   void finish_with_error(Submission& s, const Status& error);

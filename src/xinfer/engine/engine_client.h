@@ -81,6 +81,16 @@ struct EngineStats {
   int64_t num_steps = 0;
   int64_t requests_finished = 0;
   int64_t requests_aborted = 0;
+  // Where the engine thread's time goes (cumulative seconds), split by step kind. "device" is the model
+  // runner call: upload, forward, sampling and the wait for the result; "host" is scheduling plus the
+  // bookkeeping and callbacks after the result.
+  int64_t decode_only_steps = 0;       // steps whose every sequence feeds one token
+  int64_t mixed_steps = 0;             // steps with at least one prefill chunk
+  int64_t decode_only_tokens = 0;
+  int64_t mixed_tokens = 0;
+  double decode_only_device_s = 0;
+  double mixed_device_s = 0;
+  double host_s = 0;
 };
 
 // Static facts about the served model, for validation and /v1/models.
