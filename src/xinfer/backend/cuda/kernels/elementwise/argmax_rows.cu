@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/pdl.cuh"
 
 namespace xinfer::cuda {
 namespace {
@@ -21,6 +22,8 @@ __device__ __forceinline__ void take(float v, int i, float& best, int& idx) {
 
 template <bool kVec4>
 __global__ void __launch_bounds__(kThreads) argmax_rows_kernel(ArgmaxRowsArgs a) {
+  pdl_wait();  // first: earlier kernels in the stream may still be running (pdl.cuh)
+  pdl_release();
   const float* x = a.logits + static_cast<int64_t>(blockIdx.x) * a.vocab;
   float best = -__int_as_float(0x7f800000);  // -inf
   int idx = INT_MAX;
@@ -70,10 +73,9 @@ void launch_argmax_rows(const ArgmaxRowsArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   const bool vec4 = a.vocab % 4 == 0 && reinterpret_cast<uintptr_t>(a.logits) % 16 == 0;
   if (vec4)
-    argmax_rows_kernel<true><<<a.rows, kThreads, 0, stream>>>(a);
+    launch_pdl(argmax_rows_kernel<true>, a.rows, kThreads, 0, stream, a);
   else
-    argmax_rows_kernel<false><<<a.rows, kThreads, 0, stream>>>(a);
-  XI_CUDA_CHECK_LAUNCH();
+    launch_pdl(argmax_rows_kernel<false>, a.rows, kThreads, 0, stream, a);
 }
 
 }  // namespace xinfer::cuda

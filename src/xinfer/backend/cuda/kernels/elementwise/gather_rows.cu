@@ -1,12 +1,15 @@
 #include "xinfer/backend/cuda/kernels/elementwise/gather_rows.h"
 
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/pdl.cuh"
 
 namespace xinfer::cuda {
 namespace {
 
 template <typename Vec>
 __global__ void gather_rows_kernel(GatherRowsArgs a) {
+  pdl_wait();  // first: earlier kernels in the stream may still be running (pdl.cuh)
+  pdl_release();
   const int r = blockIdx.x;
   const int vecs = a.width * static_cast<int>(sizeof(__nv_bfloat16)) / static_cast<int>(sizeof(Vec));
   const Vec* src = reinterpret_cast<const Vec*>(a.src + static_cast<size_t>(a.index[r]) * a.width);
@@ -19,10 +22,9 @@ __global__ void gather_rows_kernel(GatherRowsArgs a) {
 void launch_gather_rows(const GatherRowsArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   if (a.width % 8 == 0)
-    gather_rows_kernel<uint4><<<a.rows, 256, 0, stream>>>(a);
+    launch_pdl(gather_rows_kernel<uint4>, a.rows, 256, 0, stream, a);
   else
-    gather_rows_kernel<__nv_bfloat16><<<a.rows, 256, 0, stream>>>(a);
-  XI_CUDA_CHECK_LAUNCH();
+    launch_pdl(gather_rows_kernel<__nv_bfloat16>, a.rows, 256, 0, stream, a);
 }
 
 }  // namespace xinfer::cuda

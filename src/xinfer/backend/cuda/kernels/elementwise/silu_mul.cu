@@ -1,6 +1,7 @@
 #include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
 
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/pdl.cuh"
 
 namespace xinfer::cuda {
 namespace {
@@ -9,6 +10,8 @@ __device__ __forceinline__ float silu_mul1(float g, float u) { return g / (1.0f 
 
 template <int kVec>
 __global__ void silu_mul_kernel(SiluMulArgs a) {
+  pdl_wait();  // first: earlier kernels in the stream may still be running (pdl.cuh)
+  pdl_release();
   const int64_t chunks_per_row = a.inter / kVec;
   const int64_t total = chunks_per_row * a.rows;
   for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < total;
@@ -39,10 +42,9 @@ void launch_silu_mul(const SiluMulArgs& a, cudaStream_t stream) {
   const int64_t work = static_cast<int64_t>(a.rows) * a.inter / vec;
   const int blocks = static_cast<int>(std::min<int64_t>((work + 255) / 256, 132 * 16));
   if (vec == 8)
-    silu_mul_kernel<8><<<blocks, 256, 0, stream>>>(a);
+    launch_pdl(silu_mul_kernel<8>, blocks, 256, 0, stream, a);
   else
-    silu_mul_kernel<1><<<blocks, 256, 0, stream>>>(a);
-  XI_CUDA_CHECK_LAUNCH();
+    launch_pdl(silu_mul_kernel<1>, blocks, 256, 0, stream, a);
 }
 
 }  // namespace xinfer::cuda

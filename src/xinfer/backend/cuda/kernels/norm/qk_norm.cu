@@ -1,6 +1,7 @@
 #include "xinfer/backend/cuda/kernels/norm/qk_norm.h"
 
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/pdl.cuh"
 
 namespace xinfer::cuda {
 namespace {
@@ -8,6 +9,8 @@ namespace {
 constexpr int kWarps = 4;
 
 __global__ void __launch_bounds__(kWarps * 32) qk_norm_kernel(QkNormArgs a) {
+  pdl_wait();  // first: earlier kernels in the stream may still be running (pdl.cuh)
+  pdl_release();
   const int heads = a.num_heads + a.num_kv_heads;
   const int item = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (item >= a.num_tokens * heads) return;
@@ -29,8 +32,7 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_kernel(QkNormArgs a) {
 void launch_qk_norm(const QkNormArgs& a, cudaStream_t stream) {
   const int64_t items = static_cast<int64_t>(a.num_tokens) * (a.num_heads + a.num_kv_heads);
   if (items == 0) return;
-  qk_norm_kernel<<<static_cast<unsigned>((items + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(a);
-  XI_CUDA_CHECK_LAUNCH();
+  launch_pdl(qk_norm_kernel, static_cast<unsigned>((items + kWarps - 1) / kWarps), kWarps * 32, 0, stream, a);
 }
 
 }  // namespace xinfer::cuda

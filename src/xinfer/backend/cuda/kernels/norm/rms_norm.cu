@@ -1,6 +1,7 @@
 #include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
 
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/pdl.cuh"
 
 namespace xinfer::cuda {
 namespace {
@@ -25,6 +26,8 @@ __device__ float block_sum(float v) {
 
 // Vectorized path: 16-byte loads, hidden % 8 == 0.
 __global__ void __launch_bounds__(kThreads) add_rms_norm_kernel(RmsNormArgs a) {
+  pdl_wait();  // first: earlier kernels in the stream may still be running (pdl.cuh)
+  pdl_release();
   const int row = blockIdx.x;
   uint4* res = reinterpret_cast<uint4*>(a.residual + static_cast<size_t>(row) * a.hidden);
   const uint4* del = a.delta ? reinterpret_cast<const uint4*>(a.delta + static_cast<size_t>(row) * a.hidden) : nullptr;
@@ -61,6 +64,8 @@ __global__ void __launch_bounds__(kThreads) add_rms_norm_kernel(RmsNormArgs a) {
 
 // Scalar path for any hidden size.
 __global__ void __launch_bounds__(kThreads) add_rms_norm_scalar_kernel(RmsNormArgs a) {
+  pdl_wait();  // first: earlier kernels in the stream may still be running (pdl.cuh)
+  pdl_release();
   const size_t base = static_cast<size_t>(blockIdx.x) * a.hidden;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < a.hidden; i += kThreads) {
@@ -82,10 +87,9 @@ __global__ void __launch_bounds__(kThreads) add_rms_norm_scalar_kernel(RmsNormAr
 void launch_add_rms_norm(const RmsNormArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return;
   if (args.hidden % kVec == 0)
-    add_rms_norm_kernel<<<args.rows, kThreads, 0, stream>>>(args);
+    launch_pdl(add_rms_norm_kernel, args.rows, kThreads, 0, stream, args);
   else
-    add_rms_norm_scalar_kernel<<<args.rows, kThreads, 0, stream>>>(args);
-  XI_CUDA_CHECK_LAUNCH();
+    launch_pdl(add_rms_norm_scalar_kernel, args.rows, kThreads, 0, stream, args);
 }
 
 }  // namespace xinfer::cuda

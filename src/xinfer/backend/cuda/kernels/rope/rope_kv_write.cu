@@ -1,11 +1,14 @@
 #include "xinfer/backend/cuda/kernels/rope/rope_kv_write.h"
 
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/pdl.cuh"
 
 namespace xinfer::cuda {
 namespace {
 
 __global__ void rope_kv_write_kernel(RopeKvWriteArgs a) {
+  pdl_wait();  // first: earlier kernels in the stream may still be running (pdl.cuh)
+  pdl_release();
   const int t = blockIdx.x, D = a.head_dim, half = D / 2;
   const int stride = (a.num_heads + 2 * a.num_kv_heads) * D;
   __nv_bfloat16* row = a.qkv + static_cast<size_t>(t) * stride;
@@ -42,8 +45,7 @@ __global__ void rope_kv_write_kernel(RopeKvWriteArgs a) {
 void launch_rope_kv_write(const RopeKvWriteArgs& a, cudaStream_t stream) {
   XI_CHECK_EQ(a.head_dim % 2, 0) << "rope: odd head_dim";
   if (a.num_tokens == 0) return;
-  rope_kv_write_kernel<<<a.num_tokens, 128, 0, stream>>>(a);
-  XI_CUDA_CHECK_LAUNCH();
+  launch_pdl(rope_kv_write_kernel, a.num_tokens, 128, 0, stream, a);
 }
 
 }  // namespace xinfer::cuda
