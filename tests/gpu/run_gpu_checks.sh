@@ -4,7 +4,8 @@
 #   tests/gpu/run_gpu_checks.sh [BIN_DIR]      # BIN_DIR default .gpu-data/bin, holding gpu_tests,
 #                                              # gpu_kernel_bench and xinfer-bench (each plain or .gz) from a
 #                                              # -DXINFER_CUDA=ON -DXINFER_STATIC_DEPS=ON build
-# Then the engine benchmarks: `xinfer-bench bench` on Llama-3.1-8B-shaped dummy weights (batch-1 latency,
+# Then the engine benchmarks: `xinfer-bench bench` on Llama-3.1-8B-shaped dummy weights (batch-1 latency at
+# 128 and 2048 prompt tokens (prefill MFU),
 # 128/128 throughput) and the refusal of Llama-3.1-70B (does not fit one GPU); JSON results in $OUT.
 # Full logs go to $OUT (or /tmp/xinfer_gpu_checks). cuBLASLt is the one non-system shared library: it is
 # looked up in the CUDA toolkit and in PyTorch's nvidia wheels.
@@ -48,8 +49,19 @@ t3=$(date +%s)
 eb=(timeout 100 "$BIN/xinfer-bench" bench --model llama-3.1-8b --load-format dummy --no-progress --output-dir "$LOG/results")
 "${eb[@]}" --latency --input-len 128 --output-len 128 --num-iters 3 > "$LOG/engine_latency.log" 2>&1
 lat_rc=$?
-"${eb[@]}" --input-len 128 --output-len 128 --num-prompts ${THROUGHPUT_PROMPTS:-1000} > "$LOG/engine_throughput.log" 2>&1
+"${eb[@]}" --latency --input-len 2048 --output-len 8 --num-iters 3 --name llama-3.1-8b_cuda_latency_2048 \
+  > "$LOG/engine_latency_2048.log" 2>&1
+lat2k_rc=$?
+"${eb[@]}" --input-len 128 --output-len 128 --num-prompts ${THROUGHPUT_PROMPTS:-1000} ${THROUGHPUT_ARGS:-} > "$LOG/engine_throughput.log" 2>&1
 thr_rc=$?
+# EXTRA_SHAPES="IN/OUT:PROMPTS ..." adds throughput runs, e.g. EXTRA_SHAPES="2048/128:256 2048/2048:200".
+for spec in ${EXTRA_SHAPES:-}; do
+  io=${spec%%:*}; n=${spec##*:}; in=${io%%/*}; out=${io##*/}
+  timeout 400 "$BIN/xinfer-bench" bench --model llama-3.1-8b --load-format dummy --no-progress --output-dir "$LOG/results" \
+    --input-len "$in" --output-len "$out" --num-prompts "$n" ${THROUGHPUT_ARGS:-} \
+    --name "llama-3.1-8b_cuda_throughput_${in}_${out}" > "$LOG/engine_throughput_${in}_${out}.log" 2>&1
+  echo "extra shape $io x $n: rc $?" >> "$LOG/extra_shapes.txt"
+done
 # ENGINE_EAGER=1: the same two runs with --enforce-eager (no CUDA graphs), for before/after figures.
 lat_e_rc=skipped; thr_e_rc=skipped
 if [ "${ENGINE_EAGER:-0}" = 1 ]; then
@@ -79,7 +91,13 @@ sed -n '/==== gpu_kernel_bench summary/,$p' "$LOG/bench.log"
 echo "==== xinfer bench (engine, Llama-3.1-8B shape, dummy weights) ===="
 grep -E "memory plan|ceilings on" "$LOG/engine_latency.log" | sed 's/^.*engine: //' | head -2
 grep -E "^latency|^  decode|^  prefill" "$LOG/engine_latency.log"
-grep -E -A1 "^shape" "$LOG/engine_throughput.log"
+grep -E "^latency|^  prefill" "$LOG/engine_latency_2048.log"
+grep -E -A4 "^shape" "$LOG/engine_throughput.log"
+for spec in ${EXTRA_SHAPES:-}; do
+  io=${spec%%:*}; in=${io%%/*}; out=${io##*/}
+  grep -E -A4 "^shape" "$LOG/engine_throughput_${in}_${out}.log" | tail -4
+done
+[ -e "$LOG/extra_shapes.txt" ] && cat "$LOG/extra_shapes.txt"
 if [ "${ENGINE_EAGER:-0}" = 1 ]; then
   echo "---- the same with --enforce-eager (rc $lat_e_rc / $thr_e_rc) ----"
   grep -E "^latency|^  decode|^  prefill" "$LOG/engine_latency_eager.log"
