@@ -75,6 +75,13 @@ fi
 timeout 60 "$BIN/xinfer-bench" bench --model llama-3.1-70b --no-progress --output-dir "$LOG/results" > "$LOG/engine_70b.log" 2>&1
 r70_rc=$?
 t4=$(date +%s)
+# CHECK_8B=1: Llama-3.1-8B-shaped random model, `xinfer-bench logits` vs transformers bf16/f32 (needs torch +
+# transformers; ~2 min; 16 GB temp model under /tmp). Table in $LOG/check_8b.txt.
+c8_rc=skipped
+if [ "${CHECK_8B:-0}" = 1 ]; then
+  timeout 300 python3 tests/gpu/check_8b_vs_transformers.py --xinfer "$BIN/xinfer-bench" --out "$LOG" > "$LOG/check_8b.log" 2>&1
+  c8_rc=$?
+fi
 
 echo "==== failures (gpu_tests) ===="
 grep -E "^\[  FAILED  \]|Failure|error:|Check failed|CHECK" "$LOG/gpu_tests.log" | head -40
@@ -106,6 +113,10 @@ fi
 [ $lat_rc -ne 0 ] && tail -5 "$LOG/engine_latency.log"
 [ $thr_rc -ne 0 ] && tail -5 "$LOG/engine_throughput.log"
 echo "70B (expected refusal, rc $r70_rc): $(tail -1 "$LOG/engine_70b.log" | cut -c1-300)"
+if [ "$c8_rc" != skipped ]; then
+  echo "==== Llama-3.1-8B shape: xinfer vs transformers (rc $c8_rc) ===="
+  if [ -e "$LOG/check_8b.txt" ]; then cat "$LOG/check_8b.txt"; else tail -20 "$LOG/check_8b.log"; fi
+fi
 echo "==== summary ===="
 echo "gpu_tests: rc $tests_rc ($((t1 - t0)) s): $(grep -E '^\[  PASSED  \]|tests? ran' "$LOG/gpu_tests.log" | tr '\n' ' ')$(grep -c '^\[  FAILED  \]' "$LOG/gpu_tests.log") FAILED lines"
 echo "memcheck: rc $san_rc ($((t2 - t1)) s); kernel bench: rc $bench_rc ($((t3 - t2)) s); engine bench: latency rc $lat_rc, throughput rc $thr_rc ($((t4 - t3)) s)"
