@@ -1,5 +1,8 @@
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_gemm.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "xinfer/backend/cuda/cuda_check.h"
 
 namespace xinfer::cuda {
@@ -7,7 +10,8 @@ namespace xinfer::cuda {
 struct CublasLtGemm::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulAlgo_t algo{};
+  bool have_heuristic = false;
+  cublasLtMatmulAlgo_t heuristic{};
   ~Plan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -15,6 +19,31 @@ struct CublasLtGemm::Plan {
     if (op) cublasLtMatmulDescDestroy(op);
   }
 };
+
+namespace {
+
+std::string shape_text(const GemmArgs& g) {
+  return "bf16 GEMM m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
+         (g.y_f32 ? " f32 out" : " bf16 out") + (g.bias ? " +bias" : "");
+}
+
+template <typename T>
+T config_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  T v{};
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS) return T{};
+  return v;
+}
+
+template <typename T>
+T cap_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attr) {
+  T v{};
+  size_t written = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS) return T{};
+  return v;
+}
+
+}  // namespace
 
 CublasLtGemm::CublasLtGemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
   XI_CUBLAS_CHECK(cublasLtCreate(&handle_));
@@ -48,32 +77,116 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmArgs& g) {
   XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, g.k, g.n, g.k));  // w^T
   XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, g.k, g.m, g.k));  // x^T
   XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, d_type, g.n, g.m, g.n));       // y^T
+  return *plans_.emplace(key, std::move(plan)).first->second;
+}
 
+const cublasLtMatmulAlgo_t& CublasLtGemm::heuristic(const GemmArgs& g) {
+  Plan& plan = plan_for(g);
+  if (!plan.have_heuristic) {
+    const std::vector<cublasLtMatmulAlgo_t> first = candidates(g, 1);
+    XI_CHECK(!first.empty()) << "cuBLASLt: no algorithm for " << shape_text(g);
+    plan.heuristic = first[0];
+    plan.have_heuristic = true;
+  }
+  return plan.heuristic;
+}
+
+std::vector<cublasLtMatmulAlgo_t> CublasLtGemm::candidates(const GemmArgs& g, int max_results) {
+  Plan& plan = plan_for(g);
   cublasLtMatmulPreference_t pref = nullptr;
   XI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   XI_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                        &workspace_bytes_, sizeof(workspace_bytes_)));
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(std::max(max_results, 1)));
   int found = 0;
-  XI_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan->op, plan->a, plan->b, plan->d, plan->d, pref, 1,
-                                                 &result, &found));
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, plan.op, plan.a, plan.b, plan.d, plan.d, pref,
+                                                           static_cast<int>(results.size()), results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  XI_CHECK(found > 0) << "cuBLASLt: no algorithm for bf16 GEMM m=" << g.m << " n=" << g.n << " k=" << g.k
-                      << (g.y_f32 ? " f32 out" : " bf16 out") << (g.bias ? " +bias" : "");
-  plan->algo = result.algo;
-  return *plans_.emplace(key, std::move(plan)).first->second;
+  std::vector<cublasLtMatmulAlgo_t> out;
+  if (st != CUBLAS_STATUS_SUCCESS) return out;
+  auto add = [&](const cublasLtMatmulAlgo_t& algo) {
+    for (const auto& o : out)
+      if (same(o, algo)) return;
+    out.push_back(algo);
+  };
+  for (int i = 0; i < found; ++i)
+    if (results[static_cast<size_t>(i)].state == CUBLAS_STATUS_SUCCESS &&
+        results[static_cast<size_t>(i)].workspaceSize <= workspace_bytes_)
+      add(results[static_cast<size_t>(i)].algo);
+  if (max_results <= 1) return out;
+
+  // Split-K variants of the first two: small m leaves most SMs idle unless k is split.
+  const size_t heuristic_count = std::min<size_t>(out.size(), 2);
+  for (size_t i = 0; i < heuristic_count; ++i) {
+    const cublasLtMatmulAlgo_t base = out[i];
+    if (cap_attr<int32_t>(base, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT) == 0) continue;
+    const uint32_t schemes = cap_attr<uint32_t>(base, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK);
+    uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+    for (uint32_t s : {static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE),
+                       static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_INPLACE),
+                       static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)})
+      if (schemes & s) {
+        scheme = s;
+        break;
+      }
+    if (scheme == CUBLASLT_REDUCTION_SCHEME_NONE) continue;
+    for (int32_t splits : {2, 4, 8, 16}) {
+      if (g.k / splits < 256) break;
+      cublasLtMatmulAlgo_t v = base;
+      if (cublasLtMatmulAlgoConfigSetAttribute(&v, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits)) !=
+              CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulAlgoConfigSetAttribute(&v, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme)) !=
+              CUBLAS_STATUS_SUCCESS)
+        continue;
+      if (check(g, v)) add(v);
+    }
+  }
+  return out;
+}
+
+bool CublasLtGemm::check(const GemmArgs& g, const cublasLtMatmulAlgo_t& algo) {
+  Plan& plan = plan_for(g);
+  cublasLtMatmulHeuristicResult_t result{};
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoCheck(handle_, plan.op, plan.a, plan.b, plan.d, plan.d, &algo, &result);
+  return st == CUBLAS_STATUS_SUCCESS && result.state == CUBLAS_STATUS_SUCCESS &&
+         result.workspaceSize <= workspace_bytes_;
 }
 
 void CublasLtGemm::run(const GemmArgs& g, cudaStream_t stream) {
   if (g.m == 0 || g.n == 0) return;
+  run(g, heuristic(g), stream);
+}
+
+void CublasLtGemm::run(const GemmArgs& g, const cublasLtMatmulAlgo_t& algo, cudaStream_t stream) {
+  XI_CHECK(try_run(g, algo, stream)) << "cuBLASLt " << shape_text(g) << " failed with " << describe(algo);
+}
+
+bool CublasLtGemm::try_run(const GemmArgs& g, const cublasLtMatmulAlgo_t& algo, cudaStream_t stream) {
+  if (g.m == 0 || g.n == 0) return true;
   Plan& plan = plan_for(g);
   if (g.bias) {
     const void* bias = g.bias;
     XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
   const float alpha = 1.0f, beta = 0.0f;
-  XI_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.op, &alpha, g.w, plan.a, g.x, plan.b, &beta, g.y, plan.d, g.y, plan.d,
-                                 &plan.algo, workspace_, workspace_bytes_, stream));
+  return cublasLtMatmul(handle_, plan.op, &alpha, g.w, plan.a, g.x, plan.b, &beta, g.y, plan.d, g.y, plan.d, &algo,
+                        workspace_, workspace_bytes_, stream) == CUBLAS_STATUS_SUCCESS;
+}
+
+std::string CublasLtGemm::describe(const cublasLtMatmulAlgo_t& algo) {
+  return "algo " + std::to_string(config_attr<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID)) + " tile " +
+         std::to_string(config_attr<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID)) + " stages " +
+         std::to_string(config_attr<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID)) + " splitk " +
+         std::to_string(config_attr<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM)) + " reduction " +
+         std::to_string(config_attr<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME)) + " swizzle " +
+         std::to_string(config_attr<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING)) + " custom " +
+         std::to_string(config_attr<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION)) + " cluster " +
+         std::to_string(config_attr<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
+}
+
+bool CublasLtGemm::same(const cublasLtMatmulAlgo_t& a, const cublasLtMatmulAlgo_t& b) {
+  return std::memcmp(a.data, b.data, sizeof(a.data)) == 0;
 }
 
 }  // namespace xinfer::cuda

@@ -3,29 +3,26 @@
 //
 // Row-major y = x w^T is column-major y^T = w x^T: cuBLASLt's A = w (k x n col-major, transposed),
 // B = x (k x m col-major), D = y^T (n x m col-major). The bias is the BIAS epilogue over D's rows.
-// One handle and one workspace per instance. Algorithms come from cuBLASLt's heuristic (first result)
-// and are cached per (m, n, k, output dtype, bias); a measured tuner replaces this later.
+// One handle and one workspace per instance. Descriptors and the heuristic's first algorithm are cached
+// per (m, n, k, output dtype, bias); candidates() lists what the heuristic offers (and split-K variants)
+// for the tuner (gemm_tuner.h), which then runs a chosen algorithm with run(args, algo).
+// cublasLtMatmulAlgo_t is plain data that cuBLASLt documents as serializable for reuse with the same
+// library version (gemm_tuning_cache.h stores it that way).
 #pragma once
 
 #include <cublasLt.h>
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
+#include <vector>
+
+#include "xinfer/backend/cuda/kernels/gemm/gemm_args.h"
 
 namespace xinfer::cuda {
-
-struct GemmArgs {
-  const __nv_bfloat16* x;     // [m, k]
-  const __nv_bfloat16* w;     // [n, k]
-  const __nv_bfloat16* bias;  // [n] or nullptr
-  void* y;                    // [m, n], bf16 or f32 (y_f32)
-  bool y_f32;
-  int m, n, k;
-};
 
 class CublasLtGemm {
  public:
@@ -34,7 +31,25 @@ class CublasLtGemm {
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
+  // With the heuristic's first algorithm.
   void run(const GemmArgs& args, cudaStream_t stream);
+  // With `algo`, which must have passed check() for this shape and m.
+  void run(const GemmArgs& args, const cublasLtMatmulAlgo_t& algo, cudaStream_t stream);
+  // The same, returning false instead of failing when cuBLASLt refuses the launch (tuning).
+  bool try_run(const GemmArgs& args, const cublasLtMatmulAlgo_t& algo, cudaStream_t stream);
+
+  // The heuristic's first algorithm for this shape (cached).
+  const cublasLtMatmulAlgo_t& heuristic(const GemmArgs& args);
+  // Up to `max_results` algorithms from the heuristic, best guess first, then split-K variants of its
+  // first algorithms that cublasLtMatmulAlgoCheck accepts; all fit the workspace, no duplicates.
+  std::vector<cublasLtMatmulAlgo_t> candidates(const GemmArgs& args, int max_results);
+  // cublasLtMatmulAlgoCheck for this shape and m, and the workspace it needs fits ours.
+  bool check(const GemmArgs& args, const cublasLtMatmulAlgo_t& algo);
+
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  // "algo 66 tile 20 stages 3 splitk 1 ..." from the algo's config attributes.
+  static std::string describe(const cublasLtMatmulAlgo_t& algo);
+  static bool same(const cublasLtMatmulAlgo_t& a, const cublasLtMatmulAlgo_t& b);
 
  private:
   struct Plan;

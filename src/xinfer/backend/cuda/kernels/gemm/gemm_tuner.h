@@ -1,0 +1,90 @@
+// GemmTuner: runs every bf16 linear with the implementation measured fastest on this GPU for its shape
+// and row count, and does the measuring.
+//
+// tune(shapes) times, for each shape (n, k, output dtype, bias) and each tuned m (powers of two below
+// max_m, then max_m: tuned_ms()), the candidates: cuBLASLt's heuristic top-N algorithms plus split-K
+// variants (cublaslt_gemm.h) and, for m <= 8, every GEMV configuration (gemv.h). Timing uses CUDA
+// events on scratch buffers (random values; the weights rotate among copies that together exceed L2 so
+// the timing reads HBM as the model does): one warm-up, then the median of 3 runs of a few launches.
+// The fastest wins; the heuristic keeps its place unless beaten by more than 1%. Choices are cached on
+// disk (gemm_tuning_cache.h), so a second start only re-validates them (cublasLtMatmulAlgoCheck), and
+// in memory for the process (a second engine in one process computes every linear exactly as the first
+// did, even without a cache file).
+//
+// run(args) maps m to the smallest tuned m >= m of its shape (the largest when m is past all of them):
+//   that choice is cuBLASLt  -> the algorithm, if cublasLtMatmulAlgoCheck accepts it for this m,
+//                               else the heuristic's first algorithm;
+//   GEMV                     -> the GEMV kernel, if it supports args (m <= 8, alignment), else heuristic;
+//   nothing tuned            -> the heuristic's first algorithm (the behaviour before tuning).
+// The resolution is cached per exact (m, n, k, dtype, bias), so after a shape's first call run() is a
+// map lookup plus a launch: safe while a CUDA graph is being recorded. tune() itself synchronizes,
+// allocates and measures: call it before any recording (it checks).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "xinfer/backend/cuda/kernels/gemm/cublaslt_gemm.h"
+#include "xinfer/backend/cuda/kernels/gemm/gemm_args.h"
+#include "xinfer/backend/cuda/kernels/gemm/gemm_choice.h"
+
+namespace xinfer::cuda {
+
+struct GemmTunerOptions {
+  bool show_progress = true;
+  std::string cache_path;        // "": no cache file (CudaBackend passes default_gemm_tuning_cache_path())
+  int cublaslt_candidates = 16;  // heuristic results requested per point
+  bool gemv = true;              // time the GEMV kernel for m <= 8
+  bool gemv_pdl = true;          // GEMV with programmatic dependent launch (needs driver >= 12.3)
+  bool reuse_process_choices = true;  // take choices another tuner of this process measured
+};
+
+struct GemmTuneSummary {
+  int points = 0;  // (shape, m) points asked for
+  int cached = 0;  // of which taken from the cache file
+  int tuned = 0;   // of which measured now
+  int gemv = 0, cublaslt = 0, heuristic = 0;  // choices by kind, over all points
+  double seconds = 0;
+  double m1_us = 0, m1_heuristic_us = 0;  // summed over the shapes at m = 1: chosen vs heuristic
+  std::string cache;                      // the cache file and what happened to it
+  std::string to_string() const;          // the one-line log summary
+};
+
+class GemmTuner {
+ public:
+  explicit GemmTuner(size_t cublaslt_workspace_bytes = 32u << 20);
+
+  void run(const GemmArgs& args, cudaStream_t stream);
+  // Measures (or takes from the cache) every point of `shapes` not tuned yet. Synchronizes `stream`.
+  GemmTuneSummary tune(const std::vector<GemmShape>& shapes, const GemmTunerOptions& options, cudaStream_t stream);
+  // The implementation run(args) uses, resolved for args' exact m (kind kHeuristic when untuned).
+  GemmChoice choice_for(const GemmArgs& args);
+  // Forgets every choice (run() falls back to the heuristic until the next tune()).
+  void clear();
+
+  // Powers of two below max_m, then max_m.
+  static std::vector<int> tuned_ms(int max_m);
+  // GPU name, SM count, CUDA runtime, cuBLASLt and GEMV kernel versions (the cache file's section key).
+  const std::string& device_key() const { return device_key_; }
+  const std::map<GemmTuningKey, GemmChoice>& table() const { return table_; }
+  CublasLtGemm& cublaslt() { return cublaslt_; }
+
+ private:
+  struct Scratch;
+  GemmChoice measure(const GemmShape& shape, int m, Scratch& scratch, const GemmTunerOptions& options,
+                     cudaStream_t stream);
+  bool valid(const GemmTuningKey& key, const GemmChoice& choice);
+  GemmChoice resolve(const GemmArgs& args);
+
+  CublasLtGemm cublaslt_;
+  std::string device_key_;
+  bool pdl_supported_ = false;
+  std::map<GemmTuningKey, GemmChoice> table_;  // by (n, k, y_f32, bias, tuned m)
+  std::map<GemmTuningKey, GemmChoice> resolved_;  // by (n, k, y_f32, bias, exact m): what run() uses
+};
+
+}  // namespace xinfer::cuda
