@@ -1,7 +1,9 @@
 // gpu_kernel_bench: measures the card's ceilings (device-to-device copy bandwidth, cuBLASLt bf16 GEMM
 // rate on random data), then times the CUDA backend's decode attention (Llama-3.1-8B shape: 32 q heads,
 // 8 KV heads, D 128, block 16, context 2048, batch 1..64), prefill attention (2048 tokens) and the 8B
-// GEMMs, printing achieved GB/s or TFLOP/s and the ratio to the measured ceiling.
+// GEMMs (cuBLASLt's heuristic first algorithm vs the tuner's choice, which is tuned first, m = 1..2048;
+// bytes = weights + x + y), printing achieved GB/s or TFLOP/s and the ratio to the measured ceiling,
+// and an estimate of the GEMM time of one batch-1 decoded token.
 //
 // Timing: CUDA events around `reps` launches after warm-up, median of 5 such runs. Inputs are random
 // (never zeros); small working sets rotate among several copies so L2 does not serve them.
@@ -17,6 +19,7 @@
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/device_ceilings.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_gemm.h"
+#include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
 
 namespace xinfer::bench {
 namespace {
@@ -71,7 +74,6 @@ int run(bool quick) {
   const double bw = ceil.copy_gbs, peak = ceil.bf16_gemm_tflops;
   std::printf("ceiling: d2d copy %.0f GB/s (read + write)\n", bw);
   std::printf("ceiling: cuBLASLt bf16 GEMM 8192^3 %.0f TFLOP/s (random data)\n", peak);
-  cuda::CublasLtGemm gemm;
 
   // ---- decode attention, Llama-3.1-8B shape ----
   const int Hq = 32, Hkv = 8, D = 128, bs = 16, ctx = 2048;
@@ -134,15 +136,32 @@ int run(bool quick) {
     report("prefill attn 32/8x128 2048 tokens (causal)", t, flops, true, peak);
   }
 
-  // ---- Llama-3.1-8B GEMMs ----
+  // ---- Llama-3.1-8B GEMMs: cuBLASLt's heuristic first algorithm vs the tuned choice (gemm_tuner.h) ----
   struct Shape8b {
     const char* name;
     int n, k;
     bool f32_out;
+    int max_m;      // token budget; the lm_head runs on logit rows only
+    int per_token;  // launches per decoded token: one per layer, the lm_head once
   };
-  const Shape8b shapes[] = {{"qkv", 6144, 4096, false}, {"o", 4096, 4096, false}, {"gate_up", 28672, 4096, false},
-                            {"down", 4096, 14336, false}, {"lm_head", 128256, 4096, true}};
-  std::vector<int> ms = quick ? std::vector<int>{1, 2048} : std::vector<int>{1, 64, 256, 2048};
+  const Shape8b shapes[] = {{"qkv", 6144, 4096, false, 2048, 32},
+                            {"o", 4096, 4096, false, 2048, 32},
+                            {"gate_up", 28672, 4096, false, 2048, 32},
+                            {"down", 4096, 14336, false, 2048, 32},
+                            {"lm_head", 128256, 4096, true, 256, 1}};
+  {
+    std::vector<cuda::GemmShape> gs;
+    for (const Shape8b& sh : shapes) gs.push_back({sh.n, sh.k, sh.f32_out, false, sh.max_m});
+    cuda::GemmTunerOptions to;  // fresh measurements: no cache file
+    to.show_progress = false;
+    std::printf("%s\n", be.gemm().tune(gs, to, s).to_string().c_str());
+  }
+  auto choice_text = [](const cuda::GemmChoice& c) {
+    return c.kind == cuda::GemmKind::kGemv ? cuda::to_string(c.gemv) : std::string(cuda::gemm_kind_name(c.kind));
+  };
+  std::vector<std::string> m1_lines;
+  double token_heuristic = 0, token_tuned = 0, token_roofline = 0;
+  std::vector<int> ms = quick ? std::vector<int>{1, 8, 2048} : std::vector<int>{1, 8, 64, 256, 2048};
   for (const Shape8b& sh : shapes) {
     const size_t wbytes = static_cast<size_t>(sh.n) * sh.k * 2;
     const int copies = static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / wbytes, 1, 8));
@@ -152,16 +171,42 @@ int run(bool quick) {
       fill(ws.back().view, 10 + c, 0.05f);
     }
     for (int m : ms) {
+      if (m > sh.max_m) continue;
       auto x = be.allocate(DType::kBF16, Shape{m, sh.k});
       fill(x.view, 20);
       auto y = be.allocate(sh.f32_out ? DType::kF32 : DType::kBF16, Shape{m, sh.n});
-      const double t = time_op(s, 10, [&](int i) { be.linear(x.view, {ws[static_cast<size_t>(i % copies)].view, {}}, y.view); });
+      auto args = [&](int i) {
+        return cuda::GemmArgs{static_cast<const __nv_bfloat16*>(x.view.data),
+                              static_cast<const __nv_bfloat16*>(ws[static_cast<size_t>(i % copies)].view.data), nullptr,
+                              y.view.data, sh.f32_out, m, sh.n, sh.k};
+      };
+      const double th = time_op(s, 10, [&](int i) { be.gemm().cublaslt().run(args(i), s); });
+      const double tt = time_op(s, 10, [&](int i) { be.linear(x.view, {ws[static_cast<size_t>(i % copies)].view, {}}, y.view); });
       const std::string what = std::string("gemm ") + sh.name + " m=" + std::to_string(m) + " n=" + std::to_string(sh.n) +
                                " k=" + std::to_string(sh.k);
-      if (m <= 256)
-        report(what, t, static_cast<double>(wbytes), false, bw);
-      else
-        report(what, t, 2.0 * m * sh.n * sh.k, true, peak);
+      const std::string chosen = choice_text(be.gemm().choice_for(args(0)));
+      const double bytes = static_cast<double>(wbytes) + static_cast<double>(x.view.bytes() + y.view.bytes());
+      if (m <= 256) {
+        report(what + " heuristic", th, bytes, false, bw);
+        report(what + " tuned: " + chosen, tt, bytes, false, bw);
+      } else {
+        report(what + " heuristic", th, 2.0 * m * sh.n * sh.k, true, peak);
+        report(what + " tuned: " + chosen, tt, 2.0 * m * sh.n * sh.k, true, peak);
+      }
+      if (m == 1) {
+        const double roof = bytes / (bw * 1e9);
+        char line[256];
+        std::snprintf(line, sizeof(line),
+                      "m=1 %-8s roofline %6.1f us (%5.1f MB): heuristic %6.1f us (%5.1f%%), tuned %6.1f us (%5.1f%%) "
+                      "%.2fx  [%s]",
+                      sh.name, roof * 1e6, bytes / 1e6, th * 1e6, 100 * roof / th, tt * 1e6, 100 * roof / tt, th / tt,
+                      chosen.c_str());
+        m1_lines.push_back(line);
+        std::printf("%s\n", line);
+        token_heuristic += sh.per_token * th;
+        token_tuned += sh.per_token * tt;
+        token_roofline += sh.per_token * roof;
+      }
     }
   }
   be.synchronize();
@@ -170,6 +215,12 @@ int run(bool quick) {
   for (const Row& r : rows)
     std::printf("%-44s %9.1f us %8.1f %-7s %5.1f%% of ceiling\n", r.what.c_str(), r.us, r.achieved, r.unit,
                 100.0 * r.achieved / r.ceiling);
+  for (const std::string& l : m1_lines) std::printf("%s\n", l.c_str());
+  if (token_tuned > 0)
+    std::printf("8B batch-1 decode GEMMs per token (32 layers + lm_head): roofline %.2f ms, heuristic %.2f ms (%.1f%%), "
+                "tuned %.2f ms (%.1f%%)\n",
+                token_roofline * 1e3, token_heuristic * 1e3, 100 * token_roofline / token_heuristic, token_tuned * 1e3,
+                100 * token_roofline / token_tuned);
   return 0;
 }
 

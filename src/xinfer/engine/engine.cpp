@@ -45,6 +45,13 @@ Result<BackendBundle> make_backend(const EngineConfig& config, const model::Mode
       auto gpu = std::make_unique<cuda::CudaBackend>();
       gpu->reserve_decode_workspace(config.scheduler.max_num_seqs, mc.num_heads, mc.num_kv_heads, mc.head_dim,
                                     max_seq_len);
+      // GEMM choices measured for the model's linears (model/llama.h: qkv, o, gate_up, down on up to a step's
+      // tokens; the lm_head, f32 logits, on up to one row per sequence) before any graph is recorded.
+      const int T = config.scheduler.max_num_batched_tokens, H = mc.hidden_size, I = mc.intermediate_size;
+      gpu->tune_linears({{(mc.num_heads + 2 * mc.num_kv_heads) * mc.head_dim, H, false, mc.attention_bias, T},
+                         {H, mc.num_heads * mc.head_dim, false, mc.o_bias, T}, {2 * I, H, false, mc.mlp_bias, T},
+                         {H, I, false, mc.mlp_bias, T}, {mc.vocab_size, H, true, false, config.scheduler.max_num_seqs}},
+                        config.show_progress);
       b.backend = std::move(gpu);
       b.own_pool = std::make_unique<ThreadPool>(config.threads);
       b.sampler_pool = b.own_pool.get();

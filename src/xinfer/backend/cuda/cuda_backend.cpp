@@ -2,6 +2,7 @@
 #include "xinfer/backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -13,7 +14,8 @@
 #include "xinfer/backend/cuda/kernels/elementwise/argmax_rows.h"
 #include "xinfer/backend/cuda/kernels/elementwise/gather_rows.h"
 #include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
-#include "xinfer/backend/cuda/kernels/gemm/cublaslt_gemm.h"
+#include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
+#include "xinfer/backend/cuda/kernels/gemm/gemm_tuning_cache.h"
 #include "xinfer/backend/cuda/kernels/norm/qk_norm.h"
 #include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
 #include "xinfer/backend/cuda/kernels/random/random_normal.h"
@@ -52,7 +54,7 @@ int to_int(int64_t v) {
 
 }  // namespace
 
-CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device) {
+CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device), options_(options) {
   XI_CUDA_CHECK(cudaSetDevice(device_));
   cudaDeviceProp props{};
   XI_CUDA_CHECK(cudaGetDeviceProperties(&props, device_));
@@ -62,7 +64,7 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device) {
   num_sms_ = props.multiProcessorCount;
   XI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   XI_CUDA_CHECK(cudaEventCreateWithFlags(&step_copied_, cudaEventDisableTiming));
-  gemm_ = std::make_unique<CublasLtGemm>(options.gemm_workspace_bytes);
+  gemm_ = std::make_unique<GemmTuner>(options.gemm_workspace_bytes);
 }
 
 CudaBackend::~CudaBackend() {
@@ -273,6 +275,24 @@ backend::DeviceTensor CudaBackend::random_normal(DType dtype, const Shape& shape
 }
 
 Result<backend::DeviceCeilings> CudaBackend::measure_ceilings() { return measure_device_ceilings(*this); }
+
+void CudaBackend::tune_linears(const std::vector<GemmShape>& shapes, bool show_progress) {
+  XI_CHECK(!capturing_) << "tune_linears() while recording a graph";
+  auto env_off = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0);
+  };
+  if (!options_.gemm_tuning || env_off("XINFER_GEMM_TUNING")) {
+    XI_LOG(INFO) << "gemm tuner: off (cuBLASLt heuristic for every linear)";
+    return;
+  }
+  GemmTunerOptions o;
+  o.show_progress = show_progress;
+  o.cache_path = options_.gemm_tuning_cache.empty() ? default_gemm_tuning_cache_path() : options_.gemm_tuning_cache;
+  if (o.cache_path == "off" || o.cache_path == "none") o.cache_path.clear();
+  o.gemv_pdl = !env_off("XINFER_GEMV_PDL");
+  XI_LOG(INFO) << gemm_->tune(shapes, o, stream_).to_string();
+}
 
 void CudaBackend::reserve_decode_workspace(int max_decode_seqs, int num_heads, int num_kv_heads, int head_dim,
                                            int max_seq_len) {

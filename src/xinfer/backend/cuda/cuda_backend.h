@@ -17,6 +17,9 @@
 // again). An op that would have to grow the decode workspace during a recording fails the recording;
 // the workspace is grown at end_capture(), so the next recording succeeds.
 //
+// Linears: kernels/gemm/gemm_tuner.h picks cuBLASLt algorithms or the small-M GEMV kernel per (shape, m)
+// from measurements that tune_linears() makes once at start-up (cached on disk), before any recording.
+//
 // KV cache: bf16, per layer K and V [num_blocks, num_kv_heads, block_size, head_dim] (backend.h).
 // Attention: decodes use the split-KV decode kernel, prefill chunks the tiled tensor-core kernel
 // (head_dim 64 / 128); other head dims go to the generic kernel.
@@ -25,20 +28,27 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "xinfer/backend/backend.h"
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
 #include "xinfer/backend/cuda/kernels/attention/paged_attention_params.h"
+#include "xinfer/backend/cuda/kernels/gemm/gemm_args.h"
 
 namespace xinfer::cuda {
 
-class CublasLtGemm;
+class GemmTuner;
 
 struct CudaBackendOptions {
   int device = 0;
   size_t gemm_workspace_bytes = 32u << 20;
+  // tune_linears() measures GEMM candidates; false (or env XINFER_GEMM_TUNING=0): cuBLASLt's heuristic.
+  bool gemm_tuning = true;
+  // Tuning cache file; "": default_gemm_tuning_cache_path() (env XINFER_GEMM_TUNING_CACHE, XDG_CACHE_HOME,
+  // HOME); "off": none.
+  std::string gemm_tuning_cache;
 };
 
 class CudaBackend final : public backend::Backend {
@@ -85,16 +95,22 @@ class CudaBackend final : public backend::Backend {
   void reserve_decode_workspace(int max_decode_seqs, int num_heads, int num_kv_heads, int head_dim, int max_seq_len);
   size_t decode_workspace_bytes() const { return decode_ws_floats_ * sizeof(float); }
   int num_sms() const { return num_sms_; }
+  // Measures the GEMM candidates for the model's linears (or takes them from the cache) and logs a
+  // one-line summary; call once after creating the backend, before any graph is recorded.
+  // Env XINFER_GEMV_PDL=0 keeps programmatic dependent launch off the GEMV kernel.
+  void tune_linears(const std::vector<GemmShape>& shapes, bool show_progress);
+  GemmTuner& gemm() { return *gemm_; }
 
  private:
   void check_step(const backend::StepMeta& step) const;
   float* decode_workspace(size_t floats);
 
   int device_;
+  CudaBackendOptions options_;
   std::string device_name_;
   int num_sms_ = 0;
   cudaStream_t stream_ = nullptr;
-  std::unique_ptr<CublasLtGemm> gemm_;
+  std::unique_ptr<GemmTuner> gemm_;
 
   // upload_step() state
   void* step_host_ = nullptr;    // pinned staging buffer
