@@ -1,6 +1,7 @@
 // gpu_kernel_bench: measures the card's ceilings (device-to-device copy bandwidth, cuBLASLt bf16 GEMM
 // rate on random data), then times the CUDA backend's decode attention (Llama-3.1-8B shape: 32 q heads,
-// 8 KV heads, D 128, block 16, context 2048, batch 1..64), prefill attention (2048 tokens) and the 8B
+// 8 KV heads, D 128, block 16; batch 1 at context 512..32768, batch 8 at 8192/32768, batch 16/64 at 2048,
+// batch 256 at 256; CUDA-graph replays), prefill attention (2048 tokens) and the 8B
 // GEMMs (cuBLASLt's heuristic first algorithm vs the tuner's choice, which is tuned first, m = 1..2048;
 // bytes = weights + x + y), printing achieved GB/s or TFLOP/s and the ratio to the measured ceiling,
 // and an estimate of the GEMM time of one batch-1 decoded token.
@@ -18,6 +19,8 @@
 #include "xinfer/backend/cuda/cuda_backend.h"
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/device_ceilings.h"
+#include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
+#include "xinfer/backend/cuda/kernels/attention/paged_decode_attention.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
 
@@ -61,27 +64,41 @@ void report(const std::string& what, double seconds, double amount, bool flops, 
   std::fflush(stdout);
 }
 
-int run(bool quick) {
-  cuda::CudaBackend be;
-  const auto info = be.info();
-  std::printf("device: %s, %d SMs, %.1f / %.1f GiB free\n", info.name.c_str(), be.num_sms(),
-              static_cast<double>(info.free_memory) / (1 << 30), static_cast<double>(info.total_memory) / (1 << 30));
-  cudaStream_t s = be.stream();
-  g_stream = s;
+// Times `ops` calls of fn(i) recorded in one CUDA graph on `stream` (decode steps run as graph replays
+// in serving): median of 5 replays, per call.
+double time_graph(cudaStream_t stream, int ops, const std::function<void(int)>& fn) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  XI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  for (int i = 0; i < ops; ++i) fn(i);
+  XI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  XI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double t = time_op(stream, 3, [&](int) { XI_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }) / ops;
+  XI_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  XI_CUDA_CHECK(cudaGraphDestroy(graph));
+  return t;
+}
 
-  // ---- ceilings (shared with `xinfer bench`: backend/cuda/device_ceilings.h) ----
-  const backend::DeviceCeilings ceil = cuda::measure_device_ceilings(be);
-  const double bw = ceil.copy_gbs, peak = ceil.bf16_gemm_tflops;
-  std::printf("ceiling: d2d copy %.0f GB/s (read + write)\n", bw);
-  std::printf("ceiling: cuBLASLt bf16 GEMM 8192^3 %.0f TFLOP/s (random data)\n", peak);
-
-  // ---- decode attention, Llama-3.1-8B shape ----
-  const int Hq = 32, Hkv = 8, D = 128, bs = 16, ctx = 2048;
+// Decode attention, Llama-3.1-8B shape (32 q heads, 8 KV heads, D 128, block 16), every sequence at
+// context `ctx`: K + V of the whole batch are read once per call (plus q and out). Each call reads another
+// copy of the cache (up to 512 MiB of copies) so L2 does not serve it; timed as CUDA-graph replays (as
+// decode steps run) and, for batch 1 at 2048, also as eager launches. Full mode adds a sweep of the
+// split-KV partition size around the planner's choice (marked *) for the lead's tuning.
+void bench_decode_attention(cuda::CudaBackend& be, double bw, bool quick) {
+  const int Hq = 32, Hkv = 8, D = 128, bs = 16, kOps = 20;
   const int width = (Hq + 2 * Hkv) * D;
-  std::vector<int> batches = quick ? std::vector<int>{1, 64} : std::vector<int>{1, 4, 16, 32, 64};
-  for (int batch : batches) {
-    const int blocks_per_seq = ctx / bs;
+  cudaStream_t s = be.stream();
+  struct Case {
+    int batch, ctx;
+  };
+  const std::vector<Case> cases =
+      quick ? std::vector<Case>{{1, 2048}, {64, 2048}, {256, 256}}
+            : std::vector<Case>{{1, 512}, {1, 2048}, {1, 8192}, {1, 32768}, {8, 8192}, {8, 32768},
+                                {16, 2048}, {64, 2048}, {256, 256}};
+  for (const Case& c : cases) {
+    const int batch = c.batch, ctx = c.ctx, blocks_per_seq = ctx / bs;
     const size_t layer_bytes = static_cast<size_t>(batch) * ctx * Hkv * D * 2 * 2;
+    const double bytes = static_cast<double>(layer_bytes) + 2.0 * batch * Hq * D * 2;  // + q and out
     const int layers = static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / layer_bytes, 1, 16));
     backend::KvCache kv = be.allocate_kv_cache({layers, batch * blocks_per_seq + 1, bs, Hkv, D, DType::kBF16});
     for (auto& l : kv.layers) {
@@ -104,11 +121,79 @@ int run(bool quick) {
     auto qkv = be.allocate(DType::kBF16, Shape{batch, width});
     auto out = be.allocate(DType::kBF16, Shape{batch, Hq * D});
     fill(qkv.view, 5);
-    const double t = time_op(s, 20, [&](int i) {
+    auto op = [&](int i) {
       be.paged_attention(meta, qkv.view, Hq, Hkv, D, 0.088f, kv.layers[static_cast<size_t>(i % layers)], out.view);
-    });
-    report("decode attn 32/8x128 ctx2048 batch " + std::to_string(batch), t, static_cast<double>(layer_bytes), false, bw);
+    };
+    op(0);  // sizes the split-KV workspace before any recording
+    const int psize = cuda::decode_partition_size(batch, ctx, Hkv, Hq / Hkv, be.num_sms());
+    const int parts = (ctx + psize - 1) / psize;
+    char what[96];
+    std::snprintf(what, sizeof(what), "decode attn b%d ctx%d P=%d x%d (roof %.1fus)", batch, ctx, psize, parts,
+                  bytes / (bw * 1e9) * 1e6);
+    report(what, time_graph(s, kOps, op), bytes, false, bw);
+    if (batch == 1 && ctx == 2048) report(std::string(what) + " eager", time_op(s, kOps, op), bytes, false, bw);
+
+    if (quick || !(batch == 1 || batch == 16)) continue;
+    // Partition-size sweep: the kernel launched directly with the step's device arrays.
+    std::vector<int32_t> ids(static_cast<size_t>(batch)), lens(static_cast<size_t>(batch), ctx);
+    for (int b = 0; b < batch; ++b) ids[static_cast<size_t>(b)] = b;
+    auto dev_ids = be.allocate(DType::kI32, Shape{batch});
+    auto dev_lens = be.allocate(DType::kI32, Shape{batch});
+    XI_CUDA_CHECK(cudaMemcpyAsync(dev_ids.view.data, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice, s));
+    XI_CUDA_CHECK(cudaMemcpyAsync(dev_lens.view.data, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice, s));
+    cuda::AttentionPlanView view;
+    view.num_decode = batch;
+    view.max_decode_len = ctx;
+    view.decode_seqs = dev_ids.view.as<int32_t>();
+    view.decode_lens = dev_lens.view.as<int32_t>();
+    cuda::PagedAttentionParams p{};
+    p.qkv = static_cast<const __nv_bfloat16*>(qkv.view.data);
+    p.out = static_cast<__nv_bfloat16*>(out.view.data);
+    p.query_start_loc = meta.query_start_loc;
+    p.positions = meta.positions;
+    p.block_tables = meta.block_tables;
+    p.max_blocks_per_seq = meta.max_blocks_per_seq;
+    p.num_tokens = batch;
+    p.num_heads = Hq;
+    p.num_kv_heads = Hkv;
+    p.head_dim = D;
+    p.block_size = bs;
+    p.qkv_stride = width;
+    p.scale = 0.088f;
+    for (int sweep = std::max(cuda::kDecodePartitionQuantum, psize / 4); sweep <= std::min(ctx, psize * 4); sweep *= 2) {
+      const size_t ws_floats = cuda::decode_attention_workspace_floats(batch, Hq, Hkv, D, ctx, sweep);
+      auto ws = be.allocate(DType::kF32, Shape{static_cast<int64_t>(std::max<size_t>(ws_floats, 1))});  // zeroed
+      const double t = time_graph(s, kOps, [&](int i) {
+        const backend::LayerKvCache& l = kv.layers[static_cast<size_t>(i % layers)];
+        p.k_cache = static_cast<const __nv_bfloat16*>(l.k.data);
+        p.v_cache = static_cast<const __nv_bfloat16*>(l.v.data);
+        cuda::launch_paged_decode_attention(p, view, sweep, ws_floats > 0 ? ws.view.as<float>() : nullptr, s);
+      });
+      std::snprintf(what, sizeof(what), "  sweep b%d ctx%d P=%d x%d%s", batch, ctx, sweep, (ctx + sweep - 1) / sweep,
+                    sweep == psize ? " *" : "");
+      report(what, t, bytes, false, bw);
+    }
   }
+}
+
+int run(bool quick) {
+  cuda::CudaBackend be;
+  const auto info = be.info();
+  std::printf("device: %s, %d SMs, %.1f / %.1f GiB free\n", info.name.c_str(), be.num_sms(),
+              static_cast<double>(info.free_memory) / (1 << 30), static_cast<double>(info.total_memory) / (1 << 30));
+  cudaStream_t s = be.stream();
+  g_stream = s;
+
+  // ---- ceilings (shared with `xinfer bench`: backend/cuda/device_ceilings.h) ----
+  const backend::DeviceCeilings ceil = cuda::measure_device_ceilings(be);
+  const double bw = ceil.copy_gbs, peak = ceil.bf16_gemm_tflops;
+  std::printf("ceiling: d2d copy %.0f GB/s (read + write)\n", bw);
+  std::printf("ceiling: cuBLASLt bf16 GEMM 8192^3 %.0f TFLOP/s (random data)\n", peak);
+
+  // ---- decode attention, Llama-3.1-8B shape ----
+  bench_decode_attention(be, bw, quick);
+  const int Hq = 32, Hkv = 8, D = 128, bs = 16;
+  const int width = (Hq + 2 * Hkv) * D;
 
   // ---- prefill attention, 2048 new tokens ----
   {

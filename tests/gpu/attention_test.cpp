@@ -1,8 +1,11 @@
-// Paged attention of CudaBackend (decode split-KV kernel, tensor-core prefill kernel, generic kernel)
+// Paged attention of CudaBackend (decode flash-decoding kernel, tensor-core prefill kernel, generic kernel)
 // against CpuBackend on random caches, random block tables and mixed steps (decodes and prefill chunks
-// with cached prefixes together), for GQA ratios 1, 4, 7, 8, MQA, block sizes 1 and 16, kv lengths
-// 1, 54, 97 and past 2048.
+// with cached prefixes together), for GQA ratios 1, 4, 7, 8, 16, MQA, block sizes 1, 8, 16 and 32, kv
+// lengths 1, 54, 97, 2048 and 5000, batches 1, 3, 17 and 64. Every case runs twice on the GPU (the second
+// launch must be bit-identical: the split-KV merge counters reset themselves), and a captured decode step
+// replayed with new lengths (a graph bucket) must still match the CPU.
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include "gpu_test_util.h"
@@ -19,56 +22,88 @@ struct AttnCase {
   std::string name;
   int hq, hkv, d, block_size;
   std::vector<Seq> seqs;
+  int width = 0;           // > 0: block tables padded to this width, attention sized for width * block_size
+  float q_scale = 1.0f;    // query std: larger makes the softmax peakier
 };
 void PrintTo(const AttnCase& c, std::ostream* os) { *os << c.name; }
 
-class PagedAttentionTest : public ::testing::TestWithParam<AttnCase> {};
-
-TEST_P(PagedAttentionTest, MatchesCpu) {
-  const AttnCase& ac = GetParam();
-  std::mt19937 rng(static_cast<unsigned>(std::hash<std::string>()(ac.name)));
+// Builds a step over `seqs` whose block tables take blocks from `pool` in order (scattered, non-monotonic
+// ids). width > 0 pads every table to that many entries and sizes attention launches for width *
+// block_size tokens, as ModelRunner::padded_decode_plan does for a CUDA-graph bucket.
+backend::StepPlan make_plan(const std::vector<Seq>& seqs, int block_size, const std::vector<int32_t>& pool, int width) {
   backend::StepPlan plan;
-  int max_blocks = 0, total_blocks = 1;  // block 0: null block
-  for (const Seq& s : ac.seqs) {
-    const int blocks = (s.cached + s.q_len + ac.block_size - 1) / ac.block_size;
-    max_blocks = std::max(max_blocks, blocks);
-    total_blocks += blocks;
+  int max_blocks = width;
+  for (const Seq& s : seqs) max_blocks = std::max(max_blocks, (s.cached + s.q_len + block_size - 1) / block_size);
+  if (width > 0) {
+    EXPECT_EQ(max_blocks, width) << "a sequence does not fit the bucket";
   }
-  std::vector<int32_t> ids(static_cast<size_t>(total_blocks - 1));
-  std::iota(ids.begin(), ids.end(), 1);
-  std::shuffle(ids.begin(), ids.end(), rng);  // scattered, non-monotonic block tables
-  size_t next = 0;
   plan.max_blocks_per_seq = max_blocks;
+  plan.padded_context_len = width * block_size;
   plan.query_start_loc.push_back(0);
-  for (const Seq& s : ac.seqs) {
+  size_t next = 0;
+  for (const Seq& s : seqs) {
     const int len = s.cached + s.q_len;
     std::vector<int32_t> table(static_cast<size_t>(max_blocks), 0);
-    for (int b = 0; b < (len + ac.block_size - 1) / ac.block_size; ++b) table[static_cast<size_t>(b)] = ids[next++];
+    for (int b = 0; b < (len + block_size - 1) / block_size; ++b) table[static_cast<size_t>(b)] = pool.at(next++);
     for (int i = 0; i < s.q_len; ++i) {
       const int pos = s.cached + i;
       plan.token_ids.push_back(0);
       plan.positions.push_back(pos);
-      plan.slot_mapping.push_back(table[static_cast<size_t>(pos / ac.block_size)] * ac.block_size + pos % ac.block_size);
+      plan.slot_mapping.push_back(table[static_cast<size_t>(pos / block_size)] * block_size + pos % block_size);
     }
     plan.block_tables.insert(plan.block_tables.end(), table.begin(), table.end());
     plan.seq_lens.push_back(len);
     plan.query_start_loc.push_back(static_cast<int32_t>(plan.token_ids.size()));
     plan.max_seq_len = std::max(plan.max_seq_len, len);
   }
+  if (width > 0) plan.max_seq_len = width * block_size;  // part of a graph's step signature: fixed per bucket
+  return plan;
+}
+
+int blocks_needed(const std::vector<Seq>& seqs, int block_size) {
+  int n = 0;
+  for (const Seq& s : seqs) n += (s.cached + s.q_len + block_size - 1) / block_size;
+  return n;
+}
+
+std::vector<int32_t> shuffled_blocks(int total_blocks, std::mt19937& rng) {  // 1 .. total - 1 (0: null block)
+  std::vector<int32_t> ids(static_cast<size_t>(total_blocks - 1));
+  std::iota(ids.begin(), ids.end(), 1);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  return ids;
+}
+
+class PagedAttentionTest : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(PagedAttentionTest, MatchesCpu) {
+  const AttnCase& ac = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(std::hash<std::string>()(ac.name)));
+  const int total_blocks = 1 + blocks_needed(ac.seqs, ac.block_size);
+  const backend::StepPlan plan = make_plan(ac.seqs, ac.block_size, shuffled_blocks(total_blocks, rng), ac.width);
   const int T = plan.num_tokens();
   const int width = (ac.hq + 2 * ac.hkv) * ac.d;
   const Shape cache_shape{total_blocks, ac.hkv, ac.block_size, ac.d};
   const size_t cache_n = static_cast<size_t>(cache_shape.numel());
-  auto qkv = upload_both(random_bf16(static_cast<size_t>(T) * width, rng), Shape{T, width});
+  auto qkv = upload_both(random_bf16(static_cast<size_t>(T) * width, rng, ac.q_scale), Shape{T, width});
   auto k = upload_both(random_bf16(cache_n, rng), cache_shape);
   auto v = upload_both(random_bf16(cache_n, rng), cache_shape);
   auto out = allocate_both(Shape{T, ac.hq * ac.d});
   poison(out.g.view);
   const float scale = 1.0f / std::sqrt(static_cast<float>(ac.d));
   cpu().paged_attention(cpu().upload_step(plan), qkv.c.view, ac.hq, ac.hkv, ac.d, scale, {k.c.view, v.c.view}, out.c.view);
-  gpu().paged_attention(gpu().upload_step(plan), qkv.g.view, ac.hq, ac.hkv, ac.d, scale, {k.g.view, v.g.view}, out.g.view);
+  const backend::StepMeta meta = gpu().upload_step(plan);
+  gpu().paged_attention(meta, qkv.g.view, ac.hq, ac.hkv, ac.d, scale, {k.g.view, v.g.view}, out.g.view);
   const Compare c = expect_close(out.g.view, out.c.view, 1e-2, ac.name);
   std::printf("[ attention ] %-28s T=%-5d rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), T, c.rel_l2, c.max_abs);
+
+  // The same step again (as a graph replay would run it): split-KV merge state must have reset itself.
+  const std::vector<float> first = download(gpu(), out.g.view);
+  poison(out.g.view);
+  gpu().paged_attention(meta, qkv.g.view, ac.hq, ac.hkv, ac.d, scale, {k.g.view, v.g.view}, out.g.view);
+  const std::vector<float> second = download(gpu(), out.g.view);
+  size_t differ = 0;
+  for (size_t i = 0; i < first.size(); ++i) differ += std::memcmp(&first[i], &second[i], sizeof(float)) != 0;
+  EXPECT_EQ(differ, 0u) << ac.name << ": second launch differs from the first";
 }
 
 // Host-side plan of the Engine test's first step (5 + 28 + a 31-token chunk) and of a mixed step: every
@@ -97,6 +132,7 @@ TEST(AttentionPlan, ShortPromptBesidePrefillChunks) {
   for (int t = 0; t < 64; ++t) EXPECT_EQ(a.token_seq[static_cast<size_t>(t)], t < 5 ? 0 : t < 33 ? 1 : 2) << t;
   const cuda::AttentionPlanHost b = cuda::build_attention_plan(make({{4, 1}, {0, 130}, {20, 1}, {0, 2}}));
   EXPECT_EQ(b.decode_seqs, (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(b.decode_lens, (std::vector<int32_t>{5, 21}));
   EXPECT_EQ(b.max_decode_len, 21);
   EXPECT_EQ(b.prefill_items, (std::vector<int32_t>{1, 0, 1, 64, 1, 128, 3, 0}));
   EXPECT_EQ(b.token_seq.front(), 0);
@@ -106,10 +142,57 @@ TEST(AttentionPlan, ShortPromptBesidePrefillChunks) {
   EXPECT_EQ(b.token_seq.back(), 3);
 }
 
-std::vector<Seq> decodes(std::initializer_list<int> kv_lens) {
+std::vector<Seq> decodes(const std::vector<int>& kv_lens) {
   std::vector<Seq> s;
   for (int n : kv_lens) s.push_back({n - 1, 1});
   return s;
+}
+
+// `batch` decodes: kv lengths 1, 54, 97, max_len, then scattered in [1, max_len].
+std::vector<Seq> decode_batch(int batch, int max_len) {
+  std::vector<int> lens;
+  const int fixed[] = {1, 54, 97, max_len};
+  for (int i = 0; i < batch; ++i)
+    lens.push_back(i < 4 ? fixed[i] : 1 + static_cast<int>((static_cast<uint32_t>(i) * 2654435761u >> 7) % max_len));
+  return decodes(lens);
+}
+
+// A decode step recorded in a CUDA graph and replayed with other lengths in the same bucket (batch,
+// block-table width): the grid is sized for the bucket, CTAs past a sequence's end exit, and the split-KV
+// merge counters reset themselves between replays. Each replay must match the CPU.
+TEST(DecodeAttentionGraph, ReplayWithNewLengthsMatchesCpu) {
+  const int hq = 32, hkv = 8, d = 128, bs = 16, width = 2048 / bs, batch = 5;
+  std::mt19937 rng(1234);
+  const int total_blocks = 1 + batch * width;
+  const Shape cache_shape{total_blocks, hkv, bs, d};
+  const size_t cache_n = static_cast<size_t>(cache_shape.numel());
+  const int row = (hq + 2 * hkv) * d;
+  auto qkv = upload_both(random_bf16(static_cast<size_t>(batch) * row, rng, 2.0f), Shape{batch, row});
+  auto k = upload_both(random_bf16(cache_n, rng), cache_shape);
+  auto v = upload_both(random_bf16(cache_n, rng), cache_shape);
+  auto out = allocate_both(Shape{batch, hq * d});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const std::vector<std::vector<int>> steps = {
+      {2048, 1, 700, 97, 1500}, {5, 2000, 1, 1, 129}, {1, 1, 1, 1, 1}, {2048, 2048, 2048, 2048, 2048}, {300, 54, 2047, 1, 9}};
+  const uint64_t key = 0xdec0de;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    SCOPED_TRACE("step " + std::to_string(i));
+    const backend::StepPlan plan = make_plan(decodes(steps[i]), bs, shuffled_blocks(total_blocks, rng), width);
+    const backend::StepMeta meta = gpu().upload_step(plan);
+    auto run = [&] { gpu().paged_attention(meta, qkv.g.view, hq, hkv, d, scale, {k.g.view, v.g.view}, out.g.view); };
+    if (i == 0) {
+      run();  // sizes the decode workspace outside the recording
+      gpu().begin_capture();
+      run();
+      ASSERT_TRUE(gpu().end_capture(key));
+    }
+    poison(out.g.view);
+    ASSERT_TRUE(gpu().replay(key)) << "the step no longer matches the recording";
+    cpu().paged_attention(cpu().upload_step(plan), qkv.c.view, hq, hkv, d, scale, {k.c.view, v.c.view}, out.c.view);
+    const Compare c = expect_close(out.g.view, out.c.view, 1e-2, "replay step " + std::to_string(i));
+    std::printf("[ attention ] graph replay step %zu rel_l2=%.2e max_abs=%.2e\n", i, c.rel_l2, c.max_abs);
+  }
+  gpu().clear_graphs();  // the recording points at this test's buffers
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -123,12 +206,26 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{"decode_gqa7_d128_bs16", 28, 4, 128, 16, decodes({54, 1000, 3})},
         AttnCase{"decode_batch1_2048", 32, 8, 128, 16, decodes({2048})},
         AttnCase{"decode_mqa32_d128_bs16", 32, 1, 128, 16, decodes({97, 1500})},
+        // flash-decoding shapes on the H200 (132 SMs): one partition, split-KV (up to 2 CTAs per SM), partitions
+        // past a short sequence's end, tail tiles, 2 head tiles (group 16), block sizes 8 and 32, a graph bucket
+        AttnCase{"decode_b1_gqa4_d128_5000", 32, 8, 128, 16, decodes({5000})},
+        AttnCase{"decode_b1_gqa4_d64_1", 32, 8, 64, 16, decodes({1})},
+        AttnCase{"decode_b1_gqa8_d64_bs32_peaky", 64, 8, 64, 32, decodes({97}), 0, 4.0f},
+        AttnCase{"decode_b3_gqa8_d128_bs32_peaky", 64, 8, 128, 32, decodes({1, 5000, 97}), 0, 4.0f},
+        AttnCase{"decode_b3_gqa1_d64_bs8", 4, 4, 64, 8, decodes({54, 2048, 5000})},
+        AttnCase{"decode_b17_gqa8_d64_bs8", 16, 2, 64, 8, decode_batch(17, 2048)},
+        AttnCase{"decode_b17_gqa4_d128_bs16", 32, 8, 128, 16, decode_batch(17, 1200)},
+        AttnCase{"decode_b64_gqa8_d128_bs16", 32, 4, 128, 16, decode_batch(64, 700)},
+        AttnCase{"decode_b64_gqa4_d64_bs16", 8, 2, 64, 16, decode_batch(64, 2048)},
+        AttnCase{"decode_gqa16_d128_bs16", 16, 1, 128, 16, decodes({54, 2048, 1})},
+        AttnCase{"decode_b5_gqa4_d128_bucket4096", 32, 8, 128, 16, decodes({1, 54, 97, 700, 2048}), 4096 / 16},
         // prefill kernel: fresh prompts, chunks with cached prefixes, mixed with decodes
         AttnCase{"prefill_gqa4_d128_bs16", 32, 8, 128, 16, {{0, 97}, {0, 54}, {0, 200}}},
         AttnCase{"prefill_prefix_gqa4_d64", 8, 2, 64, 16, {{97, 33}, {2048, 70}, {5, 130}}},
         AttnCase{"prefill_mqa_d64_bs1", 4, 1, 64, 1, {{10, 64}, {0, 129}}},
         AttnCase{"mixed_gqa4_d128_bs16", 32, 8, 128, 16, {{53, 1}, {0, 97}, {2047, 1}, {100, 65}, {0, 1}, {0, 2}}},
         AttnCase{"mixed_gqa1_d64_bs1", 4, 4, 64, 1, {{0, 1}, {96, 1}, {1, 54}}},
+        AttnCase{"mixed_gqa8_d64_bs16_long_decode", 16, 2, 64, 16, {{4999, 1}, {0, 97}, {30, 1}, {200, 54}}},
         // generic kernel (head dims of the tiny test models and others)
         AttnCase{"generic_d16_mixed", 4, 2, 16, 16, {{0, 7}, {32, 1}, {5, 33}, {2100, 1}}},
         // the Engine test's first step: a 5-token prompt beside a 28-token one and a 31-token chunk

@@ -151,7 +151,7 @@ backend::StepMeta CudaBackend::upload_step(const backend::StepPlan& plan) {
   const std::vector<int32_t>* arrays[] = {&plan.token_ids,      &plan.positions,          &plan.slot_mapping,
                                           &plan.query_start_loc, &plan.seq_lens,           &plan.block_tables,
                                           &plan.logit_rows,      &attn_host_.decode_seqs,  &attn_host_.prefill_items,
-                                          &attn_host_.token_seq};
+                                          &attn_host_.token_seq, &attn_host_.decode_lens};
   constexpr int kArrays = sizeof(arrays) / sizeof(arrays[0]);
   size_t offsets[kArrays];
   size_t total = 0;
@@ -195,6 +195,7 @@ backend::StepMeta CudaBackend::upload_step(const backend::StepPlan& plan) {
   attn_view_.decode_seqs = dev(7);
   attn_view_.prefill_items = dev(8);
   attn_view_.token_seq = dev(9);
+  attn_view_.decode_lens = dev(10);
   step_token_ids_ = m.token_ids;
   return m;
 }
@@ -297,17 +298,9 @@ void CudaBackend::tune_linears(const std::vector<GemmShape>& shapes, bool show_p
 void CudaBackend::reserve_decode_workspace(int max_decode_seqs, int num_heads, int num_kv_heads, int head_dim,
                                            int max_seq_len) {
   if (!decode_attention_supports(head_dim) || num_kv_heads <= 0 || num_heads % num_kv_heads != 0) return;
-  const int group = num_heads / num_kv_heads;
-  size_t worst = 0;
-  // workspace = CTAs x group x (D + 2) floats. decode_partition_size keeps CTAs <= 4 per SM unless the
-  // partition is at its cap, where CTAs grow with the context: the longest context at each decode
-  // count, or 4 CTAs per SM at any shorter one, bounds every step.
-  for (int n = 1; n <= max_decode_seqs; ++n) {
-    const int psize = decode_partition_size(n, max_seq_len, num_kv_heads, group, num_sms_);
-    worst = std::max(worst, decode_attention_workspace_floats(n, num_heads, head_dim, max_seq_len, psize));
-  }
-  worst = std::max(worst, static_cast<size_t>(4) * num_sms_ * group * (head_dim + 2));
-  if (worst > 0) decode_workspace(worst);
+  (void)max_decode_seqs;  // split-KV grids never exceed one wave of CTAs: the bound holds for any batch/length
+  (void)max_seq_len;
+  decode_workspace(decode_attention_max_workspace_floats(head_dim, num_sms_));
 }
 
 // ---- ops ----
@@ -388,6 +381,7 @@ float* CudaBackend::decode_workspace(size_t floats) {
     if (decode_ws_) XI_CUDA_CHECK(cudaFree(decode_ws_));
     decode_ws_floats_ = std::max(floats, decode_ws_floats_ * 2);
     XI_CUDA_CHECK(cudaMalloc(&decode_ws_, decode_ws_floats_ * sizeof(float)));
+    XI_CUDA_CHECK(cudaMemsetAsync(decode_ws_, 0, decode_ws_floats_ * sizeof(float), stream_));  // merge counters
   }
   return static_cast<float*>(decode_ws_);
 }
@@ -431,7 +425,7 @@ void CudaBackend::paged_attention(const backend::StepMeta& step, const TensorVie
   if (attn_view_.num_decode > 0) {
     const int group = num_heads / num_kv_heads;
     const int psize = decode_partition_size(attn_view_.num_decode, attn_view_.max_decode_len, num_kv_heads, group, num_sms_);
-    const size_t ws = decode_attention_workspace_floats(attn_view_.num_decode, num_heads, head_dim,
+    const size_t ws = decode_attention_workspace_floats(attn_view_.num_decode, num_heads, num_kv_heads, head_dim,
                                                         attn_view_.max_decode_len, psize);
     if (capturing_ && ws > decode_ws_floats_) {  // growing would synchronize: fail the recording instead
       capture_failed_ = true;

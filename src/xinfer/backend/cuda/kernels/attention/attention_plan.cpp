@@ -16,8 +16,10 @@ AttentionPlanHost build_attention_plan(const backend::StepPlan& plan) {
     for (int32_t t = begin; t < end; ++t) out.token_seq[static_cast<size_t>(t)] = s;
     const int32_t qlen = end - begin;
     if (qlen == 1) {
+      const int32_t kv_len = plan.positions[static_cast<size_t>(begin)] + 1;
       out.decode_seqs.push_back(s);
-      out.max_decode_len = std::max(out.max_decode_len, plan.positions[static_cast<size_t>(begin)] + 1);
+      out.decode_lens.push_back(kv_len);
+      out.max_decode_len = std::max(out.max_decode_len, kv_len);
     } else {
       for (int32_t m0 = 0; m0 < qlen; m0 += kPrefillTileRows) {
         out.prefill_items.push_back(s);
@@ -30,13 +32,11 @@ AttentionPlanHost build_attention_plan(const backend::StepPlan& plan) {
 }
 
 int decode_partition_size(int num_decode, int max_decode_len, int num_kv_heads, int group, int num_sms) {
-  // Score buffer: group * partition floats <= 64 KiB.
-  int cap = 1024;
-  while (cap > 64 && group * cap > 16384) cap /= 2;
-  int size = 64;
-  auto ctas = [&](int p) { return static_cast<int64_t>(num_decode) * num_kv_heads * ((max_decode_len + p - 1) / p); };
-  while (size < cap && ctas(size) > 4LL * num_sms) size *= 2;
-  return size;
+  const int64_t pairs = static_cast<int64_t>(num_decode) * num_kv_heads * decode_head_tiles(group);
+  const int64_t wave = static_cast<int64_t>(kDecodeCtasPerSm) * num_sms;
+  int64_t size = kDecodePartitionQuantum;
+  while (size < max_decode_len && pairs * ((max_decode_len + size - 1) / size) > wave) size *= 2;
+  return static_cast<int>(std::min<int64_t>(size, INT32_MAX / 2));
 }
 
 }  // namespace xinfer::cuda

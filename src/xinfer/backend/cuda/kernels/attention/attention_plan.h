@@ -14,8 +14,19 @@ namespace xinfer::cuda {
 // Query rows per prefill tile (the prefill kernel's kM); fixed so a plan serves every head_dim.
 inline constexpr int kPrefillTileRows = 64;
 
+// Decode kernel geometry (paged_decode_attention.cu), here because decode_partition_size() sizes its grid:
+// a CTA of kDecodeWarps warps serves up to kDecodeHeadsPerCta query heads of one KV head over one KV
+// partition; each warp takes kDecodeTileTokens-token tiles of the partition in turn; the kernel keeps
+// kDecodeCtasPerSm CTAs resident per SM (launch bounds), so kDecodeCtasPerSm * num_sms CTAs are one wave.
+inline constexpr int kDecodeWarps = 8;
+inline constexpr int kDecodeTileTokens = 16;
+inline constexpr int kDecodeHeadsPerCta = 8;
+inline constexpr int kDecodeCtasPerSm = 2;
+inline constexpr int kDecodePartitionQuantum = kDecodeWarps * kDecodeTileTokens;  // one tile per warp
+
 struct AttentionPlanHost {
   std::vector<int32_t> decode_seqs;    // [num_decode]
+  std::vector<int32_t> decode_lens;    // [num_decode] context length (cached + new) of each decode
   std::vector<int32_t> prefill_items;  // [num_items * 2] (seq, first query row of the tile in the seq)
   std::vector<int32_t> token_seq;      // [T]
   int max_decode_len = 0;
@@ -25,8 +36,14 @@ struct AttentionPlanHost {
 
 AttentionPlanHost build_attention_plan(const backend::StepPlan& plan);
 
-// Split-KV partition size (tokens) for the decode kernel: small enough that batch * kv_heads * partitions
-// fills the GPU, capped so the per-CTA score buffer (group * partition floats) fits in shared memory.
+// CTAs per (decode, KV head) for a GQA group: query heads are served kDecodeHeadsPerCta at a time.
+inline int decode_head_tiles(int group) { return (group + kDecodeHeadsPerCta - 1) / kDecodeHeadsPerCta; }
+
+// Split-KV partition size (tokens) for the decode kernel: the smallest kDecodePartitionQuantum * 2^k whose
+// grid (num_decode * num_kv_heads * head tiles * partitions CTAs) fits one wave of kDecodeCtasPerSm *
+// num_sms CTAs, or the whole context (one partition, no merge) when even that does not fit.
+// Guarantee the workspace bound relies on: whenever there is more than one partition, the grid has at
+// most kDecodeCtasPerSm * num_sms CTAs.
 int decode_partition_size(int num_decode, int max_decode_len, int num_kv_heads, int group, int num_sms);
 
 }  // namespace xinfer::cuda

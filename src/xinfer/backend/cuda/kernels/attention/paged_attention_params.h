@@ -34,9 +34,10 @@ struct PagedAttentionParams {
 // Device views of a step's attention work partition (arrays live in the backend's step buffer).
 struct AttentionPlanView {
   int num_decode = 0;          // sequences with exactly one query token
-  int max_decode_len = 0;      // longest context among them (cached + new)
+  int max_decode_len = 0;      // longest context among them, or the padded context of a graph bucket
   int num_prefill_items = 0;   // query tiles of sequences with more than one query token
   const int32_t* decode_seqs = nullptr;    // [num_decode] sequence index of each decode
+  const int32_t* decode_lens = nullptr;    // [num_decode] context length (cached + new) of each decode
   const int32_t* prefill_items = nullptr;  // [num_prefill_items, 2] (sequence, first query row of the tile)
   const int32_t* token_seq = nullptr;      // [T] sequence index of each token
 };

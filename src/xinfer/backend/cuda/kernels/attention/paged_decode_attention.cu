@@ -1,197 +1,364 @@
 #include "xinfer/backend/cuda/kernels/attention/paged_decode_attention.h"
 
 #include <cfloat>
+#include <cmath>
+#include <cstdint>
 
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/attention/attention_dispatch.cuh"
+#include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
+#include "xinfer/backend/cuda/kernels/pdl.cuh"
 
 namespace xinfer::cuda {
 namespace {
 
+// Fragment conventions (PTX mma.m16n8k16, bf16): lane = 4 * g + t4. A (16x16, row-major): a0 (g, 2t4..),
+// a1 (g + 8, 2t4..), a2 (g, 2t4 + 8..), a3 (g + 8, 2t4 + 8..). B (16x8, "col"): b0 (k 2t4.., n g),
+// b1 (k 2t4 + 8.., n g). C (16x8): c0, c1 (g, 2t4, 2t4 + 1), c2, c3 (g + 8, same columns).
+//
+// S = Q K^T: M = 8 query heads (rows 8..15 zero), N = 8 tokens, K = head dims. Lane (g, t4) loads 16
+// bytes of token row g: dims 32c + 8t4 .. +7 for chunk c. Word w of that load holds dims 32c + 8t4 + 2w
+// (+1); taking words 2s, 2s + 1 as b0, b1 of k-step (c, s) orders the head dims of the dot product
+// differently from memory, and Q's A fragment (loaded the same way) follows the same order, so the sum
+// is unchanged.
+//
+// O^T = V^T P^T: M = 16 head dims, N = 8 query heads, K = 16 tokens. P^T's B fragment is S's C fragment
+// (c0, c1 of the two 8-token n-tiles) converted to bf16. V^T's A fragment comes from the same 16-byte
+// row loads: word q of lane (g, t4) is element (row g, cols 2t4..) of an 8x8 matrix whose column 2t4 + e
+// is dim 32c + 8t4 + 2q + e; movmatrix.trans turns it into (row g, cols 2t4..) of the transpose, i.e.
+// dim 32c + 8(g / 2) + 2q + (g % 2) at tokens 2t4, 2t4 + 1. m-tile (c, qp) takes q = 2qp as rows 0..7
+// and q = 2qp + 1 as rows 8..15, so accumulator element (mt = 2c + qp, 2hi + e) of lane (g, t4) is
+// O[head 2t4 + e][dim 32c + 8(g / 2) + 4qp + 2hi + (g % 2)].
 template <int kD>
 struct DecodeConfig {
   static constexpr int kHeadDim = kD;
-  static constexpr int kThreads = 128;
-  static constexpr int kLanesPerToken = kD / 8;                  // one 16-byte load per lane per row
-  static constexpr int kTokenSlots = kThreads / kLanesPerToken;  // rows in flight per load round
-  static constexpr int kUnroll = 4;                              // load rounds issued before first use
-  static constexpr int kGroupTile = 8;                           // q heads accumulated at once (P @ V)
-  static_assert(kLanesPerToken <= 32 && 32 % kLanesPerToken == 0);
+  static constexpr int kWarps = kDecodeWarps;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kTile = kDecodeTileTokens;
+  static constexpr int kHeads = kDecodeHeadsPerCta;
+  static constexpr int kChunks = kD / 32;   // 16-byte loads per lane per token row
+  static constexpr int kMTiles = kD / 16;   // m16 tiles of O^T
+  static constexpr int kStride = kD + 1;    // shared-memory row of O: conflict-free scattered stores
+  static_assert(kD % 32 == 0, "head_dim must be a multiple of 32");
+  static_assert(kTile == 16 && kHeads == 8, "fragment mapping assumes 16-token tiles and 8-head CTAs");
 };
 
-__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 x = __bfloat1622float2(h[i]);
-    f[2 * i] = x.x;
-    f[2 * i + 1] = x.y;
-  }
+__host__ __device__ inline size_t counter_floats(size_t slots) { return (slots + 3) / 4 * 4; }
+
+__device__ __forceinline__ void mma_bf16_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-size_t smem_bytes(int head_dim, int group, int partition_size, int token_slots, int group_tile) {
-  return sizeof(float) * (static_cast<size_t>(group) * head_dim + static_cast<size_t>(group) * partition_size +
-                          static_cast<size_t>(token_slots) * group_tile * head_dim + 2 * static_cast<size_t>(group));
+__device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
 }
 
-// Grid (num_decode, num_kv_heads, num_partitions); 128 threads.
+__device__ __forceinline__ float fast_exp2(float x) {  // exp2(-inf) = 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lower k index) in the low half
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// Grid (partition, KV head * head_tiles + head tile, decode index); Cfg::kThreads threads.
 template <typename Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads) paged_decode_kernel(PagedAttentionParams p, AttentionPlanView plan,
-                                                                     int partition_size, int num_partitions,
-                                                                     float* workspace) {
-  constexpr int kD = Cfg::kHeadDim, kL = Cfg::kLanesPerToken, kSlots = Cfg::kTokenSlots, kU = Cfg::kUnroll;
-  constexpr int kGT = Cfg::kGroupTile;
-  const int di = blockIdx.x, kvh = blockIdx.y, part = blockIdx.z;
+__global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
+    paged_decode_kernel(PagedAttentionParams p, AttentionPlanView plan, int partition_size, int head_tiles,
+                        float* workspace) {
+  constexpr int kD = Cfg::kHeadDim, kC = Cfg::kChunks, kW = Cfg::kWarps, kH = Cfg::kHeads, kT = Cfg::kTile;
+  constexpr int kMT = Cfg::kMTiles, kS = Cfg::kStride, kThreads = Cfg::kThreads;
+  __shared__ float s_o[kW][kH][kS];     // per-warp O, scaled to the CTA max
+  __shared__ float s_m[kW][kH], s_l[kW][kH];
+  __shared__ float s_max[kH], s_sum[kH];  // CTA (max, sum) per head
+  __shared__ int s_last;
+
+  pdl_wait();  // first: the previous kernel (rope + KV write) may still be running (pdl.cuh)
+  const int di = blockIdx.z;
   const int seq = plan.decode_seqs[di];
-  const int t = p.query_start_loc[seq];
-  const int kv_len = p.positions[t] + 1;
+  const int kv_len = plan.decode_lens[di];
+  const int part = blockIdx.x;
   const int begin = part * partition_size;
-  if (begin >= kv_len) return;
-  const int n = min(kv_len - begin, partition_size);
+  // Partition past this sequence's end (the grid is sized for max_decode_len): exit. The test of seq
+  // (never negative) keeps the compiler from sinking its load below the branch, so the two loads'
+  // latencies overlap (the K/V addresses need both).
+  if (begin >= kv_len || seq < 0) return;
+  const int end = min(begin + partition_size, kv_len);
+  const int kvh = blockIdx.y / head_tiles, ht = blockIdx.y % head_tiles;
   const int group = p.num_heads / p.num_kv_heads;
-
-  extern __shared__ float smem[];
-  float* q_s = smem;                                 // [group, kD], pre-scaled
-  float* scores = q_s + group * kD;                  // [group, partition_size]
-  float* red = scores + group * partition_size;      // [kSlots, kGT, kD]
-  float* stat_max = red + kSlots * kGT * kD;         // [group]
-  float* stat_sum = stat_max + group;                // [group]
-
-  const __nv_bfloat16* q = p.qkv + static_cast<size_t>(t) * p.qkv_stride + static_cast<size_t>(kvh) * group * kD;
-  for (int i = threadIdx.x; i < group * kD; i += Cfg::kThreads) q_s[i] = __bfloat162float(q[i]) * p.scale;
-  __syncthreads();
-
-  const int lane_in_tok = threadIdx.x % kL, slot = threadIdx.x / kL;
+  const int h0 = ht * kH;                // first query head of the tile within the group
+  const int nh = min(kH, group - h0);   // query heads of this CTA
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
+  const int bs = p.block_size;
   const int32_t* table = p.block_tables + static_cast<size_t>(seq) * p.max_blocks_per_seq;
-  auto row_offset = [&](int j) -> size_t {  // element offset of (position j, this lane's 8 dims)
-    const int blk = table[j / p.block_size];
-    return ((static_cast<size_t>(blk) * p.num_kv_heads + kvh) * p.block_size + j % p.block_size) * kD +
-           lane_in_tok * 8;
+
+  // Element offset of this lane's 16 bytes (chunk 0) of token row r; rows past the partition read the
+  // partition's first row instead (always mapped; their scores are masked, so P = 0 there).
+  auto row_offset = [&](int r) -> size_t {
+    r = r < end ? r : begin;
+    const int blk = __ldg(table + r / bs);
+    return ((static_cast<size_t>(blk) * p.num_kv_heads + kvh) * bs + r % bs) * kD + 8 * t4;
+  };
+  auto load_rows = [&](uint4 (&dst)[2][kC], const __nv_bfloat16* base, const size_t (&off)[2]) {
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int c = 0; c < kC; ++c) dst[nt][c] = __ldg(reinterpret_cast<const uint4*>(base + off[nt] + 32 * c));
   };
 
-  // Phase 1: scores[g, j] = q_g . k_j (all lanes take part in the shuffles, also past the end).
-  for (int base = 0; base < n; base += kSlots * kU) {
-    uint4 kv[kU];
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int j = base + u * kSlots + slot;
-      kv[u] = j < n ? *reinterpret_cast<const uint4*>(p.k_cache + row_offset(begin + j)) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int j = base + u * kSlots + slot;
-      float kf[8];
-      unpack8(kv[u], kf);
-      for (int g = 0; g < group; ++g) {
-        const float4* qg = reinterpret_cast<const float4*>(q_s + g * kD + lane_in_tok * 8);
-        const float4 a = qg[0], b = qg[1];
-        float dot = a.x * kf[0] + a.y * kf[1] + a.z * kf[2] + a.w * kf[3] + b.x * kf[4] + b.y * kf[5] +
-                    b.z * kf[6] + b.w * kf[7];
-#pragma unroll
-        for (int o = kL / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        if (lane_in_tok == 0 && j < n) scores[g * partition_size + j] = dot;
-      }
-    }
+  const int n_tiles = (end - begin + kT - 1) / kT;
+  uint4 kr[2][kC], vr[2][kC];
+  int tile = warp;
+  if (tile < n_tiles) {
+    const size_t off[2] = {row_offset(begin + tile * kT + g), row_offset(begin + tile * kT + 8 + g)};
+    load_rows(kr, p.k_cache, off);
+    load_rows(vr, p.v_cache, off);
   }
-  __syncthreads();
 
-  // Phase 2: softmax statistics per head; scores become exp(s - max).
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int g = warp; g < group; g += Cfg::kThreads / 32) {
-    float* sg = scores + g * partition_size;
-    float m = -FLT_MAX;
-    for (int j = lane; j < n; j += 32) m = fmaxf(m, sg[j]);
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    float l = 0.0f;
-    for (int j = lane; j < n; j += 32) {
-      const float e = __expf(sg[j] - m);
-      sg[j] = e;
-      l += e;
-    }
-    for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
-    if (lane == 0) {
-      stat_max[g] = m;
-      stat_sum[g] = l;
-    }
-  }
-  __syncthreads();
-
-  // Phase 3: acc[g, :] = sum_j p[g, j] * v_j, kGT heads at a time; V rows are reloaded only when group > kGT.
-  for (int g0 = 0; g0 < group; g0 += kGT) {
-    float acc[kGT][8];
-#pragma unroll
-    for (int gi = 0; gi < kGT; ++gi)
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[gi][i] = 0.0f;
-    for (int base = 0; base < n; base += kSlots * kU) {
-      uint4 vv[kU];
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int j = base + u * kSlots + slot;
-        vv[u] = j < n ? *reinterpret_cast<const uint4*>(p.v_cache + row_offset(begin + j)) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int j = base + u * kSlots + slot;
-        if (j >= n) continue;
-        float vf[8];
-        unpack8(vv[u], vf);
-#pragma unroll
-        for (int gi = 0; gi < kGT; ++gi) {
-          if (g0 + gi >= group) break;
-          const float pr = scores[(g0 + gi) * partition_size + j];
-#pragma unroll
-          for (int i = 0; i < 8; ++i) acc[gi][i] += pr * vf[i];
-        }
-      }
-    }
-#pragma unroll
-    for (int gi = 0; gi < kGT; ++gi)
-#pragma unroll
-      for (int i = 0; i < 8; ++i) red[(slot * kGT + gi) * kD + lane_in_tok * 8 + i] = acc[gi][i];
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < kGT * kD; idx += Cfg::kThreads) {
-      const int gi = idx / kD, d = idx % kD, g = g0 + gi;
-      if (g >= group) continue;
-      float sum = 0.0f;
-#pragma unroll
-      for (int s = 0; s < kSlots; ++s) sum += red[(s * kGT + gi) * kD + d];
-      const int h = kvh * group + g;
-      const float o = sum / stat_sum[g];
-      if (num_partitions == 1) {
-        p.out[static_cast<size_t>(t) * p.num_heads * kD + h * kD + d] = __float2bfloat16(o);
-      } else {
-        const size_t row = (static_cast<size_t>(di) * p.num_heads + h) * num_partitions + part;
-        workspace[row * (kD + 2) + d] = o;
-        if (d == 0) {
-          workspace[row * (kD + 2) + kD] = stat_max[g];
-          workspace[row * (kD + 2) + kD + 1] = stat_sum[g];
-        }
-      }
-    }
-    __syncthreads();
-  }
-}
-
-// Merges split-KV partials. Grid (num_decode, num_heads); threads loop over head_dim.
-__global__ void decode_reduce_kernel(PagedAttentionParams p, AttentionPlanView plan, int partition_size,
-                                     int num_partitions, const float* workspace) {
-  const int di = blockIdx.x, h = blockIdx.y, D = p.head_dim;
-  const int seq = plan.decode_seqs[di];
+  // Q rows of the tile's heads (zero rows past nh) as A fragments, in the same dim order as the K loads;
+  // kept in shared memory (lane-major, conflict-free) to leave registers to the K/V tiles in flight.
+  __shared__ uint4 s_q[kC][32];
   const int t = p.query_start_loc[seq];
-  const int parts = (p.positions[t] + partition_size) / partition_size;  // ceil((pos + 1) / size)
-  const float* rows = workspace + (static_cast<size_t>(di) * p.num_heads + h) * num_partitions * (D + 2);
-  float m = -FLT_MAX;
-  for (int i = 0; i < parts; ++i) m = fmaxf(m, rows[i * (D + 2) + D]);
-  float total = 0.0f;
-  for (int i = 0; i < parts; ++i) total += rows[i * (D + 2) + D + 1] * __expf(rows[i * (D + 2) + D] - m);
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float o = 0.0f;
-    for (int i = 0; i < parts; ++i) {
-      const float w = rows[i * (D + 2) + D + 1] * __expf(rows[i * (D + 2) + D] - m);
-      o += w * rows[i * (D + 2) + d];
+  if (warp == 0) {
+    const __nv_bfloat16* qrow = p.qkv + static_cast<size_t>(t) * p.qkv_stride +
+                                static_cast<size_t>(kvh * group + h0 + min(g, nh - 1)) * kD + 8 * t4;
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(qrow + 32 * c));
+      s_q[c][lane] = g < nh ? v : make_uint4(0, 0, 0, 0);
     }
-    p.out[static_cast<size_t>(t) * p.num_heads * D + static_cast<size_t>(h) * D + d] = __float2bfloat16(o / total);
+  }
+  __syncthreads();
+
+  const float scale_log2 = p.scale * 1.4426950408889634f;
+  float o[kMT][4];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
+  float m_run = -INFINITY;  // running max (log2 units) of head g; same in the 4 lanes of row g
+  float l_run = 0.0f;       // this lane's share of the running sum of head g
+
+  for (; tile < n_tiles; tile += kW) {
+    const int tb = begin + tile * kT;
+    const bool has_next = tile + kW < n_tiles;  // warp-uniform
+    size_t next_off[2] = {0, 0};
+    if (has_next) {
+      next_off[0] = row_offset(tb + kW * kT + g);
+      next_off[1] = row_offset(tb + kW * kT + 8 + g);
+    }
+
+    // s[nt]: (head g, tokens tb + 8nt + 2t4 + {0, 1}) in [0], [1]; [2], [3] are the zero rows 8..15.
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      const uint4 q = s_q[c][lane];
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+          mma_bf16_16816(s[nt], word(q, 2 * ks), 0u, word(q, 2 * ks + 1), 0u, word(kr[nt][c], 2 * ks),
+                         word(kr[nt][c], 2 * ks + 1));
+    }
+    if (has_next) load_rows(kr, p.k_cache, next_off);
+
+    // Online softmax of head g over the tile (log2 domain).
+    float x[2][2];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int tok = tb + 8 * nt + 2 * t4 + e;
+        x[nt][e] = tok < end ? s[nt][e] * scale_log2 : -INFINITY;
+        tile_max = fmaxf(tile_max, x[nt][e]);
+      }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    const float m_new = fmaxf(m_run, tile_max);  // finite: token tb is always valid
+    const float alpha = fast_exp2(m_run - m_new);
+    m_run = m_new;
+    float pr[2][2];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) pr[nt][e] = fast_exp2(x[nt][e] - m_new);
+    l_run = l_run * alpha + (pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]);
+
+    // Rescale O: accumulator columns are heads 2t4, 2t4 + 1, whose alpha lives in lanes 8t4, 8t4 + 4.
+    const float alpha_lo = __shfl_sync(0xffffffffu, alpha, 8 * t4);
+    const float alpha_hi = __shfl_sync(0xffffffffu, alpha, 8 * t4 + 4);
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      o[mt][0] *= alpha_lo;
+      o[mt][1] *= alpha_hi;
+      o[mt][2] *= alpha_lo;
+      o[mt][3] *= alpha_hi;
+    }
+
+    // O^T += V^T P^T.
+    const uint32_t pb0 = pack_bf16x2(pr[0][0], pr[0][1]);  // tokens 2t4, 2t4 + 1
+    const uint32_t pb1 = pack_bf16x2(pr[1][0], pr[1][1]);  // tokens 8 + 2t4, 9 + 2t4
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      uint32_t vt[2][4];
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int w = 0; w < 4; ++w) vt[nt][w] = transpose8x8(word(vr[nt][c], w));
+#pragma unroll
+      for (int qp = 0; qp < 2; ++qp)
+        mma_bf16_16816(o[2 * c + qp], vt[0][2 * qp], vt[0][2 * qp + 1], vt[1][2 * qp], vt[1][2 * qp + 1], pb0, pb1);
+    }
+    if (has_next) load_rows(vr, p.v_cache, next_off);
+  }
+
+  pdl_release();  // the next kernel may start launching once every CTA is past its K/V loop
+
+  // Merge the warps: per head, the CTA max and each warp's weight exp2(m_warp - max). Warps without a
+  // tile have m = -inf (weight 0); warp 0 always has one, so the max is finite.
+  l_run += __shfl_xor_sync(0xffffffffu, l_run, 1);
+  l_run += __shfl_xor_sync(0xffffffffu, l_run, 2);
+  if (t4 == 0) {
+    s_m[warp][g] = m_run;
+    s_l[warp][g] = l_run;
+  }
+  __syncthreads();
+  if (threadIdx.x < kH) {
+    const int h = threadIdx.x;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kW; ++w) mx = fmaxf(mx, s_m[w][h]);
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kW; ++w) sum += s_l[w][h] * fast_exp2(s_m[w][h] - mx);
+    s_max[h] = mx;
+    s_sum[h] = sum;
+  }
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int h = 2 * t4 + e;
+    if (h >= nh) continue;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kW; ++w) mx = fmaxf(mx, s_m[w][h]);
+    const float f = fast_exp2(s_m[warp][h] - mx);
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        const int d = 32 * (mt / 2) + 8 * (g >> 1) + 4 * (mt % 2) + 2 * hi + (g & 1);
+        s_o[warp][h][d] = o[mt][2 * hi + e] * f;
+      }
+  }
+  __syncthreads();
+
+  const int n_parts = (kv_len + partition_size - 1) / partition_size;  // partitions with work for this decode
+  __nv_bfloat16* out = p.out + static_cast<size_t>(t) * p.num_heads * kD + static_cast<size_t>(kvh * group + h0) * kD;
+  if (n_parts == 1) {
+    for (int i = threadIdx.x; i < nh * kD; i += kThreads) {
+      const int h = i / kD, d = i % kD;
+      float acc = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kW; ++w) acc += s_o[w][h][d];
+      out[i] = __float2bfloat16(acc / s_sum[h]);
+    }
+    return;
+  }
+
+  // Split-KV: publish this partition's (unnormalized O, max, sum); the last CTA of the slot merges.
+  const size_t slots = static_cast<size_t>(gridDim.y) * gridDim.z, parts = gridDim.x;
+  const size_t slot = static_cast<size_t>(blockIdx.z) * gridDim.y + blockIdx.y;
+  unsigned int* counters = reinterpret_cast<unsigned int*>(workspace);
+  float2* ws_ml = reinterpret_cast<float2*>(workspace + counter_floats(slots));  // [slots, parts, kH]
+  float* ws_o = workspace + counter_floats(slots) + 2 * slots * parts * kH;      // [slots, parts, kH, kD]
+  const size_t row0 = (slot * parts + part) * kH;
+  for (int i = threadIdx.x; i < nh * kD; i += kThreads) {
+    const int h = i / kD, d = i % kD;
+    float acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kW; ++w) acc += s_o[w][h][d];
+    ws_o[row0 * kD + i] = acc;
+  }
+  if (threadIdx.x < nh) ws_ml[row0 + threadIdx.x] = make_float2(s_max[threadIdx.x], s_sum[threadIdx.x]);
+  __threadfence();  // partials visible device-wide before the counter says so
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned int done = atomicAdd(counters + slot, 1u);
+    const bool last = done == static_cast<unsigned int>(n_parts - 1);
+    if (last) atomicExch(counters + slot, 0u);  // every partition has arrived: ready for the next launch
+    s_last = last;
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+
+  // Merge (last CTA; partials are read from L2, they were written by other SMs). Warp h reduces head h's
+  // (max, sum) over the partitions, online per lane, then across lanes (finite sentinel: no inf - inf).
+  if (warp < nh) {
+    float mx = -FLT_MAX, sum = 0.0f;
+    for (int q = lane; q < n_parts; q += 32) {
+      const float2 ml = __ldcg(ws_ml + (slot * parts + q) * kH + warp);
+      const float m_new = fmaxf(mx, ml.x);
+      sum = sum * fast_exp2(mx - m_new) + ml.y * fast_exp2(ml.x - m_new);
+      mx = m_new;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float mo = __shfl_xor_sync(0xffffffffu, mx, off), so = __shfl_xor_sync(0xffffffffu, sum, off);
+      const float m_new = fmaxf(mx, mo);
+      sum = sum * fast_exp2(mx - m_new) + so * fast_exp2(mo - m_new);
+      mx = m_new;
+    }
+    if (lane == 0) {
+      s_max[warp] = mx;
+      s_sum[warp] = sum;
+    }
+  }
+  __syncthreads();
+  // out[h, 4 dims] = sum_q exp2(max_q - max) O_q / sum: loads of kBatch partitions in flight at once.
+  constexpr int kBatch = 16;
+  for (int i4 = threadIdx.x; i4 < nh * kD / 4; i4 += kThreads) {
+    const int i = 4 * i4, h = i / kD;
+    const float mx = s_max[h];
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int q0 = 0; q0 < n_parts; q0 += kBatch) {
+      float mv[kBatch];
+      float4 ov[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const size_t row = (slot * parts + min(q0 + u, n_parts - 1)) * kH;
+        mv[u] = q0 + u < n_parts ? __ldcg(ws_ml + row + h).x : -INFINITY;  // weight 0 past the last partition
+        ov[u] = __ldcg(reinterpret_cast<const float4*>(ws_o + row * kD + i));
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const float w = fast_exp2(mv[u] - mx);
+        acc.x += w * ov[u].x;
+        acc.y += w * ov[u].y;
+        acc.z += w * ov[u].z;
+        acc.w += w * ov[u].w;
+      }
+    }
+    const float inv = 1.0f / s_sum[h];
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+    uint2 packed;
+    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(out + i) = packed;
   }
 }
 
@@ -200,41 +367,38 @@ void launch_decode(const PagedAttentionParams& p, const AttentionPlanView& plan,
                    cudaStream_t stream) {
   using Cfg = DecodeConfig<kD>;
   const int group = p.num_heads / p.num_kv_heads;
+  const int head_tiles = decode_head_tiles(group);
   const int parts = (plan.max_decode_len + partition_size - 1) / partition_size;
-  const size_t smem = smem_bytes(kD, group, partition_size, Cfg::kTokenSlots, Cfg::kGroupTile);
-  static const bool attr_set = [] {
-    XI_CUDA_CHECK(cudaFuncSetAttribute(paged_decode_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       160 * 1024));
-    return true;
-  }();
-  (void)attr_set;
-  XI_CHECK_LE(smem, static_cast<size_t>(160 * 1024)) << "decode attention: group " << group << " too large";
   XI_CHECK(parts == 1 || workspace != nullptr) << "decode attention: split-KV needs a workspace";
-  const dim3 grid(plan.num_decode, p.num_kv_heads, parts);
-  paged_decode_kernel<Cfg><<<grid, Cfg::kThreads, smem, stream>>>(p, plan, partition_size, parts, workspace);
-  XI_CUDA_CHECK_LAUNCH();
-  if (parts > 1) {
-    decode_reduce_kernel<<<dim3(plan.num_decode, p.num_heads), 128, 0, stream>>>(p, plan, partition_size, parts,
-                                                                                 workspace);
-    XI_CUDA_CHECK_LAUNCH();
-  }
+  XI_CHECK_LE(static_cast<int64_t>(p.num_kv_heads) * head_tiles, 65535) << "decode attention: too many heads";
+  XI_CHECK_LE(plan.num_decode, 65535) << "decode attention: too many decodes in one step";
+  const dim3 grid(static_cast<unsigned>(parts), static_cast<unsigned>(p.num_kv_heads * head_tiles),
+                  static_cast<unsigned>(plan.num_decode));
+  launch_pdl(paged_decode_kernel<Cfg>, grid, Cfg::kThreads, 0, stream, p, plan, partition_size, head_tiles, workspace);
 }
 
 }  // namespace
 
 bool decode_attention_supports(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
-size_t decode_attention_workspace_floats(int num_decode, int num_heads, int head_dim, int max_decode_len,
-                                         int partition_size) {
+size_t decode_attention_workspace_floats(int num_decode, int num_heads, int num_kv_heads, int head_dim,
+                                         int max_decode_len, int partition_size) {
   const int parts = (max_decode_len + partition_size - 1) / partition_size;
   if (parts <= 1) return 0;
-  return static_cast<size_t>(num_decode) * num_heads * parts * (head_dim + 2);
+  const size_t slots = static_cast<size_t>(num_decode) * num_kv_heads * decode_head_tiles(num_heads / num_kv_heads);
+  return counter_floats(slots) + slots * parts * kDecodeHeadsPerCta * (static_cast<size_t>(head_dim) + 2);
+}
+
+size_t decode_attention_max_workspace_floats(int head_dim, int num_sms) {
+  const size_t ctas = static_cast<size_t>(kDecodeCtasPerSm) * num_sms;  // slots * parts <= ctas when split
+  return counter_floats(ctas) + ctas * kDecodeHeadsPerCta * (static_cast<size_t>(head_dim) + 2);
 }
 
 void launch_paged_decode_attention(const PagedAttentionParams& p, const AttentionPlanView& plan, int partition_size,
                                    float* workspace, cudaStream_t stream) {
   if (plan.num_decode == 0) return;
   XI_CHECK_EQ(p.num_heads % p.num_kv_heads, 0);
+  XI_CHECK_GT(partition_size, 0);
   dispatch_fast_head_dim(p.head_dim, [&]<int kD>() { launch_decode<kD>(p, plan, partition_size, workspace, stream); });
 }
 

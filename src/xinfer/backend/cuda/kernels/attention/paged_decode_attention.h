@@ -1,16 +1,27 @@
-// Paged decode attention (one query token per sequence) for bf16 Q/K/V with f32 accumulation.
+// Paged decode attention (one query token per sequence) for bf16 Q/K/V: single-pass flash-decoding on
+// tensor cores (mma.sync m16n8k16, f32 accumulation, online softmax).
 //
-// Grid: (decode sequence, KV head, KV partition). A CTA loads each K/V row of its partition once and
-// uses it for all Hq / Hkv query heads of the KV head (GQA/MQA grouping). Each lane reads 16 bytes
-// (8 bf16) of a row; D / 8 lanes cover one row, so a warp reads 32 / (D / 8) rows per load, coalesced
-// within a block's rows. With more than one partition (split-KV, long contexts or small batches), each
-// CTA writes its normalized partial output plus (max, sum) to `workspace` and a reduction kernel
-// merges them.
+// Grid (partition, KV head x head tile, decode): a CTA of kDecodeWarps warps serves up to
+// kDecodeHeadsPerCta query heads of one KV head (all of a GQA group up to 8, so each K/V row is read
+// once) over one KV partition of decode_partition_size() tokens. Each warp takes 16-token tiles of the
+// partition in turn, loading K and V rows straight into registers (16 bytes per lane, the next tile's
+// loads in flight while the current one is computed); S = Q K^T and O^T = V^T P^T run on tensor cores.
+// The warps' (max, sum, O) are merged through shared memory. With one partition the CTA writes the
+// output; with several, each CTA writes its partial (O, max, sum) to `workspace` and the last CTA of a
+// (decode, KV head, head tile) to finish - an atomic counter that it resets to 0 for the next launch -
+// merges them, so one kernel launch does everything and replays of a CUDA graph stay correct.
 //
-// Supported head_dim: 64, 128 (decode_attention_supports()); other sizes use the generic kernel.
+// Graph safety: the grid depends only on the plan's num_decode and max_decode_len (the padded context
+// of a graph bucket) and the partition size; CTAs past a sequence's length exit at once.
+// Workspace: [counters (uint32, zeroed once at allocation) | partial (max, sum) | partial O] floats.
+//
+// Supported head_dim: 64, 128 (decode_attention_supports()); other sizes use the generic kernel. Any GQA
+// group (past 8 query heads the KV rows are read once per head tile), any block size.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <cstddef>
 
 #include "xinfer/backend/cuda/kernels/attention/paged_attention_params.h"
 
@@ -18,11 +29,17 @@ namespace xinfer::cuda {
 
 bool decode_attention_supports(int head_dim);
 
-// Floats of workspace the decode kernel needs for this configuration (0 when one partition suffices).
-size_t decode_attention_workspace_floats(int num_decode, int num_heads, int head_dim, int max_decode_len,
-                                         int partition_size);
+// Floats of workspace the decode kernel needs for this step (0 when one partition suffices); the buffer
+// must start zeroed (the merge counters reset themselves after each launch).
+size_t decode_attention_workspace_floats(int num_decode, int num_heads, int num_kv_heads, int head_dim,
+                                         int max_decode_len, int partition_size);
 
-// Runs decode attention for plan.decode_seqs. workspace: [decode_attention_workspace_floats(...)] f32.
+// Upper bound of decode_attention_workspace_floats() over every step planned by decode_partition_size()
+// on a GPU with num_sms SMs (split grids never exceed one wave of kDecodeCtasPerSm * num_sms CTAs).
+size_t decode_attention_max_workspace_floats(int head_dim, int num_sms);
+
+// Runs decode attention for plan.decode_seqs. workspace: [decode_attention_workspace_floats(...)] f32,
+// zeroed at allocation; may be null when one partition covers max_decode_len.
 void launch_paged_decode_attention(const PagedAttentionParams& p, const AttentionPlanView& plan,
                                    int partition_size, float* workspace, cudaStream_t stream);
 
