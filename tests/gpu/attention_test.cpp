@@ -107,8 +107,9 @@ TEST_P(PagedAttentionTest, MatchesCpu) {
 }
 
 // Host-side plan of the Engine test's first step (5 + 28 + a 31-token chunk) and of a mixed step: every
-// token maps to its sequence, single-token rows are decodes, longer ones prefill tiles of 64 rows.
+// token maps to its sequence, single-token rows are decodes, longer ones prefill tiles of 128 rows.
 TEST(AttentionPlan, ShortPromptBesidePrefillChunks) {
+  static_assert(cuda::kPrefillTileRows == 128, "the expected tiles below are 128 rows");
   auto make = [](const std::vector<Seq>& seqs) {
     backend::StepPlan p;
     p.query_start_loc.push_back(0);
@@ -134,7 +135,7 @@ TEST(AttentionPlan, ShortPromptBesidePrefillChunks) {
   EXPECT_EQ(b.decode_seqs, (std::vector<int32_t>{0, 2}));
   EXPECT_EQ(b.decode_lens, (std::vector<int32_t>{5, 21}));
   EXPECT_EQ(b.max_decode_len, 21);
-  EXPECT_EQ(b.prefill_items, (std::vector<int32_t>{1, 0, 1, 64, 1, 128, 3, 0}));
+  EXPECT_EQ(b.prefill_items, (std::vector<int32_t>{1, 0, 1, 128, 3, 0}));
   EXPECT_EQ(b.token_seq.front(), 0);
   EXPECT_EQ(b.token_seq[130], 1);
   EXPECT_EQ(b.token_seq[131], 2);

@@ -11,8 +11,8 @@
 
 namespace xinfer::cuda {
 
-// Query rows per prefill tile (the prefill kernel's kM); fixed so a plan serves every head_dim.
-inline constexpr int kPrefillTileRows = 64;
+// Query rows per prefill tile (the prefill kernel's CTA rows); fixed so a plan serves every head_dim.
+inline constexpr int kPrefillTileRows = 128;
 
 // Decode kernel geometry (paged_decode_attention.cu), here because decode_partition_size() sizes its grid:
 // a CTA of kDecodeWarps warps serves up to kDecodeHeadsPerCta query heads of one KV head over one KV

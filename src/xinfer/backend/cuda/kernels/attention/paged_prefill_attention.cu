@@ -1,8 +1,7 @@
 #include "xinfer/backend/cuda/kernels/attention/paged_prefill_attention.h"
 
-#include <mma.h>
-
-#include <cfloat>
+#include <climits>
+#include <cstdint>
 
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/attention/attention_dispatch.cuh"
@@ -11,171 +10,770 @@
 namespace xinfer::cuda {
 namespace {
 
-namespace wmma = nvcuda::wmma;
+// ---- PTX wrappers. Shared-memory operands are 32-bit shared-window addresses. ----
 
-template <int kD>
-struct PrefillConfig {
-  static constexpr int kHeadDim = kD;
-  static constexpr int kM = kPrefillTileRows;  // query rows per CTA
-  static constexpr int kN = 64;                // KV rows per tile
-  static constexpr int kThreads = 128;         // 4 warps x 16 query rows
-  static constexpr int kLdQ = kD + 8;          // bf16 row pitch of Q/K/V tiles (padding against bank conflicts)
-  static constexpr int kLdS = kN + 4;          // f32 pitch of S
-  static constexpr int kLdP = kN + 8;          // bf16 pitch of P
-  static constexpr int kLdO = kD + 4;          // f32 pitch of O
-  static constexpr size_t align(size_t b) { return (b + 127) / 128 * 128; }
-  static constexpr size_t kQBytes = align(sizeof(__nv_bfloat16) * kM * kLdQ);
-  static constexpr size_t kKvBytes = align(sizeof(__nv_bfloat16) * kN * kLdQ);
-  static constexpr size_t kSBytes = align(sizeof(float) * kM * kLdS);
-  static constexpr size_t kPBytes = align(sizeof(__nv_bfloat16) * kM * kLdP);
-  static constexpr size_t kOBytes = align(sizeof(float) * kM * kLdO);
-  static constexpr size_t kStatBytes = align(sizeof(float) * kM * 3);
-  static constexpr size_t kSmem = kQBytes + 2 * kKvBytes + kSBytes + kPBytes + kOBytes + kStatBytes;
-  static_assert(kM == 16 * (kThreads / 32));
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// 16-byte global -> shared copy that skips L1; writes zeros instead when !valid (src is then not read).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  // No "memory" clobber: the compiler may hoist independent loads (block table) above it; the copies stay
+  // ordered with the commit / wait / barrier around them (volatile asm and barriers are not reordered).
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// d (16x8 f32) += a (16x16 bf16, row-major) * b (16x8 bf16; b0 / b1 hold the k pairs of column lane / 4).
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Warpgroup MMA (sm_90a). Shared operands are described by 64-bit matrix descriptors (make_desc); the
+// accumulator fragment of m64nN is, per warp w of the warpgroup, the m16n8 layout repeated over N:
+// d[4i + 2h + e] = D[16w + lane / 4 + 8h][8i + 2 (lane % 4) + e]. A register fragments (RS form) use the
+// m16n8k16 A layout.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+__device__ __forceinline__ void wgmma_wait_all() { wgmma_wait<0>(); }
+// Makes this thread's generic-proxy shared-memory writes (st.shared, cp.async) visible to the async proxy
+// that wgmma reads operands through.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// Pins register operands of asynchronous wgmma in program order relative to the fence / wait around it
+// (the compiler must not move their reads or writes across those, which it cannot see through).
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+
+// 128-byte-swizzle descriptor: start address, leading / stride byte offsets (16-byte units), mode 1 in bits
+// 62-63. K-major operands: lbo unused (1), sbo = 1024 (8 rows of 128 bytes). MN-major operands: lbo = the
+// distance between 64-element column panels, sbo = 1024 (8 rows along K).
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFFu) << 16) |
+         (static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFFu) << 32) | (uint64_t{1} << 62);
+}
+
+#define XI_ACC8(d, i) \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+
+// d[64 x 128] = (accumulate ? d : 0) + A[64 x 16] (K-major smem) * B[16 x 128] (K-major smem, i.e. [128, 16]).
+__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : XI_ACC8(d, 0), XI_ACC8(d, 8), XI_ACC8(d, 16), XI_ACC8(d, 24), XI_ACC8(d, 32), XI_ACC8(d, 40), XI_ACC8(d, 48),
+        XI_ACC8(d, 56)
+      : "l"(a), "l"(b), "r"(accumulate)
+      : "memory");
+}
+
+// d[64 x N] += A[64 x 16] (registers) * B[16 x N] (MN-major smem: transposed, tnspB = 1), N = 128 or 64.
+__device__ __forceinline__ void wgmma_m64nNk16_rs_tb(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : XI_ACC8(d, 0), XI_ACC8(d, 8), XI_ACC8(d, 16), XI_ACC8(d, 24), XI_ACC8(d, 32), XI_ACC8(d, 40), XI_ACC8(d, 48),
+        XI_ACC8(d, 56)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)
+      : "memory");
+}
+__device__ __forceinline__ void wgmma_m64nNk16_rs_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+      "%23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : XI_ACC8(d, 0), XI_ACC8(d, 8), XI_ACC8(d, 16), XI_ACC8(d, 24)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)
+      : "memory");
+}
+#undef XI_ACC8
+
+// A never-taken branch on a value computed just before it. ptxas schedules within basic blocks and hoists
+// wgmma.wait_group to the earliest point of its block, which would put the wait for P V ahead of the
+// softmax meant to overlap it; ending the block here keeps the wait after that softmax.
+__device__ __forceinline__ void end_schedule_region(float v) {
+  if (__float_as_uint(v) == 0xFFFFFFFFu) asm volatile("trap;");
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx(-inf) = +0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// ---- pieces shared by both kernels ----
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+// The CTA's work item: plan items are visited last to first (grid y reversed) because a sequence's later
+// query tiles see more keys, so the heavy CTAs start first and the light ones fill the tail of the wave.
+struct TileWork {
+  int seq;
+  int q_begin;  // first token (row of qkv / out) of the tile
+  int rows;     // valid query rows, 1..kPrefillTileRows
+  int head;     // q head
+  int kv_head;
+};
+__device__ __forceinline__ TileWork tile_work(const PagedAttentionParams& p, const AttentionPlanView& plan) {
+  const int item = plan.num_prefill_items - 1 - static_cast<int>(blockIdx.y);
+  TileWork w;
+  w.seq = plan.prefill_items[2 * item];
+  w.q_begin = p.query_start_loc[w.seq] + plan.prefill_items[2 * item + 1];
+  w.rows = min(kPrefillTileRows, p.query_start_loc[w.seq + 1] - w.q_begin);
+  w.head = blockIdx.x;
+  w.kv_head = w.head / (p.num_heads / p.num_kv_heads);
+  return w;
+}
+
+__device__ __forceinline__ int log2_if_pow2(int x) { return (x & (x - 1)) == 0 ? __ffs(x) - 1 : -1; }
+
+// Finds the cache row (index of a head_dim vector in [num_blocks * num_kv_heads * block_size]) of key j of
+// the tile's sequence through its block table; a shift replaces the division for power-of-two block sizes.
+struct KvRowLocator {
+  const int32_t* table;  // [max_blocks_per_seq] of this sequence
+  int block_size;
+  int shift;            // log2(block_size) when it is a power of two, else -1
+  uint32_t head_rows;   // kv_head * block_size: offset of this KV head's rows inside a block
+  uint32_t block_rows;  // num_kv_heads * block_size: rows per cache block
+  __device__ __forceinline__ KvRowLocator(const PagedAttentionParams& p, const TileWork& w)
+      : table(p.block_tables + static_cast<size_t>(w.seq) * p.max_blocks_per_seq),
+        block_size(p.block_size),
+        shift(log2_if_pow2(p.block_size)),
+        head_rows(static_cast<uint32_t>(w.kv_head * p.block_size)),
+        block_rows(static_cast<uint32_t>(p.num_kv_heads * p.block_size)) {}
+  // j must be < the sequence's length.
+  __device__ __forceinline__ uint32_t row(int j) const {
+    const int b = shift >= 0 ? j >> shift : j / block_size;
+    return static_cast<uint32_t>(table[b]) * block_rows + head_rows + static_cast<uint32_t>(j - b * block_size);
+  }
 };
 
-template <typename Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads) paged_prefill_kernel(PagedAttentionParams p, AttentionPlanView plan) {
-  constexpr int kD = Cfg::kHeadDim, kM = Cfg::kM, kN = Cfg::kN, kLdQ = Cfg::kLdQ, kLdS = Cfg::kLdS,
-                kLdP = Cfg::kLdP, kLdO = Cfg::kLdO, kVecs = kD / 8;
-  extern __shared__ __align__(128) unsigned char smem[];
-  auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem);                                         // [kM, kLdQ]
-  auto* k_s = reinterpret_cast<__nv_bfloat16*>(smem + Cfg::kQBytes);                          // [kN, kLdQ]
-  auto* v_s = reinterpret_cast<__nv_bfloat16*>(smem + Cfg::kQBytes + Cfg::kKvBytes);          // [kN, kLdQ]
-  auto* s_s = reinterpret_cast<float*>(smem + Cfg::kQBytes + 2 * Cfg::kKvBytes);              // [kM, kLdS]
-  auto* p_s = reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<unsigned char*>(s_s) + Cfg::kSBytes);  // [kM, kLdP]
-  auto* o_s = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(p_s) + Cfg::kPBytes);          // [kM, kLdO]
-  float* row_max = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(o_s) + Cfg::kOBytes);    // [kM]
-  float* row_sum = row_max + kM;                                                                        // [kM]
-  int* row_pos = reinterpret_cast<int*>(row_sum + kM);  // [kM] position of each query row, -1 past the end
-
-  const int seq = plan.prefill_items[2 * blockIdx.x], m0 = plan.prefill_items[2 * blockIdx.x + 1];
-  const int h = blockIdx.y, kvh = h / (p.num_heads / p.num_kv_heads);
-  const int q_begin = p.query_start_loc[seq] + m0;
-  const int rows = min(kM, p.query_start_loc[seq + 1] - q_begin);
-  const int kv_end = p.positions[q_begin + rows - 1] + 1;  // causal: the last row sees the most
-
-  for (int idx = threadIdx.x; idx < kM * kVecs; idx += Cfg::kThreads) {
-    const int r = idx / kVecs, c = idx % kVecs;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (r < rows) v = *reinterpret_cast<const uint4*>(p.qkv + static_cast<size_t>(q_begin + r) * p.qkv_stride + h * kD + c * 8);
-    *reinterpret_cast<uint4*>(q_s + r * kLdQ + c * 8) = v;
-  }
-  for (int idx = threadIdx.x; idx < kM * kLdO; idx += Cfg::kThreads) o_s[idx] = 0.0f;
-  for (int r = threadIdx.x; r < kM; r += Cfg::kThreads) {
-    row_max[r] = -FLT_MAX;
-    row_sum[r] = 0.0f;
-    row_pos[r] = r < rows ? p.positions[q_begin + r] : -1;
-  }
-  const int32_t* table = p.block_tables + static_cast<size_t>(seq) * p.max_blocks_per_seq;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wr = warp * 16;  // this warp's first query row
-
-  for (int n0 = 0; n0 < kv_end; n0 += kN) {
-    __syncthreads();  // previous tile's P @ V is done with k_s / v_s
-    for (int idx = threadIdx.x; idx < kN * kVecs; idx += Cfg::kThreads) {
-      const int r = idx / kVecs, c = idx % kVecs, j = n0 + r;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-      if (j < kv_end) {
-        const size_t off = ((static_cast<size_t>(table[j / p.block_size]) * p.num_kv_heads + kvh) * p.block_size +
-                            j % p.block_size) * kD + c * 8;
-        kv = *reinterpret_cast<const uint4*>(p.k_cache + off);
-        vv = *reinterpret_cast<const uint4*>(p.v_cache + off);
-      }
-      *reinterpret_cast<uint4*>(k_s + r * kLdQ + c * 8) = kv;
-      *reinterpret_cast<uint4*>(v_s + r * kLdQ + c * 8) = vv;
+// Copies keys [tile * kN, tile * kN + kN) of the tile's sequence from kSrcs caches (K and / or V) into
+// swizzled shared buffers (zeros past kv_end); the caller commits. Thread t copies 16-byte chunk
+// t % kChunks of rows t / kChunks + i * kLoadRows; block-table lookups are issued kBatch rows at a time
+// ahead of their copies so their latencies overlap.
+template <int kD, int kN, int kThreads, int kBatch, int kSrcs, typename Swizzle>
+__device__ __forceinline__ void load_kv_tile(const KvRowLocator& loc, int tile, int kv_end,
+                                             const __nv_bfloat16* const (&src)[kSrcs], const uint32_t (&dst)[kSrcs],
+                                             Swizzle swz) {
+  constexpr int kChunks = kD / 8, kLoadRows = kThreads / kChunks, kPerThread = kN / kLoadRows;
+  constexpr int kB = kBatch < kPerThread ? kBatch : kPerThread;
+  static_assert(kPerThread % kB == 0);
+  const int c = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
+#pragma unroll
+  for (int i0 = 0; i0 < kPerThread; i0 += kB) {
+    uint32_t rows[kB];
+#pragma unroll
+    for (int i = 0; i < kB; ++i) rows[i] = loc.row(min(tile * kN + r0 + (i0 + i) * kLoadRows, kv_end - 1));
+#pragma unroll
+    for (int i = 0; i < kB; ++i) {
+      const int r = r0 + (i0 + i) * kLoadRows;
+      const bool ok = tile * kN + r < kv_end;
+      const size_t off = static_cast<size_t>(rows[i]) * kD + c * 8;
+#pragma unroll
+      for (int j = 0; j < kSrcs; ++j) cp_async_16(dst[j] + swz(r, c), src[j] + off, ok);
     }
-    __syncthreads();
-
-    // S[wr:wr+16, :] = Q K^T
-    {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kN / 16];
-#pragma unroll
-      for (int c = 0; c < kN / 16; ++c) wmma::fill_fragment(acc[c], 0.0f);
-#pragma unroll
-      for (int k = 0; k < kD / 16; ++k) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-        wmma::load_matrix_sync(a, q_s + wr * kLdQ + k * 16, kLdQ);
-#pragma unroll
-        for (int c = 0; c < kN / 16; ++c) {
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
-          wmma::load_matrix_sync(b, k_s + c * 16 * kLdQ + k * 16, kLdQ);
-          wmma::mma_sync(acc[c], a, b, acc[c]);
-        }
-      }
-#pragma unroll
-      for (int c = 0; c < kN / 16; ++c) wmma::store_matrix_sync(s_s + wr * kLdS + c * 16, acc[c], kLdS, wmma::mem_row_major);
-    }
-    __syncwarp();
-
-    // Online softmax for this warp's rows; rescales O rows by exp(old max - new max).
-    for (int r = wr; r < wr + 16; ++r) {
-      const int qp = row_pos[r];
-      float sv[kN / 32];
-      float mx = -FLT_MAX;
-#pragma unroll
-      for (int i = 0; i < kN / 32; ++i) {
-        const int c = lane + 32 * i;
-        sv[i] = n0 + c <= qp ? s_s[r * kLdS + c] * p.scale : -FLT_MAX;
-        mx = fmaxf(mx, sv[i]);
-      }
-      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float m_old = row_max[r];
-      const float m_new = fmaxf(m_old, mx);
-      float sum = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kN / 32; ++i) {
-        const int c = lane + 32 * i;
-        const float pr = n0 + c <= qp ? __expf(sv[i] - m_new) : 0.0f;
-        const __nv_bfloat16 pb = __float2bfloat16(pr);
-        p_s[r * kLdP + c] = pb;
-        sum += __bfloat162float(pb);  // the sum matches the bf16 P that multiplies V
-      }
-      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-      const float alpha = m_old == -FLT_MAX ? 0.0f : __expf(m_old - m_new);
-      for (int d = lane; d < kD; d += 32) o_s[r * kLdO + d] *= alpha;
-      __syncwarp();
-      if (lane == 0) {
-        row_max[r] = m_new;
-        row_sum[r] = row_sum[r] * alpha + sum;
-      }
-    }
-    __syncwarp();
-
-    // O[wr:wr+16, :] += P V
-#pragma unroll
-    for (int c = 0; c < kD / 16; ++c) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::load_matrix_sync(acc, o_s + wr * kLdO + c * 16, kLdO, wmma::mem_row_major);
-#pragma unroll
-      for (int k = 0; k < kN / 16; ++k) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b;
-        wmma::load_matrix_sync(a, p_s + wr * kLdP + k * 16, kLdP);
-        wmma::load_matrix_sync(b, v_s + k * 16 * kLdQ + c * 16, kLdQ);
-        wmma::mma_sync(acc, a, b, acc);
-      }
-      wmma::store_matrix_sync(o_s + wr * kLdO + c * 16, acc, kLdO, wmma::mem_row_major);
-    }
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < rows * kD; idx += Cfg::kThreads) {
-    const int r = idx / kD, d = idx % kD;
-    p.out[static_cast<size_t>(q_begin + r) * p.num_heads * kD + h * kD + d] =
-        __float2bfloat16(o_s[r * kLdO + d] / row_sum[r]);
   }
 }
 
+// Positions of query rows: the key range [0, kv_end) of the tile and per-warp bounds. Rows past the chunk
+// borrow the last row's position (their softmax stays finite; they are never stored) and do not widen the
+// warp's bounds. Call with all threads of the CTA (one barrier).
+struct RowBounds {
+  int pos_min;  // of this warp's valid rows (INT_MAX if none)
+  int pos_max;  // of this warp's valid rows (-1 if none)
+};
+__device__ __forceinline__ RowBounds warp_row_bounds(const int* pos, const bool* valid, int n) {
+  RowBounds b{INT_MAX, -1};
+  for (int i = 0; i < n; ++i)
+    if (valid[i]) {
+      b.pos_min = min(b.pos_min, pos[i]);
+      b.pos_max = max(b.pos_max, pos[i]);
+    }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    b.pos_min = min(b.pos_min, __shfl_xor_sync(0xffffffffu, b.pos_min, o));
+    b.pos_max = max(b.pos_max, __shfl_xor_sync(0xffffffffu, b.pos_max, o));
+  }
+  return b;
+}
+
+// Online-softmax update of one query row held by a quad of lanes, each holding kVals raw scores of it
+// (masked ones -inf): replaces them with p = exp2(score * scale_log2 - max * scale_log2) (one FFMA + EX2)
+// and returns the factor the row's output accumulator must be scaled by. row_max is kept in raw units,
+// which needs scale_log2 > 0 (checked on the host).
+template <int kVals, typename Get>
+__device__ __forceinline__ float softmax_row(Get&& val, float scale_log2, float& row_max, float& row_sum) {
+  float mx = row_max;
+#pragma unroll
+  for (int i = 0; i < kVals; ++i) mx = fmaxf(mx, val(i));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  const float base = mx == -INFINITY ? 0.0f : mx * scale_log2;  // a row with every key masked so far stays 0
+  const float alpha = fast_exp2(row_max * scale_log2 - base);   // 0 on the first tile (row_max = -inf)
+  row_max = mx;
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kVals; ++i) {
+    const float pr = fast_exp2(fmaf(val(i), scale_log2, -base));
+    val(i) = pr;
+    sum += pr;
+  }
+  row_sum = row_sum * alpha + sum;  // this lane's share; the quad's shares are added at the end
+  return alpha;
+}
+
+// =====================================================================================================
+// Kernel 1 (default on sm_90a): warpgroup MMA. CTA = 128 query rows of one q head = 2 warpgroups x 64
+// rows, KV tiles of kN = 128 keys. S = Q K^T with both operands in shared memory (wgmma SS), P stays in
+// registers as the A operand of O += P V (wgmma RS, V read transposed through an MN-major descriptor).
+// Shared memory: Q [128, kD], K and V [2][kN, kD], each stored as 64-column panels of 128-byte rows with
+// the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r & 7)), panel bases 1024-aligned; the
+// cp.async writes use the same pattern. kD = 128: 160 KiB, one CTA (8 warps) per SM.
+// =====================================================================================================
+
 template <int kD>
-void launch_prefill(const PagedAttentionParams& p, const AttentionPlanView& plan, cudaStream_t stream) {
-  using Cfg = PrefillConfig<kD>;
-  static const bool attr_set = [] {
-    XI_CUDA_CHECK(cudaFuncSetAttribute(paged_prefill_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(Cfg::kSmem)));
-    return true;
-  }();
+struct WgmmaConfig {
+  static constexpr int kHeadDim = kD;
+  static constexpr int kM = kPrefillTileRows;
+  static constexpr int kN = 128;
+  static constexpr int kThreads = 256;
+  static constexpr int kChunks = kD / 8;                // 16-byte chunks per row
+  static constexpr int kLoadRows = kThreads / kChunks;  // rows per pass of the loaders
+  static constexpr int kQBytes = kM * kD * 2;
+  static constexpr int kKvBytes = kN * kD * 2;
+  static constexpr int kSmem = kQBytes + 4 * kKvBytes + 1024;  // + slack to align the base to 1024
+  static_assert(kM == 128, "two warpgroups of 64 rows");
+  static_assert(kD == 64 || kD == 128);
+  static_assert(kN % kLoadRows == 0 && kM % kLoadRows == 0);
+};
+
+// Byte offset of 16-byte chunk c (of kD / 8) of row r in a [kRows, kD] tile of swizzled 64-column panels.
+template <int kRows>
+__device__ __forceinline__ uint32_t panel_swz(int r, int c) {
+  return static_cast<uint32_t>((c >> 3) * (kRows * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+// kOverlap = false: per KV tile, S = Q K^T, wait, softmax, O += P V, wait (the two warpgroups overlap
+// each other's softmax only as far as they drift apart between the per-tile barriers).
+// kOverlap = true (FlashAttention-3's intra-warpgroup pipelining): S of tile t + 1 and P V of tile t are
+// issued together; the softmax of tile t + 1 then runs while P V of tile t is still on the tensor cores.
+// K is loaded two tiles ahead and V one tile ahead, so every buffer is refilled only after the barrier that
+// follows the last wgmma reading it.
+template <typename Cfg, bool kOverlap>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) paged_prefill_wgmma_kernel(PagedAttentionParams p, AttentionPlanView plan) {
+  constexpr int kD = Cfg::kHeadDim, kM = Cfg::kM, kN = Cfg::kN, kChunks = Cfg::kChunks, kLoadRows = Cfg::kLoadRows;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ int warp_max_pos[Cfg::kThreads / 32];
+  const uint32_t q_s = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t k_s = q_s + Cfg::kQBytes;       // K[b] at k_s + b * kKvBytes
+  const uint32_t v_s = k_s + 2 * Cfg::kKvBytes;  // V[b] at v_s + b * kKvBytes
+
+  const TileWork w = tile_work(p, plan);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
+  const int g = lane / 4, t4 = lane % 4;
+  const int r0 = wg * 64 + (warp % 4) * 16 + g;  // this thread's accumulator rows: r0, r0 + 8
+
+  {  // Q tile (rows past the chunk are zeros)
+    const __nv_bfloat16* q_src = p.qkv + static_cast<size_t>(w.q_begin) * p.qkv_stride + w.head * kD;
+    const int c = tid % kChunks;
+#pragma unroll
+    for (int r = tid / kChunks; r < kM; r += kLoadRows) {
+      const bool ok = r < w.rows;
+      cp_async_16(q_s + panel_swz<kM>(r, c), q_src + static_cast<size_t>(ok ? r : 0) * p.qkv_stride + c * 8, ok);
+    }
+  }
+
+  int pos[2];
+  bool valid[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = r0 + 8 * hh;
+    valid[hh] = r < w.rows;
+    pos[hh] = p.positions[w.q_begin + min(r, w.rows - 1)];
+  }
+  const RowBounds wb = warp_row_bounds(pos, valid, 2);
+  if (lane == 0) warp_max_pos[warp] = wb.pos_max;
+  __syncthreads();
+  int kv_end = 0, wg_max = -1;  // keys [0, kv_end) are read; this warpgroup's rows see keys <= wg_max
+#pragma unroll
+  for (int i = 0; i < Cfg::kThreads / 32; ++i) {
+    kv_end = max(kv_end, warp_max_pos[i] + 1);
+    if (i / 4 == wg) wg_max = max(wg_max, warp_max_pos[i]);
+  }
+  const int num_tiles = (kv_end + kN - 1) / kN;
+  // Tiles [0, wg_tiles) hold keys of this warpgroup's rows; later ones are skipped (warpgroup-uniform).
+  const int wg_tiles = min(num_tiles, (wg_max + kN) / kN);
+
+  const KvRowLocator loc(p, w);
+  const auto swz = [](int r, int c) { return panel_swz<kN>(r, c); };
+  auto load_k = [&](int tile, int buf) {
+    const __nv_bfloat16* const src[1] = {p.k_cache};
+    const uint32_t dst[1] = {k_s + buf * Cfg::kKvBytes};
+    load_kv_tile<kD, kN, Cfg::kThreads, 8, 1>(loc, tile, kv_end, src, dst, swz);
+  };
+  auto load_v = [&](int tile, int buf) {
+    const __nv_bfloat16* const src[1] = {p.v_cache};
+    const uint32_t dst[1] = {v_s + buf * Cfg::kKvBytes};
+    load_kv_tile<kD, kN, Cfg::kThreads, 8, 1>(loc, tile, kv_end, src, dst, swz);
+  };
+
+  float o[kD / 2];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
+  float s[kN / 2];
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) s[i] = 0.0f;
+  uint32_t pa[kN / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < kN / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  const float scale_log2 = p.scale * kLog2e;
+  const uint32_t q_wg = q_s + wg * 64 * 128;  // this warpgroup's 64 rows inside each Q panel
+
+  // S = Q K^T for K in buffer kb: kD / 16 k-steps; k-step ks lies in panel ks / 4 at byte 32 (ks % 4) of
+  // the 128-byte rows. Caller: wgmma_fence before, commit after.
+  auto issue_s = [&](uint32_t kb) {
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      const uint32_t koff = (ks % 4) * 32;
+      wgmma_m64n128k16_ss(s, make_desc(q_wg + (ks / 4) * (kM * 128) + koff, 16, 1024),
+                          make_desc(kb + (ks / 4) * (kN * 128) + koff, 16, 1024), ks > 0 ? 1 : 0);
+    }
+  };
+  // O += P V for V in buffer vb: k-step kk is rows [16kk, 16kk + 16) of V's panels (2048 bytes each),
+  // panels kN * 128 bytes apart. Caller: wgmma_fence before, commit after.
+  auto issue_pv = [&](uint32_t vb) {
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) wgmma_m64nNk16_rs_tb(o, pa[kk], make_desc(vb + kk * 2048, kN * 128, 1024));
+  };
+  // Scores of tile `tile` in s -> probabilities (masked where the tile crosses a row's position: a
+  // warp-uniform branch); alpha: the factors O's rows must be scaled by.
+  auto softmax_tile = [&](int tile, float (&alpha)[2]) {
+    const int n0 = tile * kN;
+    if (n0 + kN - 1 > wb.pos_min) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int lim = pos[hh] - n0 - 2 * t4;  // column 8i + e of this lane is key n0 + 8i + 2 t4 + e
+#pragma unroll
+        for (int i = 0; i < kN / 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (8 * i + e > lim) s[4 * i + 2 * hh + e] = -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+      alpha[hh] = softmax_row<kN / 4>([&](int k) -> float& { return s[4 * (k / 2) + 2 * hh + (k % 2)]; }, scale_log2,
+                                      row_max[hh], row_sum[hh]);
+  };
+  // O *= alpha; P (bf16 A fragments: the S fragments of key columns [16kk, 16kk + 16) form k-step kk).
+  auto rescale_and_pack = [&](const float (&alpha)[2]) {
+#pragma unroll
+    for (int i = 0; i < kD / 8; ++i) {
+      o[4 * i + 0] *= alpha[0];
+      o[4 * i + 1] *= alpha[0];
+      o[4 * i + 2] *= alpha[1];
+      o[4 * i + 3] *= alpha[1];
+    }
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      pa[kk][0] = pack_bf16x2(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  };
+  auto publish_loads = [] {  // this thread's copies landed and are visible to the async proxy; then barrier
+    cp_async_wait_all();
+    fence_proxy_async();
+    __syncthreads();
+  };
+  auto fence_all_regs = [&] {
+    fence_regs(s);
+    fence_regs(o);
+    fence_regs(pa);
+  };
+
+  if constexpr (!kOverlap) {
+    load_k(0, 0);
+    load_v(0, 0);
+    cp_async_commit();
+    for (int tile = 0; tile < num_tiles; ++tile) {
+      publish_loads();  // tile visible to every thread and to wgmma; the buffers refilled next are free
+      if (tile + 1 < num_tiles) {
+        load_k(tile + 1, (tile + 1) & 1);
+        load_v(tile + 1, (tile + 1) & 1);
+        cp_async_commit();
+      }
+      if (tile >= wg_tiles) continue;
+      fence_all_regs();
+      wgmma_fence();
+      issue_s(k_s + (tile & 1) * Cfg::kKvBytes);
+      wgmma_commit();
+      wgmma_wait_all();
+      fence_regs(s);
+      float alpha[2];
+      softmax_tile(tile, alpha);
+      rescale_and_pack(alpha);
+      fence_all_regs();
+      wgmma_fence();
+      issue_pv(v_s + (tile & 1) * Cfg::kKvBytes);
+      wgmma_commit();
+      wgmma_wait_all();  // V[tile & 1] is refilled after the next barrier
+      fence_regs(o);
+    }
+  } else {
+    // Iteration t (one barrier each, t = 0 .. num_tiles): S of tile t and P V of tile t - 1 are issued
+    // together, the softmax of tile t runs while P V is on the tensor cores, and both are retired within
+    // the iteration (ptxas serializes wgmma left in flight across the loop's back edge). K is loaded one
+    // tile ahead (K[t + 1]) and V one tile behind (V[t], used at t + 1); the barrier at the top of
+    // iteration t follows every wgmma of iteration t - 1, so K[(t + 1) & 1] and V[t & 1] are free.
+    cp_async_commit();  // Q
+    load_k(0, 0);
+    cp_async_commit();
+    for (int tile = 0; tile <= num_tiles; ++tile) {
+      publish_loads();
+      if (tile + 1 < num_tiles) load_k(tile + 1, (tile + 1) & 1);
+      if (tile < num_tiles) load_v(tile, tile & 1);
+      cp_async_commit();
+      const uint32_t kb = k_s + (tile & 1) * Cfg::kKvBytes, vb_prev = v_s + ((tile + 1) & 1) * Cfg::kKvBytes;
+      float alpha[2];
+      // Each branch is one straight-line sequence from the first wgmma fence to the last wait (ptxas
+      // serializes wgmma issued under a condition after a fence outside it).
+      if (tile == 0 && wg_tiles > 0) {  // S of tile 0 alone
+        fence_all_regs();
+        wgmma_fence();
+        issue_s(kb);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(s);
+        softmax_tile(tile, alpha);
+        rescale_and_pack(alpha);
+      } else if (tile > 0 && tile < wg_tiles) {  // S of tile t and P V of tile t - 1
+        fence_all_regs();
+        wgmma_fence();
+        issue_s(kb);
+        wgmma_commit();
+        wgmma_fence();  // a second stage: s is rewritten once S retires, while P V still runs
+        issue_pv(vb_prev);
+        wgmma_commit();
+        wgmma_wait<1>();  // S (committed first) is done
+        fence_regs(s);
+        softmax_tile(tile, alpha);
+        end_schedule_region(row_sum[0] + row_sum[1]);
+        wgmma_wait<0>();  // P V is done: O may be rescaled and P rewritten
+        fence_all_regs();
+        rescale_and_pack(alpha);
+      } else if (tile > 0 && tile == wg_tiles) {  // this warpgroup's last P V
+        fence_all_regs();
+        wgmma_fence();
+        issue_pv(vb_prev);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(o);
+      }
+    }
+  }
+
+  // Epilogue: normalize and store bf16 pairs straight from the accumulator (each quad writes 16 bytes).
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float l = row_sum[hh];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const int r = r0 + 8 * hh;
+    if (r < w.rows) {
+      __nv_bfloat16* out = p.out + static_cast<size_t>(w.q_begin + r) * p.num_heads * kD + w.head * kD + 2 * t4;
+#pragma unroll
+      for (int i = 0; i < kD / 8; ++i)
+        *reinterpret_cast<uint32_t*>(out + 8 * i) = pack_bf16x2(o[4 * i + 2 * hh] * inv, o[4 * i + 2 * hh + 1] * inv);
+    }
+  }
+}
+
+// =====================================================================================================
+// Kernel 2 (fallback): FlashAttention-2 layout with mma.sync.m16n8k16. CTA = 128 query rows of one q head,
+// 4 warps x 32 rows (two m16 tiles per warp, so each K / V fragment read from shared memory feeds two
+// MMAs), KV tiles of kN = 64 keys, fragments loaded with ldmatrix (.trans for V). Shared memory: Q [128, kD]
+// and double-buffered K, V [2][kN, kD], rows of kD bf16 whose 16-byte chunks are XOR-swizzled by (row & 7)
+// so that ldmatrix and the row-wise cp.async writes are free of bank conflicts. 96 KiB for kD = 128: two
+// CTAs per SM.
+// =====================================================================================================
+
+template <int kD>
+struct MmaConfig {
+  static constexpr int kHeadDim = kD;
+  static constexpr int kM = kPrefillTileRows;
+  static constexpr int kN = 64;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kWarpRows = kM / kWarps;   // 32
+  static constexpr int kMTiles = kWarpRows / 16;  // m16 tiles per warp
+  static constexpr int kChunks = kD / 8;
+  static constexpr int kRowBytes = kD * 2;
+  static constexpr int kLoadRows = kThreads / kChunks;
+  static constexpr int kQBytes = kM * kRowBytes;
+  static constexpr int kKvBytes = kN * kRowBytes;
+  static constexpr int kSmem = kQBytes + 4 * kKvBytes;  // Q, K[2], V[2]
+  static_assert(kM == 128 && kWarpRows % 16 == 0);
+  static_assert(kD % 16 == 0 && kChunks >= 8 && kThreads % kChunks == 0 && kN % kLoadRows == 0);
+};
+
+// Byte offset of 16-byte chunk c of row r in a swizzled [rows, kD] bf16 tile with kRowBytes-byte rows.
+template <int kRowBytes>
+__device__ __forceinline__ uint32_t row_swz(int r, int c) {
+  return static_cast<uint32_t>(r * kRowBytes + ((c ^ (r & 7)) << 4));
+}
+
+template <typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 2) paged_prefill_mma_kernel(PagedAttentionParams p, AttentionPlanView plan) {
+  constexpr int kD = Cfg::kHeadDim, kM = Cfg::kM, kN = Cfg::kN, kMT = Cfg::kMTiles, kChunks = Cfg::kChunks,
+                kRB = Cfg::kRowBytes, kLoadRows = Cfg::kLoadRows, kWarpRows = Cfg::kWarpRows;
+  constexpr int kNT = kN / 8;  // n8 tiles of S per m16 tile
+  constexpr int kDT = kD / 8;  // n8 tiles of O per m16 tile
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ int warp_max_pos[Cfg::kWarps];
+  const uint32_t q_s = smem_u32(smem);
+  const uint32_t k_s = q_s + Cfg::kQBytes;       // K[b] at k_s + b * kKvBytes
+  const uint32_t v_s = k_s + 2 * Cfg::kKvBytes;  // V[b] at v_s + b * kKvBytes
+
+  const TileWork w = tile_work(p, plan);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t4 = lane % 4;  // fragment coordinates: rows g, g + 8; columns 2 t4 + {0, 1}
+  const int wr = warp * kWarpRows;        // this warp's first row in the tile
+
+  {
+    const __nv_bfloat16* q_src = p.qkv + static_cast<size_t>(w.q_begin) * p.qkv_stride + w.head * kD;
+    const int c = tid % kChunks;
+#pragma unroll
+    for (int r = tid / kChunks; r < kM; r += kLoadRows) {
+      const bool ok = r < w.rows;
+      cp_async_16(q_s + row_swz<kRB>(r, c), q_src + static_cast<size_t>(ok ? r : 0) * p.qkv_stride + c * 8, ok);
+    }
+    cp_async_commit();
+  }
+
+  int pos[2 * kMT];  // rows wr + 16 mt + g + 8 hh at index 2 mt + hh
+  bool valid[2 * kMT];
+#pragma unroll
+  for (int i = 0; i < 2 * kMT; ++i) {
+    const int r = wr + (i / 2) * 16 + g + 8 * (i % 2);
+    valid[i] = r < w.rows;
+    pos[i] = p.positions[w.q_begin + min(r, w.rows - 1)];
+  }
+  const RowBounds wb = warp_row_bounds(pos, valid, 2 * kMT);
+  if (lane == 0) warp_max_pos[warp] = wb.pos_max;
+  __syncthreads();
+  int kv_end = 0;
+#pragma unroll
+  for (int i = 0; i < Cfg::kWarps; ++i) kv_end = max(kv_end, warp_max_pos[i] + 1);
+  const int num_tiles = (kv_end + kN - 1) / kN;
+
+  const KvRowLocator loc(p, w);
+  auto load_kv = [&](int tile, int buf) {
+    const __nv_bfloat16* const src[2] = {p.k_cache, p.v_cache};
+    const uint32_t dst[2] = {k_s + buf * Cfg::kKvBytes, v_s + buf * Cfg::kKvBytes};
+    load_kv_tile<kD, kN, Cfg::kThreads, 1, 2>(loc, tile, kv_end, src, dst, [](int r, int c) { return row_swz<kRB>(r, c); });
+    cp_async_commit();
+  };
+  load_kv(0, 0);
+
+  float o_acc[kMT][kDT][4];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o_acc[mt][dt][e] = 0.0f;
+  float row_max[2 * kMT], row_sum[2 * kMT];
+#pragma unroll
+  for (int i = 0; i < 2 * kMT; ++i) {
+    row_max[i] = -INFINITY;
+    row_sum[i] = 0.0f;
+  }
+  const float scale_log2 = p.scale * kLog2e;
+  const int lr = lane & 7;  // (row & 7) of every ldmatrix row address below
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    cp_async_wait_all();
+    __syncthreads();  // tile visible to all; everyone is done with the buffer refilled next
+    if (tile + 1 < num_tiles) load_kv(tile + 1, (tile + 1) & 1);
+    const int n0 = tile * kN;
+    if (n0 > wb.pos_max) continue;  // every row of this warp precedes the tile (or is past the chunk)
+    const uint32_t kb = k_s + (tile & 1) * Cfg::kKvBytes, vb = v_s + (tile & 1) * Cfg::kKvBytes;
+
+    // S = Q K^T for this warp's 32 rows x kN keys.
+    float s[kMT][kNT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      uint32_t a[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+        ldmatrix_x4(a[mt], q_s + (wr + mt * 16 + (lane & 15)) * kRB + (((2 * ks + (lane >> 4)) ^ lr) << 4));
+#pragma unroll
+      for (int np = 0; np < kNT / 2; ++np) {
+        uint32_t b[4];  // n8 tiles 2np, 2np + 1 at k-step ks
+        ldmatrix_x4(b, kb + (np * 16 + ((lane >> 4) << 3) + lr) * kRB + (((2 * ks + ((lane >> 3) & 1)) ^ lr) << 4));
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_bf16_16816(s[mt][2 * np], a[mt], b[0], b[1]);
+          mma_bf16_16816(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    // Mask keys past each row's position, only in tiles that cross one (warp-uniform branch).
+    if (n0 + kN - 1 > wb.pos_min) {
+#pragma unroll
+      for (int i = 0; i < 2 * kMT; ++i) {
+        const int lim = pos[i] - n0 - 2 * t4;  // column 8nt + e of this lane is key n0 + 8nt + 2 t4 + e
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (8 * nt + e > lim) s[i / 2][nt][2 * (i % 2) + e] = -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const float alpha = softmax_row<2 * kNT>([&](int k) -> float& { return s[mt][k / 2][2 * hh + (k % 2)]; },
+                                                 scale_log2, row_max[2 * mt + hh], row_sum[2 * mt + hh]);
+#pragma unroll
+        for (int dt = 0; dt < kDT; ++dt) {
+          o_acc[mt][dt][2 * hh] *= alpha;
+          o_acc[mt][dt][2 * hh + 1] *= alpha;
+        }
+      }
+
+    // O += P V: P's accumulator fragments of n8 tiles 2kk, 2kk + 1 are the A fragment of k-step kk.
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      uint32_t a[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        a[mt][0] = pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int dp = 0; dp < kDT / 2; ++dp) {
+        uint32_t b[4];  // V^T fragments of d tiles 2dp, 2dp + 1 for keys [16kk, 16kk + 16)
+        ldmatrix_x4_trans(b, vb + (kk * 16 + ((lane >> 3) & 1) * 8 + lr) * kRB + (((2 * dp + (lane >> 4)) ^ lr) << 4));
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_bf16_16816(o_acc[mt][2 * dp], a[mt], b[0], b[1]);
+          mma_bf16_16816(o_acc[mt][2 * dp + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+  }
+
+  // Epilogue: normalize, stage the warp's rows as bf16 in its own (no longer read) Q rows, then write
+  // them out with 16-byte stores.
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float l = row_sum[2 * mt + hh];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const int r = wr + mt * 16 + g + 8 * hh;  // r & 7 == g
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt)
+        *reinterpret_cast<uint32_t*>(smem + r * kRB + ((dt ^ g) << 4) + 4 * t4) =
+            pack_bf16x2(o_acc[mt][dt][2 * hh] * inv, o_acc[mt][dt][2 * hh + 1] * inv);
+    }
+  __syncwarp();
+  __nv_bfloat16* out = p.out + static_cast<size_t>(w.q_begin) * p.num_heads * kD + w.head * kD;
+#pragma unroll
+  for (int idx = lane; idx < kWarpRows * kChunks; idx += 32) {
+    const int r = wr + idx / kChunks, c = idx % kChunks;
+    if (r < w.rows)
+      *reinterpret_cast<uint4*>(out + static_cast<size_t>(r) * p.num_heads * kD + c * 8) =
+          *reinterpret_cast<const uint4*>(smem + row_swz<kRB>(r, c));
+  }
+}
+
+// ---- launch ----
+
+template <typename Kernel>
+void set_smem_once(Kernel kernel, int bytes) {
+  XI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+template <int kD, bool kOverlap>
+void launch_wgmma(const PagedAttentionParams& p, const AttentionPlanView& plan, cudaStream_t stream) {
+  using Cfg = WgmmaConfig<kD>;
+  static const bool attr_set = (set_smem_once(paged_prefill_wgmma_kernel<Cfg, kOverlap>, Cfg::kSmem), true);
   (void)attr_set;
-  paged_prefill_kernel<Cfg><<<dim3(plan.num_prefill_items, p.num_heads), Cfg::kThreads, Cfg::kSmem, stream>>>(p, plan);
+  paged_prefill_wgmma_kernel<Cfg, kOverlap>
+      <<<dim3(p.num_heads, plan.num_prefill_items), Cfg::kThreads, Cfg::kSmem, stream>>>(p, plan);
+  XI_CUDA_CHECK_LAUNCH();
+}
+
+template <int kD>
+void launch_mma(const PagedAttentionParams& p, const AttentionPlanView& plan, cudaStream_t stream) {
+  using Cfg = MmaConfig<kD>;
+  static const bool attr_set = (set_smem_once(paged_prefill_mma_kernel<Cfg>, Cfg::kSmem), true);
+  (void)attr_set;
+  paged_prefill_mma_kernel<Cfg><<<dim3(p.num_heads, plan.num_prefill_items), Cfg::kThreads, Cfg::kSmem, stream>>>(p, plan);
   XI_CUDA_CHECK_LAUNCH();
 }
 
@@ -183,10 +781,19 @@ void launch_prefill(const PagedAttentionParams& p, const AttentionPlanView& plan
 
 bool prefill_attention_supports(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
-void launch_paged_prefill_attention(const PagedAttentionParams& p, const AttentionPlanView& plan, cudaStream_t stream) {
+void launch_paged_prefill_attention(const PagedAttentionParams& p, const AttentionPlanView& plan, cudaStream_t stream,
+                                    PrefillKernel kernel) {
   if (plan.num_prefill_items == 0) return;
   XI_CHECK_EQ(p.num_heads % p.num_kv_heads, 0);
-  dispatch_fast_head_dim(p.head_dim, [&]<int kD>() { launch_prefill<kD>(p, plan, stream); });
+  XI_CHECK_GT(p.scale, 0.0f) << "the kernels keep row maxima of unscaled scores";
+  XI_CHECK_LE(plan.num_prefill_items, 65535) << "prefill work items exceed the grid's y limit";
+  dispatch_fast_head_dim(p.head_dim, [&]<int kD>() {
+    switch (kernel) {
+      case PrefillKernel::kWgmma: launch_wgmma<kD, true>(p, plan, stream); break;
+      case PrefillKernel::kWgmmaSimple: launch_wgmma<kD, false>(p, plan, stream); break;
+      case PrefillKernel::kMmaSync: launch_mma<kD>(p, plan, stream); break;
+    }
+  });
 }
 
 }  // namespace xinfer::cuda

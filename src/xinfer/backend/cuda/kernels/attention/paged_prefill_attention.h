@@ -1,10 +1,19 @@
-// Paged prefill attention: flash-style (online softmax) over query tiles of prefill chunks, reading
-// K/V through the block table, so chunks with cached prefixes (chunked prefill, prefix caching) see
-// their whole context. Tensor cores via WMMA (bf16 in, f32 accumulate): S = Q K^T and O += P V.
+// Paged prefill attention: flash-style (online softmax in registers) over the query tiles of prefill chunks,
+// reading K/V through the block table, so chunks with cached prefixes (chunked prefill, prefix caching) see
+// their whole context. Causal: query token t at positions[t] attends to keys [0, positions[t]] of its
+// sequence; only KV tiles that cross a row's position are masked, tiles past every row are skipped.
 //
-// Grid: (prefill work item = (sequence, 64-row query tile), q head). 4 warps; warp w owns query rows
-// [16w, 16w + 16) of the tile: S, P and O for those rows live in shared memory and are touched only by
-// that warp, so only the K/V tile loads need block barriers.
+// Grid: (q head, prefill work item = (sequence, 128-row query tile) from the host plan, last item first).
+// Implementations of the same contract (bf16 in, f32 accumulate), all tested against the CPU:
+//   kWgmma (default): sm_90a warpgroup MMA; 2 warpgroups x 64 rows, KV tiles of 128 keys, S = Q K^T from
+//     128-byte-swizzled shared memory, P kept in registers as the A operand of O += P V; S of the next
+//     tile and P V of this one are issued together so the softmax overlaps P V (FlashAttention-3's
+//     intra-warpgroup pipelining).
+//   kWgmmaSimple: the same without the overlap (S, softmax, P V in turn); a diagnostic baseline.
+//   kMmaSync: FlashAttention-2 layout with mma.sync.m16n8k16 + ldmatrix; 4 warps x 32 rows, KV tiles of
+//     64 keys; the fallback if the wgmma kernels misbehave on some part.
+// K/V tiles are gathered row by row with cp.async (16-byte chunks, double-buffered); no host sync, no
+// allocation (CUDA-graph safe).
 //
 // Supported head_dim: 64, 128 (prefill_attention_supports()); other sizes use the generic kernel.
 #pragma once
@@ -15,9 +24,12 @@
 
 namespace xinfer::cuda {
 
+enum class PrefillKernel { kWgmma, kWgmmaSimple, kMmaSync };
+
 bool prefill_attention_supports(int head_dim);
 
-// Runs attention for every query row of plan.prefill_items.
-void launch_paged_prefill_attention(const PagedAttentionParams& p, const AttentionPlanView& plan, cudaStream_t stream);
+// Runs attention for every query row of plan.prefill_items; writes only those rows of p.out.
+void launch_paged_prefill_attention(const PagedAttentionParams& p, const AttentionPlanView& plan, cudaStream_t stream,
+                                    PrefillKernel kernel = PrefillKernel::kWgmma);
 
 }  // namespace xinfer::cuda
