@@ -10,6 +10,7 @@
 
 #include "gpu_test_util.h"
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
+#include "xinfer/backend/cuda/kernels/attention/paged_prefill_attention.h"
 
 namespace xinfer::gpu_test {
 namespace {
@@ -235,6 +236,110 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{"generic_d8_mha", 8, 8, 8, 16, {{0, 1}, {96, 1}, {0, 97}}},
         AttnCase{"generic_d80_mqa", 5, 1, 80, 16, {{0, 54}, {200, 1}}},
         AttnCase{"generic_d256", 4, 2, 256, 16, {{0, 20}, {60, 1}}}),
+    [](const auto& param_info) { return param_info.param.name; });
+
+// ---- prefill kernels ----
+// Prefill-only steps through the backend and through each prefill kernel launched directly (kWgmma, which
+// the backend uses, kWgmmaSimple and the kMmaSync fallback), against the CPU: chunk lengths around the
+// 128-row tile (2..65-row tiles, 1-row and 127-row tails), cached prefixes 0, 37, 1000, 2048, 3584 (chunks
+// starting mid-block), several sequences per step, head_dim 64 and 128, GQA groups 1, 4, 8, block sizes 1
+// and 16, and a peaky softmax (the online rescaling).
+
+// Device copy of a host int32 array (the plan's prefill items), freed at scope exit.
+struct DeviceInts {
+  explicit DeviceInts(const std::vector<int32_t>& v) {
+    XI_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(v.size(), 1) * sizeof(int32_t)));
+    XI_CUDA_CHECK(
+        cudaMemcpyAsync(ptr, v.data(), v.size() * sizeof(int32_t), cudaMemcpyHostToDevice, gpu().stream()));
+    XI_CUDA_CHECK(cudaStreamSynchronize(gpu().stream()));
+  }
+  ~DeviceInts() { XI_CUDA_CHECK(cudaFree(ptr)); }
+  DeviceInts(const DeviceInts&) = delete;
+  DeviceInts& operator=(const DeviceInts&) = delete;
+  int32_t* ptr = nullptr;
+};
+
+class PrefillKernelTest : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(PrefillKernelTest, BothKernelsMatchCpu) {
+  const AttnCase& ac = GetParam();
+  for (const Seq& s : ac.seqs)
+    ASSERT_GE(s.q_len, 2) << "prefill-only steps: the prefill kernel writes every row";
+  std::mt19937 rng(static_cast<unsigned>(std::hash<std::string>()(ac.name)));
+  const int total_blocks = 1 + blocks_needed(ac.seqs, ac.block_size);
+  const backend::StepPlan plan = make_plan(ac.seqs, ac.block_size, shuffled_blocks(total_blocks, rng), 0);
+  const int T = plan.num_tokens();
+  const int width = (ac.hq + 2 * ac.hkv) * ac.d;
+  const Shape cache_shape{total_blocks, ac.hkv, ac.block_size, ac.d};
+  const size_t cache_n = static_cast<size_t>(cache_shape.numel());
+  auto qkv = upload_both(random_bf16(static_cast<size_t>(T) * width, rng, ac.q_scale), Shape{T, width});
+  auto k = upload_both(random_bf16(cache_n, rng), cache_shape);
+  auto v = upload_both(random_bf16(cache_n, rng), cache_shape);
+  auto out = allocate_both(Shape{T, ac.hq * ac.d});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(ac.d));
+  cpu().paged_attention(cpu().upload_step(plan), qkv.c.view, ac.hq, ac.hkv, ac.d, scale, {k.c.view, v.c.view},
+                        out.c.view);
+  const backend::StepMeta meta = gpu().upload_step(plan);
+
+  poison(out.g.view);
+  gpu().paged_attention(meta, qkv.g.view, ac.hq, ac.hkv, ac.d, scale, {k.g.view, v.g.view}, out.g.view);
+  Compare c = expect_close(out.g.view, out.c.view, 1e-2, ac.name + " (backend)");
+  std::printf("[ attention ] prefill %-30s backend  T=%-5d rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), T,
+              c.rel_l2, c.max_abs);
+
+  const cuda::AttentionPlanHost host = cuda::build_attention_plan(plan);
+  ASSERT_EQ(host.num_decode(), 0);
+  const DeviceInts items(host.prefill_items);
+  cuda::PagedAttentionParams p{};
+  p.qkv = static_cast<const __nv_bfloat16*>(qkv.g.view.data);
+  p.k_cache = static_cast<const __nv_bfloat16*>(k.g.view.data);
+  p.v_cache = static_cast<const __nv_bfloat16*>(v.g.view.data);
+  p.out = static_cast<__nv_bfloat16*>(out.g.view.data);
+  p.query_start_loc = meta.query_start_loc;
+  p.positions = meta.positions;
+  p.block_tables = meta.block_tables;
+  p.max_blocks_per_seq = meta.max_blocks_per_seq;
+  p.num_tokens = T;
+  p.num_heads = ac.hq;
+  p.num_kv_heads = ac.hkv;
+  p.head_dim = ac.d;
+  p.block_size = ac.block_size;
+  p.qkv_stride = width;
+  p.scale = scale;
+  cuda::AttentionPlanView view{};
+  view.num_prefill_items = host.num_prefill_items();
+  view.prefill_items = items.ptr;
+  const std::pair<cuda::PrefillKernel, const char*> kernels[] = {
+      {cuda::PrefillKernel::kWgmma, "wgmma"},
+      {cuda::PrefillKernel::kWgmmaSimple, "wgmma-s"},
+      {cuda::PrefillKernel::kMmaSync, "mma.sync"}};
+  for (const auto& [kernel, label] : kernels) {
+    poison(out.g.view);
+    cuda::launch_paged_prefill_attention(p, view, gpu().stream(), kernel);
+    c = expect_close(out.g.view, out.c.view, 1e-2, ac.name + " (" + label + ")");
+    std::printf("[ attention ] prefill %-30s %-8s T=%-5d rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), label,
+                T, c.rel_l2, c.max_abs);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, PrefillKernelTest,
+    ::testing::Values(
+        AttnCase{"tiles_gqa4_d128", 32, 8, 128, 16,
+                 {{0, 2}, {0, 17}, {0, 63}, {0, 64}, {0, 65}, {0, 129}, {0, 255}}},
+        AttnCase{"prefix37_gqa1_d128", 8, 8, 128, 16, {{37, 2}, {37, 100}, {37, 130}}},
+        AttnCase{"prefix1000_gqa8_d64", 16, 2, 64, 16, {{1000, 300}, {1000, 17}, {1001, 2}}},
+        AttnCase{"single_2100_gqa4_d128", 8, 2, 128, 16, {{0, 2100}}},
+        AttnCase{"bs1_gqa4_d64", 8, 2, 64, 1, {{5, 70}, {0, 33}, {200, 129}}},
+        AttnCase{"bs1_gqa4_d128", 8, 2, 128, 1, {{3, 131}, {0, 2}}},
+        AttnCase{"mid_block_gqa8_d128", 16, 2, 128, 16, {{1005, 77}, {55, 250}, {16, 3}}},
+        AttnCase{"many_seqs_gqa4_d128", 32, 8, 128, 16,
+                 {{0, 3}, {5, 40}, {100, 128}, {0, 130}, {64, 64}, {1, 255}, {300, 2}, {17, 19}, {0, 128},
+                  {129, 127}}},
+        AttnCase{"mha_d64_prefix2048", 4, 4, 64, 16, {{2048, 200}, {0, 2}}},
+        AttnCase{"chunk512_on_3584_gqa4_d128", 4, 1, 128, 16, {{3584, 512}}},
+        AttnCase{"peaky_gqa4_d128", 8, 2, 128, 16, {{0, 300}, {40, 90}}, 0, 4.0f},
+        AttnCase{"peaky_gqa8_d64", 16, 2, 64, 16, {{500, 260}}, 0, 4.0f}),
     [](const auto& param_info) { return param_info.param.name; });
 
 }  // namespace

@@ -12,7 +12,9 @@ namespace {
 
 // ---- PTX wrappers. Shared-memory operands are 32-bit shared-window addresses. ----
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
 
 // 16-byte global -> shared copy that skips L1; writes zeros instead when !valid (src is then not read).
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
@@ -20,8 +22,12 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
   // ordered with the commit / wait / barrier around them (volatile asm and barriers are not reordered).
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -37,7 +43,8 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
 }
 
 // d (16x8 f32) += a (16x16 bf16, row-major) * b (16x8 bf16; b0 / b1 hold the k pairs of column lane / 4).
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                               uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"
@@ -49,16 +56,24 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
 // accumulator fragment of m64nN is, per warp w of the warpgroup, the m16n8 layout repeated over N:
 // d[4i + 2h + e] = D[16w + lane / 4 + 8h][8i + 2 (lane % 4) + e]. A register fragments (RS form) use the
 // m16n8k16 A layout.
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
 template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
-__device__ __forceinline__ void wgmma_wait_all() { wgmma_wait<0>(); }
+__device__ __forceinline__ void wgmma_wait_all() {
+  wgmma_wait<0>();
+}
 // Makes this thread's generic-proxy shared-memory writes (st.shared, cp.async) visible to the async proxy
 // that wgmma reads operands through.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 
 // Pins register operands of asynchronous wgmma in program order relative to the fence / wait around it
 // (the compiler must not move their reads or writes across those, which it cannot see through).
@@ -79,24 +94,27 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N][4]) {
 // 62-63. K-major operands: lbo unused (1), sbo = 1024 (8 rows of 128 bytes). MN-major operands: lbo = the
 // distance between 64-element column panels, sbo = 1024 (8 rows along K).
 __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
-  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFFu) << 16) |
+  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) |
+         (static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFFu) << 16) |
          (static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFFu) << 32) | (uint64_t{1} << 62);
 }
 
-#define XI_ACC8(d, i) \
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define XI_ACC8(d, i)                                                                         \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
 
-// d[64 x 128] = (accumulate ? d : 0) + A[64 x 16] (K-major smem) * B[16 x 128] (K-major smem, i.e. [128, 16]).
+// d[64 x 128] = (accumulate ? d : 0) + A[64 x 16] (K-major smem) * B[16 x 128] (K-major smem: [128, 16])
 __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
-      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
-      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
       "%64, %65, p, 1, 1, 0, 0;\n}\n"
-      : XI_ACC8(d, 0), XI_ACC8(d, 8), XI_ACC8(d, 16), XI_ACC8(d, 24), XI_ACC8(d, 32), XI_ACC8(d, 40), XI_ACC8(d, 48),
-        XI_ACC8(d, 56)
+      : XI_ACC8(d, 0), XI_ACC8(d, 8), XI_ACC8(d, 16), XI_ACC8(d, 24), XI_ACC8(d, 32), XI_ACC8(d, 40),
+        XI_ACC8(d, 48), XI_ACC8(d, 56)
       : "l"(a), "l"(b), "r"(accumulate)
       : "memory");
 }
@@ -106,12 +124,13 @@ __device__ __forceinline__ void wgmma_m64nNk16_rs_tb(float (&d)[64], const uint3
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
-      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
-      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
       "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-      : XI_ACC8(d, 0), XI_ACC8(d, 8), XI_ACC8(d, 16), XI_ACC8(d, 24), XI_ACC8(d, 32), XI_ACC8(d, 40), XI_ACC8(d, 48),
-        XI_ACC8(d, 56)
+      : XI_ACC8(d, 0), XI_ACC8(d, 8), XI_ACC8(d, 16), XI_ACC8(d, 24), XI_ACC8(d, 32), XI_ACC8(d, 40),
+        XI_ACC8(d, 48), XI_ACC8(d, 56)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)
       : "memory");
 }
@@ -119,8 +138,8 @@ __device__ __forceinline__ void wgmma_m64nNk16_rs_tb(float (&d)[32], const uint3
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
-      "%23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
       "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
       : XI_ACC8(d, 0), XI_ACC8(d, 8), XI_ACC8(d, 16), XI_ACC8(d, 24)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)
@@ -170,7 +189,9 @@ __device__ __forceinline__ TileWork tile_work(const PagedAttentionParams& p, con
   return w;
 }
 
-__device__ __forceinline__ int log2_if_pow2(int x) { return (x & (x - 1)) == 0 ? __ffs(x) - 1 : -1; }
+__device__ __forceinline__ int log2_if_pow2(int x) {
+  return (x & (x - 1)) == 0 ? __ffs(x) - 1 : -1;
+}
 
 // Finds the cache row (index of a head_dim vector in [num_blocks * num_kv_heads * block_size]) of key j of
 // the tile's sequence through its block table; a shift replaces the division for power-of-two block sizes.
@@ -189,7 +210,8 @@ struct KvRowLocator {
   // j must be < the sequence's length.
   __device__ __forceinline__ uint32_t row(int j) const {
     const int b = shift >= 0 ? j >> shift : j / block_size;
-    return static_cast<uint32_t>(table[b]) * block_rows + head_rows + static_cast<uint32_t>(j - b * block_size);
+    return static_cast<uint32_t>(table[b]) * block_rows + head_rows +
+           static_cast<uint32_t>(j - b * block_size);
   }
 };
 
@@ -199,8 +221,8 @@ struct KvRowLocator {
 // ahead of their copies so their latencies overlap.
 template <int kD, int kN, int kThreads, int kBatch, int kSrcs, typename Swizzle>
 __device__ __forceinline__ void load_kv_tile(const KvRowLocator& loc, int tile, int kv_end,
-                                             const __nv_bfloat16* const (&src)[kSrcs], const uint32_t (&dst)[kSrcs],
-                                             Swizzle swz) {
+                                             const __nv_bfloat16* const (&src)[kSrcs],
+                                             const uint32_t (&dst)[kSrcs], Swizzle swz) {
   constexpr int kChunks = kD / 8, kLoadRows = kThreads / kChunks, kPerThread = kN / kLoadRows;
   constexpr int kB = kBatch < kPerThread ? kBatch : kPerThread;
   static_assert(kPerThread % kB == 0);
@@ -306,8 +328,10 @@ __device__ __forceinline__ uint32_t panel_swz(int r, int c) {
 // K is loaded two tiles ahead and V one tile ahead, so every buffer is refilled only after the barrier that
 // follows the last wgmma reading it.
 template <typename Cfg, bool kOverlap>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) paged_prefill_wgmma_kernel(PagedAttentionParams p, AttentionPlanView plan) {
-  constexpr int kD = Cfg::kHeadDim, kM = Cfg::kM, kN = Cfg::kN, kChunks = Cfg::kChunks, kLoadRows = Cfg::kLoadRows;
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    paged_prefill_wgmma_kernel(PagedAttentionParams p, AttentionPlanView plan) {
+  constexpr int kD = Cfg::kHeadDim, kM = Cfg::kM, kN = Cfg::kN, kChunks = Cfg::kChunks,
+                kLoadRows = Cfg::kLoadRows;
   extern __shared__ unsigned char smem_raw[];
   __shared__ int warp_max_pos[Cfg::kThreads / 32];
   const uint32_t q_s = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -325,7 +349,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) paged_prefill_wgmma_kernel(P
 #pragma unroll
     for (int r = tid / kChunks; r < kM; r += kLoadRows) {
       const bool ok = r < w.rows;
-      cp_async_16(q_s + panel_swz<kM>(r, c), q_src + static_cast<size_t>(ok ? r : 0) * p.qkv_stride + c * 8, ok);
+      cp_async_16(q_s + panel_swz<kM>(r, c), q_src + static_cast<size_t>(ok ? r : 0) * p.qkv_stride + c * 8,
+                  ok);
     }
   }
 
@@ -390,11 +415,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) paged_prefill_wgmma_kernel(P
   // panels kN * 128 bytes apart. Caller: wgmma_fence before, commit after.
   auto issue_pv = [&](uint32_t vb) {
 #pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) wgmma_m64nNk16_rs_tb(o, pa[kk], make_desc(vb + kk * 2048, kN * 128, 1024));
+    for (int kk = 0; kk < kN / 16; ++kk)
+      wgmma_m64nNk16_rs_tb(o, pa[kk], make_desc(vb + kk * 2048, kN * 128, 1024));
   };
   // Scores of tile `tile` in s -> probabilities (masked where the tile crosses a row's position: a
   // warp-uniform branch); alpha: the factors O's rows must be scaled by.
-  auto softmax_tile = [&](int tile, float (&alpha)[2]) {
+  auto softmax_tile = [&](int tile, float(&alpha)[2]) {
     const int n0 = tile * kN;
     if (n0 + kN - 1 > wb.pos_min) {
 #pragma unroll
@@ -409,11 +435,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) paged_prefill_wgmma_kernel(P
     }
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh)
-      alpha[hh] = softmax_row<kN / 4>([&](int k) -> float& { return s[4 * (k / 2) + 2 * hh + (k % 2)]; }, scale_log2,
-                                      row_max[hh], row_sum[hh]);
+      alpha[hh] = softmax_row<kN / 4>([&](int k) -> float& { return s[4 * (k / 2) + 2 * hh + (k % 2)]; },
+                                      scale_log2, row_max[hh], row_sum[hh]);
   };
   // O *= alpha; P (bf16 A fragments: the S fragments of key columns [16kk, 16kk + 16) form k-step kk).
-  auto rescale_and_pack = [&](const float (&alpha)[2]) {
+  auto rescale_and_pack = [&](const float(&alpha)[2]) {
 #pragma unroll
     for (int i = 0; i < kD / 8; ++i) {
       o[4 * i + 0] *= alpha[0];
@@ -530,10 +556,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) paged_prefill_wgmma_kernel(P
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     const int r = r0 + 8 * hh;
     if (r < w.rows) {
-      __nv_bfloat16* out = p.out + static_cast<size_t>(w.q_begin + r) * p.num_heads * kD + w.head * kD + 2 * t4;
+      __nv_bfloat16* out =
+          p.out + static_cast<size_t>(w.q_begin + r) * p.num_heads * kD + w.head * kD + 2 * t4;
 #pragma unroll
       for (int i = 0; i < kD / 8; ++i)
-        *reinterpret_cast<uint32_t*>(out + 8 * i) = pack_bf16x2(o[4 * i + 2 * hh] * inv, o[4 * i + 2 * hh + 1] * inv);
+        *reinterpret_cast<uint32_t*>(out + 8 * i) =
+            pack_bf16x2(o[4 * i + 2 * hh] * inv, o[4 * i + 2 * hh + 1] * inv);
     }
   }
 }
@@ -573,7 +601,8 @@ __device__ __forceinline__ uint32_t row_swz(int r, int c) {
 }
 
 template <typename Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, 2) paged_prefill_mma_kernel(PagedAttentionParams p, AttentionPlanView plan) {
+__global__ void __launch_bounds__(Cfg::kThreads, 2)
+    paged_prefill_mma_kernel(PagedAttentionParams p, AttentionPlanView plan) {
   constexpr int kD = Cfg::kHeadDim, kM = Cfg::kM, kN = Cfg::kN, kMT = Cfg::kMTiles, kChunks = Cfg::kChunks,
                 kRB = Cfg::kRowBytes, kLoadRows = Cfg::kLoadRows, kWarpRows = Cfg::kWarpRows;
   constexpr int kNT = kN / 8;  // n8 tiles of S per m16 tile
@@ -595,7 +624,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) paged_prefill_mma_kernel(Pag
 #pragma unroll
     for (int r = tid / kChunks; r < kM; r += kLoadRows) {
       const bool ok = r < w.rows;
-      cp_async_16(q_s + row_swz<kRB>(r, c), q_src + static_cast<size_t>(ok ? r : 0) * p.qkv_stride + c * 8, ok);
+      cp_async_16(q_s + row_swz<kRB>(r, c), q_src + static_cast<size_t>(ok ? r : 0) * p.qkv_stride + c * 8,
+                  ok);
     }
     cp_async_commit();
   }
@@ -620,7 +650,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) paged_prefill_mma_kernel(Pag
   auto load_kv = [&](int tile, int buf) {
     const __nv_bfloat16* const src[2] = {p.k_cache, p.v_cache};
     const uint32_t dst[2] = {k_s + buf * Cfg::kKvBytes, v_s + buf * Cfg::kKvBytes};
-    load_kv_tile<kD, kN, Cfg::kThreads, 1, 2>(loc, tile, kv_end, src, dst, [](int r, int c) { return row_swz<kRB>(r, c); });
+    load_kv_tile<kD, kN, Cfg::kThreads, 1, 2>(loc, tile, kv_end, src, dst,
+                                              [](int r, int c) { return row_swz<kRB>(r, c); });
     cp_async_commit();
   };
   load_kv(0, 0);
@@ -666,7 +697,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) paged_prefill_mma_kernel(Pag
 #pragma unroll
       for (int np = 0; np < kNT / 2; ++np) {
         uint32_t b[4];  // n8 tiles 2np, 2np + 1 at k-step ks
-        ldmatrix_x4(b, kb + (np * 16 + ((lane >> 4) << 3) + lr) * kRB + (((2 * ks + ((lane >> 3) & 1)) ^ lr) << 4));
+        ldmatrix_x4(
+            b, kb + (np * 16 + ((lane >> 4) << 3) + lr) * kRB + (((2 * ks + ((lane >> 3) & 1)) ^ lr) << 4));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           mma_bf16_16816(s[mt][2 * np], a[mt], b[0], b[1]);
@@ -691,8 +723,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) paged_prefill_mma_kernel(Pag
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const float alpha = softmax_row<2 * kNT>([&](int k) -> float& { return s[mt][k / 2][2 * hh + (k % 2)]; },
-                                                 scale_log2, row_max[2 * mt + hh], row_sum[2 * mt + hh]);
+        const float alpha =
+            softmax_row<2 * kNT>([&](int k) -> float& { return s[mt][k / 2][2 * hh + (k % 2)]; }, scale_log2,
+                                 row_max[2 * mt + hh], row_sum[2 * mt + hh]);
 #pragma unroll
         for (int dt = 0; dt < kDT; ++dt) {
           o_acc[mt][dt][2 * hh] *= alpha;
@@ -700,7 +733,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) paged_prefill_mma_kernel(Pag
         }
       }
 
-    // O += P V: P's accumulator fragments of n8 tiles 2kk, 2kk + 1 are the A fragment of k-step kk.
+      // O += P V: P's accumulator fragments of n8 tiles 2kk, 2kk + 1 are the A fragment of k-step kk.
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk) {
       uint32_t a[kMT][4];
@@ -714,7 +747,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2) paged_prefill_mma_kernel(Pag
 #pragma unroll
       for (int dp = 0; dp < kDT / 2; ++dp) {
         uint32_t b[4];  // V^T fragments of d tiles 2dp, 2dp + 1 for keys [16kk, 16kk + 16)
-        ldmatrix_x4_trans(b, vb + (kk * 16 + ((lane >> 3) & 1) * 8 + lr) * kRB + (((2 * dp + (lane >> 4)) ^ lr) << 4));
+        ldmatrix_x4_trans(
+            b, vb + (kk * 16 + ((lane >> 3) & 1) * 8 + lr) * kRB + (((2 * dp + (lane >> 4)) ^ lr) << 4));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           mma_bf16_16816(o_acc[mt][2 * dp], a[mt], b[0], b[1]);
@@ -773,25 +807,34 @@ void launch_mma(const PagedAttentionParams& p, const AttentionPlanView& plan, cu
   using Cfg = MmaConfig<kD>;
   static const bool attr_set = (set_smem_once(paged_prefill_mma_kernel<Cfg>, Cfg::kSmem), true);
   (void)attr_set;
-  paged_prefill_mma_kernel<Cfg><<<dim3(p.num_heads, plan.num_prefill_items), Cfg::kThreads, Cfg::kSmem, stream>>>(p, plan);
+  paged_prefill_mma_kernel<Cfg>
+      <<<dim3(p.num_heads, plan.num_prefill_items), Cfg::kThreads, Cfg::kSmem, stream>>>(p, plan);
   XI_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-bool prefill_attention_supports(int head_dim) { return head_dim == 64 || head_dim == 128; }
+bool prefill_attention_supports(int head_dim) {
+  return head_dim == 64 || head_dim == 128;
+}
 
-void launch_paged_prefill_attention(const PagedAttentionParams& p, const AttentionPlanView& plan, cudaStream_t stream,
-                                    PrefillKernel kernel) {
+void launch_paged_prefill_attention(const PagedAttentionParams& p, const AttentionPlanView& plan,
+                                    cudaStream_t stream, PrefillKernel kernel) {
   if (plan.num_prefill_items == 0) return;
   XI_CHECK_EQ(p.num_heads % p.num_kv_heads, 0);
   XI_CHECK_GT(p.scale, 0.0f) << "the kernels keep row maxima of unscaled scores";
   XI_CHECK_LE(plan.num_prefill_items, 65535) << "prefill work items exceed the grid's y limit";
   dispatch_fast_head_dim(p.head_dim, [&]<int kD>() {
     switch (kernel) {
-      case PrefillKernel::kWgmma: launch_wgmma<kD, true>(p, plan, stream); break;
-      case PrefillKernel::kWgmmaSimple: launch_wgmma<kD, false>(p, plan, stream); break;
-      case PrefillKernel::kMmaSync: launch_mma<kD>(p, plan, stream); break;
+      case PrefillKernel::kWgmma:
+        launch_wgmma<kD, true>(p, plan, stream);
+        break;
+      case PrefillKernel::kWgmmaSimple:
+        launch_wgmma<kD, false>(p, plan, stream);
+        break;
+      case PrefillKernel::kMmaSync:
+        launch_mma<kD>(p, plan, stream);
+        break;
     }
   });
 }

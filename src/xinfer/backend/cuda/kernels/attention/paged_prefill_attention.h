@@ -29,7 +29,7 @@ enum class PrefillKernel { kWgmma, kWgmmaSimple, kMmaSync };
 bool prefill_attention_supports(int head_dim);
 
 // Runs attention for every query row of plan.prefill_items; writes only those rows of p.out.
-void launch_paged_prefill_attention(const PagedAttentionParams& p, const AttentionPlanView& plan, cudaStream_t stream,
-                                    PrefillKernel kernel = PrefillKernel::kWgmma);
+void launch_paged_prefill_attention(const PagedAttentionParams& p, const AttentionPlanView& plan,
+                                    cudaStream_t stream, PrefillKernel kernel = PrefillKernel::kWgmma);
 
 }  // namespace xinfer::cuda
