@@ -1,7 +1,8 @@
 // gpu_kernel_bench: measures the card's ceilings (device-to-device copy bandwidth, cuBLASLt bf16 GEMM
 // rate on random data), then times the CUDA backend's decode attention (Llama-3.1-8B shape: 32 q heads,
 // 8 KV heads, D 128, block 16; batch 1 at context 512..32768, batch 8 at 8192/32768, batch 16/64 at 2048,
-// batch 256 at 256; CUDA-graph replays), prefill attention (2048 tokens) and the 8B
+// batch 256 at 256; CUDA-graph replays), prefill attention (2048 tokens, 8 x 512, 64 x 128, a 512-token
+// chunk on 3584 cached; both prefill kernels) and the 8B
 // GEMMs (cuBLASLt's heuristic first algorithm vs the tuner's choice, which is tuned first, m = 1..2048;
 // bytes = weights + x + y), printing achieved GB/s or TFLOP/s and the ratio to the measured ceiling,
 // and an estimate of the GEMM time of one batch-1 decoded token.
@@ -10,6 +11,7 @@
 // (never zeros); small working sets rotate among several copies so L2 does not serve them.
 //   usage: gpu_kernel_bench [--quick]
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -21,6 +23,7 @@
 #include "xinfer/backend/cuda/device_ceilings.h"
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
 #include "xinfer/backend/cuda/kernels/attention/paged_decode_attention.h"
+#include "xinfer/backend/cuda/kernels/attention/paged_prefill_attention.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
 
@@ -176,6 +179,118 @@ void bench_decode_attention(cuda::CudaBackend& be, double bw, bool quick) {
   }
 }
 
+// Prefill attention, Llama-3.1-8B shape (32 q heads, 8 KV heads, D 128, block 16), causal with cached
+// prefixes: one 2048-token prompt, 8 x 512, 64 x 128, and a 512-token chunk on a 3584-token cached prefix.
+// flops = 4 * D * Hq * sum over query rows of attended keys (QK^T and PV). Both prefill kernels are launched
+// directly on the same step (wgmma: the backend's choice; mma.sync: the fallback), checked against each
+// other first; the 2048-token prompt is also timed through CudaBackend::paged_attention.
+void bench_prefill_attention(cuda::CudaBackend& be, double peak, bool quick) {
+  const int Hq = 32, Hkv = 8, D = 128, bs = 16;
+  const int width = (Hq + 2 * Hkv) * D;
+  cudaStream_t s = be.stream();
+  struct Case {
+    const char* name;
+    int seqs, cached, q_len;
+  };
+  const Case cases[] = {{"2048 tokens", 1, 0, 2048}, {"8 x 512", 8, 0, 512}, {"64 x 128", 64, 0, 128},
+                        {"512 on 3584 cached", 1, 3584, 512}};
+  for (const Case& c : cases) {
+    const int len = c.cached + c.q_len, blocks_per_seq = (len + bs - 1) / bs, T = c.seqs * c.q_len;
+    backend::KvCache kv = be.allocate_kv_cache({1, c.seqs * blocks_per_seq + 1, bs, Hkv, D, DType::kBF16});
+    fill(kv.layers[0].k, 6);
+    fill(kv.layers[0].v, 7);
+    backend::StepPlan plan;
+    plan.max_blocks_per_seq = blocks_per_seq;
+    plan.query_start_loc.push_back(0);
+    double attended = 0;  // sum over query rows of the keys they attend to
+    for (int q = 0; q < c.seqs; ++q) {
+      const int first_block = 1 + q * blocks_per_seq;
+      for (int i = 0; i < blocks_per_seq; ++i) plan.block_tables.push_back(first_block + i);
+      for (int t = 0; t < c.q_len; ++t) {
+        const int pos = c.cached + t;
+        plan.token_ids.push_back(1);
+        plan.positions.push_back(pos);
+        plan.slot_mapping.push_back((first_block + pos / bs) * bs + pos % bs);
+        attended += pos + 1;
+      }
+      plan.query_start_loc.push_back(plan.num_tokens());
+      plan.seq_lens.push_back(len);
+    }
+    plan.max_seq_len = len;
+    const backend::StepMeta meta = be.upload_step(plan);
+    auto qkv = be.allocate(DType::kBF16, Shape{T, width});
+    fill(qkv.view, 8);
+    const double flops = 4.0 * D * Hq * attended;
+
+    const cuda::AttentionPlanHost host = cuda::build_attention_plan(plan);
+    int32_t* items = nullptr;
+    XI_CUDA_CHECK(cudaMalloc(&items, host.prefill_items.size() * sizeof(int32_t)));
+    XI_CUDA_CHECK(cudaMemcpyAsync(items, host.prefill_items.data(), host.prefill_items.size() * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, s));
+    cuda::AttentionPlanView view{};
+    view.num_prefill_items = host.num_prefill_items();
+    view.prefill_items = items;
+    std::vector<backend::DeviceTensor> outs;
+    const std::pair<cuda::PrefillKernel, const char*> kernels[] = {{cuda::PrefillKernel::kWgmma, "wgmma"},
+                                                                   {cuda::PrefillKernel::kWgmmaSimple, "wgmma-simple"},
+                                                                   {cuda::PrefillKernel::kMmaSync, "mma.sync"}};
+    std::vector<std::function<void()>> launches;
+    for (const auto& k : kernels) {
+      outs.push_back(be.allocate(DType::kBF16, Shape{T, Hq * D}));
+      cuda::PagedAttentionParams p{};
+      p.qkv = static_cast<const __nv_bfloat16*>(qkv.view.data);
+      p.k_cache = static_cast<const __nv_bfloat16*>(kv.layers[0].k.data);
+      p.v_cache = static_cast<const __nv_bfloat16*>(kv.layers[0].v.data);
+      p.out = static_cast<__nv_bfloat16*>(outs.back().view.data);
+      p.query_start_loc = meta.query_start_loc;
+      p.positions = meta.positions;
+      p.block_tables = meta.block_tables;
+      p.max_blocks_per_seq = meta.max_blocks_per_seq;
+      p.num_tokens = T;
+      p.num_heads = Hq;
+      p.num_kv_heads = Hkv;
+      p.head_dim = D;
+      p.block_size = bs;
+      p.qkv_stride = width;
+      p.scale = 0.088f;
+      const cuda::PrefillKernel kernel = k.first;
+      launches.push_back([p, view, s, kernel] { cuda::launch_paged_prefill_attention(p, view, s, kernel); });
+    }
+    // Correctness first: the kernels agree with the mma.sync one (each is checked against the CPU in
+    // gpu_tests).
+    for (auto& launch : launches) launch();
+    std::vector<std::vector<float>> res(launches.size(), std::vector<float>(static_cast<size_t>(T) * Hq * D));
+    for (size_t i = 0; i < launches.size(); ++i) be.to_host_f32(outs[i].view, res[i].data());
+    std::printf("prefill attn %s: %.2f GFLOP, roofline %.1f us at %.0f TFLOP/s; rel_l2 vs mma.sync:", c.name,
+                flops / 1e9, flops / (peak * 1e12) * 1e6, peak);
+    for (size_t i = 0; i + 1 < launches.size(); ++i) {
+      const std::vector<float>& a = res[i];
+      const std::vector<float>& b = res.back();
+      double err = 0, norm = 0;
+      for (size_t j = 0; j < a.size(); ++j) {
+        err += (static_cast<double>(a[j]) - b[j]) * (static_cast<double>(a[j]) - b[j]);
+        norm += static_cast<double>(b[j]) * b[j];
+      }
+      const double rel = std::sqrt(err / std::max(norm, 1e-30));  // NaN (unwritten / broken) fails too
+      std::printf(" %s %.1e%s", kernels[i].second, rel, rel < 1e-2 ? "" : " <-- MISMATCH");
+    }
+    std::printf("\n");
+    const int reps = quick ? 5 : 20;
+    for (size_t i = 0; i < launches.size(); ++i) {
+      const double t = time_op(s, reps, [&](int) { launches[i](); });
+      report(std::string("prefill attn 32/8x128 ") + c.name + " " + kernels[i].second, t, flops, true, peak);
+    }
+    if (c.cached == 0 && c.seqs == 1) {
+      const double t = time_op(s, reps, [&](int) {
+        be.paged_attention(meta, qkv.view, Hq, Hkv, D, 0.088f, kv.layers[0], outs[0].view);
+      });
+      report("prefill attn 32/8x128 2048 tokens (causal)", t, flops, true, peak);
+    }
+    be.synchronize();
+    XI_CUDA_CHECK(cudaFree(items));
+  }
+}
+
 int run(bool quick) {
   cuda::CudaBackend be;
   const auto info = be.info();
@@ -192,34 +307,9 @@ int run(bool quick) {
 
   // ---- decode attention, Llama-3.1-8B shape ----
   bench_decode_attention(be, bw, quick);
-  const int Hq = 32, Hkv = 8, D = 128, bs = 16;
-  const int width = (Hq + 2 * Hkv) * D;
 
-  // ---- prefill attention, 2048 new tokens ----
-  {
-    const int T = 2048, blocks = T / bs;
-    backend::KvCache kv = be.allocate_kv_cache({1, blocks + 1, bs, Hkv, D, DType::kBF16});
-    fill(kv.layers[0].k, 6);
-    fill(kv.layers[0].v, 7);
-    backend::StepPlan plan;
-    plan.max_blocks_per_seq = blocks;
-    plan.query_start_loc = {0, T};
-    plan.seq_lens = {T};
-    plan.max_seq_len = T;
-    for (int i = 0; i < blocks; ++i) plan.block_tables.push_back(1 + i);
-    for (int t = 0; t < T; ++t) {
-      plan.token_ids.push_back(1);
-      plan.positions.push_back(t);
-      plan.slot_mapping.push_back((1 + t / bs) * bs + t % bs);
-    }
-    const backend::StepMeta meta = be.upload_step(plan);
-    auto qkv = be.allocate(DType::kBF16, Shape{T, width});
-    auto out = be.allocate(DType::kBF16, Shape{T, Hq * D});
-    fill(qkv.view, 8);
-    const double t = time_op(s, 5, [&](int) { be.paged_attention(meta, qkv.view, Hq, Hkv, D, 0.088f, kv.layers[0], out.view); });
-    const double flops = 4.0 * D * Hq * (static_cast<double>(T) * (T + 1) / 2);  // QK^T and PV, causal
-    report("prefill attn 32/8x128 2048 tokens (causal)", t, flops, true, peak);
-  }
+  // ---- prefill attention ----
+  bench_prefill_attention(be, peak, quick);
 
   // ---- Llama-3.1-8B GEMMs: cuBLASLt's heuristic first algorithm vs the tuned choice (gemm_tuner.h) ----
   struct Shape8b {
