@@ -179,6 +179,50 @@ void bench_decode_attention(cuda::CudaBackend& be, double bw, bool quick) {
   }
 }
 
+// Device sampling (CudaBackend::sample_rows): 256 rows x the Llama-3 vocabulary of N(0, 2) f32 logits.
+// bytes = one read of the logits (the kernel makes 2-3 passes over each row, from L2 where it can).
+// Checked first: top-k rows draw only among their row's 50 largest logits.
+void bench_sampling(cuda::CudaBackend& be, double bw) {
+  const int rows = 256, vocab = 128256;
+  backend::DeviceTensor logits = be.random_normal(DType::kF32, Shape{rows, vocab}, 7, 2.0f);
+  backend::DeviceTensor ids = be.allocate(DType::kI32, Shape{rows});
+  struct Mode {
+    const char* name;
+    int top_k;
+    float top_p, min_p;
+  };
+  const Mode modes[] = {{"top-k 50 + top-p 0.9", 50, 0.9f, 0.0f}, {"top-p 0.9", 0, 0.9f, 0.0f},
+                        {"min-p 0.1", 0, 1.0f, 0.1f}, {"temperature 1", 0, 1.0f, 0.0f}};
+  for (const Mode& m : modes) {
+    backend::SamplingBatch batch;
+    for (int r = 0; r < rows; ++r) {
+      backend::SamplingRow row;
+      row.logit_row = r;
+      row.greedy = false;
+      row.top_k = m.top_k;
+      row.top_p = m.top_p;
+      row.min_p = m.min_p;
+      row.random_bits = backend::splitmix64(static_cast<uint64_t>(r));
+      batch.rows.push_back(row);
+    }
+    auto sample = [&](int) { XI_CHECK(be.sample_rows(logits.view, batch, ids.view).ok()); };
+    if (m.top_k > 0) {
+      sample(0);
+      std::vector<int32_t> got(rows);
+      be.to_host_raw(ids.view, got.data());
+      std::vector<float> row(vocab);
+      for (int r = 0; r < 4; ++r) {
+        be.to_host_f32(logits.view.rows(r, r + 1), row.data());
+        const float drawn = row[static_cast<size_t>(got[static_cast<size_t>(r)])];
+        const auto above = std::count_if(row.begin(), row.end(), [&](float x) { return x > drawn; });
+        XI_CHECK_LT(above, m.top_k) << "sampling bench: row " << r << " drew a token outside its top-k";
+      }
+    }
+    report(std::string("sample 256x128256 ") + m.name, time_op(be.stream(), 20, sample),
+           static_cast<double>(rows) * vocab * sizeof(float), false, bw);
+  }
+}
+
 // Prefill attention, Llama-3.1-8B shape (32 q heads, 8 KV heads, D 128, block 16), causal with cached
 // prefixes: one 2048-token prompt, 8 x 512, 64 x 128, and a 512-token chunk on a 3584-token cached prefix.
 // flops = 4 * D * Hq * sum over query rows of attended keys (QK^T and PV). Both prefill kernels are launched
@@ -384,6 +428,7 @@ int run(bool quick) {
       }
     }
   }
+  bench_sampling(be, bw);
   be.synchronize();
 
   std::printf("\n==== gpu_kernel_bench summary (ceilings: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s) ====\n", bw, peak);

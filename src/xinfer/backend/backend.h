@@ -117,6 +117,43 @@ struct DeviceCeilings {
   double bf16_gemm_tflops = 0;  // bf16 GEMM 8192^3 on random data
 };
 
+// ---- device sampling (Backend::sample_rows) ----
+// One row to sample, with the host Sampler's parameters already resolved by the engine
+// (engine/device_sampling.h); the definitions and their order are engine/sampler.h's.
+struct SamplingRow {
+  int32_t logit_row = 0;          // row of `logits` to sample from
+  bool greedy = true;             // argmax (ties -> lowest id); the fields below are then unused
+  float temperature = 1.0f;       // > 0
+  float inv_temperature = 1.0f;   // 1.0f / temperature, as the host computes it
+  int32_t top_k = 0;              // 0: off; else 1 <= top_k < vocab
+  float top_p = 1.0f;             // (0, 1]; 1: off
+  float min_p = 0.0f;             // [0, 1]; 0: off
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  uint64_t random_bits = 0;       // seeds this row's draw: a pure function of (sequence seed, output index)
+};
+// What happens to one token's logit of one row before sampling, in the host Sampler's order:
+// masked -> -inf; else + bias (if has_bias), then the repetition penalty (if repeated: a positive logit is
+// divided by it, a negative one multiplied), then - (presence + frequency * count) if count > 0.
+struct LogitAdjustment {
+  int32_t row = 0;                // index into SamplingBatch::rows
+  int32_t token = 0;
+  float bias = 0.0f;
+  int32_t count = 0;              // occurrences among the sequence's output tokens
+  bool has_bias = false;
+  bool repeated = false;          // in the prompt or the output (repetition penalty)
+  bool masked = false;            // min_tokens not reached: EOS / stop ids
+};
+struct SamplingBatch {
+  std::vector<SamplingRow> rows;
+  std::vector<LogitAdjustment> adjustments;  // at most one per (row, token); rows with any have distinct logit_rows
+  void clear() {
+    rows.clear();
+    adjustments.clear();
+  }
+};
+
 struct BackendInfo {
   std::string name;        // "cpu" / "cuda:0 NVIDIA H200"
   DType activation_dtype;  // dtype of activations and (by default) weights
@@ -226,6 +263,19 @@ class Backend {
   // max (NaN is never the max; -0 == +0), or 0 if the row has no non-NaN value.
   // logits: [R, V] f32; out: [R] i32. (ModelRunner runs it after a graph replay, outside the recording.)
   virtual void argmax_rows(const TensorView& logits, const TensorView& out) = 0;
+  // Samples one token per batch row from its logits row: the host Sampler's transforms and thresholds
+  // (engine/sampler.h: adjustments, temperature, min_p, top_k, top_p; ties as there), drawn with the
+  // backend's own counter-based random numbers keyed by random_bits (not the host Sampler's stream), so a row
+  // gives the same token whatever else is in the batch. Greedy rows are argmax_rows' choice.
+  // logits: [R, V] f32, unchanged when the call returns; out: [>= rows] i32. Asynchronous like every op; not
+  // for graph recordings. UNIMPLEMENTED where supports_sampling() is false (the host Sampler is used then).
+  virtual bool supports_sampling() const { return false; }
+  virtual Status sample_rows(const TensorView& logits, const SamplingBatch& batch, const TensorView& out) {
+    (void)logits;
+    (void)batch;
+    (void)out;
+    return unimplemented("no device sampling on " + info().name);
+  }
 };
 
 }  // namespace xinfer::backend

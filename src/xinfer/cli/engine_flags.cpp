@@ -6,7 +6,7 @@ void EngineFlags::add_to(FlagSet& flags) {
   sched::SchedulerConfig& sc = config.scheduler;
   kv_cache_memory.bytes = config.kv_cache_memory;
   enforce_eager = !config.enable_cuda_graphs;
-  host_sampling = !config.device_greedy;
+  host_sampling = !config.device_greedy && !config.device_sampling;
   flags.add("--backend", &backend, "cpu or cuda");
   flags.add("--threads", &config.threads, "CPU threads for the sampler and the CPU backend's ops; 0 = all cores");
   flags.add("--kv-cache-memory", &kv_cache_memory,
@@ -20,7 +20,11 @@ void EngineFlags::add_to(FlagSet& flags) {
   flags.add("--block-size", &sc.block_size, "tokens per KV-cache block");
   flags.add("--enforce-eager", &enforce_eager, "no CUDA graphs: every step runs op by op");
   flags.add("--host-sampling", &host_sampling,
-            "greedy steps too copy the logits to the host sampler (off: argmax on the device, ids only)");
+            "every step copies the logits to the host sampler (off: greedy argmax and, with --device-sampling, "
+            "random sampling on the device, ids only)");
+  flags.add("--device-sampling", &config.device_sampling,
+            "non-greedy requests (temperature, top-k/p, min-p, penalties, logit_bias) are sampled on the device "
+            "(rows that want logprobs stay on the host); --no-device-sampling: on the host");
   flags.add("--enable-prefix-caching", &sc.enable_prefix_caching, "reuse KV blocks of identical prompt prefixes");
   flags.add("--max-num-seqs", &sc.max_num_seqs, "most sequences running at once");
   flags.add("--max-num-batched-tokens", &sc.max_num_batched_tokens, "most tokens in one forward pass");
@@ -36,6 +40,7 @@ Status EngineFlags::finish() {
   config.kv_cache_memory = static_cast<size_t>(kv_cache_memory.bytes);
   config.enable_cuda_graphs = !enforce_eager;
   config.device_greedy = !host_sampling;
+  if (host_sampling) config.device_sampling = false;
   return Status();
 }
 

@@ -15,11 +15,11 @@ struct EngineFlags {
   std::string backend = "cpu";                         // parsed into config.backend by finish()
   ByteSize kv_cache_memory{uint64_t{1} << 30};         // config.kv_cache_memory
   bool enforce_eager = false;                          // !config.enable_cuda_graphs
-  bool host_sampling = false;                          // !config.device_greedy
+  bool host_sampling = false;                          // !config.device_greedy && !config.device_sampling
 
   // Registers --backend --threads --kv-cache-memory --gpu-memory-utilization --max-model-len --block-size
-  // --enforce-eager --host-sampling --enable-prefix-caching --max-num-seqs --max-num-batched-tokens --decode-interval
-  // --reorder-window. The targets must outlive `flags` parsing.
+  // --enforce-eager --host-sampling --device-sampling --enable-prefix-caching --max-num-seqs
+  // --max-num-batched-tokens --decode-interval --reorder-window. The targets must outlive `flags` parsing.
   void add_to(FlagSet& flags);
   // Copies the parsed values into `config`; INVALID_ARGUMENT for an unknown backend or a zero KV budget.
   Status finish();

@@ -432,6 +432,10 @@ double Engine::run_step(const sched::ScheduledStep& step) {
     XI_CHECK_EQ(ids.size(), sample_ids_.size());
     outs.resize(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) outs[i].token = ids[i];
+  } else if (config_.device_sampling && backend_->supports_sampling() && !sample_ids_.empty()) {
+    // Device sampling: rows without logprobs are drawn on the backend (ids back); the others' raw logits come
+    // back for the host Sampler.
+    outs = runner_->run_sampled(chunks_, sample_inputs_, *sampler_);
   } else {
     const std::vector<float>& logits = runner_->run(chunks_);
     const size_t vocab = static_cast<size_t>(info_.vocab_size);

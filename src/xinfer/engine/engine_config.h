@@ -43,6 +43,11 @@ struct EngineConfig {
   // penalties or logprobs) takes the argmax on the backend and copies back only the token ids; false: the
   // logits always come to the host Sampler (`--host-sampling`). Same tokens either way.
   bool device_greedy = true;
+  // Steps with non-greedy rows (temperature, top-k/p, min-p, penalties, logit_bias) draw their tokens on the
+  // backend where it can (Backend::sample_rows; rows that want logprobs stay on the host Sampler); false: the
+  // logits come to the host Sampler (`--no-device-sampling`, or `--host-sampling` for every step). The same
+  // distribution, not the same random stream.
+  bool device_sampling = true;
   // Policy and limits; num_blocks and max_model_len are overwritten by create().
   sched::SchedulerConfig scheduler;
 

@@ -193,4 +193,67 @@ const std::vector<int32_t>& ModelRunner::run_greedy(std::span<const SequenceChun
   return ids_;
 }
 
+std::vector<SampleOutput> ModelRunner::run_sampled(std::span<const SequenceChunk> chunks,
+                                                  std::span<const SampleInput> inputs, Sampler& host) {
+  const size_t vocab = static_cast<size_t>(vocab_size());
+  XI_CHECK_EQ(host.vocab_size(), vocab_size());
+  if (!backend_.supports_sampling()) {
+    const std::vector<float>& logits = run(chunks);
+    XI_CHECK_EQ(logits.size(), inputs.size() * vocab);
+    host_batch_.assign(inputs.begin(), inputs.end());
+    for (size_t i = 0; i < host_batch_.size(); ++i) host_batch_[i].logits = logits.data() + i * vocab;
+    return host.sample(host_batch_);
+  }
+  bool padded = false;
+  const TensorView logits = forward(chunks, &padded);
+  // Padded steps have one logits row per chunk; others one per chunk with want_logits.
+  sample_logit_rows_.clear();
+  for (size_t i = 0; i < chunks.size(); ++i)
+    if (chunks[i].want_logits) sample_logit_rows_.push_back(padded ? static_cast<int32_t>(i)
+                                                                   : static_cast<int32_t>(sample_logit_rows_.size()));
+  XI_CHECK_EQ(sample_logit_rows_.size(), inputs.size()) << "one sampler input per chunk with want_logits";
+  if (!planner_) planner_ = std::make_unique<DeviceSamplingPlanner>(vocab_size());
+  planner_->clear();
+  device_inputs_.clear();
+  host_inputs_.clear();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (device_samplable(inputs[i])) {
+      planner_->add(inputs[i], sample_logit_rows_[i], host.eos_token_ids());
+      device_inputs_.push_back(i);
+    } else {
+      host_inputs_.push_back(i);
+    }
+  }
+  std::vector<SampleOutput> out(inputs.size());
+  // Raw logits of the host rows first (sample_rows leaves the logits unchanged anyway).
+  host_logits_.resize(host_inputs_.size() * vocab);
+  for (size_t j = 0; j < host_inputs_.size(); ++j) {
+    const int64_t row = sample_logit_rows_[host_inputs_[j]];
+    backend_.to_host_f32(logits.rows(row, row + 1), host_logits_.data() + j * vocab);
+  }
+  // The device draws while the host samples its rows; ids come back last.
+  const auto n = static_cast<int64_t>(device_inputs_.size());
+  if (n > 0) {
+    XI_CHECK_LE(n, ids_device_.view.numel());
+    const Status st = backend_.sample_rows(logits, planner_->batch(), ids_device_.view.rows(0, n));
+    XI_CHECK(st.ok()) << st.to_string();
+  }
+  if (!host_inputs_.empty()) {
+    host_batch_.clear();
+    for (size_t j = 0; j < host_inputs_.size(); ++j) {
+      host_batch_.push_back(inputs[host_inputs_[j]]);
+      host_batch_.back().logits = host_logits_.data() + j * vocab;
+    }
+    std::vector<SampleOutput> h = host.sample(host_batch_);
+    for (size_t j = 0; j < host_inputs_.size(); ++j) out[host_inputs_[j]] = std::move(h[j]);
+  }
+  if (n > 0) {
+    ids_.resize(static_cast<size_t>(n));
+    backend_.to_host_raw(ids_device_.view.rows(0, n), ids_.data());
+    for (size_t r = 0; r < device_inputs_.size(); ++r) out[device_inputs_[r]].token = ids_[r];
+    device_sampled_rows_ += n;
+  }
+  return out;
+}
+
 }  // namespace xinfer::engine

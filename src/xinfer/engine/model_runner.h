@@ -1,7 +1,8 @@
 // ModelRunner: turns one scheduled step (a list of sequence chunks: prefill chunks and single decode
 // tokens, mixed) into a StepPlan, runs the model once on the backend and returns the logits of the
 // chunks that asked for them, on the host - or, with run_greedy(), only their argmax token ids (computed on
-// the backend by argmax_rows: 4 bytes per row come back instead of vocab * 4).
+// the backend by argmax_rows: 4 bytes per row come back instead of vocab * 4), or, with run_sampled(), the
+// tokens of the host Sampler's inputs, drawn on the backend (Backend::sample_rows) where it can.
 //
 // Each chunk feeds `tokens` at positions [start_pos, start_pos + tokens.size()) of its sequence; the
 // sequence's KV cache lives in the blocks of `block_table` (block_table[p / block_size] holds position
@@ -22,11 +23,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "xinfer/backend/backend.h"
+#include "xinfer/engine/device_sampling.h"
+#include "xinfer/engine/sampler.h"
 #include "xinfer/model/llama.h"
 
 namespace xinfer::engine {
@@ -58,6 +62,14 @@ class ModelRunner {
   // row (ties -> lowest id): the host Sampler's greedy choice for a row with no logit adjustments. Valid
   // until the next call.
   const std::vector<int32_t>& run_greedy(std::span<const SequenceChunk> chunks);
+  // Runs one forward like run() and samples each chunk with want_logits; inputs[i] (logits unset) belongs to
+  // the i-th such chunk. Rows that device_samplable() allows are sampled by the backend's sample_rows() when
+  // it supports_sampling() - only their ids come back; the others' raw logits come back for `host`. Without
+  // backend support: run() + host.sample(). One output per input, in order (logprobs only for host rows,
+  // which are the rows that asked for them).
+  std::vector<SampleOutput> run_sampled(std::span<const SequenceChunk> chunks, std::span<const SampleInput> inputs,
+                                        Sampler& host);
+  int64_t device_sampled_rows() const { return device_sampled_rows_; }  // rows drawn by sample_rows() so far
 
   const backend::KvCacheSpec& kv_spec() const { return kv_spec_; }
   int vocab_size() const { return model_.config().vocab_size; }
@@ -95,6 +107,13 @@ class ModelRunner {
   backend::DeviceTensor ids_device_;  // [max(max_logit_rows, kMaxGraphBatch)] i32: argmax_rows output
   std::vector<int32_t> ids_;
   std::vector<int32_t> padded_ids_;
+  // run_sampled() scratch
+  std::unique_ptr<DeviceSamplingPlanner> planner_;  // created on first use
+  std::vector<int32_t> sample_logit_rows_;          // logits row of each input
+  std::vector<size_t> device_inputs_, host_inputs_;  // input index of each device / host row
+  std::vector<SampleInput> host_batch_;
+  std::vector<float> host_logits_;                   // [host rows, vocab]
+  int64_t device_sampled_rows_ = 0;
 };
 
 }  // namespace xinfer::engine

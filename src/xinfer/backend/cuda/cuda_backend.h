@@ -80,6 +80,10 @@ class CudaBackend final : public backend::Backend {
   void silu_mul(const TensorView& gate_up, const TensorView& out) override;
   void gather_rows(const backend::StepMeta& step, const TensorView& x, const TensorView& out) override;
   void argmax_rows(const TensorView& logits, const TensorView& out) override;
+  // cuda_backend_sampling.cpp: kernels/sampling/sample_rows.h, parameters staged like upload_step().
+  bool supports_sampling() const override { return true; }
+  Status sample_rows(const TensorView& logits, const backend::SamplingBatch& batch, const TensorView& out) override;
+  int64_t sampled_rows() const { return sampled_rows_; }  // rows sampled by sample_rows() so far
 
   bool supports_graphs() const override { return true; }
   void begin_capture() override;
@@ -137,6 +141,11 @@ class CudaBackend final : public backend::Backend {
   StepSignature step_signature() const;
   void destroy_graph(Graph& g);
   std::unordered_map<uint64_t, Graph> graphs_;
+  // sample_rows() state (cuda_backend_sampling.cpp); shared_ptr: the type is complete only there.
+  struct SamplingState;
+  std::shared_ptr<SamplingState> sampling_;
+  int64_t sampled_rows_ = 0;
+
   bool capturing_ = false;
   bool capture_failed_ = false;
   size_t capture_ws_floats_ = 0;  // decode workspace a failed recording needed
