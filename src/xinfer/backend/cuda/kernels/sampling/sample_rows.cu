@@ -525,12 +525,9 @@ __global__ void __launch_bounds__(kThreads, 2) sample_rows_kernel(SampleRowsArgs
 
 void launch_sample_rows(const SampleRowsArgs& a, cudaStream_t stream) {
   if (a.num_rows == 0) return;
-  static const bool configured = [] {
-    XI_CUDA_CHECK(cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(sizeof(Shared))));
-    return true;
-  }();
-  (void)configured;
+  // Per launch (cheap): the attribute belongs to the current device.
+  XI_CUDA_CHECK(cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(sizeof(Shared))));
   constexpr int kAdjustThreads = 256;
   const int adjust_blocks = (a.num_adjust + kAdjustThreads - 1) / kAdjustThreads;
   if (a.num_adjust > 0) {
