@@ -25,8 +25,12 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
 __device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  cp_async_wait<0>();
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
@@ -189,29 +193,26 @@ __device__ __forceinline__ TileWork tile_work(const PagedAttentionParams& p, con
   return w;
 }
 
-__device__ __forceinline__ int log2_if_pow2(int x) {
-  return (x & (x - 1)) == 0 ? __ffs(x) - 1 : -1;
-}
-
 // Finds the cache row (index of a head_dim vector in [num_blocks * num_kv_heads * block_size]) of key j of
-// the tile's sequence through its block table; a shift replaces the division for power-of-two block sizes.
+// the tile's sequence through its block table. j / block_size is a multiply by ceil(2^32 / block_size):
+// exact when block_size is a power of two, and for j < 2^32 / block_size otherwise (checked on the host).
 struct KvRowLocator {
   const int32_t* table;  // [max_blocks_per_seq] of this sequence
-  int block_size;
-  int shift;            // log2(block_size) when it is a power of two, else -1
+  uint32_t block_size;
+  uint64_t inv_block;   // ceil(2^32 / block_size)
   uint32_t head_rows;   // kv_head * block_size: offset of this KV head's rows inside a block
   uint32_t block_rows;  // num_kv_heads * block_size: rows per cache block
   __device__ __forceinline__ KvRowLocator(const PagedAttentionParams& p, const TileWork& w)
       : table(p.block_tables + static_cast<size_t>(w.seq) * p.max_blocks_per_seq),
-        block_size(p.block_size),
-        shift(log2_if_pow2(p.block_size)),
+        block_size(static_cast<uint32_t>(p.block_size)),
+        inv_block(((uint64_t{1} << 32) + p.block_size - 1) / static_cast<uint64_t>(p.block_size)),
         head_rows(static_cast<uint32_t>(w.kv_head * p.block_size)),
         block_rows(static_cast<uint32_t>(p.num_kv_heads * p.block_size)) {}
   // j must be < the sequence's length.
   __device__ __forceinline__ uint32_t row(int j) const {
-    const int b = shift >= 0 ? j >> shift : j / block_size;
+    const uint32_t b = static_cast<uint32_t>((static_cast<uint64_t>(j) * inv_block) >> 32);
     return static_cast<uint32_t>(table[b]) * block_rows + head_rows +
-           static_cast<uint32_t>(j - b * block_size);
+           (static_cast<uint32_t>(j) - b * block_size);
   }
 };
 
@@ -325,8 +326,8 @@ __device__ __forceinline__ uint32_t panel_swz(int r, int c) {
 // each other's softmax only as far as they drift apart between the per-tile barriers).
 // kOverlap = true (FlashAttention-3's intra-warpgroup pipelining): S of tile t + 1 and P V of tile t are
 // issued together; the softmax of tile t + 1 then runs while P V of tile t is still on the tensor cores.
-// K is loaded two tiles ahead and V one tile ahead, so every buffer is refilled only after the barrier that
-// follows the last wgmma reading it.
+// Every buffer is refilled only after the barrier that follows the last wgmma reading it (the schedule
+// is spelled out at the loop).
 template <typename Cfg, bool kOverlap>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     paged_prefill_wgmma_kernel(PagedAttentionParams p, AttentionPlanView plan) {
@@ -497,17 +498,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   } else {
     // Iteration t (one barrier each, t = 0 .. num_tiles): S of tile t and P V of tile t - 1 are issued
     // together, the softmax of tile t runs while P V is on the tensor cores, and both are retired within
-    // the iteration (ptxas serializes wgmma left in flight across the loop's back edge). K is loaded one
-    // tile ahead (K[t + 1]) and V one tile behind (V[t], used at t + 1); the barrier at the top of
-    // iteration t follows every wgmma of iteration t - 1, so K[(t + 1) & 1] and V[t & 1] are free.
-    cp_async_commit();  // Q
+    // the iteration (ptxas serializes wgmma left in flight across the loop's back edge). Iteration t >= 1
+    // loads K[t + 1] and V[t] (used at t + 1); the barrier at its top follows every wgmma of iteration
+    // t - 1, so K[(t + 1) & 1] and V[t & 1] are free. The prologue loads Q and K[0] (one group: iteration
+    // 0 waits only for it), then V[0] and K[1].
     load_k(0, 0);
+    cp_async_commit();  // with Q
+    load_v(0, 0);
+    if (num_tiles > 1) load_k(1, 1);
     cp_async_commit();
-    for (int tile = 0; tile <= num_tiles; ++tile) {
-      publish_loads();
+    // Loads of iteration t >= 1, issued right after its wgmma so the copies overlap the tensor-core work.
+    auto issue_loads = [&](int tile) {
+      if (tile == 0) return;
       if (tile + 1 < num_tiles) load_k(tile + 1, (tile + 1) & 1);
       if (tile < num_tiles) load_v(tile, tile & 1);
       cp_async_commit();
+    };
+    for (int tile = 0; tile <= num_tiles; ++tile) {
+      if (tile == 0) {
+        cp_async_wait<1>();  // Q and K[0]
+        fence_proxy_async();
+        __syncthreads();
+      } else {
+        publish_loads();
+      }
       const uint32_t kb = k_s + (tile & 1) * Cfg::kKvBytes, vb_prev = v_s + ((tile + 1) & 1) * Cfg::kKvBytes;
       float alpha[2];
       // Each branch is one straight-line sequence from the first wgmma fence to the last wait (ptxas
@@ -529,6 +543,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         wgmma_fence();  // a second stage: s is rewritten once S retires, while P V still runs
         issue_pv(vb_prev);
         wgmma_commit();
+        issue_loads(tile);
         wgmma_wait<1>();  // S (committed first) is done
         fence_regs(s);
         softmax_tile(tile, alpha);
@@ -541,8 +556,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         wgmma_fence();
         issue_pv(vb_prev);
         wgmma_commit();
+        issue_loads(tile);
         wgmma_wait<0>();
         fence_regs(o);
+      } else {
+        issue_loads(tile);
       }
     }
   }
@@ -823,6 +841,10 @@ void launch_paged_prefill_attention(const PagedAttentionParams& p, const Attenti
   if (plan.num_prefill_items == 0) return;
   XI_CHECK_EQ(p.num_heads % p.num_kv_heads, 0);
   XI_CHECK_GT(p.scale, 0.0f) << "the kernels keep row maxima of unscaled scores";
+  XI_CHECK((p.block_size & (p.block_size - 1)) == 0 ||
+           static_cast<uint64_t>(p.max_blocks_per_seq) * p.block_size * p.block_size <= (uint64_t{1} << 32))
+      << "block size " << p.block_size << " with " << p.max_blocks_per_seq
+      << " blocks per sequence: positions past the exact range of the kernels' block-index division";
   XI_CHECK_LE(plan.num_prefill_items, 65535) << "prefill work items exceed the grid's y limit";
   dispatch_fast_head_dim(p.head_dim, [&]<int kD>() {
     switch (kernel) {
