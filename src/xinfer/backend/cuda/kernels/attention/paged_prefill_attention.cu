@@ -805,28 +805,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
 
 // ---- launch ----
 
+// The shared-memory attribute is set on every launch (cheap, no synchronization, allowed during graph
+// capture): it belongs to the current device.
 template <typename Kernel>
-void set_smem_once(Kernel kernel, int bytes) {
-  XI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
-
-template <int kD, bool kOverlap>
-void launch_wgmma(const PagedAttentionParams& p, const AttentionPlanView& plan, cudaStream_t stream) {
-  using Cfg = WgmmaConfig<kD>;
-  static const bool attr_set = (set_smem_once(paged_prefill_wgmma_kernel<Cfg, kOverlap>, Cfg::kSmem), true);
-  (void)attr_set;
-  paged_prefill_wgmma_kernel<Cfg, kOverlap>
-      <<<dim3(p.num_heads, plan.num_prefill_items), Cfg::kThreads, Cfg::kSmem, stream>>>(p, plan);
-  XI_CUDA_CHECK_LAUNCH();
-}
-
-template <int kD>
-void launch_mma(const PagedAttentionParams& p, const AttentionPlanView& plan, cudaStream_t stream) {
-  using Cfg = MmaConfig<kD>;
-  static const bool attr_set = (set_smem_once(paged_prefill_mma_kernel<Cfg>, Cfg::kSmem), true);
-  (void)attr_set;
-  paged_prefill_mma_kernel<Cfg>
-      <<<dim3(p.num_heads, plan.num_prefill_items), Cfg::kThreads, Cfg::kSmem, stream>>>(p, plan);
+void launch_prefill_kernel(Kernel kernel, int threads, int smem, const PagedAttentionParams& p,
+                           const AttentionPlanView& plan, cudaStream_t stream) {
+  XI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<dim3(p.num_heads, plan.num_prefill_items), threads, smem, stream>>>(p, plan);
   XI_CUDA_CHECK_LAUNCH();
 }
 
@@ -847,15 +832,19 @@ void launch_paged_prefill_attention(const PagedAttentionParams& p, const Attenti
       << " blocks per sequence: positions past the exact range of the kernels' block-index division";
   XI_CHECK_LE(plan.num_prefill_items, 65535) << "prefill work items exceed the grid's y limit";
   dispatch_fast_head_dim(p.head_dim, [&]<int kD>() {
+    using Wgmma = WgmmaConfig<kD>;
+    using Mma = MmaConfig<kD>;
     switch (kernel) {
       case PrefillKernel::kWgmma:
-        launch_wgmma<kD, true>(p, plan, stream);
+        launch_prefill_kernel(paged_prefill_wgmma_kernel<Wgmma, true>, Wgmma::kThreads, Wgmma::kSmem, p, plan,
+                              stream);
         break;
       case PrefillKernel::kWgmmaSimple:
-        launch_wgmma<kD, false>(p, plan, stream);
+        launch_prefill_kernel(paged_prefill_wgmma_kernel<Wgmma, false>, Wgmma::kThreads, Wgmma::kSmem, p,
+                              plan, stream);
         break;
       case PrefillKernel::kMmaSync:
-        launch_mma<kD>(p, plan, stream);
+        launch_prefill_kernel(paged_prefill_mma_kernel<Mma>, Mma::kThreads, Mma::kSmem, p, plan, stream);
         break;
     }
   });
