@@ -43,7 +43,11 @@ struct DecodeConfig {
   static_assert(kTile == 16 && kHeads == 8, "fragment mapping assumes 16-token tiles and 8-head CTAs");
 };
 
-__host__ __device__ inline size_t counter_floats(size_t slots) { return (slots + 3) / 4 * 4; }
+// Merge counters sit at a fixed place, [0, kMaxSplitSlots) of the workspace, whatever the step's grid: a
+// step with more slots than the last must find zeros there, never an earlier step's partials. Split grids
+// fit one wave (slots * parts <= kDecodeCtasPerSm * num_sms, parts >= 2), far below this bound.
+constexpr size_t kMaxSplitSlots = 4096;
+constexpr size_t kCounterFloats = kMaxSplitSlots;
 
 __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                uint32_t b0, uint32_t b1) {
@@ -282,8 +286,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
   const size_t slots = static_cast<size_t>(gridDim.y) * gridDim.z, parts = gridDim.x;
   const size_t slot = static_cast<size_t>(blockIdx.z) * gridDim.y + blockIdx.y;
   unsigned int* counters = reinterpret_cast<unsigned int*>(workspace);
-  float2* ws_ml = reinterpret_cast<float2*>(workspace + counter_floats(slots));  // [slots, parts, kH]
-  float* ws_o = workspace + counter_floats(slots) + 2 * slots * parts * kH;      // [slots, parts, kH, kD]
+  float2* ws_ml = reinterpret_cast<float2*>(workspace + kCounterFloats);  // [slots, parts, kH]
+  float* ws_o = workspace + kCounterFloats + 2 * slots * parts * kH;      // [slots, parts, kH, kD]
   const size_t row0 = (slot * parts + part) * kH;
   for (int i = threadIdx.x; i < nh * kD; i += kThreads) {
     const int h = i / kD, d = i % kD;
@@ -372,6 +376,9 @@ void launch_decode(const PagedAttentionParams& p, const AttentionPlanView& plan,
   XI_CHECK(parts == 1 || workspace != nullptr) << "decode attention: split-KV needs a workspace";
   XI_CHECK_LE(static_cast<int64_t>(p.num_kv_heads) * head_tiles, 65535) << "decode attention: too many heads";
   XI_CHECK_LE(plan.num_decode, 65535) << "decode attention: too many decodes in one step";
+  XI_CHECK(parts == 1 || static_cast<size_t>(plan.num_decode) * p.num_kv_heads * head_tiles <= kMaxSplitSlots)
+      << "decode attention: " << plan.num_decode << " decodes x " << p.num_kv_heads * head_tiles
+      << " head tiles is too many split-KV slots (partition size " << partition_size << " too small)";
   const dim3 grid(static_cast<unsigned>(parts), static_cast<unsigned>(p.num_kv_heads * head_tiles),
                   static_cast<unsigned>(plan.num_decode));
   launch_pdl(paged_decode_kernel<Cfg>, grid, Cfg::kThreads, 0, stream, p, plan, partition_size, head_tiles, workspace);
@@ -386,12 +393,12 @@ size_t decode_attention_workspace_floats(int num_decode, int num_heads, int num_
   const int parts = (max_decode_len + partition_size - 1) / partition_size;
   if (parts <= 1) return 0;
   const size_t slots = static_cast<size_t>(num_decode) * num_kv_heads * decode_head_tiles(num_heads / num_kv_heads);
-  return counter_floats(slots) + slots * parts * kDecodeHeadsPerCta * (static_cast<size_t>(head_dim) + 2);
+  return kCounterFloats + slots * parts * kDecodeHeadsPerCta * (static_cast<size_t>(head_dim) + 2);
 }
 
 size_t decode_attention_max_workspace_floats(int head_dim, int num_sms) {
   const size_t ctas = static_cast<size_t>(kDecodeCtasPerSm) * num_sms;  // slots * parts <= ctas when split
-  return counter_floats(ctas) + ctas * kDecodeHeadsPerCta * (static_cast<size_t>(head_dim) + 2);
+  return kCounterFloats + ctas * kDecodeHeadsPerCta * (static_cast<size_t>(head_dim) + 2);
 }
 
 void launch_paged_decode_attention(const PagedAttentionParams& p, const AttentionPlanView& plan, int partition_size,

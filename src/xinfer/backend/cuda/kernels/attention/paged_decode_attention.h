@@ -13,7 +13,9 @@
 //
 // Graph safety: the grid depends only on the plan's num_decode and max_decode_len (the padded context
 // of a graph bucket) and the partition size; CTAs past a sequence's length exit at once.
-// Workspace: [counters (uint32, zeroed once at allocation) | partial (max, sum) | partial O] floats.
+// Workspace: [counters (uint32, fixed region of 4096, zeroed once at allocation) | partial (max, sum) |
+// partial O] floats; the counters' place does not depend on the step, so steps of any shape can follow
+// each other on one buffer.
 //
 // Supported head_dim: 64, 128 (decode_attention_supports()); other sizes use the generic kernel. Any GQA
 // group (past 8 query heads the KV rows are read once per head tile), any block size.
