@@ -335,6 +335,92 @@ void bench_prefill_attention(cuda::CudaBackend& be, double peak, bool quick) {
   }
 }
 
+// Batch-1 decode layer, Llama-3.1-8B shape, context 256: each op of one layer alone (graph replays of 32
+// calls over 32 layers' weights, as in a decode step: each figure includes the op's launch gap) and the
+// whole layer chain recorded for 32 layers (one token's worth). Shows where a batch-1 token's time goes
+// against the roofline (bytes / copy bandwidth). Weights are not L2-resident (32 copies, 7 GB).
+void bench_decode_layer(cuda::CudaBackend& be, double bw) {
+  const int H = 4096, Hq = 32, Hkv = 8, D = 128, I = 14336, bs = 16, ctx = 256, L = 32;
+  const int width = (Hq + 2 * Hkv) * D;
+  cudaStream_t s = be.stream();
+  backend::KvCache kv = be.allocate_kv_cache({L, ctx / bs + 1, bs, Hkv, D, DType::kBF16});
+  for (auto& l : kv.layers) {
+    fill(l.k, 3);
+    fill(l.v, 4);
+  }
+  backend::StepPlan plan;
+  plan.max_blocks_per_seq = ctx / bs;
+  plan.query_start_loc = {0, 1};
+  plan.token_ids = {1};
+  plan.positions = {ctx - 1};
+  plan.slot_mapping = {ctx / bs * bs + (ctx - 1) % bs};
+  plan.seq_lens = {ctx};
+  plan.logit_rows = {0};
+  for (int i = 0; i < ctx / bs; ++i) plan.block_tables.push_back(1 + i);
+  plan.max_seq_len = ctx;
+  const backend::StepMeta meta = be.upload_step(plan);
+  struct LayerW {
+    backend::DeviceTensor norm1, qkv, o, norm2, gate_up, down;
+  };
+  std::vector<LayerW> lw(L);
+  for (int l = 0; l < L; ++l) {
+    LayerW& w = lw[static_cast<size_t>(l)];
+    w.norm1 = be.allocate(DType::kBF16, Shape{H});
+    w.norm2 = be.allocate(DType::kBF16, Shape{H});
+    w.qkv = be.allocate(DType::kBF16, Shape{width, H});
+    w.o = be.allocate(DType::kBF16, Shape{H, Hq * D});
+    w.gate_up = be.allocate(DType::kBF16, Shape{2 * I, H});
+    w.down = be.allocate(DType::kBF16, Shape{H, I});
+    for (auto* t : {&w.norm1, &w.norm2}) fill(t->view, 30 + l, 1.0f);
+    for (auto* t : {&w.qkv, &w.o, &w.gate_up, &w.down}) fill(t->view, 40 + l, 0.02f);
+  }
+  auto cos_sin = be.allocate(DType::kF32, Shape{ctx, D});  // zeros are fine for timing
+  auto residual = be.allocate(DType::kBF16, Shape{1, H});
+  auto x = be.allocate(DType::kBF16, Shape{1, H});
+  auto delta = be.allocate(DType::kBF16, Shape{1, H});
+  auto qkv = be.allocate(DType::kBF16, Shape{1, width});
+  auto attn = be.allocate(DType::kBF16, Shape{1, Hq * D});
+  auto gu = be.allocate(DType::kBF16, Shape{1, 2 * I});
+  auto act = be.allocate(DType::kBF16, Shape{1, I});
+  for (auto* t : {&residual, &delta, &qkv, &attn, &gu}) fill(t->view, 7, 0.5f);
+  const float eps = 1e-5f, scale = 0.088f;
+  auto W = [&](int l) -> LayerW& { return lw[static_cast<size_t>(l % L)]; };
+  struct Op {
+    const char* name;
+    double bytes;
+    std::function<void(int)> fn;
+  };
+  const double wq = 2.0 * width * H, wo = 2.0 * H * Hq * D, wgu = 2.0 * 2 * I * H, wd = 2.0 * H * I;
+  const double kvb = 2.0 * ctx * Hkv * D * 2;
+  const std::vector<Op> ops = {
+      {"add_rms_norm", 3.0 * 2 * H, [&](int l) { be.add_rms_norm(residual.view, delta.view, W(l).norm1.view, eps, x.view); }},
+      {"linear qkv", wq, [&](int l) { be.linear(x.view, {W(l).qkv.view, {}}, qkv.view); }},
+      {"rope_kv_write", 2.0 * 2 * width, [&](int l) { be.rope_kv_write(meta, qkv.view, Hq, Hkv, D, cos_sin.view, kv.layers[static_cast<size_t>(l % L)]); }},
+      {"paged_attention ctx256", kvb, [&](int l) { be.paged_attention(meta, qkv.view, Hq, Hkv, D, scale, kv.layers[static_cast<size_t>(l % L)], attn.view); }},
+      {"linear o", wo, [&](int l) { be.linear(attn.view, {W(l).o.view, {}}, delta.view); }},
+      {"add_rms_norm (2)", 3.0 * 2 * H, [&](int l) { be.add_rms_norm(residual.view, delta.view, W(l).norm2.view, eps, x.view); }},
+      {"linear gate_up", wgu, [&](int l) { be.linear(x.view, {W(l).gate_up.view, {}}, gu.view); }},
+      {"silu_mul", 2.0 * 3 * I, [&](int l) { be.silu_mul(gu.view, act.view); }},
+      {"linear down", wd, [&](int l) { be.linear(act.view, {W(l).down.view, {}}, delta.view); }},
+  };
+  for (const Op& op : ops) op.fn(0);  // sizes workspaces before any recording
+  double sum = 0, bytes = 0;
+  for (const Op& op : ops) {
+    const double t = time_graph(s, L, op.fn);
+    sum += t;
+    bytes += op.bytes;
+    report(std::string("b1 layer: ") + op.name, t, op.bytes, false, bw);
+  }
+  const double chained = time_graph(s, L, [&](int l) {
+    for (const Op& op : ops) op.fn(l);
+  });
+  report("b1 layer: sum of the ops above", sum, bytes, false, bw);
+  report("b1 layer: chained (one layer of a token)", chained, bytes, false, bw);
+  std::printf("b1 layer: chained %.1f us (x32 = %.2f ms per token before the lm_head), sum of the ops %.1f us, "
+              "roofline %.1f us (%.1f%%)\n",
+              chained * 1e6, 32 * chained * 1e3, sum * 1e6, bytes / (bw * 1e9) * 1e6, 100 * bytes / (bw * 1e9) / chained);
+}
+
 int run(bool quick) {
   cuda::CudaBackend be;
   const auto info = be.info();
@@ -429,6 +515,7 @@ int run(bool quick) {
     }
   }
   bench_sampling(be, bw);
+  bench_decode_layer(be, bw);
   be.synchronize();
 
   std::printf("\n==== gpu_kernel_bench summary (ceilings: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s) ====\n", bw, peak);
