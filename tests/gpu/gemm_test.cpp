@@ -1,14 +1,18 @@
 // GEMMs of linears (kernels/gemm) against a host reference accumulated in double on the same bf16 values:
-// the small-M GEMV kernel in every configuration, every cuBLASLt algorithm the tuner may pick (split-K
-// variants included), and the tuned dispatch (GemmTuner::run, CudaBackend::linear after tune_linears)
-// for m on, between and past the tuned row counts; a PDL GEMV chain and tuned GEMMs inside a CUDA graph;
-// the tuning cache's round trip, merge, and corrupt-file handling. Outputs are NaN-poisoned first.
+// the GEMV kernel in every configuration (m <= 8 in one launch, more rows in chunks of 8), every cuBLASLt
+// algorithm the tuner may pick (split-K variants included), and the tuned dispatch (GemmTuner::run,
+// CudaBackend::linear after tune_linears and untuned) for m on, between and past the tuned row counts,
+// including shapes cuBLASLt has no algorithm for (n = 1 with bias and f32 output: the GEMV fallback) and
+// the clear failure when nothing can compute a shape; a PDL GEMV chain and tuned GEMMs inside a CUDA
+// graph; the tuning cache's round trip, merge, and corrupt-file handling. Outputs are NaN-poisoned first.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -117,6 +121,17 @@ void write_file(const std::string& path, const std::string& text) {
   out << text;
 }
 
+// A shape's arguments without data (what cuBLASLt's heuristic looks at: sizes, dtype, whether a bias).
+GemmArgs shape_only(const GemmTuningKey& key) {
+  static const uint4 some_bias{};
+  return GemmArgs{nullptr, nullptr, key.bias ? reinterpret_cast<const __nv_bfloat16*>(&some_bias) : nullptr, nullptr,
+                  key.y_f32, key.m, key.n, key.k};
+}
+
+// The shape cuBLASLt 13 on the H200 has no algorithm for at any m (found on the device): n = 1, k = 8,
+// bias, f32 output. Tests that need such a shape check that it still has none (and skip otherwise).
+constexpr GemmShape kNoCublasLtShape{1, 8, true, true, 9};
+
 GemmTunerOptions quiet_options(const std::string& cache_path = "") {
   GemmTunerOptions o;
   o.show_progress = false;
@@ -143,7 +158,8 @@ TEST_P(GemvTest, EveryConfigMatchesReference) {
   const GemmCase c = GetParam();
   const Problem p(c.m, c.n, c.k, c.bias, c.f32, static_cast<uint32_t>(c.m * 7919 + c.n * 31 + c.k));
   ASSERT_TRUE(cuda::gemv_supports(p.args()));
-  // Every configuration must be right, also those the tuner would skip (warps without any k).
+  // Every configuration must be right, also those the tuner would skip (warps without any k); m > 8
+  // runs in chunks of 8 rows.
   for (const GemvConfig& g : all_gemv_configs()) {
     p.poison();
     cuda::launch_gemv(p.args(), g, gpu().stream());
@@ -157,7 +173,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemvTest,
                                            GemmCase{3, 1, 4104, false, false}, GemmCase{7, 7, 4104, true, true},
                                            GemmCase{7, 4097, 136, false, true}, GemmCase{8, 4097, 8, false, false},
                                            GemmCase{8, 4097, 4104, true, true}, GemmCase{8, 1, 136, true, false},
-                                           GemmCase{2, 7, 8, true, true}, GemmCase{1, 4096, 4096, false, false}),
+                                           GemmCase{2, 7, 8, true, true}, GemmCase{1, 4096, 4096, false, false},
+                                           GemmCase{9, 4097, 136, true, false}, GemmCase{17, 7, 264, false, true},
+                                           GemmCase{40, 1, 8, true, true}),
                          case_name);
 
 TEST(GemvSupportsTest, Limits) {
@@ -165,7 +183,9 @@ TEST(GemvSupportsTest, Limits) {
   GemmArgs a = p.args();
   EXPECT_TRUE(cuda::gemv_supports(a));
   a.m = 9;
-  EXPECT_FALSE(cuda::gemv_supports(a)) << "m > 8";
+  EXPECT_TRUE(cuda::gemv_supports(a)) << "m > 8 runs in chunks of 8 rows";
+  a.m = 1000;
+  EXPECT_TRUE(cuda::gemv_supports(a));
   a.m = 0;
   EXPECT_FALSE(cuda::gemv_supports(a)) << "m == 0";
   a = p.args();
@@ -184,17 +204,58 @@ TEST(GemvSupportsTest, Limits) {
     EXPECT_TRUE(g.pdl);
   }
   EXPECT_EQ(cuda::gemv_candidates(p.args(), false).size(), 3u);
+  // The untuned configuration: k split over as many warps as have a full 256-element step.
+  a = p.args();
+  EXPECT_EQ(cuda::gemv_default_config(a), (GemvConfig{1, 1, false}));
+  a.k = 512;
+  EXPECT_EQ(cuda::gemv_default_config(a), (GemvConfig{1, 2, false}));
+  a.k = 1016;
+  EXPECT_EQ(cuda::gemv_default_config(a), (GemvConfig{1, 2, false}));
+  a.k = 4104;
+  EXPECT_EQ(cuda::gemv_default_config(a), (GemvConfig{1, 8, false}));
+  for (int k : {8, 136, 512, 1016, 2048, 4104}) {
+    a.k = k;
+    const auto configs = cuda::gemv_candidates(a, false);
+    EXPECT_NE(std::find(configs.begin(), configs.end(), cuda::gemv_default_config(a)), configs.end()) << "k=" << k;
+  }
 }
 
 // ---- cuBLASLt candidates ----
 
-class CublasLtCandidatesTest : public ::testing::TestWithParam<GemmCase> {};
+// model_like: shapes like a model's linears (large n and k), for which cuBLASLt must offer algorithms.
+struct LtCase {
+  GemmCase shape;
+  bool model_like;
+};
+std::string lt_case_name(const ::testing::TestParamInfo<LtCase>& info) {
+  return case_name(::testing::TestParamInfo<GemmCase>(info.param.shape, info.index));
+}
+
+class CublasLtCandidatesTest : public ::testing::TestWithParam<LtCase> {};
 TEST_P(CublasLtCandidatesTest, EveryCandidateMatchesReference) {
-  const GemmCase c = GetParam();
+  const GemmCase c = GetParam().shape;
   const Problem p(c.m, c.n, c.k, c.bias, c.f32, static_cast<uint32_t>(c.m * 131 + c.n + c.k));
+  // Whatever cuBLASLt offers, the library computes the shape (untuned dispatch: the heuristic, or the
+  // GEMV where cuBLASLt has nothing).
+  {
+    GemmTuner untuned;
+    const GemmChoice choice = untuned.choice_for(p.args());
+    EXPECT_NE(choice.kind, GemmKind::kNone) << p.name();
+    EXPECT_EQ(choice.kind == GemmKind::kGemv, untuned.cublaslt().find_heuristic(p.args()) == nullptr) << p.name();
+    p.poison();
+    untuned.run(p.args(), gpu().stream());
+    const std::string err = p.check();
+    EXPECT_EQ(err, "") << p.name() << " through GemmTuner::run (" << cuda::gemm_kind_name(choice.kind) << ")";
+  }
   cuda::CublasLtGemm gemm;
-  ASSERT_FALSE(gemm.candidates(p.args(), 1).empty()) << "cuBLASLt has no algorithm for " << p.name();
+  if (gemm.candidates(p.args(), 1).empty()) {
+    ASSERT_FALSE(GetParam().model_like) << "cuBLASLt has no algorithm for the model-like " << p.name();
+    EXPECT_EQ(gemm.find_heuristic(p.args()), nullptr);
+    EXPECT_TRUE(gemm.candidates(p.args(), 16).empty());
+    GTEST_SKIP() << "cuBLASLt has no algorithm for " << p.name() << " (GemmTuner::run computed it with the GEMV)";
+  }
   std::vector<cublasLtMatmulAlgo_t> algos = gemm.candidates(p.args(), 16);
+  ASSERT_NE(gemm.find_heuristic(p.args()), nullptr);
   algos.push_back(gemm.heuristic(p.args()));
   for (const cublasLtMatmulAlgo_t& algo : algos) {
     EXPECT_TRUE(gemm.check(p.args(), algo)) << cuda::CublasLtGemm::describe(algo);
@@ -206,10 +267,13 @@ TEST_P(CublasLtCandidatesTest, EveryCandidateMatchesReference) {
   std::printf("[ gemm ] %s: %zu cuBLASLt candidates checked\n", p.name().c_str(), algos.size());
 }
 INSTANTIATE_TEST_SUITE_P(Shapes, CublasLtCandidatesTest,
-                         ::testing::Values(GemmCase{1, 4097, 4104, true, false}, GemmCase{9, 4097, 4104, false, true},
-                                           GemmCase{33, 4097, 4104, true, false}, GemmCase{7, 7, 136, true, true},
-                                           GemmCase{3, 1, 8, false, false}),
-                         case_name);
+                         ::testing::Values(LtCase{{1, 4097, 4104, true, false}, true},
+                                           LtCase{{9, 4097, 4104, false, true}, true},
+                                           LtCase{{33, 4097, 4104, true, false}, true},
+                                           LtCase{{16, 1024, 4096, false, false}, true},
+                                           LtCase{{7, 7, 136, true, true}, false}, LtCase{{3, 1, 8, false, false}, false},
+                                           LtCase{{9, 1, 8, true, true}, false}),
+                         lt_case_name);
 
 // ---- the tuner ----
 
@@ -221,67 +285,134 @@ TEST(GemmTunerTest, TunedMs) {
   EXPECT_EQ(GemmTuner::tuned_ms(2048).back(), 2048);
 }
 
-// run() for m on, between and past the tuned row counts matches the reference, eagerly and in a graph.
+// run() for m on, between and past the tuned row counts matches the reference, eagerly and in a graph;
+// where cuBLASLt has no algorithm the tuner records that (no heuristic time) and times the GEMV instead.
 TEST(GemmTunerTest, TunedRunMatchesReference) {
   GemmTuner tuner;
-  const std::vector<GemmShape> shapes = {{4097, 4104, false, true, 33}, {7, 136, true, false, 33}, {1, 8, true, true, 9}};
+  const std::vector<GemmShape> shapes = {{4097, 4104, false, true, 33}, {7, 136, true, false, 33}, kNoCublasLtShape};
   const cuda::GemmTuneSummary sum = tuner.tune(shapes, quiet_options(), gpu().stream());
   std::printf("[ gemm ] %s\n", sum.to_string().c_str());
   EXPECT_EQ(sum.points, 7 + 7 + 5);
   EXPECT_EQ(sum.tuned, sum.points);
   EXPECT_EQ(sum.cached, 0);
+  EXPECT_EQ(sum.none, 0) << "every shape here has k % 8 == 0: the GEMV can always take it";
   EXPECT_EQ(sum.gemv + sum.cublaslt + sum.heuristic, sum.points);
+  int without_cublaslt = 0;
   for (const auto& [key, c] : tuner.table()) {
-    EXPECT_GT(c.us, 0.0f) << key.n << "x" << key.k << " m=" << key.m;
-    EXPECT_GT(c.heuristic_us, 0.0f) << "cuBLASLt found no algorithm for n=" << key.n << " k=" << key.k;
-    if (c.heuristic_us > 0) {
-      EXPECT_LE(c.us, c.heuristic_us) << "a choice slower than the heuristic";
+    const std::string where = "n=" + std::to_string(key.n) + " k=" + std::to_string(key.k) + " m=" + std::to_string(key.m);
+    EXPECT_NE(c.kind, GemmKind::kNone) << where;
+    EXPECT_GT(c.us, 0.0f) << where;
+    // The heuristic time is absent exactly when cuBLASLt has no algorithm; then the GEMV is the choice.
+    const bool cublaslt_has_one = tuner.cublaslt().find_heuristic(shape_only(key)) != nullptr;
+    EXPECT_EQ(c.heuristic_us.has_value(), cublaslt_has_one) << where;
+    if (c.heuristic_us) {
+      EXPECT_GT(*c.heuristic_us, 0.0f) << where;
+      EXPECT_LE(c.us, *c.heuristic_us) << "a choice slower than the heuristic, " << where;
+      if (c.kind == GemmKind::kGemv) {
+        EXPECT_LE(key.m, 8) << "past 8 rows the GEMV is only the fallback, " << where;
+      }
+    } else {
+      ++without_cublaslt;
+      EXPECT_EQ(c.kind, GemmKind::kGemv) << where;
     }
-    if (c.kind == GemmKind::kGemv) {
-      EXPECT_LE(key.m, 8);
-    }
-    std::printf("[ gemm ] n=%d k=%d m=%d: %s %.1f us (heuristic %.1f us)\n", key.n, key.k, key.m,
+    std::printf("[ gemm ] n=%d k=%d m=%d: %s %.1f us (heuristic %s)\n", key.n, key.k, key.m,
                 c.kind == GemmKind::kGemv       ? cuda::to_string(c.gemv).c_str()
                 : c.kind == GemmKind::kCublasLt ? cuda::CublasLtGemm::describe(c.algo).c_str()
                                                 : "heuristic",
-                c.us, c.heuristic_us);
+                c.us, c.heuristic_us ? (std::to_string(*c.heuristic_us) + " us").c_str() : "none: no cuBLASLt algorithm");
   }
+  EXPECT_EQ(sum.no_cublaslt, without_cublaslt);
+  std::printf("[ gemm ] %d tuned points without a cuBLASLt algorithm (GEMV fallback)\n", without_cublaslt);
+
   for (const GemmShape& sh : shapes)
-    for (int m : {1, 3, 7, 8, 9, 33, 40}) {
+    for (int m : {1, 3, 7, 8, 9, 16, 33, 40}) {
       const Problem p(m, sh.n, sh.k, sh.bias, sh.y_f32, static_cast<uint32_t>(m + sh.n));
-      if (tuner.choice_for(p.args()).kind != GemmKind::kGemv && tuner.cublaslt().candidates(p.args(), 1).empty()) {
-        ADD_FAILURE() << "cuBLASLt has no algorithm for " << p.name();  // run() would abort the binary
-        continue;
+      const GemmChoice choice = tuner.choice_for(p.args());
+      ASSERT_NE(choice.kind, GemmKind::kNone) << p.name();
+      if (tuner.cublaslt().find_heuristic(p.args()) == nullptr) {
+        EXPECT_EQ(choice.kind, GemmKind::kGemv) << "no cuBLASLt algorithm for " << p.name();
       }
       p.poison();
       tuner.run(p.args(), gpu().stream());
       const std::string err = p.check();
-      EXPECT_EQ(err, "") << p.name() << " choice " << cuda::gemm_kind_name(tuner.choice_for(p.args()).kind);
+      EXPECT_EQ(err, "") << p.name() << " choice " << cuda::gemm_kind_name(choice.kind);
     }
 
-  // The same dispatch recorded in a CUDA graph (after a first eager call per shape) and replayed.
-  const Problem p1(1, 4097, 4104, true, false, 11), p33(33, 4097, 4104, true, false, 12), p5(5, 7, 136, false, true, 13);
-  for (const Problem* p : {&p1, &p33, &p5}) tuner.run(p->args(), gpu().stream());
+  // The same dispatch recorded in a CUDA graph (after a first eager call per shape) and replayed,
+  // including the fallback shape past 8 rows (chunked GEMV launches).
+  const Problem p1(1, 4097, 4104, true, false, 11), p33(33, 4097, 4104, true, false, 12), p5(5, 7, 136, false, true, 13),
+      pn3(3, 1, 8, true, true, 14), pn40(40, 1, 8, true, true, 15);
+  const std::vector<const Problem*> graph_problems = {&p1, &p33, &p5, &pn3, &pn40};
+  for (const Problem* p : graph_problems) tuner.run(p->args(), gpu().stream());
   cudaStream_t s = nullptr;
   XI_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   gpu().synchronize();
   XI_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
-  for (const Problem* p : {&p1, &p33, &p5}) tuner.run(p->args(), s);
+  for (const Problem* p : graph_problems) tuner.run(p->args(), s);
   cudaGraph_t graph = nullptr;
   XI_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
   cudaGraphExec_t exec = nullptr;
   XI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (const Problem* p : {&p1, &p33, &p5}) p->poison();
+  for (const Problem* p : graph_problems) p->poison();
   gpu().synchronize();
   XI_CUDA_CHECK(cudaGraphLaunch(exec, s));
   XI_CUDA_CHECK(cudaStreamSynchronize(s));
-  for (const Problem* p : {&p1, &p33, &p5}) {
+  for (const Problem* p : graph_problems) {
     const std::string err = p->check();
     EXPECT_EQ(err, "") << "graph replay " << p->name();
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
+}
+
+// Untuned dispatch of a shape cuBLASLt has nothing for runs the GEMV at every m; when the GEMV cannot take
+// the arguments either (x not 16-byte aligned; k % 8 != 0) the choice is kNone and run() fails naming the
+// shape, and tune() records kNone.
+TEST(GemmTunerTest, NoCublasLtAlgorithm) {
+  GemmTuner tuner;
+  const GemmTuningKey no_lt{kNoCublasLtShape.n, kNoCublasLtShape.k, kNoCublasLtShape.y_f32, kNoCublasLtShape.bias, 1};
+  if (tuner.cublaslt().find_heuristic(shape_only(no_lt)) != nullptr)
+    GTEST_SKIP() << "this cuBLASLt has an algorithm for n=1 k=8 +bias f32: pick another shape for this test";
+  for (int m : {1, 5, 8, 9, 24, 61}) {
+    const Problem p(m, 1, 8, true, true, static_cast<uint32_t>(100 + m));
+    const GemmChoice choice = tuner.choice_for(p.args());
+    EXPECT_EQ(choice.kind, GemmKind::kGemv) << p.name();
+    EXPECT_FALSE(choice.heuristic_us.has_value());
+    p.poison();
+    tuner.run(p.args(), gpu().stream());
+    const std::string err = p.check();
+    EXPECT_EQ(err, "") << "untuned " << p.name();
+  }
+
+  // x one element off 16-byte alignment: neither implementation can run it.
+  const Problem p(2, 1, 8, true, true, 3);
+  auto dx = gpu().allocate(DType::kBF16, Shape{2 * 8 + 8});
+  GemmArgs misaligned = p.args();
+  misaligned.x = static_cast<const __nv_bfloat16*>(dx.view.data) + 1;
+  EXPECT_FALSE(cuda::gemv_supports(misaligned));
+  EXPECT_EQ(tuner.choice_for(misaligned).kind, GemmKind::kNone);
+  EXPECT_EQ(tuner.choice_for(p.args()).kind, GemmKind::kGemv) << "the aligned call of the same shape still runs";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(tuner.run(misaligned, gpu().stream()),
+               "no GEMM implementation for bf16 GEMM m=2 n=1 k=8 f32 out \\+bias: cuBLASLt has no algorithm");
+
+  // k % 8 != 0 as well: tune() records kNone (no time) and says so in its summary.
+  const GemmTuningKey odd{1, 12, true, true, 1};
+  if (tuner.cublaslt().find_heuristic(shape_only(odd)) != nullptr) return;
+  const cuda::GemmTuneSummary sum = tuner.tune({{1, 12, true, true, 2}}, quiet_options(), gpu().stream());
+  std::printf("[ gemm ] %s\n", sum.to_string().c_str());
+  EXPECT_EQ(sum.none, 2);
+  EXPECT_NE(sum.to_string().find("2 with NO implementation"), std::string::npos) << sum.to_string();
+  for (int m : {1, 2}) {
+    GemmTuningKey key = odd;
+    key.m = m;
+    ASSERT_EQ(tuner.table().count(key), 1u);
+    EXPECT_EQ(tuner.table().at(key).kind, GemmKind::kNone);
+    EXPECT_FALSE(tuner.table().at(key).heuristic_us.has_value());
+  }
+  GemmArgs a = shape_only(odd);
+  EXPECT_EQ(tuner.choice_for(a).kind, GemmKind::kNone);
 }
 
 // Two PDL GEMVs in a chain (the second reads what the first writes) after a kernel that writes the first
@@ -336,18 +467,21 @@ TEST(GemmTunerTest, PdlGemvChainInGraph) {
   cudaStreamDestroy(s);
 }
 
-// CudaBackend::linear after tune_linears (own backend: its own tuning cache file).
+// CudaBackend::linear after tune_linears (own backend: its own tuning cache file), for tuned shapes, the
+// shape cuBLASLt has nothing for (tuned, and past its tuned rows) and untuned shapes.
 TEST(GemmTunerTest, BackendLinearAfterTuning) {
   const std::string path = temp_path("backend_cache.json");
   std::filesystem::remove(path);
   cuda::CudaBackendOptions o;
   o.gemm_tuning_cache = path;
   cuda::CudaBackend be(o);
-  be.tune_linears({{4097, 4104, false, true, 8}, {300, 264, true, false, 16}}, false);
-  EXPECT_EQ(be.gemm().table().size(), 4u + 5u);
+  be.tune_linears({{4097, 4104, false, true, 8}, {300, 264, true, false, 16}, {1, 8, true, true, 4}}, false);
+  EXPECT_EQ(be.gemm().table().size(), 4u + 5u + 3u);
   EXPECT_TRUE(std::filesystem::exists(path));
-  for (auto [m, n, k, bias, f32] : {std::tuple{1, 4097, 4104, true, false}, std::tuple{6, 4097, 4104, true, false},
-                                    std::tuple{3, 300, 264, false, true}, std::tuple{16, 300, 264, false, true}}) {
+  for (auto [m, n, k, bias, f32] :
+       {std::tuple{1, 4097, 4104, true, false}, std::tuple{6, 4097, 4104, true, false}, std::tuple{3, 300, 264, false, true},
+        std::tuple{16, 300, 264, false, true}, std::tuple{3, 1, 8, true, true}, std::tuple{13, 1, 8, true, true},
+        std::tuple{7, 7, 136, true, true}, std::tuple{20, 7, 136, true, true}, std::tuple{2, 520, 1024, true, false}}) {
     std::mt19937 rng(static_cast<uint32_t>(m * n));
     const auto x = random_bf16(static_cast<size_t>(m) * k, rng), w = random_bf16(static_cast<size_t>(n) * k, rng, 0.05f);
     const auto b = bias ? random_bf16(static_cast<size_t>(n), rng) : std::vector<float>{};
@@ -383,25 +517,41 @@ TEST(GemmTuningCacheTest, RoundTripMergeAndCorruptFiles) {
   lt_e.choice.us = 3.0f;
   lt_e.choice.heuristic_us = 3.5f;
   GemmTuningEntry h_e{{128256, 4096, true, false, 256}, {}};
-  h_e.choice.us = h_e.choice.heuristic_us = 400.0f;
-  ASSERT_TRUE(cuda::save_gemm_tuning_cache(path, "devA", {gemv_e, lt_e, h_e}).ok());
+  h_e.choice.us = 400.0f;
+  h_e.choice.heuristic_us = 400.0f;
+  GemmTuningEntry fallback_e{{1, 8, true, true, 9}, {}};  // no cuBLASLt algorithm: no heuristic time
+  fallback_e.choice.kind = GemmKind::kGemv;
+  fallback_e.choice.gemv = GemvConfig{4, 1, false};
+  fallback_e.choice.us = 2.5f;
+  GemmTuningEntry none_e{{1, 12, true, true, 1}, {}};
+  none_e.choice.kind = GemmKind::kNone;
+  ASSERT_TRUE(cuda::save_gemm_tuning_cache(path, "devA", {gemv_e, lt_e, h_e, fallback_e, none_e}).ok());
 
   auto loaded = cuda::load_gemm_tuning_cache(path, "devA");
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
-  ASSERT_EQ(loaded->size(), 3u);
+  ASSERT_EQ(loaded->size(), 5u);
   std::map<GemmTuningKey, GemmChoice> by_key;
   for (const auto& e : *loaded) by_key[e.key] = e.choice;
   ASSERT_EQ(by_key.count(gemv_e.key), 1u);
   EXPECT_EQ(by_key[gemv_e.key].kind, GemmKind::kGemv);
   EXPECT_EQ(by_key[gemv_e.key].gemv, gemv_e.choice.gemv);
   EXPECT_FLOAT_EQ(by_key[gemv_e.key].us, 8.5f);
-  EXPECT_FLOAT_EQ(by_key[gemv_e.key].heuristic_us, 14.25f);
+  EXPECT_EQ(by_key[gemv_e.key].heuristic_us, std::optional<float>(14.25f));
   ASSERT_EQ(by_key.count(lt_e.key), 1u);
   EXPECT_EQ(by_key[lt_e.key].kind, GemmKind::kCublasLt);
   EXPECT_TRUE(cuda::CublasLtGemm::same(by_key[lt_e.key].algo, lt_e.choice.algo));
   EXPECT_TRUE(gemm.check(p.args(), by_key[lt_e.key].algo)) << "a restored algorithm is usable";
   ASSERT_EQ(by_key.count(h_e.key), 1u);
   EXPECT_EQ(by_key[h_e.key].kind, GemmKind::kHeuristic);
+  EXPECT_EQ(by_key[h_e.key].heuristic_us, std::optional<float>(400.0f));
+  ASSERT_EQ(by_key.count(fallback_e.key), 1u);
+  EXPECT_EQ(by_key[fallback_e.key].kind, GemmKind::kGemv);
+  EXPECT_EQ(by_key[fallback_e.key].gemv, fallback_e.choice.gemv);
+  EXPECT_FLOAT_EQ(by_key[fallback_e.key].us, 2.5f);
+  EXPECT_FALSE(by_key[fallback_e.key].heuristic_us.has_value()) << "absent, not 0 us";
+  ASSERT_EQ(by_key.count(none_e.key), 1u);
+  EXPECT_EQ(by_key[none_e.key].kind, GemmKind::kNone);
+  EXPECT_FALSE(by_key[none_e.key].heuristic_us.has_value());
   EXPECT_EQ(cuda::load_gemm_tuning_cache(path, "devB").status().code(), StatusCode::kNotFound);
 
   // Another device's section and an update of one entry: everything else is kept.
@@ -411,7 +561,7 @@ TEST(GemmTuningCacheTest, RoundTripMergeAndCorruptFiles) {
   ASSERT_TRUE(cuda::save_gemm_tuning_cache(path, "devA", {gemv_new}).ok());
   loaded = cuda::load_gemm_tuning_cache(path, "devA");
   ASSERT_TRUE(loaded.ok());
-  EXPECT_EQ(loaded->size(), 3u);
+  EXPECT_EQ(loaded->size(), 5u);
   for (const auto& e : *loaded)
     if (e.key == gemv_e.key) {
       EXPECT_EQ(e.choice.gemv, (GemvConfig{1, 1, false}));
@@ -427,7 +577,9 @@ TEST(GemmTuningCacheTest, RoundTripMergeAndCorruptFiles) {
         std::string(R"({"format": 1, "devices": {"devA": [{"n": 1}]}})"),
         std::string(R"({"format": 1, "devices": {"devA": [)" + entry_ok + R"(, {"n":8,"k":8,"y_f32":false,"bias":false,"m":1,"kind":"cublaslt","algo":"zz","us":1,"heuristic_us":1}]}})"),
         std::string(R"({"format": 1, "devices": {"devA": [{"n":8,"k":8,"y_f32":"no","bias":false,"m":1,"kind":"heuristic","us":1,"heuristic_us":1}]}})"),
-        std::string(R"({"format": 1, "devices": {"devA": [{"n":8,"k":8,"y_f32":false,"bias":false,"m":1,"kind":"magic","us":1,"heuristic_us":1}]}})")}) {
+        std::string(R"({"format": 1, "devices": {"devA": [{"n":8,"k":8,"y_f32":false,"bias":false,"m":1,"kind":"magic","us":1,"heuristic_us":1}]}})"),
+        std::string(R"({"format": 1, "devices": {"devA": [{"n":8,"k":8,"y_f32":false,"bias":false,"m":1,"kind":"heuristic","us":1,"heuristic_us":"x"}]}})"),
+        std::string(R"({"format": 1, "devices": {"devA": [{"n":8,"k":8,"y_f32":false,"bias":false,"m":1,"kind":"heuristic","us":1}]}})")}) {
     write_file(path, text);
     EXPECT_EQ(cuda::load_gemm_tuning_cache(path, "devA").status().code(), StatusCode::kDataLoss) << text;
   }
@@ -445,8 +597,8 @@ TEST(GemmTuningCacheTest, RoundTripMergeAndCorruptFiles) {
 TEST(GemmTuningCacheTest, TunerUsesAndRepairsTheCache) {
   const std::string path = temp_path("tuner_cache.json");
   std::filesystem::remove(path);
-  const std::vector<GemmShape> shapes = {{96, 264, false, true, 8}, {33, 64, true, false, 3}};
-  const int points = 4 + 3;
+  const std::vector<GemmShape> shapes = {{96, 264, false, true, 8}, {33, 64, true, false, 3}, kNoCublasLtShape};
+  const int points = 4 + 3 + 5;
 
   GemmTuner first;
   cuda::GemmTuneSummary s = first.tune(shapes, quiet_options(path), gpu().stream());
@@ -469,6 +621,7 @@ TEST(GemmTuningCacheTest, TunerUsesAndRepairsTheCache) {
       EXPECT_EQ(c.gemv, d.gemv);
     }
     EXPECT_FLOAT_EQ(c.us, d.us);
+    EXPECT_EQ(c.heuristic_us, d.heuristic_us) << "n=" << key.n << " m=" << key.m;
   }
   // A tuner that already holds the points does not read them again.
   s = second.tune(shapes, quiet_options(path), gpu().stream());
@@ -480,18 +633,24 @@ TEST(GemmTuningCacheTest, TunerUsesAndRepairsTheCache) {
   EXPECT_EQ(s.tuned, points) << s.to_string();
   ASSERT_TRUE(cuda::load_gemm_tuning_cache(path, third.device_key()).ok()) << "rewritten after a corrupt read";
 
-  // An invalid GEMV configuration in the file (k_split 3) is retuned, the rest is taken.
+  // An invalid GEMV configuration in the file (k_split 3) is retuned, and so is an entry claiming that
+  // cuBLASLt has no algorithm where it has one; the rest is taken.
   auto entries = cuda::load_gemm_tuning_cache(path, third.device_key());
   ASSERT_TRUE(entries.ok());
   std::vector<GemmTuningEntry> edited = *entries;
+  ASSERT_EQ(edited.size(), static_cast<size_t>(points));
   edited[0].choice.kind = GemmKind::kGemv;
   edited[0].choice.gemv = GemvConfig{1, 3, false};
+  auto with_lt = std::find_if(edited.begin() + 1, edited.end(),
+                              [](const GemmTuningEntry& e) { return e.choice.heuristic_us.has_value(); });
+  ASSERT_NE(with_lt, edited.end()) << "cuBLASLt has an algorithm for the 96 x 264 and 33 x 64 shapes";
+  with_lt->choice.heuristic_us.reset();
   std::filesystem::remove(path);
   ASSERT_TRUE(cuda::save_gemm_tuning_cache(path, third.device_key(), edited).ok());
   GemmTuner fourth;
   s = fourth.tune(shapes, quiet_options(path), gpu().stream());
-  EXPECT_EQ(s.tuned, 1) << s.to_string();
-  EXPECT_EQ(s.cached, points - 1);
+  EXPECT_EQ(s.tuned, 2) << s.to_string();
+  EXPECT_EQ(s.cached, points - 2);
 
   // Tuning off the cache ("" path) neither reads nor writes.
   std::filesystem::remove(path);
@@ -509,6 +668,7 @@ TEST(GemmTuningCacheTest, TunerUsesAndRepairsTheCache) {
   for (const auto& [key, c] : fifth.table()) {
     EXPECT_EQ(sixth.table().at(key).kind, c.kind);
     EXPECT_FLOAT_EQ(sixth.table().at(key).us, c.us);
+    EXPECT_EQ(sixth.table().at(key).heuristic_us, c.heuristic_us);
   }
 }
 

@@ -10,7 +10,8 @@ namespace xinfer::cuda {
 struct CublasLtGemm::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  bool have_heuristic = false;
+  bool heuristic_known = false;  // the heuristic was asked
+  bool have_heuristic = false;   // ... and offered an algorithm
   cublasLtMatmulAlgo_t heuristic{};
   ~Plan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
@@ -21,11 +22,6 @@ struct CublasLtGemm::Plan {
 };
 
 namespace {
-
-std::string shape_text(const GemmArgs& g) {
-  return "bf16 GEMM m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
-         (g.y_f32 ? " f32 out" : " bf16 out") + (g.bias ? " +bias" : "");
-}
 
 template <typename T>
 T config_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
@@ -80,15 +76,26 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmArgs& g) {
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
-const cublasLtMatmulAlgo_t& CublasLtGemm::heuristic(const GemmArgs& g) {
+std::string CublasLtGemm::shape_text(const GemmArgs& g) {
+  return "bf16 GEMM m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
+         (g.y_f32 ? " f32 out" : " bf16 out") + (g.bias ? " +bias" : "");
+}
+
+const cublasLtMatmulAlgo_t* CublasLtGemm::find_heuristic(const GemmArgs& g) {
   Plan& plan = plan_for(g);
-  if (!plan.have_heuristic) {
+  if (!plan.heuristic_known) {
     const std::vector<cublasLtMatmulAlgo_t> first = candidates(g, 1);
-    XI_CHECK(!first.empty()) << "cuBLASLt: no algorithm for " << shape_text(g);
-    plan.heuristic = first[0];
-    plan.have_heuristic = true;
+    plan.heuristic_known = true;
+    plan.have_heuristic = !first.empty();
+    if (plan.have_heuristic) plan.heuristic = first[0];
   }
-  return plan.heuristic;
+  return plan.have_heuristic ? &plan.heuristic : nullptr;
+}
+
+const cublasLtMatmulAlgo_t& CublasLtGemm::heuristic(const GemmArgs& g) {
+  const cublasLtMatmulAlgo_t* algo = find_heuristic(g);
+  XI_CHECK(algo != nullptr) << "cuBLASLt: no algorithm for " << shape_text(g);
+  return *algo;
 }
 
 std::vector<cublasLtMatmulAlgo_t> CublasLtGemm::candidates(const GemmArgs& g, int max_results) {

@@ -3,8 +3,9 @@
 //
 // Row-major y = x w^T is column-major y^T = w x^T: cuBLASLt's A = w (k x n col-major, transposed),
 // B = x (k x m col-major), D = y^T (n x m col-major). The bias is the BIAS epilogue over D's rows.
-// One handle and one workspace per instance. Descriptors and the heuristic's first algorithm are cached
-// per (m, n, k, output dtype, bias); candidates() lists what the heuristic offers (and split-K variants)
+// One handle and one workspace per instance. Descriptors and the heuristic's first algorithm (or its
+// absence: cuBLASLt legitimately has nothing for some tiny or oddly aligned shapes, e.g. n = 1 with a bias
+// and f32 output) are cached per (m, n, k, output dtype, bias); candidates() lists what the heuristic offers (and split-K variants)
 // for the tuner (gemm_tuner.h), which then runs a chosen algorithm with run(args, algo).
 // cublasLtMatmulAlgo_t is plain data that cuBLASLt documents as serializable for reuse with the same
 // library version (gemm_tuning_cache.h stores it that way).
@@ -31,14 +32,17 @@ class CublasLtGemm {
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
-  // With the heuristic's first algorithm.
+  // With the heuristic's first algorithm; XI_CHECK-fails naming the shape if cuBLASLt has none.
   void run(const GemmArgs& args, cudaStream_t stream);
   // With `algo`, which must have passed check() for this shape and m.
   void run(const GemmArgs& args, const cublasLtMatmulAlgo_t& algo, cudaStream_t stream);
   // The same, returning false instead of failing when cuBLASLt refuses the launch (tuning).
   bool try_run(const GemmArgs& args, const cublasLtMatmulAlgo_t& algo, cudaStream_t stream);
 
-  // The heuristic's first algorithm for this shape (cached).
+  // The heuristic's first algorithm for this shape, or nullptr if cuBLASLt has none (cached either way:
+  // after the first call per shape this is a map lookup).
+  const cublasLtMatmulAlgo_t* find_heuristic(const GemmArgs& args);
+  // The same, XI_CHECK-failing (naming the shape) when there is none.
   const cublasLtMatmulAlgo_t& heuristic(const GemmArgs& args);
   // Up to `max_results` algorithms from the heuristic, best guess first, then split-K variants of its
   // first algorithms that cublasLtMatmulAlgoCheck accepts; all fit the workspace, no duplicates.
@@ -50,6 +54,8 @@ class CublasLtGemm {
   // "algo 66 tile 20 stages 3 splitk 1 ..." from the algo's config attributes.
   static std::string describe(const cublasLtMatmulAlgo_t& algo);
   static bool same(const cublasLtMatmulAlgo_t& a, const cublasLtMatmulAlgo_t& b);
+  // "bf16 GEMM m=9 n=1 k=8 f32 out +bias", for messages.
+  static std::string shape_text(const GemmArgs& args);
 
  private:
   struct Plan;

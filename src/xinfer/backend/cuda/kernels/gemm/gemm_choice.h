@@ -2,25 +2,30 @@
 // is filed under (in memory and in the on-disk cache, gemm_tuning_cache.h).
 //   kHeuristic: cuBLASLt's heuristic first algorithm (also what an untuned shape gets)
 //   kCublasLt:  another cuBLASLt algorithm (heuristic top-N or a split-K variant), stored as its bytes
-//   kGemv:      the small-M GEMV kernel (gemv.h) with this configuration (m <= 8 only)
+//   kGemv:      the GEMV kernel (gemv.h) with this configuration: timed against cuBLASLt for m <= 8, and
+//               the only candidate at any m where cuBLASLt has no algorithm (then in chunks of 8 rows)
+//   kNone:      nothing can compute the shape (no cuBLASLt algorithm, and the GEMV kernel needs
+//               k % 8 == 0): running it fails with a message naming the shape
 #pragma once
 
 #include <cublasLt.h>
 
 #include <compare>
 #include <cstdint>
+#include <optional>
 
 #include "xinfer/backend/cuda/kernels/gemm/gemv.h"
 
 namespace xinfer::cuda {
 
-enum class GemmKind : uint8_t { kHeuristic, kCublasLt, kGemv };
+enum class GemmKind : uint8_t { kHeuristic, kCublasLt, kGemv, kNone };
 
 inline const char* gemm_kind_name(GemmKind k) {
   switch (k) {
     case GemmKind::kHeuristic: return "heuristic";
     case GemmKind::kCublasLt: return "cublaslt";
     case GemmKind::kGemv: return "gemv";
+    case GemmKind::kNone: return "none";
   }
   return "?";
 }
@@ -29,8 +34,10 @@ struct GemmChoice {
   GemmKind kind = GemmKind::kHeuristic;
   cublasLtMatmulAlgo_t algo{};  // kCublasLt
   GemvConfig gemv;              // kGemv
-  float us = 0;                 // measured time of this choice at the tuned m
-  float heuristic_us = 0;       // measured time of the heuristic's first algorithm at the tuned m
+  float us = 0;                 // measured time of this choice at the tuned m (0 for kNone)
+  // Measured time of cuBLASLt's heuristic first algorithm at the tuned m; absent when cuBLASLt has no
+  // algorithm for the shape (or refused to launch it).
+  std::optional<float> heuristic_us;
 };
 
 // A linear shape at one tuned m.

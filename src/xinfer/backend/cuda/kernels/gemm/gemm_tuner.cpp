@@ -169,13 +169,18 @@ void GemmTuner::clear() {
 
 bool GemmTuner::valid(const GemmTuningKey& key, const GemmChoice& choice) {
   const GemmArgs args = shape_args(key);
+  // A stored outcome "cuBLASLt has nothing here" must still be true (and vice versa).
+  const bool have_heuristic = cublaslt_.find_heuristic(args) != nullptr;
+  if (choice.heuristic_us.has_value() != have_heuristic) return false;
   switch (choice.kind) {
-    case GemmKind::kHeuristic: return true;
+    case GemmKind::kHeuristic: return have_heuristic;
     case GemmKind::kCublasLt: return cublaslt_.check(args, choice.algo);
     case GemmKind::kGemv: {
+      if (key.m > 8 && have_heuristic) return false;  // past 8 rows the GEMV is only a fallback
       const auto configs = gemv_candidates(args, choice.gemv.pdl);
       return std::find(configs.begin(), configs.end(), choice.gemv) != configs.end();
     }
+    case GemmKind::kNone: return !have_heuristic && !gemv_supports(args);
   }
   return false;
 }
@@ -193,15 +198,28 @@ GemmChoice GemmTuner::resolve(const GemmArgs& args) {
     bucket_m = std::prev(it)->first.m;
   }
   GemmChoice out;  // kHeuristic
-  if (!bucket) return out;
-  switch (bucket->kind) {
-    case GemmKind::kHeuristic: out = *bucket; break;
-    case GemmKind::kCublasLt:
-      if (bucket_m == args.m || cublaslt_.check(args, bucket->algo)) out = *bucket;
-      break;
-    case GemmKind::kGemv:
-      if (args.m <= 8) out = *bucket;  // alignment is checked per call: pointers change
-      break;
+  if (bucket) switch (bucket->kind) {
+      case GemmKind::kHeuristic: out = *bucket; break;
+      case GemmKind::kCublasLt:
+        if (bucket_m == args.m || cublaslt_.check(args, bucket->algo)) out = *bucket;
+        break;
+      case GemmKind::kGemv:
+        // Tuned at m <= 8 it won against cuBLASLt for few rows; tuned past 8 rows it was the only
+        // candidate (cuBLASLt had nothing) and serves any m. Alignment is checked per call.
+        if (args.m <= 8 || bucket_m > 8) out = *bucket;
+        break;
+      case GemmKind::kNone: break;  // decided below for this exact m
+    }
+  if (out.kind == GemmKind::kHeuristic && cublaslt_.find_heuristic(args) == nullptr) {
+    // cuBLASLt has no algorithm for this m: the GEMV kernel (in chunks of 8 rows), if it takes the shape.
+    const GemmArgs shape = shape_args(exact);
+    out = GemmChoice{};
+    if (gemv_supports(shape)) {
+      out.kind = GemmKind::kGemv;
+      out.gemv = bucket && bucket->kind == GemmKind::kGemv ? bucket->gemv : gemv_default_config(shape);
+    } else {
+      out.kind = GemmKind::kNone;
+    }
   }
   return out;
 }
@@ -211,7 +229,10 @@ GemmChoice GemmTuner::choice_for(const GemmArgs& args) {
   auto it = resolved_.find(exact);
   if (it == resolved_.end()) it = resolved_.emplace(exact, resolve(args)).first;
   GemmChoice c = it->second;
-  if (c.kind == GemmKind::kGemv && !gemv_supports(args)) c = GemmChoice{};
+  if (c.kind == GemmKind::kGemv && !gemv_supports(args)) {  // these pointers are not 16-byte aligned
+    c = GemmChoice{};
+    if (cublaslt_.find_heuristic(args) == nullptr) c.kind = GemmKind::kNone;
+  }
   return c;
 }
 
@@ -222,7 +243,11 @@ void GemmTuner::run(const GemmArgs& args, cudaStream_t stream) {
     case GemmKind::kGemv: launch_gemv(args, c.gemv, stream); return;
     case GemmKind::kCublasLt: cublaslt_.run(args, c.algo, stream); return;
     case GemmKind::kHeuristic: cublaslt_.run(args, stream); return;
+    case GemmKind::kNone: break;
   }
+  XI_CHECK(false) << "no GEMM implementation for " << CublasLtGemm::shape_text(args)
+                  << ": cuBLASLt has no algorithm for it, and the GEMV kernel needs k >= 8, k % 8 == 0 and "
+                     "16-byte aligned x and w";
 }
 
 GemmChoice GemmTuner::measure(const GemmShape& shape, int m, Scratch& scratch, const GemmTunerOptions& options,
@@ -236,20 +261,21 @@ GemmChoice GemmTuner::measure(const GemmShape& shape, int m, Scratch& scratch, c
     return b;
   };
   EventPair ev;
-  // cuBLASLt may have nothing for a shape (then only the GEMV competes, and run() fails as it always did
-  // for shapes the GEMV cannot take).
-  const std::vector<cublasLtMatmulAlgo_t> first = cublaslt_.candidates(a, 1);
-  const cublasLtMatmulAlgo_t heuristic = first.empty() ? cublasLtMatmulAlgo_t{} : first[0];
+  // cuBLASLt may have nothing for a shape: then its heuristic time stays absent (kInf here) and only the
+  // GEMV competes, at any m.
+  const cublasLtMatmulAlgo_t* heuristic = cublaslt_.find_heuristic(a);
   const double heuristic_us =
-      first.empty() ? kInf
-                    : time_us(stream, ev, kInf, [&](int i) { return cublaslt_.try_run(with_copy(i), heuristic, stream); });
+      heuristic == nullptr
+          ? kInf
+          : time_us(stream, ev, kInf, [&](int i) { return cublaslt_.try_run(with_copy(i), *heuristic, stream); });
+  const bool have_heuristic = std::isfinite(heuristic_us);
 
   GemmChoice best;  // the fastest other than the heuristic
   double best_us = kInf;
   // Large m is compute-bound and the heuristic is good there: fewer candidates keep start-up short.
   const int requested = m > 512 ? std::min(options.cublaslt_candidates, 8) : options.cublaslt_candidates;
   for (const cublasLtMatmulAlgo_t& algo : cublaslt_.candidates(a, requested)) {
-    if (!first.empty() && CublasLtGemm::same(algo, heuristic)) continue;
+    if (heuristic != nullptr && CublasLtGemm::same(algo, *heuristic)) continue;
     const double t = time_us(stream, ev, std::min(heuristic_us, best_us),
                              [&](int i) { return cublaslt_.try_run(with_copy(i), algo, stream); });
     if (t < best_us) {
@@ -258,7 +284,8 @@ GemmChoice GemmTuner::measure(const GemmShape& shape, int m, Scratch& scratch, c
       best.algo = algo;
     }
   }
-  if (options.gemv) {
+  // The GEMV competes for few rows (if enabled), and is the fallback wherever cuBLASLt has nothing.
+  if ((options.gemv && m <= 8) || !have_heuristic) {
     for (const GemvConfig& g : gemv_candidates(a, pdl_supported_ && options.gemv_pdl)) {
       const double t = time_us(stream, ev, std::min(heuristic_us, best_us), [&](int i) {
         launch_gemv(with_copy(i), g, stream);
@@ -272,14 +299,18 @@ GemmChoice GemmTuner::measure(const GemmShape& shape, int m, Scratch& scratch, c
     }
   }
   XI_CUDA_CHECK(cudaStreamSynchronize(stream));
-  auto finite = [](double us) { return std::isfinite(us) ? static_cast<float>(us) : 0.0f; };
   // The heuristic keeps its place unless clearly beaten (noise should not flip choices between runs).
-  if (!(best_us < 0.99 * heuristic_us)) {
+  if (have_heuristic && !(best_us < 0.99 * heuristic_us)) {
     best = GemmChoice{};
     best_us = heuristic_us;
   }
-  best.us = finite(best_us);
-  best.heuristic_us = finite(heuristic_us);
+  if (!std::isfinite(best_us)) {  // nothing could run: no cuBLASLt algorithm and no GEMV for this shape
+    best = GemmChoice{};
+    best.kind = GemmKind::kNone;
+    best_us = 0;
+  }
+  best.us = static_cast<float>(best_us);
+  if (have_heuristic) best.heuristic_us = static_cast<float>(heuristic_us);
   return best;
 }
 
@@ -393,10 +424,22 @@ GemmTuneSummary GemmTuner::tune(const std::vector<GemmShape>& shapes, const Gemm
 
   for (const GemmTuningKey& p : points) {
     const GemmChoice& c = table_.at(p);
-    (c.kind == GemmKind::kGemv ? sum.gemv : c.kind == GemmKind::kCublasLt ? sum.cublaslt : sum.heuristic) += 1;
-    if (p.m == 1) {
+    switch (c.kind) {
+      case GemmKind::kGemv: ++sum.gemv; break;
+      case GemmKind::kCublasLt: ++sum.cublaslt; break;
+      case GemmKind::kHeuristic: ++sum.heuristic; break;
+      case GemmKind::kNone:
+        ++sum.none;
+        XI_LOG(WARN) << "GEMM tuner: no implementation for " << CublasLtGemm::shape_text(shape_args(p))
+                     << " (cuBLASLt has no algorithm; the GEMV kernel needs k % 8 == 0): running it will fail";
+        break;
+    }
+    // (A kHeuristic choice without a time is a point left untuned for lack of scratch memory.)
+    if (!c.heuristic_us && c.kind != GemmKind::kHeuristic) {
+      ++sum.no_cublaslt;
+    } else if (c.heuristic_us && p.m == 1) {
       sum.m1_us += c.us;
-      sum.m1_heuristic_us += c.heuristic_us;
+      sum.m1_heuristic_us += *c.heuristic_us;
     }
   }
   resolved_.clear();
@@ -408,8 +451,11 @@ std::string GemmTuneSummary::to_string() const {
   std::ostringstream os;
   os << std::fixed << std::setprecision(2) << "gemm tuner: " << points << " points (shape x m) in " << seconds
      << " s, " << cached << " from cache, " << tuned << " measured; chosen: " << gemv << " gemv, " << cublaslt
-     << " other cuBLASLt, " << heuristic << " heuristic; m=1 linears " << std::setprecision(1) << m1_us
-     << " us vs heuristic " << m1_heuristic_us << " us; cache " << cache;
+     << " other cuBLASLt, " << heuristic << " heuristic";
+  if (none > 0) os << ", " << none << " with NO implementation";
+  if (no_cublaslt > 0) os << " (" << no_cublaslt << " without a cuBLASLt algorithm)";
+  os << "; m=1 linears " << std::setprecision(1) << m1_us << " us vs heuristic " << m1_heuristic_us
+     << " us; cache " << cache;
   return os.str();
 }
 

@@ -6,18 +6,27 @@
 // variants (cublaslt_gemm.h) and, for m <= 8, every GEMV configuration (gemv.h). Timing uses CUDA
 // events on scratch buffers (random values; the weights rotate among copies that together exceed L2 so
 // the timing reads HBM as the model does): one warm-up, then the median of 3 runs of a few launches.
-// The fastest wins; the heuristic keeps its place unless beaten by more than 1%. Choices are cached on
-// disk (gemm_tuning_cache.h), so a second start only re-validates them (cublasLtMatmulAlgoCheck), and
-// in memory for the process (a second engine in one process computes every linear exactly as the first
-// did, even without a cache file).
+// The fastest wins; the heuristic keeps its place unless beaten by more than 1%. Where cuBLASLt has no
+// algorithm at all (it has none for some tiny shapes, e.g. n = 1 with a bias and f32 output) that is a
+// valid outcome: the heuristic time is absent and the GEMV configurations compete alone, at any m (in
+// chunks of 8 rows); if the GEMV kernel cannot take the shape either (k % 8 != 0) the point is kNone and
+// tune() logs a warning naming the shape. Choices are cached on disk (gemm_tuning_cache.h), so a second
+// start only re-validates them (cublasLtMatmulAlgoCheck; a stored heuristic/none outcome must still hold),
+// and in memory for the process (a second engine in one process computes every linear exactly as the
+// first did, even without a cache file).
 //
 // run(args) maps m to the smallest tuned m >= m of its shape (the largest when m is past all of them):
 //   that choice is cuBLASLt  -> the algorithm, if cublasLtMatmulAlgoCheck accepts it for this m,
 //                               else the heuristic's first algorithm;
-//   GEMV                     -> the GEMV kernel, if it supports args (m <= 8, alignment), else heuristic;
+//   GEMV tuned at m <= 8     -> the GEMV kernel if m <= 8, else the heuristic;
+//   GEMV tuned past 8 rows   -> the GEMV kernel (chosen there because cuBLASLt had nothing);
 //   nothing tuned            -> the heuristic's first algorithm (the behaviour before tuning).
-// The resolution is cached per exact (m, n, k, dtype, bias), so after a shape's first call run() is a
-// map lookup plus a launch: safe while a CUDA graph is being recorded. tune() itself synchronizes,
+// Whenever that ends at the heuristic but cuBLASLt has no algorithm for this exact m, the GEMV kernel
+// runs instead (the bucket's configuration if it was a GEMV, else gemv_default_config); a GEMV whose
+// arguments it cannot take (alignment is checked per call) falls back to the heuristic. If neither
+// exists, run() XI_CHECK-fails naming the shape (kNone). The resolution is cached per exact
+// (m, n, k, dtype, bias), so after a shape's first call run() is a map lookup plus one launch (or
+// ceil(m / 8) GEMV launches): safe while a CUDA graph is being recorded. tune() itself synchronizes,
 // allocates and measures: call it before any recording (it checks).
 #pragma once
 
@@ -47,9 +56,11 @@ struct GemmTuneSummary {
   int points = 0;  // (shape, m) points asked for
   int cached = 0;  // of which taken from the cache file
   int tuned = 0;   // of which measured now
-  int gemv = 0, cublaslt = 0, heuristic = 0;  // choices by kind, over all points
+  int gemv = 0, cublaslt = 0, heuristic = 0, none = 0;  // choices by kind, over all points
+  int no_cublaslt = 0;  // points where cuBLASLt has no algorithm (heuristic time absent)
   double seconds = 0;
-  double m1_us = 0, m1_heuristic_us = 0;  // summed over the shapes at m = 1: chosen vs heuristic
+  // Summed over the shapes at m = 1 that cuBLASLt has an algorithm for: chosen vs heuristic.
+  double m1_us = 0, m1_heuristic_us = 0;
   std::string cache;                      // the cache file and what happened to it
   std::string to_string() const;          // the one-line log summary
 };
@@ -61,7 +72,8 @@ class GemmTuner {
   void run(const GemmArgs& args, cudaStream_t stream);
   // Measures (or takes from the cache) every point of `shapes` not tuned yet. Synchronizes `stream`.
   GemmTuneSummary tune(const std::vector<GemmShape>& shapes, const GemmTunerOptions& options, cudaStream_t stream);
-  // The implementation run(args) uses, resolved for args' exact m (kind kHeuristic when untuned).
+  // The implementation run(args) uses, resolved for args' exact m (kind kHeuristic when untuned and
+  // cuBLASLt has an algorithm; kNone when nothing can compute args).
   GemmChoice choice_for(const GemmArgs& args);
   // Forgets every choice (run() falls back to the heuristic until the next tune()).
   void clear();

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 namespace xinfer::cuda {
@@ -49,7 +50,7 @@ bool from_hex(const std::string& s, cublasLtMatmulAlgo_t* algo) {
 json entry_to_json(const GemmTuningEntry& e) {
   json j = {{"n", e.key.n},   {"k", e.key.k},       {"y_f32", e.key.y_f32},           {"bias", e.key.bias},
             {"m", e.key.m},   {"kind", gemm_kind_name(e.choice.kind)},                {"us", e.choice.us},
-            {"heuristic_us", e.choice.heuristic_us}};
+            {"heuristic_us", e.choice.heuristic_us ? json(*e.choice.heuristic_us) : json(nullptr)}};
   if (e.choice.kind == GemmKind::kCublasLt) j["algo"] = to_hex(e.choice.algo);
   if (e.choice.kind == GemmKind::kGemv) {
     j["rows_per_warp"] = e.choice.gemv.rows_per_warp;
@@ -69,13 +70,16 @@ bool entry_from_json(const json& j, GemmTuningEntry* e) {
   e->key.m = j.at("m").get<int>();
   if (e->key.n <= 0 || e->key.k <= 0 || e->key.m <= 0) return false;
   e->choice.us = j.at("us").get<float>();
-  e->choice.heuristic_us = j.at("heuristic_us").get<float>();
+  const json& h = j.at("heuristic_us");
+  e->choice.heuristic_us = h.is_null() ? std::nullopt : std::optional<float>(h.get<float>());
   const std::string kind = j.at("kind").get<std::string>();
   if (kind == "heuristic") {
     e->choice.kind = GemmKind::kHeuristic;
   } else if (kind == "cublaslt") {
     e->choice.kind = GemmKind::kCublasLt;
     if (!from_hex(j.at("algo").get<std::string>(), &e->choice.algo)) return false;
+  } else if (kind == "none") {
+    e->choice.kind = GemmKind::kNone;
   } else if (kind == "gemv") {
     e->choice.kind = GemmKind::kGemv;
     e->choice.gemv.rows_per_warp = j.at("rows_per_warp").get<int>();

@@ -7,7 +7,9 @@
 //       {"n": 4096, "k": 4096, "y_f32": false, "bias": false, "m": 1, "kind": "gemv",
 //        "rows_per_warp": 1, "k_split": 2, "pdl": true, "us": 8.7, "heuristic_us": 14.5},
 //       {..., "kind": "cublaslt", "algo": "<128 hex digits: cublasLtMatmulAlgo_t::data>"},
-//       {..., "kind": "heuristic"}]}}
+//       {..., "kind": "heuristic"},
+//       {..., "kind": "gemv", ..., "heuristic_us": null},  // cuBLASLt has no algorithm for the shape
+//       {..., "kind": "none", "us": 0, "heuristic_us": null}]}}  // nothing can compute it
 //
 // Loading never trusts the file: a missing file or device section is NOT_FOUND; anything unreadable or
 // malformed is DATA_LOSS (the caller retunes). Saving merges into what is there (other devices' sections

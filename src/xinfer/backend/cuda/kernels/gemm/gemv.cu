@@ -204,8 +204,8 @@ std::string to_string(const GemvConfig& c) {
 }
 
 bool gemv_supports(const GemmArgs& a) {
-  return a.m >= 1 && a.m <= 8 && a.n >= 1 && a.k >= 8 && a.k % kVec == 0 &&
-         reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0;
+  return a.m >= 1 && a.n >= 1 && a.k >= 8 && a.k % kVec == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(a.w) % 16 == 0;
 }
 
 std::vector<GemvConfig> gemv_candidates(const GemmArgs& a, bool pdl) {
@@ -219,15 +219,27 @@ std::vector<GemvConfig> gemv_candidates(const GemmArgs& a, bool pdl) {
   return out;
 }
 
+GemvConfig gemv_default_config(const GemmArgs& a) {
+  int ks = 8;
+  while (ks > 1 && ks * kWarpStep > a.k) ks /= 2;
+  return GemvConfig{1, ks, false};
+}
+
 void launch_gemv(const GemmArgs& a, const GemvConfig& c, cudaStream_t stream) {
   XI_CHECK(gemv_supports(a)) << "gemv: unsupported m=" << a.m << " n=" << a.n << " k=" << a.k
-                             << " (needs m in 1..8, k % 8 == 0, 16-byte aligned x and w)";
+                             << " (needs m >= 1, k >= 8, k % 8 == 0, 16-byte aligned x and w)";
   XI_CHECK(valid_config(c)) << "gemv: unsupported config " << to_string(c);
-  const GemvParams p{a.x, a.w, a.bias, a.y, a.m, a.n, a.k, c.k_split, c.pdl};
-  if (a.y_f32)
-    dispatch_m<float>(p, c.rows_per_warp, stream);
-  else
-    dispatch_m<__nv_bfloat16>(p, c.rows_per_warp, stream);
+  constexpr int kMaxRows = 8;  // rows of x per launch (the largest m bucket)
+  const size_t y_elem = a.y_f32 ? sizeof(float) : sizeof(__nv_bfloat16);
+  for (int row = 0; row < a.m; row += kMaxRows) {
+    const GemvParams p{a.x + static_cast<size_t>(row) * a.k, a.w, a.bias,
+                       static_cast<char*>(a.y) + static_cast<size_t>(row) * a.n * y_elem,
+                       std::min(kMaxRows, a.m - row), a.n, a.k, c.k_split, c.pdl};
+    if (a.y_f32)
+      dispatch_m<float>(p, c.rows_per_warp, stream);
+    else
+      dispatch_m<__nv_bfloat16>(p, c.rows_per_warp, stream);
+  }
 }
 
 }  // namespace xinfer::cuda
