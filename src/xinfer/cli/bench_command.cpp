@@ -1,8 +1,8 @@
 // `xinfer bench`: offline throughput and latency of the real Engine at fixed input/output lengths.
 //
-//   throughput (default): submit --num-prompts requests of random prompt ids at once (ignore_eos, greedy,
-//     exactly --output-len tokens each), wait for all; output tok/s, total tok/s, requests/s. --all-shapes
-//     runs 128/128, 128/2048, 2048/128 and 2048/2048 on one engine.
+//   throughput (default): submit --num-prompts requests of random prompt ids at once (ignore_eos, exactly
+//     --output-len tokens each), wait for all; output tok/s, total tok/s, requests/s. --all-shapes runs
+//     128/128, 128/2048, 2048/128 and 2048/2048 on one engine.
 //   latency (--latency): one request at a time (batch 1), --num-iters after one warm-up; TTFT and
 //     inter-token latency p50/p99.
 //
@@ -12,16 +12,24 @@
 //     weights read per step = weight bytes minus the embedding table (one row of it is read);
 //   prefill MFU = (2 * non-embedding params * tokens + causal attention 2 * layers * Hq * D * tokens^2) / TTFT / peak;
 //   throughput "effective bandwidth" = (steps * weights per step + all KV reads) / elapsed / copy bandwidth.
+// Sampling: greedy by default; --temperature / --top-p / --top-k / --min-p make every request sample, each
+// with its own seed (request_seed(): from --seed and the request's index in its batch; in latency mode
+// the batch seed also moves with the iteration), so a sampled run is reproducible. The JSON records the
+// settings and an FNV-1a digest of every request's output ids in request order (equal digests: the same
+// tokens); the default name gets "_sampled" so sampled results never overwrite greedy ones.
 // Results go to <--output-dir>/<name>.json (default bench/results/, created when missing).
 #include <algorithm>
 #include <atomic>
+#include <cinttypes>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -36,6 +44,7 @@
 #include "xinfer/core/logging.h"
 #include "xinfer/core/progress_bar.h"
 #include "xinfer/engine/engine.h"
+#include "xinfer/engine/sampling_params.h"
 #include "xinfer/model/preset_configs.h"
 
 namespace xinfer::cli {
@@ -60,7 +69,41 @@ struct RunResult {
   std::vector<double> itl_s;
   int errors = 0;
   std::string first_error;
+  uint64_t output_digest = 0;  // fnv1a over the requests' output ids, in request order
 };
+
+constexpr uint64_t kFnvOffset = 1469598103934665603ull, kFnvPrime = 1099511628211ull;
+
+uint64_t fnv1a(uint64_t h, uint64_t v) {
+  for (int i = 0; i < 8; ++i) {
+    h ^= (v >> (8 * i)) & 0xff;
+    h *= kFnvPrime;
+  }
+  return h;
+}
+
+// The sampling seed of request `index` of a batch whose prompts come from `batch_seed` (splitmix64 of
+// the pair; non-negative so it is a valid int64 seed).
+int64_t request_seed(uint64_t batch_seed, int index) {
+  uint64_t z = batch_seed + (static_cast<uint64_t>(index) + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<int64_t>(z >> 1);
+}
+
+// A float flag as the number the user typed (0.9, not 0.8999999761581421).
+double short_float(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.7g", static_cast<double>(v));
+  return std::strtod(buf, nullptr);
+}
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016" PRIx64, v);
+  return buf;
+}
 
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -99,8 +142,10 @@ void print_step_breakdown(const nlohmann::json& b) {
               b["host_s"].get<double>());
 }
 
-// Submits `n` random prompts of `shape` at once and waits for all of them.
-RunResult run_batch(engine::Engine& eng, Shape2 shape, int n, uint64_t seed, bool progress, const std::string& tag) {
+// Submits `n` random prompts of `shape` at once, sampling with `sampling` (max_tokens and ignore_eos set
+// here; a non-greedy request gets request_seed(seed, its index)), and waits for all of them.
+RunResult run_batch(engine::Engine& eng, Shape2 shape, int n, uint64_t seed, const engine::SamplingParams& sampling,
+                    bool progress, const std::string& tag) {
   RunResult r;
   r.num_requests = n;
   const int vocab = eng.info().vocab_size;
@@ -114,18 +159,22 @@ RunResult run_batch(engine::Engine& eng, Shape2 shape, int n, uint64_t seed, boo
   static std::atomic<uint64_t> next_id{0};
 
   std::vector<engine::GenerationRequest> reqs(static_cast<size_t>(n));
-  for (auto& req : reqs) {
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    engine::GenerationRequest& req = reqs[i];
     req.request_id = "bench-" + std::to_string(next_id++);
     req.prompt_ids.resize(static_cast<size_t>(shape.input_len));
     for (auto& t : req.prompt_ids) t = token(rng);
-    req.sampling.temperature = 0.0f;
+    req.sampling = sampling;
     req.sampling.ignore_eos = true;
     req.sampling.max_tokens = shape.output_len;
+    if (!sampling.is_greedy()) req.sampling.seed = request_seed(seed, static_cast<int>(i));
   }
+  std::vector<uint64_t> digests(static_cast<size_t>(n), kFnvOffset);  // per request: its callbacks run in order
   const auto t0 = Clock::now();
-  for (auto& req : reqs) {
-    Status s = eng.submit(std::move(req), [&](engine::RequestOutput out) {
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    Status s = eng.submit(std::move(reqs[i]), [&, i](engine::RequestOutput out) {
       bar.advance(static_cast<int64_t>(out.new_token_ids.size()));  // engine thread only
+      for (int32_t t : out.new_token_ids) digests[i] = fnv1a(digests[i], static_cast<uint32_t>(t));
       if (!out.finished) return;
       std::lock_guard<std::mutex> lock(mu);
       if (out.finish_reason == engine::FinishReason::kError || out.finish_reason == engine::FinishReason::kAbort) {
@@ -151,6 +200,8 @@ RunResult run_batch(engine::Engine& eng, Shape2 shape, int n, uint64_t seed, boo
   bar.finish();
   r.after = eng.stats();
   r.steps = r.after.num_steps - r.before.num_steps;
+  r.output_digest = kFnvOffset;
+  for (uint64_t d : digests) r.output_digest = fnv1a(r.output_digest, d);
   return r;
 }
 
@@ -159,6 +210,8 @@ int run_bench(int argc, char** argv) {
   int input_len = 128, output_len = 128, num_prompts = 0, num_iters = 5;
   bool all_shapes = false, latency = false, progress = true, ceilings = true;
   int64_t seed = 0;
+  engine::SamplingParams sampling;
+  sampling.temperature = 0.0f;  // greedy unless asked
   EngineFlags engine_flags;
   engine_flags.backend = "cuda";
   engine::EngineConfig& ec = engine_flags.config;
@@ -167,7 +220,8 @@ int run_bench(int argc, char** argv) {
   sc.enable_prefix_caching = false;  // random prompts never share blocks; keep the figure about compute
   FlagSet flags("xinfer bench",
                 "Offline throughput or batch-1 latency of the engine at fixed input/output lengths, with MBU/MFU\n"
-                "against ceilings measured on the same device. Writes <output-dir>/<name>.json.\n"
+                "against ceilings measured on the same device. Writes <output-dir>/<name>.json. Greedy unless\n"
+                "--temperature > 0 (then every request samples with its own seed from --seed: reproducible).\n"
                 "Example: xinfer bench --model llama-3.1-8b --load-format dummy --input-len 128 --output-len 128");
   flags.add("--model", &model, "model directory, or a built-in config (llama-3.1-8b, qwen2.5-7b, llama-3.1-70b)");
   flags.add("--load-format", &load_format, "auto (safetensors) or dummy (random weights); default: dummy for a "
@@ -180,8 +234,15 @@ int run_bench(int argc, char** argv) {
   flags.add("--latency", &latency, "latency mode: one request at a time; TTFT and inter-token latency");
   flags.add("--num-iters", &num_iters, "latency mode: measured requests (after one warm-up)");
   engine_flags.add_to(flags);
-  flags.add("--seed", &seed, "seed of the random prompts and dummy weights");
-  flags.add("--name", &name, "result name; default <model>_<backend>_<mode>");
+  flags.add("--temperature", &sampling.temperature,
+            "sampling temperature of every request; 0: greedy (argmax); > 0 samples, each request with its own "
+            "seed derived from --seed and its index (reproducible)");
+  flags.add("--top-p", &sampling.top_p, "nucleus sampling: keep the most likely tokens up to this mass (1: off)");
+  flags.add("--top-k", &sampling.top_k, "keep the k most likely tokens (0 or -1: off)");
+  flags.add("--min-p", &sampling.min_p, "keep tokens with probability >= min-p * the largest (0: off)");
+  flags.add("--seed", &seed, "seed of the random prompts, the dummy weights and the per-request sampling seeds");
+  flags.add("--name", &name,
+            "result name; default <model>_<backend>_<mode>, plus _sampled when --temperature > 0");
   flags.add("--output-dir", &output_dir, "folder for <name>.json (created when missing)");
   flags.add("--progress", &progress, "progress bar while generating");
   flags.add("--ceilings", &ceilings, "measure copy bandwidth and GEMM peak first (MBU / MFU)");
@@ -197,6 +258,11 @@ int run_bench(int argc, char** argv) {
   for (const auto& s : shapes)
     if (s.input_len < 1 || s.output_len < 1) return fail("--input-len and --output-len must be >= 1");
   if (num_prompts < 0 || num_iters < 1) return fail("--num-prompts must be >= 0 and --num-iters >= 1");
+  // Range checks before the model loads (the vocab only bounds logit_bias and stop ids: none here).
+  if (Status st = engine::validate(sampling, std::numeric_limits<int>::max()); !st.ok()) return fail(st.to_string());
+  const bool sampled = !sampling.is_greedy();
+  if (!sampled && (sampling.top_p != 1.0f || sampling.top_k > 0 || sampling.min_p != 0.0f))
+    std::printf("note: --top-p / --top-k / --min-p have no effect with --temperature 0 (greedy)\n");
 
   if (Status st = engine_flags.finish(); !st.ok()) return fail(st.to_string());
   if (load_format.empty()) load_format = model::is_preset(model) ? "dummy" : "auto";
@@ -250,6 +316,7 @@ int run_bench(int argc, char** argv) {
     name = std::filesystem::path(model).lexically_normal().filename().string();
     if (name.empty()) name = "model";
     name += "_" + engine_flags.backend + (latency ? "_latency" : "_throughput");
+    if (sampled) name += "_sampled";
   }
   json out;
   out["name"] = name;
@@ -273,13 +340,26 @@ int run_bench(int argc, char** argv) {
                         {"kv_blocks", plan.num_blocks - 1},
                         {"kv_tokens", plan.kv_tokens}};
   if (have_ceilings) out["ceilings"] = {{"copy_gbs", ceil.copy_gbs}, {"bf16_gemm_tflops", ceil.bf16_gemm_tflops}};
+  out["sampling"] = {{"greedy", !sampled},
+                     {"temperature", short_float(sampling.temperature)},
+                     {"top_p", short_float(sampling.top_p)},
+                     {"top_k", sampling.top_k},
+                     {"min_p", short_float(sampling.min_p)},
+                     {"seed", seed},
+                     {"request_seeds", sampled ? "splitmix64 of (batch seed, request index)" : "none (greedy)"},
+                     {"device_sampling", ec.device_sampling}};
+  if (sampled)
+    std::printf("sampling: temperature %g, top-p %g, top-k %d, min-p %g; per-request seeds from --seed %lld (%s)\n",
+                static_cast<double>(sampling.temperature), static_cast<double>(sampling.top_p), sampling.top_k,
+                static_cast<double>(sampling.min_p), static_cast<long long>(seed),
+                ec.device_sampling ? "on the device where the backend can" : "on the host");
   out["results"] = json::array();
 
   // Warm-up: cuBLASLt algorithm choices and first-touch costs stay out of the measured runs.
   {
     const int warm = latency ? 1 : std::min(sc.max_num_seqs, 32);
-    RunResult w = run_batch(eng, {std::min(shapes[0].input_len, 64), 4}, warm, static_cast<uint64_t>(seed) + 99, false,
-                            "warm-up");
+    RunResult w = run_batch(eng, {std::min(shapes[0].input_len, 64), 4}, warm, static_cast<uint64_t>(seed) + 99,
+                            sampling, false, "warm-up");
     if (w.errors > 0) return fail("warm-up failed: " + w.first_error);
   }
 
@@ -291,9 +371,13 @@ int run_bench(int argc, char** argv) {
     const double mean_ctx = shape.input_len + shape.output_len / 2.0;
     if (latency) {
       RunResult all;
+      all.output_digest = kFnvOffset;
       for (int i = 0; i < num_iters; ++i) {
-        RunResult one = run_batch(eng, shape, 1, static_cast<uint64_t>(seed) + static_cast<uint64_t>(i), false, "latency");
+        RunResult one = run_batch(eng, shape, 1, static_cast<uint64_t>(seed) + static_cast<uint64_t>(i), sampling, false,
+                                  "latency");
         if (one.errors > 0) return fail("request failed: " + one.first_error);
+        all.output_tokens += one.output_tokens;
+        all.output_digest = fnv1a(all.output_digest, one.output_digest);
         all.ttft_s.insert(all.ttft_s.end(), one.ttft_s.begin(), one.ttft_s.end());
         all.itl_s.insert(all.itl_s.end(), one.itl_s.begin(), one.itl_s.end());
         all.elapsed_s += one.elapsed_s;
@@ -302,6 +386,8 @@ int run_bench(int argc, char** argv) {
       const double itl50 = percentile(all.itl_s, 50), itl99 = percentile(all.itl_s, 99);
       row["mode"] = "latency";
       row["iterations"] = num_iters;
+      row["output_tokens"] = all.output_tokens;
+      row["output_digest"] = hex64(all.output_digest);
       row["ttft_ms"] = {{"p50", ttft50 * 1e3}, {"p99", ttft99 * 1e3}};
       row["itl_ms"] = {{"p50", itl50 * 1e3}, {"p99", itl99 * 1e3}};
       row["decode_tok_s"] = itl50 > 0 ? 1.0 / itl50 : 0.0;
@@ -328,7 +414,7 @@ int run_bench(int argc, char** argv) {
       if (n == 0)
         n = static_cast<int>(std::clamp<int64_t>(2 * plan.kv_tokens / (shape.input_len + shape.output_len), 1, 1000));
       const std::string tag = "bench " + std::to_string(shape.input_len) + "/" + std::to_string(shape.output_len);
-      RunResult r = run_batch(eng, shape, n, static_cast<uint64_t>(seed), progress, tag);
+      RunResult r = run_batch(eng, shape, n, static_cast<uint64_t>(seed), sampling, progress, tag);
       if (r.errors > 0) return fail(std::to_string(r.errors) + " requests failed, first: " + r.first_error);
       const double out_tps = static_cast<double>(r.output_tokens) / r.elapsed_s;
       const double total_tps = static_cast<double>(r.output_tokens + r.prompt_tokens) / r.elapsed_s;
@@ -336,6 +422,8 @@ int run_bench(int argc, char** argv) {
       row["num_prompts"] = n;
       row["elapsed_s"] = r.elapsed_s;
       row["steps"] = r.steps;
+      row["output_tokens"] = r.output_tokens;
+      row["output_digest"] = hex64(r.output_digest);
       row["output_tok_s"] = out_tps;
       row["total_tok_s"] = total_tps;
       row["requests_s"] = n / r.elapsed_s;
@@ -358,6 +446,8 @@ int run_bench(int argc, char** argv) {
                   total_tps, n / r.elapsed_s, r.steps > 0 ? r.elapsed_s / static_cast<double>(r.steps) * 1e3 : 0.0,
                   100 * eff_bw);
       print_step_breakdown(row["step_breakdown"]);
+      std::printf("  outputs: %lld tokens, digest %s\n", static_cast<long long>(r.output_tokens),
+                  hex64(r.output_digest).c_str());
     }
     out["results"].push_back(row);
   }
