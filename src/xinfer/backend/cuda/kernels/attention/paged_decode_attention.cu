@@ -91,7 +91,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
   __shared__ float s_max[kH], s_sum[kH];  // CTA (max, sum) per head
   __shared__ int s_last;
 
-  pdl_wait();  // first: the previous kernel (rope + KV write) may still be running (pdl.cuh)
+  // PDL (pdl.cuh): until pdl_wait() this CTA may run alongside the previous kernel (rope + KV write), so
+  // before it only memory that kernel cannot touch is read: the step's plan and block tables (uploaded
+  // before the forward) and the K/V rows of earlier positions. The newest row, position kv_len - 1, is
+  // written by that kernel: a tile holding it is loaded again after the wait, and q is read after it.
   const int di = blockIdx.z;
   const int seq = plan.decode_seqs[di];
   const int kv_len = plan.decode_lens[di];
@@ -100,7 +103,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
   // Partition past this sequence's end (the grid is sized for max_decode_len): exit. The test of seq
   // (never negative) keeps the compiler from sinking its load below the branch, so the two loads'
   // latencies overlap (the K/V addresses need both).
-  if (begin >= kv_len || seq < 0) return;
+  if (begin >= kv_len || seq < 0) {
+    pdl_wait();  // keeps the chain: kernels after this one rely on everything before it being done
+    return;
+  }
   const int end = min(begin + partition_size, kv_len);
   const int kvh = blockIdx.y / head_tiles, ht = blockIdx.y % head_tiles;
   const int group = p.num_heads / p.num_kv_heads;
@@ -128,6 +134,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
   uint4 kr[2][kC], vr[2][kC];
   int tile = warp;
   if (tile < n_tiles) {
+    const size_t off[2] = {row_offset(begin + tile * kT + g), row_offset(begin + tile * kT + 8 + g)};
+    load_rows(kr, p.k_cache, off);
+    load_rows(vr, p.v_cache, off);
+  }
+  pdl_wait();
+  if (tile < n_tiles && begin + tile * kT + kT >= kv_len) {  // warp-uniform: this tile holds row kv_len - 1
     const size_t off[2] = {row_offset(begin + tile * kT + g), row_offset(begin + tile * kT + 8 + g)};
     load_rows(kr, p.k_cache, off);
     load_rows(vr, p.v_cache, off);
