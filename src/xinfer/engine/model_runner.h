@@ -46,7 +46,7 @@ enum class GraphMode { kOff, kOn, kPaddedEager };
 
 class ModelRunner {
  public:
-  static constexpr int kMaxGraphBatch = 256;
+  static constexpr int kMaxGraphBatch = 512;
   static constexpr int kMinGraphBlocks = 16;
 
   ModelRunner(model::LlamaModel& model, backend::Backend& backend, const backend::KvCacheSpec& kv_spec,

@@ -6,38 +6,49 @@
 namespace xinfer::cuda {
 namespace {
 
-__global__ void rope_kv_write_kernel(RopeKvWriteArgs a) {
-  pdl_wait();  // first: earlier kernels in the stream may still be running (pdl.cuh)
-  pdl_release();
-  const int t = blockIdx.x, D = a.head_dim, half = D / 2;
-  const int stride = (a.num_heads + 2 * a.num_kv_heads) * D;
-  __nv_bfloat16* row = a.qkv + static_cast<size_t>(t) * stride;
-  const float* cs = a.cos_sin + static_cast<size_t>(a.positions[t]) * D;
+constexpr int kWarps = 4;  // heads per CTA: one warp per head
+
+// Grid (token, head group of kWarps). Warp w of CTA (t, y) takes head item y * kWarps + w of token t:
+// items [0, Hq + Hkv) are the q and k heads (rotated in place; k heads also go to the cache), items
+// [Hq + Hkv, Hq + 2 Hkv) are the v heads (copied to the cache).
+__global__ void __launch_bounds__(kWarps * 32) rope_kv_write_kernel(RopeKvWriteArgs a) {
+  const int t = blockIdx.x, lane = threadIdx.x % 32;
+  const int item = blockIdx.y * kWarps + static_cast<int>(threadIdx.x / 32);
+  // The step's positions and slots were uploaded before the forward: read them while the previous kernel
+  // (the qkv projection) finishes; qkv itself only after pdl_wait() (pdl.cuh).
+  const int pos = a.positions[t];
   const int slot = a.slot_mapping[t];
+  pdl_wait();
+  pdl_release();
+  const int D = a.head_dim, half = D / 2, rope_heads = a.num_heads + a.num_kv_heads;
+  if (item >= rope_heads + a.num_kv_heads) return;
+  __nv_bfloat16* row = a.qkv + static_cast<size_t>(t) * (rope_heads + a.num_kv_heads) * D;
   const size_t block = slot >= 0 ? static_cast<size_t>(slot / a.block_size) : 0;
   const int offset = slot >= 0 ? slot % a.block_size : 0;
   auto cache_row = [&](int kv_head) { return ((block * a.num_kv_heads + kv_head) * a.block_size + offset) * D; };
 
-  for (int idx = threadIdx.x; idx < (a.num_heads + a.num_kv_heads) * half; idx += blockDim.x) {
-    const int h = idx / half, i = idx % half;
-    __nv_bfloat16* x = row + h * D;
-    const float x1 = __bfloat162float(x[i]), x2 = __bfloat162float(x[i + half]);
-    const float c = cs[i], s = cs[half + i];
-    const __nv_bfloat16 y1 = __float2bfloat16(x1 * c - x2 * s), y2 = __float2bfloat16(x2 * c + x1 * s);
-    x[i] = y1;
-    x[i + half] = y2;
-    if (h >= a.num_heads && slot >= 0) {
-      __nv_bfloat16* k = a.k_cache + cache_row(h - a.num_heads);
-      k[i] = y1;
-      k[i + half] = y2;
+  if (item < rope_heads) {
+    const float* cs = a.cos_sin + static_cast<size_t>(pos) * D;
+    __nv_bfloat16* x = row + static_cast<size_t>(item) * D;
+    __nv_bfloat16* k = item >= a.num_heads && slot >= 0 ? a.k_cache + cache_row(item - a.num_heads) : nullptr;
+    for (int i = lane; i < half; i += 32) {
+      const float x1 = __bfloat162float(x[i]), x2 = __bfloat162float(x[i + half]);
+      const float c = cs[i], s = cs[half + i];
+      const __nv_bfloat16 y1 = __float2bfloat16(x1 * c - x2 * s), y2 = __float2bfloat16(x2 * c + x1 * s);
+      x[i] = y1;
+      x[i + half] = y2;
+      if (k != nullptr) {
+        k[i] = y1;
+        k[i + half] = y2;
+      }
     }
+    return;
   }
   if (slot < 0) return;
-  const __nv_bfloat16* v = row + (a.num_heads + a.num_kv_heads) * D;
-  for (int idx = threadIdx.x; idx < a.num_kv_heads * D; idx += blockDim.x) {
-    const int h = idx / D, d = idx % D;
-    a.v_cache[cache_row(h) + d] = v[idx];
-  }
+  const int h = item - rope_heads;
+  const __nv_bfloat16* v = row + static_cast<size_t>(item) * D;
+  __nv_bfloat16* dst = a.v_cache + cache_row(h);
+  for (int d = lane; d < D; d += 32) dst[d] = v[d];
 }
 
 }  // namespace
@@ -45,7 +56,9 @@ __global__ void rope_kv_write_kernel(RopeKvWriteArgs a) {
 void launch_rope_kv_write(const RopeKvWriteArgs& a, cudaStream_t stream) {
   XI_CHECK_EQ(a.head_dim % 2, 0) << "rope: odd head_dim";
   if (a.num_tokens == 0) return;
-  launch_pdl(rope_kv_write_kernel, a.num_tokens, 128, 0, stream, a);
+  const int items = a.num_heads + 2 * a.num_kv_heads;
+  const dim3 grid(static_cast<unsigned>(a.num_tokens), static_cast<unsigned>((items + kWarps - 1) / kWarps));
+  launch_pdl(rope_kv_write_kernel, grid, kWarps * 32, 0, stream, a);
 }
 
 }  // namespace xinfer::cuda

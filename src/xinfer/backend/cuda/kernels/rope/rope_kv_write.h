@@ -4,7 +4,8 @@
 //   x[i], x[i + D/2]  <-  x[i] cos - x[i + D/2] sin,  x[i + D/2] cos + x[i] sin    (cos, sin at `position`)
 //   k_cache/v_cache[slot / block_size, kv_head, slot % block_size, :] = k, v
 //
-// One CTA per token. Tokens with a negative slot (padding) are rotated but not cached.
+// Grid (token, group of 4 heads), one warp per head (q, k rotated; k and v written to the cache). Tokens
+// with a negative slot (padding) are rotated but not cached.
 #pragma once
 
 #include <cuda_bf16.h>
