@@ -175,6 +175,12 @@ class Backend {
   // Copies a device tensor's bytes to host memory unconverted (any dtype; dst holds src.bytes()),
   // synchronizing first.
   virtual void to_host_raw(const TensorView& src, void* dst) = 0;
+  // Starts copying src's bytes to dst (host memory) behind the work queued so far and returns at once; dst
+  // holds them after wait_host_copies(). Lets the host do other work while the device computes (the engine
+  // delivers the previous step's outputs meanwhile). Default: to_host_raw(), already complete.
+  virtual void to_host_raw_async(const TensorView& src, void* dst) { to_host_raw(src, dst); }
+  // Waits for the device work queued so far and completes every to_host_raw_async() copy.
+  virtual void wait_host_copies() {}
   // Copies the plan's arrays to device memory; returns views of them.
   virtual StepMeta upload_step(const StepPlan& plan) = 0;
   // K and V for every layer, each [num_blocks, num_kv_heads, block_size, D] in the activation dtype.

@@ -333,6 +333,7 @@ void Engine::loop() {
   std::vector<uint64_t> aborts;
   for (;;) {
     bool stopping = false;
+    if (!scheduler_->has_unfinished()) deliver_pending();  // nothing will run: deliver before sleeping
     {
       std::unique_lock<std::mutex> lock(mu_);
       auto has_news = [this] { return stopping_ || !submissions_.empty() || !aborts_.empty(); };
@@ -341,6 +342,7 @@ void Engine::loop() {
       aborts.swap(aborts_);
       stopping = stopping_;
     }
+    if (!aborts.empty() || stopping) deliver_pending();  // an abort's final output follows its last tokens
     for (Submission& s : submissions) add_request(s);
     if (!submissions.empty()) publish_stats();  // they count as waiting from now on
     submissions.clear();
@@ -358,6 +360,7 @@ void Engine::loop() {
     const auto step_begin = std::chrono::steady_clock::now();
     sched::ScheduledStep step = scheduler_->schedule();
     if (step.empty()) {
+      deliver_pending();
       // Work is queued but nothing can run (should not happen: an empty batch admits the queue head).
       if (scheduler_->has_unfinished()) {
         std::unique_lock<std::mutex> lock(mu_);
@@ -398,7 +401,7 @@ void Engine::abort_request(uint64_t id) {
   if (!f) return;
   ++requests_aborted_;
   publish_stats();
-  finish_request(id, *f, nullptr);
+  finish_request(id, *f, nullptr, /*defer=*/false);
 }
 
 
@@ -425,10 +428,17 @@ double Engine::run_step(const sched::ScheduledStep& step) {
   }
   XI_CHECK_EQ(static_cast<int>(sample_ids_.size()), step.num_sampling);
   std::vector<SampleOutput> outs;
+  if (!(config_.device_greedy && all_plain_greedy && !sample_ids_.empty())) deliver_pending();  // synchronous paths
   const auto device_begin = std::chrono::steady_clock::now();
+  double overlapped_s = 0;  // host time spent delivering the previous step while the device computes
   if (config_.device_greedy && all_plain_greedy && !sample_ids_.empty()) {
-    // Device-side greedy: only the chosen ids come back (4 bytes per row, not the vocab's logits).
-    const std::vector<int32_t>& ids = runner_->run_greedy(chunks_);
+    // Device-side greedy: only the chosen ids come back (4 bytes per row, not the vocab's logits). The
+    // previous step's outputs go to their callbacks while the device computes this one.
+    runner_->start_greedy(chunks_);
+    const auto delivery_begin = std::chrono::steady_clock::now();
+    deliver_pending();
+    overlapped_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - delivery_begin).count();
+    const std::vector<int32_t>& ids = runner_->finish_greedy();
     XI_CHECK_EQ(ids.size(), sample_ids_.size());
     outs.resize(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) outs[i].token = ids[i];
@@ -442,7 +452,8 @@ double Engine::run_step(const sched::ScheduledStep& step) {
     for (size_t i = 0; i < sample_inputs_.size(); ++i) sample_inputs_[i].logits = logits.data() + i * vocab;
     outs = sampler_->sample(sample_inputs_);
   }
-  const double device_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - device_begin).count();
+  const double device_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - device_begin).count() - overlapped_s;
   sched::StepOutput so;
   so.token_ids.reserve(outs.size());
   for (const SampleOutput& o : outs) so.token_ids.push_back(o.token);
@@ -485,11 +496,11 @@ double Engine::run_step(const sched::ScheduledStep& step) {
     out.num_output_tokens = st.num_output_tokens;
     out.num_cached_prompt_tokens = seq->metrics.num_cached_prompt_tokens;
     out.timings = timings_of(seq->metrics, false);
-    st.on_output(std::move(out));
+    pending_.push_back(Delivery{id, std::move(out), nullptr});
   }
   for (const sched::FinishedRequest& f : finished) {
     const int index = requests_.at(f.id).sample_index;
-    finish_request(f.id, f, &outs[static_cast<size_t>(index)]);
+    finish_request(f.id, f, &outs[static_cast<size_t>(index)], /*defer=*/true);
   }
   return device_s;
 }
@@ -506,7 +517,24 @@ void Engine::record_step_time(const sched::ScheduledStep& step, double device_s,
   stats_.host_s += total_s - device_s;
 }
 
-void Engine::finish_request(uint64_t id, const sched::FinishedRequest& f, const SampleOutput* last) {
+void Engine::deliver_pending() {
+  std::vector<Delivery> batch;
+  batch.swap(pending_);  // a callback may not add deliveries, but keep the loop independent of that
+  for (Delivery& d : batch) {
+    if (d.final_callback) {
+      release_id(d.out.request_id);
+      d.final_callback(std::move(d.out));
+      d.final_callback = nullptr;
+      final_delivered();
+      continue;
+    }
+    auto it = requests_.find(d.id);
+    XI_CHECK(it != requests_.end()) << "pending output of unknown request " << d.id;
+    it->second.on_output(std::move(d.out));
+  }
+}
+
+void Engine::finish_request(uint64_t id, const sched::FinishedRequest& f, const SampleOutput* last, bool defer) {
   auto it = requests_.find(id);
   XI_CHECK(it != requests_.end()) << "finishing unknown request " << id;
   RequestState st = std::move(it->second);
@@ -524,6 +552,10 @@ void Engine::finish_request(uint64_t id, const sched::FinishedRequest& f, const 
   XI_CHECK_EQ(out.num_output_tokens, st.num_output_tokens) << "request " << st.request_id;
   out.num_cached_prompt_tokens = f.metrics.num_cached_prompt_tokens;
   out.timings = timings_of(f.metrics, true);
+  if (defer) {
+    pending_.push_back(Delivery{id, std::move(out), std::move(st.on_output)});
+    return;
+  }
   release_id(st.request_id);
   st.on_output(std::move(out));
   st.on_output = nullptr;

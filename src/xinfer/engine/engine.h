@@ -107,8 +107,12 @@ class Engine final : public EngineClient {
   // Returns the seconds spent in the model runner (upload, forward, sampling, wait for the result).
   double run_step(const sched::ScheduledStep& step);
   void record_step_time(const sched::ScheduledStep& step, double device_s, double total_s);
-  // Sends the final output and forgets the request (engine thread).
-  void finish_request(uint64_t id, const sched::FinishedRequest& f, const SampleOutput* last);
+  // Forgets the request and sends its final output: at once, or with `defer` as a pending delivery.
+  void finish_request(uint64_t id, const sched::FinishedRequest& f, const SampleOutput* last, bool defer);
+  // Runs the pending deliveries in order (engine thread). A step's outputs are delivered while the device
+  // computes the next step (run_step); everything that could reorder them against later outputs (aborts,
+  // stop, sleeping with nothing to run) delivers them first.
+  void deliver_pending();
   void finish_with_error(Submission& s, const Status& error);
   void release_id(const std::string& request_id);  // before the final callback
   void final_delivered();                          // after it: drain() counts these
@@ -142,6 +146,14 @@ class Engine final : public EngineClient {
   EngineStats stats_;
 
   // Engine-thread state.
+  // An output of the last step, handed to its callback by deliver_pending(). A final output carries the
+  // request's callback (its state is gone); release_id() and final_delivered() happen around the call.
+  struct Delivery {
+    uint64_t id = 0;
+    RequestOutput out;
+    OutputCallback final_callback;  // set for final outputs only
+  };
+  std::vector<Delivery> pending_;
   std::unordered_map<uint64_t, RequestState> requests_;
   std::vector<SequenceChunk> chunks_;
   std::vector<SampleInput> sample_inputs_;

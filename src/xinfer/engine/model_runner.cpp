@@ -174,22 +174,37 @@ const std::vector<float>& ModelRunner::run(std::span<const SequenceChunk> chunks
 }
 
 const std::vector<int32_t>& ModelRunner::run_greedy(std::span<const SequenceChunk> chunks) {
+  start_greedy(chunks);
+  return finish_greedy();
+}
+
+void ModelRunner::start_greedy(std::span<const SequenceChunk> chunks) {
+  XI_CHECK(!greedy_started_) << "start_greedy() twice without finish_greedy()";
   bool padded = false;
   const TensorView logits = forward(chunks, &padded);
   // Padded steps: the live rows are the first chunks.size() rows, one per chunk.
   const int64_t rows = padded ? static_cast<int64_t>(chunks.size()) : (logits.numel() > 0 ? logits.shape[0] : 0);
+  greedy_wanted_.clear();
+  if (padded && !std::all_of(chunks.begin(), chunks.end(), [](const SequenceChunk& c) { return c.want_logits; }))
+    for (const SequenceChunk& c : chunks) greedy_wanted_.push_back(c.want_logits);
   ids_.resize(static_cast<size_t>(rows));
-  if (rows == 0) return ids_;
+  greedy_started_ = true;
+  if (rows == 0) return;
   XI_CHECK_LE(rows, ids_device_.view.numel());
   const TensorView ids = ids_device_.view.rows(0, rows);
   backend_.argmax_rows(logits.rows(0, rows), ids);
-  backend_.to_host_raw(ids, ids_.data());
-  if (!padded || std::all_of(chunks.begin(), chunks.end(), [](const SequenceChunk& c) { return c.want_logits; }))
-    return ids_;
+  backend_.to_host_raw_async(ids, ids_.data());
+}
+
+const std::vector<int32_t>& ModelRunner::finish_greedy() {
+  XI_CHECK(greedy_started_) << "finish_greedy() without start_greedy()";
+  greedy_started_ = false;
+  backend_.wait_host_copies();
+  if (greedy_wanted_.empty()) return ids_;
   padded_ids_.swap(ids_);
   ids_.clear();
-  for (size_t i = 0; i < chunks.size(); ++i)
-    if (chunks[i].want_logits) ids_.push_back(padded_ids_[i]);
+  for (size_t i = 0; i < greedy_wanted_.size(); ++i)
+    if (greedy_wanted_[i]) ids_.push_back(padded_ids_[i]);
   return ids_;
 }
 

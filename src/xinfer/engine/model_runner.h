@@ -62,6 +62,11 @@ class ModelRunner {
   // row (ties -> lowest id): the host Sampler's greedy choice for a row with no logit adjustments. Valid
   // until the next call.
   const std::vector<int32_t>& run_greedy(std::span<const SequenceChunk> chunks);
+  // run_greedy() in two halves: start_greedy() queues the forward, the argmax and the copy of the ids and
+  // returns while the device works; finish_greedy() waits and returns what run_greedy() would. No other
+  // call on this runner or its backend in between, except Backend-free host work.
+  void start_greedy(std::span<const SequenceChunk> chunks);
+  const std::vector<int32_t>& finish_greedy();
   // Runs one forward like run() and samples each chunk with want_logits; inputs[i] (logits unset) belongs to
   // the i-th such chunk. Rows that device_samplable() allows are sampled by the backend's sample_rows() when
   // it supports_sampling() - only their ids come back; the others' raw logits come back for `host`. Without
@@ -107,6 +112,8 @@ class ModelRunner {
   backend::DeviceTensor ids_device_;  // [max(max_logit_rows, kMaxGraphBatch)] i32: argmax_rows output
   std::vector<int32_t> ids_;
   std::vector<int32_t> padded_ids_;
+  std::vector<bool> greedy_wanted_;  // start_greedy() -> finish_greedy(): want_logits of each padded row's chunk
+  bool greedy_started_ = false;
   // run_sampled() scratch
   std::unique_ptr<DeviceSamplingPlanner> planner_;  // created on first use
   std::vector<int32_t> sample_logit_rows_;          // logits row of each input

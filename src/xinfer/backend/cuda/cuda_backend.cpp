@@ -74,6 +74,7 @@ CudaBackend::~CudaBackend() {
   if (decode_ws_) cudaFree(decode_ws_);
   if (step_device_) cudaFree(step_device_);
   if (step_host_) cudaFreeHost(step_host_);
+  if (copy_host_) cudaFreeHost(copy_host_);
   cudaEventDestroy(step_copied_);
   cudaStreamDestroy(stream_);
 }
@@ -136,6 +137,29 @@ void CudaBackend::to_host_f32(const TensorView& src, float* dst) {
 void CudaBackend::to_host_raw(const TensorView& src, void* dst) {
   XI_CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_));
   synchronize();
+}
+
+void CudaBackend::to_host_raw_async(const TensorView& src, void* dst) {
+  XI_CHECK(!capturing_) << "to_host_raw_async() while recording a graph";
+  size_t used = 0;
+  for (const HostCopy& c : host_copies_) used = std::max(used, c.offset + c.bytes);
+  const size_t offset = (used + 255) / 256 * 256;
+  if (offset + src.bytes() > copy_host_bytes_) {
+    wait_host_copies();  // earlier copies land in the old buffer
+    if (copy_host_) XI_CUDA_CHECK(cudaFreeHost(copy_host_));
+    copy_host_bytes_ = std::max<size_t>(2 * copy_host_bytes_, std::max<size_t>(src.bytes(), 64 << 10));
+    XI_CUDA_CHECK(cudaMallocHost(&copy_host_, copy_host_bytes_));
+    return to_host_raw_async(src, dst);
+  }
+  XI_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(copy_host_) + offset, src.data, src.bytes(), cudaMemcpyDeviceToHost,
+                                stream_));
+  host_copies_.push_back({dst, offset, src.bytes()});
+}
+
+void CudaBackend::wait_host_copies() {
+  synchronize();
+  for (const HostCopy& c : host_copies_) std::memcpy(c.dst, static_cast<char*>(copy_host_) + c.offset, c.bytes);
+  host_copies_.clear();
 }
 
 backend::StepMeta CudaBackend::upload_step(const backend::StepPlan& plan) {

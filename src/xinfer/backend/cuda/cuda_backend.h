@@ -61,6 +61,9 @@ class CudaBackend final : public backend::Backend {
   backend::DeviceTensor upload(const TensorView& host, DType dtype) override;
   void to_host_f32(const TensorView& src, float* dst) override;
   void to_host_raw(const TensorView& src, void* dst) override;
+  // Through a pinned staging buffer (a copy into pageable memory would block the host).
+  void to_host_raw_async(const TensorView& src, void* dst) override;
+  void wait_host_copies() override;
   backend::StepMeta upload_step(const backend::StepPlan& plan) override;
   // Generated on the device (kernels/random), no host copy: dummy weights of an 8B model in < 1 s.
   backend::DeviceTensor random_normal(DType dtype, const Shape& shape, uint64_t seed, float stddev) override;
@@ -118,6 +121,13 @@ class CudaBackend final : public backend::Backend {
 
   // upload_step() state
   void* step_host_ = nullptr;    // pinned staging buffer
+  struct HostCopy {
+    void* dst;
+    size_t offset, bytes;  // in copy_host_
+  };
+  void* copy_host_ = nullptr;    // pinned staging of to_host_raw_async(), copy_host_bytes_ long
+  size_t copy_host_bytes_ = 0;
+  std::vector<HostCopy> host_copies_;  // started, not yet waited for
   void* step_device_ = nullptr;  // persistent device copy
   size_t step_capacity_ = 0;
   cudaEvent_t step_copied_ = nullptr;
