@@ -142,6 +142,13 @@ TEST(AttentionPlan, ShortPromptBesidePrefillChunks) {
   EXPECT_EQ(b.token_seq[131], 2);
   EXPECT_EQ(b.token_seq.size(), 134u);
   EXPECT_EQ(b.token_seq.back(), 3);
+  // Prefill kernel choice: mean context per query tile (130, 130, 2) -> short: mma.sync.
+  EXPECT_EQ(b.prefill_tile_context, 130 + 130 + 2);
+  EXPECT_FALSE(cuda::prefer_wgmma_prefill(b));
+  EXPECT_FALSE(cuda::prefer_wgmma_prefill(a));
+  EXPECT_TRUE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{0, 2048}}))));
+  EXPECT_TRUE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{3584, 512}, {0, 64}}))));
+  EXPECT_FALSE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{4, 1}}))));  // no prefill at all
 }
 
 std::vector<Seq> decodes(const std::vector<int>& kv_lens) {

@@ -458,7 +458,8 @@ void CudaBackend::paged_attention(const backend::StepMeta& step, const TensorVie
     }
     launch_paged_decode_attention(p, attn_view_, psize, ws > 0 ? decode_workspace(ws) : nullptr, stream_);
   }
-  launch_paged_prefill_attention(p, attn_view_, stream_);
+  launch_paged_prefill_attention(p, attn_view_, stream_,
+                                 prefer_wgmma_prefill(attn_host_) ? PrefillKernel::kWgmmaSimple : PrefillKernel::kMmaSync);
 }
 
 void CudaBackend::silu_mul(const TensorView& gate_up, const TensorView& out) {

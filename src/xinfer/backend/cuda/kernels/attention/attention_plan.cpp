@@ -24,11 +24,17 @@ AttentionPlanHost build_attention_plan(const backend::StepPlan& plan) {
       for (int32_t m0 = 0; m0 < qlen; m0 += kPrefillTileRows) {
         out.prefill_items.push_back(s);
         out.prefill_items.push_back(m0);
+        out.prefill_tile_context += plan.seq_lens[static_cast<size_t>(s)];
       }
     }
   }
   if (!out.decode_seqs.empty()) out.max_decode_len = std::max(out.max_decode_len, plan.padded_context_len);
   return out;
+}
+
+bool prefer_wgmma_prefill(const AttentionPlanHost& plan) {
+  const int items = plan.num_prefill_items();
+  return items > 0 && plan.prefill_tile_context >= kWgmmaPrefillMinContext * items;
 }
 
 int decode_partition_size(int num_decode, int max_decode_len, int num_kv_heads, int group, int num_sms) {
