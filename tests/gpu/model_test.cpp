@@ -245,6 +245,35 @@ TEST_P(ModelTest, GreedyMatchesCpu) {
               same, worst);
 }
 
+// The fused decode path forced on (CudaBackend LinearFusion::kAlways: every norm -> linear (-> SwiGLU) of
+// a decode step runs as the fused GEMV, whatever the tuner chose) against the CPU, teacher-forced with
+// the CPU's greedy tokens: every decode step's logits within the model's tolerance.
+TEST_P(ModelTest, FusedDecodeMatchesCpu) {
+  const cuda::LinearFusion old = gpu().linear_fusion();
+  gpu().set_linear_fusion(cuda::LinearFusion::kAlways);
+  Runner g(gpu(), model_dir(GetParam()), DType::kBF16);
+  Runner c(cpu(), model_dir(GetParam()), DType::kF32);
+  const int V = g.config().vocab_size, L = g.config().num_layers;
+  const auto prompt = long_prompt(V, 33);
+  const int sg = g.add_seq(), sc = c.add_seq();
+  g.step({{sg, prompt}}, false);
+  std::vector<float> rc = c.step({{sc, prompt}}, false);
+  double worst = 0;
+  for (int k = 0; k < 16; ++k) {
+    const int32_t tok = top1_gap(rc.data(), V).first;
+    const int64_t before = gpu().fused_linears();
+    const auto rg = g.step({{sg, {tok}}}, false);
+    EXPECT_EQ(gpu().fused_linears() - before, 2 * L) << "decode step " << k << ": qkv and gate_up of every layer fused";
+    rc = c.step({{sc, {tok}}}, false);
+    const Compare dc = compare(rg, rc);
+    EXPECT_EQ(dc.nans, 0);
+    EXPECT_LT(dc.rel_l2, logit_tol(GetParam())) << "fused decode step " << k;
+    worst = std::max(worst, dc.rel_l2);
+  }
+  gpu().set_linear_fusion(old);
+  std::printf("[ model ] %-14s fused decode vs cpu: worst logits rel_l2 %.2e\n", GetParam().c_str(), worst);
+}
+
 // Step 1 prefills A and B; step 2 mixes decodes of A and B with C's prefill and a chunk of B-prefix-like
 // new sequence D; logits of the last row of each must match the CPU running the same plans.
 TEST_P(ModelTest, MixedStepMatchesCpu) {

@@ -52,6 +52,19 @@ struct LinearWeights {
   int64_t in_features() const { return weight.shape[1]; }
 };
 
+// The arguments of Backend::add_rms_norm_linear: the norm -> projection (-> SwiGLU) chain that opens each
+// half of a decoder layer. Every output is written; outputs overlap neither each other nor the inputs.
+struct NormLinearArgs {
+  TensorView residual;     // [T, H], += delta in place
+  TensorView delta;        // [T, H], or empty: plain rms_norm (residual unchanged)
+  TensorView norm_weight;  // [H]
+  float eps = 0;
+  LinearWeights linear;    // weight [N, H], bias [N] or empty
+  TensorView normed_out;   // [T, H]: rms_norm(residual) * norm_weight
+  TensorView out;          // [T, N]: normed_out @ linear.weight^T + linear.bias
+  TensorView act_out;      // [T, N / 2]: silu(out[:, :N/2]) * out[:, N/2:], or empty (no SwiGLU)
+};
+
 struct KvCacheSpec {
   int num_layers = 0;
   int num_blocks = 0;
@@ -247,6 +260,16 @@ class Backend {
                             float eps, const TensorView& out) = 0;
   // out[T, N] = x[T, K] @ w.weight[N, K]^T + w.bias
   virtual void linear(const TensorView& x, const LinearWeights& w, const TensorView& out) = 0;
+  // (add_)rms_norm -> linear (-> silu_mul) as one op (NormLinearArgs); results are those of the composition
+  // below, which is the default. Devices override it to fuse the chain where that pays (CUDA: decode rows).
+  virtual void add_rms_norm_linear(const NormLinearArgs& a) {
+    if (a.delta.empty())
+      rms_norm(a.residual, a.norm_weight, a.eps, a.normed_out);
+    else
+      add_rms_norm(a.residual, a.delta, a.norm_weight, a.eps, a.normed_out);
+    linear(a.normed_out, a.linear, a.out);
+    if (!a.act_out.empty()) silu_mul(a.out, a.act_out);
+  }
   // Applies rotary embedding (rotate-half / NeoX layout) to q and k in place and writes k, v to the cache.
   // qkv: [T, (Hq + 2 * Hkv) * D] (q heads, then k heads, then v heads); cos_sin: [max_pos, D] with
   // cos in [:, :D/2] and sin in [:, D/2:].

@@ -16,6 +16,7 @@
 #include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuning_cache.h"
+#include "xinfer/backend/cuda/kernels/gemm/gemv.h"
 #include "xinfer/backend/cuda/kernels/norm/qk_norm.h"
 #include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
 #include "xinfer/backend/cuda/kernels/random/random_normal.h"
@@ -65,6 +66,11 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device), 
   XI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   XI_CUDA_CHECK(cudaEventCreateWithFlags(&step_copied_, cudaEventDisableTiming));
   gemm_ = std::make_unique<GemmTuner>(options.gemm_workspace_bytes);
+  const char* fusion_env = std::getenv("XINFER_FUSED_LINEARS");
+  const bool fusion_off = fusion_env && (std::strcmp(fusion_env, "0") == 0 || std::strcmp(fusion_env, "off") == 0);
+  linear_fusion_ = fusion_off ? LinearFusion::kOff : options.linear_fusion;
+  XI_CUDA_CHECK(cudaMalloc(&fused_counter_, sizeof(unsigned)));
+  XI_CUDA_CHECK(cudaMemset(fused_counter_, 0, sizeof(unsigned)));
 }
 
 CudaBackend::~CudaBackend() {
@@ -72,6 +78,7 @@ CudaBackend::~CudaBackend() {
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
   gemm_.reset();
   if (decode_ws_) cudaFree(decode_ws_);
+  cudaFree(fused_counter_);
   if (step_device_) cudaFree(step_device_);
   if (step_host_) cudaFreeHost(step_host_);
   if (copy_host_) cudaFreeHost(copy_host_);
@@ -369,6 +376,63 @@ void CudaBackend::linear(const TensorView& x, const backend::LinearWeights& w, c
               w.bias.empty() ? nullptr : bf16_ptr(w.bias, "linear bias"), out.data, out.dtype == DType::kF32,
               to_int(m), to_int(n), to_int(k)},
              stream_);
+}
+
+namespace {
+
+// The fused GEMV's arguments for a (m = rows of residual).
+FusedGemvArgs fused_args(const backend::NormLinearArgs& a, unsigned* counter, int num_sms) {
+  const int64_t k = a.linear.in_features(), n = a.linear.out_features(), m = a.residual.numel() / k;
+  FusedGemvArgs f;
+  f.gemm = GemmArgs{bf16_ptr(a.normed_out, "normed_out"), bf16_ptr(a.linear.weight, "linear weight"),
+                    a.linear.bias.empty() ? nullptr : bf16_ptr(a.linear.bias, "linear bias"),
+                    bf16_ptr(a.out, "linear out"), false, to_int(m), to_int(n), to_int(k)};
+  f.residual = bf16_ptr(a.residual, "residual");
+  f.delta = a.delta.empty() ? nullptr : bf16_ptr(a.delta, "delta");
+  f.norm_weight = bf16_ptr(a.norm_weight, "norm weight");
+  f.eps = a.eps;
+  f.normed_out = bf16_ptr(a.normed_out, "normed_out");
+  f.counter = counter;
+  f.act = a.act_out.empty() ? nullptr : bf16_ptr(a.act_out, "act_out");
+  f.num_sms = num_sms;
+  return f;
+}
+
+}  // namespace
+
+std::optional<GemvConfig> CudaBackend::fused_linear_config(const backend::NormLinearArgs& a) {
+  if (linear_fusion_ == LinearFusion::kOff) return std::nullopt;
+  const int64_t m = a.residual.numel() / a.linear.in_features();
+  if (m < 1 || m > 8 || a.out.dtype != DType::kBF16) return std::nullopt;
+  const FusedGemvArgs f = fused_args(a, fused_counter_, num_sms_);
+  const GemmChoice choice = gemm_->choice_for(f.gemm);
+  std::optional<GemvConfig> config;
+  if (choice.kind == GemmKind::kGemv)
+    config = choice.gemv;
+  else if (linear_fusion_ == LinearFusion::kAlways)
+    config = gemv_default_config(f.gemm);
+  // The SwiGLU epilogue pairs gate and up rows within a CTA: it needs an even number of rows per CTA. With
+  // kWhenGemv an odd tuned configuration means the composition (a changed one would not be bit-identical).
+  if (config && f.act && linear_fusion_ == LinearFusion::kAlways && (8 / config->k_split * config->rows_per_warp) % 2 != 0)
+    config->rows_per_warp = 2;
+  if (config && !fused_gemv_supports(f, *config)) config.reset();
+  return config;
+}
+
+void CudaBackend::add_rms_norm_linear(const backend::NormLinearArgs& a) {
+  const int64_t k = a.linear.in_features(), n = a.linear.out_features();
+  const int64_t m = a.residual.numel() / k;
+  XI_CHECK_EQ(last_dim(a.residual), k) << "add_rms_norm_linear: residual width vs weight [" << n << ", " << k << "]";
+  XI_CHECK_EQ(a.norm_weight.numel(), k);
+  if (!a.delta.empty()) XI_CHECK_EQ(a.delta.numel(), a.residual.numel());
+  XI_CHECK_EQ(a.normed_out.numel(), a.residual.numel());
+  XI_CHECK_EQ(a.out.numel(), m * n);
+  if (!a.linear.bias.empty()) XI_CHECK_EQ(a.linear.bias.numel(), n);
+  if (!a.act_out.empty()) XI_CHECK_EQ(2 * a.act_out.numel(), a.out.numel());
+  const std::optional<GemvConfig> config = fused_linear_config(a);
+  if (!config) return Backend::add_rms_norm_linear(a);
+  launch_fused_gemv(fused_args(a, fused_counter_, num_sms_), *config, stream_);
+  ++fused_linears_;
 }
 
 void CudaBackend::rope_kv_write(const backend::StepMeta& step, const TensorView& qkv, int num_heads, int num_kv_heads,

@@ -20,6 +20,11 @@
 // Linears: kernels/gemm/gemm_tuner.h picks cuBLASLt algorithms or the small-M GEMV kernel per (shape, m)
 // from measurements that tune_linears() makes once at start-up (cached on disk), before any recording.
 //
+// Fused decode ops: add_rms_norm_linear runs as one fused GEMV (gemv.h: RMSNorm prologue, optional SwiGLU
+// epilogue) for m <= 8 rows when the tuner runs that linear as the GEMV at that m (LinearFusion::kWhenGemv,
+// the default): with the tuned configuration its results are bit-identical to the composition, with two
+// launches fewer (one for add_rms_norm, one for silu_mul). Elsewhere: the composition (Backend's default).
+//
 // KV cache: bf16, per layer K and V [num_blocks, num_kv_heads, block_size, head_dim] (backend.h).
 // Attention: decodes use the split-KV decode kernel, prefill chunks the tiled tensor-core kernel
 // (head_dim 64 / 128); other head dims go to the generic kernel.
@@ -28,6 +33,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -36,10 +42,18 @@
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
 #include "xinfer/backend/cuda/kernels/attention/paged_attention_params.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_args.h"
+#include "xinfer/backend/cuda/kernels/gemm/gemv.h"
 
 namespace xinfer::cuda {
 
 class GemmTuner;
+
+// When add_rms_norm_linear runs the fused GEMV instead of add_rms_norm -> linear (-> silu_mul).
+enum class LinearFusion {
+  kOff,
+  kWhenGemv,  // m <= 8 and the tuner's choice for the linear at that m is the GEMV (with its configuration)
+  kAlways,    // any m <= 8 the kernel takes: the GEMV choice's configuration, else gemv_default_config (tests)
+};
 
 struct CudaBackendOptions {
   int device = 0;
@@ -49,6 +63,8 @@ struct CudaBackendOptions {
   // Tuning cache file; "": default_gemm_tuning_cache_path() (env XINFER_GEMM_TUNING_CACHE, XDG_CACHE_HOME,
   // HOME); "off": none.
   std::string gemm_tuning_cache;
+  // Env XINFER_FUSED_LINEARS=0 turns it off.
+  LinearFusion linear_fusion = LinearFusion::kWhenGemv;
 };
 
 class CudaBackend final : public backend::Backend {
@@ -74,6 +90,7 @@ class CudaBackend final : public backend::Backend {
   void add_rms_norm(const TensorView& residual, const TensorView& delta, const TensorView& weight, float eps,
                     const TensorView& out) override;
   void linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) override;
+  void add_rms_norm_linear(const backend::NormLinearArgs& a) override;
   void rope_kv_write(const backend::StepMeta& step, const TensorView& qkv, int num_heads, int num_kv_heads,
                      int head_dim, const TensorView& cos_sin, const backend::LayerKvCache& cache) override;
   void qk_norm(const TensorView& qkv, int num_heads, int num_kv_heads, int head_dim, const TensorView& q_weight,
@@ -107,6 +124,11 @@ class CudaBackend final : public backend::Backend {
   // Env XINFER_GEMV_PDL=0 keeps programmatic dependent launch off the GEMV kernel.
   void tune_linears(const std::vector<GemmShape>& shapes, bool show_progress);
   GemmTuner& gemm() { return *gemm_; }
+  // The GEMV configuration add_rms_norm_linear(a) runs the fused kernel with, or nullopt: the composition.
+  std::optional<GemvConfig> fused_linear_config(const backend::NormLinearArgs& a);
+  void set_linear_fusion(LinearFusion f) { linear_fusion_ = f; }
+  LinearFusion linear_fusion() const { return linear_fusion_; }
+  int64_t fused_linears() const { return fused_linears_; }  // add_rms_norm_linear calls run fused so far
 
  private:
   void check_step(const backend::StepMeta& step) const;
@@ -118,6 +140,9 @@ class CudaBackend final : public backend::Backend {
   int num_sms_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<GemmTuner> gemm_;
+  LinearFusion linear_fusion_ = LinearFusion::kWhenGemv;
+  unsigned* fused_counter_ = nullptr;  // the fused GEMV's ticket counter (gemv.h), 0 between launches
+  int64_t fused_linears_ = 0;
 
   // upload_step() state
   void* step_host_ = nullptr;    // pinned staging buffer

@@ -1,12 +1,11 @@
 #include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
 
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/elementwise/silu.cuh"
 #include "xinfer/backend/cuda/kernels/pdl.cuh"
 
 namespace xinfer::cuda {
 namespace {
-
-__device__ __forceinline__ float silu_mul1(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
 
 template <int kVec>
 __global__ void silu_mul_kernel(SiluMulArgs a) {
@@ -26,10 +25,10 @@ __global__ void silu_mul_kernel(SiluMulArgs a) {
       const __nv_bfloat16* ub = reinterpret_cast<const __nv_bfloat16*>(&uv);
       __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&ov);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) ob[j] = __float2bfloat16(silu_mul1(__bfloat162float(gb[j]), __bfloat162float(ub[j])));
+      for (int j = 0; j < 8; ++j) ob[j] = __float2bfloat16(silu_mul_f32(__bfloat162float(gb[j]), __bfloat162float(ub[j])));
       *reinterpret_cast<uint4*>(o) = ov;
     } else {
-      o[0] = __float2bfloat16(silu_mul1(__bfloat162float(g[0]), __bfloat162float(u[0])));
+      o[0] = __float2bfloat16(silu_mul_f32(__bfloat162float(g[0]), __bfloat162float(u[0])));
     }
   }
 }
