@@ -66,9 +66,9 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device), 
   XI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   XI_CUDA_CHECK(cudaEventCreateWithFlags(&step_copied_, cudaEventDisableTiming));
   gemm_ = std::make_unique<GemmTuner>(options.gemm_workspace_bytes);
-  const char* fusion_env = std::getenv("XINFER_FUSED_LINEARS");
-  const bool fusion_off = fusion_env && (std::strcmp(fusion_env, "0") == 0 || std::strcmp(fusion_env, "off") == 0);
-  linear_fusion_ = fusion_off ? LinearFusion::kOff : options.linear_fusion;
+  linear_fusion_ = options.linear_fusion;
+  if (const char* env = std::getenv("XINFER_FUSED_LINEARS"))
+    linear_fusion_ = std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0 ? LinearFusion::kOff : LinearFusion::kWhenGemv;
   XI_CUDA_CHECK(cudaMalloc(&fused_counter_, sizeof(unsigned)));
   XI_CUDA_CHECK(cudaMemset(fused_counter_, 0, sizeof(unsigned)));
 }

@@ -20,10 +20,12 @@
 // Linears: kernels/gemm/gemm_tuner.h picks cuBLASLt algorithms or the small-M GEMV kernel per (shape, m)
 // from measurements that tune_linears() makes once at start-up (cached on disk), before any recording.
 //
-// Fused decode ops: add_rms_norm_linear runs as one fused GEMV (gemv.h: RMSNorm prologue, optional SwiGLU
-// epilogue) for m <= 8 rows when the tuner runs that linear as the GEMV at that m (LinearFusion::kWhenGemv,
-// the default): with the tuned configuration its results are bit-identical to the composition, with two
-// launches fewer (one for add_rms_norm, one for silu_mul). Elsewhere: the composition (Backend's default).
+// Fused decode ops: add_rms_norm_linear can run as one fused GEMV (gemv.h: RMSNorm prologue, optional SwiGLU
+// epilogue) for m <= 8 rows when the tuner runs that linear as the GEMV at that m (LinearFusion::kWhenGemv):
+// with the tuned configuration its results are bit-identical to the composition, with two launches fewer.
+// Off by default: measured on the H200 (docs/PERF.md) the fused qkv (19.4 us) loses to add_rms_norm + GEMV
+// (2.0 + 14.0 us) and the fused gate_up + SwiGLU only ties (62.2 vs 62.3 us), batch-1 ITL 4.469 vs 4.442 ms.
+// Env XINFER_FUSED_LINEARS=1 (or options) turns it on. Elsewhere: the composition (Backend's default).
 //
 // KV cache: bf16, per layer K and V [num_blocks, num_kv_heads, block_size, head_dim] (backend.h).
 // Attention: decodes use the split-KV decode kernel, prefill chunks the tiled tensor-core kernel
@@ -63,8 +65,8 @@ struct CudaBackendOptions {
   // Tuning cache file; "": default_gemm_tuning_cache_path() (env XINFER_GEMM_TUNING_CACHE, XDG_CACHE_HOME,
   // HOME); "off": none.
   std::string gemm_tuning_cache;
-  // Env XINFER_FUSED_LINEARS=0 turns it off.
-  LinearFusion linear_fusion = LinearFusion::kWhenGemv;
+  // Env XINFER_FUSED_LINEARS=1 selects kWhenGemv, =0 kOff (the default: see above).
+  LinearFusion linear_fusion = LinearFusion::kOff;
 };
 
 class CudaBackend final : public backend::Backend {
@@ -140,7 +142,7 @@ class CudaBackend final : public backend::Backend {
   int num_sms_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<GemmTuner> gemm_;
-  LinearFusion linear_fusion_ = LinearFusion::kWhenGemv;
+  LinearFusion linear_fusion_ = LinearFusion::kOff;
   unsigned* fused_counter_ = nullptr;  // the fused GEMV's ticket counter (gemv.h), 0 between launches
   int64_t fused_linears_ = 0;
 
