@@ -194,6 +194,9 @@ class Backend {
   virtual void to_host_raw_async(const TensorView& src, void* dst) { to_host_raw(src, dst); }
   // Waits for the device work queued so far and completes every to_host_raw_async() copy.
   virtual void wait_host_copies() {}
+  // True when ops run asynchronously, so host work between an op and wait_host_copies() overlaps the device
+  // (false on the CPU backend: its ops finish before they return, and deferring host work only delays it).
+  virtual bool async_host_copies() const { return false; }
   // Copies the plan's arrays to device memory; returns views of them.
   virtual StepMeta upload_step(const StepPlan& plan) = 0;
   // K and V for every layer, each [num_blocks, num_kv_heads, block_size, D] in the activation dtype.

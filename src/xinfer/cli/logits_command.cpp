@@ -12,7 +12,7 @@
 //   forced_logits_<i>  f32 [m, V]   only with forced ids f[0..m): row j = logits after feeding f[j] at
 //                                   position n + j, one decode step per token (teacher forcing)
 // Greedy and forced steps go through engine::ModelRunner, as serving does (decode steps replay CUDA graphs
-// unless --enforce-eager); the prompt logits come from LlamaModel::forward on plans that ask for every
+// unless --enforce-eager; GEMM choices measured by engine::prepare_backend_for_model); the prompt logits come from LlamaModel::forward on plans that ask for every
 // row. Each request starts from an empty KV cache (blocks are reused, every read slot is written first).
 // Used by tests/gpu/check_8b_vs_transformers.py; also carried in the portable `xinfer-bench` binary.
 #include <algorithm>
@@ -33,6 +33,7 @@
 #include "xinfer/cli/flags.h"
 #include "xinfer/core/check.h"
 #include "xinfer/core/logging.h"
+#include "xinfer/engine/engine.h"
 #include "xinfer/engine/engine_config.h"
 #include "xinfer/engine/model_runner.h"
 #include "xinfer/model/llama.h"
@@ -234,10 +235,8 @@ int run_logits(int argc, char** argv) {
   const int table_blocks = (longest + block_size - 1) / block_size;
   const backend::KvCacheSpec spec{cfg.num_layers, table_blocks + 1, block_size, cfg.num_kv_heads, cfg.head_dim,
                                   backend.info().activation_dtype};
-#if defined(XINFER_HAVE_CUDA)
-  if (auto* gpu = dynamic_cast<cuda::CudaBackend*>(&backend))  // before graphs record (stable workspace)
-    gpu->reserve_decode_workspace(1, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, load_opts.max_model_len);
-#endif
+  // As the Engine does (decode workspace, measured GEMM choices), before any graph records.
+  engine::prepare_backend_for_model(backend, cfg, prefill_chunk, prefill_chunk, 1, load_opts.max_model_len, progress);
   const backend::KvCache prefill_kv = backend.allocate_kv_cache(spec);
   engine::ModelRunner runner(model, backend, spec, enforce_eager ? engine::GraphMode::kOff : engine::GraphMode::kOn);
   std::vector<int32_t> block_table;

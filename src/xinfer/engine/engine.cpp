@@ -43,15 +43,8 @@ Result<BackendBundle> make_backend(const EngineConfig& config, const model::Mode
         return unavailable(std::string("no usable CUDA device: ") +
                            (err != cudaSuccess ? cudaGetErrorString(err) : "none found"));
       auto gpu = std::make_unique<cuda::CudaBackend>();
-      gpu->reserve_decode_workspace(config.scheduler.max_num_seqs, mc.num_heads, mc.num_kv_heads, mc.head_dim,
-                                    max_seq_len);
-      // GEMM choices measured for the model's linears (model/llama.h: qkv, o, gate_up, down on up to a step's
-      // tokens; the lm_head, f32 logits, on up to one row per sequence) before any graph is recorded.
-      const int T = config.scheduler.max_num_batched_tokens, H = mc.hidden_size, I = mc.intermediate_size;
-      gpu->tune_linears({{(mc.num_heads + 2 * mc.num_kv_heads) * mc.head_dim, H, false, mc.attention_bias, T},
-                         {H, mc.num_heads * mc.head_dim, false, mc.o_bias, T}, {2 * I, H, false, mc.mlp_bias, T},
-                         {H, I, false, mc.mlp_bias, T}, {mc.vocab_size, H, true, false, config.scheduler.max_num_seqs}},
-                        config.show_progress);
+      prepare_backend_for_model(*gpu, mc, config.scheduler.max_num_batched_tokens, config.scheduler.max_num_seqs,
+                                config.scheduler.max_num_seqs, max_seq_len, config.show_progress);
       b.backend = std::move(gpu);
       b.own_pool = std::make_unique<ThreadPool>(config.threads);
       b.sampler_pool = b.own_pool.get();
@@ -67,8 +60,8 @@ Result<BackendBundle> make_backend(const EngineConfig& config, const model::Mode
   return invalid_argument("unknown backend");
 }
 
-// Device memory kept out of the KV cache for CUDA graphs (recorded lazily, at most 9 batch buckets x a
-// few block-table widths; each holds ~12 kernel nodes per layer).
+// Device memory kept out of the KV cache for CUDA graphs (recorded lazily, at most 10 batch buckets (1..512)
+// x a few block-table widths; each holds ~10 kernel nodes per layer; measured: recordings take < 2 MiB each).
 constexpr size_t kGraphMemoryReserve = size_t{256} << 20;
 
 double gib(size_t bytes) { return static_cast<double>(bytes) / static_cast<double>(size_t{1} << 30); }
@@ -99,6 +92,25 @@ void append_token(RequestOutput& out, const SampleOutput& o, bool with_logprobs)
 }
 
 }  // namespace
+
+void prepare_backend_for_model(backend::Backend& backend, const model::ModelConfig& mc, int max_tokens,
+                               int max_logit_rows, int max_decode_seqs, int max_seq_len, bool show_progress) {
+#if defined(XINFER_HAVE_CUDA)
+  auto* gpu = dynamic_cast<cuda::CudaBackend*>(&backend);
+  if (gpu == nullptr) return;
+  gpu->reserve_decode_workspace(max_decode_seqs, mc.num_heads, mc.num_kv_heads, mc.head_dim, max_seq_len);
+  // GEMM choices measured for the model's linears (model/llama.h: qkv, o, gate_up, down on up to a step's
+  // tokens; the lm_head, f32 logits, on up to one row per sequence) before any graph is recorded.
+  const int T = max_tokens, H = mc.hidden_size, I = mc.intermediate_size;
+  gpu->tune_linears({{(mc.num_heads + 2 * mc.num_kv_heads) * mc.head_dim, H, false, mc.attention_bias, T},
+                     {H, mc.num_heads * mc.head_dim, false, mc.o_bias, T}, {2 * I, H, false, mc.mlp_bias, T},
+                     {H, I, false, mc.mlp_bias, T}, {mc.vocab_size, H, true, false, max_logit_rows}},
+                    show_progress);
+#else
+  (void)backend, (void)mc, (void)max_tokens, (void)max_logit_rows, (void)max_decode_seqs, (void)max_seq_len;
+  (void)show_progress;
+#endif
+}
 
 Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
   XI_RETURN_IF_ERROR(config.validate());
@@ -342,7 +354,15 @@ void Engine::loop() {
       aborts.swap(aborts_);
       stopping = stopping_;
     }
-    if (!aborts.empty() || stopping) deliver_pending();  // an abort's final output follows its last tokens
+    if (!aborts.empty() || stopping) {
+      // An abort's final output follows its last delivered tokens; tokens still queued for a request its
+      // client aborted (possibly from the callback of its previous token) are dropped, as they would not
+      // have been computed had the abort arrived one step earlier.
+      std::erase_if(pending_, [&](const Delivery& d) {
+        return !d.final_callback && std::find(aborts.begin(), aborts.end(), d.id) != aborts.end();
+      });
+      deliver_pending();
+    }
     for (Submission& s : submissions) add_request(s);
     if (!submissions.empty()) publish_stats();  // they count as waiting from now on
     submissions.clear();
@@ -434,6 +454,7 @@ double Engine::run_step(const sched::ScheduledStep& step) {
   if (config_.device_greedy && all_plain_greedy && !sample_ids_.empty()) {
     // Device-side greedy: only the chosen ids come back (4 bytes per row, not the vocab's logits). The
     // previous step's outputs go to their callbacks while the device computes this one.
+    if (!backend_->async_host_copies()) deliver_pending();  // nothing runs behind the host: do not delay
     runner_->start_greedy(chunks_);
     const auto delivery_begin = std::chrono::steady_clock::now();
     deliver_pending();

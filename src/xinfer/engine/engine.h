@@ -51,6 +51,14 @@ struct MemoryPlan {
   int64_t kv_tokens = 0;    // tokens the usable blocks hold
 };
 
+// Readies `backend` for `mc` as the Engine does before loading weights: on CUDA, reserves the split-KV
+// decode workspace (up to max_decode_seqs sequences of max_seq_len) and measures the GEMM choices for the
+// model's linears (layer linears on up to max_tokens rows, the f32 lm_head on up to max_logit_rows);
+// nothing on the CPU. Tools that drive a ModelRunner directly (`xinfer logits`) call it so they run the
+// same kernels as serving.
+void prepare_backend_for_model(backend::Backend& backend, const model::ModelConfig& mc, int max_tokens,
+                               int max_logit_rows, int max_decode_seqs, int max_seq_len, bool show_progress);
+
 class Engine final : public EngineClient {
  public:
   // Loads the model, sizes the KV cache from config.kv_cache_memory and starts the loop thread.

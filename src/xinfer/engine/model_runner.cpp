@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "xinfer/core/check.h"
+#include "xinfer/core/logging.h"
 
 namespace xinfer::engine {
 namespace {
@@ -240,18 +241,25 @@ std::vector<SampleOutput> ModelRunner::run_sampled(std::span<const SequenceChunk
     }
   }
   std::vector<SampleOutput> out(inputs.size());
-  // Raw logits of the host rows first (sample_rows leaves the logits unchanged anyway).
+  // The device draws (queued first) while the host samples its rows; ids come back last. A batch the
+  // backend refuses (e.g. a vocabulary past its kernel's limit) is sampled on the host instead.
+  if (!device_inputs_.empty()) {
+    XI_CHECK_LE(static_cast<int64_t>(device_inputs_.size()), ids_device_.view.numel());
+    const Status st = backend_.sample_rows(logits, planner_->batch(),
+                                           ids_device_.view.rows(0, static_cast<int64_t>(device_inputs_.size())));
+    if (!st.ok()) {
+      if (!warned_device_sampling_) XI_LOG(WARN) << "device sampling unavailable, sampling on the host: " << st.to_string();
+      warned_device_sampling_ = true;
+      host_inputs_.insert(host_inputs_.end(), device_inputs_.begin(), device_inputs_.end());
+      device_inputs_.clear();
+    }
+  }
+  const auto n = static_cast<int64_t>(device_inputs_.size());
+  // Raw logits of the host rows (sample_rows restores the logits it adjusts, and runs before these copies).
   host_logits_.resize(host_inputs_.size() * vocab);
   for (size_t j = 0; j < host_inputs_.size(); ++j) {
     const int64_t row = sample_logit_rows_[host_inputs_[j]];
     backend_.to_host_f32(logits.rows(row, row + 1), host_logits_.data() + j * vocab);
-  }
-  // The device draws while the host samples its rows; ids come back last.
-  const auto n = static_cast<int64_t>(device_inputs_.size());
-  if (n > 0) {
-    XI_CHECK_LE(n, ids_device_.view.numel());
-    const Status st = backend_.sample_rows(logits, planner_->batch(), ids_device_.view.rows(0, n));
-    XI_CHECK(st.ok()) << st.to_string();
   }
   if (!host_inputs_.empty()) {
     host_batch_.clear();

@@ -114,6 +114,7 @@ class ModelRunner {
   std::vector<int32_t> padded_ids_;
   std::vector<bool> greedy_wanted_;  // start_greedy() -> finish_greedy(): want_logits of each padded row's chunk
   bool greedy_started_ = false;
+  bool warned_device_sampling_ = false;  // run_sampled() fell back to the host once (logged once)
   // run_sampled() scratch
   std::unique_ptr<DeviceSamplingPlanner> planner_;  // created on first use
   std::vector<int32_t> sample_logit_rows_;          // logits row of each input

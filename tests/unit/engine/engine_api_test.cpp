@@ -208,7 +208,8 @@ TEST(EngineAbort, InEveryStateFreesEveryBlock) {
     EXPECT_EQ(st.final_output.finish_reason, FinishReason::kAbort) << id;
     EXPECT_TRUE(st.outputs.back().finished) << id;
     if (id.rfind("run", 0) == 0) {
-      EXPECT_GE(st.tokens.size(), 3u) << id;
+      // Nothing after the callback that aborted: outputs still queued for delivery are dropped (engine.cpp).
+      EXPECT_EQ(st.tokens.size(), 3u) << id;
     }
   }
   const EngineStats st = engine->stats();

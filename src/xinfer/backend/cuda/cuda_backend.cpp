@@ -67,8 +67,12 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device), 
   XI_CUDA_CHECK(cudaEventCreateWithFlags(&step_copied_, cudaEventDisableTiming));
   gemm_ = std::make_unique<GemmTuner>(options.gemm_workspace_bytes);
   linear_fusion_ = options.linear_fusion;
-  if (const char* env = std::getenv("XINFER_FUSED_LINEARS"))
-    linear_fusion_ = std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0 ? LinearFusion::kOff : LinearFusion::kWhenGemv;
+  if (const char* env = std::getenv("XINFER_FUSED_LINEARS")) {  // "1"/"on"/"true": kWhenGemv; "0"/"off"/"false": kOff
+    const std::string v = env;
+    if (v == "1" || v == "on" || v == "true") linear_fusion_ = LinearFusion::kWhenGemv;
+    else if (v == "0" || v == "off" || v == "false") linear_fusion_ = LinearFusion::kOff;
+    else XI_LOG(WARN) << "XINFER_FUSED_LINEARS=" << v << " ignored (use 1 or 0)";
+  }
   XI_CUDA_CHECK(cudaMalloc(&fused_counter_, sizeof(unsigned)));
   XI_CUDA_CHECK(cudaMemset(fused_counter_, 0, sizeof(unsigned)));
 }

@@ -82,6 +82,7 @@ class CudaBackend final : public backend::Backend {
   // Through a pinned staging buffer (a copy into pageable memory would block the host).
   void to_host_raw_async(const TensorView& src, void* dst) override;
   void wait_host_copies() override;
+  bool async_host_copies() const override { return true; }
   backend::StepMeta upload_step(const backend::StepPlan& plan) override;
   // Generated on the device (kernels/random), no host copy: dummy weights of an 8B model in < 1 s.
   backend::DeviceTensor random_normal(DType dtype, const Shape& shape, uint64_t seed, float stddev) override;

@@ -30,7 +30,7 @@ struct AttentionPlanHost {
   std::vector<int32_t> prefill_items;  // [num_items * 2] (seq, first query row of the tile in the seq)
   std::vector<int32_t> token_seq;      // [T]
   int max_decode_len = 0;
-  int64_t prefill_tile_context = 0;  // sum over prefill tiles of their sequence's context (cached + new)
+  int64_t prefill_tile_context = 0;  // sum over prefill tiles of their sequence's context after the step
   int num_decode() const { return static_cast<int>(decode_seqs.size()); }
   int num_prefill_items() const { return static_cast<int>(prefill_items.size() / 2); }
 };
@@ -40,7 +40,8 @@ AttentionPlanHost build_attention_plan(const backend::StepPlan& plan);
 // Prefill kernel for a step, from measurements on the H200 (Llama-3.1-8B heads, docs/PERF.md): the wgmma
 // kernel without softmax/PV overlap is fastest once query tiles attend to long contexts (2048-token prompt
 // 306 TFLOP/s vs 279 for mma.sync; 512 on 3584 cached 340 vs 247); mma.sync wins on short prompts (64 x 128:
-// 90 vs 65; 8 x 512: 185 vs 176). The switch is the mean context per query tile.
+// 90 vs 65; 8 x 512: 185 vs 176). The switch is the mean over query tiles of their sequence's context
+// length after the step (not the keys a tile attends to causally: a 1024-token prompt counts 1024).
 inline constexpr int64_t kWgmmaPrefillMinContext = 1024;
 bool prefer_wgmma_prefill(const AttentionPlanHost& plan);
 

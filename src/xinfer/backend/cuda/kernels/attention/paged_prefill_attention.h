@@ -5,13 +5,14 @@
 //
 // Grid: (q head, prefill work item = (sequence, 128-row query tile) from the host plan, last item first).
 // Implementations of the same contract (bf16 in, f32 accumulate), all tested against the CPU:
-//   kWgmma (default): sm_90a warpgroup MMA; 2 warpgroups x 64 rows, KV tiles of 128 keys, S = Q K^T from
+//   kWgmma: sm_90a warpgroup MMA; 2 warpgroups x 64 rows, KV tiles of 128 keys, S = Q K^T from
 //     128-byte-swizzled shared memory, P kept in registers as the A operand of O += P V; S of the next
 //     tile and P V of this one are issued together so the softmax overlaps P V (FlashAttention-3's
 //     intra-warpgroup pipelining).
-//   kWgmmaSimple: the same without the overlap (S, softmax, P V in turn); a diagnostic baseline.
+//   kWgmmaSimple: the same without the overlap (S, softmax, P V in turn); measured faster than kWgmma on the
+//     H200 and the one CudaBackend runs for long contexts (attention_plan.h prefer_wgmma_prefill).
 //   kMmaSync: FlashAttention-2 layout with mma.sync.m16n8k16 + ldmatrix; 4 warps x 32 rows, KV tiles of
-//     64 keys; the fallback if the wgmma kernels misbehave on some part.
+//     64 keys; what CudaBackend runs for short contexts.
 // K/V tiles are gathered row by row with cp.async (16-byte chunks, double-buffered); no host sync, no
 // allocation (CUDA-graph safe).
 //
@@ -30,6 +31,6 @@ bool prefill_attention_supports(int head_dim);
 
 // Runs attention for every query row of plan.prefill_items; writes only those rows of p.out.
 void launch_paged_prefill_attention(const PagedAttentionParams& p, const AttentionPlanView& plan,
-                                    cudaStream_t stream, PrefillKernel kernel = PrefillKernel::kWgmma);
+                                    cudaStream_t stream, PrefillKernel kernel);
 
 }  // namespace xinfer::cuda

@@ -427,13 +427,10 @@ void launch_typed(const GemvParams& p, cudaStream_t stream) {
   size_t smem = 0;
   if constexpr (kNorm) {
     smem = static_cast<size_t>(p.m) * p.k * sizeof(__nv_bfloat16);
-    if (smem > 48 * 1024) {
-      static const bool raised = [&] {  // once per instantiation (not a stream operation: fine while capturing)
-        XI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kFusedGemvMaxSmemBytes));
-        return true;
-      }();
-      (void)raised;
-    }
+    // The attribute belongs to the current device: set on every launch (not a stream operation, so it is
+    // allowed while a graph is being recorded).
+    if (smem > 48 * 1024)
+      XI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kFusedGemvMaxSmemBytes));
     // Persistent CTAs: at most one wave, so the prologue runs once per resident CTA.
     int per_sm = 0;
     XI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
