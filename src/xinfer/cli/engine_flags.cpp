@@ -25,6 +25,12 @@ void EngineFlags::add_to(FlagSet& flags) {
   flags.add("--device-sampling", &config.device_sampling,
             "non-greedy requests (temperature, top-k/p, min-p, penalties, logit_bias) are sampled on the device "
             "(rows that want logprobs stay on the host); --no-device-sampling: on the host");
+  flags.add("--gemm-tuning", &config.gemm_tuning,
+            "CUDA: time the GEMM candidates (cuBLASLt algorithms, GEMV) of every linear at start-up and keep the "
+            "fastest; --no-gemm-tuning: cuBLASLt's heuristic");
+  flags.add("--gemm-tuning-cache", &config.gemm_tuning_cache,
+            "CUDA: file caching the measured GEMM choices (empty: ~/.cache/xinfer/gemm_tuning.json or "
+            "$XINFER_GEMM_TUNING_CACHE; off: none)");
   flags.add("--enable-prefix-caching", &sc.enable_prefix_caching, "reuse KV blocks of identical prompt prefixes");
   flags.add("--max-num-seqs", &sc.max_num_seqs, "most sequences running at once");
   flags.add("--max-num-batched-tokens", &sc.max_num_batched_tokens, "most tokens in one forward pass");

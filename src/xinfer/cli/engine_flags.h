@@ -18,7 +18,8 @@ struct EngineFlags {
   bool host_sampling = false;                          // !config.device_greedy && !config.device_sampling
 
   // Registers --backend --threads --kv-cache-memory --gpu-memory-utilization --max-model-len --block-size
-  // --enforce-eager --host-sampling --device-sampling --enable-prefix-caching --max-num-seqs
+  // --enforce-eager --host-sampling --device-sampling --gemm-tuning --gemm-tuning-cache --enable-prefix-caching
+  // --max-num-seqs
   // --max-num-batched-tokens --decode-interval --reorder-window. The targets must outlive `flags` parsing.
   void add_to(FlagSet& flags);
   // Copies the parsed values into `config`; INVALID_ARGUMENT for an unknown backend or a zero KV budget.

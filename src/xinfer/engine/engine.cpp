@@ -42,7 +42,10 @@ Result<BackendBundle> make_backend(const EngineConfig& config, const model::Mode
       if (const cudaError_t err = cudaGetDeviceCount(&devices); err != cudaSuccess || devices == 0)
         return unavailable(std::string("no usable CUDA device: ") +
                            (err != cudaSuccess ? cudaGetErrorString(err) : "none found"));
-      auto gpu = std::make_unique<cuda::CudaBackend>();
+      cuda::CudaBackendOptions options;
+      options.gemm_tuning = config.gemm_tuning;
+      options.gemm_tuning_cache = config.gemm_tuning_cache;
+      auto gpu = std::make_unique<cuda::CudaBackend>(options);
       prepare_backend_for_model(*gpu, mc, config.scheduler.max_num_batched_tokens, config.scheduler.max_num_seqs,
                                 config.scheduler.max_num_seqs, max_seq_len, config.show_progress);
       b.backend = std::move(gpu);

@@ -48,6 +48,12 @@ struct EngineConfig {
   // logits come to the host Sampler (`--no-device-sampling`, or `--host-sampling` for every step). The same
   // distribution, not the same random stream.
   bool device_sampling = true;
+  // CUDA: measure the GEMM candidates of each linear shape at start-up and keep the fastest
+  // (backend/cuda/kernels/gemm/gemm_tuner.h); false: cuBLASLt's heuristic (`--no-gemm-tuning`).
+  bool gemm_tuning = true;
+  // File caching the measured choices across runs; "": ~/.cache/xinfer/gemm_tuning.json (or
+  // $XINFER_GEMM_TUNING_CACHE); "off": no file (`--gemm-tuning-cache`).
+  std::string gemm_tuning_cache;
   // Policy and limits; num_blocks and max_model_len are overwritten by create().
   sched::SchedulerConfig scheduler;
 
