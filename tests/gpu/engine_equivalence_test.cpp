@@ -32,13 +32,11 @@
 // decode-only step (<= 512 sequences) replays a recording (ModelRunner; the first of a key records it, then
 // replays it), so decode-only steps = graph replays there; mixed steps always run eagerly.
 #include <cuda_runtime.h>
-#include <stdlib.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -46,17 +44,15 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "../unit/engine/engine_test_util.h"
 #include "gpu_test_util.h"
+#include "synthetic_model.h"
 #include "xinfer/engine/device_sampling.h"
 #include "xinfer/engine/engine.h"
 #include "xinfer/engine/model_runner.h"
 #include "xinfer/engine/sampler.h"
 #include "xinfer/model/llama.h"
 #include "xinfer/model/model_config.h"
-#include "xinfer/model/safetensors.h"
 
 namespace xinfer::gpu_test {
 namespace {
@@ -81,46 +77,9 @@ struct TempModel {
 };
 
 const std::string& model_dir() {
-  static const TempModel model = [] {
-    std::string templ = (std::filesystem::temp_directory_path() / "xinfer_gpu_equiv_XXXXXX").string();
-    XI_CHECK(::mkdtemp(templ.data()) != nullptr) << templ;
-    const int H = 256, D = 128, Hq = 16, Hkv = 4, I = 512, V = 512, L = 4;
-    nlohmann::json cfg = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"hidden_size", H},
-                          {"intermediate_size", I}, {"num_hidden_layers", L}, {"num_attention_heads", Hq},
-                          {"num_key_value_heads", Hkv}, {"head_dim", D}, {"vocab_size", V},
-                          {"max_position_embeddings", 1024}, {"rms_norm_eps", 1e-5}, {"hidden_act", "silu"},
-                          {"rope_parameters", {{"rope_theta", 10000.0}, {"rope_type", "default"}}},
-                          {"tie_word_embeddings", false}, {"dtype", "float32"}, {"bos_token_id", 1},
-                          {"eos_token_id", 2}};
-    std::ofstream(templ + "/config.json") << cfg.dump(2);
-    std::mt19937 rng(4321);
-    std::vector<std::unique_ptr<HostTensor>> store;
-    std::vector<std::pair<std::string, TensorView>> tensors;
-    auto add = [&](const std::string& name, Shape s, float stdev, float mean) {
-      auto t = std::make_unique<HostTensor>(DType::kF32, s);
-      std::normal_distribution<float> d(mean, stdev);
-      for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = d(rng);
-      tensors.emplace_back(name, t->view());
-      store.push_back(std::move(t));
-    };
-    add("model.embed_tokens.weight", Shape{V, H}, 1.0f, 0.0f);
-    for (int l = 0; l < L; ++l) {
-      const std::string p = "model.layers." + std::to_string(l) + ".";
-      add(p + "input_layernorm.weight", Shape{H}, 0.1f, 1.0f);
-      add(p + "post_attention_layernorm.weight", Shape{H}, 0.1f, 1.0f);
-      add(p + "self_attn.q_proj.weight", Shape{Hq * D, H}, 0.08f, 0.0f);
-      add(p + "self_attn.k_proj.weight", Shape{Hkv * D, H}, 0.08f, 0.0f);
-      add(p + "self_attn.v_proj.weight", Shape{Hkv * D, H}, 0.08f, 0.0f);
-      add(p + "self_attn.o_proj.weight", Shape{H, Hq * D}, 0.02f, 0.0f);
-      add(p + "mlp.gate_proj.weight", Shape{I, H}, 0.06f, 0.0f);
-      add(p + "mlp.up_proj.weight", Shape{I, H}, 0.06f, 0.0f);
-      add(p + "mlp.down_proj.weight", Shape{H, I}, 0.04f, 0.0f);
-    }
-    add("model.norm.weight", Shape{H}, 0.1f, 1.0f);
-    add("lm_head.weight", Shape{V, H}, 0.1f, 0.0f);
-    XI_CHECK_OK(model::write_safetensors(templ + "/model.safetensors", tensors, nullptr));
-    return TempModel{templ};
-  }();
+  static const TempModel model{write_synthetic_llama({.dir_prefix = "xinfer_gpu_equiv", .num_heads = 16,
+                                                      .num_kv_heads = 4, .layers = 4, .seed = 4321,
+                                                      .o_proj_std = 0.02f})};
   return model.dir;
 }
 
