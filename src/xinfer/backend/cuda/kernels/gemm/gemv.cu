@@ -54,6 +54,39 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
+// acc[mi][r][.] += the dot products of U loaded 8-element chunks: weights wv[u][r] with inputs xv[u][mi]. The
+// low and high bf16 of each 32-bit word feed chains 0 and S - 1 (two chains when outputs are few). Shared by
+// the plain and the fused kernel, so both sum in the same order (the fused one is bit-identical).
+template <int M, int R, int S, int U>
+__device__ __forceinline__ void fma_steps(const uint4 (&wv)[U][R], const uint4 (&xv)[U][M], float (&acc)[M][R][S]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float wlo[R], whi[R], xlo[M], xhi[M];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const uint32_t v = word(wv[u][r], i);
+        wlo[r] = bf16_lo(v);
+        whi[r] = bf16_hi(v);
+      }
+#pragma unroll
+      for (int mi = 0; mi < M; ++mi) {
+        const uint32_t v = word(xv[u][mi], i);
+        xlo[mi] = bf16_lo(v);
+        xhi[mi] = bf16_hi(v);
+      }
+#pragma unroll
+      for (int mi = 0; mi < M; ++mi)
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          acc[mi][r][0] = fmaf(wlo[r], xlo[mi], acc[mi][r][0]);
+          acc[mi][r][S - 1] = fmaf(whi[r], xhi[mi], acc[mi][r][S - 1]);
+        }
+    }
+  }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -113,32 +146,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(GemvParams p) {
         xv[u][mi] = in_k && mi < p.m ? __ldg(reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(mi) * p.k + kk))
                                      : make_uint4(0, 0, 0, 0);
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float wlo[R], whi[R], xlo[M], xhi[M];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const uint32_t v = word(wv[u][r], i);
-          wlo[r] = bf16_lo(v);
-          whi[r] = bf16_hi(v);
-        }
-#pragma unroll
-        for (int mi = 0; mi < M; ++mi) {
-          const uint32_t v = word(xv[u][mi], i);
-          xlo[mi] = bf16_lo(v);
-          xhi[mi] = bf16_hi(v);
-        }
-#pragma unroll
-        for (int mi = 0; mi < M; ++mi)
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            acc[mi][r][0] = fmaf(wlo[r], xlo[mi], acc[mi][r][0]);
-            acc[mi][r][S - 1] = fmaf(whi[r], xhi[mi], acc[mi][r][S - 1]);
-          }
-      }
-    }
+    fma_steps<M, R, S, U>(wv, xv, acc);
   }
 
   // All weights are read: the next kernel may start launching (it still waits for this one's results).
@@ -341,32 +349,7 @@ __global__ void __launch_bounds__(kThreads, 2) fused_gemv_kernel(GemvParams p) {
 #pragma unroll
         for (int mi = 0; mi < M; ++mi) xv[u][mi] = in_k && mi < p.m ? xs[(mi * p.k + kk) / kVec] : make_uint4(0, 0, 0, 0);
       }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          float wlo[R], whi[R], xlo[M], xhi[M];
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            const uint32_t v = word(wv[u][r], i);
-            wlo[r] = bf16_lo(v);
-            whi[r] = bf16_hi(v);
-          }
-#pragma unroll
-          for (int mi = 0; mi < M; ++mi) {
-            const uint32_t v = word(xv[u][mi], i);
-            xlo[mi] = bf16_lo(v);
-            xhi[mi] = bf16_hi(v);
-          }
-#pragma unroll
-          for (int mi = 0; mi < M; ++mi)
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-              acc[mi][r][0] = fmaf(wlo[r], xlo[mi], acc[mi][r][0]);
-              acc[mi][r][S - 1] = fmaf(whi[r], xhi[mi], acc[mi][r][S - 1]);
-            }
-        }
-      }
+      fma_steps<M, R, S, U>(wv, xv, acc);
     }
 
     // All weights are read: the next kernel may start launching (it still waits for this one's results).
