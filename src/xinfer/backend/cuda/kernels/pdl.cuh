@@ -6,7 +6,10 @@
 //   - it calls pdl_wait() before its first read or write of global memory that earlier kernels in the
 //     stream may touch (in practice: as its first statement), so it never sees partial results;
 //   - it may call pdl_release() once it no longer needs to hold back the next kernel's launch (the next
-//     kernel still waits for this one's completion in its own pdl_wait()).
+//     kernel still waits for this one's completion in its own pdl_wait()). Light kernels release at once,
+//     even before their own wait: the next kernel's CTAs then start early and fetch what does not depend
+//     on earlier results (a GEMV's weights, attention's older K/V rows) while the chain drains. The next
+//     kernel launches only once every CTA of this one has released (so it never takes this one's slots).
 // Without PDL (plain <<<>>> launch) both calls are no-ops, so kernels work either way. Works inside CUDA
 // graph capture (programmatic dependency edges).
 #pragma once

@@ -95,6 +95,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
   // before it only memory that kernel cannot touch is read: the step's plan and block tables (uploaded
   // before the forward) and the K/V rows of earlier positions. The newest row, position kv_len - 1, is
   // written by that kernel: a tile holding it is loaded again after the wait, and q is read after it.
+  // The next kernel (the o projection) may launch once every CTA has started: it prefetches its weights
+  // while this one runs and waits for its results itself.
+  pdl_release();
   const int di = blockIdx.z;
   const int seq = plan.decode_seqs[di];
   const int kv_len = plan.decode_lens[di];
@@ -241,7 +244,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
     if (has_next) load_rows(vr, p.v_cache, next_off);
   }
 
-  pdl_release();  // the next kernel may start launching once every CTA is past its K/V loop
 
   // Merge the warps: per head, the CTA max and each warp's weight exp2(m_warp - max). Warps without a
   // tile have m = -inf (weight 0); warp 0 always has one, so the max is finite.

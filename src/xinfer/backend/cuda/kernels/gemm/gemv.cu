@@ -35,6 +35,7 @@ struct GemvParams {
   int num_sms = 0;  // host side: sizes the fused kernel's persistent grid
 };
 
+
 // Weights are read exactly once: keep them out of L1 (x stays there) and fetch 256-byte L2 lines.
 __device__ __forceinline__ uint4 load_weights(const __nv_bfloat16* p) {
   uint4 v;
@@ -44,7 +45,6 @@ __device__ __forceinline__ uint4 load_weights(const __nv_bfloat16* p) {
   return v;
 }
 
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // The two bf16 of a 32-bit word as f32: the element at the lower address is the low half.
 __device__ __forceinline__ float bf16_lo(uint32_t v) { return __uint_as_float(v << 16); }
@@ -87,6 +87,38 @@ __device__ __forceinline__ void fma_steps(const uint4 (&wv)[U][R], const uint4 (
   }
 }
 
+// This lane's U steps of its R weight rows from element `base` on (zeros past k: no load).
+template <int U, int R>
+__device__ __forceinline__ void load_weight_steps(uint4 (&wv)[U][R], const __nv_bfloat16* const (&wrow)[R], int base,
+                                                  int stride, int k) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int kk = base + u * stride;
+    const bool in_k = kk < k;  // k % 8 == 0: the whole 8-element chunk is in range
+#pragma unroll
+    for (int r = 0; r < R; ++r) wv[u][r] = in_k ? load_weights(wrow[r] + kk) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+// acc += this lane's share of the R rows' dot products with x. On entry wv holds the weights of the
+// lane's first U steps (loaded early, e.g. before pdl_wait); each iteration queues the next U steps'
+// weights before it multiplies the current ones, so two sets of loads overlap the FMAs. x_steps(xv, base)
+// fills x's U steps at base. The same FMA order whatever the loads' timing (fma_steps).
+template <int M, int R, int S, int U, typename XSteps>
+__device__ __forceinline__ void row_dots(uint4 (&wv)[U][R], const __nv_bfloat16* const (&wrow)[R], int first,
+                                         int stride, int k, XSteps x_steps, float (&acc)[M][R][S]) {
+  for (int base = first; base < k; base += U * stride) {
+    uint4 xv[U][M], next[U][R];
+    x_steps(xv, base);
+    load_weight_steps<U, R>(next, wrow, base + U * stride, stride, k);
+    fma_steps<M, R, S, U>(wv, xv, acc);
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r) wv[u][r] = next[u][r];
+  }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -95,6 +127,59 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 __device__ __forceinline__ void store(float* y, size_t i, float v) { y[i] = v; }
 __device__ __forceinline__ void store(__nv_bfloat16* y, size_t i, float v) { y[i] = __float2bfloat16(v); }
+
+// The row of w (and y) that local row q (0 <= q < rows_per_cta) of row block blk computes, clamped into
+// range for loads, and whether it is a real row (only those are stored). kSilu: the block's first half
+// are gate rows blk * half + q, the second half the matching up rows n / 2 + blk * half + (q - half).
+struct BlockRow {
+  int row;
+  bool valid;
+};
+template <bool kSilu>
+__device__ __forceinline__ BlockRow block_row(int n, int rows_per_cta, int blk, int q) {
+  if constexpr (kSilu) {
+    const int half = rows_per_cta / 2, inter = n / 2;
+    const int i = blk * half + (q < half ? q : q - half);
+    const int c = min(i, inter - 1);
+    return {q < half ? c : inter + c, i < inter};
+  } else {
+    const int row = blk * rows_per_cta + q;
+    return {min(row, n - 1), row < n};
+  }
+}
+
+// Row block blk's outputs from the warps' partial sums (partial[warp][mi * R + r]; the k_split warps of a
+// group are consecutive): y (+ bias), and with kSilu act[m, n / 2] = bf16(silu(gate) * up) of the rounded
+// y values, silu_mul's expression. rounded: kSilu scratch in shared memory, [M][rows_per_cta]. A caller
+// that reuses partial or rounded afterwards needs a barrier first.
+template <int M, int R, bool kSilu, typename OutT>
+__device__ __forceinline__ void store_block(const GemvParams& p, int blk, int groups, const float (*partial)[M * R],
+                                            float* rounded) {
+  static_assert(!kSilu || std::is_same_v<OutT, __nv_bfloat16>, "the SwiGLU epilogue reads bf16-rounded y");
+  const int rows_per_cta = groups * R;
+  const int t = static_cast<int>(threadIdx.x);  // groups * M * R <= 8 * 8 * 4 = kThreads outputs per CTA
+  if (t < groups * M * R) {
+    const int g = t / (M * R), j = t % (M * R), mi = j / R, q = g * R + j % R;
+    const BlockRow br = block_row<kSilu>(p.n, rows_per_cta, blk, q);
+    if (mi < p.m && br.valid) {
+      float v = 0.0f;
+      for (int s = 0; s < p.k_split; ++s) v += partial[g * p.k_split + s][j];
+      if (p.bias) v += __bfloat162float(p.bias[br.row]);
+      store(static_cast<OutT*>(p.y), static_cast<size_t>(mi) * p.n + br.row, v);
+      if constexpr (kSilu) rounded[mi * rows_per_cta + q] = __bfloat162float(__float2bfloat16(v));
+    }
+  }
+  if constexpr (kSilu) {
+    __syncthreads();
+    const int half = rows_per_cta / 2, inter = p.n / 2;
+    if (t < M * half) {
+      const int mi = t / half, q = t % half, i = blk * half + q;
+      if (mi < p.m && i < inter)
+        p.act[static_cast<size_t>(mi) * inter + i] = __float2bfloat16(
+            silu_mul_f32(rounded[mi * rows_per_cta + q], rounded[mi * rows_per_cta + half + q]));
+    }
+  }
+}
 
 // M: rows of x the kernel is built for (p.m <= M); R: rows of w per warp; OutT: float or __nv_bfloat16.
 template <int M, int R, typename OutT>
@@ -107,22 +192,19 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(GemvParams p) {
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int groups = kWarps / p.k_split;
   const int group = warp / p.k_split, part = warp % p.k_split;
-  const int row0 = (static_cast<int>(blockIdx.x) * groups + group) * R;
+  const int blk = static_cast<int>(blockIdx.x), rows_per_cta = groups * R;
   const __nv_bfloat16* wrow[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) wrow[r] = p.w + static_cast<size_t>(std::min(row0 + r, p.n - 1)) * p.k;
+  for (int r = 0; r < R; ++r)
+    wrow[r] = p.w + static_cast<size_t>(block_row<false>(p.n, rows_per_cta, blk, group * R + r).row) * p.k;
   const int stride = p.k_split * kWarpStep;
   const int first = (part * 32 + lane) * kVec;
 
-  // Weights never depend on earlier kernels: while the previous kernel finishes (PDL), start fetching
-  // this lane's first steps into L2. Everything else waits for it (pdl.cuh; a no-op without PDL).
-  if (p.pdl) {
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (first + u * stride < p.k)
-#pragma unroll
-        for (int r = 0; r < R; ++r) prefetch_l2(wrow[r] + first + u * stride);
-  }
+  // Weights never depend on earlier kernels: while the previous kernel finishes (PDL), this lane's first
+  // weights are already on their way into registers. Everything else waits for it (pdl.cuh; a no-op
+  // without PDL). (Prefetching into L2 instead measured slower on the H200: docs/PERF.md.)
+  uint4 wv[U][R];
+  load_weight_steps<U, R>(wv, wrow, first, stride, p.k);
   pdl_wait();
 
   float acc[M][R][S];
@@ -132,22 +214,19 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(GemvParams p) {
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int s = 0; s < S; ++s) acc[mi][r][s] = 0.0f;
-
-  for (int base = first; base < p.k; base += U * stride) {
-    uint4 wv[U][R], xv[U][M];
+  row_dots<M, R, S, U>(wv, wrow, first, stride, p.k,
+                       [&](uint4 (&xv)[U][M], int base) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int kk = base + u * stride;
-      const bool in_k = kk < p.k;  // k % 8 == 0: the whole 8-element chunk is in range
+                         for (int u = 0; u < U; ++u) {
+                           const int kk = base + u * stride;
 #pragma unroll
-      for (int r = 0; r < R; ++r) wv[u][r] = in_k ? load_weights(wrow[r] + kk) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-      for (int mi = 0; mi < M; ++mi)
-        xv[u][mi] = in_k && mi < p.m ? __ldg(reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(mi) * p.k + kk))
-                                     : make_uint4(0, 0, 0, 0);
-    }
-    fma_steps<M, R, S, U>(wv, xv, acc);
-  }
+                           for (int mi = 0; mi < M; ++mi)
+                             xv[u][mi] = kk < p.k && mi < p.m ? __ldg(reinterpret_cast<const uint4*>(
+                                                                    p.x + static_cast<size_t>(mi) * p.k + kk))
+                                                              : make_uint4(0, 0, 0, 0);
+                         }
+                       },
+                       acc);
 
   // All weights are read: the next kernel may start launching (it still waits for this one's results).
   pdl_release();
@@ -164,17 +243,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(GemvParams p) {
       if (lane == 0) partial[warp][mi * R + r] = v;
     }
   __syncthreads();
-  const int t = static_cast<int>(threadIdx.x);  // groups * M * R <= 8 * 8 * 4 = kThreads outputs per CTA
-  if (t < groups * M * R) {
-    const int g = t / (M * R), j = t % (M * R), mi = j / R, r = j % R;
-    const int row = (static_cast<int>(blockIdx.x) * groups + g) * R + r;
-    if (mi < p.m && row < p.n) {
-      float v = 0.0f;
-      for (int s = 0; s < p.k_split; ++s) v += partial[g * p.k_split + s][j];
-      if (p.bias) v += __bfloat162float(p.bias[row]);
-      store(static_cast<OutT*>(p.y), static_cast<size_t>(mi) * p.n + row, v);
-    }
-  }
+  store_block<M, R, false, OutT>(p, blk, groups, partial, nullptr);
 }
 
 // Adds delta to residual (bf16 rounding) for this CTA's copy, sums squares exactly as add_rms_norm_kernel
@@ -294,30 +363,23 @@ __global__ void __launch_bounds__(kThreads, 2) fused_gemv_kernel(GemvParams p) {
   const int groups = kWarps / p.k_split;
   const int group = warp / p.k_split, part = warp % p.k_split;
   const int rows_per_cta = groups * R;
-  // kSilu: a block's first `half` local rows are gate rows [blk * half, ...), the others the same up rows.
-  const int half = rows_per_cta / 2, inter = p.n / 2;
-  const int num_blocks = kSilu ? (inter + half - 1) / half : (p.n + rows_per_cta - 1) / rows_per_cta;
-  // Weight row of local row q of row block blk (clamped into range for loads; never stored past n).
-  auto weight_row = [&](int blk, int q) {
-    if constexpr (kSilu) {
-      const int i = std::min(blk * half + (q < half ? q : q - half), inter - 1);
-      return q < half ? i : inter + i;
-    } else {
-      return std::min(blk * rows_per_cta + q, p.n - 1);
-    }
-  };
+  const int num_blocks = kSilu ? (p.n / 2 + rows_per_cta / 2 - 1) / (rows_per_cta / 2)
+                                : (p.n + rows_per_cta - 1) / rows_per_cta;
   const int stride = p.k_split * kWarpStep;
   const int first = (part * 32 + lane) * kVec;
 
-  // Weights never depend on earlier kernels: while the previous kernel finishes (PDL), start fetching
-  // this lane's whole first row block into L2 (also covers the prologue). Everything else waits for it
-  // (pdl.cuh; a no-op without PDL).
-  if (p.pdl) {
-    for (int kk = first; kk < p.k; kk += stride)
+  auto rows_of = [&](int blk, const __nv_bfloat16* (&wrow)[R]) {
 #pragma unroll
-      for (int r = 0; r < R; ++r)
-        prefetch_l2(p.w + static_cast<size_t>(weight_row(static_cast<int>(blockIdx.x), group * R + r)) * p.k + kk);
-  }
+    for (int r = 0; r < R; ++r)
+      wrow[r] = p.w + static_cast<size_t>(block_row<kSilu>(p.n, rows_per_cta, blk, group * R + r).row) * p.k;
+  };
+  // Weights never depend on earlier kernels: while the previous kernel finishes (PDL), and then during the
+  // norm prologue, this lane's first weights are on their way into registers. Everything else waits for
+  // it (pdl.cuh; a no-op without PDL).
+  const __nv_bfloat16* wrow[R];
+  rows_of(static_cast<int>(blockIdx.x), wrow);
+  uint4 wv[U][R];
+  load_weight_steps<U, R>(wv, wrow, first, stride, p.k);
   pdl_wait();
 
   extern __shared__ uint4 xs[];  // x [m][k / 8]
@@ -326,10 +388,10 @@ __global__ void __launch_bounds__(kThreads, 2) fused_gemv_kernel(GemvParams p) {
   __shared__ float partial[kWarps][M * R];
   __shared__ float rounded[kSilu ? M * kWarps * 4 : 1];  // kSilu: bf16-rounded y of the block [M][rows_per_cta]
   for (int blk = static_cast<int>(blockIdx.x); blk < num_blocks; blk += static_cast<int>(gridDim.x)) {
-    const __nv_bfloat16* wrow[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) wrow[r] = p.w + static_cast<size_t>(weight_row(blk, group * R + r)) * p.k;
-
+    if (blk != static_cast<int>(blockIdx.x)) {
+      rows_of(blk, wrow);
+      load_weight_steps<U, R>(wv, wrow, first, stride, p.k);
+    }
     float acc[M][R][S];
 #pragma unroll
     for (int mi = 0; mi < M; ++mi)
@@ -337,20 +399,17 @@ __global__ void __launch_bounds__(kThreads, 2) fused_gemv_kernel(GemvParams p) {
       for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int s = 0; s < S; ++s) acc[mi][r][s] = 0.0f;
-
-    for (int base = first; base < p.k; base += U * stride) {
-      uint4 wv[U][R], xv[U][M];
+    row_dots<M, R, S, U>(wv, wrow, first, stride, p.k,
+                         [&](uint4 (&xv)[U][M], int base) {
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int kk = base + u * stride;
-        const bool in_k = kk < p.k;  // k % 8 == 0: the whole 8-element chunk is in range
+                           for (int u = 0; u < U; ++u) {
+                             const int kk = base + u * stride;
 #pragma unroll
-        for (int r = 0; r < R; ++r) wv[u][r] = in_k ? load_weights(wrow[r] + kk) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (int mi = 0; mi < M; ++mi) xv[u][mi] = in_k && mi < p.m ? xs[(mi * p.k + kk) / kVec] : make_uint4(0, 0, 0, 0);
-      }
-      fma_steps<M, R, S, U>(wv, xv, acc);
-    }
+                             for (int mi = 0; mi < M; ++mi)
+                               xv[u][mi] = kk < p.k && mi < p.m ? xs[(mi * p.k + kk) / kVec] : make_uint4(0, 0, 0, 0);
+                           }
+                         },
+                         acc);
 
     // All weights are read: the next kernel may start launching (it still waits for this one's results).
     if (blk + static_cast<int>(gridDim.x) >= num_blocks) pdl_release();
@@ -366,29 +425,7 @@ __global__ void __launch_bounds__(kThreads, 2) fused_gemv_kernel(GemvParams p) {
         if (lane == 0) partial[warp][mi * R + r] = v;
       }
     __syncthreads();
-    const int t = static_cast<int>(threadIdx.x);  // groups * M * R <= 8 * 8 * 4 = kThreads outputs per CTA
-    if (t < groups * M * R) {
-      const int g = t / (M * R), j = t % (M * R), mi = j / R, r = j % R;
-      const int q = g * R + r;
-      const int row = kSilu ? weight_row(blk, q) : blk * rows_per_cta + q;
-      const bool in_n = kSilu ? blk * half + (q < half ? q : q - half) < inter : row < p.n;
-      if (mi < p.m && in_n) {
-        float v = 0.0f;
-        for (int s = 0; s < p.k_split; ++s) v += partial[g * p.k_split + s][j];
-        if (p.bias) v += __bfloat162float(p.bias[row]);
-        store(static_cast<OutT*>(p.y), static_cast<size_t>(mi) * p.n + row, v);
-        if constexpr (kSilu) rounded[mi * rows_per_cta + q] = __bfloat162float(__float2bfloat16(v));
-      }
-    }
-    if constexpr (kSilu) {
-      __syncthreads();
-      if (t < M * half) {
-        const int mi = t / half, q = t % half, i = blk * half + q;
-        if (mi < p.m && i < inter)
-          p.act[static_cast<size_t>(mi) * inter + i] = __float2bfloat16(
-              silu_mul_f32(rounded[mi * rows_per_cta + q], rounded[mi * rows_per_cta + half + q]));
-      }
-    }
+    store_block<M, R, kSilu, OutT>(p, blk, groups, partial, rounded);
     // partial (and rounded) are reused by the next row block.
     if (blk + static_cast<int>(gridDim.x) < num_blocks) __syncthreads();
   }

@@ -26,14 +26,23 @@ __device__ float block_sum(float v) {
 
 // Vectorized path: 16-byte loads, hidden % 8 == 0.
 __global__ void __launch_bounds__(kThreads) add_rms_norm_kernel(RmsNormArgs a) {
-  pdl_wait();  // first: earlier kernels in the stream may still be running (pdl.cuh)
-  pdl_release();
+  pdl_release();  // the next kernel may launch now: it waits for this one's results itself
   const int row = blockIdx.x;
   uint4* res = reinterpret_cast<uint4*>(a.residual + static_cast<size_t>(row) * a.hidden);
   const uint4* del = a.delta ? reinterpret_cast<const uint4*>(a.delta + static_cast<size_t>(row) * a.hidden) : nullptr;
   const uint4* w = reinterpret_cast<const uint4*>(a.weight);
   uint4* out = reinterpret_cast<uint4*>(a.out + static_cast<size_t>(row) * a.hidden);
   const int vecs = a.hidden / kVec;
+  // The norm weight is no earlier kernel's output: its first chunks (all of them up to hidden 8192) are
+  // loaded while the previous kernel finishes, off the chain of dependent loads after the wait.
+  constexpr int kEarly = 4;
+  uint4 w_early[kEarly];
+#pragma unroll
+  for (int j = 0; j < kEarly; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * kThreads;
+    w_early[j] = i < vecs ? __ldg(w + i) : make_uint4(0, 0, 0, 0);
+  }
+  pdl_wait();  // first access to earlier kernels' outputs (pdl.cuh)
 
   float ss = 0.0f;
   for (int i = threadIdx.x; i < vecs; i += kThreads) {
@@ -51,21 +60,27 @@ __global__ void __launch_bounds__(kThreads) add_rms_norm_kernel(RmsNormArgs a) {
     }
   }
   const float inv = rsqrtf(block_sum(ss) / static_cast<float>(a.hidden) + a.eps);
-  for (int i = threadIdx.x; i < vecs; i += kThreads) {
-    uint4 r = res[i], wv = w[i], o;
+  auto normalize = [&](int i, const uint4& wv) {
+    uint4 r = res[i], o;
     const __nv_bfloat16* rv = reinterpret_cast<const __nv_bfloat16*>(&r);
     const __nv_bfloat16* ww = reinterpret_cast<const __nv_bfloat16*>(&wv);
     __nv_bfloat16* ov = reinterpret_cast<__nv_bfloat16*>(&o);
     for (int j = 0; j < kVec; ++j)
       ov[j] = __float2bfloat16(__bfloat162float(rv[j]) * inv * __bfloat162float(ww[j]));
     out[i] = o;
+  };
+#pragma unroll
+  for (int j = 0; j < kEarly; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * kThreads;
+    if (i < vecs) normalize(i, w_early[j]);
   }
+  for (int i = static_cast<int>(threadIdx.x) + kEarly * kThreads; i < vecs; i += kThreads) normalize(i, __ldg(w + i));
 }
 
 // Scalar path for any hidden size.
 __global__ void __launch_bounds__(kThreads) add_rms_norm_scalar_kernel(RmsNormArgs a) {
-  pdl_wait();  // first: earlier kernels in the stream may still be running (pdl.cuh)
-  pdl_release();
+  pdl_release();  // the next kernel may launch now: it waits for this one's results itself
+  pdl_wait();  // first access: earlier kernels in the stream may still be running (pdl.cuh)
   const size_t base = static_cast<size_t>(blockIdx.x) * a.hidden;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < a.hidden; i += kThreads) {

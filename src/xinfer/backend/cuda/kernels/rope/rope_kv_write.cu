@@ -16,11 +16,21 @@ __global__ void __launch_bounds__(kWarps * 32) rope_kv_write_kernel(RopeKvWriteA
   const int item = blockIdx.y * kWarps + static_cast<int>(threadIdx.x / 32);
   // The step's positions and slots were uploaded before the forward: read them while the previous kernel
   // (the qkv projection) finishes; qkv itself only after pdl_wait() (pdl.cuh).
+  pdl_release();  // the next kernel may launch now: it waits for this one's results itself
   const int pos = a.positions[t];
   const int slot = a.slot_mapping[t];
-  pdl_wait();
-  pdl_release();
   const int D = a.head_dim, half = D / 2, rope_heads = a.num_heads + a.num_kv_heads;
+  // So are this lane's cos/sin (the table is constant): up to head_dim 256 before the wait.
+  constexpr int kEarly = 4;
+  const float* cs = a.cos_sin + static_cast<size_t>(pos) * D;
+  float c_early[kEarly], s_early[kEarly];
+#pragma unroll
+  for (int j = 0; j < kEarly; ++j) {
+    const int i = lane + 32 * j;
+    c_early[j] = i < half ? __ldg(cs + i) : 0.0f;
+    s_early[j] = i < half ? __ldg(cs + half + i) : 0.0f;
+  }
+  pdl_wait();
   if (item >= rope_heads + a.num_kv_heads) return;
   __nv_bfloat16* row = a.qkv + static_cast<size_t>(t) * (rope_heads + a.num_kv_heads) * D;
   const size_t block = slot >= 0 ? static_cast<size_t>(slot / a.block_size) : 0;
@@ -28,12 +38,10 @@ __global__ void __launch_bounds__(kWarps * 32) rope_kv_write_kernel(RopeKvWriteA
   auto cache_row = [&](int kv_head) { return ((block * a.num_kv_heads + kv_head) * a.block_size + offset) * D; };
 
   if (item < rope_heads) {
-    const float* cs = a.cos_sin + static_cast<size_t>(pos) * D;
     __nv_bfloat16* x = row + static_cast<size_t>(item) * D;
     __nv_bfloat16* k = item >= a.num_heads && slot >= 0 ? a.k_cache + cache_row(item - a.num_heads) : nullptr;
-    for (int i = lane; i < half; i += 32) {
+    auto rotate = [&](int i, float c, float s) {
       const float x1 = __bfloat162float(x[i]), x2 = __bfloat162float(x[i + half]);
-      const float c = cs[i], s = cs[half + i];
       const __nv_bfloat16 y1 = __float2bfloat16(x1 * c - x2 * s), y2 = __float2bfloat16(x2 * c + x1 * s);
       x[i] = y1;
       x[i + half] = y2;
@@ -41,7 +49,11 @@ __global__ void __launch_bounds__(kWarps * 32) rope_kv_write_kernel(RopeKvWriteA
         k[i] = y1;
         k[i + half] = y2;
       }
-    }
+    };
+#pragma unroll
+    for (int j = 0; j < kEarly; ++j)
+      if (lane + 32 * j < half) rotate(lane + 32 * j, c_early[j], s_early[j]);
+    for (int i = lane + 32 * kEarly; i < half; i += 32) rotate(i, cs[i], cs[half + i]);
     return;
   }
   if (slot < 0) return;
