@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "engine_test_util.h"
+#include "pipelined_greedy_check.h"
+#include "xinfer/backend/cpu/cpu_backend.h"
 #include "xinfer/model/model_config.h"
 
 namespace xinfer::engine::testing {
@@ -297,6 +299,23 @@ TEST(EngineAsyncSchedulingStories, ManyGreedyRequestsEqualTransformers) {
   EXPECT_GT(st.async_steps, 0);
   EXPECT_GT(st.num_preemptions, 0);
   expect_all_blocks_free(*engine);
+}
+
+TEST(ModelRunnerPipelined, FedTokensGiveTheSequentialIds) {
+  cpu::CpuBackend backend(cpu::CpuBackendOptions{2});
+  model::LoadOptions opt;
+  opt.max_tokens = 512;
+  opt.max_logit_rows = 32;
+  opt.show_progress = false;
+  auto m = model::LlamaModel::load(golden_dir("llama_gqa"), backend, opt);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const model::ModelConfig& c = (*m)->config();
+  const backend::KvCacheSpec spec{c.num_layers, 200, 4, c.num_kv_heads, c.head_dim, DType::kF32};
+  for (const GraphMode mode : {GraphMode::kOff, GraphMode::kPaddedEager}) {  // padded: the plans graphs replay
+    ModelRunner sequential(**m, backend, spec, mode);
+    ModelRunner pipelined(**m, backend, spec, mode);
+    EXPECT_GT(check_pipelined_greedy(sequential, pipelined, c.vocab_size, 4, 7, 9), 0);
+  }
 }
 
 }  // namespace
