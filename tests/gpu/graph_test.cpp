@@ -155,8 +155,8 @@ TEST(CudaGraphs, MemoryPerRecording) {
               (static_cast<double>(free0) - static_cast<double>(free1)) / 1048576.0 / std::max(1, made * c.num_layers));
 }
 
-// Asynchronous scheduling on the device: greedy decode steps started behind the step in flight, their
-// tokens fed from its device-side argmax ids (Backend::feed_tokens after the metadata upload, before the
+// Asynchronous scheduling on the device: greedy (and device-sampled) decode steps started behind the step in
+// flight, their tokens fed from its device-side argmax (sample_rows) ids (Backend::feed_tokens after the metadata upload, before the
 // forward or the graph replay; ids and host copies double-buffered, finish_greedy waiting on a fence only)
 // give bit-identical ids to the same steps run one at a time with host-known tokens, graphs on and off.
 TEST(CudaGraphs, PipelinedGreedyStepsFeedDeviceIds) {
@@ -179,6 +179,16 @@ TEST(CudaGraphs, PipelinedGreedyStepsFeedDeviceIds) {
       engine::ModelRunner pipelined(m, gpu(), spec, mode);
       const int64_t fed = engine::testing::check_pipelined_greedy(sequential, pipelined, c.vocab_size, 16, seqs, 12);
       EXPECT_GT(fed, 0);
+      // Device sampling (start_sampled): seeded draws at temperature 0.9 / top-p 0.95.
+      engine::SamplingParams sp;
+      sp.temperature = 0.9f;
+      sp.top_p = 0.95f;
+      sp.seed = 77;
+      engine::ModelRunner sequential_s(m, gpu(), spec, mode);
+      engine::ModelRunner pipelined_s(m, gpu(), spec, mode);
+      EXPECT_GT(engine::testing::check_pipelined_greedy(sequential_s, pipelined_s, c.vocab_size, 16, seqs, 12, &sp), 0)
+          << "sampled";
+      EXPECT_GT(pipelined_s.device_sampled_rows(), 0);
       if (mode == engine::GraphMode::kOn) {
         EXPECT_GT(pipelined.graph_replays(), 0) << "decode-only steps were meant to replay graphs";
       }

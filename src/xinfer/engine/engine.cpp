@@ -403,18 +403,27 @@ void Engine::loop() {
       }
       continue;
     }
+    double drain_s = 0;  // completing the step in flight (recorded as that step's time)
     if (async) {
-      const bool plain = prepare_step(step, /*feed=*/true);
-      if (config_.device_greedy && plain) {
-        launch_pipelined(step);
+      const StepRows rows = prepare_step(step, /*feed=*/true);
+      if (config_.device_greedy && rows.plain_argmax) {
+        launch_pipelined(step, /*sampled=*/false);
+        continue;
+      }
+      // Device draws, once a synchronous step has shown that the backend takes this model's batches.
+      if (config_.device_sampling && backend_->supports_sampling() && rows.device_drawable &&
+          runner_->device_sampling_verified()) {
+        launch_pipelined(step, /*sampled=*/true);
         continue;
       }
       // Not pipelinable: finish the step in flight (it resolves this step's placeholders), then run as usual.
+      const auto drain_begin = std::chrono::steady_clock::now();
       complete_in_flight();
+      drain_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - drain_begin).count();
     }
     const double device_s = run_step(step);  // publishes stats
     const auto end = std::chrono::steady_clock::now();
-    const double total_s = std::chrono::duration<double>(end - step_begin).count();
+    const double total_s = std::chrono::duration<double>(end - step_begin).count() - drain_s;
     int64_t tokens = 0;
     for (const sched::ScheduledSeq& q : step.seqs) tokens += q.num_tokens();
     const bool decode_only = std::all_of(step.seqs.begin(), step.seqs.end(),
@@ -455,12 +464,12 @@ void Engine::abort_request(uint64_t id) {
 }
 
 
-bool Engine::prepare_step(const sched::ScheduledStep& step, bool feed) {
+Engine::StepRows Engine::prepare_step(const sched::ScheduledStep& step, bool feed) {
   chunks_.clear();
   sample_inputs_.clear();
   sample_ids_.clear();
   sample_live_.clear();
-  bool all_plain_greedy = true;  // every sampling row is a bare argmax of its raw logits (see below)
+  StepRows rows;
   for (const sched::ScheduledSeq& s : step.seqs) {
     auto it = requests_.find(s.seq_id);
     if (it == requests_.end()) {
@@ -486,25 +495,33 @@ bool Engine::prepare_step(const sched::ScheduledStep& step, bool feed) {
     const sched::Sequence* seq = scheduler_->find(s.seq_id);
     XI_CHECK(seq != nullptr) << "scheduled sequence " << s.seq_id << " is not live";
     // The sampler sees the known outputs plus, for a placeholder row, the placeholder: only its count
-    // matters to a plain argmax row (min_tokens), and such rows are all that run with a placeholder.
+    // matters (min_tokens masking, the device draw's random bits) to the rows that run with a placeholder
+    // (plain argmax, or device-drawn without penalties).
     const std::span<const int32_t> tokens(seq->tokens);
     sample_inputs_.push_back(SampleInput{nullptr, &st.params, &st.rng,
                                          tokens.first(static_cast<size_t>(st.num_prompt_tokens)),
                                          tokens.subspan(static_cast<size_t>(st.num_prompt_tokens))});
     sample_ids_.push_back(s.seq_id);
     sample_live_.push_back(true);
-    all_plain_greedy = all_plain_greedy && is_plain_argmax(sample_inputs_.back());
+    const SampleInput& in = sample_inputs_.back();
+    rows.plain_argmax = rows.plain_argmax && is_plain_argmax(in);
+    rows.device_drawable = rows.device_drawable && device_samplable(in) && !in.params->has_penalties();
   }
   XI_CHECK_EQ(static_cast<int>(sample_ids_.size()), step.num_sampling);
-  return all_plain_greedy;
+  return rows;
 }
 
-void Engine::launch_pipelined(const sched::ScheduledStep& step) {
+void Engine::launch_pipelined(const sched::ScheduledStep& step, bool sampled) {
   InFlightStep next;
   for (const sched::ScheduledSeq& q : step.seqs) next.tokens += q.num_tokens();
   next.decode_only = std::all_of(step.seqs.begin(), step.seqs.end(),
                                  [](const sched::ScheduledSeq& q) { return q.num_tokens() == 1; });
-  runner_->start_greedy(chunks_);  // behind the step in flight; placeholder rows read its ids on the device
+  // Behind the step in flight; placeholder rows read its ids on the device.
+  if (sampled) {
+    runner_->start_sampled(chunks_, sample_inputs_, sampler_->eos_token_ids());
+  } else {
+    runner_->start_greedy(chunks_);
+  }
   next.launched = std::chrono::steady_clock::now();
   if (in_flight_) {
     std::lock_guard<std::mutex> lock(stats_mu_);
@@ -541,7 +558,7 @@ void Engine::complete_in_flight() {
 }
 
 double Engine::run_step(const sched::ScheduledStep& step) {
-  const bool all_plain_greedy = prepare_step(step, /*feed=*/false);
+  const bool all_plain_greedy = prepare_step(step, /*feed=*/false).plain_argmax;
   std::vector<SampleOutput> outs;
   const bool any_sample = std::find(sample_live_.begin(), sample_live_.end(), true) != sample_live_.end();
   const bool greedy = config_.device_greedy && all_plain_greedy && any_sample;

@@ -9,7 +9,8 @@
 //          -> Scheduler::update(tokens) -> one RequestOutput per sampling request, final ones carry timings
 //
 // Asynchronous scheduling (EngineConfig::async_scheduling, docs/engine.md): a step whose sampling rows are
-// all plain argmax (device greedy) is launched (ModelRunner::start_greedy) and left in flight; the next
+// all plain argmax (device greedy: ModelRunner::start_greedy) or all drawn on the device without penalties or
+// logprobs (ModelRunner::start_sampled) is launched and left in flight; the next
 // iteration schedules and launches the next step - its placeholder rows fed on the device from the step in
 // flight - before it waits for the step in flight, applies its update() and queues its outputs:
 //
@@ -128,13 +129,17 @@ class Engine final : public EngineClient {
   // Runs `step` synchronously (no step in flight). Returns the seconds spent in the model runner (upload,
   // forward, sampling, wait for the result).
   double run_step(const sched::ScheduledStep& step);
+  // What the live sampling rows of a prepared step need.
+  struct StepRows {
+    bool plain_argmax = true;    // every row: is_plain_argmax (device greedy)
+    bool device_drawable = true;  // every row: device_samplable and no penalties (ModelRunner::start_sampled)
+  };
   // Fills chunks_ (live rows only), sample_inputs_ and sample_ids_ / sample_live_ (every sampling row) for
-  // `step`; feed: placeholder rows read the step in flight (token_source). Returns whether every live
-  // sampling row is a plain argmax.
-  bool prepare_step(const sched::ScheduledStep& step, bool feed);
-  // Asynchronous scheduling: launches `step` (prepared, pipelinable) behind the step in flight, delivers
-  // pending outputs, then completes the step in flight.
-  void launch_pipelined(const sched::ScheduledStep& step);
+  // `step`; feed: placeholder rows read the step in flight (token_source).
+  StepRows prepare_step(const sched::ScheduledStep& step, bool feed);
+  // Asynchronous scheduling: launches `step` (prepared, pipelinable; sampled: ModelRunner::start_sampled, else
+  // start_greedy) behind the step in flight, then completes the step in flight (delivering older outputs).
+  void launch_pipelined(const sched::ScheduledStep& step, bool sampled);
   // Waits for the step in flight (if any) and applies its outputs.
   void complete_in_flight();
   // Scheduler::update() with one output per sampling row (rows of requests no longer live are discarded),

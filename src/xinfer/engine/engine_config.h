@@ -56,9 +56,10 @@ struct EngineConfig {
   // $XINFER_GEMM_TUNING_CACHE); "off": no file (`--gemm-tuning-cache`).
   std::string gemm_tuning_cache;
   // Asynchronous scheduling (docs/engine.md): the host schedules and launches step N+1 while the device computes
-  // step N (placeholder tokens fed from N's device-side ids), then applies N's results. Steps that cannot be
-  // pipelined (host or device sampling, logprobs, penalties, min_tokens masking) first finish the step in
-  // flight and run as without it. Same tokens either way. nullopt: on when the backend runs asynchronously
+  // step N (placeholder tokens fed from N's device-side ids), then applies N's results. Pipelined: steps of
+  // plain-argmax rows (device_greedy) and steps the device samples whole (device_sampling; no penalties, no
+  // logprobs; after one synchronous device-sampled step). Other steps (host sampling, logprobs, penalties)
+  // first finish the step in flight and run as without it. Same tokens either way. nullopt: on when the backend runs asynchronously
   // (Backend::async_host_copies(): CUDA), off on the CPU (where it would only delay each output by a step);
   // create() resolves it (`--async-scheduling` / `--no-async-scheduling`).
   std::optional<bool> async_scheduling;

@@ -235,6 +235,42 @@ void ModelRunner::start_greedy(std::span<const SequenceChunk> chunks) {
   greedy_flights_.push_back(std::move(f));
 }
 
+void ModelRunner::start_sampled(std::span<const SequenceChunk> chunks, std::span<const SampleInput> inputs,
+                                std::span<const int32_t> eos_token_ids) {
+  XI_CHECK_LT(static_cast<int>(greedy_flights_.size()), kMaxGreedyInFlight) << "start_sampled() with two steps in flight";
+  XI_CHECK(backend_.supports_sampling()) << "start_sampled() needs Backend::sample_rows";
+  bool padded = false;
+  const TensorView logits = forward(chunks, &padded);  // feeds token sources from greedy_flights_.back()
+  sample_logit_rows_.clear();
+  for (size_t i = 0; i < chunks.size(); ++i)
+    if (chunks[i].want_logits) sample_logit_rows_.push_back(padded ? static_cast<int32_t>(i)
+                                                                   : static_cast<int32_t>(sample_logit_rows_.size()));
+  XI_CHECK_EQ(sample_logit_rows_.size(), inputs.size()) << "one sampler input per chunk with want_logits";
+  if (!planner_) planner_ = std::make_unique<DeviceSamplingPlanner>(vocab_size());
+  planner_->clear();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    XI_CHECK(!inputs[i].params->has_penalties()) << "start_sampled(): penalties read the output tokens";
+    planner_->add(inputs[i], sample_logit_rows_[i], eos_token_ids);
+  }
+  GreedyFlight f;
+  f.buffer = next_ids_buffer_;
+  next_ids_buffer_ ^= 1;
+  f.rows = static_cast<int64_t>(inputs.size());
+  for (int32_t r = 0; r < static_cast<int32_t>(inputs.size()); ++r) f.sample_rows.push_back(r);  // batch order
+  std::vector<int32_t>& host = host_ids_[f.buffer];
+  host.resize(static_cast<size_t>(f.rows));
+  if (f.rows > 0) {
+    XI_CHECK_LE(f.rows, ids_device_[f.buffer].view.numel());
+    const TensorView ids = ids_device_[f.buffer].view.rows(0, f.rows);
+    const Status st = backend_.sample_rows(logits, planner_->batch(), ids);
+    XI_CHECK(st.ok()) << "sample_rows refused a pipelined batch: " << st.to_string();
+    backend_.to_host_raw_async(ids, host.data());
+    device_sampled_rows_ += f.rows;
+  }
+  f.fence = backend_.fence_host_copies();
+  greedy_flights_.push_back(std::move(f));
+}
+
 const std::vector<int32_t>& ModelRunner::finish_greedy() {
   XI_CHECK(!greedy_flights_.empty()) << "finish_greedy() without start_greedy()";
   const GreedyFlight f = std::move(greedy_flights_.front());

@@ -79,7 +79,17 @@ class ModelRunner {
   // except start_greedy() / finish_greedy() and Backend-free host work.
   static constexpr int kMaxGreedyInFlight = 2;
   void start_greedy(std::span<const SequenceChunk> chunks);
+  // start_greedy() with run_sampled()'s device draw: inputs[i] (logits unset) belongs to the i-th chunk with
+  // want_logits; every input must be device_samplable() and free of penalties (output tokens may hold a
+  // placeholder; only their count is read), and the backend must supports_sampling(). finish_greedy() returns
+  // its ids like a greedy step's. Same draws as run_sampled() (random bits per (seed, output index)).
+  void start_sampled(std::span<const SequenceChunk> chunks, std::span<const SampleInput> inputs,
+                     std::span<const int32_t> eos_token_ids);
+  // Waits for the oldest started step (start_greedy or start_sampled) and returns its ids.
   const std::vector<int32_t>& finish_greedy();
+  // Whether sample_rows() has drawn rows for this runner and never refused a batch (the engine pipelines
+  // device-sampled steps only then: a refusal is handled only by run_sampled()'s host fallback).
+  bool device_sampling_verified() const { return device_sampled_rows_ > 0 && !warned_device_sampling_; }
   int num_greedy_in_flight() const { return static_cast<int>(greedy_flights_.size()); }
   // Runs one forward like run() and samples each chunk with want_logits; inputs[i] (logits unset) belongs to
   // the i-th such chunk. Rows that device_samplable() allows are sampled by the backend's sample_rows() when
