@@ -39,6 +39,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, Clock clock)
     : config_(config), clock_(std::move(clock)), kv_(kv_config(config)), decode_interval_(config.decode_interval) {
   XI_CHECK_OK(config.validate());
   running_.reserve(config.max_num_seqs);
+  pending_.reserve(kMaxStepsInFlight);
 }
 
 Scheduler::~Scheduler() = default;
@@ -362,7 +363,7 @@ std::vector<FinishedRequest> Scheduler::update(const StepOutput& output) {
     return finished;
   }
   PendingStep step = std::move(pending_.front());
-  pending_.pop_front();
+  pending_.erase(pending_.begin());
   const double now = clock_();
   size_t k = 0;
   size_t num_sampling = 0;
@@ -422,6 +423,9 @@ std::vector<FinishedRequest> Scheduler::update(const StepOutput& output) {
     }
   }
 
+  // The rows' storage goes back to schedule() (no allocation per step).
+  step.rows.clear();
+  if (step.rows.capacity() > in_flight_.capacity()) in_flight_.swap(step.rows);
   const double dt = now - step.schedule_start;
   last_metrics_ = step.metrics;
   last_metrics_.step_time_s = dt;

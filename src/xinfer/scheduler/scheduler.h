@@ -43,7 +43,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -148,8 +147,8 @@ class Scheduler {
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
   std::vector<Sequence*> running_;  // sorted by more_important()
   WaitingQueue waiting_;
-  std::vector<InFlight> in_flight_;   // rows of the step being scheduled
-  std::deque<PendingStep> pending_;   // in-flight steps, oldest first (<= kMaxStepsInFlight)
+  std::vector<InFlight> in_flight_;   // rows of the step being scheduled (capacity recycled by update())
+  std::vector<PendingStep> pending_;  // in-flight steps, oldest first (<= kMaxStepsInFlight; no allocation)
   uint64_t next_arrival_seq_ = 0;
   int64_t next_admission_order_ = 0;
   uint64_t step_index_ = 0;
