@@ -4,8 +4,10 @@
 // tokens, three of them sharing prefixes with others; 8..40 output tokens) go through one Engine with
 // max_num_batched_tokens 64 (prompts are prefilled in chunks beside other prompts and decodes) and a KV cache
 // of 36..80 blocks of 16 tokens for 230 blocks of demand (sequences are preempted and recomputed), once with
-// CUDA graphs (decode steps padded to graph buckets) and once eagerly. Each request also runs alone, one
-// after the other, on a fresh eager Engine with the same chunk budget, a large KV cache and no prefix cache.
+// CUDA graphs (decode steps padded to graph buckets) and once eagerly, each both with asynchronous scheduling
+// (greedy steps launched behind the step in flight, their placeholder tokens fed on the device; steps with
+// sampled rows drain it and run synchronously) and without. Each request also runs alone, one after the
+// other, on a fresh eager synchronous Engine with the same chunk budget, a large KV cache and no prefix cache.
 // The model is a synthetic Llama written to a temp dir: head_dim 128 and GQA 4 (16 q heads, 4 kv heads),
 // so prefill and decode take the fast attention kernels; 4 layers make a KV block 128 KiB.
 //
@@ -42,6 +44,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../unit/engine/engine_test_util.h"
@@ -378,6 +381,7 @@ TEST(EngineEquivalenceOnCuda, BatchedChunkedPreemptedEqualsSolo) {
     const auto t0 = std::chrono::steady_clock::now();
     engine::EngineConfig c = base_config();
     c.enable_cuda_graphs = false;
+    c.async_scheduling = false;
     c.scheduler.enable_prefix_caching = false;
     size_t free_b = 0, total_b = 0;
     XI_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -391,12 +395,14 @@ TEST(EngineEquivalenceOnCuda, BatchedChunkedPreemptedEqualsSolo) {
                 cases.size(), kChunkTokens, (*eng)->memory_plan().num_blocks, seconds_since(t0));
   }
 
-  for (const bool graphs : {true, false}) {
-    const std::string what = graphs ? "graphs" : "eager";
+  for (const auto& [graphs, async] : {std::pair{true, false}, std::pair{false, false}, std::pair{true, true},
+                                     std::pair{false, true}}) {
+    const std::string what = std::string(graphs ? "graphs" : "eager") + (async ? "+async" : "");
     SCOPED_TRACE(what);
     const auto t0 = std::chrono::steady_clock::now();
     engine::EngineConfig c = base_config();
     c.enable_cuda_graphs = graphs;
+    c.async_scheduling = async;
     SizedEngine sized = engine_with_kv_blocks(c, kMinBlocks, kMaxBlocks);
     ASSERT_TRUE(sized.engine != nullptr);
     engine::Engine& eng = *sized.engine;
@@ -423,6 +429,11 @@ TEST(EngineEquivalenceOnCuda, BatchedChunkedPreemptedEqualsSolo) {
     } else {
       EXPECT_EQ(num_graphs, 0);
     }
+    if (async) {
+      EXPECT_GT(st.async_steps, 0) << "no step was launched behind a step in flight";
+    } else {
+      EXPECT_EQ(st.async_steps, 0);
+    }
 
     const Comparison cmp = compare_with_solo(cases, got, solo, ref, what);
     const int n = static_cast<int>(cases.size());
@@ -431,14 +442,15 @@ TEST(EngineEquivalenceOnCuda, BatchedChunkedPreemptedEqualsSolo) {
     EXPECT_GE(cmp.exact * 4, 3 * n) << "fewer than 75% of the requests equal their solo run";
     std::printf("[ equiv ] %s: %d requests (%d greedy, %d sampled), %d equal to solo, %d partings%s%s%s; "
                 "%lld preemptions, %lld prefill steps (%lld tokens, >= %lld needed at %d per step), %lld decode-only "
-                "steps%s (%d graphs), prefix hits %lld tokens, KV %d blocks (try %d), setup %.2f s, run %.2f s\n",
+                "steps%s (%d graphs), %lld launched behind a step in flight, prefix hits %lld tokens, KV %d blocks "
+                "(try %d), setup %.2f s, run %.2f s\n",
                 what.c_str(), n, n - num_sampled, num_sampled, cmp.exact, n - cmp.exact,
                 cmp.partings.empty() ? "" : " [id@index boost batched/solo: ", cmp.partings.c_str(),
                 cmp.partings.empty() ? "" : "]", static_cast<long long>(st.num_preemptions),
                 static_cast<long long>(st.mixed_steps), static_cast<long long>(st.mixed_tokens),
                 static_cast<long long>((computed + kChunkTokens - 1) / kChunkTokens), kChunkTokens,
                 static_cast<long long>(st.decode_only_steps), graphs ? " = graph replays" : "", num_graphs,
-                static_cast<long long>(st.prefix_hit_tokens), num_blocks, sized.tries, setup_s, run_s);
+                static_cast<long long>(st.async_steps), static_cast<long long>(st.prefix_hit_tokens), num_blocks, sized.tries, setup_s, run_s);
   }
 }
 

@@ -101,6 +101,10 @@ struct StepPlan {
   int max_blocks_per_seq = 0;
   int max_seq_len = 0;
   std::vector<int32_t> logit_rows;       // token rows whose logits are wanted (e.g. last of each sequence)
+  // [T] or empty. Asynchronous scheduling: token t whose source r >= 0 is not known on the host
+  // (token_ids[t] is a placeholder); Backend::feed_tokens() sets it to row r of a device ids tensor (the
+  // previous step's sampled ids) before the forward reads it. -1: keep token_ids[t].
+  std::vector<int32_t> token_sources;
   // > 0: size attention launches (split-KV partitions, grid) for contexts up to this many tokens instead of
   // the longest one in the step, so that every step of one graph key has the same launch shapes.
   int padded_context_len = 0;
@@ -122,6 +126,7 @@ struct StepMeta {
   const int32_t* seq_lens = nullptr;         // [num_seqs]
   const int32_t* block_tables = nullptr;     // [num_seqs, max_blocks_per_seq]
   const int32_t* logit_rows = nullptr;       // [num_logit_rows]
+  const int32_t* token_sources = nullptr;    // [num_tokens], or nullptr when the plan has none
 };
 
 // Ceilings measured on the device itself (benchmarks divide achieved figures by these).
@@ -197,6 +202,16 @@ class Backend {
   // True when ops run asynchronously, so host work between an op and wait_host_copies() overlaps the device
   // (false on the CPU backend: its ops finish before they return, and deferring host work only delays it).
   virtual bool async_host_copies() const { return false; }
+  // Groups the to_host_raw_async() copies started since the previous fence; returns the group's id. With
+  // wait_host_copies(fence) a caller can take one step's results while the next step's work and copies stay
+  // queued (asynchronous scheduling). Default (copies complete at once): 0.
+  virtual uint64_t fence_host_copies() { return 0; }
+  // Waits for the device work queued before `fence` and completes the copies of every group <= fence; later
+  // copies stay in flight (their staging memory is not reused until they complete).
+  virtual void wait_host_copies(uint64_t fence) {
+    (void)fence;
+    wait_host_copies();
+  }
   // Copies the plan's arrays to device memory; returns views of them.
   virtual StepMeta upload_step(const StepPlan& plan) = 0;
   // K and V for every layer, each [num_blocks, num_kv_heads, block_size, D] in the activation dtype.
@@ -254,6 +269,14 @@ class Backend {
   virtual void clear_graphs() {}
 
   // ---- ops ----
+  // Asynchronous scheduling: step.token_ids[t] = ids[token_sources[t]] for every t whose source is >= 0
+  // (plan.token_sources). ids: [R] i32 on this device, e.g. the previous step's argmax_rows output. Call it
+  // after upload_step() and before the forward (outside graph recordings: a replay reads the fed ids); in
+  // stream order, so ids may still be being computed. No-op when the plan has no token_sources.
+  virtual void feed_tokens(const StepMeta& step, const TensorView& ids) {
+    (void)ids;
+    XI_CHECK(step.token_sources == nullptr) << info().name << " cannot feed device tokens";
+  }
   // out[T, H] = table[ids[t], :]          table: [V, H]
   virtual void embedding(const StepMeta& step, const TensorView& table, const TensorView& out) = 0;
   // out[R, W] = x / rms(x) * weight        x: [R, W], weight: [W]; R may be T or T*heads (q/k norm)

@@ -16,14 +16,18 @@ struct EngineFlags {
   ByteSize kv_cache_memory{uint64_t{1} << 30};         // config.kv_cache_memory
   bool enforce_eager = false;                          // !config.enable_cuda_graphs
   bool host_sampling = false;                          // !config.device_greedy && !config.device_sampling
+  bool async_scheduling = true;                        // config.async_scheduling when given (else: auto)
 
   // Registers --backend --threads --kv-cache-memory --gpu-memory-utilization --max-model-len --block-size
-  // --enforce-eager --host-sampling --device-sampling --gemm-tuning --gemm-tuning-cache --enable-prefix-caching
+  // --enforce-eager --host-sampling --device-sampling --async-scheduling --gemm-tuning --gemm-tuning-cache --enable-prefix-caching
   // --max-num-seqs
   // --max-num-batched-tokens --decode-interval --reorder-window. The targets must outlive `flags` parsing.
   void add_to(FlagSet& flags);
   // Copies the parsed values into `config`; INVALID_ARGUMENT for an unknown backend or a zero KV budget.
   Status finish();
+
+ private:
+  const FlagSet* flags_ = nullptr;  // add_to()'s, to tell a given --[no-]async-scheduling from the default
 };
 
 }  // namespace xinfer::cli

@@ -218,6 +218,7 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
   plan.num_blocks = sc.num_blocks;
   plan.kv_tokens = kv_tokens - 1;
   if (!plan_memory) plan.weight_bytes = model->weight_bytes();
+  if (!config.async_scheduling) config.async_scheduling = be.async_host_copies();
   XI_LOG(INFO) << "engine: " << config.to_string();
   XI_LOG(INFO) << "engine: model " << model->config().to_string() << "; " << model::LlamaModel::parameter_count(mc)
                << " parameters";
@@ -346,9 +347,13 @@ void Engine::stop() {
 void Engine::loop() {
   std::vector<Submission> submissions;
   std::vector<uint64_t> aborts;
+  const bool async = config_.async_scheduling.value_or(false);
   for (;;) {
     bool stopping = false;
-    if (!scheduler_->has_unfinished()) deliver_pending();  // nothing will run: deliver before sleeping
+    if (!scheduler_->has_unfinished()) {  // nothing will run: finish what is in flight, deliver, then sleep
+      complete_in_flight();
+      deliver_pending();
+    }
     {
       std::unique_lock<std::mutex> lock(mu_);
       auto has_news = [this] { return stopping_ || !submissions_.empty() || !aborts_.empty(); };
@@ -360,7 +365,8 @@ void Engine::loop() {
     if (!aborts.empty() || stopping) {
       // An abort's final output follows its last delivered tokens; tokens still queued for a request its
       // client aborted (possibly from the callback of its previous token) are dropped, as they would not
-      // have been computed had the abort arrived one step earlier.
+      // have been computed had the abort arrived one step earlier. (A step in flight keeps running: its rows
+      // of aborted requests are discarded when it completes.)
       std::erase_if(pending_, [&](const Delivery& d) {
         return !d.final_callback && std::find(aborts.begin(), aborts.end(), d.id) != aborts.end();
       });
@@ -372,6 +378,8 @@ void Engine::loop() {
     for (uint64_t id : aborts) abort_request(id);
     aborts.clear();
     if (stopping) {
+      complete_in_flight();  // its finished requests end normally; the device is idle after this
+      deliver_pending();
       std::vector<uint64_t> ids;
       ids.reserve(requests_.size());
       for (const auto& [id, st] : requests_) ids.push_back(id);
@@ -383,17 +391,45 @@ void Engine::loop() {
     const auto step_begin = std::chrono::steady_clock::now();
     sched::ScheduledStep step = scheduler_->schedule();
     if (step.empty()) {
+      if (in_flight_) {  // nothing to add behind it (e.g. every running sequence finishes with it)
+        complete_in_flight();
+        continue;
+      }
       deliver_pending();
       // Work is queued but nothing can run (should not happen: an empty batch admits the queue head).
       if (scheduler_->has_unfinished()) {
         std::unique_lock<std::mutex> lock(mu_);
         work_cv_.wait_for(lock, std::chrono::milliseconds(1));
       }
-    } else {
-      const double device_s = run_step(step);  // publishes stats
-      const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_begin).count();
-      record_step_time(step, device_s, total_s);
+      continue;
     }
+    double drain_s = 0;  // completing the step in flight (recorded as that step's time)
+    if (async) {
+      const StepRows rows = prepare_step(step, /*feed=*/true);
+      if (config_.device_greedy && rows.plain_argmax) {
+        launch_pipelined(step, /*sampled=*/false);
+        continue;
+      }
+      // Device draws, once a synchronous step has shown that the backend takes this model's batches.
+      if (config_.device_sampling && backend_->supports_sampling() && rows.device_drawable &&
+          runner_->device_sampling_verified()) {
+        launch_pipelined(step, /*sampled=*/true);
+        continue;
+      }
+      // Not pipelinable: finish the step in flight (it resolves this step's placeholders), then run as usual.
+      const auto drain_begin = std::chrono::steady_clock::now();
+      complete_in_flight();
+      drain_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - drain_begin).count();
+    }
+    const double device_s = run_step(step);  // publishes stats
+    const auto end = std::chrono::steady_clock::now();
+    const double total_s = std::chrono::duration<double>(end - step_begin).count() - drain_s;
+    int64_t tokens = 0;
+    for (const sched::ScheduledSeq& q : step.seqs) tokens += q.num_tokens();
+    const bool decode_only = std::all_of(step.seqs.begin(), step.seqs.end(),
+                                         [](const sched::ScheduledSeq& q) { return q.num_tokens() == 1; });
+    record_step_time(decode_only, tokens, device_s, total_s - device_s);
+    last_completion_ = end;
   }
 }
 
@@ -428,33 +464,110 @@ void Engine::abort_request(uint64_t id) {
 }
 
 
-double Engine::run_step(const sched::ScheduledStep& step) {
+Engine::StepRows Engine::prepare_step(const sched::ScheduledStep& step, bool feed) {
   chunks_.clear();
-  for (const sched::ScheduledSeq& s : step.seqs)
-    chunks_.push_back(SequenceChunk{s.token_ids, s.start_pos, s.block_table, s.sample});
-
   sample_inputs_.clear();
   sample_ids_.clear();
-  bool all_plain_greedy = true;  // every sampling row is a bare argmax of its raw logits (see below)
+  sample_live_.clear();
+  StepRows rows;
   for (const sched::ScheduledSeq& s : step.seqs) {
+    auto it = requests_.find(s.seq_id);
+    if (it == requests_.end()) {
+      // Finished (stop token) or aborted since it was scheduled, while the step before was in flight: its
+      // spans may dangle; it is not computed, and its sampled token (if any) is discarded.
+      XI_CHECK(!feed) << "a freshly scheduled row of request " << s.seq_id << " is not live";
+      if (s.sample) {
+        sample_ids_.push_back(s.seq_id);
+        sample_live_.push_back(false);
+      }
+      continue;
+    }
+    SequenceChunk c{s.token_ids, s.start_pos, s.block_table, s.sample};
+    if (feed) {
+      c.token_source = s.pending_row;
+    } else {
+      XI_CHECK(std::find(s.token_ids.begin(), s.token_ids.end(), sched::kPendingToken) == s.token_ids.end())
+          << "request " << s.seq_id << ": unresolved placeholder in a synchronous step";
+    }
+    chunks_.push_back(c);
     if (!s.sample) continue;
-    RequestState& st = requests_.at(s.seq_id);
+    RequestState& st = it->second;
     const sched::Sequence* seq = scheduler_->find(s.seq_id);
     XI_CHECK(seq != nullptr) << "scheduled sequence " << s.seq_id << " is not live";
+    // The sampler sees the known outputs plus, for a placeholder row, the placeholder: only its count
+    // matters (min_tokens masking, the device draw's random bits) to the rows that run with a placeholder
+    // (plain argmax, or device-drawn without penalties).
     const std::span<const int32_t> tokens(seq->tokens);
-    st.sample_index = static_cast<int>(sample_ids_.size());
     sample_inputs_.push_back(SampleInput{nullptr, &st.params, &st.rng,
                                          tokens.first(static_cast<size_t>(st.num_prompt_tokens)),
                                          tokens.subspan(static_cast<size_t>(st.num_prompt_tokens))});
     sample_ids_.push_back(s.seq_id);
-    all_plain_greedy = all_plain_greedy && is_plain_argmax(sample_inputs_.back());
+    sample_live_.push_back(true);
+    const SampleInput& in = sample_inputs_.back();
+    rows.plain_argmax = rows.plain_argmax && is_plain_argmax(in);
+    rows.device_drawable = rows.device_drawable && device_samplable(in) && !in.params->has_penalties();
   }
   XI_CHECK_EQ(static_cast<int>(sample_ids_.size()), step.num_sampling);
+  return rows;
+}
+
+void Engine::launch_pipelined(const sched::ScheduledStep& step, bool sampled) {
+  InFlightStep next;
+  for (const sched::ScheduledSeq& q : step.seqs) next.tokens += q.num_tokens();
+  next.decode_only = std::all_of(step.seqs.begin(), step.seqs.end(),
+                                 [](const sched::ScheduledSeq& q) { return q.num_tokens() == 1; });
+  // Behind the step in flight; placeholder rows read its ids on the device.
+  if (sampled) {
+    runner_->start_sampled(chunks_, sample_inputs_, sampler_->eos_token_ids());
+  } else {
+    runner_->start_greedy(chunks_);
+  }
+  next.launched = std::chrono::steady_clock::now();
+  if (in_flight_) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.async_steps;
+  }
+  next.sample_ids = sample_ids_;
+  complete_in_flight();  // delivers older outputs, waits only for the step in flight; `next` stays queued
+  in_flight_ = std::move(next);
+}
+
+void Engine::complete_in_flight() {
+  if (!in_flight_) return;
+  InFlightStep f = std::move(*in_flight_);
+  in_flight_.reset();
+  // Outputs queued by the previous completion go first (a request this step finishes takes its callback
+  // into its final delivery), while the device still computes.
+  deliver_pending();
+  const auto wait_begin = std::chrono::steady_clock::now();
+  const std::vector<int32_t>& ids = runner_->finish_greedy();
+  const auto done = std::chrono::steady_clock::now();
+  XI_CHECK_EQ(ids.size(), f.sample_ids.size());
+  std::vector<SampleOutput> outs(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) outs[i].token = ids[i];
+  apply_outputs(f.sample_ids, outs);
+  // Device time: the step's period, from the previous step's completion (or its own launch, if later) to its
+  // results (the device had this step queued throughout, unless the host fell behind). Host time: what the
+  // host spent in that period outside the wait (scheduling and launching the next step, deliveries,
+  // update()): overlapped with the device, not added to it.
+  const auto start = std::max(f.launched, last_completion_);
+  const double period_s = std::chrono::duration<double>(done - start).count();
+  const double wait_s = std::chrono::duration<double>(done - wait_begin).count();
+  record_step_time(f.decode_only, f.tokens, period_s, std::max(0.0, period_s - wait_s));
+  last_completion_ = std::chrono::steady_clock::now();
+}
+
+double Engine::run_step(const sched::ScheduledStep& step) {
+  const bool all_plain_greedy = prepare_step(step, /*feed=*/false).plain_argmax;
   std::vector<SampleOutput> outs;
-  if (!(config_.device_greedy && all_plain_greedy && !sample_ids_.empty())) deliver_pending();  // synchronous paths
+  const bool any_sample = std::find(sample_live_.begin(), sample_live_.end(), true) != sample_live_.end();
+  const bool greedy = config_.device_greedy && all_plain_greedy && any_sample;
+  if (!greedy) deliver_pending();  // synchronous paths
   const auto device_begin = std::chrono::steady_clock::now();
   double overlapped_s = 0;  // host time spent delivering the previous step while the device computes
-  if (config_.device_greedy && all_plain_greedy && !sample_ids_.empty()) {
+  if (chunks_.empty()) {
+    // Every row was discarded (drained after a stop token or an abort): nothing to compute.
+  } else if (greedy) {
     // Device-side greedy: only the chosen ids come back (4 bytes per row, not the vocab's logits). The
     // previous step's outputs go to their callbacks while the device computes this one.
     if (!backend_->async_host_copies()) deliver_pending();  // nothing runs behind the host: do not delay
@@ -463,10 +576,10 @@ double Engine::run_step(const sched::ScheduledStep& step) {
     deliver_pending();
     overlapped_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - delivery_begin).count();
     const std::vector<int32_t>& ids = runner_->finish_greedy();
-    XI_CHECK_EQ(ids.size(), sample_ids_.size());
+    XI_CHECK_EQ(ids.size(), sample_inputs_.size());
     outs.resize(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) outs[i].token = ids[i];
-  } else if (config_.device_sampling && backend_->supports_sampling() && !sample_ids_.empty()) {
+  } else if (config_.device_sampling && backend_->supports_sampling() && !sample_inputs_.empty()) {
     // Device sampling: rows without logprobs are drawn on the backend (ids back); the others' raw logits come
     // back for the host Sampler.
     outs = runner_->run_sampled(chunks_, sample_inputs_, *sampler_);
@@ -478,13 +591,33 @@ double Engine::run_step(const sched::ScheduledStep& step) {
   }
   const double device_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - device_begin).count() - overlapped_s;
+  // One output per sampling row: discarded rows get a dummy token that update() ignores.
+  std::vector<SampleOutput> all(sample_ids_.size());
+  size_t k = 0;
+  for (size_t i = 0; i < sample_ids_.size(); ++i)
+    if (sample_live_[i]) all[i] = std::move(outs[k++]);
+  XI_CHECK_EQ(k, outs.size());
+  apply_outputs(sample_ids_, all);
+  return device_s;
+}
+
+void Engine::apply_outputs(const std::vector<uint64_t>& sample_ids, const std::vector<SampleOutput>& outs) {
+  XI_CHECK_EQ(sample_ids.size(), outs.size());
+  // Rows whose request is no longer live (finished by the previous step's update, or aborted) are discarded:
+  // the scheduler ignores them too.
+  std::vector<bool> live(sample_ids.size());
+  int num_live = 0;
+  for (size_t i = 0; i < sample_ids.size(); ++i) {
+    live[i] = requests_.count(sample_ids[i]) != 0;
+    num_live += live[i] ? 1 : 0;
+  }
   sched::StepOutput so;
   so.token_ids.reserve(outs.size());
   for (const SampleOutput& o : outs) so.token_ids.push_back(o.token);
   std::vector<sched::FinishedRequest> finished = scheduler_->update(so);
   metrics_.observe_step(scheduler_->last_step_metrics());
-  metrics_.observe_generated(static_cast<int>(outs.size()));
-  generation_tokens_total_ += static_cast<int64_t>(outs.size());
+  metrics_.observe_generated(num_live);
+  generation_tokens_total_ += num_live;
 
   std::vector<uint64_t> finished_ids;
   finished_ids.reserve(finished.size());
@@ -494,7 +627,9 @@ double Engine::run_step(const sched::ScheduledStep& step) {
 
   // Bookkeeping first, then stats, then callbacks: a client that saw its final output sees its effect in
   // stats() (blocks freed, counters).
-  for (uint64_t id : sample_ids_) {
+  for (size_t i = 0; i < sample_ids.size(); ++i) {
+    if (!live[i]) continue;
+    const uint64_t id = sample_ids[i];
     RequestState& st = requests_.at(id);
     if (++st.num_output_tokens != 1) continue;
     prompt_tokens_total_ += st.num_prompt_tokens;
@@ -507,9 +642,9 @@ double Engine::run_step(const sched::ScheduledStep& step) {
   requests_finished_ += static_cast<int64_t>(finished.size());
   publish_stats();
 
-  for (size_t i = 0; i < sample_ids_.size(); ++i) {
-    const uint64_t id = sample_ids_[i];
-    if (is_finished(id)) continue;  // final output below
+  for (size_t i = 0; i < sample_ids.size(); ++i) {
+    const uint64_t id = sample_ids[i];
+    if (!live[i] || is_finished(id)) continue;  // final output below
     RequestState& st = requests_.at(id);
     const sched::Sequence* seq = scheduler_->find(id);
     XI_CHECK(seq != nullptr);
@@ -523,25 +658,34 @@ double Engine::run_step(const sched::ScheduledStep& step) {
     pending_.push_back(Delivery{id, std::move(out), nullptr});
   }
   for (const sched::FinishedRequest& f : finished) {
-    const int index = requests_.at(f.id).sample_index;
-    finish_request(f.id, f, &outs[static_cast<size_t>(index)], /*defer=*/true);
+    size_t row = sample_ids.size();
+    for (size_t i = 0; i < sample_ids.size() && row == sample_ids.size(); ++i)
+      if (live[i] && sample_ids[i] == f.id) row = i;
+    XI_CHECK_LT(row, sample_ids.size()) << "request " << f.id << " finished without a sampled row";
+    finish_request(f.id, f, &outs[row], /*defer=*/true);
   }
-  return device_s;
 }
 
-void Engine::record_step_time(const sched::ScheduledStep& step, double device_s, double total_s) {
-  const bool decode_only = std::all_of(step.seqs.begin(), step.seqs.end(),
-                                       [](const sched::ScheduledSeq& s) { return s.token_ids.size() == 1; });
-  int64_t tokens = 0;
-  for (const sched::ScheduledSeq& s : step.seqs) tokens += static_cast<int64_t>(s.token_ids.size());
+void Engine::record_step_time(bool decode_only, int64_t tokens, double device_s, double host_s) {
   std::lock_guard<std::mutex> lock(stats_mu_);
   (decode_only ? stats_.decode_only_steps : stats_.mixed_steps) += 1;
   (decode_only ? stats_.decode_only_tokens : stats_.mixed_tokens) += tokens;
   (decode_only ? stats_.decode_only_device_s : stats_.mixed_device_s) += device_s;
-  stats_.host_s += total_s - device_s;
+  stats_.host_s += host_s;
 }
 
 void Engine::deliver_pending() {
+  if (pending_.empty()) return;
+  {
+    // Outputs queued for a request whose client has asked to abort it (possibly from the callback of its
+    // previous output, in an earlier batch) are dropped, as at the top of the loop: with a step in flight
+    // two batches may be delivered before the loop sees the abort.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!aborts_.empty())
+      std::erase_if(pending_, [&](const Delivery& d) {
+        return !d.final_callback && std::find(aborts_.begin(), aborts_.end(), d.id) != aborts_.end();
+      });
+  }
   std::vector<Delivery> batch;
   batch.swap(pending_);  // a callback may not add deliveries, but keep the loop independent of that
   for (Delivery& d : batch) {

@@ -8,6 +8,19 @@
 //          -> Sampler::sample(one input per sampling sequence: its params, its SequenceRng, prompt/outputs)
 //          -> Scheduler::update(tokens) -> one RequestOutput per sampling request, final ones carry timings
 //
+// Asynchronous scheduling (EngineConfig::async_scheduling, docs/engine.md): a step whose sampling rows are
+// all plain argmax (device greedy: ModelRunner::start_greedy) or all drawn on the device without penalties or
+// logprobs (ModelRunner::start_sampled) is launched and left in flight; the next
+// iteration schedules and launches the next step - its placeholder rows fed on the device from the step in
+// flight - before it waits for the step in flight, applies its update() and queues its outputs:
+//
+//   schedule(N+1) -> launch(N+1) -> deliver outputs of N-1 -> finish_greedy(N) -> update(N) -> queue N's outputs
+//
+// Rows of the step just launched whose request update(N) finished (stop token) or that an abort removed are
+// discarded when that step completes: their client never sees them. A step that cannot be pipelined first
+// completes the step in flight (drain) and then runs synchronously, skipping such rows. Aborts, stop() and
+// sleeping with nothing to run complete the step in flight first.
+//
 // Threads: submit/abort/stats/render_metrics/drain/stop may be called from any thread; everything in
 // "engine-thread state" below is touched only by the loop. Callbacks run on the loop thread, never under a
 // lock: a callback may call submit(), abort() and stop() (which then does not join), must not throw, must
@@ -19,10 +32,12 @@
 // destructor) aborts everything live, each callback getting its final kAbort output, and joins the loop.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -103,7 +118,6 @@ class Engine final : public EngineClient {
     SequenceRng rng;
     int num_prompt_tokens = 0;
     int num_output_tokens = 0;
-    int sample_index = -1;  // row in this step's sampler outputs
   };
 
   Engine(EngineConfig config, std::unique_ptr<backend::Backend> backend, std::unique_ptr<ThreadPool> own_pool,
@@ -112,9 +126,26 @@ class Engine final : public EngineClient {
   void loop();
   void add_request(Submission& s);
   void abort_request(uint64_t id);
-  // Returns the seconds spent in the model runner (upload, forward, sampling, wait for the result).
+  // Runs `step` synchronously (no step in flight). Returns the seconds spent in the model runner (upload,
+  // forward, sampling, wait for the result).
   double run_step(const sched::ScheduledStep& step);
-  void record_step_time(const sched::ScheduledStep& step, double device_s, double total_s);
+  // What the live sampling rows of a prepared step need.
+  struct StepRows {
+    bool plain_argmax = true;    // every row: is_plain_argmax (device greedy)
+    bool device_drawable = true;  // every row: device_samplable and no penalties (ModelRunner::start_sampled)
+  };
+  // Fills chunks_ (live rows only), sample_inputs_ and sample_ids_ / sample_live_ (every sampling row) for
+  // `step`; feed: placeholder rows read the step in flight (token_source).
+  StepRows prepare_step(const sched::ScheduledStep& step, bool feed);
+  // Asynchronous scheduling: launches `step` (prepared, pipelinable; sampled: ModelRunner::start_sampled, else
+  // start_greedy) behind the step in flight, then completes the step in flight (delivering older outputs).
+  void launch_pipelined(const sched::ScheduledStep& step, bool sampled);
+  // Waits for the step in flight (if any) and applies its outputs.
+  void complete_in_flight();
+  // Scheduler::update() with one output per sampling row (rows of requests no longer live are discarded),
+  // bookkeeping, stats, and the rows' outputs queued in pending_.
+  void apply_outputs(const std::vector<uint64_t>& sample_ids, const std::vector<SampleOutput>& outs);
+  void record_step_time(bool decode_only, int64_t tokens, double device_s, double host_s);
   // Forgets the request and sends its final output: at once, or with `defer` as a pending delivery.
   void finish_request(uint64_t id, const sched::FinishedRequest& f, const SampleOutput* last, bool defer);
   // Runs the pending deliveries in order (engine thread). A step's outputs are delivered while the device
@@ -165,7 +196,17 @@ class Engine final : public EngineClient {
   std::unordered_map<uint64_t, RequestState> requests_;
   std::vector<SequenceChunk> chunks_;
   std::vector<SampleInput> sample_inputs_;
-  std::vector<uint64_t> sample_ids_;
+  std::vector<uint64_t> sample_ids_;  // request of every sampling row of the prepared step (StepOutput order)
+  std::vector<bool> sample_live_;     // its request was live when prepared (else: a discarded row)
+  // Asynchronous scheduling: the step launched and not yet applied.
+  struct InFlightStep {
+    std::vector<uint64_t> sample_ids;  // every sampling row's request
+    bool decode_only = false;
+    int64_t tokens = 0;
+    std::chrono::steady_clock::time_point launched;
+  };
+  std::optional<InFlightStep> in_flight_;
+  std::chrono::steady_clock::time_point last_completion_;  // of the previous pipelined step
   int64_t prompt_tokens_total_ = 0;
   int64_t generation_tokens_total_ = 0;
   int64_t requests_finished_ = 0;

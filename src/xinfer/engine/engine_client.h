@@ -83,7 +83,10 @@ struct EngineStats {
   int64_t requests_aborted = 0;
   // Where the engine thread's time goes (cumulative seconds), split by step kind. "device" is the model
   // runner call: upload, forward, sampling and the wait for the result; "host" is scheduling plus the
-  // bookkeeping and callbacks after the result.
+  // bookkeeping and callbacks after the result. With asynchronous scheduling a pipelined step's "device"
+  // time is its period (previous step's results to its own) and its "host" time the host work done in
+  // that period outside the wait, which overlaps the device instead of adding to it.
+  int64_t async_steps = 0;             // steps launched while the previous step was still in flight
   int64_t decode_only_steps = 0;       // steps whose every sequence feeds one token
   int64_t mixed_steps = 0;             // steps with at least one prefill chunk
   int64_t decode_only_tokens = 0;

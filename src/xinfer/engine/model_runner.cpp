@@ -19,9 +19,11 @@ ModelRunner::ModelRunner(model::LlamaModel& model, backend::Backend& backend, co
       kv_(backend.allocate_kv_cache(kv_spec)),
       graph_mode_(graphs),
       graph_owner_(next_graph_owner.fetch_add(1)),
-      ids_device_(backend.allocate(DType::kI32, Shape{std::max(model.options().max_logit_rows, kMaxGraphBatch)})) {}
+      ids_device_{backend.allocate(DType::kI32, Shape{std::max(model.options().max_logit_rows, kMaxGraphBatch)}),
+                  backend.allocate(DType::kI32, Shape{std::max(model.options().max_logit_rows, kMaxGraphBatch)})} {}
 
 ModelRunner::~ModelRunner() {
+  if (!greedy_flights_.empty()) backend_.wait_host_copies();  // copies must not land in freed vectors
   if (graph_captures_ > 0) backend_.clear_graphs();
 }
 
@@ -36,6 +38,11 @@ backend::StepPlan ModelRunner::plan(std::span<const SequenceChunk> chunks, int b
     const int32_t end = c.start_pos + static_cast<int32_t>(c.tokens.size());
     XI_CHECK_LE(static_cast<size_t>((end + block_size - 1) / block_size), c.block_table.size())
         << "block table too short for position " << end - 1;
+    if (c.token_source >= 0) {
+      XI_CHECK_EQ(c.tokens.size(), 1u) << "a fed token is a chunk of its own";
+      p.token_sources.resize(p.token_ids.size(), -1);
+      p.token_sources.push_back(c.token_source);
+    }
     for (size_t i = 0; i < c.tokens.size(); ++i) {
       const int32_t pos = c.start_pos + static_cast<int32_t>(i);
       p.token_ids.push_back(c.tokens[i]);
@@ -49,6 +56,7 @@ backend::StepPlan ModelRunner::plan(std::span<const SequenceChunk> chunks, int b
     p.block_tables.insert(p.block_tables.end(), c.block_table.begin(), c.block_table.end());
     p.block_tables.resize(p.block_tables.size() + max_blocks - c.block_table.size(), 0);
   }
+  if (!p.token_sources.empty()) p.token_sources.resize(p.token_ids.size(), -1);
   return p;
 }
 
@@ -65,6 +73,10 @@ backend::StepPlan ModelRunner::padded_decode_plan(std::span<const SequenceChunk>
     XI_CHECK_LE(c.block_table.size(), static_cast<size_t>(width));
     const int32_t pos = c.start_pos;
     XI_CHECK_LT(static_cast<size_t>(pos / block_size), c.block_table.size()) << "block table too short for position " << pos;
+    if (c.token_source >= 0) {
+      p.token_sources.resize(p.token_ids.size(), -1);
+      p.token_sources.push_back(c.token_source);
+    }
     p.token_ids.push_back(c.tokens[0]);
     p.positions.push_back(pos);
     p.slot_mapping.push_back(c.block_table[static_cast<size_t>(pos / block_size)] * block_size + pos % block_size);
@@ -83,6 +95,7 @@ backend::StepPlan ModelRunner::padded_decode_plan(std::span<const SequenceChunk>
     p.query_start_loc.push_back(i + 1);
     p.logit_rows.push_back(i);
   }
+  if (!p.token_sources.empty()) p.token_sources.resize(p.token_ids.size(), -1);
   return p;
 }
 
@@ -108,9 +121,23 @@ bool ModelRunner::graph_shape(std::span<const SequenceChunk> chunks, int* bucket
   return true;
 }
 
-TensorView ModelRunner::forward_padded(std::span<const SequenceChunk> chunks, int bucket, int width) {
-  const backend::StepPlan p = padded_decode_plan(chunks, kv_spec_.block_size, bucket, width);
+backend::StepMeta ModelRunner::upload(backend::StepPlan& p) {
+  if (p.token_sources.empty()) return backend_.upload_step(p);
+  XI_CHECK(!greedy_flights_.empty()) << "a chunk feeds a token but no greedy step is in flight";
+  const GreedyFlight& prev = greedy_flights_.back();
+  for (int32_t& r : p.token_sources) {
+    if (r < 0) continue;
+    XI_CHECK_LT(static_cast<size_t>(r), prev.sample_rows.size()) << "token source beyond the previous step's samples";
+    r = prev.sample_rows[static_cast<size_t>(r)];
+  }
   const backend::StepMeta meta = backend_.upload_step(p);
+  backend_.feed_tokens(meta, ids_device_[prev.buffer].view);
+  return meta;
+}
+
+TensorView ModelRunner::forward_padded(std::span<const SequenceChunk> chunks, int bucket, int width) {
+  backend::StepPlan p = padded_decode_plan(chunks, kv_spec_.block_size, bucket, width);
+  const backend::StepMeta meta = upload(p);
   TensorView logits;
   if (graph_mode_ == GraphMode::kOn) {
     const uint64_t key = (graph_owner_ << 40) | (static_cast<uint64_t>(bucket) << 24) | static_cast<uint32_t>(width);
@@ -142,12 +169,13 @@ TensorView ModelRunner::forward(std::span<const SequenceChunk> chunks, bool* pad
   int bucket = 0, width = 0;
   *padded = graph_shape(chunks, &bucket, &width);
   if (*padded) return forward_padded(chunks, bucket, width);
-  const backend::StepPlan p = plan(chunks, kv_spec_.block_size);
-  const backend::StepMeta meta = backend_.upload_step(p);
+  backend::StepPlan p = plan(chunks, kv_spec_.block_size);
+  const backend::StepMeta meta = upload(p);
   return model_.forward(meta, kv_);
 }
 
 const std::vector<float>& ModelRunner::run(std::span<const SequenceChunk> chunks) {
+  XI_CHECK(greedy_flights_.empty()) << "run() while greedy steps are in flight";
   bool padded = false;
   const TensorView logits = forward(chunks, &padded);
   if (!padded) {
@@ -180,32 +208,78 @@ const std::vector<int32_t>& ModelRunner::run_greedy(std::span<const SequenceChun
 }
 
 void ModelRunner::start_greedy(std::span<const SequenceChunk> chunks) {
-  XI_CHECK(!greedy_started_) << "start_greedy() twice without finish_greedy()";
+  XI_CHECK_LT(static_cast<int>(greedy_flights_.size()), kMaxGreedyInFlight) << "start_greedy() with two steps in flight";
   bool padded = false;
-  const TensorView logits = forward(chunks, &padded);
+  const TensorView logits = forward(chunks, &padded);  // feeds token sources from greedy_flights_.back()
+  GreedyFlight f;
+  f.buffer = next_ids_buffer_;
+  next_ids_buffer_ ^= 1;
   // Padded steps: the live rows are the first chunks.size() rows, one per chunk.
-  const int64_t rows = padded ? static_cast<int64_t>(chunks.size()) : (logits.numel() > 0 ? logits.shape[0] : 0);
-  greedy_wanted_.clear();
-  if (padded && !std::all_of(chunks.begin(), chunks.end(), [](const SequenceChunk& c) { return c.want_logits; }))
-    for (const SequenceChunk& c : chunks) greedy_wanted_.push_back(c.want_logits);
-  ids_.resize(static_cast<size_t>(rows));
-  greedy_started_ = true;
-  if (rows == 0) return;
-  XI_CHECK_LE(rows, ids_device_.view.numel());
-  const TensorView ids = ids_device_.view.rows(0, rows);
-  backend_.argmax_rows(logits.rows(0, rows), ids);
-  backend_.to_host_raw_async(ids, ids_.data());
+  f.rows = padded ? static_cast<int64_t>(chunks.size()) : (logits.numel() > 0 ? logits.shape[0] : 0);
+  const bool all_want =
+      std::all_of(chunks.begin(), chunks.end(), [](const SequenceChunk& c) { return c.want_logits; });
+  if (padded && !all_want)
+    for (const SequenceChunk& c : chunks) f.wanted.push_back(c.want_logits);
+  for (size_t i = 0; i < chunks.size(); ++i)
+    if (chunks[i].want_logits)
+      f.sample_rows.push_back(padded ? static_cast<int32_t>(i) : static_cast<int32_t>(f.sample_rows.size()));
+  std::vector<int32_t>& host = host_ids_[f.buffer];
+  host.resize(static_cast<size_t>(f.rows));
+  if (f.rows > 0) {
+    XI_CHECK_LE(f.rows, ids_device_[f.buffer].view.numel());
+    const TensorView ids = ids_device_[f.buffer].view.rows(0, f.rows);
+    backend_.argmax_rows(logits.rows(0, f.rows), ids);
+    backend_.to_host_raw_async(ids, host.data());
+  }
+  f.fence = backend_.fence_host_copies();
+  greedy_flights_.push_back(std::move(f));
+}
+
+void ModelRunner::start_sampled(std::span<const SequenceChunk> chunks, std::span<const SampleInput> inputs,
+                                std::span<const int32_t> eos_token_ids) {
+  XI_CHECK_LT(static_cast<int>(greedy_flights_.size()), kMaxGreedyInFlight) << "start_sampled() with two steps in flight";
+  XI_CHECK(backend_.supports_sampling()) << "start_sampled() needs Backend::sample_rows";
+  bool padded = false;
+  const TensorView logits = forward(chunks, &padded);  // feeds token sources from greedy_flights_.back()
+  sample_logit_rows_.clear();
+  for (size_t i = 0; i < chunks.size(); ++i)
+    if (chunks[i].want_logits) sample_logit_rows_.push_back(padded ? static_cast<int32_t>(i)
+                                                                   : static_cast<int32_t>(sample_logit_rows_.size()));
+  XI_CHECK_EQ(sample_logit_rows_.size(), inputs.size()) << "one sampler input per chunk with want_logits";
+  if (!planner_) planner_ = std::make_unique<DeviceSamplingPlanner>(vocab_size());
+  planner_->clear();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    XI_CHECK(!inputs[i].params->has_penalties()) << "start_sampled(): penalties read the output tokens";
+    planner_->add(inputs[i], sample_logit_rows_[i], eos_token_ids);
+  }
+  GreedyFlight f;
+  f.buffer = next_ids_buffer_;
+  next_ids_buffer_ ^= 1;
+  f.rows = static_cast<int64_t>(inputs.size());
+  for (int32_t r = 0; r < static_cast<int32_t>(inputs.size()); ++r) f.sample_rows.push_back(r);  // batch order
+  std::vector<int32_t>& host = host_ids_[f.buffer];
+  host.resize(static_cast<size_t>(f.rows));
+  if (f.rows > 0) {
+    XI_CHECK_LE(f.rows, ids_device_[f.buffer].view.numel());
+    const TensorView ids = ids_device_[f.buffer].view.rows(0, f.rows);
+    const Status st = backend_.sample_rows(logits, planner_->batch(), ids);
+    XI_CHECK(st.ok()) << "sample_rows refused a pipelined batch: " << st.to_string();
+    backend_.to_host_raw_async(ids, host.data());
+    device_sampled_rows_ += f.rows;
+  }
+  f.fence = backend_.fence_host_copies();
+  greedy_flights_.push_back(std::move(f));
 }
 
 const std::vector<int32_t>& ModelRunner::finish_greedy() {
-  XI_CHECK(greedy_started_) << "finish_greedy() without start_greedy()";
-  greedy_started_ = false;
-  backend_.wait_host_copies();
-  if (greedy_wanted_.empty()) return ids_;
-  padded_ids_.swap(ids_);
+  XI_CHECK(!greedy_flights_.empty()) << "finish_greedy() without start_greedy()";
+  const GreedyFlight f = std::move(greedy_flights_.front());
+  greedy_flights_.pop_front();
+  backend_.wait_host_copies(f.fence);
+  const std::vector<int32_t>& host = host_ids_[f.buffer];
   ids_.clear();
-  for (size_t i = 0; i < greedy_wanted_.size(); ++i)
-    if (greedy_wanted_[i]) ids_.push_back(padded_ids_[i]);
+  for (size_t i = 0; i < host.size(); ++i)
+    if (f.wanted.empty() || f.wanted[i]) ids_.push_back(host[i]);
   return ids_;
 }
 
@@ -213,6 +287,7 @@ std::vector<SampleOutput> ModelRunner::run_sampled(std::span<const SequenceChunk
                                                   std::span<const SampleInput> inputs, Sampler& host) {
   const size_t vocab = static_cast<size_t>(vocab_size());
   XI_CHECK_EQ(host.vocab_size(), vocab_size());
+  XI_CHECK(greedy_flights_.empty()) << "run_sampled() while greedy steps are in flight";
   if (!backend_.supports_sampling()) {
     const std::vector<float>& logits = run(chunks);
     XI_CHECK_EQ(logits.size(), inputs.size() * vocab);
@@ -244,9 +319,9 @@ std::vector<SampleOutput> ModelRunner::run_sampled(std::span<const SequenceChunk
   // The device draws (queued first) while the host samples its rows; ids come back last. A batch the
   // backend refuses (e.g. a vocabulary past its kernel's limit) is sampled on the host instead.
   if (!device_inputs_.empty()) {
-    XI_CHECK_LE(static_cast<int64_t>(device_inputs_.size()), ids_device_.view.numel());
+    XI_CHECK_LE(static_cast<int64_t>(device_inputs_.size()), ids_device_[0].view.numel());
     const Status st = backend_.sample_rows(logits, planner_->batch(),
-                                           ids_device_.view.rows(0, static_cast<int64_t>(device_inputs_.size())));
+                                           ids_device_[0].view.rows(0, static_cast<int64_t>(device_inputs_.size())));
     if (!st.ok()) {
       if (!warned_device_sampling_) XI_LOG(WARN) << "device sampling unavailable, sampling on the host: " << st.to_string();
       warned_device_sampling_ = true;
@@ -272,7 +347,7 @@ std::vector<SampleOutput> ModelRunner::run_sampled(std::span<const SequenceChunk
   }
   if (n > 0) {
     ids_.resize(static_cast<size_t>(n));
-    backend_.to_host_raw(ids_device_.view.rows(0, n), ids_.data());
+    backend_.to_host_raw(ids_device_[0].view.rows(0, n), ids_.data());
     for (size_t r = 0; r < device_inputs_.size(); ++r) out[device_inputs_[r]].token = ids_[r];
     device_sampled_rows_ += n;
   }

@@ -20,9 +20,16 @@
 // KV cache and the model's buffers). Graphs are recorded lazily: the engine reserves a memory
 // margin for them before sizing the KV cache. Mixed and prefill steps always run eagerly.
 // GraphMode::kPaddedEager pads the same way but runs eagerly: the bit-exact reference for graph replay.
+//
+// Asynchronous scheduling: up to two greedy steps may be started before the first is finished. A chunk of
+// the second may feed a token the first samples (SequenceChunk::token_source): the plan carries a
+// placeholder and Backend::feed_tokens() copies the first step's device-side id into the step's token ids
+// after the metadata upload and before the forward (or the graph replay). The argmax ids and their host
+// copies are double-buffered, and finish_greedy() waits only for the oldest step's copy (a fence).
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -40,6 +47,9 @@ struct SequenceChunk {
   int32_t start_pos = 0;                 // position of tokens[0] (= tokens already in the KV cache)
   std::span<const int32_t> block_table;  // block ids of the sequence, in order
   bool want_logits = false;              // return logits of the chunk's last token
+  // >= 0: tokens is one placeholder; feed the id sampled for row token_source (in want_logits order) by the
+  // greedy step started just before this one, which must still be in flight (start_greedy only).
+  int32_t token_source = -1;
 };
 
 enum class GraphMode { kOff, kOn, kPaddedEager };
@@ -63,10 +73,24 @@ class ModelRunner {
   // until the next call.
   const std::vector<int32_t>& run_greedy(std::span<const SequenceChunk> chunks);
   // run_greedy() in two halves: start_greedy() queues the forward, the argmax and the copy of the ids and
-  // returns while the device works; finish_greedy() waits and returns what run_greedy() would. No other
-  // call on this runner or its backend in between, except Backend-free host work.
+  // returns while the device works; finish_greedy() waits for the oldest started step and returns what
+  // run_greedy() would for it (valid until the next call). At most kMaxGreedyInFlight started steps; chunks
+  // with a token_source read the ids of the step started last. No other call on this runner in between,
+  // except start_greedy() / finish_greedy() and Backend-free host work.
+  static constexpr int kMaxGreedyInFlight = 2;
   void start_greedy(std::span<const SequenceChunk> chunks);
+  // start_greedy() with run_sampled()'s device draw: inputs[i] (logits unset) belongs to the i-th chunk with
+  // want_logits; every input must be device_samplable() and free of penalties (output tokens may hold a
+  // placeholder; only their count is read), and the backend must supports_sampling(). finish_greedy() returns
+  // its ids like a greedy step's. Same draws as run_sampled() (random bits per (seed, output index)).
+  void start_sampled(std::span<const SequenceChunk> chunks, std::span<const SampleInput> inputs,
+                     std::span<const int32_t> eos_token_ids);
+  // Waits for the oldest started step (start_greedy or start_sampled) and returns its ids.
   const std::vector<int32_t>& finish_greedy();
+  // Whether sample_rows() has drawn rows for this runner and never refused a batch (the engine pipelines
+  // device-sampled steps only then: a refusal is handled only by run_sampled()'s host fallback).
+  bool device_sampling_verified() const { return device_sampled_rows_ > 0 && !warned_device_sampling_; }
+  int num_greedy_in_flight() const { return static_cast<int>(greedy_flights_.size()); }
   // Runs one forward like run() and samples each chunk with want_logits; inputs[i] (logits unset) belongs to
   // the i-th such chunk. Rows that device_samplable() allows are sampled by the backend's sample_rows() when
   // it supports_sampling() - only their ids come back; the others' raw logits come back for `host`. Without
@@ -94,9 +118,12 @@ class ModelRunner {
   // bucket and width of a decode-only step, or false when the step runs unpadded.
   bool graph_shape(std::span<const SequenceChunk> chunks, int* bucket, int* width) const;
   // Runs the forward; returns the device logits: one row per chunk with want_logits, or, when *padded is set,
-  // one row per chunk (then padding rows) whatever want_logits says.
+  // one row per chunk (then padding rows) whatever want_logits says. Chunks with a token_source read the ids
+  // of the last started greedy step.
   TensorView forward(std::span<const SequenceChunk> chunks, bool* padded);
   TensorView forward_padded(std::span<const SequenceChunk> chunks, int bucket, int width);
+  // Uploads plan `p` (token sources mapped to device rows of the last started greedy step) and feeds them.
+  backend::StepMeta upload(backend::StepPlan& p);
 
   model::LlamaModel& model_;
   backend::Backend& backend_;
@@ -109,11 +136,21 @@ class ModelRunner {
   int64_t graph_replays_ = 0;
   std::vector<float> logits_;
   std::vector<float> padded_logits_;
-  backend::DeviceTensor ids_device_;  // [max(max_logit_rows, kMaxGraphBatch)] i32: argmax_rows output
+  // [max(max_logit_rows, kMaxGraphBatch)] i32: argmax_rows / sample_rows output, two of them: consecutive
+  // greedy steps alternate, so a step in flight keeps its ids while the next one runs.
+  backend::DeviceTensor ids_device_[2];
   std::vector<int32_t> ids_;
-  std::vector<int32_t> padded_ids_;
-  std::vector<bool> greedy_wanted_;  // start_greedy() -> finish_greedy(): want_logits of each padded row's chunk
-  bool greedy_started_ = false;
+  // A started greedy step (start_greedy -> finish_greedy).
+  struct GreedyFlight {
+    int buffer = 0;                 // ids_device_ / host_ids_ index
+    uint64_t fence = 0;             // Backend::fence_host_copies() after its id copy
+    int64_t rows = 0;               // device rows copied
+    std::vector<bool> wanted;       // padded steps with some want_logits false: per device row
+    std::vector<int32_t> sample_rows;  // device row of each want_logits chunk, in order
+  };
+  std::deque<GreedyFlight> greedy_flights_;
+  std::vector<int32_t> host_ids_[2];
+  int next_ids_buffer_ = 0;
   bool warned_device_sampling_ = false;  // run_sampled() fell back to the host once (logged once)
   // run_sampled() scratch
   std::unique_ptr<DeviceSamplingPlanner> planner_;  // created on first use

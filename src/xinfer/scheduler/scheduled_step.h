@@ -5,6 +5,11 @@
 // writes their K/V to slots block_table[p / block_size] * block_size + p % block_size; attention for
 // those tokens reads positions [0, start_pos + n) of the same sequence through block_table.
 // The spans point into scheduler-owned memory: valid until the next schedule()/update()/abort()/add().
+//
+// Asynchronous scheduling (scheduler.h): a step may be scheduled while the previous one is still being
+// computed. A sequence sampled in that previous step then feeds a token nobody has seen yet: its decode row
+// carries token_ids = {kPendingToken} and pending_row = the row of the previous step's StepOutput whose
+// token it must feed (the model runner takes it from the device-side result of that step).
 #pragma once
 
 #include <cstdint>
@@ -13,12 +18,18 @@
 
 namespace xinfer::sched {
 
+// Placeholder for a sampled token that the host does not know yet (never a valid vocabulary id).
+inline constexpr int32_t kPendingToken = -1;
+
 struct ScheduledSeq {
   uint64_t seq_id = 0;
   std::span<const int32_t> token_ids;    // [n]: a prefill chunk, or the one last token when decoding
   int start_pos = 0;                     // tokens already in the KV cache (including prefix-cache hits)
   bool sample = false;                   // the chunk ends at the last known token: sample one token
   std::span<const int32_t> block_table;  // [ceil((start_pos + n) / block_size)] block ids
+  // >= 0: a decode row whose token_ids are {kPendingToken}: feed the token sampled for row pending_row
+  // (StepOutput order) of the step scheduled just before this one, which is still in flight.
+  int pending_row = -1;
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   // One token that produces a sample: the decode-shaped case (attention kernels may batch these).
   bool is_decode() const { return sample && token_ids.size() == 1; }

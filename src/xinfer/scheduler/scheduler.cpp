@@ -39,6 +39,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, Clock clock)
     : config_(config), clock_(std::move(clock)), kv_(kv_config(config)), decode_interval_(config.decode_interval) {
   XI_CHECK_OK(config.validate());
   running_.reserve(config.max_num_seqs);
+  pending_.reserve(kMaxStepsInFlight);
 }
 
 Scheduler::~Scheduler() = default;
@@ -89,9 +90,6 @@ std::optional<FinishedRequest> Scheduler::abort(uint64_t id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return std::nullopt;
   Sequence* s = it->second.get();
-  for (InFlight& f : in_flight_) {
-    if (f.seq == s) f.seq = nullptr;
-  }
   if (s->status == SeqStatus::kRunning) {
     remove_running(s);
   } else {
@@ -108,11 +106,16 @@ void Scheduler::remove_running(Sequence* s) {
 }
 
 FinishedRequest Scheduler::finish(Sequence* s, FinishReason reason, double now) {
+  // Rows of in-flight steps become discarded rows (their KV writes land in blocks freed here; a later
+  // owner of such a block writes it after them, in step order).
+  for (PendingStep& p : pending_)
+    for (InFlight& f : p.rows)
+      if (f.seq == s) f.seq = nullptr;
   kv_.free(s->table);
   FinishedRequest f;
   f.id = s->request.id;
   f.reason = reason;
-  f.output_token_ids.assign(s->tokens.begin() + s->num_prompt_tokens, s->tokens.end());
+  f.output_token_ids.assign(s->tokens.begin() + s->num_prompt_tokens, s->tokens.end() - (s->placeholder ? 1 : 0));
   f.metrics = std::move(s->metrics);
   f.metrics.finished_time = now;
   f.metrics.num_output_tokens = static_cast<int>(f.output_token_ids.size());
@@ -125,6 +128,11 @@ void Scheduler::preempt(Sequence* s, ScheduledStep& step) {
   XI_CHECK(!running_.empty() && running_.back() == s);
   running_.pop_back();
   kv_.free(s->table);
+  // Rows of the in-flight step keep their token (update() appends it) but their KV is gone.
+  for (PendingStep& p : pending_)
+    for (InFlight& f : p.rows)
+      if (f.seq == s) f.kv_dropped = true;
+  s->num_in_flight = 0;
   s->num_computed = 0;
   s->status = SeqStatus::kWaiting;
   s->enqueue_time = clock_();
@@ -137,12 +145,37 @@ void Scheduler::preempt(Sequence* s, ScheduledStep& step) {
 void Scheduler::emit(Sequence* s, int n, ScheduledStep& step) {
   ScheduledSeq q;
   q.seq_id = s->request.id;
-  q.token_ids = std::span<const int32_t>(s->tokens).subspan(s->num_computed, n);
-  q.start_pos = static_cast<int>(s->num_computed);
-  q.sample = s->num_computed + n == static_cast<int64_t>(s->tokens.size());
+  q.token_ids = std::span<const int32_t>(s->tokens).subspan(s->num_scheduled(), n);
+  q.start_pos = static_cast<int>(s->num_scheduled());
+  q.sample = s->num_scheduled() + n == static_cast<int64_t>(s->tokens.size());
   q.block_table = s->table.blocks();
+  if (s->placeholder && q.sample) {
+    XI_CHECK_EQ(n, 1) << "sequence " << s->request.id << ": a placeholder is fed alone";
+    q.pending_row = s->pending_row;
+  }
   step.seqs.push_back(q);
   in_flight_.push_back({s, n, q.sample});
+  s->num_in_flight += n;
+}
+
+void Scheduler::extend_provisionally(PendingStep& step) {
+  int row = 0;
+  for (const InFlight& f : step.rows) {
+    if (!f.sample) continue;
+    const int r = row++;
+    Sequence* s = f.seq;
+    if (s == nullptr || f.kv_dropped) continue;
+    XI_CHECK(!s->placeholder) << "sequence " << s->request.id << " already has a placeholder";
+    XI_CHECK_EQ(s->num_remaining(), 0) << "sequence " << s->request.id;
+    // Certain finish after this token: nothing to schedule (update() finishes it with kLength).
+    const int outputs_after = s->num_output_tokens() + 1;
+    if (outputs_after >= s->request.max_new_tokens ||
+        (config_.max_model_len > 0 && static_cast<int64_t>(s->tokens.size()) + 1 >= config_.max_model_len))
+      continue;
+    s->tokens.push_back(kPendingToken);
+    s->placeholder = true;
+    s->pending_row = r;
+  }
 }
 
 bool Scheduler::admission_due(int num_decodes, double now) {
@@ -179,6 +212,9 @@ int Scheduler::admit(int budget, ScheduledStep& step) {
   int admitted = 0;
   while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_num_seqs && budget > 0) {
     Sequence* s = waiting_.pick(window, config_.max_bypass);
+    // Preempted while its sampled token is still in flight: it can recompute only once the token is known
+    // (after that step's update(); not before the next schedule(), since a preempting step admits nobody).
+    if (s->placeholder) break;
     const int reserve = running_.empty() ? 0 : watermark_blocks;
     kv::PrefixMatch m = kv_.match_prefix(s->tokens);
     const int64_t hit = m.num_tokens(config_.block_size);
@@ -190,6 +226,7 @@ int Scheduler::admit(int budget, ScheduledStep& step) {
     waiting_.admitted(s, window);
     s->status = SeqStatus::kRunning;
     s->num_computed = hit;
+    XI_CHECK_EQ(s->num_in_flight, 0);
     s->bypass_count = 0;
     if (s->metrics.first_scheduled_time < 0) {
       s->metrics.first_scheduled_time = now;
@@ -205,23 +242,26 @@ int Scheduler::admit(int budget, ScheduledStep& step) {
 }
 
 ScheduledStep Scheduler::schedule() {
-  XI_CHECK(!step_pending_) << "schedule() called again before update()";
+  XI_CHECK_LT(static_cast<int>(pending_.size()), kMaxStepsInFlight)
+      << "schedule() with " << pending_.size() << " steps in flight: update() the oldest first";
   const double now = clock_();
-  schedule_start_ = now;
+  if (!pending_.empty()) extend_provisionally(pending_.back());
   ScheduledStep step;
   step.seqs.reserve(running_.size() + 4);
   in_flight_.clear();
   int budget = config_.max_num_batched_tokens;
 
   // 1. Running sequences in priority order. Decodes later in the order keep one budget token each, so a
-  //    long prefill chunk of an important sequence cannot stall everyone's decode.
+  //    long prefill chunk of an important sequence cannot stall everyone's decode. A sequence with nothing
+  //    left to feed (sampled in the in-flight step, certain to finish there) is skipped.
   int decodes_left = 0;
   for (const Sequence* s : running_) decodes_left += s->num_remaining() == 1 ? 1 : 0;
   int num_decodes = 0;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* s = running_[i];
     const int64_t remaining = s->num_remaining();
-    XI_CHECK_GE(remaining, 1) << "sequence " << s->request.id;
+    XI_CHECK_GE(remaining, 0) << "sequence " << s->request.id;
+    if (remaining == 0) continue;
     const bool decode = remaining == 1;
     if (decode) --decodes_left;
     int64_t n = decode ? 1 : std::min<int64_t>(remaining, budget - decodes_left);
@@ -230,7 +270,7 @@ ScheduledStep Scheduler::schedule() {
     // since those come before s in the order) until s fits at least one token; it may be s itself.
     bool self_preempted = false;
     for (;;) {
-      const int64_t fit = kv_.max_total_tokens(s->table, nullptr, 0) - s->num_computed;
+      const int64_t fit = kv_.max_total_tokens(s->table, nullptr, 0) - s->num_scheduled();
       if (fit >= 1) {
         n = std::min(n, fit);
         break;
@@ -244,7 +284,7 @@ ScheduledStep Scheduler::schedule() {
       }
     }
     if (self_preempted) break;
-    XI_CHECK(kv_.allocate(s->table, s->num_computed + n));
+    XI_CHECK(kv_.allocate(s->table, s->num_scheduled() + n));
     emit(s, static_cast<int>(n), step);
     budget -= static_cast<int>(n);
     num_decodes += decode ? 1 : 0;
@@ -253,12 +293,10 @@ ScheduledStep Scheduler::schedule() {
   // 2. Waiting requests, when admission is due. Not in a step that preempted: the blocks just freed
   //    belong to the running sequences that needed them.
   int num_admitted = 0;
-  step_admitted_ = false;
   ++steps_since_admission_;
   if (step.preempted_ids.empty() && !waiting_.empty() && budget > 0 &&
       static_cast<int>(running_.size()) < config_.max_num_seqs && admission_due(num_decodes, now)) {
     num_admitted = admit(budget, step);
-    step_admitted_ = num_admitted > 0;
   }
 
   // Decode-shaped sequences first (kernels batch them), each group in the order scheduled.
@@ -313,32 +351,49 @@ ScheduledStep Scheduler::schedule() {
   m.schedule_time_s = clock_() - now;
   last_metrics_ = m;
   ++step_index_;
-  step_pending_ = !step.seqs.empty();
+  if (!step.seqs.empty()) pending_.push_back(PendingStep{std::move(in_flight_), now, num_admitted > 0, m});
+  in_flight_.clear();
   return step;
 }
 
 std::vector<FinishedRequest> Scheduler::update(const StepOutput& output) {
   std::vector<FinishedRequest> finished;
-  if (!step_pending_) {
+  if (pending_.empty()) {
     XI_CHECK(output.token_ids.empty()) << "update() with tokens but no step in flight";
     return finished;
   }
-  step_pending_ = false;
+  PendingStep step = std::move(pending_.front());
+  pending_.erase(pending_.begin());
   const double now = clock_();
   size_t k = 0;
   size_t num_sampling = 0;
-  for (const InFlight& f : in_flight_) num_sampling += f.sample ? 1 : 0;
+  for (const InFlight& f : step.rows) num_sampling += f.sample ? 1 : 0;
   XI_CHECK_EQ(output.token_ids.size(), num_sampling) << "StepOutput needs one token per sampling sequence";
 
   std::vector<std::pair<Sequence*, FinishReason>> done;
-  for (const InFlight& f : in_flight_) {
+  for (const InFlight& f : step.rows) {
     const int32_t token = f.sample ? output.token_ids[k++] : 0;
     Sequence* s = f.seq;
-    if (s == nullptr) continue;  // aborted during the step
-    s->num_computed += f.num_tokens;
-    kv_.commit(s->table, s->tokens, s->num_computed);
+    if (s == nullptr) continue;  // aborted during the step, or finished by the previous step's update()
+    if (!f.kv_dropped) {
+      s->num_in_flight -= f.num_tokens;
+      s->num_computed += f.num_tokens;
+      XI_CHECK_GE(s->num_in_flight, 0) << "sequence " << s->request.id;
+      // Full blocks below num_computed get hashed: never the placeholder, which sits at or above it.
+      XI_CHECK(!s->placeholder || s->num_computed < static_cast<int64_t>(s->tokens.size()))
+          << "sequence " << s->request.id << " would commit its placeholder";
+      kv_.commit(s->table, s->tokens, s->num_computed);
+    }
     if (!f.sample) continue;
-    s->tokens.push_back(token);
+    XI_CHECK_GE(token, 0) << "sampled token of sequence " << s->request.id;
+    if (s->placeholder) {
+      XI_CHECK_EQ(s->tokens.back(), kPendingToken);
+      s->tokens.back() = token;
+      s->placeholder = false;
+      s->pending_row = -1;
+    } else {
+      s->tokens.push_back(token);
+    }
     RequestMetrics& rm = s->metrics;
     if (rm.first_token_time < 0) {
       rm.first_token_time = now;
@@ -357,19 +412,25 @@ std::vector<FinishedRequest> Scheduler::update(const StepOutput& output) {
       done.emplace_back(s, FinishReason::kLength);
     }
   }
-  in_flight_.clear();
   if (!done.empty()) {
     for (auto& [s, reason] : done) s->finishing = true;
     running_.erase(std::remove_if(running_.begin(), running_.end(), [](const Sequence* s) { return s->finishing; }),
                    running_.end());
     finished.reserve(done.size());
-    for (auto& [s, reason] : done) finished.push_back(finish(s, reason, now));
+    for (auto& [s, reason] : done) {
+      if (s->status == SeqStatus::kWaiting) waiting_.erase(s);  // preempted while this step was in flight
+      finished.push_back(finish(s, reason, now));
+    }
   }
 
-  const double dt = now - schedule_start_;
+  // The rows' storage goes back to schedule() (no allocation per step).
+  step.rows.clear();
+  if (step.rows.capacity() > in_flight_.capacity()) in_flight_.swap(step.rows);
+  const double dt = now - step.schedule_start;
+  last_metrics_ = step.metrics;
   last_metrics_.step_time_s = dt;
   last_metrics_.num_finished = static_cast<int>(finished.size());
-  if (step_admitted_) {
+  if (step.admitted) {
     admission_step_time_ewma_ = admission_step_time_ewma_ == 0 ? dt : 0.8 * admission_step_time_ewma_ + 0.2 * dt;
   }
   return finished;
@@ -400,23 +461,51 @@ void Scheduler::check_invariants() const {
   kv_.check_invariants(tables);
   XI_CHECK_EQ(running_.size() + waiting_.size(), seqs_.size()) << "a sequence is in neither or both queues";
   XI_CHECK_LE(static_cast<int>(running_.size()), config_.max_num_seqs);
+  XI_CHECK_LE(static_cast<int>(pending_.size()), kMaxStepsInFlight);
+  // Tokens each sequence has in flight, and which sequences the oldest in-flight step samples (row index).
+  std::unordered_map<const Sequence*, int64_t> in_flight;
+  std::unordered_map<const Sequence*, int> sampled_rows;
+  for (size_t p = 0; p < pending_.size(); ++p) {
+    int row = 0;
+    for (const InFlight& f : pending_[p].rows) {
+      const int r = f.sample ? row++ : -1;
+      if (f.seq == nullptr) continue;
+      XI_CHECK(seqs_.count(f.seq->request.id) == 1 && find(f.seq->request.id) == f.seq)
+          << "an in-flight row points at a dead sequence";
+      if (!f.kv_dropped) in_flight[f.seq] += f.num_tokens;
+      if (p == 0 && f.sample) sampled_rows[f.seq] = r;
+    }
+  }
   const int64_t bs = config_.block_size;
+  for (const auto& [id, owned] : seqs_) {
+    const Sequence* s = owned.get();
+    const auto it = in_flight.find(s);
+    XI_CHECK_EQ(s->num_in_flight, it == in_flight.end() ? 0 : it->second) << "sequence " << id;
+    XI_CHECK_LT(s->num_computed, static_cast<int64_t>(s->tokens.size())) << "sequence " << id;
+    XI_CHECK_LE(s->num_scheduled(), static_cast<int64_t>(s->tokens.size())) << "sequence " << id;
+    const auto placeholders = std::count(s->tokens.begin(), s->tokens.end(), kPendingToken);
+    XI_CHECK_EQ(placeholders, s->placeholder ? 1 : 0) << "sequence " << id;
+    if (s->placeholder) {
+      XI_CHECK_EQ(s->tokens.back(), kPendingToken) << "sequence " << id;
+      const auto r = sampled_rows.find(s);
+      XI_CHECK(r != sampled_rows.end()) << "sequence " << id << " has a placeholder but no sample in flight";
+      XI_CHECK_EQ(r->second, s->pending_row) << "sequence " << id;
+    }
+  }
   for (size_t i = 0; i < running_.size(); ++i) {
     const Sequence* s = running_[i];
     XI_CHECK(s->status == SeqStatus::kRunning) << "sequence " << s->request.id;
     XI_CHECK_EQ(find(s->request.id), s);
     if (i > 0) XI_CHECK(more_important(running_[i - 1], s)) << "running list out of order at " << i;
-    XI_CHECK_LT(s->num_computed, static_cast<int64_t>(s->tokens.size()));
-    if (!step_pending_) {
-      XI_CHECK_EQ(static_cast<int64_t>(s->table.num_blocks()), (s->num_computed + bs - 1) / bs)
-          << "sequence " << s->request.id << " holds blocks it does not use";
-    }
+    XI_CHECK_EQ(static_cast<int64_t>(s->table.num_blocks()), (s->num_scheduled() + bs - 1) / bs)
+        << "sequence " << s->request.id << " holds blocks it does not use";
   }
   for (const Sequence* s : waiting_) {
     XI_CHECK(s->status == SeqStatus::kWaiting) << "sequence " << s->request.id;
     XI_CHECK_EQ(find(s->request.id), s);
     XI_CHECK(s->table.empty()) << "waiting sequence " << s->request.id << " holds blocks";
     XI_CHECK_EQ(s->num_computed, 0);
+    XI_CHECK_EQ(s->num_in_flight, 0);
   }
 }
 

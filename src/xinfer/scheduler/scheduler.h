@@ -9,6 +9,26 @@
 //     for (FinishedRequest& f : scheduler.update(out)) report(f);
 //   }
 //
+// Asynchronous scheduling (docs/scheduler.md): at most two steps may be in flight. schedule() may be called
+// once more before the previous step's update(); updates then come in schedule order:
+//
+//   step N = schedule(); launch N                    // N in flight
+//   loop:
+//     add() / abort() (allowed while steps are in flight: abort forgets the sequence's in-flight rows)
+//     step N+1 = schedule(); launch N+1                // N+1's placeholder rows read N's ids on the device
+//     update(N's tokens)                               // resolves placeholders, finishes, frees blocks
+//     N = N+1
+//
+// schedule(N+1) first extends every sequence sampled in N by a placeholder token (kPendingToken), so N+1
+// schedules its decode with the right position and blocks (ScheduledSeq::pending_row names N's output row
+// that holds the real token) -- except a sequence whose finish after N is certain (its max_new_tokens or
+// max_model_len is reached): it gets no placeholder and is not scheduled in N+1. update(N) writes the real
+// token over the placeholder and applies the finish rules; a sequence finished there by a stop/eos token
+// (or aborted) leaves N+1's row behind as a discarded row: update(N+1) ignores it. A sequence preempted by
+// schedule(N+1) while in N keeps N's token (its KV from N is dropped) and is not re-admitted while its
+// placeholder is unresolved. The prefix cache hashes only committed tokens (never a placeholder: the
+// placeholder is never below num_computed).
+//
 // Policy (docs/scheduler.md): running sequences first, in priority order (decodes are never starved of
 // token budget by prefill chunks); waiting requests are admitted every decode_interval steps (adaptive)
 // or at once when nothing is decoding; when KV blocks run out the least important running sequence is
@@ -17,7 +37,9 @@
 // Not thread-safe: only the engine loop thread calls it. Spans in a ScheduledStep stay valid until the
 // next add()/abort()/schedule()/update().
 // Invariants, checked by check_invariants(): every block's ref count equals its uses in live block
-// tables; a sequence is in exactly one of waiting / running; running.size() <= max_num_seqs.
+// tables; a sequence is in exactly one of waiting / running; running.size() <= max_num_seqs; at most two
+// steps in flight; each sequence's num_in_flight equals its tokens in the in-flight steps; a placeholder
+// only as the last token of a sequence sampled in the oldest in-flight step.
 #pragma once
 
 #include <cstdint>
@@ -69,12 +91,16 @@ class Scheduler {
   // blocks at once. Returns its record (reason kAbort, outputs so far), or nullopt for an unknown id.
   std::optional<FinishedRequest> abort(uint64_t id);
 
-  // Plans one forward pass. Must be followed by update() before the next schedule(), unless empty().
+  // Plans one forward pass. At most kMaxStepsInFlight non-empty steps may await their update() (see above):
+  // with one in flight, this is the asynchronous "next step" (placeholders for that step's samples).
   ScheduledStep schedule();
-  // Applies the forward's results: advances computed tokens, registers full blocks in the prefix cache,
-  // appends sampled tokens, finishes sequences (stop/eos token, max_new_tokens, max_model_len).
-  // Returns the sequences finished by this update.
+  // Applies the results of the oldest in-flight step: advances computed tokens, registers full blocks in the
+  // prefix cache, appends sampled tokens (or resolves their placeholders), finishes sequences (stop/eos
+  // token, max_new_tokens, max_model_len). Returns the sequences finished by this update.
   std::vector<FinishedRequest> update(const StepOutput& output);
+  static constexpr int kMaxStepsInFlight = 2;
+  // Non-empty steps scheduled and not yet update()d (0..kMaxStepsInFlight).
+  int num_steps_in_flight() const { return static_cast<int>(pending_.size()); }
 
   bool has_unfinished() const { return !seqs_.empty(); }
   int num_running() const { return static_cast<int>(running_.size()); }
@@ -92,9 +118,17 @@ class Scheduler {
 
  private:
   struct InFlight {
-    Sequence* seq;  // nullptr once aborted during the step
+    Sequence* seq;  // nullptr once aborted (or finished by an earlier step's update()) during the step
     int num_tokens;
     bool sample;
+    bool kv_dropped = false;  // seq was preempted after this step was scheduled: only its token counts
+  };
+  // A scheduled, not yet updated step.
+  struct PendingStep {
+    std::vector<InFlight> rows;  // in ScheduledStep::seqs order
+    double schedule_start = 0;
+    bool admitted = false;       // admitted waiting requests (admission step-time EWMA)
+    StepMetrics metrics;
   };
 
   void preempt(Sequence* s, ScheduledStep& step);
@@ -104,6 +138,8 @@ class Scheduler {
   void adapt_interval(double head_wait_s, int num_decodes);
   FinishedRequest finish(Sequence* s, FinishReason reason, double now);
   void remove_running(Sequence* s);
+  // schedule() with a step in flight: placeholders for that step's samples whose finish is not certain.
+  void extend_provisionally(PendingStep& step);
 
   SchedulerConfig config_;
   Clock clock_;
@@ -111,18 +147,16 @@ class Scheduler {
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
   std::vector<Sequence*> running_;  // sorted by more_important()
   WaitingQueue waiting_;
-  std::vector<InFlight> in_flight_;
-  bool step_pending_ = false;
+  std::vector<InFlight> in_flight_;   // rows of the step being scheduled (capacity recycled by update())
+  std::vector<PendingStep> pending_;  // in-flight steps, oldest first (<= kMaxStepsInFlight; no allocation)
   uint64_t next_arrival_seq_ = 0;
   int64_t next_admission_order_ = 0;
   uint64_t step_index_ = 0;
-  double schedule_start_ = 0;
 
   // Admission control (docs/scheduler.md, "decode interrupts").
   int decode_interval_;
   int steps_since_admission_ = 0;
   double admission_step_time_ewma_ = 0;  // seconds, over steps that admitted prefills
-  bool step_admitted_ = false;
 
   int64_t num_preemptions_ = 0;
   int64_t num_finished_ = 0;

@@ -1,9 +1,14 @@
 // Sequence: the scheduler's state for one request (internal to scheduler/, exposed for tests).
 // State machine: kWaiting -> kRunning (prefill chunks, then decode) -> finished (object destroyed);
 //                kRunning -> kWaiting on preemption (blocks freed, num_computed = 0, tokens kept).
-// Invariants: tokens = prompt + outputs; 0 <= num_computed < tokens.size() while alive (the last known
-// token is never in the KV cache: it is the next input); table covers >= num_computed tokens while
-// running and is empty while waiting.
+// Invariants: tokens = prompt + outputs (+ one kPendingToken placeholder when `placeholder`);
+// 0 <= num_computed < tokens.size() while alive (the last known token is never in the KV cache: it is the
+// next input); num_computed + num_in_flight <= tokens.size(); the table holds exactly
+// ceil((num_computed + num_in_flight) / block_size) blocks while running and is empty while waiting (then
+// num_computed == num_in_flight == 0).
+// Asynchronous scheduling (scheduler.h): num_in_flight counts tokens of steps scheduled but not yet
+// update()d; `placeholder` marks a sequence sampled in the oldest in-flight step whose next step was
+// scheduled before that token was known: tokens.back() is kPendingToken until update() replaces it.
 #pragma once
 
 #include <cstdint>
@@ -29,10 +34,19 @@ struct Sequence {
   int64_t admission_order = -1;  // rank of its first admission among all requests (for tests, debugging)
   double enqueue_time = 0;       // last time it entered the waiting queue (add or preemption)
   bool finishing = false;        // set by update() while it removes finished sequences
+  int64_t num_in_flight = 0;     // tokens scheduled in steps not yet update()d (their KV is being written)
+  bool placeholder = false;      // tokens.back() is kPendingToken (see above)
+  int pending_row = -1;          // with placeholder: its row in the oldest in-flight step's StepOutput
   RequestMetrics metrics;
 
-  int num_output_tokens() const { return static_cast<int>(tokens.size()) - num_prompt_tokens; }
-  int64_t num_remaining() const { return static_cast<int64_t>(tokens.size()) - num_computed; }
+  // Known output tokens (the placeholder is not one).
+  int num_output_tokens() const {
+    return static_cast<int>(tokens.size()) - num_prompt_tokens - (placeholder ? 1 : 0);
+  }
+  // Tokens whose KV is in the cache or being written by an in-flight step.
+  int64_t num_scheduled() const { return num_computed + num_in_flight; }
+  // Tokens still to be fed (0: every token, the placeholder included, is scheduled).
+  int64_t num_remaining() const { return static_cast<int64_t>(tokens.size()) - num_scheduled(); }
 };
 
 // "a is more important than b": lower priority value, then earlier arrival, then earlier add().

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -37,6 +38,9 @@ struct SimParams {
   int num_priorities = 3;
   uint32_t seed = 1;
   bool expect_preemption = true;
+  // Asynchronous scheduling: schedule() step N+1 (and "compute" it, feeding N's tokens to its placeholder
+  // rows) before update() of step N, so two steps are in flight whenever there is work.
+  bool pipelined = false;
 };
 
 struct Tracked {
@@ -116,7 +120,14 @@ TEST_P(SchedulerSimulation, InvariantsAndExactOutputs) {
     erase_live(f.id);
   };
 
-  while (next_add < static_cast<uint64_t>(p.num_requests) || sched.has_unfinished()) {
+  std::optional<StepOutput> in_flight;  // pipelined: the output of the step scheduled last, not yet updated
+  auto update_in_flight = [&] {
+    if (!in_flight) return;
+    for (const FinishedRequest& f : sched.update(*in_flight)) check_finished(f);
+    in_flight.reset();
+    sched.check_invariants();
+  };
+  while (next_add < static_cast<uint64_t>(p.num_requests) || sched.has_unfinished() || in_flight) {
     ASSERT_LT(steps, 200000) << "no progress";
     // Arrivals.
     int arrivals = next_add < static_cast<uint64_t>(p.num_requests) ? uni(0, p.arrivals_per_step) : 0;
@@ -192,10 +203,14 @@ TEST_P(SchedulerSimulation, InvariantsAndExactOutputs) {
       }
     }
     if (step.empty()) {
+      update_in_flight();
       now += 0.001;
       continue;
     }
-    StepOutput out = model.forward(step, sched.kv_cache().pool(), truth);
+    if (!p.pipelined) {
+      for (const ScheduledSeq& q : step.seqs) EXPECT_EQ(q.pending_row, -1) << "placeholder without a step in flight";
+    }
+    StepOutput out = model.forward(step, sched.kv_cache().pool(), truth, in_flight ? &*in_flight : nullptr);
     ASSERT_FALSE(::testing::Test::HasFailure()) << "at step " << steps;
     // Truth advances with the sampled tokens (aborted-in-flight ones are dropped below).
     size_t k = 0;
@@ -215,8 +230,13 @@ TEST_P(SchedulerSimulation, InvariantsAndExactOutputs) {
       check_finished(*f);
     }
     now += 0.002 + 0.00001 * step.metrics.num_batched_tokens;
-    for (const FinishedRequest& f : sched.update(out)) check_finished(f);
-    sched.check_invariants();
+    if (p.pipelined) {
+      update_in_flight();  // the previous step; this one stays in flight
+      in_flight = std::move(out);
+    } else {
+      for (const FinishedRequest& f : sched.update(out)) check_finished(f);
+      sched.check_invariants();
+    }
     ASSERT_FALSE(::testing::Test::HasFailure()) << "at step " << steps;
   }
 
@@ -333,6 +353,15 @@ std::vector<SimParams> sim_params() {
     p.num_priorities = 1;
     p.abort_prob = 0.1;
     p.seed = 5;
+    v.push_back(p);
+  }
+  // The same workloads with two steps in flight (fewer requests: the synchronous cases cover the policy).
+  for (size_t i : {size_t{0}, size_t{2}, size_t{3}, size_t{4}}) {
+    SimParams p = v[i];
+    p.name += "_async";
+    p.pipelined = true;
+    p.num_requests = std::min(p.num_requests, 1000);
+    p.seed += 100;
     v.push_back(p);
   }
   return v;

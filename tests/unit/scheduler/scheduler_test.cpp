@@ -427,12 +427,14 @@ TEST(Scheduler, PriorityOrdersAdmission) {
   EXPECT_EQ(order, (std::vector<uint64_t>{2, 3, 1}));
 }
 
-TEST(SchedulerDeathTest, ScheduleTwiceWithoutUpdateAborts) {
+TEST(SchedulerDeathTest, ThreeStepsInFlightAbort) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   Harness h(small_config());
   ASSERT_TRUE(h.sched.add(req(1, 4, 4)).ok());
   (void)h.sched.schedule();
-  EXPECT_DEATH((void)h.sched.schedule(), "before update");
+  (void)h.sched.schedule();  // asynchronous scheduling: one step ahead is allowed
+  EXPECT_EQ(h.sched.num_steps_in_flight(), 2);
+  EXPECT_DEATH((void)h.sched.schedule(), "update\\(\\) the oldest first");
 }
 
 }  // namespace

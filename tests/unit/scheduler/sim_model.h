@@ -37,7 +37,10 @@ class SimModel {
   SimModel(int num_blocks, int block_size, int vocab)
       : block_size_(block_size), vocab_(vocab), kv_(static_cast<size_t>(num_blocks) * block_size, {-1, -1}) {}
 
-  StepOutput forward(const ScheduledStep& step, const kv::BlockPool& pool, const Truth& truth) {
+  // previous: the output of the step scheduled before `step` when that step is still in flight
+  // (asynchronous scheduling): rows with pending_row >= 0 feed its token, as the device would.
+  StepOutput forward(const ScheduledStep& step, const kv::BlockPool& pool, const Truth& truth,
+                     const StepOutput* previous = nullptr) {
     StepOutput out;
     for (const ScheduledSeq& q : step.seqs) {
       const std::vector<int32_t>& t = truth(q.seq_id);
@@ -47,10 +50,19 @@ class SimModel {
       EXPECT_GE(static_cast<int>(q.block_table.size()) * block_size_, end) << "seq " << q.seq_id;
       for (int i = 0; i < q.num_tokens(); ++i) {
         const int pos = q.start_pos + i;
-        EXPECT_EQ(q.token_ids[i], t[pos]) << "seq " << q.seq_id << " pos " << pos;
+        int32_t token = q.token_ids[i];
+        if (q.pending_row >= 0) {
+          EXPECT_EQ(token, kPendingToken) << "seq " << q.seq_id << " pos " << pos;
+          if (previous == nullptr || q.pending_row >= static_cast<int>(previous->token_ids.size())) {
+            ADD_FAILURE() << "seq " << q.seq_id << ": pending row " << q.pending_row << " has no previous output";
+            return out;
+          }
+          token = previous->token_ids[static_cast<size_t>(q.pending_row)];
+        }
+        EXPECT_EQ(token, t[pos]) << "seq " << q.seq_id << " pos " << pos;
         const int32_t block = q.block_table[pos / block_size_];
         EXPECT_EQ(pool.ref_count(block), 1) << "seq " << q.seq_id << " writes into shared block " << block;
-        kv_[static_cast<size_t>(block) * block_size_ + pos % block_size_] = {q.token_ids[i], pos};
+        kv_[static_cast<size_t>(block) * block_size_ + pos % block_size_] = {token, pos};
       }
       if (::testing::Test::HasFailure()) return out;
       // Attention over the whole context: every position must hold this sequence's token.

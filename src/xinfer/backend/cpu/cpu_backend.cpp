@@ -91,7 +91,24 @@ backend::StepMeta CpuBackend::upload_step(const backend::StepPlan& plan) {
   m.seq_lens = step_copy_.seq_lens.data();
   m.block_tables = step_copy_.block_tables.data();
   m.logit_rows = step_copy_.logit_rows.data();
+  if (!plan.token_sources.empty()) {
+    XI_CHECK_EQ(plan.token_sources.size(), plan.token_ids.size());
+    m.token_sources = step_copy_.token_sources.data();
+  }
   return m;
+}
+
+void CpuBackend::feed_tokens(const backend::StepMeta& step, const TensorView& ids) {
+  XI_CHECK(step.token_ids == step_copy_.token_ids.data()) << "StepMeta does not come from the last upload_step()";
+  if (step.token_sources == nullptr) return;
+  XI_CHECK(ids.dtype == DType::kI32) << "feed_tokens ids must be i32";
+  const int32_t* src = ids.as<int32_t>();
+  for (size_t t = 0; t < step_copy_.token_ids.size(); ++t) {
+    const int32_t r = step_copy_.token_sources[t];
+    if (r < 0) continue;
+    XI_CHECK_LT(r, ids.numel()) << "token source row of token " << t;
+    step_copy_.token_ids[t] = src[r];
+  }
 }
 
 }  // namespace xinfer::cpu

@@ -29,6 +29,7 @@ class CpuBackend final : public backend::Backend {
   void to_host_f32(const TensorView& src, float* dst) override;
   void to_host_raw(const TensorView& src, void* dst) override;
   backend::StepMeta upload_step(const backend::StepPlan& plan) override;
+  void feed_tokens(const backend::StepMeta& step, const TensorView& ids) override;
 
   void embedding(const backend::StepMeta& step, const TensorView& table, const TensorView& out) override;
   void rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) override;

@@ -12,6 +12,7 @@
 #include "xinfer/backend/cuda/kernels/attention/paged_decode_attention.h"
 #include "xinfer/backend/cuda/kernels/attention/paged_prefill_attention.h"
 #include "xinfer/backend/cuda/kernels/elementwise/argmax_rows.h"
+#include "xinfer/backend/cuda/kernels/elementwise/feed_tokens.h"
 #include "xinfer/backend/cuda/kernels/elementwise/gather_rows.h"
 #include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
@@ -86,6 +87,8 @@ CudaBackend::~CudaBackend() {
   if (step_device_) cudaFree(step_device_);
   if (step_host_) cudaFreeHost(step_host_);
   if (copy_host_) cudaFreeHost(copy_host_);
+  for (const HostFence& f : host_fences_) cudaEventDestroy(f.event);
+  for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
   cudaEventDestroy(step_copied_);
   cudaStreamDestroy(stream_);
 }
@@ -152,25 +155,67 @@ void CudaBackend::to_host_raw(const TensorView& src, void* dst) {
 
 void CudaBackend::to_host_raw_async(const TensorView& src, void* dst) {
   XI_CHECK(!capturing_) << "to_host_raw_async() while recording a graph";
-  size_t used = 0;
-  for (const HostCopy& c : host_copies_) used = std::max(used, c.offset + c.bytes);
-  const size_t offset = (used + 255) / 256 * 256;
-  if (offset + src.bytes() > copy_host_bytes_) {
+  // First fit: offset 0 or the (aligned) end of a pending copy, overlapping no pending copy.
+  const size_t bytes = src.bytes();
+  auto fits = [&](size_t offset) {
+    if (offset + bytes > copy_host_bytes_) return false;
+    for (const HostCopy& c : host_copies_)
+      if (offset < c.offset + c.bytes && c.offset < offset + bytes) return false;
+    return true;
+  };
+  std::optional<size_t> offset;
+  if (fits(0)) offset = 0;
+  for (size_t i = 0; !offset && i < host_copies_.size(); ++i) {
+    const size_t candidate = (host_copies_[i].offset + host_copies_[i].bytes + 255) / 256 * 256;
+    if (fits(candidate)) offset = candidate;
+  }
+  if (!offset) {
     wait_host_copies();  // earlier copies land in the old buffer
     if (copy_host_) XI_CUDA_CHECK(cudaFreeHost(copy_host_));
-    copy_host_bytes_ = std::max<size_t>(2 * copy_host_bytes_, std::max<size_t>(src.bytes(), 64 << 10));
+    copy_host_bytes_ = std::max<size_t>(2 * copy_host_bytes_, std::max<size_t>(bytes, 64 << 10));
     XI_CUDA_CHECK(cudaMallocHost(&copy_host_, copy_host_bytes_));
     return to_host_raw_async(src, dst);
   }
-  XI_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(copy_host_) + offset, src.data, src.bytes(), cudaMemcpyDeviceToHost,
+  XI_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(copy_host_) + *offset, src.data, bytes, cudaMemcpyDeviceToHost,
                                 stream_));
-  host_copies_.push_back({dst, offset, src.bytes()});
+  host_copies_.push_back({dst, *offset, bytes, next_fence_});
+}
+
+void CudaBackend::complete_host_copies(uint64_t fence) {
+  for (const HostCopy& c : host_copies_)
+    if (c.fence <= fence) std::memcpy(c.dst, static_cast<char*>(copy_host_) + c.offset, c.bytes);
+  std::erase_if(host_copies_, [&](const HostCopy& c) { return c.fence <= fence; });
+  for (const HostFence& f : host_fences_)
+    if (f.id <= fence) free_events_.push_back(f.event);
+  std::erase_if(host_fences_, [&](const HostFence& f) { return f.id <= fence; });
 }
 
 void CudaBackend::wait_host_copies() {
   synchronize();
-  for (const HostCopy& c : host_copies_) std::memcpy(c.dst, static_cast<char*>(copy_host_) + c.offset, c.bytes);
-  host_copies_.clear();
+  complete_host_copies(UINT64_MAX);
+}
+
+uint64_t CudaBackend::fence_host_copies() {
+  XI_CHECK(!capturing_) << "fence_host_copies() while recording a graph";
+  cudaEvent_t e = nullptr;
+  if (free_events_.empty()) {
+    XI_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  } else {
+    e = free_events_.back();
+    free_events_.pop_back();
+  }
+  XI_CUDA_CHECK(cudaEventRecord(e, stream_));
+  host_fences_.push_back({next_fence_, e});
+  return next_fence_++;
+}
+
+void CudaBackend::wait_host_copies(uint64_t fence) {
+  XI_CHECK_LT(fence, next_fence_) << "wait_host_copies(" << fence << "): no such fence";
+  for (const HostFence& f : host_fences_)
+    if (f.id == fence) XI_CUDA_CHECK(cudaEventSynchronize(f.event));
+  // Fences complete in stream order: waiting for this one waited for every earlier one. A fence no longer
+  // listed was completed by an earlier wait.
+  complete_host_copies(fence);
 }
 
 backend::StepMeta CudaBackend::upload_step(const backend::StepPlan& plan) {
@@ -179,6 +224,8 @@ backend::StepMeta CudaBackend::upload_step(const backend::StepPlan& plan) {
   XI_CHECK_EQ(plan.slot_mapping.size(), plan.token_ids.size());
   XI_CHECK_EQ(plan.query_start_loc.size(), plan.seq_lens.size() + 1);
   XI_CHECK_EQ(plan.block_tables.size(), plan.seq_lens.size() * static_cast<size_t>(plan.max_blocks_per_seq));
+  XI_CHECK(plan.token_sources.empty() || plan.token_sources.size() == plan.token_ids.size())
+      << "token_sources: one per token or none";
   host_step_ = plan;
   attn_host_ = build_attention_plan(plan);
 
@@ -186,7 +233,7 @@ backend::StepMeta CudaBackend::upload_step(const backend::StepPlan& plan) {
   const std::vector<int32_t>* arrays[] = {&plan.token_ids,      &plan.positions,          &plan.slot_mapping,
                                           &plan.query_start_loc, &plan.seq_lens,           &plan.block_tables,
                                           &plan.logit_rows,      &attn_host_.decode_seqs,  &attn_host_.prefill_items,
-                                          &attn_host_.token_seq, &attn_host_.decode_lens};
+                                          &attn_host_.token_seq, &attn_host_.decode_lens,   &plan.token_sources};
   constexpr int kArrays = sizeof(arrays) / sizeof(arrays[0]);
   size_t offsets[kArrays];
   size_t total = 0;
@@ -231,6 +278,7 @@ backend::StepMeta CudaBackend::upload_step(const backend::StepPlan& plan) {
   attn_view_.prefill_items = dev(8);
   attn_view_.token_seq = dev(9);
   attn_view_.decode_lens = dev(10);
+  m.token_sources = plan.token_sources.empty() ? nullptr : dev(11);
   step_token_ids_ = m.token_ids;
   return m;
 }
@@ -345,7 +393,13 @@ void CudaBackend::embedding(const backend::StepMeta& step, const TensorView& tab
   const int64_t vocab = table.shape[0], hidden = table.shape[1];
   XI_CHECK_EQ(out.shape[0], step.num_tokens);
   XI_CHECK_EQ(last_dim(out), hidden);
-  for (int32_t id : host_step_.token_ids) XI_CHECK(id >= 0 && id < vocab) << "token id " << id << " outside vocab of " << vocab;
+  const std::vector<int32_t>& sources = host_step_.token_sources;
+  for (size_t t = 0; t < host_step_.token_ids.size(); ++t) {
+    const int32_t id = host_step_.token_ids[t];
+    // Fed tokens (feed_tokens) come from the device and are not known here.
+    XI_CHECK((!sources.empty() && sources[t] >= 0) || (id >= 0 && id < vocab))
+        << "token id " << id << " outside vocab of " << vocab;
+  }
   launch_gather_rows({bf16_ptr(table, "embedding table"), step.token_ids, bf16_ptr(out, "embedding out"),
                       step.num_tokens, to_int(hidden)}, stream_);
 }
@@ -545,6 +599,18 @@ void CudaBackend::gather_rows(const backend::StepMeta& step, const TensorView& x
   for (int32_t r : host_step_.logit_rows) XI_CHECK(r >= 0 && r < rows) << "logit row " << r << " of " << rows;
   launch_gather_rows({bf16_ptr(x, "gather x"), step.logit_rows, bf16_ptr(out, "gather out"), step.num_logit_rows,
                       to_int(width)}, stream_);
+}
+
+void CudaBackend::feed_tokens(const backend::StepMeta& step, const TensorView& ids) {
+  check_step(step);
+  XI_CHECK(!capturing_) << "feed_tokens() while recording a graph (feed before the replay)";
+  if (step.token_sources == nullptr) return;
+  XI_CHECK(ids.dtype == DType::kI32) << "feed_tokens ids must be i32, got " << dtype_name(ids.dtype);
+  XI_CHECK(ids.device == Device::kCuda) << "feed_tokens ids must be on the device";
+  for (int32_t r : host_step_.token_sources) XI_CHECK_LT(r, ids.numel()) << "token source row";
+  // StepMeta's arrays are const for the ops that read them; this op owns the token ids' update.
+  launch_feed_tokens({const_cast<int32_t*>(step.token_ids), step.token_sources, ids.as<int32_t>(), step.num_tokens},
+                     stream_);
 }
 
 void CudaBackend::argmax_rows(const TensorView& logits, const TensorView& out) {

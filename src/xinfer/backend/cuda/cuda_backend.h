@@ -8,7 +8,13 @@
 // Step metadata: upload_step() packs the StepPlan arrays and the attention plan (attention_plan.h) into
 // one pinned host staging buffer and copies it with one async copy into one persistent device buffer
 // (grown, never shrunk), so pointers stay stable across steps (CUDA graphs later). The staging buffer
-// is reused only after the previous copy has completed (an event guards it).
+// is reused only after the previous copy has completed (an event guards it). A plan's token_sources go last
+// in the buffer (the other arrays keep their offsets); feed_tokens() patches the device token ids from them
+// with a tiny kernel queued before the forward (or the graph replay).
+//
+// Host copies: to_host_raw_async() copies land in a pinned staging buffer (first fit among the regions of
+// copies not yet completed, so a later step's copy never overwrites an earlier one's unread ids);
+// fence_host_copies() records an event per group, and wait_host_copies(fence) waits only for that event.
 //
 // Graphs: begin_capture()/end_capture(key) record the ops in between on the backend's stream (relaxed
 // capture mode) into a cudaGraphExec kept per key; replay(key) launches it when the last upload_step()
@@ -83,6 +89,8 @@ class CudaBackend final : public backend::Backend {
   void to_host_raw_async(const TensorView& src, void* dst) override;
   void wait_host_copies() override;
   bool async_host_copies() const override { return true; }
+  uint64_t fence_host_copies() override;
+  void wait_host_copies(uint64_t fence) override;
   backend::StepMeta upload_step(const backend::StepPlan& plan) override;
   // Generated on the device (kernels/random), no host copy: dummy weights of an 8B model in < 1 s.
   backend::DeviceTensor random_normal(DType dtype, const Shape& shape, uint64_t seed, float stddev) override;
@@ -102,6 +110,7 @@ class CudaBackend final : public backend::Backend {
                        int head_dim, float scale, const backend::LayerKvCache& cache, const TensorView& out) override;
   void silu_mul(const TensorView& gate_up, const TensorView& out) override;
   void gather_rows(const backend::StepMeta& step, const TensorView& x, const TensorView& out) override;
+  void feed_tokens(const backend::StepMeta& step, const TensorView& ids) override;
   void argmax_rows(const TensorView& logits, const TensorView& out) override;
   // cuda_backend_sampling.cpp: kernels/sampling/sample_rows.h, parameters staged like upload_step().
   bool supports_sampling() const override { return true; }
@@ -152,10 +161,20 @@ class CudaBackend final : public backend::Backend {
   struct HostCopy {
     void* dst;
     size_t offset, bytes;  // in copy_host_
+    uint64_t fence;        // group id (next_fence_ when started)
+  };
+  struct HostFence {
+    uint64_t id;
+    cudaEvent_t event;  // recorded after the group's copies
   };
   void* copy_host_ = nullptr;    // pinned staging of to_host_raw_async(), copy_host_bytes_ long
   size_t copy_host_bytes_ = 0;
   std::vector<HostCopy> host_copies_;  // started, not yet waited for
+  std::vector<HostFence> host_fences_;  // recorded, not yet waited for, oldest first
+  std::vector<cudaEvent_t> free_events_;
+  uint64_t next_fence_ = 1;
+  // Completes the copies of groups <= fence (their events have completed) and recycles their events.
+  void complete_host_copies(uint64_t fence);
   void* step_device_ = nullptr;  // persistent device copy
   size_t step_capacity_ = 0;
   cudaEvent_t step_copied_ = nullptr;
