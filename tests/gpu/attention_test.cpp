@@ -107,6 +107,26 @@ TEST_P(PagedAttentionTest, MatchesCpu) {
   EXPECT_EQ(differ, 0u) << ac.name << ": second launch differs from the first";
 }
 
+// Split-KV partition sizes on a 132-SM H200 with Llama-3.1-8B heads (8 KV heads, group 4): the smallest
+// 128 * 2^k whose grid fits one wave of 264 CTAs, except one partition instead of two of 128 tokens.
+TEST(AttentionPlan, DecodePartitionSize) {
+  using cuda::decode_partition_size;
+  EXPECT_EQ(decode_partition_size(1, 100, 8, 4, 132), 128);   // one partition
+  EXPECT_EQ(decode_partition_size(1, 256, 8, 4, 132), 256);   // not 2 x 128
+  EXPECT_EQ(decode_partition_size(1, 257, 8, 4, 132), 128);   // 3 x 128
+  EXPECT_EQ(decode_partition_size(1, 2048, 8, 4, 132), 128);  // 16 x 128 = 128 CTAs
+  EXPECT_EQ(decode_partition_size(16, 2048, 8, 4, 132), 1024);  // 2 x 1024: 256 CTAs, kept
+  EXPECT_EQ(decode_partition_size(64, 2048, 8, 4, 132), 2048);  // no wave fits: whole context
+  for (int len : {1, 17, 256, 1000, 4097})
+    for (int n : {1, 3, 16, 40}) {
+      const int size = decode_partition_size(n, len, 8, 4, 132);
+      const int parts = (len + size - 1) / size;
+      if (parts > 1) {
+        EXPECT_LE(n * 8 * parts, 264) << "n " << n << " len " << len << ": the workspace bound";
+      }
+    }
+}
+
 // Host-side plan of the Engine test's first step (5 + 28 + a 31-token chunk) and of a mixed step: every
 // token maps to its sequence, single-token rows are decodes, longer ones prefill tiles of 128 rows.
 TEST(AttentionPlan, ShortPromptBesidePrefillChunks) {

@@ -5,8 +5,8 @@
 // max_num_batched_tokens 64 (prompts are prefilled in chunks beside other prompts and decodes) and a KV cache
 // of 36..80 blocks of 16 tokens for 230 blocks of demand (sequences are preempted and recomputed), once with
 // CUDA graphs (decode steps padded to graph buckets) and once eagerly, each both with asynchronous scheduling
-// (greedy steps launched behind the step in flight, their placeholder tokens fed on the device; steps with
-// sampled rows drain it and run synchronously) and without. Each request also runs alone, one after the
+// (steps launched behind the step in flight, their placeholder tokens fed on the device: greedy steps, and
+// device-sampled ones once a synchronous device-sampled step has run) and without. Each request also runs alone, one after the
 // other, on a fresh eager synchronous Engine with the same chunk budget, a large KV cache and no prefix cache.
 // The model is a synthetic Llama written to a temp dir: head_dim 128 and GQA 4 (16 q heads, 4 kv heads),
 // so prefill and decode take the fast attention kernels; 4 layers make a KV block 128 KiB.

@@ -21,11 +21,12 @@
 // margin for them before sizing the KV cache. Mixed and prefill steps always run eagerly.
 // GraphMode::kPaddedEager pads the same way but runs eagerly: the bit-exact reference for graph replay.
 //
-// Asynchronous scheduling: up to two greedy steps may be started before the first is finished. A chunk of
-// the second may feed a token the first samples (SequenceChunk::token_source): the plan carries a
-// placeholder and Backend::feed_tokens() copies the first step's device-side id into the step's token ids
-// after the metadata upload and before the forward (or the graph replay). The argmax ids and their host
-// copies are double-buffered, and finish_greedy() waits only for the oldest step's copy (a fence).
+// Asynchronous scheduling: up to two steps (start_greedy / start_sampled) may be started before the first
+// is finished. A chunk of the second may feed a token the first samples (SequenceChunk::token_source): the
+// plan carries a placeholder and Backend::feed_tokens() copies the first step's device-side id into the
+// step's token ids after the metadata upload and before the forward (or the graph replay). The sampled ids
+// and their host copies are double-buffered, and finish_greedy() waits only for the oldest step's copy (a
+// fence).
 #pragma once
 
 #include <cstdint>
@@ -48,7 +49,7 @@ struct SequenceChunk {
   std::span<const int32_t> block_table;  // block ids of the sequence, in order
   bool want_logits = false;              // return logits of the chunk's last token
   // >= 0: tokens is one placeholder; feed the id sampled for row token_source (in want_logits order) by the
-  // greedy step started just before this one, which must still be in flight (start_greedy only).
+  // step started just before this one (start_greedy or start_sampled), which must still be in flight.
   int32_t token_source = -1;
 };
 

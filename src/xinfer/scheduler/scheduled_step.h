@@ -5,6 +5,10 @@
 // writes their K/V to slots block_table[p / block_size] * block_size + p % block_size; attention for
 // those tokens reads positions [0, start_pos + n) of the same sequence through block_table.
 // The spans point into scheduler-owned memory: valid until the next schedule()/update()/abort()/add().
+// One exception, which asynchronous scheduling relies on: a step in flight keeps the spans of its live
+// sequences across the update() of the step before it (token vectors are reserved to prompt +
+// max_new_tokens at add() and never reallocate - checked -, placeholders resolve in place, and update()
+// never moves block ids); rows of sequences that finished or were aborted meanwhile dangle and are skipped.
 //
 // Asynchronous scheduling (scheduler.h): a step may be scheduled while the previous one is still being
 // computed. A sequence sampled in that previous step then feeds a token nobody has seen yet: its decode row

@@ -172,6 +172,7 @@ void Scheduler::extend_provisionally(PendingStep& step) {
     if (outputs_after >= s->request.max_new_tokens ||
         (config_.max_model_len > 0 && static_cast<int64_t>(s->tokens.size()) + 1 >= config_.max_model_len))
       continue;
+    XI_CHECK_LT(s->tokens.size(), s->tokens.capacity()) << "token vector would move under an in-flight span";
     s->tokens.push_back(kPendingToken);
     s->placeholder = true;
     s->pending_row = r;
@@ -392,6 +393,7 @@ std::vector<FinishedRequest> Scheduler::update(const StepOutput& output) {
       s->placeholder = false;
       s->pending_row = -1;
     } else {
+      XI_CHECK_LT(s->tokens.size(), s->tokens.capacity()) << "token vector would move under an in-flight span";
       s->tokens.push_back(token);
     }
     RequestMetrics& rm = s->metrics;

@@ -4,7 +4,11 @@
 //
 // Contract for a kernel launched with launch_pdl():
 //   - it calls pdl_wait() before its first read or write of global memory that earlier kernels in the
-//     stream may touch (in practice: as its first statement), so it never sees partial results;
+//     stream may touch, so it never sees partial results. Before the wait it may read only memory that no
+//     kernel of the current chain writes: weights, constants (norm weights, RoPE cos/sin), the step's
+//     metadata (positions, slots, block tables: uploaded before the forward) and K/V rows of earlier
+//     positions. With early releases (below) the kernels still running may reach back past the previous
+//     one, to the last kernel that waited before it released;
 //   - it may call pdl_release() once it no longer needs to hold back the next kernel's launch (the next
 //     kernel still waits for this one's completion in its own pdl_wait()). Light kernels release at once,
 //     even before their own wait: the next kernel's CTAs then start early and fetch what does not depend

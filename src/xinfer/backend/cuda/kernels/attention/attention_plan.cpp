@@ -42,8 +42,9 @@ int decode_partition_size(int num_decode, int max_decode_len, int num_kv_heads, 
   const int64_t wave = static_cast<int64_t>(kDecodeCtasPerSm) * num_sms;
   int64_t size = kDecodePartitionQuantum;
   while (size < max_decode_len && pairs * ((max_decode_len + size - 1) / size) > wave) size *= 2;
-  // Two partitions lose to one: the merge costs more than the second half's tiles (H200, docs/PERF.md).
-  if ((max_decode_len + size - 1) / size == 2) size *= 2;
+  // Two one-tile-per-warp partitions lose to one: the merge costs more than a second tile per warp (H200,
+  // batch 1, context 256: 6.8 -> 5.3 us; docs/PERF.md). Larger partitions keep the split (unmeasured).
+  if (size == kDecodePartitionQuantum && (max_decode_len + size - 1) / size == 2) size *= 2;
   return static_cast<int>(std::min<int64_t>(size, INT32_MAX / 2));
 }
 

@@ -50,8 +50,9 @@ inline int decode_head_tiles(int group) { return (group + kDecodeHeadsPerCta - 1
 
 // Split-KV partition size (tokens) for the decode kernel: the smallest kDecodePartitionQuantum * 2^k whose
 // grid (num_decode * num_kv_heads * head tiles * partitions CTAs) fits one wave of kDecodeCtasPerSm *
-// num_sms CTAs, or the whole context (one partition, no merge) when even that does not fit; never two
-// partitions (measured slower than one: the in-kernel merge costs more than the second half's tiles).
+// num_sms CTAs, or the whole context (one partition, no merge) when even that does not fit; one partition
+// instead of two of kDecodePartitionQuantum (contexts up to 256: the merge costs more than a second tile
+// per warp).
 // Guarantee the workspace bound relies on: whenever there is more than one partition, the grid has at
 // most kDecodeCtasPerSm * num_sms CTAs.
 int decode_partition_size(int num_decode, int max_decode_len, int num_kv_heads, int group, int num_sms);

@@ -39,7 +39,8 @@ struct GemvParams {
 // Weights are read exactly once: keep them out of L1 (x stays there) and fetch 256-byte L2 lines.
 __device__ __forceinline__ uint4 load_weights(const __nv_bfloat16* p) {
   uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+  // volatile: kept where it is written (before pdl_wait() for a lane's first steps), never sunk below it.
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p));
   return v;
