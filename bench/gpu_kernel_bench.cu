@@ -96,8 +96,8 @@ void bench_decode_attention(cuda::CudaBackend& be, double bw, bool quick) {
   };
   const std::vector<Case> cases =
       quick ? std::vector<Case>{{1, 256}, {1, 2048}, {64, 2048}, {256, 256}}
-            : std::vector<Case>{{1, 512}, {1, 2048}, {1, 8192}, {1, 32768}, {8, 8192}, {8, 32768},
-                                {16, 2048}, {64, 2048}, {256, 256}};
+            : std::vector<Case>{{1, 512},   {1, 2048},  {1, 8192},  {1, 32768}, {8, 8192},
+                                {8, 32768}, {16, 2048}, {64, 2048}, {256, 256}};
   for (const Case& c : cases) {
     const int batch = c.batch, ctx = c.ctx, blocks_per_seq = ctx / bs;
     const size_t layer_bytes = static_cast<size_t>(batch) * ctx * Hkv * D * 2 * 2;

@@ -111,10 +111,10 @@ TEST_P(PagedAttentionTest, MatchesCpu) {
 // 128 * 2^k whose grid fits one wave of 264 CTAs, except one partition instead of two of 128 tokens.
 TEST(AttentionPlan, DecodePartitionSize) {
   using cuda::decode_partition_size;
-  EXPECT_EQ(decode_partition_size(1, 100, 8, 4, 132), 128);   // one partition
-  EXPECT_EQ(decode_partition_size(1, 256, 8, 4, 132), 256);   // not 2 x 128
-  EXPECT_EQ(decode_partition_size(1, 257, 8, 4, 132), 128);   // 3 x 128
-  EXPECT_EQ(decode_partition_size(1, 2048, 8, 4, 132), 128);  // 16 x 128 = 128 CTAs
+  EXPECT_EQ(decode_partition_size(1, 100, 8, 4, 132), 128);     // one partition
+  EXPECT_EQ(decode_partition_size(1, 256, 8, 4, 132), 256);     // not 2 x 128
+  EXPECT_EQ(decode_partition_size(1, 257, 8, 4, 132), 128);     // 3 x 128
+  EXPECT_EQ(decode_partition_size(1, 2048, 8, 4, 132), 128);    // 16 x 128 = 128 CTAs
   EXPECT_EQ(decode_partition_size(16, 2048, 8, 4, 132), 1024);  // 2 x 1024: 256 CTAs, kept
   EXPECT_EQ(decode_partition_size(64, 2048, 8, 4, 132), 2048);  // no wave fits: whole context
   for (int len : {1, 17, 256, 1000, 4097})

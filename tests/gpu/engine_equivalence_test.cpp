@@ -6,10 +6,11 @@
 // of 36..80 blocks of 16 tokens for 230 blocks of demand (sequences are preempted and recomputed), once with
 // CUDA graphs (decode steps padded to graph buckets) and once eagerly, each both with asynchronous scheduling
 // (steps launched behind the step in flight, their placeholder tokens fed on the device: greedy steps, and
-// device-sampled ones once a synchronous device-sampled step has run) and without. Each request also runs alone, one after the
-// other, on a fresh eager synchronous Engine with the same chunk budget, a large KV cache and no prefix cache.
-// The model is a synthetic Llama written to a temp dir: head_dim 128 and GQA 4 (16 q heads, 4 kv heads),
-// so prefill and decode take the fast attention kernels; 4 layers make a KV block 128 KiB.
+// device-sampled ones once a synchronous device-sampled step has run) and without. Each request also runs
+// alone, one after the other, on a fresh eager synchronous Engine with the same chunk budget, a large KV
+// cache and no prefix cache. The model is a synthetic Llama written to a temp dir: head_dim 128 and GQA 4 (16
+// q heads, 4 kv heads), so prefill and decode take the fast attention kernels; 4 layers make a KV block 128
+// KiB.
 //
 // What holds on a GPU: the draw of a seeded request depends only on (seed, output index) and its logits
 // row, and greedy picks the argmax, so a request's tokens equal its solo run's unless the logits differ.
@@ -395,8 +396,8 @@ TEST(EngineEquivalenceOnCuda, BatchedChunkedPreemptedEqualsSolo) {
                 cases.size(), kChunkTokens, (*eng)->memory_plan().num_blocks, seconds_since(t0));
   }
 
-  for (const auto& [graphs, async] : {std::pair{true, false}, std::pair{false, false}, std::pair{true, true},
-                                     std::pair{false, true}}) {
+  for (const auto& [graphs, async] :
+       {std::pair{true, false}, std::pair{false, false}, std::pair{true, true}, std::pair{false, true}}) {
     const std::string what = std::string(graphs ? "graphs" : "eager") + (async ? "+async" : "");
     SCOPED_TRACE(what);
     const auto t0 = std::chrono::steady_clock::now();
@@ -440,17 +441,19 @@ TEST(EngineEquivalenceOnCuda, BatchedChunkedPreemptedEqualsSolo) {
     // Every parting must be a near-tie (checked above); the share of exact matches only guards against
     // systematic drift. Measured on the H200: 21 of 24 exact, the 3 partings at f32 margins <= 0.016.
     EXPECT_GE(cmp.exact * 4, 3 * n) << "fewer than 75% of the requests equal their solo run";
-    std::printf("[ equiv ] %s: %d requests (%d greedy, %d sampled), %d equal to solo, %d partings%s%s%s; "
-                "%lld preemptions, %lld prefill steps (%lld tokens, >= %lld needed at %d per step), %lld decode-only "
-                "steps%s (%d graphs), %lld launched behind a step in flight, prefix hits %lld tokens, KV %d blocks "
-                "(try %d), setup %.2f s, run %.2f s\n",
-                what.c_str(), n, n - num_sampled, num_sampled, cmp.exact, n - cmp.exact,
-                cmp.partings.empty() ? "" : " [id@index boost batched/solo: ", cmp.partings.c_str(),
-                cmp.partings.empty() ? "" : "]", static_cast<long long>(st.num_preemptions),
-                static_cast<long long>(st.mixed_steps), static_cast<long long>(st.mixed_tokens),
-                static_cast<long long>((computed + kChunkTokens - 1) / kChunkTokens), kChunkTokens,
-                static_cast<long long>(st.decode_only_steps), graphs ? " = graph replays" : "", num_graphs,
-                static_cast<long long>(st.async_steps), static_cast<long long>(st.prefix_hit_tokens), num_blocks, sized.tries, setup_s, run_s);
+    std::printf(
+        "[ equiv ] %s: %d requests (%d greedy, %d sampled), %d equal to solo, %d partings%s%s%s; "
+        "%lld preemptions, %lld prefill steps (%lld tokens, >= %lld needed at %d per step), %lld decode-only "
+        "steps%s (%d graphs), %lld launched behind a step in flight, prefix hits %lld tokens, KV %d blocks "
+        "(try %d), setup %.2f s, run %.2f s\n",
+        what.c_str(), n, n - num_sampled, num_sampled, cmp.exact, n - cmp.exact,
+        cmp.partings.empty() ? "" : " [id@index boost batched/solo: ", cmp.partings.c_str(),
+        cmp.partings.empty() ? "" : "]", static_cast<long long>(st.num_preemptions),
+        static_cast<long long>(st.mixed_steps), static_cast<long long>(st.mixed_tokens),
+        static_cast<long long>((computed + kChunkTokens - 1) / kChunkTokens), kChunkTokens,
+        static_cast<long long>(st.decode_only_steps), graphs ? " = graph replays" : "", num_graphs,
+        static_cast<long long>(st.async_steps), static_cast<long long>(st.prefix_hit_tokens), num_blocks,
+        sized.tries, setup_s, run_s);
   }
 }
 

@@ -156,9 +156,10 @@ TEST(CudaGraphs, MemoryPerRecording) {
 }
 
 // Asynchronous scheduling on the device: greedy (and device-sampled) decode steps started behind the step in
-// flight, their tokens fed from its device-side argmax (sample_rows) ids (Backend::feed_tokens after the metadata upload, before the
-// forward or the graph replay; ids and host copies double-buffered, finish_greedy waiting on a fence only)
-// give bit-identical ids to the same steps run one at a time with host-known tokens, graphs on and off.
+// flight, their tokens fed from its device-side argmax (sample_rows) ids (Backend::feed_tokens after the
+// metadata upload, before the forward or the graph replay; ids and host copies double-buffered, finish_greedy
+// waiting on a fence only) give bit-identical ids to the same steps run one at a time with host-known tokens,
+// graphs on and off.
 TEST(CudaGraphs, PipelinedGreedyStepsFeedDeviceIds) {
   model::LoadOptions opt;
   opt.max_tokens = 2048;
@@ -173,11 +174,12 @@ TEST(CudaGraphs, PipelinedGreedyStepsFeedDeviceIds) {
   const backend::KvCacheSpec spec{c.num_layers, 800, 16, c.num_kv_heads, c.head_dim, DType::kBF16};
   for (const engine::GraphMode mode : {engine::GraphMode::kOn, engine::GraphMode::kOff}) {
     for (const int seqs : {3, 20}) {
-      SCOPED_TRACE(std::string(mode == engine::GraphMode::kOn ? "graphs" : "eager") + ", " + std::to_string(seqs) +
-                   " sequences");
+      SCOPED_TRACE(std::string(mode == engine::GraphMode::kOn ? "graphs" : "eager") + ", " +
+                   std::to_string(seqs) + " sequences");
       engine::ModelRunner sequential(m, gpu(), spec, mode);
       engine::ModelRunner pipelined(m, gpu(), spec, mode);
-      const int64_t fed = engine::testing::check_pipelined_greedy(sequential, pipelined, c.vocab_size, 16, seqs, 12);
+      const int64_t fed =
+          engine::testing::check_pipelined_greedy(sequential, pipelined, c.vocab_size, 16, seqs, 12);
       EXPECT_GT(fed, 0);
       // Device sampling (start_sampled): seeded draws at temperature 0.9 / top-p 0.95.
       engine::SamplingParams sp;
@@ -186,7 +188,9 @@ TEST(CudaGraphs, PipelinedGreedyStepsFeedDeviceIds) {
       sp.seed = 77;
       engine::ModelRunner sequential_s(m, gpu(), spec, mode);
       engine::ModelRunner pipelined_s(m, gpu(), spec, mode);
-      EXPECT_GT(engine::testing::check_pipelined_greedy(sequential_s, pipelined_s, c.vocab_size, 16, seqs, 12, &sp), 0)
+      EXPECT_GT(
+          engine::testing::check_pipelined_greedy(sequential_s, pipelined_s, c.vocab_size, 16, seqs, 12, &sp),
+          0)
           << "sampled";
       EXPECT_GT(pipelined_s.device_sampled_rows(), 0);
       if (mode == engine::GraphMode::kOn) {

@@ -81,8 +81,9 @@ TEST_P(RmsNormTest, MatchesCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormTest,
-                         ::testing::Values(std::make_tuple(1, 8), std::make_tuple(3, 64), std::make_tuple(7, 4096),
-                                           std::make_tuple(97, 5120), std::make_tuple(54, 8192),
+                         ::testing::Values(std::make_tuple(1, 8), std::make_tuple(3, 64),
+                                           std::make_tuple(7, 4096), std::make_tuple(97, 5120),
+                                           std::make_tuple(54, 8192),
                                            std::make_tuple(3, 16400)));  // past the preloaded weight chunks
 
 }  // namespace

@@ -124,9 +124,11 @@ nlohmann::json step_breakdown(const engine::EngineStats& a, const engine::Engine
                           {"device_s", device_s}};
   };
   const int64_t steps = b.num_steps - a.num_steps;
-  return {{"decode_only", kind(b.decode_only_steps - a.decode_only_steps, b.decode_only_tokens - a.decode_only_tokens,
-                               b.decode_only_device_s - a.decode_only_device_s)},
-          {"mixed", kind(b.mixed_steps - a.mixed_steps, b.mixed_tokens - a.mixed_tokens, b.mixed_device_s - a.mixed_device_s)},
+  return {{"decode_only",
+           kind(b.decode_only_steps - a.decode_only_steps, b.decode_only_tokens - a.decode_only_tokens,
+                b.decode_only_device_s - a.decode_only_device_s)},
+          {"mixed", kind(b.mixed_steps - a.mixed_steps, b.mixed_tokens - a.mixed_tokens,
+                         b.mixed_device_s - a.mixed_device_s)},
           {"host_s", b.host_s - a.host_s},
           {"host_ms_per_step", steps > 0 ? (b.host_s - a.host_s) / static_cast<double>(steps) * 1e3 : 0.0},
           {"async_steps", b.async_steps - a.async_steps}};
@@ -140,12 +142,14 @@ void print_step_breakdown(const nlohmann::json& b) {
                 x["device_ms_per_step"].get<double>(), x["device_s"].get<double>());
   }
   const int64_t async_steps = b["async_steps"].get<int64_t>();
-  std::printf("  host (schedule + bookkeeping): %.3f ms/step (%.2f s)%s\n", b["host_ms_per_step"].get<double>(),
-              b["host_s"].get<double>(), async_steps > 0 ? ", overlapping the device" : "");
+  std::printf("  host (schedule + bookkeeping): %.3f ms/step (%.2f s)%s\n",
+              b["host_ms_per_step"].get<double>(), b["host_s"].get<double>(),
+              async_steps > 0 ? ", overlapping the device" : "");
   if (async_steps > 0)
-    std::printf("  async scheduling: %lld steps launched behind the step in flight (their runner time is the step "
-                "period)\n",
-                static_cast<long long>(async_steps));
+    std::printf(
+        "  async scheduling: %lld steps launched behind the step in flight (their runner time is the step "
+        "period)\n",
+        static_cast<long long>(async_steps));
 }
 
 // Submits `n` random prompts of `shape` at once, sampling with `sampling` (max_tokens and ignore_eos set

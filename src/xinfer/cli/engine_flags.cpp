@@ -25,10 +25,12 @@ void EngineFlags::add_to(FlagSet& flags) {
   flags.add("--device-sampling", &config.device_sampling,
             "non-greedy requests (temperature, top-k/p, min-p, penalties, logit_bias) are sampled on the device "
             "(rows that want logprobs stay on the host); --no-device-sampling: on the host");
-  async_scheduling = config.async_scheduling.value_or(backend == "cuda");  // the shown default: the command's backend
-  flags.add("--async-scheduling", &async_scheduling,
-            "schedule and launch step N+1 while the device computes step N (greedy steps; the others wait for "
-            "the step in flight); default: on for cuda, off for cpu; --no-async-scheduling: off");
+  async_scheduling =
+      config.async_scheduling.value_or(backend == "cuda");  // the shown default: the command's backend
+  flags.add(
+      "--async-scheduling", &async_scheduling,
+      "schedule and launch step N+1 while the device computes step N (greedy steps; the others wait for "
+      "the step in flight); default: on for cuda, off for cpu; --no-async-scheduling: off");
   flags_ = &flags;
   flags.add("--gemm-tuning", &config.gemm_tuning,
             "CUDA: time the GEMM candidates (cuBLASLt algorithms, GEMV) of every linear at start-up and keep the "

@@ -19,7 +19,8 @@ struct EngineFlags {
   bool async_scheduling = true;                        // config.async_scheduling when given (else: auto)
 
   // Registers --backend --threads --kv-cache-memory --gpu-memory-utilization --max-model-len --block-size
-  // --enforce-eager --host-sampling --device-sampling --async-scheduling --gemm-tuning --gemm-tuning-cache --enable-prefix-caching
+  // --enforce-eager --host-sampling --device-sampling --async-scheduling --gemm-tuning --gemm-tuning-cache
+  // --enable-prefix-caching
   // --max-num-seqs
   // --max-num-batched-tokens --decode-interval --reorder-window. The targets must outlive `flags` parsing.
   void add_to(FlagSet& flags);

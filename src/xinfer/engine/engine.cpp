@@ -463,7 +463,6 @@ void Engine::abort_request(uint64_t id) {
   finish_request(id, *f, nullptr, /*defer=*/false);
 }
 
-
 Engine::StepRows Engine::prepare_step(const sched::ScheduledStep& step, bool feed) {
   chunks_.clear();
   sample_inputs_.clear();

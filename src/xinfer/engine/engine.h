@@ -14,7 +14,8 @@
 // iteration schedules and launches the next step - its placeholder rows fed on the device from the step in
 // flight - before it waits for the step in flight, applies its update() and queues its outputs:
 //
-//   schedule(N+1) -> launch(N+1) -> deliver outputs of N-1 -> finish_greedy(N) -> update(N) -> queue N's outputs
+//   schedule(N+1) -> launch(N+1) -> deliver outputs of N-1 -> finish_greedy(N) -> update(N) -> queue N's
+//   outputs
 //
 // Rows of the step just launched whose request update(N) finished (stop token) or that an abort removed are
 // discarded when that step completes: their client never sees them. A step that cannot be pipelined first
@@ -131,14 +132,15 @@ class Engine final : public EngineClient {
   double run_step(const sched::ScheduledStep& step);
   // What the live sampling rows of a prepared step need.
   struct StepRows {
-    bool plain_argmax = true;    // every row: is_plain_argmax (device greedy)
+    bool plain_argmax = true;     // every row: is_plain_argmax (device greedy)
     bool device_drawable = true;  // every row: device_samplable and no penalties (ModelRunner::start_sampled)
   };
   // Fills chunks_ (live rows only), sample_inputs_ and sample_ids_ / sample_live_ (every sampling row) for
   // `step`; feed: placeholder rows read the step in flight (token_source).
   StepRows prepare_step(const sched::ScheduledStep& step, bool feed);
-  // Asynchronous scheduling: launches `step` (prepared, pipelinable; sampled: ModelRunner::start_sampled, else
-  // start_greedy) behind the step in flight, then completes the step in flight (delivering older outputs).
+  // Asynchronous scheduling: launches `step` (prepared, pipelinable; sampled: ModelRunner::start_sampled,
+  // else start_greedy) behind the step in flight, then completes the step in flight (delivering older
+  // outputs).
   void launch_pipelined(const sched::ScheduledStep& step, bool sampled);
   // Waits for the step in flight (if any) and applies its outputs.
   void complete_in_flight();

@@ -41,10 +41,11 @@ std::string EngineConfig::to_string() const {
      << " kv_cache_memory=" << kv_cache_memory << " gpu_memory_utilization=" << gpu_memory_utilization
      << " load_format=" << model::load_format_name(load_format) << " max_model_len=" << max_model_len
      << " max_waiting=" << max_waiting << " enable_cuda_graphs=" << enable_cuda_graphs
-     << " device_greedy=" << device_greedy << " device_sampling=" << device_sampling << " async_scheduling="
-     << (async_scheduling ? (*async_scheduling ? "1" : "0") : "auto")
-     << " gemm_tuning=" << gemm_tuning << " gemm_tuning_cache=" << (gemm_tuning_cache.empty() ? "default" : gemm_tuning_cache)
-     << " | " << scheduler.to_string();
+     << " device_greedy=" << device_greedy << " device_sampling=" << device_sampling
+     << " async_scheduling=" << (async_scheduling ? (*async_scheduling ? "1" : "0") : "auto")
+     << " gemm_tuning=" << gemm_tuning
+     << " gemm_tuning_cache=" << (gemm_tuning_cache.empty() ? "default" : gemm_tuning_cache) << " | "
+     << scheduler.to_string();
   return os.str();
 }
 

@@ -55,13 +55,13 @@ struct EngineConfig {
   // File caching the measured choices across runs; "": ~/.cache/xinfer/gemm_tuning.json (or
   // $XINFER_GEMM_TUNING_CACHE); "off": no file (`--gemm-tuning-cache`).
   std::string gemm_tuning_cache;
-  // Asynchronous scheduling (docs/engine.md): the host schedules and launches step N+1 while the device computes
-  // step N (placeholder tokens fed from N's device-side ids), then applies N's results. Pipelined: steps of
-  // plain-argmax rows (device_greedy) and steps the device samples whole (device_sampling; no penalties, no
-  // logprobs; after one synchronous device-sampled step). Other steps (host sampling, logprobs, penalties)
-  // first finish the step in flight and run as without it. Same tokens either way. nullopt: on when the backend runs asynchronously
-  // (Backend::async_host_copies(): CUDA), off on the CPU (where it would only delay each output by a step);
-  // create() resolves it (`--async-scheduling` / `--no-async-scheduling`).
+  // Asynchronous scheduling (docs/engine.md): the host schedules and launches step N+1 while the device
+  // computes step N (placeholder tokens fed from N's device-side ids), then applies N's results. Pipelined:
+  // steps of plain-argmax rows (device_greedy) and steps the device samples whole (device_sampling; no
+  // penalties, no logprobs; after one synchronous device-sampled step). Other steps (host sampling, logprobs,
+  // penalties) first finish the step in flight and run as without it. Same tokens either way. nullopt: on
+  // when the backend runs asynchronously (Backend::async_host_copies(): CUDA), off on the CPU (where it would
+  // only delay each output by a step); create() resolves it (`--async-scheduling` / `--no-async-scheduling`).
   std::optional<bool> async_scheduling;
   // Policy and limits; num_blocks and max_model_len are overwritten by create().
   sched::SchedulerConfig scheduler;

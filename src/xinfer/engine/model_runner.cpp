@@ -11,16 +11,17 @@ namespace {
 std::atomic<uint64_t> next_graph_owner{1};
 }  // namespace
 
-ModelRunner::ModelRunner(model::LlamaModel& model, backend::Backend& backend, const backend::KvCacheSpec& kv_spec,
-                         GraphMode graphs)
+ModelRunner::ModelRunner(model::LlamaModel& model, backend::Backend& backend,
+                         const backend::KvCacheSpec& kv_spec, GraphMode graphs)
     : model_(model),
       backend_(backend),
       kv_spec_(kv_spec),
       kv_(backend.allocate_kv_cache(kv_spec)),
       graph_mode_(graphs),
       graph_owner_(next_graph_owner.fetch_add(1)),
-      ids_device_{backend.allocate(DType::kI32, Shape{std::max(model.options().max_logit_rows, kMaxGraphBatch)}),
-                  backend.allocate(DType::kI32, Shape{std::max(model.options().max_logit_rows, kMaxGraphBatch)})} {}
+      ids_device_{
+          backend.allocate(DType::kI32, Shape{std::max(model.options().max_logit_rows, kMaxGraphBatch)}),
+          backend.allocate(DType::kI32, Shape{std::max(model.options().max_logit_rows, kMaxGraphBatch)})} {}
 
 ModelRunner::~ModelRunner() {
   if (!greedy_flights_.empty()) backend_.wait_host_copies();  // copies must not land in freed vectors
@@ -127,7 +128,8 @@ backend::StepMeta ModelRunner::upload(backend::StepPlan& p) {
   const GreedyFlight& prev = greedy_flights_.back();
   for (int32_t& r : p.token_sources) {
     if (r < 0) continue;
-    XI_CHECK_LT(static_cast<size_t>(r), prev.sample_rows.size()) << "token source beyond the previous step's samples";
+    XI_CHECK_LT(static_cast<size_t>(r), prev.sample_rows.size())
+        << "token source beyond the previous step's samples";
     r = prev.sample_rows[static_cast<size_t>(r)];
   }
   const backend::StepMeta meta = backend_.upload_step(p);
@@ -208,7 +210,8 @@ const std::vector<int32_t>& ModelRunner::run_greedy(std::span<const SequenceChun
 }
 
 void ModelRunner::start_greedy(std::span<const SequenceChunk> chunks) {
-  XI_CHECK_LT(static_cast<int>(greedy_flights_.size()), kMaxGreedyInFlight) << "start_greedy() with two steps in flight";
+  XI_CHECK_LT(static_cast<int>(greedy_flights_.size()), kMaxGreedyInFlight)
+      << "start_greedy() with two steps in flight";
   bool padded = false;
   const TensorView logits = forward(chunks, &padded);  // feeds token sources from greedy_flights_.back()
   GreedyFlight f;
@@ -237,14 +240,16 @@ void ModelRunner::start_greedy(std::span<const SequenceChunk> chunks) {
 
 void ModelRunner::start_sampled(std::span<const SequenceChunk> chunks, std::span<const SampleInput> inputs,
                                 std::span<const int32_t> eos_token_ids) {
-  XI_CHECK_LT(static_cast<int>(greedy_flights_.size()), kMaxGreedyInFlight) << "start_sampled() with two steps in flight";
+  XI_CHECK_LT(static_cast<int>(greedy_flights_.size()), kMaxGreedyInFlight)
+      << "start_sampled() with two steps in flight";
   XI_CHECK(backend_.supports_sampling()) << "start_sampled() needs Backend::sample_rows";
   bool padded = false;
   const TensorView logits = forward(chunks, &padded);  // feeds token sources from greedy_flights_.back()
   sample_logit_rows_.clear();
   for (size_t i = 0; i < chunks.size(); ++i)
-    if (chunks[i].want_logits) sample_logit_rows_.push_back(padded ? static_cast<int32_t>(i)
-                                                                   : static_cast<int32_t>(sample_logit_rows_.size()));
+    if (chunks[i].want_logits)
+      sample_logit_rows_.push_back(padded ? static_cast<int32_t>(i)
+                                          : static_cast<int32_t>(sample_logit_rows_.size()));
   XI_CHECK_EQ(sample_logit_rows_.size(), inputs.size()) << "one sampler input per chunk with want_logits";
   if (!planner_) planner_ = std::make_unique<DeviceSamplingPlanner>(vocab_size());
   planner_->clear();
@@ -256,7 +261,8 @@ void ModelRunner::start_sampled(std::span<const SequenceChunk> chunks, std::span
   f.buffer = next_ids_buffer_;
   next_ids_buffer_ ^= 1;
   f.rows = static_cast<int64_t>(inputs.size());
-  for (int32_t r = 0; r < static_cast<int32_t>(inputs.size()); ++r) f.sample_rows.push_back(r);  // batch order
+  for (int32_t r = 0; r < static_cast<int32_t>(inputs.size()); ++r)
+    f.sample_rows.push_back(r);  // batch order
   std::vector<int32_t>& host = host_ids_[f.buffer];
   host.resize(static_cast<size_t>(f.rows));
   if (f.rows > 0) {
@@ -320,8 +326,8 @@ std::vector<SampleOutput> ModelRunner::run_sampled(std::span<const SequenceChunk
   // backend refuses (e.g. a vocabulary past its kernel's limit) is sampled on the host instead.
   if (!device_inputs_.empty()) {
     XI_CHECK_LE(static_cast<int64_t>(device_inputs_.size()), ids_device_[0].view.numel());
-    const Status st = backend_.sample_rows(logits, planner_->batch(),
-                                           ids_device_[0].view.rows(0, static_cast<int64_t>(device_inputs_.size())));
+    const Status st = backend_.sample_rows(
+        logits, planner_->batch(), ids_device_[0].view.rows(0, static_cast<int64_t>(device_inputs_.size())));
     if (!st.ok()) {
       if (!warned_device_sampling_) XI_LOG(WARN) << "device sampling unavailable, sampling on the host: " << st.to_string();
       warned_device_sampling_ = true;

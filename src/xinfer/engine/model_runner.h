@@ -143,10 +143,10 @@ class ModelRunner {
   std::vector<int32_t> ids_;
   // A started greedy step (start_greedy -> finish_greedy).
   struct GreedyFlight {
-    int buffer = 0;                 // ids_device_ / host_ids_ index
-    uint64_t fence = 0;             // Backend::fence_host_copies() after its id copy
-    int64_t rows = 0;               // device rows copied
-    std::vector<bool> wanted;       // padded steps with some want_logits false: per device row
+    int buffer = 0;                    // ids_device_ / host_ids_ index
+    uint64_t fence = 0;                // Backend::fence_host_copies() after its id copy
+    int64_t rows = 0;                  // device rows copied
+    std::vector<bool> wanted;          // padded steps with some want_logits false: per device row
     std::vector<int32_t> sample_rows;  // device row of each want_logits chunk, in order
   };
   std::deque<GreedyFlight> greedy_flights_;

@@ -115,7 +115,8 @@ FinishedRequest Scheduler::finish(Sequence* s, FinishReason reason, double now) 
   FinishedRequest f;
   f.id = s->request.id;
   f.reason = reason;
-  f.output_token_ids.assign(s->tokens.begin() + s->num_prompt_tokens, s->tokens.end() - (s->placeholder ? 1 : 0));
+  f.output_token_ids.assign(s->tokens.begin() + s->num_prompt_tokens,
+                            s->tokens.end() - (s->placeholder ? 1 : 0));
   f.metrics = std::move(s->metrics);
   f.metrics.finished_time = now;
   f.metrics.num_output_tokens = static_cast<int>(f.output_token_ids.size());
@@ -393,7 +394,8 @@ std::vector<FinishedRequest> Scheduler::update(const StepOutput& output) {
       s->placeholder = false;
       s->pending_row = -1;
     } else {
-      XI_CHECK_LT(s->tokens.size(), s->tokens.capacity()) << "token vector would move under an in-flight span";
+      XI_CHECK_LT(s->tokens.size(), s->tokens.capacity())
+          << "token vector would move under an in-flight span";
       s->tokens.push_back(token);
     }
     RequestMetrics& rm = s->metrics;

@@ -127,7 +127,7 @@ class Scheduler {
   struct PendingStep {
     std::vector<InFlight> rows;  // in ScheduledStep::seqs order
     double schedule_start = 0;
-    bool admitted = false;       // admitted waiting requests (admission step-time EWMA)
+    bool admitted = false;  // admitted waiting requests (admission step-time EWMA)
     StepMetrics metrics;
   };
 

@@ -26,7 +26,8 @@ namespace {
 size_t kv_bytes(const std::string& dir, int block_size, int num_blocks) {
   auto mc = model::load_model_config(dir);
   XI_CHECK(mc.ok()) << mc.status().to_string();
-  backend::KvCacheSpec spec{mc->num_layers, num_blocks, block_size, mc->num_kv_heads, mc->head_dim, DType::kF32};
+  backend::KvCacheSpec spec{mc->num_layers,   num_blocks,   block_size,
+                            mc->num_kv_heads, mc->head_dim, DType::kF32};
   return spec.bytes_per_block() * static_cast<size_t>(num_blocks);
 }
 
@@ -42,7 +43,7 @@ struct Case {
   SamplingParams params;
   std::vector<int32_t> expected;  // transformers' tokens (greedy cases); empty: compared with the sync run
   FinishReason reason = FinishReason::kLength;
-  int abort_after = 0;            // > 0: the request aborts itself from the callback of this token
+  int abort_after = 0;  // > 0: the request aborts itself from the callback of this token
 };
 
 // Runs every case concurrently; returns the streams.
@@ -66,7 +67,8 @@ std::map<std::string, Collector::Stream> run_cases(Engine& engine, const std::ve
   return c.streams();
 }
 
-// Greedy cases continuing each golden path, stop-token cases, self-aborting cases, a seeded and a logprobs case.
+// Greedy cases continuing each golden path, stop-token cases, self-aborting cases, a seeded and a logprobs
+// case.
 std::vector<Case> make_cases(const GoldenPaths& g) {
   std::vector<Case> cases;
   for (size_t i = 0; i < g.prompts.size(); ++i) {
@@ -225,7 +227,8 @@ TEST_P(EngineAsyncScheduling, SameOutputsAsTheSynchronousEngine) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, EngineAsyncScheduling, ::testing::Values("llama_gqa", "qwen3", "llama_tied"));
+INSTANTIATE_TEST_SUITE_P(Models, EngineAsyncScheduling,
+                         ::testing::Values("llama_gqa", "qwen3", "llama_tied"));
 
 TEST(EngineAsyncSchedulingDefaults, OffOnCpuAndStopWithStepsInFlight) {
   EngineConfig c;
@@ -235,14 +238,16 @@ TEST(EngineAsyncSchedulingDefaults, OffOnCpuAndStopWithStepsInFlight) {
   {
     auto e = make_engine(c);
     ASSERT_TRUE(e->config().async_scheduling.has_value());
-    EXPECT_FALSE(*e->config().async_scheduling) << "the CPU backend runs synchronously: async is off by default";
+    EXPECT_FALSE(*e->config().async_scheduling)
+        << "the CPU backend runs synchronously: async is off by default";
   }
   // The destructor (stop()) with a step in flight: every request gets exactly one final output.
   c.async_scheduling = true;
   auto e = make_engine(c);
   Collector col;
   for (int i = 0; i < 4; ++i)
-    ASSERT_TRUE(e->submit(make_request("s" + std::to_string(i), {5, 6, 7}, greedy_params(240)), col.callback()).ok());
+    ASSERT_TRUE(
+        e->submit(make_request("s" + std::to_string(i), {5, 6, 7}, greedy_params(240)), col.callback()).ok());
   col.wait_tokens("s0", 3);
   e.reset();
   EXPECT_EQ(col.num_finished(), 4);
@@ -311,7 +316,8 @@ TEST(ModelRunnerPipelined, FedTokensGiveTheSequentialIds) {
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   const model::ModelConfig& c = (*m)->config();
   const backend::KvCacheSpec spec{c.num_layers, 200, 4, c.num_kv_heads, c.head_dim, DType::kF32};
-  for (const GraphMode mode : {GraphMode::kOff, GraphMode::kPaddedEager}) {  // padded: the plans graphs replay
+  for (const GraphMode mode :
+       {GraphMode::kOff, GraphMode::kPaddedEager}) {  // padded: the plans graphs replay
     ModelRunner sequential(**m, backend, spec, mode);
     ModelRunner pipelined(**m, backend, spec, mode);
     EXPECT_GT(check_pipelined_greedy(sequential, pipelined, c.vocab_size, 4, 7, 9), 0);

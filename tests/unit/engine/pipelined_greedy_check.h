@@ -4,9 +4,9 @@
 // tokens known on the host. Every few steps a new sequence's prompt is prefilled in the same step as the
 // decodes (a mixed step: fed rows beside a prefill chunk of known tokens), so token
 // sources point at rows other than the chunk's own index. With `sampled` params (backends that
-// supports_sampling()): the sequential runner draws with run_sampled(), the pipelined one with start_sampled()
-// (outputs ending in the placeholder): the same seeded draws. Used by tests/unit/engine (CPU) and tests/gpu
-// (CUDA, graphs on and off).
+// supports_sampling()): the sequential runner draws with run_sampled(), the pipelined one with
+// start_sampled() (outputs ending in the placeholder): the same seeded draws. Used by tests/unit/engine (CPU)
+// and tests/gpu (CUDA, graphs on and off).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -24,15 +24,16 @@ namespace xinfer::engine::testing {
 
 // Runs the check on two runners over the same model and backend (each has its own KV cache).
 // Returns the number of fed tokens (> 0 when the check did something).
-inline int64_t check_pipelined_greedy(ModelRunner& sequential, ModelRunner& pipelined, int vocab, int block_size,
-                                      int num_seqs, int num_steps, const SamplingParams* sampled = nullptr) {
+inline int64_t check_pipelined_greedy(ModelRunner& sequential, ModelRunner& pipelined, int vocab,
+                                      int block_size, int num_seqs, int num_steps,
+                                      const SamplingParams* sampled = nullptr) {
   struct Seq {
     std::vector<int32_t> tokens;  // prompt + outputs (sequential runner's truth)
     std::vector<int32_t> table;
-    int computed = 0;             // tokens in the KV cache
-    int join_step = 0;            // step whose forward prefills it
-    bool fed_pending = false;     // pipelined: its next token comes from the previous step's row
-    int prev_row = -1;            // that row
+    int computed = 0;          // tokens in the KV cache
+    int join_step = 0;         // step whose forward prefills it
+    bool fed_pending = false;  // pipelined: its next token comes from the previous step's row
+    int prev_row = -1;         // that row
     int num_prompt = 0;
     SequenceRng rng = SequenceRng::from_seed(0);  // sampled: the request's
     std::vector<int32_t> pipe_outputs;  // outputs as the pipelined engine knows them (placeholder last)
@@ -77,8 +78,8 @@ inline int64_t check_pipelined_greedy(ModelRunner& sequential, ModelRunner& pipe
                               all.subspan(static_cast<size_t>(q.num_prompt))});
         q.pipe_outputs.assign(q.tokens.begin() + q.num_prompt, q.tokens.end());
         if (q.fed_pending) q.pipe_outputs.back() = pending;
-        pipe_inputs.push_back({nullptr, sampled, &q.rng, all.first(static_cast<size_t>(q.num_prompt)),
-                               q.pipe_outputs});
+        pipe_inputs.push_back(
+            {nullptr, sampled, &q.rng, all.first(static_cast<size_t>(q.num_prompt)), q.pipe_outputs});
       }
     }
     // Sequential: run the step, learn its ids at once.

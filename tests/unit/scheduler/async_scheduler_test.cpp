@@ -152,7 +152,7 @@ TEST(AsyncScheduler, CertainFinishIsNotScheduledAhead) {
   SchedulerConfig c = small_config();
   c.max_model_len = 8;
   Harness h(c);
-  ASSERT_TRUE(h.sched.add(req(1, 4, 1)).ok());       // max_new_tokens 1: done after its first sample
+  ASSERT_TRUE(h.sched.add(req(1, 4, 1)).ok());         // max_new_tokens 1: done after its first sample
   ASSERT_TRUE(h.sched.add(req(2, 4, 2, 0, 20)).ok());  // done after two samples
   ASSERT_TRUE(h.sched.add(req(3, 5, 3, 0, 40)).ok());  // max_model_len 8 reached after 3 outputs
   ScheduledStep s0 = h.schedule();
@@ -229,14 +229,17 @@ TEST(AsyncScheduler, PrefixCacheHashesTheRealTokenNeverThePlaceholder) {
 
 // Tokens of a "model" that depend only on (request, output index): batching, pipelining and preemption must
 // not change any request's outputs.
-int32_t model_token(uint64_t id, size_t output_index) { return static_cast<int32_t>(100 + 10 * id + output_index); }
+int32_t model_token(uint64_t id, size_t output_index) {
+  return static_cast<int32_t>(100 + 10 * id + output_index);
+}
 
 TEST(AsyncScheduler, PreemptionWithTwoStepsInFlight) {
   SchedulerConfig c = small_config();
   c.num_blocks = 7;  // 6 usable blocks = 24 tokens for three sequences of up to 4 + 10 tokens
   c.max_num_batched_tokens = 32;
   Harness h(c);
-  for (uint64_t id = 1; id <= 3; ++id) ASSERT_TRUE(h.sched.add(req(id, 4, 10, static_cast<int>(id), 10 * id)).ok());
+  for (uint64_t id = 1; id <= 3; ++id)
+    ASSERT_TRUE(h.sched.add(req(id, 4, 10, static_cast<int>(id), 10 * id)).ok());
   std::map<uint64_t, std::vector<int32_t>> outputs;
   std::vector<ScheduledStep> in_flight;  // at most 2
   std::vector<std::vector<int32_t>> in_flight_tokens;
@@ -255,7 +258,8 @@ TEST(AsyncScheduler, PreemptionWithTwoStepsInFlight) {
         }
       }
       if (!s.empty()) {
-        // Sample: the model's token for each sampling row (its output index counts known + in-flight samples).
+        // Sample: the model's token for each sampling row (its output index counts known + in-flight
+        // samples).
         std::vector<int32_t> ids;
         for (const ScheduledSeq& q : s.seqs) {
           if (!q.sample) continue;
@@ -273,7 +277,8 @@ TEST(AsyncScheduler, PreemptionWithTwoStepsInFlight) {
     in_flight.erase(in_flight.begin());
     in_flight_tokens.erase(in_flight_tokens.begin());
   }
-  EXPECT_TRUE(preempted_with_placeholder) << "the pool was meant to preempt a sequence with a token in flight";
+  EXPECT_TRUE(preempted_with_placeholder)
+      << "the pool was meant to preempt a sequence with a token in flight";
   EXPECT_GT(h.sched.stats().num_preemptions, 0);
   for (uint64_t id = 1; id <= 3; ++id) {
     std::vector<int32_t> expected;

@@ -208,7 +208,8 @@ TEST_P(SchedulerSimulation, InvariantsAndExactOutputs) {
       continue;
     }
     if (!p.pipelined) {
-      for (const ScheduledSeq& q : step.seqs) EXPECT_EQ(q.pending_row, -1) << "placeholder without a step in flight";
+      for (const ScheduledSeq& q : step.seqs)
+        EXPECT_EQ(q.pending_row, -1) << "placeholder without a step in flight";
     }
     StepOutput out = model.forward(step, sched.kv_cache().pool(), truth, in_flight ? &*in_flight : nullptr);
     ASSERT_FALSE(::testing::Test::HasFailure()) << "at step " << steps;

@@ -54,7 +54,8 @@ class SimModel {
         if (q.pending_row >= 0) {
           EXPECT_EQ(token, kPendingToken) << "seq " << q.seq_id << " pos " << pos;
           if (previous == nullptr || q.pending_row >= static_cast<int>(previous->token_ids.size())) {
-            ADD_FAILURE() << "seq " << q.seq_id << ": pending row " << q.pending_row << " has no previous output";
+            ADD_FAILURE() << "seq " << q.seq_id << ": pending row " << q.pending_row
+                          << " has no previous output";
             return out;
           }
           token = previous->token_ids[static_cast<size_t>(q.pending_row)];

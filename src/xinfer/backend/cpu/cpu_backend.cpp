@@ -99,7 +99,8 @@ backend::StepMeta CpuBackend::upload_step(const backend::StepPlan& plan) {
 }
 
 void CpuBackend::feed_tokens(const backend::StepMeta& step, const TensorView& ids) {
-  XI_CHECK(step.token_ids == step_copy_.token_ids.data()) << "StepMeta does not come from the last upload_step()";
+  XI_CHECK(step.token_ids == step_copy_.token_ids.data())
+      << "StepMeta does not come from the last upload_step()";
   if (step.token_sources == nullptr) return;
   XI_CHECK(ids.dtype == DType::kI32) << "feed_tokens ids must be i32";
   const int32_t* src = ids.as<int32_t>();

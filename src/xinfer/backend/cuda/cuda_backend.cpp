@@ -176,8 +176,8 @@ void CudaBackend::to_host_raw_async(const TensorView& src, void* dst) {
     XI_CUDA_CHECK(cudaMallocHost(&copy_host_, copy_host_bytes_));
     return to_host_raw_async(src, dst);
   }
-  XI_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(copy_host_) + *offset, src.data, bytes, cudaMemcpyDeviceToHost,
-                                stream_));
+  XI_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(copy_host_) + *offset, src.data, bytes,
+                                cudaMemcpyDeviceToHost, stream_));
   host_copies_.push_back({dst, *offset, bytes, next_fence_});
 }
 
@@ -230,10 +230,11 @@ backend::StepMeta CudaBackend::upload_step(const backend::StepPlan& plan) {
   attn_host_ = build_attention_plan(plan);
 
   // Pack every array (16-byte aligned) into the staging buffer.
-  const std::vector<int32_t>* arrays[] = {&plan.token_ids,      &plan.positions,          &plan.slot_mapping,
-                                          &plan.query_start_loc, &plan.seq_lens,           &plan.block_tables,
-                                          &plan.logit_rows,      &attn_host_.decode_seqs,  &attn_host_.prefill_items,
-                                          &attn_host_.token_seq, &attn_host_.decode_lens,   &plan.token_sources};
+  const std::vector<int32_t>* arrays[] = {
+      &plan.token_ids,       &plan.positions,         &plan.slot_mapping,
+      &plan.query_start_loc, &plan.seq_lens,          &plan.block_tables,
+      &plan.logit_rows,      &attn_host_.decode_seqs, &attn_host_.prefill_items,
+      &attn_host_.token_seq, &attn_host_.decode_lens, &plan.token_sources};
   constexpr int kArrays = sizeof(arrays) / sizeof(arrays[0]);
   size_t offsets[kArrays];
   size_t total = 0;
@@ -609,8 +610,9 @@ void CudaBackend::feed_tokens(const backend::StepMeta& step, const TensorView& i
   XI_CHECK(ids.device == Device::kCuda) << "feed_tokens ids must be on the device";
   for (int32_t r : host_step_.token_sources) XI_CHECK_LT(r, ids.numel()) << "token source row";
   // StepMeta's arrays are const for the ops that read them; this op owns the token ids' update.
-  launch_feed_tokens({const_cast<int32_t*>(step.token_ids), step.token_sources, ids.as<int32_t>(), step.num_tokens},
-                     stream_);
+  launch_feed_tokens(
+      {const_cast<int32_t*>(step.token_ids), step.token_sources, ids.as<int32_t>(), step.num_tokens},
+      stream_);
 }
 
 void CudaBackend::argmax_rows(const TensorView& logits, const TensorView& out) {

@@ -245,7 +245,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
     if (has_next) load_rows(vr, p.v_cache, next_off);
   }
 
-
   // Merge the warps: per head, the CTA max and each warp's weight exp2(m_warp - max). Warps without a
   // tile have m = -inf (weight 0); warp 0 always has one, so the max is finite.
   l_run += __shfl_xor_sync(0xffffffffu, l_run, 1);

@@ -23,7 +23,7 @@ __device__ __forceinline__ void take(float v, int i, float& best, int& idx) {
 template <bool kVec4>
 __global__ void __launch_bounds__(kThreads) argmax_rows_kernel(ArgmaxRowsArgs a) {
   pdl_release();  // the next kernel may launch now: it waits for this one's results itself
-  pdl_wait();  // first access: earlier kernels in the stream may still be running (pdl.cuh)
+  pdl_wait();     // first access: earlier kernels in the stream may still be running (pdl.cuh)
   const float* x = a.logits + static_cast<int64_t>(blockIdx.x) * a.vocab;
   float best = -__int_as_float(0x7f800000);  // -inf
   int idx = INT_MAX;

@@ -9,7 +9,7 @@ namespace {
 template <typename Vec>
 __global__ void gather_rows_kernel(GatherRowsArgs a) {
   pdl_release();  // the next kernel may launch now: it waits for this one's results itself
-  pdl_wait();  // first access: earlier kernels in the stream may still be running (pdl.cuh)
+  pdl_wait();     // first access: earlier kernels in the stream may still be running (pdl.cuh)
   const int r = blockIdx.x;
   const int vecs = a.width * static_cast<int>(sizeof(__nv_bfloat16)) / static_cast<int>(sizeof(Vec));
   const Vec* src = reinterpret_cast<const Vec*>(a.src + static_cast<size_t>(a.index[r]) * a.width);

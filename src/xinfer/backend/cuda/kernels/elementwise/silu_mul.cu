@@ -10,7 +10,7 @@ namespace {
 template <int kVec>
 __global__ void silu_mul_kernel(SiluMulArgs a) {
   pdl_release();  // the next kernel may launch now: it waits for this one's results itself
-  pdl_wait();  // first access: earlier kernels in the stream may still be running (pdl.cuh)
+  pdl_wait();     // first access: earlier kernels in the stream may still be running (pdl.cuh)
   const int64_t chunks_per_row = a.inter / kVec;
   const int64_t total = chunks_per_row * a.rows;
   for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < total;

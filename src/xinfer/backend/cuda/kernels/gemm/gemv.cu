@@ -35,17 +35,15 @@ struct GemvParams {
   int num_sms = 0;  // host side: sizes the fused kernel's persistent grid
 };
 
-
 // Weights are read exactly once: keep them out of L1 (x stays there) and fetch 256-byte L2 lines.
 __device__ __forceinline__ uint4 load_weights(const __nv_bfloat16* p) {
   uint4 v;
   // volatile: kept where it is written (before pdl_wait() for a lane's first steps), never sunk below it.
   asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
   return v;
 }
-
 
 // The two bf16 of a 32-bit word as f32: the element at the lower address is the low half.
 __device__ __forceinline__ float bf16_lo(uint32_t v) { return __uint_as_float(v << 16); }
@@ -90,8 +88,8 @@ __device__ __forceinline__ void fma_steps(const uint4 (&wv)[U][R], const uint4 (
 
 // This lane's U steps of its R weight rows from element `base` on (zeros past k: no load).
 template <int U, int R>
-__device__ __forceinline__ void load_weight_steps(uint4 (&wv)[U][R], const __nv_bfloat16* const (&wrow)[R], int base,
-                                                  int stride, int k) {
+__device__ __forceinline__ void load_weight_steps(uint4 (&wv)[U][R], const __nv_bfloat16* const (&wrow)[R],
+                                                  int base, int stride, int k) {
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int kk = base + u * stride;
@@ -154,8 +152,8 @@ __device__ __forceinline__ BlockRow block_row(int n, int rows_per_cta, int blk, 
 // y values, silu_mul's expression. rounded: kSilu scratch in shared memory, [M][rows_per_cta]. A caller
 // that reuses partial or rounded afterwards needs a barrier first.
 template <int M, int R, bool kSilu, typename OutT>
-__device__ __forceinline__ void store_block(const GemvParams& p, int blk, int groups, const float (*partial)[M * R],
-                                            float* rounded) {
+__device__ __forceinline__ void store_block(const GemvParams& p, int blk, int groups,
+                                            const float (*partial)[M * R], float* rounded) {
   static_assert(!kSilu || std::is_same_v<OutT, __nv_bfloat16>, "the SwiGLU epilogue reads bf16-rounded y");
   const int rows_per_cta = groups * R;
   const int t = static_cast<int>(threadIdx.x);  // groups * M * R <= 8 * 8 * 4 = kThreads outputs per CTA
@@ -215,19 +213,20 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(GemvParams p) {
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int s = 0; s < S; ++s) acc[mi][r][s] = 0.0f;
-  row_dots<M, R, S, U>(wv, wrow, first, stride, p.k,
-                       [&](uint4 (&xv)[U][M], int base) {
+  row_dots<M, R, S, U>(
+      wv, wrow, first, stride, p.k,
+      [&](uint4(&xv)[U][M], int base) {
 #pragma unroll
-                         for (int u = 0; u < U; ++u) {
-                           const int kk = base + u * stride;
+        for (int u = 0; u < U; ++u) {
+          const int kk = base + u * stride;
 #pragma unroll
-                           for (int mi = 0; mi < M; ++mi)
-                             xv[u][mi] = kk < p.k && mi < p.m ? __ldg(reinterpret_cast<const uint4*>(
-                                                                    p.x + static_cast<size_t>(mi) * p.k + kk))
-                                                              : make_uint4(0, 0, 0, 0);
-                         }
-                       },
-                       acc);
+          for (int mi = 0; mi < M; ++mi)
+            xv[u][mi] = kk < p.k && mi < p.m
+                            ? __ldg(reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(mi) * p.k + kk))
+                            : make_uint4(0, 0, 0, 0);
+        }
+      },
+      acc);
 
   // All weights are read: the next kernel may start launching (it still waits for this one's results).
   pdl_release();
@@ -364,12 +363,12 @@ __global__ void __launch_bounds__(kThreads, 2) fused_gemv_kernel(GemvParams p) {
   const int groups = kWarps / p.k_split;
   const int group = warp / p.k_split, part = warp % p.k_split;
   const int rows_per_cta = groups * R;
-  const int num_blocks = kSilu ? (p.n / 2 + rows_per_cta / 2 - 1) / (rows_per_cta / 2)
-                                : (p.n + rows_per_cta - 1) / rows_per_cta;
+  const int num_blocks =
+      kSilu ? (p.n / 2 + rows_per_cta / 2 - 1) / (rows_per_cta / 2) : (p.n + rows_per_cta - 1) / rows_per_cta;
   const int stride = p.k_split * kWarpStep;
   const int first = (part * 32 + lane) * kVec;
 
-  auto rows_of = [&](int blk, const __nv_bfloat16* (&wrow)[R]) {
+  auto rows_of = [&](int blk, const __nv_bfloat16*(&wrow)[R]) {
 #pragma unroll
     for (int r = 0; r < R; ++r)
       wrow[r] = p.w + static_cast<size_t>(block_row<kSilu>(p.n, rows_per_cta, blk, group * R + r).row) * p.k;
@@ -400,17 +399,18 @@ __global__ void __launch_bounds__(kThreads, 2) fused_gemv_kernel(GemvParams p) {
       for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int s = 0; s < S; ++s) acc[mi][r][s] = 0.0f;
-    row_dots<M, R, S, U>(wv, wrow, first, stride, p.k,
-                         [&](uint4 (&xv)[U][M], int base) {
+    row_dots<M, R, S, U>(
+        wv, wrow, first, stride, p.k,
+        [&](uint4(&xv)[U][M], int base) {
 #pragma unroll
-                           for (int u = 0; u < U; ++u) {
-                             const int kk = base + u * stride;
+          for (int u = 0; u < U; ++u) {
+            const int kk = base + u * stride;
 #pragma unroll
-                             for (int mi = 0; mi < M; ++mi)
-                               xv[u][mi] = kk < p.k && mi < p.m ? xs[(mi * p.k + kk) / kVec] : make_uint4(0, 0, 0, 0);
-                           }
-                         },
-                         acc);
+            for (int mi = 0; mi < M; ++mi)
+              xv[u][mi] = kk < p.k && mi < p.m ? xs[(mi * p.k + kk) / kVec] : make_uint4(0, 0, 0, 0);
+          }
+        },
+        acc);
 
     // All weights are read: the next kernel may start launching (it still waits for this one's results).
     if (blk + static_cast<int>(gridDim.x) >= num_blocks) pdl_release();

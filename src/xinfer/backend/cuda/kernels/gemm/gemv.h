@@ -20,8 +20,9 @@
 // before the current one is multiplied). PDL (pdl.cuh): with `pdl`, the launch allows programmatic
 // dependent launch: the kernel may start while the previous kernel on the stream finishes; it loads its
 // first weight steps into registers, then waits for the previous kernels' results (pdl_wait) before it
-// touches x, bias or y. Once its weights are read it lets the next kernel launch (pdl_release). Works under stream capture, and for chunked launches (each
-// chunk waits for the one before it, which waited for its own predecessor).
+// touches x, bias or y. Once its weights are read it lets the next kernel launch (pdl_release). Works under
+// stream capture, and for chunked launches (each chunk waits for the one before it, which waited for its own
+// predecessor).
 //
 // Fused variant (launch_fused_gemv, decode path, m <= 8, bf16 y): the same main loop and reduction with
 //   - an RMSNorm input prologue: residual[m, k] += delta; x = bf16(rms_norm(residual) * norm_weight).
@@ -35,8 +36,8 @@
 //     rows i.. of gate and the same rows of up (rows I + i..), rounds them to bf16 as y stores them, and
 //     writes act[m, I] = bf16(silu(gate) * up) with silu_mul's expression (elementwise/silu.cuh).
 //   The CTAs are persistent (at most one wave; each loops over its row blocks), so the prologue runs once
-//   per CTA; their first weight steps are loaded before pdl_wait and arrive during the prologue. For a configuration,
-//   every output row gets the same f32 arithmetic as launch_gemv's: y is bit-identical to
+//   per CTA; their first weight steps are loaded before pdl_wait and arrive during the prologue. For a
+//   configuration, every output row gets the same f32 arithmetic as launch_gemv's: y is bit-identical to
 //   add_rms_norm -> launch_gemv (-> silu_mul) with that configuration.
 #pragma once
 

@@ -10,7 +10,7 @@ constexpr int kWarps = 4;
 
 __global__ void __launch_bounds__(kWarps * 32) qk_norm_kernel(QkNormArgs a) {
   pdl_release();  // the next kernel may launch now: it waits for this one's results itself
-  pdl_wait();  // first access: earlier kernels in the stream may still be running (pdl.cuh)
+  pdl_wait();     // first access: earlier kernels in the stream may still be running (pdl.cuh)
   const int heads = a.num_heads + a.num_kv_heads;
   const int item = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (item >= a.num_tokens * heads) return;

@@ -74,13 +74,14 @@ __global__ void __launch_bounds__(kThreads) add_rms_norm_kernel(RmsNormArgs a) {
     const int i = static_cast<int>(threadIdx.x) + j * kThreads;
     if (i < vecs) normalize(i, w_early[j]);
   }
-  for (int i = static_cast<int>(threadIdx.x) + kEarly * kThreads; i < vecs; i += kThreads) normalize(i, __ldg(w + i));
+  for (int i = static_cast<int>(threadIdx.x) + kEarly * kThreads; i < vecs; i += kThreads)
+    normalize(i, __ldg(w + i));
 }
 
 // Scalar path for any hidden size.
 __global__ void __launch_bounds__(kThreads) add_rms_norm_scalar_kernel(RmsNormArgs a) {
   pdl_release();  // the next kernel may launch now: it waits for this one's results itself
-  pdl_wait();  // first access: earlier kernels in the stream may still be running (pdl.cuh)
+  pdl_wait();     // first access: earlier kernels in the stream may still be running (pdl.cuh)
   const size_t base = static_cast<size_t>(blockIdx.x) * a.hidden;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < a.hidden; i += kThreads) {
