@@ -94,10 +94,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
   // PDL (pdl.cuh): until pdl_wait() this CTA may run alongside the kernels before it (rope + KV write, and
   // since rope releases before it waits, possibly the qkv projection), so before it only memory none of
   // them touches is read: the step's plan and block tables (uploaded before the forward) and the K/V rows
-  // of earlier positions. The newest row, position kv_len - 1, is
-  // written by that kernel: a tile holding it is loaded again after the wait, and q is read after it.
-  // The next kernel (the o projection) may launch once every CTA has started: it prefetches its weights
-  // while this one runs and waits for its results itself.
+  // of earlier positions. The newest row, position kv_len - 1, is written by the rope kernel: a tile
+  // holding it is loaded again after the wait, and q is read after it. The next kernel (the o projection)
+  // may launch once every CTA has started: it loads its first weights while this one runs and waits for
+  // its results itself.
   pdl_release();
   const int di = blockIdx.z;
   const int seq = plan.decode_seqs[di];
