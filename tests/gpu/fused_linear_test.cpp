@@ -290,7 +290,6 @@ TEST(AddRmsNormLinearTunedTest, FusedWhereGemvAndBitIdentical) {
   o.gemm_tuning_cache = "off";
   o.linear_fusion = cuda::LinearFusion::kWhenGemv;
   cuda::CudaBackend be(o);
-  if (std::getenv("XINFER_FUSED_LINEARS") != nullptr) GTEST_SKIP() << "XINFER_FUSED_LINEARS overrides the policy";
   ASSERT_EQ(be.linear_fusion(), cuda::LinearFusion::kWhenGemv);
   const std::vector<Case> cases = {{1, 6144, 4096, false, true, false}, {1, 4096, 4096, true, true, true},
                                    {2, 6144, 4096, false, true, false}, {3, 4096, 4096, true, true, true},

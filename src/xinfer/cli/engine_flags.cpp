@@ -29,8 +29,9 @@ void EngineFlags::add_to(FlagSet& flags) {
       config.async_scheduling.value_or(backend == "cuda");  // the shown default: the command's backend
   flags.add(
       "--async-scheduling", &async_scheduling,
-      "schedule and launch step N+1 while the device computes step N (greedy steps; the others wait for "
-      "the step in flight); default: on for cuda, off for cpu; --no-async-scheduling: off");
+      "schedule and launch step N+1 while the device computes step N (greedy steps, and device-sampled "
+      "ones without penalties or logprobs; the others wait for the step in flight); default: on for cuda, "
+      "off for cpu; --no-async-scheduling: off");
   flags_ = &flags;
   flags.add("--gemm-tuning", &config.gemm_tuning,
             "CUDA: time the GEMM candidates (cuBLASLt algorithms, GEMV) of every linear at start-up and keep the "
@@ -38,6 +39,12 @@ void EngineFlags::add_to(FlagSet& flags) {
   flags.add("--gemm-tuning-cache", &config.gemm_tuning_cache,
             "CUDA: file caching the measured GEMM choices (empty: ~/.cache/xinfer/gemm_tuning.json or "
             "$XINFER_GEMM_TUNING_CACHE; off: none)");
+  flags.add("--gemv-pdl", &config.gemv_pdl,
+            "CUDA: the small-batch GEMV kernels use programmatic dependent launch (start while the previous "
+            "kernel finishes); --no-gemv-pdl: plain launches");
+  flags.add("--fused-linears", &config.fused_linears,
+            "CUDA: run norm -> linear (-> SwiGLU) of decode rows as one fused GEMV where the tuner chose the "
+            "GEMV (off by default: measured slower on the H200)");
   flags.add("--enable-prefix-caching", &sc.enable_prefix_caching, "reuse KV blocks of identical prompt prefixes");
   flags.add("--max-num-seqs", &sc.max_num_seqs, "most sequences running at once");
   flags.add("--max-num-batched-tokens", &sc.max_num_batched_tokens, "most tokens in one forward pass");

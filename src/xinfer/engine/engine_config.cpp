@@ -44,7 +44,8 @@ std::string EngineConfig::to_string() const {
      << " device_greedy=" << device_greedy << " device_sampling=" << device_sampling
      << " async_scheduling=" << (async_scheduling ? (*async_scheduling ? "1" : "0") : "auto")
      << " gemm_tuning=" << gemm_tuning
-     << " gemm_tuning_cache=" << (gemm_tuning_cache.empty() ? "default" : gemm_tuning_cache) << " | "
+     << " gemm_tuning_cache=" << (gemm_tuning_cache.empty() ? "default" : gemm_tuning_cache)
+     << " gemv_pdl=" << gemv_pdl << " fused_linears=" << fused_linears << " | "
      << scheduler.to_string();
   return os.str();
 }

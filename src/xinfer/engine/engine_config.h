@@ -55,6 +55,11 @@ struct EngineConfig {
   // File caching the measured choices across runs; "": ~/.cache/xinfer/gemm_tuning.json (or
   // $XINFER_GEMM_TUNING_CACHE); "off": no file (`--gemm-tuning-cache`).
   std::string gemm_tuning_cache;
+  // CUDA: the GEMV candidates use programmatic dependent launch (`--no-gemv-pdl`: plain launches).
+  bool gemv_pdl = true;
+  // CUDA: a norm -> linear (-> SwiGLU) on decode rows runs as one fused GEMV where the tuner chose the GEMV
+  // (`--fused-linears`); off by default: measured slower on the H200 (docs/PERF.md).
+  bool fused_linears = false;
   // Asynchronous scheduling (docs/engine.md): the host schedules and launches step N+1 while the device
   // computes step N (placeholder tokens fed from N's device-side ids), then applies N's results. Pipelined:
   // steps of plain-argmax rows (device_greedy) and steps the device samples whole (device_sampling; no

@@ -68,12 +68,6 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device), 
   XI_CUDA_CHECK(cudaEventCreateWithFlags(&step_copied_, cudaEventDisableTiming));
   gemm_ = std::make_unique<GemmTuner>(options.gemm_workspace_bytes);
   linear_fusion_ = options.linear_fusion;
-  if (const char* env = std::getenv("XINFER_FUSED_LINEARS")) {  // "1"/"on"/"true": kWhenGemv; "0"/"off"/"false": kOff
-    const std::string v = env;
-    if (v == "1" || v == "on" || v == "true") linear_fusion_ = LinearFusion::kWhenGemv;
-    else if (v == "0" || v == "off" || v == "false") linear_fusion_ = LinearFusion::kOff;
-    else XI_LOG(WARN) << "XINFER_FUSED_LINEARS=" << v << " ignored (use 1 or 0)";
-  }
   XI_CUDA_CHECK(cudaMalloc(&fused_counter_, sizeof(unsigned)));
   XI_CUDA_CHECK(cudaMemset(fused_counter_, 0, sizeof(unsigned)));
 }
@@ -363,11 +357,7 @@ Result<backend::DeviceCeilings> CudaBackend::measure_ceilings() { return measure
 
 void CudaBackend::tune_linears(const std::vector<GemmShape>& shapes, bool show_progress) {
   XI_CHECK(!capturing_) << "tune_linears() while recording a graph";
-  auto env_off = [](const char* name) {
-    const char* v = std::getenv(name);
-    return v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0);
-  };
-  if (!options_.gemm_tuning || env_off("XINFER_GEMM_TUNING")) {
+  if (!options_.gemm_tuning) {
     XI_LOG(INFO) << "gemm tuner: off (cuBLASLt heuristic for every linear)";
     return;
   }
@@ -375,7 +365,7 @@ void CudaBackend::tune_linears(const std::vector<GemmShape>& shapes, bool show_p
   o.show_progress = show_progress;
   o.cache_path = options_.gemm_tuning_cache.empty() ? default_gemm_tuning_cache_path() : options_.gemm_tuning_cache;
   if (o.cache_path == "off" || o.cache_path == "none") o.cache_path.clear();
-  o.gemv_pdl = !env_off("XINFER_GEMV_PDL");
+  o.gemv_pdl = options_.gemv_pdl;
   XI_LOG(INFO) << gemm_->tune(shapes, o, stream_).to_string();
 }
 

@@ -31,7 +31,8 @@
 // with the tuned configuration its results are bit-identical to the composition, with two launches fewer.
 // Off by default: measured on the H200 (docs/PERF.md) the fused qkv (19.4 us) loses to add_rms_norm + GEMV
 // (2.0 + 14.0 us) and the fused gate_up + SwiGLU only ties (62.2 vs 62.3 us), batch-1 ITL 4.469 vs 4.442 ms.
-// Env XINFER_FUSED_LINEARS=1 (or options) turns it on. Elsewhere: the composition (Backend's default).
+// CudaBackendOptions::linear_fusion (`--fused-linears`) turns it on. Elsewhere: the composition (Backend's
+// default).
 //
 // KV cache: bf16, per layer K and V [num_blocks, num_kv_heads, block_size, head_dim] (backend.h).
 // Attention: decodes use the split-KV decode kernel, prefill chunks the tiled tensor-core kernel
@@ -66,13 +67,15 @@ enum class LinearFusion {
 struct CudaBackendOptions {
   int device = 0;
   size_t gemm_workspace_bytes = 32u << 20;
-  // tune_linears() measures GEMM candidates; false (or env XINFER_GEMM_TUNING=0): cuBLASLt's heuristic.
+  // tune_linears() measures GEMM candidates; false: cuBLASLt's heuristic.
   bool gemm_tuning = true;
   // Tuning cache file; "": default_gemm_tuning_cache_path() (env XINFER_GEMM_TUNING_CACHE, XDG_CACHE_HOME,
   // HOME); "off": none.
   std::string gemm_tuning_cache;
-  // Env XINFER_FUSED_LINEARS=1 selects kWhenGemv, =0 kOff (the default: see above).
+  // kWhenGemv: the fused norm -> GEMV kernel (see above); kOff, the default: the composition.
   LinearFusion linear_fusion = LinearFusion::kOff;
+  // The GEMV candidates the tuner measures use programmatic dependent launch (pdl.cuh); false: plain launches.
+  bool gemv_pdl = true;
 };
 
 class CudaBackend final : public backend::Backend {
@@ -133,7 +136,6 @@ class CudaBackend final : public backend::Backend {
   int num_sms() const { return num_sms_; }
   // Measures the GEMM candidates for the model's linears (or takes them from the cache) and logs a
   // one-line summary; call once after creating the backend, before any graph is recorded.
-  // Env XINFER_GEMV_PDL=0 keeps programmatic dependent launch off the GEMV kernel.
   void tune_linears(const std::vector<GemmShape>& shapes, bool show_progress);
   GemmTuner& gemm() { return *gemm_; }
   // The GEMV configuration add_rms_norm_linear(a) runs the fused kernel with, or nullopt: the composition.
