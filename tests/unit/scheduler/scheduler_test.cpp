@@ -5,38 +5,14 @@
 
 #include <gtest/gtest.h>
 
-#include <numeric>
 #include <vector>
+
+#include "scheduler_test_util.h"
 
 namespace xinfer::sched {
 namespace {
 
-std::vector<int32_t> tokens(int n, int start = 1) {
-  std::vector<int32_t> v(n);
-  std::iota(v.begin(), v.end(), start);
-  return v;
-}
-
-Request req(uint64_t id, int prompt_len, int max_new, int priority = 0, int start = 1) {
-  Request r;
-  r.id = id;
-  r.prompt = tokens(prompt_len, start);
-  r.max_new_tokens = max_new;
-  r.priority = priority;
-  return r;
-}
-
-SchedulerConfig small_config() {
-  SchedulerConfig c;
-  c.block_size = 4;
-  c.num_blocks = 33;
-  c.max_num_seqs = 8;
-  c.max_num_batched_tokens = 16;
-  c.decode_interval = 1;
-  c.min_decode_interval = 1;
-  c.kv_watermark = 0;
-  return c;
-}
+using namespace test_util;
 
 struct Harness {
   double now = 0;
@@ -56,13 +32,6 @@ struct Harness {
     return f;
   }
 };
-
-const ScheduledSeq* find_seq(const ScheduledStep& s, uint64_t id) {
-  for (const ScheduledSeq& q : s.seqs) {
-    if (q.seq_id == id) return &q;
-  }
-  return nullptr;
-}
 
 TEST(SchedulerConfig, ValidateAndPrint) {
   SchedulerConfig c;
