@@ -1,5 +1,5 @@
 // Device sampling (CudaBackend::sample_rows, kernels/sampling): token frequencies against the exact filtered
-// distribution computed here from the definitions (sampling_reference.h) - every kernel path: shared-memory
+// distribution computed from the definitions (tests/common/sampling_reference.h) - every kernel path: shared-memory
 // candidates (small vocab, top-k, min-p), radix selects (top-k by count, top-p by mass, exact ties), the
 // full-row draw - at vocab 7, 1000, 3000, 12000, 20000, 32001 (misaligned rows), 50257 and 128256; logit
 // adjustments (mask, bias, penalties) from SamplingParams through the engine's planner; greedy rows equal to
@@ -17,14 +17,16 @@
 #include <random>
 #include <string>
 
+#include "common/sampling_reference.h"
 #include "gpu_test_util.h"
-#include "sampling_reference.h"
 #include "xinfer/engine/device_sampling.h"
 #include "xinfer/engine/engine.h"
 #include "xinfer/engine/sampler.h"
 
 namespace xinfer::gpu_test {
 namespace {
+
+using namespace test_ref;
 
 std::vector<float> normal_logits(int vocab, uint32_t seed, float stddev) {
   std::mt19937 gen(seed);

@@ -1,5 +1,6 @@
-// Sampler tests. Expected values come from code written here from the definitions (softmax in double,
-// full sorts, hand-computed penalties), never from the Sampler's own earlier output.
+// Sampler tests. Expected values come from code written from the definitions (here and in
+// tests/common/sampling_reference.h: softmax in double, full sorts, hand-computed penalties), never from the
+// Sampler's own earlier output.
 #include "xinfer/engine/sampler.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "common/sampling_reference.h"
 #include "xinfer/core/thread_pool.h"
 
 namespace xinfer::engine {
@@ -25,50 +27,9 @@ std::vector<float> random_logits(int vocab, uint32_t seed, float stddev = 2.0f) 
   return v;
 }
 
-// The filtered distribution, straight from the definitions (vLLM v1 order): softmax(logits / T); min_p keeps
-// p >= min_p * max p; top_k keeps logits >= the k-th largest; renormalize; top_p keeps, most likely first
-// (ties -> lower id), each token whose preceding mass is < top_p; renormalize.
+// The filtered distribution, straight from the definitions (tests/common/sampling_reference.h).
 std::vector<double> expected_distribution(const std::vector<float>& logits, const SamplingParams& p) {
-  const size_t V = logits.size();
-  std::vector<double> prob(V);
-  double mx = -INFINITY;
-  for (size_t i = 0; i < V; ++i) mx = std::max(mx, static_cast<double>(logits[i]) / p.temperature);
-  double z = 0;
-  for (size_t i = 0; i < V; ++i) z += prob[i] = std::exp(logits[i] / static_cast<double>(p.temperature) - mx);
-  for (double& x : prob) x /= z;
-  std::vector<bool> keep(V, true);
-  if (p.min_p > 0) {
-    const double pmax = *std::max_element(prob.begin(), prob.end());
-    for (size_t i = 0; i < V; ++i) keep[i] = keep[i] && prob[i] >= p.min_p * pmax;
-  }
-  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < V) {
-    std::vector<float> sorted = logits;
-    std::sort(sorted.begin(), sorted.end(), std::greater<float>());
-    const float kth = sorted[static_cast<size_t>(p.top_k) - 1];
-    for (size_t i = 0; i < V; ++i) keep[i] = keep[i] && logits[i] >= kth;
-  }
-  auto renormalize = [&] {
-    double s = 0;
-    for (size_t i = 0; i < V; ++i) s += keep[i] ? prob[i] : 0.0;
-    for (size_t i = 0; i < V; ++i) prob[i] = keep[i] ? prob[i] / s : 0.0;
-  };
-  renormalize();
-  if (p.top_p < 1) {
-    std::vector<size_t> order(V);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return prob[a] > prob[b]; });
-    double before = 0;
-    for (size_t i : order) {
-      if (!keep[i]) continue;
-      if (before < p.top_p) {
-        before += prob[i];
-      } else {
-        keep[i] = false;
-      }
-    }
-    renormalize();
-  }
-  return prob;
+  return test_ref::expected_distribution(logits, {p.temperature, p.top_k, p.top_p, p.min_p}).prob;
 }
 
 // Draws `draws` tokens for one seeded sequence at output positions 0..draws-1 (the RNG counter).
@@ -89,38 +50,8 @@ std::vector<int64_t> draw_counts(Sampler& sampler, const std::vector<float>& log
   return counts;
 }
 
-struct ChiSquared {
-  double stat = 0;
-  int df = 0;
-  int64_t impossible_draws = 0;  // draws of tokens with expected probability 0
-  // A generous bound: the statistic's mean is df and its sd sqrt(2 df); 6 sd + 10 is far in the tail.
-  bool plausible() const { return impossible_draws == 0 && stat < df + 6 * std::sqrt(2.0 * df) + 10; }
-};
-
-// Tokens with expected count < 5 are pooled into one bucket.
-ChiSquared chi_squared(const std::vector<int64_t>& counts, const std::vector<double>& expected, int64_t draws) {
-  ChiSquared r;
-  double pooled_obs = 0, pooled_exp = 0;
-  int buckets = 0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    const double e = expected[i] * static_cast<double>(draws);
-    if (expected[i] == 0) {
-      r.impossible_draws += counts[i];
-    } else if (e < 5) {
-      pooled_obs += static_cast<double>(counts[i]);
-      pooled_exp += e;
-    } else {
-      r.stat += (static_cast<double>(counts[i]) - e) * (static_cast<double>(counts[i]) - e) / e;
-      ++buckets;
-    }
-  }
-  if (pooled_exp > 0) {
-    r.stat += (pooled_obs - pooled_exp) * (pooled_obs - pooled_exp) / pooled_exp;
-    ++buckets;
-  }
-  r.df = std::max(1, buckets - 1);
-  return r;
-}
+using test_ref::chi_squared;
+using test_ref::ChiSquared;
 
 const std::vector<float> kSmallLogits = {2.0f, 1.5f, 1.4f, 1.0f, 0.5f, 0.3f, 0.0f, -0.5f, -1.0f, -2.0f, -3.0f, 0.9f};
 

@@ -1,6 +1,7 @@
-// Reference for the device sampling checks, written from the definitions in engine/sampler.h and
-// backend.h (not from either implementation): the filtered distribution in double, the logit adjustments
-// from SamplingParams, and a chi-squared goodness-of-fit statistic. Host-only.
+// Reference for the sampling checks (the host Sampler's unit tests and the device sampling GPU tests),
+// written from the definitions in engine/sampler.h and backend.h (not from either implementation): the
+// filtered distribution in double, the logit adjustments from SamplingParams, and a chi-squared
+// goodness-of-fit statistic. Host-only.
 #pragma once
 
 #include <algorithm>
@@ -14,7 +15,7 @@
 
 #include "xinfer/engine/sampling_params.h"
 
-namespace xinfer::gpu_test {
+namespace xinfer::test_ref {
 
 struct Filter {
   float temperature = 1.0f;
@@ -141,4 +142,4 @@ inline ChiSquared chi_squared(const std::vector<int64_t>& counts, const std::vec
   return r;
 }
 
-}  // namespace xinfer::gpu_test
+}  // namespace xinfer::test_ref
