@@ -99,13 +99,19 @@ __device__ __forceinline__ void load_weight_steps(uint4 (&wv)[U][R], const __nv_
   }
 }
 
-// acc += this lane's share of the R rows' dot products with x. On entry wv holds the weights of the
+// acc = this lane's share of the R rows' dot products with x. On entry wv holds the weights of the
 // lane's first U steps (loaded early, e.g. before pdl_wait); each iteration queues the next U steps'
 // weights before it multiplies the current ones, so two sets of loads overlap the FMAs. x_steps(xv, base)
 // fills x's U steps at base. The same FMA order whatever the loads' timing (fma_steps).
 template <int M, int R, int S, int U, typename XSteps>
 __device__ __forceinline__ void row_dots(uint4 (&wv)[U][R], const __nv_bfloat16* const (&wrow)[R], int first,
                                          int stride, int k, XSteps x_steps, float (&acc)[M][R][S]) {
+#pragma unroll
+  for (int mi = 0; mi < M; ++mi)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int s = 0; s < S; ++s) acc[mi][r][s] = 0.0f;
   for (int base = first; base < k; base += U * stride) {
     uint4 xv[U][M], next[U][R];
     x_steps(xv, base);
@@ -122,6 +128,21 @@ __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+
+// Each output's two FMA chains (S == 2) added, summed over the warp's lanes; lane 0 writes the warp's
+// partial sums, [mi * R + r], to its row of shared memory.
+template <int M, int R, int S>
+__device__ __forceinline__ void warp_partials(const float (&acc)[M][R][S], float* warp_row, int lane) {
+#pragma unroll
+  for (int mi = 0; mi < M; ++mi)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float v = acc[mi][r][0];
+      if constexpr (S == 2) v += acc[mi][r][1];
+      v = warp_sum(v);
+      if (lane == 0) warp_row[mi * R + r] = v;
+    }
 }
 
 __device__ __forceinline__ void store(float* y, size_t i, float v) { y[i] = v; }
@@ -207,12 +228,6 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(GemvParams p) {
   pdl_wait();
 
   float acc[M][R][S];
-#pragma unroll
-  for (int mi = 0; mi < M; ++mi)
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int s = 0; s < S; ++s) acc[mi][r][s] = 0.0f;
   row_dots<M, R, S, U>(
       wv, wrow, first, stride, p.k,
       [&](uint4(&xv)[U][M], int base) {
@@ -233,15 +248,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(GemvParams p) {
 
   // Warp sums, then the k_split warps of each group meet in shared memory.
   __shared__ float partial[kWarps][M * R];
-#pragma unroll
-  for (int mi = 0; mi < M; ++mi)
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      float v = acc[mi][r][0];
-      if constexpr (S == 2) v += acc[mi][r][1];
-      v = warp_sum(v);
-      if (lane == 0) partial[warp][mi * R + r] = v;
-    }
+  warp_partials<M, R, S>(acc, partial[warp], lane);
   __syncthreads();
   store_block<M, R, false, OutT>(p, blk, groups, partial, nullptr);
 }
@@ -393,12 +400,6 @@ __global__ void __launch_bounds__(kThreads, 2) fused_gemv_kernel(GemvParams p) {
       load_weight_steps<U, R>(wv, wrow, first, stride, p.k);
     }
     float acc[M][R][S];
-#pragma unroll
-    for (int mi = 0; mi < M; ++mi)
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int s = 0; s < S; ++s) acc[mi][r][s] = 0.0f;
     row_dots<M, R, S, U>(
         wv, wrow, first, stride, p.k,
         [&](uint4(&xv)[U][M], int base) {
@@ -416,15 +417,7 @@ __global__ void __launch_bounds__(kThreads, 2) fused_gemv_kernel(GemvParams p) {
     if (blk + static_cast<int>(gridDim.x) >= num_blocks) pdl_release();
 
     // Warp sums, then the k_split warps of each group meet in shared memory.
-#pragma unroll
-    for (int mi = 0; mi < M; ++mi)
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        float v = acc[mi][r][0];
-        if constexpr (S == 2) v += acc[mi][r][1];
-        v = warp_sum(v);
-        if (lane == 0) partial[warp][mi * R + r] = v;
-      }
+    warp_partials<M, R, S>(acc, partial[warp], lane);
     __syncthreads();
     store_block<M, R, kSilu, OutT>(p, blk, groups, partial, rounded);
     // partial (and rounded) are reused by the next row block.
