@@ -82,6 +82,27 @@ double time_graph(cudaStream_t stream, int ops, const std::function<void(int)>& 
   return t;
 }
 
+// Kernel parameters for launching an attention kernel directly on a step uploaded with upload_step()
+// (k_cache / v_cache left for the caller): qkv [T, (Hq + 2 Hkv) * D], out [T, Hq * D], scale 0.088.
+cuda::PagedAttentionParams attention_params(const backend::StepMeta& meta, const TensorView& qkv,
+                                            const TensorView& out, int Hq, int Hkv, int D, int bs) {
+  cuda::PagedAttentionParams p{};
+  p.qkv = static_cast<const __nv_bfloat16*>(qkv.data);
+  p.out = static_cast<__nv_bfloat16*>(out.data);
+  p.query_start_loc = meta.query_start_loc;
+  p.positions = meta.positions;
+  p.block_tables = meta.block_tables;
+  p.max_blocks_per_seq = meta.max_blocks_per_seq;
+  p.num_tokens = meta.num_tokens;
+  p.num_heads = Hq;
+  p.num_kv_heads = Hkv;
+  p.head_dim = D;
+  p.block_size = bs;
+  p.qkv_stride = (Hq + 2 * Hkv) * D;
+  p.scale = 0.088f;
+  return p;
+}
+
 // Decode attention, Llama-3.1-8B shape (32 q heads, 8 KV heads, D 128, block 16), every sequence at
 // context `ctx`: K + V of the whole batch are read once per call (plus q and out). Each call reads another
 // copy of the cache (up to 512 MiB of copies) so L2 does not serve it; timed as CUDA-graph replays (as
@@ -149,20 +170,7 @@ void bench_decode_attention(cuda::CudaBackend& be, double bw, bool quick) {
     view.max_decode_len = ctx;
     view.decode_seqs = dev_ids.view.as<int32_t>();
     view.decode_lens = dev_lens.view.as<int32_t>();
-    cuda::PagedAttentionParams p{};
-    p.qkv = static_cast<const __nv_bfloat16*>(qkv.view.data);
-    p.out = static_cast<__nv_bfloat16*>(out.view.data);
-    p.query_start_loc = meta.query_start_loc;
-    p.positions = meta.positions;
-    p.block_tables = meta.block_tables;
-    p.max_blocks_per_seq = meta.max_blocks_per_seq;
-    p.num_tokens = batch;
-    p.num_heads = Hq;
-    p.num_kv_heads = Hkv;
-    p.head_dim = D;
-    p.block_size = bs;
-    p.qkv_stride = width;
-    p.scale = 0.088f;
+    cuda::PagedAttentionParams p = attention_params(meta, qkv.view, out.view, Hq, Hkv, D, bs);
     for (int sweep = std::max(cuda::kDecodePartitionQuantum, psize / 4); sweep <= std::min(ctx, psize * 4); sweep *= 2) {
       const size_t ws_floats = cuda::decode_attention_workspace_floats(batch, Hq, Hkv, D, ctx, sweep);
       auto ws = be.allocate(DType::kF32, Shape{static_cast<int64_t>(std::max<size_t>(ws_floats, 1))});  // zeroed
@@ -281,22 +289,9 @@ void bench_prefill_attention(cuda::CudaBackend& be, double peak, bool quick) {
     std::vector<std::function<void()>> launches;
     for (const auto& k : kernels) {
       outs.push_back(be.allocate(DType::kBF16, Shape{T, Hq * D}));
-      cuda::PagedAttentionParams p{};
-      p.qkv = static_cast<const __nv_bfloat16*>(qkv.view.data);
+      cuda::PagedAttentionParams p = attention_params(meta, qkv.view, outs.back().view, Hq, Hkv, D, bs);
       p.k_cache = static_cast<const __nv_bfloat16*>(kv.layers[0].k.data);
       p.v_cache = static_cast<const __nv_bfloat16*>(kv.layers[0].v.data);
-      p.out = static_cast<__nv_bfloat16*>(outs.back().view.data);
-      p.query_start_loc = meta.query_start_loc;
-      p.positions = meta.positions;
-      p.block_tables = meta.block_tables;
-      p.max_blocks_per_seq = meta.max_blocks_per_seq;
-      p.num_tokens = T;
-      p.num_heads = Hq;
-      p.num_kv_heads = Hkv;
-      p.head_dim = D;
-      p.block_size = bs;
-      p.qkv_stride = width;
-      p.scale = 0.088f;
       const cuda::PrefillKernel kernel = k.first;
       launches.push_back([p, view, s, kernel] { cuda::launch_paged_prefill_attention(p, view, s, kernel); });
     }

@@ -39,16 +39,21 @@ std::string graph_model_dir() {
   return dir;
 }
 
+// The model of graph_model_dir() on the GPU with dummy weights drawn from `seed`.
+Result<std::unique_ptr<model::LlamaModel>> load_graph_model(int max_tokens, int max_logit_rows, uint64_t seed) {
+  model::LoadOptions opt;
+  opt.max_tokens = max_tokens;
+  opt.max_logit_rows = max_logit_rows;
+  opt.show_progress = false;
+  opt.load_format = model::LoadFormat::kDummy;
+  opt.seed = seed;
+  return model::LlamaModel::load(graph_model_dir(), gpu(), opt);
+}
+
 int argmax(const float* row, int vocab) { return static_cast<int>(std::max_element(row, row + vocab) - row); }
 
 TEST(CudaGraphs, DecodeReplayIsBitIdenticalToPaddedEager) {
-  model::LoadOptions opt;
-  opt.max_tokens = 2048;
-  opt.max_logit_rows = 64;
-  opt.show_progress = false;
-  opt.load_format = model::LoadFormat::kDummy;
-  opt.seed = 7;
-  auto loaded = model::LlamaModel::load(graph_model_dir(), gpu(), opt);
+  auto loaded = load_graph_model(2048, 64, 7);
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   model::LlamaModel& m = **loaded;
   const model::ModelConfig& c = m.config();
@@ -124,12 +129,7 @@ TEST(CudaGraphs, DecodeReplayIsBitIdenticalToPaddedEager) {
 // Graph memory: free device memory before and after recording every bucket of the 8B-like layer count
 // would be too slow here; this records all 9 buckets of the small model and reports the cost per graph.
 TEST(CudaGraphs, MemoryPerRecording) {
-  model::LoadOptions opt;
-  opt.max_tokens = 256;
-  opt.max_logit_rows = 256;
-  opt.show_progress = false;
-  opt.load_format = model::LoadFormat::kDummy;
-  auto loaded = model::LlamaModel::load(graph_model_dir(), gpu(), opt);
+  auto loaded = load_graph_model(256, 256, model::LoadOptions{}.seed);
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   model::LlamaModel& m = **loaded;
   const model::ModelConfig& c = m.config();
@@ -161,13 +161,7 @@ TEST(CudaGraphs, MemoryPerRecording) {
 // waiting on a fence only) give bit-identical ids to the same steps run one at a time with host-known tokens,
 // graphs on and off.
 TEST(CudaGraphs, PipelinedGreedyStepsFeedDeviceIds) {
-  model::LoadOptions opt;
-  opt.max_tokens = 2048;
-  opt.max_logit_rows = 64;
-  opt.show_progress = false;
-  opt.load_format = model::LoadFormat::kDummy;
-  opt.seed = 7;
-  auto loaded = model::LlamaModel::load(graph_model_dir(), gpu(), opt);
+  auto loaded = load_graph_model(2048, 64, 7);
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   model::LlamaModel& m = **loaded;
   const model::ModelConfig& c = m.config();
