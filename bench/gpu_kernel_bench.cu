@@ -415,31 +415,32 @@ void bench_decode_layer(cuda::CudaBackend& be, double bw) {
               "roofline %.1f us (%.1f%%)\n",
               chained * 1e6, 32 * chained * 1e3, sum * 1e6, bytes / (bw * 1e9) * 1e6, 100 * bytes / (bw * 1e9) / chained);
 
-  // The same layer with the fused decode ops (backend.h add_rms_norm_linear: the norm in the GEMV's prologue,
-  // the SwiGLU in gate_up's epilogue), as the model runs it: 6 kernels instead of 9. The down projection
-  // is the plain linear (its row above). Fused only where the tuner chose the GEMV (else the composition);
-  // the backend's default policy is off (cuda_backend.h), so this section turns kWhenGemv on for itself.
+  // The same layer with the fused decode ops as the model runs them (backend.h add_rms_norm_linear: the o and
+  // down projections add themselves into the residual and apply the next norm's weight, qkv and gate_up
+  // scale by the RMS they sum on the way): 7 kernels instead of 9. Fused only where the tuner chose the GEMV for both linears (else the
+  // composition); this section sets kWhenGemv itself (the backend's default) and restores the policy after.
   const cuda::LinearFusion saved_fusion = be.linear_fusion();
   be.set_linear_fusion(cuda::LinearFusion::kWhenGemv);
-  auto norm_qkv = [&](int l) {
-    return backend::NormLinearArgs{residual.view, delta.view, W(l).norm1.view, eps, {W(l).qkv.view, {}}, x.view, qkv.view, {}};
+  auto o_gate_up = [&](int l) {
+    return backend::NormLinearArgs{residual.view, delta.view, W(l).norm2.view, eps, {W(l).gate_up.view, {}}, x.view,
+                                   gu.view, act.view, attn.view, {W(l).o.view, {}}};
   };
-  auto norm_gate_up = [&](int l) {
-    return backend::NormLinearArgs{residual.view, delta.view, W(l).norm2.view, eps, {W(l).gate_up.view, {}}, x.view, gu.view,
-                                   act.view};
+  auto down_qkv = [&](int l) {
+    return backend::NormLinearArgs{residual.view, delta.view, W(l + 1).norm1.view, eps, {W(l + 1).qkv.view, {}},
+                                   x.view, qkv.view, {}, act.view, {W(l).down.view, {}}};
   };
   auto path = [&](const backend::NormLinearArgs& a) {
-    const auto c = be.fused_linear_config(a);
-    return c ? "fused " + cuda::to_string(*c) : std::string("composed (tuner did not choose the GEMV)");
+    const auto plan = be.fused_linear_plan(a);
+    if (!plan) return std::string("composed (tuner did not choose the GEMV for both)");
+    return "fused " + cuda::to_string(plan->producer) + " -> " + cuda::to_string(plan->consumer);
   };
   const std::vector<Op> fused_ops = {
-      {"fused add_rms_norm+qkv", 3.0 * 2 * H + wq, [&](int l) { be.add_rms_norm_linear(norm_qkv(l)); }},
-      ops[2], ops[3], ops[4],
-      {"fused add_rms_norm+gate_up+silu", 3.0 * 2 * H + wgu + 2.0 * I, [&](int l) { be.add_rms_norm_linear(norm_gate_up(l)); }},
-      ops[8],
+      ops[2], ops[3],
+      {"fused o+add_rms_norm+gate_up (+silu_mul)", wo + wgu + 2.0 * 3 * I, [&](int l) { be.add_rms_norm_linear(o_gate_up(l)); }},
+      {"fused down+add_rms_norm+qkv", wd + wq, [&](int l) { be.add_rms_norm_linear(down_qkv(l)); }},
   };
   for (const Op& op : fused_ops) op.fn(0);
-  std::printf("b1 layer fused: qkv %s, gate_up %s\n", path(norm_qkv(0)).c_str(), path(norm_gate_up(0)).c_str());
+  std::printf("b1 layer fused: o -> gate_up %s, down -> qkv %s\n", path(o_gate_up(0)).c_str(), path(down_qkv(0)).c_str());
   double fsum = 0, fbytes = 0;
   for (const Op& op : fused_ops) {
     const double t = time_graph(s, L, op.fn);
@@ -450,7 +451,7 @@ void bench_decode_layer(cuda::CudaBackend& be, double bw) {
   const double fchained = time_graph(s, L, [&](int l) {
     for (const Op& op : fused_ops) op.fn(l);
   });
-  report("b1 layer: fused, sum of its 6 ops", fsum, fbytes, false, bw);
+  report("b1 layer: fused, sum of its ops", fsum, fbytes, false, bw);
   report("b1 layer: fused, chained", fchained, fbytes, false, bw);
   std::printf("b1 layer fused: chained %.1f us (x32 = %.2f ms per token before the lm_head; unfused %.1f us: %.1f us "
               "saved per layer), roofline %.1f us (%.1f%%)\n",
@@ -485,19 +486,23 @@ int run(bool quick) {
     int n, k;
     bool f32_out;
     int max_m;      // token budget; the lm_head runs on logit rows only
-    int per_token;  // launches per decoded token: one per layer, the lm_head once
+    int per_token;      // launches per decoded token: one per layer, the lm_head once
+    bool normed_input;  // after an RMSNorm (gemm_args.h): the tuner also times the norm folded into the GEMV
   };
-  const Shape8b shapes[] = {{"qkv", 6144, 4096, false, 2048, 32},
-                            {"o", 4096, 4096, false, 2048, 32},
-                            {"gate_up", 28672, 4096, false, 2048, 32},
-                            {"down", 4096, 14336, false, 2048, 32},
-                            {"lm_head", 128256, 4096, true, 256, 1}};
+  const Shape8b shapes[] = {{"qkv", 6144, 4096, false, 2048, 32, true},
+                            {"o", 4096, 4096, false, 2048, 32, false},
+                            {"gate_up", 28672, 4096, false, 2048, 32, true},
+                            {"down", 4096, 14336, false, 2048, 32, false},
+                            {"lm_head", 128256, 4096, true, 256, 1, false}};
   {
     std::vector<cuda::GemmShape> gs;
-    for (const Shape8b& sh : shapes) gs.push_back({sh.n, sh.k, sh.f32_out, false, sh.max_m});
+    for (const Shape8b& sh : shapes) gs.push_back({sh.n, sh.k, sh.f32_out, false, sh.max_m, sh.normed_input});
     cuda::GemmTunerOptions to;  // fresh measurements: no cache file
     to.show_progress = false;
     std::printf("%s\n", be.gemm().tune(gs, to, s).to_string().c_str());
+    for (const auto& [key, nc] : be.gemm().normed_table())
+      std::printf("normed GEMV n=%d k=%d m=%d: %s %.1f us vs add_rms_norm + plain choice %.1f us (%s)\n", key.n, key.k,
+                  key.m, cuda::to_string(nc.gemv).c_str(), nc.us, nc.composed_us, nc.faster() ? "fused" : "composed");
   }
   auto choice_text = [](const cuda::GemmChoice& c) {
     return c.kind == cuda::GemmKind::kGemv ? cuda::to_string(c.gemv) : std::string(cuda::gemm_kind_name(c.kind));

@@ -1,24 +1,26 @@
-// The fused decode op add_rms_norm_linear (backend.h) and its CUDA kernel (gemv.h: launch_fused_gemv):
-//  - the kernel against add_rms_norm -> launch_gemv (-> silu_mul) launched with the same GEMV configuration,
-//    bit for bit (residual, normed x, y, act), for every configuration, few and many CTAs (the persistent
-//    loop), with and without delta / bias / SwiGLU, awkward sizes, repeated launches sharing one ticket
-//    counter, and a CUDA graph of PDL launches replayed twice;
-//  - CudaBackend::add_rms_norm_linear against the CPU backend (m = 1, 3, 8 fused; m = 9 composed), and
-//    against its own composition (kOff): residual and normed x bit-identical, y and act within bf16 noise;
-//  - a tuned CudaBackend (kWhenGemv): fused exactly where the tuner chose the GEMV, and then bit-identical
-//    to the composition.
+// The fused decode op add_rms_norm_linear (backend.h) and its CUDA kernels (gemv.h: GemvFusion):
+//  - add_to_y against linear's bf16 output added to y on the host with one bf16 rounding, and its
+//    weighted_out against bf16(new y * g), bit for bit, for every configuration, m up to 11 (chunked
+//    launches), with and without bias;
+//  - rms_x (the norm's scale folded in) against an f64 host reference of rms_norm(h) * g @ w^T + b and against
+//    add_rms_norm -> GEMV with the same configuration (within bf16 noise), repeatable bit for bit;
+//  - the producer -> consumer pair recorded as a CUDA graph of PDL launches, replayed: equal to the same
+//    launches run eagerly;
+//  - CudaBackend::add_rms_norm_linear (kAlways) against the CPU backend and against its own composition
+//    (kOff): out and act within bf16 noise; m = 9, no producer, and a delta given as input run the
+//    composition;
+//  - a tuned CudaBackend (kWhenGemv): fused exactly where the tuner measured the folded norm faster and runs
+//    the producer as the GEMV, with the tuned configurations; then the residual is bit-identical.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <cstring>
-#include <optional>
+#include <cmath>
+#include <cstdio>
 #include <ostream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "gpu_test_util.h"
-#include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemv.h"
 #include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
@@ -27,6 +29,7 @@ namespace xinfer::gpu_test {
 namespace {
 
 using cuda::GemvConfig;
+using cuda::GemvFusion;
 constexpr float kEps = 1e-5f;
 constexpr double kTol = 1e-2;  // relative L2 of bf16 results vs the f32 CPU backend (ops_test.cpp's)
 
@@ -55,178 +58,247 @@ void expect_same_bits(backend::Backend& b, const TensorView& got, const TensorVi
                       << " (bits " << g[first] << " vs " << w[first] << ")";
 }
 
-struct Case {
+template <typename T>
+T* ptr(const backend::DeviceTensor& t) {
+  return static_cast<T*>(t.view.data);
+}
+const __nv_bfloat16* bf16(const backend::DeviceTensor& t) { return ptr<const __nv_bfloat16>(t); }
+
+std::vector<GemvConfig> every_config(int k) {
+  std::vector<GemvConfig> out;
+  for (int r : {1, 2, 4})
+    for (int ks : {1, 2, 4, 8})
+      if (ks == 1 || ks * 256 <= k) out.push_back(GemvConfig{r, ks, ks == 2});  // PDL on some of them
+  return out;
+}
+
+// ---- the kernels ----
+
+struct KernelCase {
   int m, n, k;
-  bool bias, delta, act;
+  bool bias;
   std::string name() const {
-    return "m" + std::to_string(m) + "_n" + std::to_string(n) + "_k" + std::to_string(k) + (bias ? "_bias" : "") +
-           (delta ? "_delta" : "") + (act ? "_silu" : "");
+    return "m" + std::to_string(m) + "_n" + std::to_string(n) + "_k" + std::to_string(k) + (bias ? "_bias" : "");
   }
 };
+void PrintTo(const KernelCase& c, std::ostream* os) { *os << c.name(); }
 
+class GemvFusionTest : public ::testing::TestWithParam<KernelCase> {};
+
+// y = bf16(y0 + bf16(x @ w^T + b)) and weighted_out = bf16(y * g) for every configuration, bit for bit
+// against the plain GEMV's output added (and multiplied) on the host.
+TEST_P(GemvFusionTest, AddToYIsPlainGemvPlusY) {
+  const KernelCase c = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(c.m * 31 + c.n + c.k));
+  const auto x_h = random_bf16(static_cast<size_t>(c.m) * c.k, rng);
+  const auto w_h = random_bf16(static_cast<size_t>(c.n) * c.k, rng, 0.05f);
+  const auto b_h = random_bf16(static_cast<size_t>(c.n), rng, 0.5f);
+  const auto y0_h = random_bf16(static_cast<size_t>(c.m) * c.n, rng, 2.0f);
+  const auto g_h = norm_weights(static_cast<size_t>(c.n), rng);
+  auto up = [&](const std::vector<float>& v, Shape s) { return gpu().upload(host_view(v, s), DType::kBF16); };
+  const auto x = up(x_h, Shape{c.m, c.k}), w = up(w_h, Shape{c.n, c.k}), b = up(b_h, Shape{c.n}), g = up(g_h, Shape{c.n});
+  const auto plain = gpu().allocate(DType::kBF16, Shape{c.m, c.n});
+  const auto weighted = gpu().allocate(DType::kBF16, Shape{c.m, c.n});
+  cudaStream_t s = gpu().stream();
+  for (const GemvConfig& config : every_config(c.k))
+    for (bool with_weighted : {false, true}) {
+      const std::string what = cuda::to_string(config) + (with_weighted ? " +weighted_out" : "");
+      const auto y = up(y0_h, Shape{c.m, c.n});
+      poison(weighted.view);
+      cuda::launch_gemv({bf16(x), bf16(w), c.bias ? bf16(b) : nullptr, plain.view.data, false, c.m, c.n, c.k}, config, s);
+      GemvFusion f{true, nullptr, nullptr, nullptr, 0.0f};
+      if (with_weighted) {
+        f.out_weight = bf16(g);
+        f.weighted_out = ptr<__nv_bfloat16>(weighted);
+      }
+      cuda::launch_gemv({bf16(x), bf16(w), c.bias ? bf16(b) : nullptr, y.view.data, false, c.m, c.n, c.k}, config, s, f);
+      const auto p = download(gpu(), plain.view);
+      std::vector<float> want(p.size()), want_w(p.size());
+      for (size_t i = 0; i < p.size(); ++i) {
+        want[i] = to_float(to_bf16(y0_h[i] + p[i]));
+        want_w[i] = to_float(to_bf16(want[i] * g_h[i % static_cast<size_t>(c.n)]));
+      }
+      const auto got = download(gpu(), y.view), got_w = download(gpu(), weighted.view);
+      size_t diff = 0, diff_w = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        diff += got[i] != want[i];
+        diff_w += with_weighted && !(got_w[i] == want_w[i]);  // NaN (unwritten) counts as a difference
+      }
+      EXPECT_EQ(diff, 0u) << what << ": outputs differ from bf16(y0 + gemv)";
+      EXPECT_EQ(diff_w, 0u) << what << ": weighted_out differs from bf16(y * g)";
+    }
+}
+
+// y = (bf16(h * g) @ w^T) / rms(h) + b: against rms_norm(h) * g @ w^T + b in f64 on the host, and against
+// add_rms_norm -> GEMV (same configuration); two launches give the same bits.
+TEST_P(GemvFusionTest, RmsScaledMatchesReference) {
+  const KernelCase c = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(c.m * 17 + c.n * 3 + c.k));
+  const auto h_h = random_bf16(static_cast<size_t>(c.m) * c.k, rng, 3.0f);
+  const auto g_h = norm_weights(static_cast<size_t>(c.k), rng);
+  const auto w_h = random_bf16(static_cast<size_t>(c.n) * c.k, rng, 0.05f);
+  const auto b_h = random_bf16(static_cast<size_t>(c.n), rng, 0.5f);
+  std::vector<float> hg_h(h_h.size()), ref(static_cast<size_t>(c.m) * c.n);
+  for (size_t i = 0; i < h_h.size(); ++i) hg_h[i] = to_float(to_bf16(h_h[i] * g_h[i % static_cast<size_t>(c.k)]));
+  for (int mi = 0; mi < c.m; ++mi) {
+    const float* hr = h_h.data() + static_cast<size_t>(mi) * c.k;
+    double ss = 0;
+    for (int j = 0; j < c.k; ++j) ss += static_cast<double>(hr[j]) * hr[j];
+    const double inv = 1.0 / std::sqrt(ss / c.k + kEps);
+    for (int i = 0; i < c.n; ++i) {
+      const float* wr = w_h.data() + static_cast<size_t>(i) * c.k;
+      double dot = 0;
+      for (int j = 0; j < c.k; ++j) dot += static_cast<double>(wr[j]) * hr[j] * g_h[static_cast<size_t>(j)];
+      ref[static_cast<size_t>(mi) * c.n + i] = static_cast<float>(dot * inv + (c.bias ? b_h[static_cast<size_t>(i)] : 0.0));
+    }
+  }
+  auto up = [&](const std::vector<float>& v, Shape s) { return gpu().upload(host_view(v, s), DType::kBF16); };
+  const auto h = up(h_h, Shape{c.m, c.k}), hg = up(hg_h, Shape{c.m, c.k}), g = up(g_h, Shape{c.k});
+  const auto w = up(w_h, Shape{c.n, c.k}), b = up(b_h, Shape{c.n});
+  const auto y = gpu().allocate(DType::kBF16, Shape{c.m, c.n}), y2 = gpu().allocate(DType::kBF16, Shape{c.m, c.n});
+  const auto normed = gpu().allocate(DType::kBF16, Shape{c.m, c.k});
+  const auto composed = gpu().allocate(DType::kBF16, Shape{c.m, c.n});
+  cudaStream_t s = gpu().stream();
+  const GemvFusion scaled{false, nullptr, nullptr, bf16(h), kEps};
+  for (const GemvConfig& config : every_config(c.k)) {
+    const std::string what = cuda::to_string(config);
+    for (const auto* t : {&y, &y2}) poison(t->view);
+    for (const auto* out : {&y, &y2})
+      cuda::launch_gemv({bf16(hg), bf16(w), c.bias ? bf16(b) : nullptr, out->view.data, false, c.m, c.n, c.k}, config, s,
+                        scaled);
+    cuda::launch_add_rms_norm({ptr<__nv_bfloat16>(h), nullptr, bf16(g), ptr<__nv_bfloat16>(normed), c.m, c.k, kEps}, s);
+    cuda::launch_gemv({bf16(normed), bf16(w), c.bias ? bf16(b) : nullptr, composed.view.data, false, c.m, c.n, c.k},
+                      config, s);
+    const auto got = download(gpu(), y.view), comp = download(gpu(), composed.view);
+    const Compare vs_ref = compare(got, ref), comp_vs_ref = compare(comp, ref), vs_comp = compare(got, comp);
+    EXPECT_EQ(vs_ref.nans, 0) << what;
+    // bf16 outputs (~2^-9 relative rounding); both paths round each normed element to bf16 once.
+    EXPECT_LT(vs_ref.rel_l2, 4e-3) << what << " vs f64 (composition: " << comp_vs_ref.rel_l2 << ")";
+    EXPECT_LT(vs_ref.rel_l2, 2 * comp_vs_ref.rel_l2 + 1e-4) << what << ": no worse than the composition";
+    EXPECT_LT(vs_comp.rel_l2, 1e-2) << what << " vs add_rms_norm -> gemv";
+    expect_same_bits(gpu(), y2.view, y.view, what + " second launch");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GemvFusionTest,
+                         ::testing::Values(KernelCase{1, 4096, 4096, false},   // Llama-3.1-8B o
+                                           KernelCase{1, 6144, 4096, false},   // 8B qkv after down
+                                           KernelCase{2, 4096, 14336, true},   // 8B down
+                                           KernelCase{3, 2000, 4096, true},
+                                           KernelCase{1, 270, 136, true},
+                                           KernelCase{5, 1554, 4104, false},
+                                           KernelCase{8, 520, 4104, true},
+                                           KernelCase{11, 300, 1032, true},   // two launches of <= 8 rows
+                                           KernelCase{7, 33, 64, true}),
+                         [](const auto& param_info) { return param_info.param.name(); });
+
+// A decode layer's residual chain as the model runs it: (down -> +residual, then norm -> qkv) three times,
+// recorded with PDL launches in one graph and replayed twice, against the same six pairs launched eagerly.
+TEST(GemvFusionGraphTest, ReplaysMatchEagerLaunches) {
+  const int H = 4096, I = 1024, N = 6144;
+  std::mt19937 rng(77);
+  auto up = [&](size_t n, Shape s, float scale) { return gpu().upload(host_view(random_bf16(n, rng, scale), s), DType::kBF16); };
+  const auto act = up(I, Shape{1, I}, 1.0f), down = up(static_cast<size_t>(H) * I, Shape{H, I}, 0.05f);
+  const auto qkv_w = up(static_cast<size_t>(N) * H, Shape{N, H}, 0.05f);
+  const auto g = gpu().upload(host_view(norm_weights(H, rng), Shape{H}), DType::kBF16);
+  const auto res0 = random_bf16(H, rng);
+  struct Run {
+    backend::DeviceTensor res, weighted, out;
+  };
+  auto make_run = [&] {
+    return Run{gpu().upload(host_view(res0, Shape{1, H}), DType::kBF16), gpu().allocate(DType::kBF16, Shape{1, H}),
+               gpu().allocate(DType::kBF16, Shape{1, N})};
+  };
+  const Run graph_run = make_run(), eager_run = make_run();
+  const GemvConfig producer{1, 4, true}, consumer{2, 2, true};
+  auto pair = [&](const Run& r, cudaStream_t s) {
+    cuda::launch_gemv({bf16(act), bf16(down), nullptr, r.res.view.data, false, 1, H, I}, producer, s,
+                      {true, bf16(g), ptr<__nv_bfloat16>(r.weighted), nullptr, 0.0f});
+    cuda::launch_gemv({bf16(r.weighted), bf16(qkv_w), nullptr, r.out.view.data, false, 1, N, H}, consumer, s,
+                      {false, nullptr, nullptr, bf16(r.res), kEps});
+  };
+  cudaStream_t s = gpu().stream();
+  gpu().synchronize();
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
+  for (int i = 0; i < 3; ++i) pair(graph_run, s);
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  for (int i = 0; i < 6; ++i) pair(eager_run, s);
+  expect_same_bits(gpu(), graph_run.res.view, eager_run.res.view, "graph residual");
+  expect_same_bits(gpu(), graph_run.out.view, eager_run.out.view, "graph out");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// ---- the backend op ----
+
+// How the op gets delta: none (plain rms_norm), given as an input, or made by its producer linear.
+enum class Delta { kNone, kInput, kProducer };
+
+struct Case {
+  int m, n, k;
+  bool bias;
+  Delta delta;
+  bool act;
+  int kp = 1032;  // the producer's in-features
+  std::string name() const {
+    static const char* d[] = {"", "_delta", "_producer"};
+    return "m" + std::to_string(m) + "_n" + std::to_string(n) + "_k" + std::to_string(k) + (bias ? "_bias" : "") +
+           d[static_cast<int>(delta)] + (act ? "_silu" : "");
+  }
+};
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
 
-// One problem on one backend: host values, device tensors for the fused op and for the reference.
+// One problem's host values.
 struct Problem {
   Case c;
-  std::vector<float> residual, delta, norm_w, w, bias;
+  std::vector<float> residual, delta, delta_x, delta_w, delta_b, norm_w, w, bias;
   Problem(const Case& cs, uint32_t seed) : c(cs) {
     std::mt19937 rng(seed);
-    const auto mk = static_cast<size_t>(c.m) * c.k;
-    residual = random_bf16(mk, rng);
-    delta = random_bf16(mk, rng, 0.5f);
+    residual = random_bf16(static_cast<size_t>(c.m) * c.k, rng);
+    delta = random_bf16(static_cast<size_t>(c.m) * c.k, rng, 0.5f);
+    delta_x = random_bf16(static_cast<size_t>(c.m) * c.kp, rng);
+    delta_w = random_bf16(static_cast<size_t>(c.k) * c.kp, rng, 0.03f);
+    delta_b = random_bf16(static_cast<size_t>(c.k), rng, 0.3f);
     norm_w = norm_weights(static_cast<size_t>(c.k), rng);
     w = random_bf16(static_cast<size_t>(c.n) * c.k, rng, 0.05f);
     bias = random_bf16(static_cast<size_t>(c.n), rng, 0.5f);
   }
 };
 
-// Device tensors of one run (fused or reference) of a Problem; the read-only inputs (delta, weights) may be
-// shared with another run on the same backend.
+// Device tensors of one run of a Problem on one backend.
 struct Buffers {
-  backend::DeviceTensor residual, delta, norm_w, w, bias, normed, out, act;
-  Buffers(backend::Backend& b, const Problem& p, const Buffers* share = nullptr) {
+  backend::DeviceTensor residual, delta, delta_x, delta_w, delta_b, norm_w, w, bias, normed, out, act;
+  Buffers(backend::Backend& b, const Problem& p) {
     const Case& c = p.c;
     const DType dt = b.info().activation_dtype;
-    residual = b.upload(host_view(p.residual, Shape{c.m, c.k}), dt);
-    if (share) {
-      delta = share->delta;
-      norm_w = share->norm_w;
-      w = share->w;
-      bias = share->bias;
-    } else {
-      delta = b.upload(host_view(p.delta, Shape{c.m, c.k}), dt);
-      norm_w = b.upload(host_view(p.norm_w, Shape{c.k}), dt);
-      w = b.upload(host_view(p.w, Shape{c.n, c.k}), dt);
-      bias = b.upload(host_view(p.bias, Shape{c.n}), dt);
-    }
+    auto up = [&](const std::vector<float>& v, Shape s) { return b.upload(host_view(v, s), dt); };
+    residual = up(p.residual, Shape{c.m, c.k});
+    delta = up(p.delta, Shape{c.m, c.k});
+    delta_x = up(p.delta_x, Shape{c.m, c.kp});
+    delta_w = up(p.delta_w, Shape{c.k, c.kp});
+    delta_b = up(p.delta_b, Shape{c.k});
+    norm_w = up(p.norm_w, Shape{c.k});
+    w = up(p.w, Shape{c.n, c.k});
+    bias = up(p.bias, Shape{c.n});
     normed = b.allocate(dt, Shape{c.m, c.k});
     out = b.allocate(dt, Shape{c.m, c.n});
     act = b.allocate(dt, Shape{c.m, c.n / 2});
   }
-  // residual = src (device copy on the CUDA backend's stream)
-  void set_residual(const backend::DeviceTensor& src) const {
-    XI_CUDA_CHECK(cudaMemcpyAsync(residual.view.data, src.view.data, src.view.bytes(), cudaMemcpyDeviceToDevice,
-                                  gpu().stream()));
-  }
   backend::NormLinearArgs args(const Case& c) const {
-    return {residual.view, c.delta ? delta.view : TensorView{}, norm_w.view, kEps,
-            {w.view, c.bias ? bias.view : TensorView{}}, normed.view, out.view, c.act ? act.view : TensorView{}};
-  }
-  template <typename T>
-  static T* p(const backend::DeviceTensor& t) {
-    return static_cast<T*>(t.view.data);
-  }
-  cuda::FusedGemvArgs fused(const Case& c, unsigned* counter, int num_sms) const {
-    cuda::FusedGemvArgs f;
-    f.gemm = {nullptr, p<__nv_bfloat16>(w), c.bias ? p<__nv_bfloat16>(bias) : nullptr, out.view.data, false, c.m, c.n, c.k};
-    f.residual = p<__nv_bfloat16>(residual);
-    f.delta = c.delta ? p<__nv_bfloat16>(delta) : nullptr;
-    f.norm_weight = p<__nv_bfloat16>(norm_w);
-    f.eps = kEps;
-    f.normed_out = p<__nv_bfloat16>(normed);
-    f.counter = counter;
-    f.act = c.act ? p<__nv_bfloat16>(act) : nullptr;
-    f.num_sms = num_sms;
-    return f;
-  }
-  // add_rms_norm -> launch_gemv(config) -> silu_mul: what the fused kernel must equal bit for bit.
-  void reference(const Case& c, const GemvConfig& config, cudaStream_t s) const {
-    cuda::launch_add_rms_norm({p<__nv_bfloat16>(residual), c.delta ? p<__nv_bfloat16>(delta) : nullptr,
-                               p<__nv_bfloat16>(norm_w), p<__nv_bfloat16>(normed), c.m, c.k, kEps},
-                              s);
-    cuda::launch_gemv({p<__nv_bfloat16>(normed), p<__nv_bfloat16>(w), c.bias ? p<__nv_bfloat16>(bias) : nullptr,
-                       out.view.data, false, c.m, c.n, c.k},
-                      config, s);
-    if (c.act) cuda::launch_silu_mul({p<__nv_bfloat16>(out), p<__nv_bfloat16>(act), c.m, c.n / 2}, s);
-  }
-  void expect_same(backend::Backend& b, const Buffers& ref, const Case& c, const std::string& what) const {
-    expect_same_bits(b, residual.view, ref.residual.view, what + " residual");
-    expect_same_bits(b, normed.view, ref.normed.view, what + " normed_out");
-    expect_same_bits(b, out.view, ref.out.view, what + " out");
-    if (c.act) expect_same_bits(b, act.view, ref.act.view, what + " act");
+    backend::NormLinearArgs a{residual.view, c.delta == Delta::kNone ? TensorView{} : delta.view, norm_w.view, kEps,
+                              {w.view, c.bias ? bias.view : TensorView{}}, normed.view, out.view,
+                              c.act ? act.view : TensorView{}, {}, {}};
+    if (c.delta == Delta::kProducer) {
+      a.delta_x = delta_x.view;
+      a.delta_linear = {delta_w.view, c.bias ? delta_b.view : TensorView{}};
+    }
+    return a;
   }
 };
-
-unsigned counter_value(const backend::DeviceTensor& counter) {
-  unsigned v = 1;
-  gpu().to_host_raw(counter.view, &v);
-  return v;
-}
-
-class FusedGemvTest : public ::testing::TestWithParam<Case> {};
-
-TEST_P(FusedGemvTest, EveryConfigMatchesComposition) {
-  const Case c = GetParam();
-  const Problem prob(c, static_cast<uint32_t>(c.m * 131 + c.n * 7 + c.k));
-  const auto counter = gpu().allocate(DType::kI32, Shape{1});  // zeroed; shared by every launch below
-  unsigned* cnt = static_cast<unsigned*>(counter.view.data);
-  cudaStream_t s = gpu().stream();
-  int tested = 0;
-  const Buffers fused(gpu(), prob), ref(gpu(), prob, &fused);
-  const auto residual0 = gpu().upload(host_view(prob.residual, Shape{c.m, c.k}), DType::kBF16);
-  for (int r : {1, 2, 4})
-    for (int ks : {1, 2, 4, 8})
-      for (int num_sms : {1, 3, gpu().num_sms()}) {
-        const GemvConfig config{r, ks, num_sms == 3};  // PDL on one of them
-        if (!cuda::fused_gemv_supports(fused.fused(c, cnt, num_sms), config)) {
-          // Only the SwiGLU pairing may refuse a configuration for these shapes.
-          EXPECT_TRUE(c.act && (8 / ks * r) % 2 != 0) << cuda::to_string(config);
-          continue;
-        }
-        fused.set_residual(residual0);
-        ref.set_residual(residual0);
-        for (auto* t : {&fused.normed, &fused.out, &fused.act}) poison(t->view);
-        ref.reference(c, config, s);
-        cuda::launch_fused_gemv(fused.fused(c, cnt, num_sms), config, s);
-        const std::string what = cuda::to_string(config) + " sms " + std::to_string(num_sms);
-        fused.expect_same(gpu(), ref, c, what);
-        // Launch again on the updated residual: the counter must have been reset for the ticket to work.
-        ref.reference(c, config, s);
-        cuda::launch_fused_gemv(fused.fused(c, cnt, num_sms), config, s);
-        fused.expect_same(gpu(), ref, c, what + " (second launch)");
-        ++tested;
-      }
-  EXPECT_GT(tested, 0);
-  EXPECT_EQ(counter_value(counter), 0u) << "the ticket counter must be left at 0";
-}
-
-INSTANTIATE_TEST_SUITE_P(Shapes, FusedGemvTest,
-                         ::testing::Values(Case{1, 6144, 4096, false, true, false},   // Llama-3.1-8B qkv
-                                           Case{1, 28672, 4096, false, true, true},   // 8B gate_up + SwiGLU
-                                           Case{3, 2000, 4096, true, true, true},
-                                           Case{1, 270, 136, true, true, true},
-                                           Case{5, 1554, 4104, false, true, true},
-                                           Case{8, 520, 4104, true, true, false},    // 66 KB of x in smem
-                                           Case{8, 1024, 4096, false, true, true},
-                                           Case{2, 96, 4096, false, false, false},   // plain rms_norm
-                                           Case{7, 33, 64, true, true, false}),
-                         [](const auto& param_info) { return param_info.param.name(); });
-
-// Three fused launches (PDL) recorded in one graph and replayed twice: six updates of the residual, as
-// six eager reference steps make them.
-TEST(FusedGemvGraphTest, ReplaysMatchComposition) {
-  const Case c{1, 6144, 4096, false, true, true};
-  const Problem prob(c, 77);
-  const auto counter = gpu().allocate(DType::kI32, Shape{1});
-  unsigned* cnt = static_cast<unsigned*>(counter.view.data);
-  const GemvConfig config{2, 2, true};
-  Buffers fused(gpu(), prob), ref(gpu(), prob, &fused);
-  cudaStream_t s = gpu().stream();
-  gpu().synchronize();
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
-  for (int i = 0; i < 3; ++i) cuda::launch_fused_gemv(fused.fused(c, cnt, gpu().num_sms()), config, s);
-  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (int i = 0; i < 2; ++i) ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-  for (int i = 0; i < 6; ++i) ref.reference(c, config, s);
-  fused.expect_same(gpu(), ref, c, "graph");
-  EXPECT_EQ(counter_value(counter), 0u);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-}
 
 // Sets the shared CUDA backend's fusion policy for one scope.
 class FusionScope {
@@ -243,28 +315,30 @@ class AddRmsNormLinearTest : public ::testing::TestWithParam<Case> {};
 TEST_P(AddRmsNormLinearTest, MatchesCpuAndComposition) {
   const Case c = GetParam();
   const Problem prob(c, static_cast<uint32_t>(c.m * 17 + c.n + c.k * 3));
-  Buffers fused(gpu(), prob), composed(gpu(), prob, &fused), ref(cpu(), prob);
-  for (auto* t : {&fused.normed, &fused.out, &fused.act}) poison(t->view);
+  Buffers fused(gpu(), prob), composed(gpu(), prob), ref(cpu(), prob);
+  for (auto* t : {&fused.out, &fused.act}) poison(t->view);
+  const bool fusable = c.m <= 8 && c.delta == Delta::kProducer;
   {
     FusionScope scope(cuda::LinearFusion::kAlways);
-    const bool fits = static_cast<size_t>(c.m) * c.k * 2 <= cuda::kFusedGemvMaxSmemBytes;
-    EXPECT_EQ(gpu().fused_linear_config(fused.args(c)).has_value(), c.m <= 8 && fits)
-        << "kAlways fuses every m <= 8 the kernel takes; m > 8 is the composition";
+    EXPECT_EQ(gpu().fused_linear_plan(fused.args(c)).has_value(), fusable) << "kAlways fuses m <= 8 with a producer";
+    const int64_t before = gpu().fused_linears();
     gpu().add_rms_norm_linear(fused.args(c));
+    EXPECT_EQ(gpu().fused_linears() - before, fusable ? 1 : 0);
   }
   {
     FusionScope scope(cuda::LinearFusion::kOff);
-    EXPECT_FALSE(gpu().fused_linear_config(composed.args(c)).has_value());
+    EXPECT_FALSE(gpu().fused_linear_plan(composed.args(c)).has_value());
     gpu().add_rms_norm_linear(composed.args(c));
   }
   cpu().add_rms_norm_linear(ref.args(c));
   expect_close(fused.residual.view, ref.residual.view, kTol, "residual vs cpu");
-  expect_close(fused.normed.view, ref.normed.view, kTol, "normed_out vs cpu");
   expect_close(fused.out.view, ref.out.view, kTol, "out vs cpu");
   if (c.act) expect_close(fused.act.view, ref.act.view, kTol, "act vs cpu");
-  // The norm is the same arithmetic in both paths; the linear may differ (GEMV vs cuBLASLt) within bf16 noise.
-  expect_same_bits(gpu(), fused.residual.view, composed.residual.view, "residual vs composition");
-  expect_same_bits(gpu(), fused.normed.view, composed.normed.view, "normed_out vs composition");
+  // The residual's arithmetic is the composition's (the producer: linear's bf16 output, then the bf16 add)
+  // when the linears run the same kernel; the tuner-less backend may run cuBLASLt in the composition.
+  const Compare cr = compare(download(gpu(), fused.residual.view), download(gpu(), composed.residual.view));
+  EXPECT_EQ(cr.nans, 0);
+  EXPECT_LT(cr.rel_l2, 1e-2) << "residual vs composition";
   const Compare co = compare(download(gpu(), fused.out.view), download(gpu(), composed.out.view));
   EXPECT_EQ(co.nans, 0);
   EXPECT_LT(co.rel_l2, 1e-2) << "out vs composition";
@@ -275,54 +349,60 @@ TEST_P(AddRmsNormLinearTest, MatchesCpuAndComposition) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, AddRmsNormLinearTest,
-                         ::testing::Values(Case{1, 6144, 4096, false, true, false}, Case{3, 6144, 4096, true, true, false},
-                                           Case{8, 4096, 4096, false, true, true}, Case{9, 4096, 4096, false, true, true},
-                                           Case{1, 272, 136, true, true, true}, Case{3, 200, 136, false, false, false},
-                                           Case{9, 272, 136, true, true, true}, Case{1, 1000, 4104, false, true, true},
-                                           Case{8, 1000, 4104, true, true, false}),
-                         [](const auto& param_info) { return param_info.param.name(); });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AddRmsNormLinearTest,
+    ::testing::Values(Case{1, 6144, 4096, false, Delta::kProducer, false, 14336},  // 8B down -> qkv
+                      Case{1, 28672, 4096, false, Delta::kProducer, true, 4096},   // 8B o -> gate_up + SwiGLU
+                      Case{3, 6144, 4096, true, Delta::kProducer, false}, Case{8, 4096, 4096, false, Delta::kProducer, true},
+                      Case{9, 4096, 4096, false, Delta::kProducer, true}, Case{1, 272, 136, true, Delta::kProducer, true, 264},
+                      Case{3, 200, 136, false, Delta::kNone, false}, Case{1, 6144, 4096, false, Delta::kNone, false},
+                      Case{2, 1000, 4104, false, Delta::kInput, true}, Case{9, 272, 136, true, Delta::kProducer, true, 64},
+                      Case{8, 1000, 4104, true, Delta::kProducer, false, 2056}),
+    [](const auto& param_info) { return param_info.param.name(); });
 
-// The kWhenGemv policy on a tuned backend: fused exactly where the tuner runs the linear as the GEMV at that
-// m (with the tuned configuration), and then bit-identical to the composition.
-TEST(AddRmsNormLinearTunedTest, FusedWhereGemvAndBitIdentical) {
+// The kWhenGemv policy on a tuned backend: fused exactly where there is a producer, the tuner measured the
+// norm's scale folded into the GEMV faster (normed_gemv_for) and runs the producer as the GEMV, with the
+// tuned configurations; then the residual is bit-identical to the composition's.
+TEST(AddRmsNormLinearTunedTest, FusedWhereGemv) {
   cuda::CudaBackendOptions o;
   o.gemm_tuning_cache = "off";
   o.linear_fusion = cuda::LinearFusion::kWhenGemv;
   cuda::CudaBackend be(o);
   ASSERT_EQ(be.linear_fusion(), cuda::LinearFusion::kWhenGemv);
-  const std::vector<Case> cases = {{1, 6144, 4096, false, true, false}, {1, 4096, 4096, true, true, true},
-                                   {2, 6144, 4096, false, true, false}, {3, 4096, 4096, true, true, true},
-                                   {8, 6144, 4096, false, true, false}};
-  be.tune_linears({{6144, 4096, false, false, 8}, {4096, 4096, false, true, 8}}, false);
+  const std::vector<Case> cases = {{1, 6144, 4096, false, Delta::kProducer, false, 4096},
+                                   {2, 6144, 4096, false, Delta::kProducer, false, 4096},
+                                   {1, 6144, 4096, false, Delta::kNone, false},
+                                   {8, 6144, 4096, false, Delta::kProducer, false, 4096}};
+  be.tune_linears({{6144, 4096, false, false, 8, true}, {4096, 4096, false, false, 8, false}}, false);
+  for (const auto& [key, nc] : be.gemm().normed_table())
+    std::printf("[ fused ] normed n=%d k=%d m=%d: %s %.1f us vs add+norm+plain %.1f us\n", key.n, key.k, key.m,
+                cuda::to_string(nc.gemv).c_str(), nc.us, nc.composed_us);
   int fused_cases = 0;
   for (const Case& c : cases) {
     const Problem prob(c, static_cast<uint32_t>(c.m + c.n));
-    Buffers fused(be, prob), composed(be, prob, &fused);
-    const std::optional<GemvConfig> config = be.fused_linear_config(fused.args(c));
-    const cuda::GemmChoice choice =
-        be.gemm().choice_for({static_cast<const __nv_bfloat16*>(fused.normed.view.data),
-                              static_cast<const __nv_bfloat16*>(fused.w.view.data),
-                              c.bias ? static_cast<const __nv_bfloat16*>(fused.bias.view.data) : nullptr,
-                              fused.out.view.data, false, c.m, c.n, c.k});
-    if (choice.kind != cuda::GemmKind::kGemv) {
-      EXPECT_FALSE(config.has_value()) << c.name() << ": fused although the tuner chose " << cuda::gemm_kind_name(choice.kind);
-    } else if (config) {
-      EXPECT_EQ(*config, choice.gemv) << c.name();
+    Buffers fused(be, prob), composed(be, prob);
+    const auto plan = be.fused_linear_plan(fused.args(c));
+    auto choice = [&](const backend::DeviceTensor& x, const backend::DeviceTensor& w, int n, int k) {
+      return be.gemm().choice_for({bf16(x), bf16(w), nullptr, fused.out.view.data, false, c.m, n, k});
+    };
+    const std::optional<GemvConfig> consumer =
+        be.gemm().normed_gemv_for({bf16(fused.normed), bf16(fused.w), nullptr, fused.out.view.data, false, c.m, c.n, c.k});
+    const cuda::GemmChoice producer = choice(fused.delta_x, fused.delta_w, c.k, c.kp);
+    const bool want = c.delta == Delta::kProducer && consumer && producer.kind == cuda::GemmKind::kGemv;
+    EXPECT_EQ(plan.has_value(), want) << c.name();
+    if (plan) {
+      EXPECT_EQ(plan->consumer, *consumer) << c.name();
+      EXPECT_EQ(plan->producer, producer.gemv) << c.name();
       ++fused_cases;
-    } else {
-      // Only the SwiGLU pairing may refuse the tuned GEMV configuration.
-      EXPECT_TRUE(c.act && (8 / choice.gemv.k_split * choice.gemv.rows_per_warp) % 2 != 0) << c.name();
     }
-    std::printf("[ fused ] %-28s tuner: %-18s -> %s\n", c.name().c_str(),
-                choice.kind == cuda::GemmKind::kGemv ? cuda::to_string(choice.gemv).c_str()
-                                                     : cuda::gemm_kind_name(choice.kind),
-                config ? "fused" : "composed");
+    std::printf("[ fused ] %-32s -> %s\n", c.name().c_str(), plan ? "fused" : "composed");
     be.add_rms_norm_linear(fused.args(c));
     be.set_linear_fusion(cuda::LinearFusion::kOff);
     be.add_rms_norm_linear(composed.args(c));
     be.set_linear_fusion(cuda::LinearFusion::kWhenGemv);
-    fused.expect_same(be, composed, c, c.name());
+    if (plan) expect_same_bits(be, fused.residual.view, composed.residual.view, c.name() + " residual");
+    const Compare co = compare(download(be, fused.out.view), download(be, composed.out.view));
+    EXPECT_LT(co.rel_l2, 1e-2) << c.name() << " out vs composition";
   }
   std::printf("[ fused ] %d of %zu cases ran fused\n", fused_cases, cases.size());
 }

@@ -475,7 +475,8 @@ TEST(GemmTunerTest, BackendLinearAfterTuning) {
   cuda::CudaBackendOptions o;
   o.gemm_tuning_cache = path;
   cuda::CudaBackend be(o);
-  be.tune_linears({{4097, 4104, false, true, 8}, {300, 264, true, false, 16}, {1, 8, true, true, 4}}, false);
+  be.tune_linears({{4097, 4104, false, true, 8, false}, {300, 264, true, false, 16, false}, {1, 8, true, true, 4, false}},
+                  false);
   EXPECT_EQ(be.gemm().table().size(), 4u + 5u + 3u);
   EXPECT_TRUE(std::filesystem::exists(path));
   for (auto [m, n, k, bias, f32] :

@@ -52,8 +52,11 @@ struct LinearWeights {
   int64_t in_features() const { return weight.shape[1]; }
 };
 
-// The arguments of Backend::add_rms_norm_linear: the norm -> projection (-> SwiGLU) chain that opens each
-// half of a decoder layer. Every output is written; outputs overlap neither each other nor the inputs.
+// The arguments of Backend::add_rms_norm_linear: the chain between two halves of a decoder layer, from the
+// projection that ends one (optional) through the norm to the projection (and SwiGLU) that opens the next.
+// residual, out and act_out are the results; delta (when the op makes it) and normed_out are scratch that
+// a device may fuse away (their contents are then unspecified). Outputs overlap neither each other nor
+// the inputs.
 struct NormLinearArgs {
   TensorView residual;     // [T, H], += delta in place
   TensorView delta;        // [T, H], or empty: plain rms_norm (residual unchanged)
@@ -63,6 +66,10 @@ struct NormLinearArgs {
   TensorView normed_out;   // [T, H]: rms_norm(residual) * norm_weight
   TensorView out;          // [T, N]: normed_out @ linear.weight^T + linear.bias
   TensorView act_out;      // [T, N / 2]: silu(out[:, :N/2]) * out[:, N/2:], or empty (no SwiGLU)
+  // Optional first step: delta = delta_x @ delta_linear.weight^T (+ bias) (the o or down projection). With
+  // delta_x empty, delta is an input.
+  TensorView delta_x;          // [T, K]
+  LinearWeights delta_linear;  // weight [H, K], bias [H] or empty
 };
 
 struct KvCacheSpec {
@@ -286,9 +293,11 @@ class Backend {
                             float eps, const TensorView& out) = 0;
   // out[T, N] = x[T, K] @ w.weight[N, K]^T + w.bias
   virtual void linear(const TensorView& x, const LinearWeights& w, const TensorView& out) = 0;
-  // (add_)rms_norm -> linear (-> silu_mul) as one op (NormLinearArgs); results are those of the composition
-  // below, which is the default. Devices override it to fuse the chain where that pays (CUDA: decode rows).
+  // (linear ->) (add_)rms_norm -> linear (-> silu_mul) as one op (NormLinearArgs); the results are those of
+  // the composition below, which is the default, up to rounding: devices override it to fuse the chain
+  // where that pays (CUDA: decode rows) and say how their results may differ.
   virtual void add_rms_norm_linear(const NormLinearArgs& a) {
+    if (!a.delta_x.empty()) linear(a.delta_x, a.delta_linear, a.delta);
     if (a.delta.empty())
       rms_norm(a.residual, a.norm_weight, a.eps, a.normed_out);
     else

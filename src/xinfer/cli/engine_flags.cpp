@@ -43,8 +43,9 @@ void EngineFlags::add_to(FlagSet& flags) {
             "CUDA: the small-batch GEMV kernels use programmatic dependent launch (start while the previous "
             "kernel finishes); --no-gemv-pdl: plain launches");
   flags.add("--fused-linears", &config.fused_linears,
-            "CUDA: run norm -> linear (-> SwiGLU) of decode rows as one fused GEMV where the tuner chose the "
-            "GEMV (off by default: measured slower on the H200)");
+            "CUDA: on decode rows the o / down projection adds itself into the residual and the next "
+            "projection applies the RMSNorm on its way in (two GEMVs, no norm kernel) where the tuner chose "
+            "the GEMV for both; --no-fused-linears: separate add + norm kernels");
   flags.add("--enable-prefix-caching", &sc.enable_prefix_caching, "reuse KV blocks of identical prompt prefixes");
   flags.add("--max-num-seqs", &sc.max_num_seqs, "most sequences running at once");
   flags.add("--max-num-batched-tokens", &sc.max_num_batched_tokens, "most tokens in one forward pass");

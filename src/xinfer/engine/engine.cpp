@@ -107,9 +107,12 @@ void prepare_backend_for_model(backend::Backend& backend, const model::ModelConf
   // GEMM choices measured for the model's linears (model/llama.h: qkv, o, gate_up, down on up to a step's
   // tokens; the lm_head, f32 logits, on up to one row per sequence) before any graph is recorded.
   const int T = max_tokens, H = mc.hidden_size, I = mc.intermediate_size;
-  gpu->tune_linears({{(mc.num_heads + 2 * mc.num_kv_heads) * mc.head_dim, H, false, mc.attention_bias, T},
-                     {H, mc.num_heads * mc.head_dim, false, mc.o_bias, T}, {2 * I, H, false, mc.mlp_bias, T},
-                     {H, I, false, mc.mlp_bias, T}, {mc.vocab_size, H, true, false, max_logit_rows}},
+  // qkv and gate_up read the residual through an RMSNorm (normed_input: decode rows may fold it in).
+  gpu->tune_linears({{(mc.num_heads + 2 * mc.num_kv_heads) * mc.head_dim, H, false, mc.attention_bias, T, true},
+                     {H, mc.num_heads * mc.head_dim, false, mc.o_bias, T, false},
+                     {2 * I, H, false, mc.mlp_bias, T, true},
+                     {H, I, false, mc.mlp_bias, T, false},
+                     {mc.vocab_size, H, true, false, max_logit_rows, false}},
                     show_progress);
 #else
   (void)backend, (void)mc, (void)max_tokens, (void)max_logit_rows, (void)max_decode_seqs, (void)max_seq_len;

@@ -57,9 +57,9 @@ struct EngineConfig {
   std::string gemm_tuning_cache;
   // CUDA: the GEMV candidates use programmatic dependent launch (`--no-gemv-pdl`: plain launches).
   bool gemv_pdl = true;
-  // CUDA: a norm -> linear (-> SwiGLU) on decode rows runs as one fused GEMV where the tuner chose the GEMV
-  // (`--fused-linears`); off by default: measured slower on the H200 (docs/PERF.md).
-  bool fused_linears = false;
+  // CUDA: on decode rows, projection -> add + RMSNorm -> projection runs as two fused GEMVs where the tuner
+  // chose the GEMV for both (backend/cuda/cuda_backend.h; `--no-fused-linears`: the composition).
+  bool fused_linears = true;
   // Asynchronous scheduling (docs/engine.md): the host schedules and launches step N+1 while the device
   // computes step N (placeholder tokens fed from N's device-side ids), then applies N's results. Pipelined:
   // steps of plain-argmax rows (device_greedy) and steps the device samples whole (device_sampling; no

@@ -223,22 +223,22 @@ TensorView LlamaModel::forward(const backend::StepMeta& step, const backend::KvC
   TensorView x = residual_.rows(0, T), h = normed_.rows(0, T), qkv = qkv_.rows(0, T), attn = attn_.rows(0, T),
              proj = proj_.rows(0, T), gate_up = gate_up_.rows(0, T), mlp = mlp_.rows(0, T);
 
-  // Each norm runs with the projection after it (add_rms_norm_linear: one fused kernel on CUDA decode
-  // steps), the post-attention one also with the SwiGLU; the final norm stands alone.
+  // Each norm runs with the projection after it and the one before it (add_rms_norm_linear: on CUDA decode
+  // steps the first adds itself into the residual and the second applies the norm, no kernel between),
+  // the post-attention one also with the SwiGLU; the final norm stands alone.
   backend_.embedding(step, embed_, x);
-  backend_.add_rms_norm_linear({x, {}, layers_[0].input_norm, eps, layers_[0].qkv, h, qkv, {}});
+  backend_.add_rms_norm_linear({x, {}, layers_[0].input_norm, eps, layers_[0].qkv, h, qkv, {}, {}, {}});
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[static_cast<size_t>(l)];
     if (c.qk_norm) backend_.qk_norm(qkv, c.num_heads, c.num_kv_heads, c.head_dim, w.q_norm, w.k_norm, eps);
     backend_.rope_kv_write(step, qkv, c.num_heads, c.num_kv_heads, c.head_dim, cos_sin_, kv.layers[static_cast<size_t>(l)]);
     backend_.paged_attention(step, qkv, c.num_heads, c.num_kv_heads, c.head_dim, scale, kv.layers[static_cast<size_t>(l)], attn);
-    backend_.linear(attn, w.o, proj);
-    backend_.add_rms_norm_linear({x, proj, w.post_attention_norm, eps, w.gate_up, h, gate_up, mlp});
-    backend_.linear(mlp, w.down, proj);
+    backend_.add_rms_norm_linear({x, proj, w.post_attention_norm, eps, w.gate_up, h, gate_up, mlp, attn, w.o});
     if (l + 1 < c.num_layers) {
       const LayerWeights& next = layers_[static_cast<size_t>(l) + 1];
-      backend_.add_rms_norm_linear({x, proj, next.input_norm, eps, next.qkv, h, qkv, {}});
+      backend_.add_rms_norm_linear({x, proj, next.input_norm, eps, next.qkv, h, qkv, {}, mlp, w.down});
     } else {
+      backend_.linear(mlp, w.down, proj);
       backend_.add_rms_norm(x, proj, final_norm_, eps, h);
     }
   }

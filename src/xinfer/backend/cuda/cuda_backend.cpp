@@ -68,8 +68,6 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device), 
   XI_CUDA_CHECK(cudaEventCreateWithFlags(&step_copied_, cudaEventDisableTiming));
   gemm_ = std::make_unique<GemmTuner>(options.gemm_workspace_bytes);
   linear_fusion_ = options.linear_fusion;
-  XI_CUDA_CHECK(cudaMalloc(&fused_counter_, sizeof(unsigned)));
-  XI_CUDA_CHECK(cudaMemset(fused_counter_, 0, sizeof(unsigned)));
 }
 
 CudaBackend::~CudaBackend() {
@@ -77,7 +75,6 @@ CudaBackend::~CudaBackend() {
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
   gemm_.reset();
   if (decode_ws_) cudaFree(decode_ws_);
-  cudaFree(fused_counter_);
   if (step_device_) cudaFree(step_device_);
   if (step_host_) cudaFreeHost(step_host_);
   if (copy_host_) cudaFreeHost(copy_host_);
@@ -429,43 +426,59 @@ void CudaBackend::linear(const TensorView& x, const backend::LinearWeights& w, c
 
 namespace {
 
-// The fused GEMV's arguments for a (m = rows of residual).
-FusedGemvArgs fused_args(const backend::NormLinearArgs& a, unsigned* counter, int num_sms) {
-  const int64_t k = a.linear.in_features(), n = a.linear.out_features(), m = a.residual.numel() / k;
-  FusedGemvArgs f;
-  f.gemm = GemmArgs{bf16_ptr(a.normed_out, "normed_out"), bf16_ptr(a.linear.weight, "linear weight"),
-                    a.linear.bias.empty() ? nullptr : bf16_ptr(a.linear.bias, "linear bias"),
-                    bf16_ptr(a.out, "linear out"), false, to_int(m), to_int(n), to_int(k)};
-  f.residual = bf16_ptr(a.residual, "residual");
-  f.delta = a.delta.empty() ? nullptr : bf16_ptr(a.delta, "delta");
-  f.norm_weight = bf16_ptr(a.norm_weight, "norm weight");
-  f.eps = a.eps;
-  f.normed_out = bf16_ptr(a.normed_out, "normed_out");
-  f.counter = counter;
-  f.act = a.act_out.empty() ? nullptr : bf16_ptr(a.act_out, "act_out");
-  f.num_sms = num_sms;
-  return f;
+// The fused decode chain (cuda_backend.h): the linear that makes delta adds it into the residual and writes
+// the residual times the norm weight into normed_out; the linear after the norm reads that and scales by
+// the residual's 1 / RMS.
+GemmArgs producer_args(const backend::NormLinearArgs& a) {
+  const int64_t k = a.delta_linear.in_features(), n = a.delta_linear.out_features();
+  return GemmArgs{bf16_ptr(a.delta_x, "delta_x"), bf16_ptr(a.delta_linear.weight, "delta linear weight"),
+                  a.delta_linear.bias.empty() ? nullptr : bf16_ptr(a.delta_linear.bias, "delta linear bias"),
+                  bf16_ptr(a.residual, "residual"), false, to_int(a.delta_x.numel() / k), to_int(n), to_int(k)};
+}
+
+GemvFusion producer_fusion(const backend::NormLinearArgs& a) {
+  return GemvFusion{true, bf16_ptr(a.norm_weight, "norm weight"), bf16_ptr(a.normed_out, "normed_out"), nullptr, 0.0f};
+}
+
+GemmArgs consumer_args(const backend::NormLinearArgs& a) {
+  const int64_t k = a.linear.in_features(), n = a.linear.out_features();
+  return GemmArgs{bf16_ptr(a.normed_out, "normed_out"), bf16_ptr(a.linear.weight, "linear weight"),
+                  a.linear.bias.empty() ? nullptr : bf16_ptr(a.linear.bias, "linear bias"),
+                  bf16_ptr(a.out, "linear out"), false, to_int(a.residual.numel() / k), to_int(n), to_int(k)};
+}
+
+GemvFusion consumer_fusion(const backend::NormLinearArgs& a) {
+  return GemvFusion{false, nullptr, nullptr, bf16_ptr(a.residual, "residual"), a.eps};
 }
 
 }  // namespace
 
-std::optional<GemvConfig> CudaBackend::fused_linear_config(const backend::NormLinearArgs& a) {
-  if (linear_fusion_ == LinearFusion::kOff) return std::nullopt;
+std::optional<FusedLinearPlan> CudaBackend::fused_linear_plan(const backend::NormLinearArgs& a) {
+  if (linear_fusion_ == LinearFusion::kOff || a.delta_x.empty()) return std::nullopt;
   const int64_t m = a.residual.numel() / a.linear.in_features();
-  if (m < 1 || m > 8 || a.out.dtype != DType::kBF16) return std::nullopt;
-  const FusedGemvArgs f = fused_args(a, fused_counter_, num_sms_);
-  const GemmChoice choice = gemm_->choice_for(f.gemm);
-  std::optional<GemvConfig> config;
-  if (choice.kind == GemmKind::kGemv)
-    config = choice.gemv;
+  if (m < 1 || m > 8) return std::nullopt;
+  for (const TensorView* t : {&a.residual, &a.normed_out, &a.out})
+    if (t->dtype != DType::kBF16) return std::nullopt;
+  // The linear after the norm: the configuration the tuner measured faster than add + norm + its plain
+  // choice (gemm_tuner.h normed_gemv_for); the one that makes delta: its plain choice, if that is the GEMV.
+  const GemmArgs consumer = consumer_args(a), producer = producer_args(a);
+  FusedLinearPlan plan;
+  if (const std::optional<GemvConfig> c = gemm_->normed_gemv_for(consumer))
+    plan.consumer = *c;
   else if (linear_fusion_ == LinearFusion::kAlways)
-    config = gemv_default_config(f.gemm);
-  // The SwiGLU epilogue pairs gate and up rows within a CTA: it needs an even number of rows per CTA. With
-  // kWhenGemv an odd tuned configuration means the composition (a changed one would not be bit-identical).
-  if (config && f.act && linear_fusion_ == LinearFusion::kAlways && (8 / config->k_split * config->rows_per_warp) % 2 != 0)
-    config->rows_per_warp = 2;
-  if (config && !fused_gemv_supports(f, *config)) config.reset();
-  return config;
+    plan.consumer = gemv_default_config(consumer);
+  else
+    return std::nullopt;
+  const GemmChoice choice = gemm_->choice_for(producer);
+  if (choice.kind == GemmKind::kGemv)
+    plan.producer = choice.gemv;
+  else if (linear_fusion_ == LinearFusion::kAlways)
+    plan.producer = gemv_default_config(producer);
+  else
+    return std::nullopt;
+  if (!gemv_supports(consumer, consumer_fusion(a)) || !gemv_supports(producer, producer_fusion(a)))
+    return std::nullopt;
+  return plan;
 }
 
 void CudaBackend::add_rms_norm_linear(const backend::NormLinearArgs& a) {
@@ -473,14 +486,23 @@ void CudaBackend::add_rms_norm_linear(const backend::NormLinearArgs& a) {
   const int64_t m = a.residual.numel() / k;
   XI_CHECK_EQ(last_dim(a.residual), k) << "add_rms_norm_linear: residual width vs weight [" << n << ", " << k << "]";
   XI_CHECK_EQ(a.norm_weight.numel(), k);
-  if (!a.delta.empty()) XI_CHECK_EQ(a.delta.numel(), a.residual.numel());
   XI_CHECK_EQ(a.normed_out.numel(), a.residual.numel());
   XI_CHECK_EQ(a.out.numel(), m * n);
   if (!a.linear.bias.empty()) XI_CHECK_EQ(a.linear.bias.numel(), n);
   if (!a.act_out.empty()) XI_CHECK_EQ(2 * a.act_out.numel(), a.out.numel());
-  const std::optional<GemvConfig> config = fused_linear_config(a);
-  if (!config) return Backend::add_rms_norm_linear(a);
-  launch_fused_gemv(fused_args(a, fused_counter_, num_sms_), *config, stream_);
+  if (!a.delta_x.empty()) {
+    XI_CHECK(!a.delta.empty()) << "add_rms_norm_linear: delta_x needs delta (scratch of the composition)";
+    XI_CHECK_EQ(a.delta_linear.out_features(), k);
+    XI_CHECK_EQ(a.delta_x.numel(), m * a.delta_linear.in_features())
+        << "add_rms_norm_linear: delta_x vs weight [" << k << ", " << a.delta_linear.in_features() << "]";
+    if (!a.delta_linear.bias.empty()) XI_CHECK_EQ(a.delta_linear.bias.numel(), k);
+  }
+  if (!a.delta.empty()) XI_CHECK_EQ(a.delta.numel(), a.residual.numel());
+  const std::optional<FusedLinearPlan> plan = fused_linear_plan(a);
+  if (!plan) return Backend::add_rms_norm_linear(a);
+  launch_gemv(producer_args(a), plan->producer, stream_, producer_fusion(a));
+  launch_gemv(consumer_args(a), plan->consumer, stream_, consumer_fusion(a));
+  if (!a.act_out.empty()) silu_mul(a.out, a.act_out);
   ++fused_linears_;
 }
 

@@ -26,13 +26,15 @@
 // Linears: kernels/gemm/gemm_tuner.h picks cuBLASLt algorithms or the small-M GEMV kernel per (shape, m)
 // from measurements that tune_linears() makes once at start-up (cached on disk), before any recording.
 //
-// Fused decode ops: add_rms_norm_linear can run as one fused GEMV (gemv.h: RMSNorm prologue, optional SwiGLU
-// epilogue) for m <= 8 rows when the tuner runs that linear as the GEMV at that m (LinearFusion::kWhenGemv):
-// with the tuned configuration its results are bit-identical to the composition, with two launches fewer.
-// Off by default: measured on the H200 (docs/PERF.md) the fused qkv (19.4 us) loses to add_rms_norm + GEMV
-// (2.0 + 14.0 us) and the fused gate_up + SwiGLU only ties (62.2 vs 62.3 us), batch-1 ITL 4.469 vs 4.442 ms.
-// CudaBackendOptions::linear_fusion (`--fused-linears`) turns it on. Elsewhere: the composition (Backend's
-// default).
+// Fused decode ops: add_rms_norm_linear with its producer (o or down projection -> add + RMSNorm -> next
+// projection) runs as two GEMVs with no kernel between them for m <= 8 rows (gemv.h GemvFusion;
+// LinearFusion::kWhenGemv, the default): the producer adds its output into the residual in its epilogue and
+// writes the new residual times the norm weight into normed_out; the next projection reads that and scales
+// its dot products by each row's 1 / RMS of the residual, which its lanes sum on the way. Fused where the
+// tuner runs the producer as the GEMV and measured the scaled GEMV faster than add + norm + the plain choice
+// (gemm_tuner.h normed_input), each with its tuned configuration. The residual is bit-identical to the
+// composition's, the projection's output within bf16 rounding of it; delta is not written and normed_out
+// holds the unscaled product. Elsewhere (prefill, no producer): the composition (Backend's default).
 //
 // KV cache: bf16, per layer K and V [num_blocks, num_kv_heads, block_size, head_dim] (backend.h).
 // Attention: decodes use the split-KV decode kernel, prefill chunks the tiled tensor-core kernel
@@ -57,11 +59,18 @@ namespace xinfer::cuda {
 
 class GemmTuner;
 
-// When add_rms_norm_linear runs the fused GEMV instead of add_rms_norm -> linear (-> silu_mul).
+// When add_rms_norm_linear runs as the fused GEMVs instead of the composition (see above).
 enum class LinearFusion {
   kOff,
-  kWhenGemv,  // m <= 8 and the tuner's choice for the linear at that m is the GEMV (with its configuration)
-  kAlways,    // any m <= 8 the kernel takes: the GEMV choice's configuration, else gemv_default_config (tests)
+  kWhenGemv,  // m <= 8 where the tuner's choices say so (see above), with their configurations
+  kAlways,    // any m <= 8 the kernels take: the tuned configurations, else gemv_default_config (tests)
+};
+
+// The GEMV configurations of a fused add_rms_norm_linear: the linear that makes delta and the one after the
+// norm.
+struct FusedLinearPlan {
+  GemvConfig producer;
+  GemvConfig consumer;
 };
 
 struct CudaBackendOptions {
@@ -72,8 +81,8 @@ struct CudaBackendOptions {
   // Tuning cache file; "": default_gemm_tuning_cache_path() (env XINFER_GEMM_TUNING_CACHE, XDG_CACHE_HOME,
   // HOME); "off": none.
   std::string gemm_tuning_cache;
-  // kWhenGemv: the fused norm -> GEMV kernel (see above); kOff, the default: the composition.
-  LinearFusion linear_fusion = LinearFusion::kOff;
+  // kWhenGemv, the default: the fused decode GEMVs (see above); kOff: the composition.
+  LinearFusion linear_fusion = LinearFusion::kWhenGemv;
   // The GEMV candidates the tuner measures use programmatic dependent launch (pdl.cuh); false: plain launches.
   bool gemv_pdl = true;
 };
@@ -138,8 +147,8 @@ class CudaBackend final : public backend::Backend {
   // one-line summary; call once after creating the backend, before any graph is recorded.
   void tune_linears(const std::vector<GemmShape>& shapes, bool show_progress);
   GemmTuner& gemm() { return *gemm_; }
-  // The GEMV configuration add_rms_norm_linear(a) runs the fused kernel with, or nullopt: the composition.
-  std::optional<GemvConfig> fused_linear_config(const backend::NormLinearArgs& a);
+  // The GEMV configurations add_rms_norm_linear(a) runs the fused kernels with, or nullopt: the composition.
+  std::optional<FusedLinearPlan> fused_linear_plan(const backend::NormLinearArgs& a);
   void set_linear_fusion(LinearFusion f) { linear_fusion_ = f; }
   LinearFusion linear_fusion() const { return linear_fusion_; }
   int64_t fused_linears() const { return fused_linears_; }  // add_rms_norm_linear calls run fused so far
@@ -154,8 +163,7 @@ class CudaBackend final : public backend::Backend {
   int num_sms_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<GemmTuner> gemm_;
-  LinearFusion linear_fusion_ = LinearFusion::kOff;
-  unsigned* fused_counter_ = nullptr;  // the fused GEMV's ticket counter (gemv.h), 0 between launches
+  LinearFusion linear_fusion_ = LinearFusion::kWhenGemv;
   int64_t fused_linears_ = 0;
 
   // upload_step() state

@@ -23,6 +23,10 @@ struct GemmShape {
   bool y_f32 = false;
   bool bias = false;
   int max_m = 1;
+  // The linear's input is the residual stream through an RMSNorm (qkv, gate_up): for m <= 8 the tuner also
+  // times the GEMV with the norm's scale folded in (gemv.h GemvFusion::rms_x) against add + RMSNorm + the
+  // plain choice.
+  bool normed_input = false;
 };
 
 }  // namespace xinfer::cuda

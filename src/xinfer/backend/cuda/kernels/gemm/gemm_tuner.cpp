@@ -10,10 +10,12 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuning_cache.h"
+#include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
 #include "xinfer/backend/cuda/kernels/random/random_normal.h"
 #include "xinfer/core/logging.h"
 #include "xinfer/core/progress_bar.h"
@@ -23,7 +25,7 @@ namespace {
 
 // Bump when the GEMV kernel changes in a way that can change which configuration wins: cached choices
 // of older kernels are then ignored (the version is part of the cache's device key).
-constexpr int kGemvVersion = 1;
+constexpr int kGemvVersion = 2;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kTargetRunUs = 200;  // device time per timed run: enough launches to average out noise
@@ -80,10 +82,11 @@ double time_us(cudaStream_t s, EventPair& ev, double bound_us, const std::functi
 
 // Choices measured in this process, per device key: a later tuner (another engine or backend on the same
 // GPU model) takes them instead of measuring again, so every engine of a process computes each linear
-// the same way even without a cache file.
-std::map<GemmTuningKey, GemmChoice>& process_choices(const std::string& device_key, std::unique_lock<std::mutex>* lock) {
+// the same way even without a cache file. Choice: GemmChoice or NormedGemvChoice (one table each).
+template <typename Choice>
+std::map<GemmTuningKey, Choice>& process_choices(const std::string& device_key, std::unique_lock<std::mutex>* lock) {
   static std::mutex mu;
-  static std::map<std::string, std::map<GemmTuningKey, GemmChoice>> choices;
+  static std::map<std::string, std::map<GemmTuningKey, Choice>> choices;
   *lock = std::unique_lock<std::mutex>(mu);
   return choices[device_key];
 }
@@ -165,6 +168,7 @@ std::vector<int> GemmTuner::tuned_ms(int max_m) {
 void GemmTuner::clear() {
   table_.clear();
   resolved_.clear();
+  normed_.clear();
 }
 
 bool GemmTuner::valid(const GemmTuningKey& key, const GemmChoice& choice) {
@@ -328,8 +332,10 @@ GemmTuneSummary GemmTuner::tune(const std::vector<GemmShape>& shapes, const Gemm
     XI_CHECK(s.n > 0 && s.k > 0 && s.max_m > 0) << "GEMM shape n=" << s.n << " k=" << s.k << " max_m=" << s.max_m;
     GemmShape& d = distinct[GemmTuningKey{s.n, s.k, s.y_f32, s.bias, 0}];
     const int max_m = std::max(d.max_m, s.max_m);
+    const bool normed = d.normed_input || s.normed_input;
     d = s;
     d.max_m = max_m;
+    d.normed_input = normed;
   }
   std::vector<GemmTuningKey> points;
   for (const auto& [key, s] : distinct)
@@ -367,7 +373,7 @@ GemmTuneSummary GemmTuner::tune(const std::vector<GemmShape>& shapes, const Gemm
   }
   if (options.reuse_process_choices) {
     std::unique_lock<std::mutex> lock;
-    const auto& known = process_choices(device_key_, &lock);
+    const auto& known = process_choices<GemmChoice>(device_key_, &lock);
     for (const GemmTuningKey& p : points)
       if (auto it = known.find(p); it != known.end() && !table_.count(p)) {
         table_[p] = adapt(it->second);
@@ -408,7 +414,7 @@ GemmTuneSummary GemmTuner::tune(const std::vector<GemmShape>& shapes, const Gemm
     }
     bar.finish();
     std::unique_lock<std::mutex> lock;
-    auto& known = process_choices(device_key_, &lock);
+    auto& known = process_choices<GemmChoice>(device_key_, &lock);
     for (const GemmTuningEntry& e : fresh) known[e.key] = e.choice;
     not_in_file.insert(not_in_file.end(), fresh.begin(), fresh.end());
   }
@@ -442,9 +448,95 @@ GemmTuneSummary GemmTuner::tune(const std::vector<GemmShape>& shapes, const Gemm
       sum.m1_heuristic_us += *c.heuristic_us;
     }
   }
+  std::vector<GemmShape> normed_shapes;
+  for (const auto& [key, s] : distinct)
+    if (s.normed_input) normed_shapes.push_back(s);
+  tune_normed(normed_shapes, options, stream, &sum);
   resolved_.clear();
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return sum;
+}
+
+NormedGemvChoice GemmTuner::measure_normed(const GemmShape& shape, int m, Scratch& scratch,
+                                           const GemmTunerOptions& options, cudaStream_t stream) {
+  // The fused GEMV reads x (the weighted residual) and the residual (rms_x); the composition's add + RMSNorm
+  // reads the residual and a delta, and writes the normed x.
+  void* buffers[4] = {};
+  const size_t mk = static_cast<size_t>(m) * shape.k;
+  for (void*& b : buffers) XI_CUDA_CHECK(cudaMalloc(&b, mk * sizeof(__nv_bfloat16)));
+  auto* residual = static_cast<__nv_bfloat16*>(buffers[0]);
+  auto* delta = static_cast<__nv_bfloat16*>(buffers[1]);
+  auto* norm_weight = static_cast<__nv_bfloat16*>(buffers[2]);  // [k] of the m * k allocated
+  auto* normed = static_cast<__nv_bfloat16*>(buffers[3]);
+  launch_random_normal({residual, false, mk, 10, 1.0f}, stream);
+  launch_random_normal({delta, false, mk, 11, 0.1f}, stream);
+  launch_random_normal({norm_weight, false, static_cast<size_t>(shape.k), 12, 1.0f}, stream);
+  auto* x = static_cast<__nv_bfloat16*>(scratch.x);
+  const GemmArgs a{x, static_cast<const __nv_bfloat16*>(scratch.w[0]), static_cast<const __nv_bfloat16*>(scratch.bias),
+                   scratch.y, false, m, shape.n, shape.k};
+  EventPair ev;
+  NormedGemvChoice c;
+  const double norm_us = time_us(stream, ev, kInf, [&](int) {
+    launch_add_rms_norm({residual, delta, norm_weight, normed, m, shape.k, 1e-5f}, stream);
+    return true;
+  });
+  c.composed_us = static_cast<float>(norm_us + table_.at(GemmTuningKey{shape.n, shape.k, false, shape.bias, m}).us);
+  double best_us = kInf;
+  const GemvFusion fusion{false, nullptr, nullptr, residual, 1e-5f};
+  for (const GemvConfig& g : gemv_candidates(a, pdl_supported_ && options.gemv_pdl)) {
+    const double t = time_us(stream, ev, best_us, [&](int i) {
+      GemmArgs b = a;
+      b.w = static_cast<const __nv_bfloat16*>(scratch.w[static_cast<size_t>(i) % scratch.w.size()]);
+      launch_gemv(b, g, stream, fusion);
+      return true;
+    });
+    if (t < best_us) {
+      best_us = t;
+      c.gemv = g;
+    }
+  }
+  c.us = static_cast<float>(best_us);
+  XI_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (void* b : buffers) cudaFree(b);
+  return c;
+}
+
+void GemmTuner::tune_normed(const std::vector<GemmShape>& shapes, const GemmTunerOptions& options,
+                            cudaStream_t stream, GemmTuneSummary* sum) {
+  if (!options.gemv) return;
+  const bool pdl = pdl_supported_ && options.gemv_pdl;
+  std::unique_lock<std::mutex> lock;
+  auto& known = process_choices<NormedGemvChoice>(device_key_, &lock);
+  for (const GemmShape& s : shapes) {
+    if (s.y_f32 || s.k < 8 || s.k % 8 != 0) continue;  // the fused GEMV writes bf16; the GEMV's shape rules
+    std::vector<int> ms;
+    for (int m : tuned_ms(s.max_m))
+      if (m <= 8) ms.push_back(m);
+    std::optional<Scratch> scratch;
+    for (int m : ms) {
+      const GemmTuningKey key{s.n, s.k, false, s.bias, m};
+      if (!normed_.count(key)) {
+        if (auto it = known.find(key); it != known.end() && options.reuse_process_choices) {
+          normed_[key] = it->second;
+          normed_[key].gemv.pdl = normed_[key].gemv.pdl && pdl;
+        } else {
+          if (!scratch) scratch.emplace(s, 8, stream);
+          if (!scratch->ok) break;  // no memory: these points stay unfused
+          normed_[key] = known[key] = measure_normed(s, m, *scratch, options, stream);
+        }
+      }
+      ++sum->normed;
+      if (normed_[key].faster()) ++sum->normed_faster;
+    }
+  }
+}
+
+std::optional<GemvConfig> GemmTuner::normed_gemv_for(const GemmArgs& args) const {
+  if (args.m < 1 || args.m > 8 || args.y_f32) return std::nullopt;
+  const GemmTuningKey exact{args.n, args.k, false, args.bias != nullptr, args.m};
+  const auto it = normed_.lower_bound(exact);  // the smallest tuned m >= m
+  if (it == normed_.end() || !same_shape(it->first, exact) || !it->second.faster()) return std::nullopt;
+  return it->second.gemv;
 }
 
 std::string GemmTuneSummary::to_string() const {
@@ -454,6 +546,7 @@ std::string GemmTuneSummary::to_string() const {
      << " other cuBLASLt, " << heuristic << " heuristic";
   if (none > 0) os << ", " << none << " with NO implementation";
   if (no_cublaslt > 0) os << " (" << no_cublaslt << " without a cuBLASLt algorithm)";
+  if (normed > 0) os << "; RMSNorm folded into the GEMV faster at " << normed_faster << " of " << normed << " points";
   os << "; m=1 linears " << std::setprecision(1) << m1_us << " us vs heuristic " << m1_heuristic_us
      << " us; cache " << cache;
   return os.str();

@@ -15,6 +15,12 @@
 // and in memory for the process (a second engine in one process computes every linear exactly as the
 // first did, even without a cache file).
 //
+// Shapes with normed_input (gemm_args.h) get a second table at their tuned m <= 8: every GEMV configuration
+// with the RMSNorm's scale folded in (gemv.h GemvFusion::rms_x) timed against what it replaces,
+// the add + RMSNorm kernel (rms_norm.h) plus the plain point's chosen time. normed_gemv_for() gives the
+// fused configuration only where it measured faster. These points are cheap (GEMV launches only): they are
+// measured at every tune() (shared within the process like the others), not stored in the cache file.
+//
 // run(args) maps m to the smallest tuned m >= m of its shape (the largest when m is past all of them):
 //   that choice is cuBLASLt  -> the algorithm, if cublasLtMatmulAlgoCheck accepts it for this m,
 //                               else the heuristic's first algorithm;
@@ -33,6 +39,7 @@
 #include <cuda_runtime.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -52,12 +59,22 @@ struct GemmTunerOptions {
   bool reuse_process_choices = true;  // take choices another tuner of this process measured
 };
 
+// The GEMV with the RMSNorm's scale folded in, for a normed_input shape at one tuned m <= 8: the fastest
+// configuration, its time, and the time of the composition it replaces (add + RMSNorm, then the plain choice).
+struct NormedGemvChoice {
+  GemvConfig gemv;
+  float us = 0;
+  float composed_us = 0;
+  bool faster() const { return us < composed_us; }
+};
+
 struct GemmTuneSummary {
   int points = 0;  // (shape, m) points asked for
   int cached = 0;  // of which taken from the cache file
   int tuned = 0;   // of which measured now
   int gemv = 0, cublaslt = 0, heuristic = 0, none = 0;  // choices by kind, over all points
   int no_cublaslt = 0;  // points where cuBLASLt has no algorithm (heuristic time absent)
+  int normed = 0, normed_faster = 0;  // normed_input points (m <= 8), and where the fused GEMV was faster
   double seconds = 0;
   // Summed over the shapes at m = 1 that cuBLASLt has an algorithm for: chosen vs heuristic.
   double m1_us = 0, m1_heuristic_us = 0;
@@ -75,6 +92,10 @@ class GemmTuner {
   // The implementation run(args) uses, resolved for args' exact m (kind kHeuristic when untuned and
   // cuBLASLt has an algorithm; kNone when nothing can compute args).
   GemmChoice choice_for(const GemmArgs& args);
+  // For a normed_input shape at m <= 8: the GEMV configuration with the norm's scale folded in (rms_x), if
+  // it measured faster than the composition at the bucket m (the smallest tuned m >=
+  // m), else nullopt (also when the shape was not tuned as normed_input).
+  std::optional<GemvConfig> normed_gemv_for(const GemmArgs& args) const;
   // Forgets every choice (run() falls back to the heuristic until the next tune()).
   void clear();
 
@@ -83,12 +104,17 @@ class GemmTuner {
   // GPU name, SM count, CUDA runtime, cuBLASLt and GEMV kernel versions (the cache file's section key).
   const std::string& device_key() const { return device_key_; }
   const std::map<GemmTuningKey, GemmChoice>& table() const { return table_; }
+  const std::map<GemmTuningKey, NormedGemvChoice>& normed_table() const { return normed_; }
   CublasLtGemm& cublaslt() { return cublaslt_; }
 
  private:
   struct Scratch;
   GemmChoice measure(const GemmShape& shape, int m, Scratch& scratch, const GemmTunerOptions& options,
                      cudaStream_t stream);
+  NormedGemvChoice measure_normed(const GemmShape& shape, int m, Scratch& scratch, const GemmTunerOptions& options,
+                                  cudaStream_t stream);
+  void tune_normed(const std::vector<GemmShape>& shapes, const GemmTunerOptions& options, cudaStream_t stream,
+                   GemmTuneSummary* sum);
   bool valid(const GemmTuningKey& key, const GemmChoice& choice);
   GemmChoice resolve(const GemmArgs& args);
 
@@ -97,6 +123,7 @@ class GemmTuner {
   bool pdl_supported_ = false;
   std::map<GemmTuningKey, GemmChoice> table_;  // by (n, k, y_f32, bias, tuned m)
   std::map<GemmTuningKey, GemmChoice> resolved_;  // by (n, k, y_f32, bias, exact m): what run() uses
+  std::map<GemmTuningKey, NormedGemvChoice> normed_;  // by (n, k, y_f32, bias, tuned m <= 8)
 };
 
 }  // namespace xinfer::cuda

@@ -24,21 +24,21 @@
 // stream capture, and for chunked launches (each chunk waits for the one before it, which waited for its own
 // predecessor).
 //
-// Fused variant (launch_fused_gemv, decode path, m <= 8, bf16 y): the same main loop and reduction with
-//   - an RMSNorm input prologue: residual[m, k] += delta; x = bf16(rms_norm(residual) * norm_weight).
-//     Every CTA reads residual and delta (L2), rounds their sum to bf16, sums its squares in exactly the
-//     order of the add_rms_norm kernel (rms_norm.cu: thread t takes 16-byte chunks t, t + 256, ...; the same
-//     block reduction), so x is bit-identical to add_rms_norm's output, and keeps x in shared memory
-//     (m * k * 2 bytes). CTA 0 also writes x to normed_out. Since every CTA reads the old residual, the
-//     updated one is written by the CTA that takes the last ticket of a counter (all others have read it
-//     by then), which also sets the counter back to 0 for the next launch.
-//   - optionally a SwiGLU epilogue (act != nullptr): y = [gate | up] with n = 2 * I; each CTA computes
-//     rows i.. of gate and the same rows of up (rows I + i..), rounds them to bf16 as y stores them, and
-//     writes act[m, I] = bf16(silu(gate) * up) with silu_mul's expression (elementwise/silu.cuh).
-//   The CTAs are persistent (at most one wave; each loops over its row blocks), so the prologue runs once
-//   per CTA; their first weight steps are loaded before pdl_wait and arrive during the prologue. For a
-//   configuration, every output row gets the same f32 arithmetic as launch_gemv's: y is bit-identical to
-//   add_rms_norm -> launch_gemv (-> silu_mul) with that configuration.
+// Fusions (GemvFusion, one per launch, bf16 y): the decode path's residual stream around the GEMVs
+// (CudaBackend::add_rms_norm_linear), with no norm kernel between them:
+//   - add_to_y: y = bf16(y + bf16(x @ w^T + bias)): the projection that ends an attention or MLP block
+//     adds itself into the residual (y = residual) in its epilogue, with the two roundings of linear ->
+//     add_rms_norm (the residual is bit-identical to that composition's for the same configuration); with
+//     weighted_out it also writes bf16(y * out_weight[n]): the new residual times the next RMSNorm's
+//     weight (the norm without its 1 / RMS). Each output's old value is loaded by the thread that stores
+//     it, right after pdl_wait; its norm weight before.
+//   - rms_x: y = (x @ w^T) / rms(rms_x) + bias with x = that weighted residual and rms_x the residual: the
+//     GEMV after the norm. Its lanes also sum the squares of rms_x (each row group over every
+//     groups-th step of k, so together they cover k once: the same sum in every CTA) and the f32 dot
+//     products are scaled by each row's 1 / RMS before the bias. Not bit-identical to rms_norm -> GEMV
+//     (that rounds bf16(h * (1 / RMS) * g) per element, this bf16(h * g) and scales the sum), within bf16
+//     noise of it. The tuner times these configurations on their own (gemm_tuner.h normed_input); the
+//     backend fuses only where that beats add + norm + the plain GEMV.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -59,9 +59,19 @@ struct GemvConfig {
 
 std::string to_string(const GemvConfig& c);  // "gemv r1 ks2 pdl"
 
-// True if the GEMV kernel handles these arguments (see the requirements above).
-bool gemv_supports(const GemmArgs& args);
+// A fusion of the GEMV with the ops around it (see above); the default is the plain GEMV.
+struct GemvFusion {
+  bool add_to_y = false;                        // y = bf16(y + bf16(x @ w^T + bias))
+  const __nv_bfloat16* out_weight = nullptr;    // [n], with weighted_out (add_to_y only)
+  __nv_bfloat16* weighted_out = nullptr;        // [m, n] = bf16(new y * out_weight), or nullptr
+  const __nv_bfloat16* rms_x = nullptr;         // [m, k]: y = (x @ w^T) / rms(rms_x) + bias
+  float eps = 0;                                // with rms_x
+};
 
+// True if the GEMV kernel handles these arguments (see the requirements above; a fusion also needs bf16 y,
+// add_to_y and rms_x exclude each other, weighted_out comes with out_weight and add_to_y, rms_x is 16-byte
+// aligned).
+bool gemv_supports(const GemmArgs& args, const GemvFusion& fusion = {});
 // The configurations worth timing for this shape (valid ones only; pdl as given; empty if unsupported).
 std::vector<GemvConfig> gemv_candidates(const GemmArgs& args, bool pdl);
 
@@ -71,33 +81,6 @@ GemvConfig gemv_default_config(const GemmArgs& args);
 
 // Launches the kernel (ceil(m / 8) times for m > 8); XI_CHECK-fails on unsupported arguments or
 // configurations. Nothing is allocated or synchronized: safe under stream capture.
-void launch_gemv(const GemmArgs& args, const GemvConfig& config, cudaStream_t stream);
-
-// The fused GEMV (see above): args.x is ignored (the prologue makes x), args.y is bf16. Buffers do not
-// overlap, except that nothing here may alias residual.
-struct FusedGemvArgs {
-  GemmArgs gemm;                        // y[m, n] = x[m, k] @ w[n, k]^T (+ bias); m <= 8, !y_f32
-  __nv_bfloat16* residual = nullptr;    // [m, k], += delta (in place)
-  const __nv_bfloat16* delta = nullptr; // [m, k] or nullptr (plain rms_norm; residual is only read)
-  const __nv_bfloat16* norm_weight = nullptr;  // [k]
-  float eps = 0;
-  __nv_bfloat16* normed_out = nullptr;  // [m, k]: x
-  unsigned* counter = nullptr;          // one u32 of device memory, 0 between launches (needed with delta)
-  __nv_bfloat16* act = nullptr;         // [m, n / 2] SwiGLU of y, or nullptr
-  int num_sms = 0;                      // of the device (sizes the persistent grid)
-};
-
-// The largest shared-memory staging of x (m * k * 2 bytes) the fused kernel takes.
-constexpr int kFusedGemvMaxSmemBytes = 96 * 1024;
-
-// True if launch_fused_gemv takes these arguments with this configuration: 1 <= m <= 8, k % 8 == 0,
-// m * k * 2 <= kFusedGemvMaxSmemBytes, bf16 y, 16-byte aligned w, residual, delta, norm_weight and
-// normed_out, a counter when there is a delta; with act: n even and an even number of rows per CTA
-// (8 / k_split * rows_per_warp) so that gate and up rows pair up.
-bool fused_gemv_supports(const FusedGemvArgs& args, const GemvConfig& config);
-
-// Launches the fused kernel once (XI_CHECK-fails where fused_gemv_supports is false). Nothing is allocated
-// or synchronized: safe under stream capture.
-void launch_fused_gemv(const FusedGemvArgs& args, const GemvConfig& config, cudaStream_t stream);
+void launch_gemv(const GemmArgs& args, const GemvConfig& config, cudaStream_t stream, const GemvFusion& fusion = {});
 
 }  // namespace xinfer::cuda
