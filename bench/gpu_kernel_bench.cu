@@ -2,7 +2,8 @@
 // rate on random data), then times the CUDA backend's decode attention (Llama-3.1-8B shape: 32 q heads,
 // 8 KV heads, D 128, block 16; batch 1 at context 512..32768, batch 8 at 8192/32768, batch 16/64 at 2048,
 // batch 256 at 256; CUDA-graph replays), prefill attention (2048 tokens, 8 x 512, 64 x 128, a 512-token
-// chunk on 3584 cached; both prefill kernels) and the 8B
+// chunk on 3584 cached; both prefill kernels), RoPE + KV write fused into decode attention against the two
+// launches (batch 1 / 32, context 256 / 2048) and the 8B
 // GEMMs (cuBLASLt's heuristic first algorithm vs the tuner's choice, which is tuned first, m = 1..2048;
 // bytes = weights + x + y), printing achieved GB/s or TFLOP/s and the ratio to the measured ceiling,
 // and an estimate of the GEMM time of one batch-1 decoded token.
@@ -231,6 +232,124 @@ void bench_sampling(cuda::CudaBackend& be, double bw) {
   }
 }
 
+// Number of 16-bit words in which two device tensors of equal size differ (bit comparison on the device).
+__global__ void count_differences(const uint16_t* a, const uint16_t* b, size_t n, unsigned int* count) {
+  unsigned int local = 0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    local += a[i] != b[i];
+  if (local > 0) atomicAdd(count, local);
+}
+unsigned int differences(cuda::CudaBackend& be, const TensorView& a, const TensorView& b) {
+  XI_CHECK_EQ(a.bytes(), b.bytes());
+  backend::DeviceTensor count = be.allocate(DType::kI32, Shape{1});  // zeroed
+  count_differences<<<1024, 256, 0, g_stream>>>(static_cast<const uint16_t*>(a.data),
+                                                static_cast<const uint16_t*>(b.data), a.bytes() / 2,
+                                                static_cast<unsigned int*>(count.view.data));
+  XI_CUDA_CHECK_LAUNCH();
+  unsigned int n = 0;
+  be.to_host_raw(count.view, &n);
+  return n;
+}
+
+// RoPE + KV write + decode attention, Llama-3.1-8B heads (32 q, 8 KV, D 128, block 16): rope_kv_write ->
+// paged_attention chained (two launches, the unfused path) against rope_paged_attention (one fused kernel on
+// decode-only steps), batch 1 and 32 at context 256 and 2048, each timed as CUDA-graph replays of 32 calls
+// over 32 layers' caches (as a decode step runs them; the caches do not fit L2). Checked first: the fused op
+// gives the chained pair's bits (out, and the whole K and V cache of a layer). bytes = the context's K and V
+// + qkv read + out written + the new k and v written (both paths do that work; the chained pair also writes
+// the rotated q, k back to qkv and reads them again).
+void bench_rope_attention(cuda::CudaBackend& be, double bw) {
+  const int Hq = 32, Hkv = 8, D = 128, bs = 16, L = 32;
+  const int width = (Hq + 2 * Hkv) * D;
+  const float scale = 0.088f;
+  cudaStream_t s = be.stream();
+  const bool saved_fusion = be.rope_attention_fusion();
+  be.set_rope_attention_fusion(true);
+  struct Case {
+    int batch, ctx;
+  };
+  for (const Case c : {Case{1, 256}, Case{1, 2048}, Case{32, 256}, Case{32, 2048}}) {
+    const int batch = c.batch, ctx = c.ctx, blocks_per_seq = ctx / bs;
+    backend::KvCache kv = be.allocate_kv_cache({L, batch * blocks_per_seq + 1, bs, Hkv, D, DType::kBF16});
+    for (auto& l : kv.layers) {  // every layer the same values: layers 0 and 1 serve the check below
+      fill(l.k, 3);
+      fill(l.v, 4);
+    }
+    backend::StepPlan plan;
+    plan.max_blocks_per_seq = blocks_per_seq;
+    plan.query_start_loc.push_back(0);
+    for (int b = 0; b < batch; ++b) {
+      plan.token_ids.push_back(1);
+      plan.positions.push_back(ctx - 1);
+      plan.slot_mapping.push_back((1 + b * blocks_per_seq + blocks_per_seq - 1) * bs + (ctx - 1) % bs);
+      plan.query_start_loc.push_back(b + 1);
+      plan.seq_lens.push_back(ctx);
+      for (int i = 0; i < blocks_per_seq; ++i) plan.block_tables.push_back(1 + b * blocks_per_seq + i);
+    }
+    plan.max_seq_len = ctx;
+    const backend::StepMeta meta = be.upload_step(plan);
+    HostTensor cs_host(DType::kF32, Shape{ctx, D});  // Llama-3 angles p * 500000^(-2i/D)
+    for (int p = 0; p < ctx; ++p)
+      for (int i = 0; i < D / 2; ++i) {
+        const double a = p * std::pow(500000.0, -2.0 * i / D);
+        cs_host.data<float>()[static_cast<size_t>(p) * D + i] = static_cast<float>(std::cos(a));
+        cs_host.data<float>()[static_cast<size_t>(p) * D + D / 2 + i] = static_cast<float>(std::sin(a));
+      }
+    const backend::DeviceTensor cos_sin = be.upload(cs_host.view(), DType::kF32);
+    auto qkv = be.allocate(DType::kBF16, Shape{batch, width});
+    auto qkv0 = be.allocate(DType::kBF16, Shape{batch, width});
+    auto out = be.allocate(DType::kBF16, Shape{batch, Hq * D});
+    auto out_ref = be.allocate(DType::kBF16, Shape{batch, Hq * D});
+    fill(qkv0.view, 5);
+    auto restore_qkv = [&] {
+      XI_CUDA_CHECK(
+          cudaMemcpyAsync(qkv.view.data, qkv0.view.data, qkv0.view.bytes(), cudaMemcpyDeviceToDevice, s));
+    };
+    auto layer = [&](int l) -> const backend::LayerKvCache& { return kv.layers[static_cast<size_t>(l % L)]; };
+    auto chained = [&](int l) {
+      be.rope_kv_write(meta, qkv.view, Hq, Hkv, D, cos_sin.view, layer(l));
+      be.paged_attention(meta, qkv.view, Hq, Hkv, D, scale, layer(l), out.view);
+    };
+    auto fused = [&](int l) {
+      be.rope_paged_attention(meta, qkv.view, Hq, Hkv, D, cos_sin.view, scale, layer(l), out.view);
+    };
+
+    // Check (also sizes the decode workspace before any recording): chained on layer 0, fused on layer 1.
+    restore_qkv();
+    be.rope_kv_write(meta, qkv.view, Hq, Hkv, D, cos_sin.view, layer(0));
+    be.paged_attention(meta, qkv.view, Hq, Hkv, D, scale, layer(0), out_ref.view);
+    restore_qkv();
+    const int64_t fused_before = be.fused_rope_attentions();
+    fused(1);
+    const bool ran_fused = be.fused_rope_attentions() == fused_before + 1;
+    const unsigned d_out = differences(be, out.view, out_ref.view);
+    const unsigned d_k = differences(be, layer(0).k, layer(1).k),
+                   d_v = differences(be, layer(0).v, layer(1).v);
+    std::printf(
+        "rope+attn b%d ctx%d check: fused kernel %s; fused vs chained: %u out, %u k-cache, %u v-cache "
+        "elements differ%s\n",
+        batch, ctx, ran_fused ? "ran" : "DID NOT RUN", d_out, d_k, d_v,
+        d_out + d_k + d_v == 0 ? "" : "  <-- MISMATCH");
+
+    const double bytes = 2.0 * batch * ctx * Hkv * D * 2 + 2.0 * batch * width + 2.0 * batch * Hq * D +
+                         2.0 * batch * 2 * Hkv * D;
+    const double roof = bytes / (bw * 1e9);
+    const double tc = time_graph(s, L, chained), tf = time_graph(s, L, fused);
+    char what[128];
+    std::snprintf(what, sizeof(what), "rope+attn b%d ctx%d chained (roof %.1fus)", batch, ctx, roof * 1e6);
+    report(what, tc, bytes, false, bw);
+    std::snprintf(what, sizeof(what), "rope+attn b%d ctx%d fused (%.2fx)", batch, ctx, tc / tf);
+    report(what, tf, bytes, false, bw);
+    std::printf(
+        "rope+attn b%d ctx%d: chained %.2f us, fused %.2f us per layer (%.2fx; %.2f us saved per layer, "
+        "%.1f us per 32-layer token), roofline %.2f us\n",
+        batch, ctx, tc * 1e6, tf * 1e6, tc / tf, (tc - tf) * 1e6, 32 * (tc - tf) * 1e6, roof * 1e6);
+    be.synchronize();
+  }
+  be.set_rope_attention_fusion(saved_fusion);
+}
+
 // Prefill attention, Llama-3.1-8B shape (32 q heads, 8 KV heads, D 128, block 16), causal with cached
 // prefixes: one 2048-token prompt, 8 x 512, 64 x 128, and a 512-token chunk on a 3584-token cached prefix.
 // flops = 4 * D * Hq * sum over query rows of attended keys (QK^T and PV). Both prefill kernels are launched
@@ -417,7 +536,8 @@ void bench_decode_layer(cuda::CudaBackend& be, double bw) {
 
   // The same layer with the fused decode ops as the model runs them (backend.h add_rms_norm_linear: the o and
   // down projections add themselves into the residual and apply the next norm's weight, qkv and gate_up
-  // scale by the RMS they sum on the way): 7 kernels instead of 9. Fused only where the tuner chose the GEMV for both linears (else the
+  // scale by the RMS they sum on the way; RoPE and the KV write inside the attention kernel): 6 kernels
+  // instead of 9. Fused only where the tuner chose the GEMV for both linears (else the
   // composition); this section sets kWhenGemv itself (the backend's default) and restores the policy after.
   const cuda::LinearFusion saved_fusion = be.linear_fusion();
   be.set_linear_fusion(cuda::LinearFusion::kWhenGemv);
@@ -435,7 +555,11 @@ void bench_decode_layer(cuda::CudaBackend& be, double bw) {
     return "fused " + cuda::to_string(plan->producer) + " -> " + cuda::to_string(plan->consumer);
   };
   const std::vector<Op> fused_ops = {
-      ops[2], ops[3],
+      {"fused rope+attention ctx256", kvb + 2.0 * 2 * Hkv * D,
+       [&](int l) {
+         be.rope_paged_attention(meta, qkv.view, Hq, Hkv, D, cos_sin.view, scale, kv.layers[static_cast<size_t>(l % L)],
+                                 attn.view);
+       }},
       {"fused o+add_rms_norm+gate_up (+silu_mul)", wo + wgu + 2.0 * 3 * I, [&](int l) { be.add_rms_norm_linear(o_gate_up(l)); }},
       {"fused down+add_rms_norm+qkv", wd + wq, [&](int l) { be.add_rms_norm_linear(down_qkv(l)); }},
   };
@@ -479,6 +603,9 @@ int run(bool quick) {
 
   // ---- prefill attention ----
   bench_prefill_attention(be, peak, quick);
+
+  // ---- RoPE + KV write fused into decode attention vs the two launches ----
+  bench_rope_attention(be, bw);
 
   // ---- Llama-3.1-8B GEMMs: cuBLASLt's heuristic first algorithm vs the tuned choice (gemm_tuner.h) ----
   struct Shape8b {

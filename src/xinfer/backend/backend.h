@@ -315,6 +315,17 @@ class Backend {
   // qkv: [T, (Hq + 2 * Hkv) * D] (only the q part is read); out: [T, Hq * D]
   virtual void paged_attention(const StepMeta& step, const TensorView& qkv, int num_heads, int num_kv_heads,
                                int head_dim, float scale, const LayerKvCache& cache, const TensorView& out) = 0;
+  // rope_kv_write -> paged_attention as one op (the composition below is the default). `cache` and `out` are
+  // exactly those of the composition; afterwards the q and k parts of qkv are unspecified (a fused
+  // implementation need not rotate them in place), v is unchanged. Devices override it to fuse where that
+  // pays (CUDA: decode-only steps, one kernel instead of two).
+  // qkv: [T, (Hq + 2 * Hkv) * D]; cos_sin: [max_pos, D]; out: [T, Hq * D]
+  virtual void rope_paged_attention(const StepMeta& step, const TensorView& qkv, int num_heads,
+                                    int num_kv_heads, int head_dim, const TensorView& cos_sin, float scale,
+                                    const LayerKvCache& cache, const TensorView& out) {
+    rope_kv_write(step, qkv, num_heads, num_kv_heads, head_dim, cos_sin, cache);
+    paged_attention(step, qkv, num_heads, num_kv_heads, head_dim, scale, cache, out);
+  }
   // Qwen3's per-head RMSNorm of q and k, in place inside qkv: [T, (Hq + 2 * Hkv) * D];
   // q_weight, k_weight: [D]
   virtual void qk_norm(const TensorView& qkv, int num_heads, int num_kv_heads, int head_dim,

@@ -46,6 +46,9 @@ void EngineFlags::add_to(FlagSet& flags) {
             "CUDA: on decode rows the o / down projection adds itself into the residual and the next "
             "projection applies the RMSNorm on its way in (two GEMVs, no norm kernel) where the tuner chose "
             "the GEMV for both; --no-fused-linears: separate add + norm kernels");
+  flags.add("--fused-rope-attention", &config.fused_rope_attention,
+            "CUDA: on decode-only steps RoPE and the KV-cache write run inside the decode attention kernel; "
+            "--no-fused-rope-attention: a rope kernel, then attention");
   flags.add("--enable-prefix-caching", &sc.enable_prefix_caching, "reuse KV blocks of identical prompt prefixes");
   flags.add("--max-num-seqs", &sc.max_num_seqs, "most sequences running at once");
   flags.add("--max-num-batched-tokens", &sc.max_num_batched_tokens, "most tokens in one forward pass");

@@ -47,6 +47,7 @@ Result<BackendBundle> make_backend(const EngineConfig& config, const model::Mode
       options.gemm_tuning_cache = config.gemm_tuning_cache;
       options.gemv_pdl = config.gemv_pdl;
       options.linear_fusion = config.fused_linears ? cuda::LinearFusion::kWhenGemv : cuda::LinearFusion::kOff;
+      options.rope_attention_fusion = config.fused_rope_attention;
       auto gpu = std::make_unique<cuda::CudaBackend>(options);
       prepare_backend_for_model(*gpu, mc, config.scheduler.max_num_batched_tokens, config.scheduler.max_num_seqs,
                                 config.scheduler.max_num_seqs, max_seq_len, config.show_progress);

@@ -45,7 +45,8 @@ std::string EngineConfig::to_string() const {
      << " async_scheduling=" << (async_scheduling ? (*async_scheduling ? "1" : "0") : "auto")
      << " gemm_tuning=" << gemm_tuning
      << " gemm_tuning_cache=" << (gemm_tuning_cache.empty() ? "default" : gemm_tuning_cache)
-     << " gemv_pdl=" << gemv_pdl << " fused_linears=" << fused_linears << " | "
+     << " gemv_pdl=" << gemv_pdl << " fused_linears=" << fused_linears
+     << " fused_rope_attention=" << fused_rope_attention << " | "
      << scheduler.to_string();
   return os.str();
 }

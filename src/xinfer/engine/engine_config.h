@@ -60,6 +60,9 @@ struct EngineConfig {
   // CUDA: on decode rows, projection -> add + RMSNorm -> projection runs as two fused GEMVs where the tuner
   // chose the GEMV for both (backend/cuda/cuda_backend.h; `--no-fused-linears`: the composition).
   bool fused_linears = true;
+  // CUDA: on decode-only steps RoPE, the KV-cache write and attention run as one kernel
+  // (backend/cuda/cuda_backend.h; `--no-fused-rope-attention`: the rope kernel, then attention).
+  bool fused_rope_attention = true;
   // Asynchronous scheduling (docs/engine.md): the host schedules and launches step N+1 while the device
   // computes step N (placeholder tokens fed from N's device-side ids), then applies N's results. Pipelined:
   // steps of plain-argmax rows (device_greedy) and steps the device samples whole (device_sampling; no

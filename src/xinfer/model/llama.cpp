@@ -231,8 +231,8 @@ TensorView LlamaModel::forward(const backend::StepMeta& step, const backend::KvC
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[static_cast<size_t>(l)];
     if (c.qk_norm) backend_.qk_norm(qkv, c.num_heads, c.num_kv_heads, c.head_dim, w.q_norm, w.k_norm, eps);
-    backend_.rope_kv_write(step, qkv, c.num_heads, c.num_kv_heads, c.head_dim, cos_sin_, kv.layers[static_cast<size_t>(l)]);
-    backend_.paged_attention(step, qkv, c.num_heads, c.num_kv_heads, c.head_dim, scale, kv.layers[static_cast<size_t>(l)], attn);
+    backend_.rope_paged_attention(step, qkv, c.num_heads, c.num_kv_heads, c.head_dim, cos_sin_, scale,
+                                  kv.layers[static_cast<size_t>(l)], attn);
     backend_.add_rms_norm_linear({x, proj, w.post_attention_norm, eps, w.gate_up, h, gate_up, mlp, attn, w.o});
     if (l + 1 < c.num_layers) {
       const LayerWeights& next = layers_[static_cast<size_t>(l) + 1];

@@ -2,6 +2,7 @@
 #include "xinfer/backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -68,6 +69,7 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device), 
   XI_CUDA_CHECK(cudaEventCreateWithFlags(&step_copied_, cudaEventDisableTiming));
   gemm_ = std::make_unique<GemmTuner>(options.gemm_workspace_bytes);
   linear_fusion_ = options.linear_fusion;
+  rope_attention_fusion_ = options.rope_attention_fusion;
 }
 
 CudaBackend::~CudaBackend() {
@@ -506,9 +508,8 @@ void CudaBackend::add_rms_norm_linear(const backend::NormLinearArgs& a) {
   ++fused_linears_;
 }
 
-void CudaBackend::rope_kv_write(const backend::StepMeta& step, const TensorView& qkv, int num_heads, int num_kv_heads,
-                                int head_dim, const TensorView& cos_sin, const backend::LayerKvCache& cache) {
-  check_step(step);
+void CudaBackend::check_rope_args(const TensorView& qkv, int num_heads, int num_kv_heads, int head_dim,
+                                  const TensorView& cos_sin, const backend::LayerKvCache& cache) const {
   XI_CHECK_EQ(last_dim(qkv), static_cast<int64_t>(num_heads + 2 * num_kv_heads) * head_dim);
   XI_CHECK(cos_sin.dtype == DType::kF32) << "cos_sin must be f32";
   XI_CHECK_EQ(cos_sin.shape[1], head_dim);
@@ -517,6 +518,13 @@ void CudaBackend::rope_kv_write(const backend::StepMeta& step, const TensorView&
   const int64_t max_pos = cos_sin.shape[0];
   for (int32_t pos : host_step_.positions)
     XI_CHECK(pos >= 0 && pos < max_pos) << "position " << pos << " outside rope table of " << max_pos;
+}
+
+void CudaBackend::rope_kv_write(const backend::StepMeta& step, const TensorView& qkv, int num_heads,
+                                int num_kv_heads, int head_dim, const TensorView& cos_sin,
+                                const backend::LayerKvCache& cache) {
+  check_step(step);
+  check_rope_args(qkv, num_heads, num_kv_heads, head_dim, cos_sin, cache);
   launch_rope_kv_write({bf16_ptr(qkv, "qkv"), cos_sin.as<float>(), step.positions, step.slot_mapping,
                         bf16_ptr(cache.k, "k cache"), bf16_ptr(cache.v, "v cache"), step.num_tokens, num_heads,
                         num_kv_heads, head_dim, to_int(cache.k.shape[2])},
@@ -545,21 +553,12 @@ float* CudaBackend::decode_workspace(size_t floats) {
   return static_cast<float*>(decode_ws_);
 }
 
-void CudaBackend::paged_attention(const backend::StepMeta& step, const TensorView& qkv, int num_heads,
-                                  int num_kv_heads, int head_dim, float scale, const backend::LayerKvCache& cache,
-                                  const TensorView& out) {
-  check_step(step);
-  XI_CHECK_EQ(num_heads % num_kv_heads, 0);
-  XI_CHECK_EQ(last_dim(qkv), static_cast<int64_t>(num_heads + 2 * num_kv_heads) * head_dim);
-  XI_CHECK_EQ(last_dim(out), static_cast<int64_t>(num_heads) * head_dim);
-  XI_CHECK_EQ(cache.k.shape[1], num_kv_heads);
-  XI_CHECK_EQ(cache.k.shape[3], head_dim);
-  for (size_t s = 0; s < host_step_.seq_lens.size(); ++s) {
-    const int32_t last = host_step_.query_start_loc[s + 1] - 1;
-    if (last >= host_step_.query_start_loc[s])
-      XI_CHECK_LT(host_step_.positions[static_cast<size_t>(last)], host_step_.seq_lens[s])
-          << "token position past its sequence's length";
-  }
+namespace {
+
+// Kernel parameters of paged attention over the step's tokens.
+PagedAttentionParams attention_params(const backend::StepMeta& step, const TensorView& qkv, int num_heads,
+                                      int num_kv_heads, int head_dim, float scale,
+                                      const backend::LayerKvCache& cache, const TensorView& out) {
   PagedAttentionParams p{};
   p.qkv = bf16_ptr(qkv, "qkv");
   p.k_cache = bf16_ptr(cache.k, "k cache");
@@ -576,25 +575,107 @@ void CudaBackend::paged_attention(const backend::StepMeta& step, const TensorVie
   p.block_size = to_int(cache.k.shape[2]);
   p.qkv_stride = (num_heads + 2 * num_kv_heads) * head_dim;
   p.scale = scale;
+  return p;
+}
 
+}  // namespace
+
+void CudaBackend::check_attention_args(const TensorView& qkv, int num_heads, int num_kv_heads, int head_dim,
+                                       const backend::LayerKvCache& cache, const TensorView& out) const {
+  XI_CHECK_EQ(num_heads % num_kv_heads, 0);
+  XI_CHECK_EQ(last_dim(qkv), static_cast<int64_t>(num_heads + 2 * num_kv_heads) * head_dim);
+  XI_CHECK_EQ(last_dim(out), static_cast<int64_t>(num_heads) * head_dim);
+  XI_CHECK_EQ(cache.k.shape[1], num_kv_heads);
+  XI_CHECK_EQ(cache.k.shape[3], head_dim);
+  for (size_t s = 0; s < host_step_.seq_lens.size(); ++s) {
+    const int32_t last = host_step_.query_start_loc[s + 1] - 1;
+    if (last >= host_step_.query_start_loc[s])
+      XI_CHECK_LT(host_step_.positions[static_cast<size_t>(last)], host_step_.seq_lens[s])
+          << "token position past its sequence's length";
+  }
+}
+
+bool CudaBackend::decode_launch(int num_heads, int num_kv_heads, int head_dim, int& partition_size,
+                                float*& workspace) {
+  const int group = num_heads / num_kv_heads;
+  partition_size =
+      decode_partition_size(attn_view_.num_decode, attn_view_.max_decode_len, num_kv_heads, group, num_sms_);
+  const size_t ws = decode_attention_workspace_floats(attn_view_.num_decode, num_heads, num_kv_heads,
+                                                      head_dim, attn_view_.max_decode_len, partition_size);
+  if (capturing_ && ws > decode_ws_floats_) {  // growing would synchronize: fail the recording instead
+    capture_failed_ = true;
+    capture_ws_floats_ = std::max(capture_ws_floats_, ws);
+    return false;
+  }
+  workspace = ws > 0 ? decode_workspace(ws) : nullptr;
+  return true;
+}
+
+void CudaBackend::paged_attention(const backend::StepMeta& step, const TensorView& qkv, int num_heads,
+                                  int num_kv_heads, int head_dim, float scale,
+                                  const backend::LayerKvCache& cache, const TensorView& out) {
+  check_step(step);
+  check_attention_args(qkv, num_heads, num_kv_heads, head_dim, cache, out);
+  const PagedAttentionParams p =
+      attention_params(step, qkv, num_heads, num_kv_heads, head_dim, scale, cache, out);
   if (!decode_attention_supports(head_dim) || !prefill_attention_supports(head_dim)) {
     launch_paged_attention_generic(p, attn_view_, stream_);
     return;
   }
   if (attn_view_.num_decode > 0) {
-    const int group = num_heads / num_kv_heads;
-    const int psize = decode_partition_size(attn_view_.num_decode, attn_view_.max_decode_len, num_kv_heads, group, num_sms_);
-    const size_t ws = decode_attention_workspace_floats(attn_view_.num_decode, num_heads, num_kv_heads, head_dim,
-                                                        attn_view_.max_decode_len, psize);
-    if (capturing_ && ws > decode_ws_floats_) {  // growing would synchronize: fail the recording instead
-      capture_failed_ = true;
-      capture_ws_floats_ = std::max(capture_ws_floats_, ws);
-      return;
-    }
-    launch_paged_decode_attention(p, attn_view_, psize, ws > 0 ? decode_workspace(ws) : nullptr, stream_);
+    int psize = 0;
+    float* ws = nullptr;
+    if (!decode_launch(num_heads, num_kv_heads, head_dim, psize, ws)) return;
+    launch_paged_decode_attention(p, attn_view_, psize, ws, stream_);
   }
   launch_paged_prefill_attention(p, attn_view_, stream_,
                                  prefer_wgmma_prefill(attn_host_) ? PrefillKernel::kWgmmaSimple : PrefillKernel::kMmaSync);
+}
+
+bool CudaBackend::fuses_rope_attention(int head_dim, const TensorView& cos_sin,
+                                       const backend::LayerKvCache& cache) const {
+  if (!rope_attention_fusion_) return false;
+  // paged_attention would run the decode kernel, and it alone: every token is a decode.
+  if (!decode_attention_supports(head_dim) || !prefill_attention_supports(head_dim)) return false;
+  if (attn_host_.num_decode() == 0 || attn_host_.num_prefill_items() > 0 ||
+      attn_host_.num_decode() != host_step_.num_tokens())
+    return false;
+  if (reinterpret_cast<uintptr_t>(cos_sin.data) % 16 != 0)
+    return false;  // the kernel reads its rows as float4
+  // The kernel attends to the newest k, v it writes without reading them back: the composition reads them
+  // where the block table puts the position, so the slot must be that place (or negative: no write).
+  const int64_t bs = cache.k.shape[2];
+  const size_t width = static_cast<size_t>(host_step_.max_blocks_per_seq);
+  for (int i = 0; i < attn_host_.num_decode(); ++i) {
+    const auto s = static_cast<size_t>(attn_host_.decode_seqs[static_cast<size_t>(i)]);
+    const auto t = static_cast<size_t>(host_step_.query_start_loc[s]);
+    const int64_t slot = host_step_.slot_mapping[t], pos = host_step_.positions[t];
+    if (slot < 0) continue;
+    if (pos < 0 || static_cast<size_t>(pos / bs) >= width) return false;
+    if (slot != host_step_.block_tables[s * width + static_cast<size_t>(pos / bs)] * bs + pos % bs)
+      return false;
+  }
+  return true;
+}
+
+void CudaBackend::rope_paged_attention(const backend::StepMeta& step, const TensorView& qkv, int num_heads,
+                                       int num_kv_heads, int head_dim, const TensorView& cos_sin, float scale,
+                                       const backend::LayerKvCache& cache, const TensorView& out) {
+  check_step(step);
+  if (!fuses_rope_attention(head_dim, cos_sin, cache))
+    return Backend::rope_paged_attention(step, qkv, num_heads, num_kv_heads, head_dim, cos_sin, scale, cache,
+                                         out);
+  check_rope_args(qkv, num_heads, num_kv_heads, head_dim, cos_sin, cache);
+  check_attention_args(qkv, num_heads, num_kv_heads, head_dim, cache, out);
+  const PagedAttentionParams p =
+      attention_params(step, qkv, num_heads, num_kv_heads, head_dim, scale, cache, out);
+  int psize = 0;
+  float* ws = nullptr;
+  if (!decode_launch(num_heads, num_kv_heads, head_dim, psize, ws)) return;
+  const DecodeRopeParams rope{cos_sin.as<float>(), step.slot_mapping, bf16_ptr(cache.k, "k cache"),
+                              bf16_ptr(cache.v, "v cache")};
+  launch_paged_decode_attention_rope(p, attn_view_, rope, psize, ws, stream_);
+  ++fused_rope_attentions_;
 }
 
 void CudaBackend::silu_mul(const TensorView& gate_up, const TensorView& out) {

@@ -36,6 +36,14 @@
 // composition's, the projection's output within bf16 rounding of it; delta is not written and normed_out
 // holds the unscaled product. Elsewhere (prefill, no producer): the composition (Backend's default).
 //
+// Fused RoPE + attention: rope_paged_attention runs as one kernel on decode-only steps (every token a
+// decode; head_dim 64 / 128): the split-KV decode kernel rotates q and the newest k itself and writes the
+// newest k, v to the cache (paged_decode_attention.h), one launch per layer fewer; out and the cache are
+// bit-identical to rope_kv_write -> paged_attention (qkv's q and k are then left unrotated). Elsewhere (mixed
+// or prefill steps, other head dims, a slot that is not where the block table puts the position) the
+// composition. On by default; CudaBackendOptions::rope_attention_fusion / set_rope_attention_fusion(false)
+// turn it off.
+//
 // KV cache: bf16, per layer K and V [num_blocks, num_kv_heads, block_size, head_dim] (backend.h).
 // Attention: decodes use the split-KV decode kernel, prefill chunks the tiled tensor-core kernel
 // (head_dim 64 / 128); other head dims go to the generic kernel.
@@ -85,6 +93,9 @@ struct CudaBackendOptions {
   LinearFusion linear_fusion = LinearFusion::kWhenGemv;
   // The GEMV candidates the tuner measures use programmatic dependent launch (pdl.cuh); false: plain launches.
   bool gemv_pdl = true;
+  // rope_paged_attention as one decode-attention kernel on decode-only steps (see above); false: the
+  // composition.
+  bool rope_attention_fusion = true;
 };
 
 class CudaBackend final : public backend::Backend {
@@ -120,6 +131,9 @@ class CudaBackend final : public backend::Backend {
                const TensorView& k_weight, float eps) override;
   void paged_attention(const backend::StepMeta& step, const TensorView& qkv, int num_heads, int num_kv_heads,
                        int head_dim, float scale, const backend::LayerKvCache& cache, const TensorView& out) override;
+  void rope_paged_attention(const backend::StepMeta& step, const TensorView& qkv, int num_heads,
+                            int num_kv_heads, int head_dim, const TensorView& cos_sin, float scale,
+                            const backend::LayerKvCache& cache, const TensorView& out) override;
   void silu_mul(const TensorView& gate_up, const TensorView& out) override;
   void gather_rows(const backend::StepMeta& step, const TensorView& x, const TensorView& out) override;
   void feed_tokens(const backend::StepMeta& step, const TensorView& ids) override;
@@ -152,10 +166,26 @@ class CudaBackend final : public backend::Backend {
   void set_linear_fusion(LinearFusion f) { linear_fusion_ = f; }
   LinearFusion linear_fusion() const { return linear_fusion_; }
   int64_t fused_linears() const { return fused_linears_; }  // add_rms_norm_linear calls run fused so far
+  void set_rope_attention_fusion(bool on) { rope_attention_fusion_ = on; }
+  bool rope_attention_fusion() const { return rope_attention_fusion_; }
+  int64_t fused_rope_attentions() const {
+    return fused_rope_attentions_;
+  }  // rope_paged_attention calls run fused
 
  private:
   void check_step(const backend::StepMeta& step) const;
   float* decode_workspace(size_t floats);
+  // Host-side checks of rope_kv_write's / paged_attention's arguments against the last uploaded step.
+  void check_rope_args(const TensorView& qkv, int num_heads, int num_kv_heads, int head_dim,
+                       const TensorView& cos_sin, const backend::LayerKvCache& cache) const;
+  void check_attention_args(const TensorView& qkv, int num_heads, int num_kv_heads, int head_dim,
+                            const backend::LayerKvCache& cache, const TensorView& out) const;
+  // The decode kernel's split-KV partition size and workspace for this step; false while recording a graph
+  // that would have to grow the workspace (the recording is failed; launch nothing).
+  bool decode_launch(int num_heads, int num_kv_heads, int head_dim, int& partition_size, float*& workspace);
+  // Whether rope_paged_attention runs fused on the last uploaded step (see above).
+  bool fuses_rope_attention(int head_dim, const TensorView& cos_sin,
+                            const backend::LayerKvCache& cache) const;
 
   int device_;
   CudaBackendOptions options_;
@@ -165,6 +195,8 @@ class CudaBackend final : public backend::Backend {
   std::unique_ptr<GemmTuner> gemm_;
   LinearFusion linear_fusion_ = LinearFusion::kWhenGemv;
   int64_t fused_linears_ = 0;
+  bool rope_attention_fusion_ = true;
+  int64_t fused_rope_attentions_ = 0;
 
   // upload_step() state
   void* step_host_ = nullptr;    // pinned staging buffer

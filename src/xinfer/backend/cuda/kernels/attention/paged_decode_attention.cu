@@ -8,6 +8,7 @@
 #include "xinfer/backend/cuda/kernels/attention/attention_dispatch.cuh"
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
 #include "xinfer/backend/cuda/kernels/pdl.cuh"
+#include "xinfer/backend/cuda/kernels/rope/rope_rotate.cuh"
 
 namespace xinfer::cuda {
 namespace {
@@ -80,16 +81,28 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
 }
 
 // Grid (partition, KV head * head_tiles + head tile, decode index); Cfg::kThreads threads.
-template <typename Cfg>
+// kRope (launch_paged_decode_attention_rope): q in qkv is not rotated yet and the newest row (position
+// kv_len - 1) is not in the cache yet. Every CTA rotates its q heads; the CTAs of the last partition build
+// the newest k (rotated) and v from qkv in shared memory and use them in place of that cache row (never
+// read back: a CTA's own global writes are not visible through the read-only path), and head tile 0 of
+// them writes both to the cache at the token's slot. A negative slot (padding) writes nothing and attends
+// to the cache's row, as the unfused pair does. `rope` is unused without kRope.
+template <typename Cfg, bool kRope>
 __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
-    paged_decode_kernel(PagedAttentionParams p, AttentionPlanView plan, int partition_size, int head_tiles,
-                        float* workspace) {
+    paged_decode_kernel(PagedAttentionParams p, AttentionPlanView plan, DecodeRopeParams rope,
+                        int partition_size, int head_tiles, float* workspace) {
   constexpr int kD = Cfg::kHeadDim, kC = Cfg::kChunks, kW = Cfg::kWarps, kH = Cfg::kHeads, kT = Cfg::kTile;
   constexpr int kMT = Cfg::kMTiles, kS = Cfg::kStride, kThreads = Cfg::kThreads;
+  constexpr int kV = kD / 8;  // 16-byte chunks of a head row
+  static_assert(kV <= 16 && kC % 2 == 0,
+                "kRope: a warp builds the newest k (lanes < kV / 2) and v (lanes 16..)");
   __shared__ float s_o[kW][kH][kS];     // per-warp O, scaled to the CTA max
   __shared__ float s_m[kW][kH], s_l[kW][kH];
   __shared__ float s_max[kH], s_sum[kH];  // CTA (max, sum) per head
   __shared__ int s_last;
+  // kRope: the RoPE row of the newest position (cos | sin), and that token's k (rotated) and v in chunks.
+  __shared__ __align__(16) float s_cs[kRope ? kD : 1];
+  __shared__ uint4 s_new[2][kRope ? kV : 1];
 
   // PDL (pdl.cuh): until pdl_wait() this CTA may run alongside the kernels before it (rope + KV write, and
   // since rope releases before it waits, possibly the qkv projection), so before it only memory none of
@@ -97,7 +110,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
   // of earlier positions. The newest row, position kv_len - 1, is written by the rope kernel: a tile
   // holding it is loaded again after the wait, and q is read after it. The next kernel (the o projection)
   // may launch once every CTA has started: it loads its first weights while this one runs and waits for
-  // its results itself.
+  // its results itself. kRope: the kernel before is the qkv projection (or qk_norm); before the wait it
+  // also reads the token's slot and its RoPE row (constant); qkv only after, and it writes the cache only
+  // after.
   pdl_release();
   const int di = blockIdx.z;
   const int seq = plan.decode_seqs[di];
@@ -142,27 +157,94 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
     load_rows(kr, p.k_cache, off);
     load_rows(vr, p.v_cache, off);
   }
+  // kRope: the partition holding the newest row builds it (has_newest); the token's row t and KV slot.
+  const int newest = kv_len - 1;
+  const bool has_newest = kRope && end == kv_len;
+  int rope_t = 0, kv_slot = -1;
+  if constexpr (kRope) {
+    rope_t = p.query_start_loc[seq];
+    kv_slot = rope.slot_mapping[rope_t];
+    if (warp == 0 && lane < kD / 4)
+      reinterpret_cast<float4*>(s_cs)[lane] =
+          __ldg(reinterpret_cast<const float4*>(rope.cos_sin + static_cast<size_t>(newest) * kD) + lane);
+  }
   pdl_wait();
-  if (tile < n_tiles && begin + tile * kT + kT >= kv_len) {  // warp-uniform: this tile holds row kv_len - 1
-    const size_t off[2] = {row_offset(begin + tile * kT + g), row_offset(begin + tile * kT + 8 + g)};
-    load_rows(kr, p.k_cache, off);
-    load_rows(vr, p.v_cache, off);
+  if constexpr (!kRope) {
+    if (tile < n_tiles && begin + tile * kT + kT >= kv_len) {  // warp-uniform: this tile holds row kv_len - 1
+      const size_t off[2] = {row_offset(begin + tile * kT + g), row_offset(begin + tile * kT + 8 + g)};
+      load_rows(kr, p.k_cache, off);
+      load_rows(vr, p.v_cache, off);
+    }
   }
 
   // Q rows of the tile's heads (zero rows past nh) as A fragments, in the same dim order as the K loads;
   // kept in shared memory (lane-major, conflict-free) to leave registers to the K/V tiles in flight.
   __shared__ uint4 s_q[kC][32];
-  const int t = p.query_start_loc[seq];
+  const int t = kRope ? rope_t : p.query_start_loc[seq];
   if (warp == 0) {
     const __nv_bfloat16* qrow = p.qkv + static_cast<size_t>(t) * p.qkv_stride +
                                 static_cast<size_t>(kvh * group + h0 + min(g, nh - 1)) * kD + 8 * t4;
+    if constexpr (kRope) {
+      __syncwarp();  // s_cs, written by this warp's lanes before the wait
+      // Chunk c holds dims 32c + 8t4 .. + 7; its RoPE partner (+ D/2) is chunk c + kC/2 of the same lane.
 #pragma unroll
-    for (int c = 0; c < kC; ++c) {
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(qrow + 32 * c));
-      s_q[c][lane] = g < nh ? v : make_uint4(0, 0, 0, 0);
+      for (int c = 0; c < kC / 2; ++c) {
+        uint4 lo = __ldg(reinterpret_cast<const uint4*>(qrow + 32 * c));
+        uint4 hi = __ldg(reinterpret_cast<const uint4*>(qrow + 32 * (c + kC / 2)));
+        rope_rotate8(lo, hi, s_cs + 32 * c + 8 * t4, s_cs + kD / 2 + 32 * c + 8 * t4);
+        s_q[c][lane] = g < nh ? lo : make_uint4(0, 0, 0, 0);
+        s_q[c + kC / 2][lane] = g < nh ? hi : make_uint4(0, 0, 0, 0);
+      }
+      if (has_newest) {  // CTA-uniform
+        // The newest token's k and v of this KV head, chunk u = dims 8u .. 8u + 7: lanes u < kV/2 rotate the
+        // k pair (u, u + kV/2), lanes 16 + u (u < kV) copy v chunk u.
+        if (kv_slot >= 0) {
+          const __nv_bfloat16* krow =
+              p.qkv + static_cast<size_t>(t) * p.qkv_stride + static_cast<size_t>(p.num_heads + kvh) * kD;
+          const __nv_bfloat16* vrow = krow + static_cast<size_t>(p.num_kv_heads) * kD;
+          if (lane < kV / 2) {
+            uint4 lo = __ldg(reinterpret_cast<const uint4*>(krow) + lane);
+            uint4 hi = __ldg(reinterpret_cast<const uint4*>(krow) + lane + kV / 2);
+            rope_rotate8(lo, hi, s_cs + 8 * lane, s_cs + kD / 2 + 8 * lane);
+            s_new[0][lane] = lo;
+            s_new[0][lane + kV / 2] = hi;
+          } else if (lane >= 16 && lane < 16 + kV) {
+            s_new[1][lane - 16] = __ldg(reinterpret_cast<const uint4*>(vrow) + (lane - 16));
+          }
+        } else {
+          // Padding row: nothing is written; the unfused pair attends to whatever the cache holds there.
+          const size_t off =
+              ((static_cast<size_t>(__ldg(table + newest / bs)) * p.num_kv_heads + kvh) * bs + newest % bs) *
+              kD;
+          if (lane < kV)
+            s_new[0][lane] = __ldcg(reinterpret_cast<const uint4*>(p.k_cache + off) + lane);
+          else if (lane >= 16 && lane < 16 + kV)
+            s_new[1][lane - 16] = __ldcg(reinterpret_cast<const uint4*>(p.v_cache + off) + (lane - 16));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < kC; ++c) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(qrow + 32 * c));
+        s_q[c][lane] = g < nh ? v : make_uint4(0, 0, 0, 0);
+      }
     }
   }
   __syncthreads();
+  if constexpr (kRope) {
+    // Exactly one CTA per (decode, KV head) writes the new cache row: head tile 0 of the last partition.
+    if (has_newest && ht == 0 && kv_slot >= 0 && threadIdx.x < 2 * kV) {
+      const size_t dst =
+          ((static_cast<size_t>(kv_slot / bs) * p.num_kv_heads + kvh) * bs + kv_slot % bs) * kD;
+      if (threadIdx.x < kV)
+        reinterpret_cast<uint4*>(rope.k_cache + dst)[threadIdx.x] = s_new[0][threadIdx.x];
+      else
+        reinterpret_cast<uint4*>(rope.v_cache + dst)[threadIdx.x - kV] = s_new[1][threadIdx.x - kV];
+    }
+  }
+  // kRope: the tile holding the newest row (the partition's last) takes it from s_new; whatever was loaded
+  // for that row (concurrently written by the writer CTA) is dropped.
+  const int tile_new = has_newest ? (newest - begin) / kT : -1;
 
   const float scale_log2 = p.scale * 1.4426950408889634f;
   float o[kMT][4];
@@ -178,6 +260,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
     if (has_next) {
       next_off[0] = row_offset(tb + kW * kT + g);
       next_off[1] = row_offset(tb + kW * kT + 8 + g);
+    }
+
+    if constexpr (kRope) {
+      if (tile == tile_new) {  // warp-uniform
+        // Lanes (g, 0..3) of n-tile nt loaded row tb + 8nt + g, or the partition's first row for rows past
+        // its end (masked, but P = 0 times a non-finite value read mid-write would not be 0): each lane
+        // whose address is the newest row's takes its chunks c (dims 32c + 8t4 ..) from s_new instead.
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+          if ((tb + 8 * nt + g < end ? tb + 8 * nt + g : begin) == newest) {
+#pragma unroll
+            for (int c = 0; c < kC; ++c) {
+              kr[nt][c] = s_new[0][4 * c + t4];
+              vr[nt][c] = s_new[1][4 * c + t4];
+            }
+          }
+      }
     }
 
     // s[nt]: (head g, tokens tb + 8nt + 2t4 + {0, 1}) in [0], [1]; [2], [3] are the zero rows 8..15.
@@ -380,9 +479,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
   }
 }
 
-template <int kD>
-void launch_decode(const PagedAttentionParams& p, const AttentionPlanView& plan, int partition_size, float* workspace,
-                   cudaStream_t stream) {
+template <int kD, bool kRope>
+void launch_decode(const PagedAttentionParams& p, const AttentionPlanView& plan, const DecodeRopeParams& rope,
+                   int partition_size, float* workspace, cudaStream_t stream) {
   using Cfg = DecodeConfig<kD>;
   const int group = p.num_heads / p.num_kv_heads;
   const int head_tiles = decode_head_tiles(group);
@@ -395,7 +494,8 @@ void launch_decode(const PagedAttentionParams& p, const AttentionPlanView& plan,
       << " head tiles is too many split-KV slots (partition size " << partition_size << " too small)";
   const dim3 grid(static_cast<unsigned>(parts), static_cast<unsigned>(p.num_kv_heads * head_tiles),
                   static_cast<unsigned>(plan.num_decode));
-  launch_pdl(paged_decode_kernel<Cfg>, grid, Cfg::kThreads, 0, stream, p, plan, partition_size, head_tiles, workspace);
+  launch_pdl(paged_decode_kernel<Cfg, kRope>, grid, Cfg::kThreads, 0, stream, p, plan, rope, partition_size,
+             head_tiles, workspace);
 }
 
 }  // namespace
@@ -420,7 +520,26 @@ void launch_paged_decode_attention(const PagedAttentionParams& p, const Attentio
   if (plan.num_decode == 0) return;
   XI_CHECK_EQ(p.num_heads % p.num_kv_heads, 0);
   XI_CHECK_GT(partition_size, 0);
-  dispatch_fast_head_dim(p.head_dim, [&]<int kD>() { launch_decode<kD>(p, plan, partition_size, workspace, stream); });
+  dispatch_fast_head_dim(p.head_dim, [&]<int kD>() {
+    launch_decode<kD, false>(p, plan, DecodeRopeParams{}, partition_size, workspace, stream);
+  });
+}
+
+void launch_paged_decode_attention_rope(const PagedAttentionParams& p, const AttentionPlanView& plan,
+                                        const DecodeRopeParams& rope, int partition_size, float* workspace,
+                                        cudaStream_t stream) {
+  if (plan.num_decode == 0) return;
+  XI_CHECK_EQ(p.num_heads % p.num_kv_heads, 0);
+  XI_CHECK_GT(partition_size, 0);
+  XI_CHECK(rope.cos_sin != nullptr && rope.slot_mapping != nullptr)
+      << "decode attention + rope: no table or slots";
+  XI_CHECK(rope.k_cache == p.k_cache && rope.v_cache == p.v_cache)
+      << "decode attention + rope: writes another cache";
+  XI_CHECK_EQ(reinterpret_cast<uintptr_t>(rope.cos_sin) % 16, 0u)
+      << "decode attention + rope: cos_sin alignment";
+  dispatch_fast_head_dim(p.head_dim, [&]<int kD>() {
+    launch_decode<kD, true>(p, plan, rope, partition_size, workspace, stream);
+  });
 }
 
 }  // namespace xinfer::cuda

@@ -19,11 +19,23 @@
 //
 // Supported head_dim: 64, 128 (decode_attention_supports()); other sizes use the generic kernel. Any GQA
 // group (past 8 query heads the KV rows are read once per head tile), any block size.
+//
+// Fused RoPE + KV write (launch_paged_decode_attention_rope, CudaBackend::rope_paged_attention on
+// decode-only steps): the same kernel reads q and the newest token's k, v unrotated from qkv, so the separate
+// rope_kv_write launch goes. Every CTA rotates the q heads it serves (redundantly across partitions); the
+// CTAs of the last partition rotate the newest k and attend to the new k, v from shared memory (never read
+// back from the cache), and head tile 0 of them writes k and v to the cache at slot_mapping[t]. The rotation
+// is rope_rotate.cuh's, as in rope_kv_write, so out and the cache are bit-identical to launch_rope_kv_write
+// followed by launch_paged_decode_attention when (preconditions, the caller's) every token of the step is a
+// decode and each token's slot is where its block table puts position kv_len - 1, or negative (padding: no
+// write; it attends to the cache's row there, as the unfused pair does). qkv is not modified.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "xinfer/backend/cuda/kernels/attention/paged_attention_params.h"
 
@@ -44,5 +56,18 @@ size_t decode_attention_max_workspace_floats(int head_dim, int num_sms);
 // zeroed at allocation; may be null when one partition covers max_decode_len.
 void launch_paged_decode_attention(const PagedAttentionParams& p, const AttentionPlanView& plan,
                                    int partition_size, float* workspace, cudaStream_t stream);
+
+// What the fused launch needs beyond PagedAttentionParams (whose k_cache / v_cache these alias).
+struct DecodeRopeParams {
+  const float* cos_sin = nullptr;  // [max_pos, head_dim] f32, 16-byte aligned: cos [:, :D/2], sin [:, D/2:]
+  const int32_t* slot_mapping = nullptr;  // [T] flat KV slot of each token; < 0: no write
+  __nv_bfloat16* k_cache = nullptr;       // [num_blocks, num_kv_heads, block_size, head_dim] (== p.k_cache)
+  __nv_bfloat16* v_cache = nullptr;       // [num_blocks, num_kv_heads, block_size, head_dim] (== p.v_cache)
+};
+
+// launch_paged_decode_attention with RoPE and the KV write of each decode's newest token fused in (above).
+void launch_paged_decode_attention_rope(const PagedAttentionParams& p, const AttentionPlanView& plan,
+                                        const DecodeRopeParams& rope, int partition_size, float* workspace,
+                                        cudaStream_t stream);
 
 }  // namespace xinfer::cuda

@@ -2,6 +2,7 @@
 
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/pdl.cuh"
+#include "xinfer/backend/cuda/kernels/rope/rope_rotate.cuh"
 
 namespace xinfer::cuda {
 namespace {
@@ -41,8 +42,9 @@ __global__ void __launch_bounds__(kWarps * 32) rope_kv_write_kernel(RopeKvWriteA
     __nv_bfloat16* x = row + static_cast<size_t>(item) * D;
     __nv_bfloat16* k = item >= a.num_heads && slot >= 0 ? a.k_cache + cache_row(item - a.num_heads) : nullptr;
     auto rotate = [&](int i, float c, float s) {
-      const float x1 = __bfloat162float(x[i]), x2 = __bfloat162float(x[i + half]);
-      const __nv_bfloat16 y1 = __float2bfloat16(x1 * c - x2 * s), y2 = __float2bfloat16(x2 * c + x1 * s);
+      __nv_bfloat16 y1, y2;
+      rope_rotate(x[i], x[i + half], c, s, y1,
+                  y2);  // the fused decode attention's arithmetic (rope_rotate.cuh)
       x[i] = y1;
       x[i + half] = y2;
       if (k != nullptr) {
