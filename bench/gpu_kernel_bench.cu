@@ -535,9 +535,8 @@ void bench_decode_layer(cuda::CudaBackend& be, double bw) {
               chained * 1e6, 32 * chained * 1e3, sum * 1e6, bytes / (bw * 1e9) * 1e6, 100 * bytes / (bw * 1e9) / chained);
 
   // The same layer with the fused decode ops as the model runs them (backend.h add_rms_norm_linear: the o and
-  // down projections add themselves into the residual and apply the next norm's weight, qkv and gate_up
-  // scale by the RMS they sum on the way; RoPE and the KV write inside the attention kernel): 6 kernels
-  // instead of 9. Fused only where the tuner chose the GEMV for both linears (else the
+  // down projections add themselves into the residual, qkv and gate_up apply the RMSNorm on their way in;
+  // RoPE and the KV write inside the attention kernel): 6 kernels instead of 9. Fused only where the tuner chose the GEMV for both linears (else the
   // composition); this section sets kWhenGemv itself (the backend's default) and restores the policy after.
   const cuda::LinearFusion saved_fusion = be.linear_fusion();
   be.set_linear_fusion(cuda::LinearFusion::kWhenGemv);
@@ -552,7 +551,7 @@ void bench_decode_layer(cuda::CudaBackend& be, double bw) {
   auto path = [&](const backend::NormLinearArgs& a) {
     const auto plan = be.fused_linear_plan(a);
     if (!plan) return std::string("composed (tuner did not choose the GEMV for both)");
-    return "fused " + cuda::to_string(plan->producer) + " -> " + cuda::to_string(plan->consumer);
+    return "fused " + cuda::to_string(*plan->producer) + " -> " + cuda::to_string(plan->consumer);
   };
   const std::vector<Op> fused_ops = {
       {"fused rope+attention ctx256", kvb + 2.0 * 2 * Hkv * D,

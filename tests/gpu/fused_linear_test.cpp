@@ -1,16 +1,14 @@
 // The fused decode op add_rms_norm_linear (backend.h) and its CUDA kernels (gemv.h: GemvFusion):
-//  - add_to_y against linear's bf16 output added to y on the host with one bf16 rounding, and its
-//    weighted_out against bf16(new y * g), bit for bit, for every configuration, m up to 11 (chunked
-//    launches), with and without bias;
-//  - rms_x (the norm's scale folded in) against an f64 host reference of rms_norm(h) * g @ w^T + b and against
-//    add_rms_norm -> GEMV with the same configuration (within bf16 noise), repeatable bit for bit;
+//  - add_to_y against linear's bf16 output added to y on the host with one bf16 rounding, bit for bit, for
+//    every configuration, m up to 11 (chunked launches), with and without bias;
+//  - norm_weight (the RMSNorm folded in) against an f64 host reference of rms_norm(x) * g @ w^T + b and
+//    against add_rms_norm -> GEMV with the same configuration (within bf16 noise), repeatable bit for bit;
 //  - the producer -> consumer pair recorded as a CUDA graph of PDL launches, replayed: equal to the same
 //    launches run eagerly;
 //  - CudaBackend::add_rms_norm_linear (kAlways) against the CPU backend and against its own composition
-//    (kOff): out and act within bf16 noise; m = 9, no producer, and a delta given as input run the
-//    composition;
+//    (kOff): out and act within bf16 noise; m = 9 and a delta given as input run the composition;
 //  - a tuned CudaBackend (kWhenGemv): fused exactly where the tuner measured the folded norm faster and runs
-//    the producer as the GEMV, with the tuned configurations; then the residual is bit-identical.
+//    the producer (if any) as the GEMV, with the tuned configurations; then the residual is bit-identical.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -85,8 +83,8 @@ void PrintTo(const KernelCase& c, std::ostream* os) { *os << c.name(); }
 
 class GemvFusionTest : public ::testing::TestWithParam<KernelCase> {};
 
-// y = bf16(y0 + bf16(x @ w^T + b)) and weighted_out = bf16(y * g) for every configuration, bit for bit
-// against the plain GEMV's output added (and multiplied) on the host.
+// y = bf16(y0 + bf16(x @ w^T + b)) for every configuration, bit for bit against the plain GEMV's output
+// added on the host.
 TEST_P(GemvFusionTest, AddToYIsPlainGemvPlusY) {
   const KernelCase c = GetParam();
   std::mt19937 rng(static_cast<uint32_t>(c.m * 31 + c.n + c.k));
@@ -94,79 +92,62 @@ TEST_P(GemvFusionTest, AddToYIsPlainGemvPlusY) {
   const auto w_h = random_bf16(static_cast<size_t>(c.n) * c.k, rng, 0.05f);
   const auto b_h = random_bf16(static_cast<size_t>(c.n), rng, 0.5f);
   const auto y0_h = random_bf16(static_cast<size_t>(c.m) * c.n, rng, 2.0f);
-  const auto g_h = norm_weights(static_cast<size_t>(c.n), rng);
   auto up = [&](const std::vector<float>& v, Shape s) { return gpu().upload(host_view(v, s), DType::kBF16); };
-  const auto x = up(x_h, Shape{c.m, c.k}), w = up(w_h, Shape{c.n, c.k}), b = up(b_h, Shape{c.n}), g = up(g_h, Shape{c.n});
+  const auto x = up(x_h, Shape{c.m, c.k}), w = up(w_h, Shape{c.n, c.k}), b = up(b_h, Shape{c.n});
   const auto plain = gpu().allocate(DType::kBF16, Shape{c.m, c.n});
-  const auto weighted = gpu().allocate(DType::kBF16, Shape{c.m, c.n});
   cudaStream_t s = gpu().stream();
-  for (const GemvConfig& config : every_config(c.k))
-    for (bool with_weighted : {false, true}) {
-      const std::string what = cuda::to_string(config) + (with_weighted ? " +weighted_out" : "");
-      const auto y = up(y0_h, Shape{c.m, c.n});
-      poison(weighted.view);
-      cuda::launch_gemv({bf16(x), bf16(w), c.bias ? bf16(b) : nullptr, plain.view.data, false, c.m, c.n, c.k}, config, s);
-      GemvFusion f{true, nullptr, nullptr, nullptr, 0.0f};
-      if (with_weighted) {
-        f.out_weight = bf16(g);
-        f.weighted_out = ptr<__nv_bfloat16>(weighted);
-      }
-      cuda::launch_gemv({bf16(x), bf16(w), c.bias ? bf16(b) : nullptr, y.view.data, false, c.m, c.n, c.k}, config, s, f);
-      const auto p = download(gpu(), plain.view);
-      std::vector<float> want(p.size()), want_w(p.size());
-      for (size_t i = 0; i < p.size(); ++i) {
-        want[i] = to_float(to_bf16(y0_h[i] + p[i]));
-        want_w[i] = to_float(to_bf16(want[i] * g_h[i % static_cast<size_t>(c.n)]));
-      }
-      const auto got = download(gpu(), y.view), got_w = download(gpu(), weighted.view);
-      size_t diff = 0, diff_w = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        diff += got[i] != want[i];
-        diff_w += with_weighted && !(got_w[i] == want_w[i]);  // NaN (unwritten) counts as a difference
-      }
-      EXPECT_EQ(diff, 0u) << what << ": outputs differ from bf16(y0 + gemv)";
-      EXPECT_EQ(diff_w, 0u) << what << ": weighted_out differs from bf16(y * g)";
-    }
+  for (const GemvConfig& config : every_config(c.k)) {
+    const std::string what = cuda::to_string(config);
+    const auto y = up(y0_h, Shape{c.m, c.n});
+    cuda::launch_gemv({bf16(x), bf16(w), c.bias ? bf16(b) : nullptr, plain.view.data, false, c.m, c.n, c.k}, config, s);
+    cuda::launch_gemv({bf16(x), bf16(w), c.bias ? bf16(b) : nullptr, y.view.data, false, c.m, c.n, c.k}, config, s,
+                      GemvFusion{true, nullptr, 0.0f});
+    const auto p = download(gpu(), plain.view);
+    std::vector<float> want(p.size());
+    for (size_t i = 0; i < p.size(); ++i) want[i] = to_float(to_bf16(y0_h[i] + p[i]));
+    const auto got = download(gpu(), y.view);
+    size_t diff = 0;
+    for (size_t i = 0; i < got.size(); ++i) diff += got[i] != want[i];
+    EXPECT_EQ(diff, 0u) << what << ": outputs differ from bf16(y0 + gemv)";
+  }
 }
 
-// y = (bf16(h * g) @ w^T) / rms(h) + b: against rms_norm(h) * g @ w^T + b in f64 on the host, and against
-// add_rms_norm -> GEMV (same configuration); two launches give the same bits.
-TEST_P(GemvFusionTest, RmsScaledMatchesReference) {
+// y = rms_norm(x) * g @ w^T + b: against f64 on the host, and against add_rms_norm -> GEMV (same
+// configuration); two launches give the same bits.
+TEST_P(GemvFusionTest, NormedXMatchesReference) {
   const KernelCase c = GetParam();
   std::mt19937 rng(static_cast<uint32_t>(c.m * 17 + c.n * 3 + c.k));
-  const auto h_h = random_bf16(static_cast<size_t>(c.m) * c.k, rng, 3.0f);
+  const auto x_h = random_bf16(static_cast<size_t>(c.m) * c.k, rng, 3.0f);
   const auto g_h = norm_weights(static_cast<size_t>(c.k), rng);
   const auto w_h = random_bf16(static_cast<size_t>(c.n) * c.k, rng, 0.05f);
   const auto b_h = random_bf16(static_cast<size_t>(c.n), rng, 0.5f);
-  std::vector<float> hg_h(h_h.size()), ref(static_cast<size_t>(c.m) * c.n);
-  for (size_t i = 0; i < h_h.size(); ++i) hg_h[i] = to_float(to_bf16(h_h[i] * g_h[i % static_cast<size_t>(c.k)]));
+  std::vector<float> ref(static_cast<size_t>(c.m) * c.n);
   for (int mi = 0; mi < c.m; ++mi) {
-    const float* hr = h_h.data() + static_cast<size_t>(mi) * c.k;
+    const float* xr = x_h.data() + static_cast<size_t>(mi) * c.k;
     double ss = 0;
-    for (int j = 0; j < c.k; ++j) ss += static_cast<double>(hr[j]) * hr[j];
+    for (int j = 0; j < c.k; ++j) ss += static_cast<double>(xr[j]) * xr[j];
     const double inv = 1.0 / std::sqrt(ss / c.k + kEps);
     for (int i = 0; i < c.n; ++i) {
       const float* wr = w_h.data() + static_cast<size_t>(i) * c.k;
       double dot = 0;
-      for (int j = 0; j < c.k; ++j) dot += static_cast<double>(wr[j]) * hr[j] * g_h[static_cast<size_t>(j)];
+      for (int j = 0; j < c.k; ++j) dot += static_cast<double>(wr[j]) * xr[j] * g_h[static_cast<size_t>(j)];
       ref[static_cast<size_t>(mi) * c.n + i] = static_cast<float>(dot * inv + (c.bias ? b_h[static_cast<size_t>(i)] : 0.0));
     }
   }
   auto up = [&](const std::vector<float>& v, Shape s) { return gpu().upload(host_view(v, s), DType::kBF16); };
-  const auto h = up(h_h, Shape{c.m, c.k}), hg = up(hg_h, Shape{c.m, c.k}), g = up(g_h, Shape{c.k});
-  const auto w = up(w_h, Shape{c.n, c.k}), b = up(b_h, Shape{c.n});
+  const auto x = up(x_h, Shape{c.m, c.k}), g = up(g_h, Shape{c.k}), w = up(w_h, Shape{c.n, c.k}), b = up(b_h, Shape{c.n});
   const auto y = gpu().allocate(DType::kBF16, Shape{c.m, c.n}), y2 = gpu().allocate(DType::kBF16, Shape{c.m, c.n});
   const auto normed = gpu().allocate(DType::kBF16, Shape{c.m, c.k});
   const auto composed = gpu().allocate(DType::kBF16, Shape{c.m, c.n});
   cudaStream_t s = gpu().stream();
-  const GemvFusion scaled{false, nullptr, nullptr, bf16(h), kEps};
+  const GemvFusion norm{false, bf16(g), kEps};
   for (const GemvConfig& config : every_config(c.k)) {
     const std::string what = cuda::to_string(config);
     for (const auto* t : {&y, &y2}) poison(t->view);
     for (const auto* out : {&y, &y2})
-      cuda::launch_gemv({bf16(hg), bf16(w), c.bias ? bf16(b) : nullptr, out->view.data, false, c.m, c.n, c.k}, config, s,
-                        scaled);
-    cuda::launch_add_rms_norm({ptr<__nv_bfloat16>(h), nullptr, bf16(g), ptr<__nv_bfloat16>(normed), c.m, c.k, kEps}, s);
+      cuda::launch_gemv({bf16(x), bf16(w), c.bias ? bf16(b) : nullptr, out->view.data, false, c.m, c.n, c.k}, config, s,
+                        norm);
+    cuda::launch_add_rms_norm({ptr<__nv_bfloat16>(x), nullptr, bf16(g), ptr<__nv_bfloat16>(normed), c.m, c.k, kEps}, s);
     cuda::launch_gemv({bf16(normed), bf16(w), c.bias ? bf16(b) : nullptr, composed.view.data, false, c.m, c.n, c.k},
                       config, s);
     const auto got = download(gpu(), y.view), comp = download(gpu(), composed.view);
@@ -203,19 +184,17 @@ TEST(GemvFusionGraphTest, ReplaysMatchEagerLaunches) {
   const auto g = gpu().upload(host_view(norm_weights(H, rng), Shape{H}), DType::kBF16);
   const auto res0 = random_bf16(H, rng);
   struct Run {
-    backend::DeviceTensor res, weighted, out;
+    backend::DeviceTensor res, out;
   };
   auto make_run = [&] {
-    return Run{gpu().upload(host_view(res0, Shape{1, H}), DType::kBF16), gpu().allocate(DType::kBF16, Shape{1, H}),
-               gpu().allocate(DType::kBF16, Shape{1, N})};
+    return Run{gpu().upload(host_view(res0, Shape{1, H}), DType::kBF16), gpu().allocate(DType::kBF16, Shape{1, N})};
   };
   const Run graph_run = make_run(), eager_run = make_run();
   const GemvConfig producer{1, 4, true}, consumer{2, 2, true};
   auto pair = [&](const Run& r, cudaStream_t s) {
-    cuda::launch_gemv({bf16(act), bf16(down), nullptr, r.res.view.data, false, 1, H, I}, producer, s,
-                      {true, bf16(g), ptr<__nv_bfloat16>(r.weighted), nullptr, 0.0f});
-    cuda::launch_gemv({bf16(r.weighted), bf16(qkv_w), nullptr, r.out.view.data, false, 1, N, H}, consumer, s,
-                      {false, nullptr, nullptr, bf16(r.res), kEps});
+    cuda::launch_gemv({bf16(act), bf16(down), nullptr, r.res.view.data, false, 1, H, I}, producer, s, {true, nullptr, 0.0f});
+    cuda::launch_gemv({bf16(r.res), bf16(qkv_w), nullptr, r.out.view.data, false, 1, N, H}, consumer, s,
+                      {false, bf16(g), kEps});
   };
   cudaStream_t s = gpu().stream();
   gpu().synchronize();
@@ -317,10 +296,14 @@ TEST_P(AddRmsNormLinearTest, MatchesCpuAndComposition) {
   const Problem prob(c, static_cast<uint32_t>(c.m * 17 + c.n + c.k * 3));
   Buffers fused(gpu(), prob), composed(gpu(), prob), ref(cpu(), prob);
   for (auto* t : {&fused.out, &fused.act}) poison(t->view);
-  const bool fusable = c.m <= 8 && c.delta == Delta::kProducer;
+  const bool fusable = c.m <= 8 && c.delta != Delta::kInput;
   {
     FusionScope scope(cuda::LinearFusion::kAlways);
-    EXPECT_EQ(gpu().fused_linear_plan(fused.args(c)).has_value(), fusable) << "kAlways fuses m <= 8 with a producer";
+    const auto plan = gpu().fused_linear_plan(fused.args(c));
+    EXPECT_EQ(plan.has_value(), fusable) << "kAlways fuses m <= 8 unless delta is an input";
+    if (plan) {
+      EXPECT_EQ(plan->producer.has_value(), c.delta == Delta::kProducer);
+    }
     const int64_t before = gpu().fused_linears();
     gpu().add_rms_norm_linear(fused.args(c));
     EXPECT_EQ(gpu().fused_linears() - before, fusable ? 1 : 0);
@@ -360,9 +343,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{8, 1000, 4104, true, Delta::kProducer, false, 2056}),
     [](const auto& param_info) { return param_info.param.name(); });
 
-// The kWhenGemv policy on a tuned backend: fused exactly where there is a producer, the tuner measured the
-// norm's scale folded into the GEMV faster (normed_gemv_for) and runs the producer as the GEMV, with the
-// tuned configurations; then the residual is bit-identical to the composition's.
+// The kWhenGemv policy on a tuned backend: fused exactly where the tuner measured the norm folded into the
+// GEMV faster (normed_gemv_for) and runs the producer (if the op has one) as the GEMV, with the tuned
+// configurations; then the residual is bit-identical to the composition's.
 TEST(AddRmsNormLinearTunedTest, FusedWhereGemv) {
   cuda::CudaBackendOptions o;
   o.gemm_tuning_cache = "off";
@@ -386,13 +369,17 @@ TEST(AddRmsNormLinearTunedTest, FusedWhereGemv) {
       return be.gemm().choice_for({bf16(x), bf16(w), nullptr, fused.out.view.data, false, c.m, n, k});
     };
     const std::optional<GemvConfig> consumer =
-        be.gemm().normed_gemv_for({bf16(fused.normed), bf16(fused.w), nullptr, fused.out.view.data, false, c.m, c.n, c.k});
+        be.gemm().normed_gemv_for({bf16(fused.residual), bf16(fused.w), nullptr, fused.out.view.data, false, c.m, c.n, c.k});
+    const bool has_producer = c.delta == Delta::kProducer;
     const cuda::GemmChoice producer = choice(fused.delta_x, fused.delta_w, c.k, c.kp);
-    const bool want = c.delta == Delta::kProducer && consumer && producer.kind == cuda::GemmKind::kGemv;
+    const bool want = consumer && (!has_producer || producer.kind == cuda::GemmKind::kGemv);
     EXPECT_EQ(plan.has_value(), want) << c.name();
     if (plan) {
       EXPECT_EQ(plan->consumer, *consumer) << c.name();
-      EXPECT_EQ(plan->producer, producer.gemv) << c.name();
+      EXPECT_EQ(plan->producer.has_value(), has_producer) << c.name();
+      if (plan->producer) {
+        EXPECT_EQ(*plan->producer, producer.gemv) << c.name();
+      }
       ++fused_cases;
     }
     std::printf("[ fused ] %-32s -> %s\n", c.name().c_str(), plan ? "fused" : "composed");

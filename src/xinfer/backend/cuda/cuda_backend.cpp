@@ -428,9 +428,8 @@ void CudaBackend::linear(const TensorView& x, const backend::LinearWeights& w, c
 
 namespace {
 
-// The fused decode chain (cuda_backend.h): the linear that makes delta adds it into the residual and writes
-// the residual times the norm weight into normed_out; the linear after the norm reads that and scales by
-// the residual's 1 / RMS.
+// The fused decode chain (cuda_backend.h): the linear that makes delta adds it into the residual; the linear
+// after the norm reads the residual and applies the norm on its way in.
 GemmArgs producer_args(const backend::NormLinearArgs& a) {
   const int64_t k = a.delta_linear.in_features(), n = a.delta_linear.out_features();
   return GemmArgs{bf16_ptr(a.delta_x, "delta_x"), bf16_ptr(a.delta_linear.weight, "delta linear weight"),
@@ -438,32 +437,30 @@ GemmArgs producer_args(const backend::NormLinearArgs& a) {
                   bf16_ptr(a.residual, "residual"), false, to_int(a.delta_x.numel() / k), to_int(n), to_int(k)};
 }
 
-GemvFusion producer_fusion(const backend::NormLinearArgs& a) {
-  return GemvFusion{true, bf16_ptr(a.norm_weight, "norm weight"), bf16_ptr(a.normed_out, "normed_out"), nullptr, 0.0f};
-}
+constexpr GemvFusion kProducerFusion{true, nullptr, 0.0f};
 
 GemmArgs consumer_args(const backend::NormLinearArgs& a) {
   const int64_t k = a.linear.in_features(), n = a.linear.out_features();
-  return GemmArgs{bf16_ptr(a.normed_out, "normed_out"), bf16_ptr(a.linear.weight, "linear weight"),
+  return GemmArgs{bf16_ptr(a.residual, "residual"), bf16_ptr(a.linear.weight, "linear weight"),
                   a.linear.bias.empty() ? nullptr : bf16_ptr(a.linear.bias, "linear bias"),
                   bf16_ptr(a.out, "linear out"), false, to_int(a.residual.numel() / k), to_int(n), to_int(k)};
 }
 
 GemvFusion consumer_fusion(const backend::NormLinearArgs& a) {
-  return GemvFusion{false, nullptr, nullptr, bf16_ptr(a.residual, "residual"), a.eps};
+  return GemvFusion{false, bf16_ptr(a.norm_weight, "norm weight"), a.eps};
 }
 
 }  // namespace
 
 std::optional<FusedLinearPlan> CudaBackend::fused_linear_plan(const backend::NormLinearArgs& a) {
-  if (linear_fusion_ == LinearFusion::kOff || a.delta_x.empty()) return std::nullopt;
+  if (linear_fusion_ == LinearFusion::kOff) return std::nullopt;
   const int64_t m = a.residual.numel() / a.linear.in_features();
-  if (m < 1 || m > 8) return std::nullopt;
-  for (const TensorView* t : {&a.residual, &a.normed_out, &a.out})
-    if (t->dtype != DType::kBF16) return std::nullopt;
+  if (m < 1 || m > 8 || a.out.dtype != DType::kBF16 || a.residual.dtype != DType::kBF16) return std::nullopt;
+  // A delta given as an input needs an add of its own: only a delta made here folds into its linear.
+  if (!a.delta.empty() && a.delta_x.empty()) return std::nullopt;
   // The linear after the norm: the configuration the tuner measured faster than add + norm + its plain
   // choice (gemm_tuner.h normed_gemv_for); the one that makes delta: its plain choice, if that is the GEMV.
-  const GemmArgs consumer = consumer_args(a), producer = producer_args(a);
+  const GemmArgs consumer = consumer_args(a);
   FusedLinearPlan plan;
   if (const std::optional<GemvConfig> c = gemm_->normed_gemv_for(consumer))
     plan.consumer = *c;
@@ -471,15 +468,18 @@ std::optional<FusedLinearPlan> CudaBackend::fused_linear_plan(const backend::Nor
     plan.consumer = gemv_default_config(consumer);
   else
     return std::nullopt;
-  const GemmChoice choice = gemm_->choice_for(producer);
-  if (choice.kind == GemmKind::kGemv)
-    plan.producer = choice.gemv;
-  else if (linear_fusion_ == LinearFusion::kAlways)
-    plan.producer = gemv_default_config(producer);
-  else
-    return std::nullopt;
-  if (!gemv_supports(consumer, consumer_fusion(a)) || !gemv_supports(producer, producer_fusion(a)))
-    return std::nullopt;
+  if (!gemv_supports(consumer, consumer_fusion(a))) return std::nullopt;
+  if (!a.delta_x.empty()) {
+    const GemmArgs producer = producer_args(a);
+    const GemmChoice choice = gemm_->choice_for(producer);
+    if (choice.kind == GemmKind::kGemv)
+      plan.producer = choice.gemv;
+    else if (linear_fusion_ == LinearFusion::kAlways)
+      plan.producer = gemv_default_config(producer);
+    else
+      return std::nullopt;
+    if (!gemv_supports(producer, kProducerFusion)) return std::nullopt;
+  }
   return plan;
 }
 
@@ -502,7 +502,7 @@ void CudaBackend::add_rms_norm_linear(const backend::NormLinearArgs& a) {
   if (!a.delta.empty()) XI_CHECK_EQ(a.delta.numel(), a.residual.numel());
   const std::optional<FusedLinearPlan> plan = fused_linear_plan(a);
   if (!plan) return Backend::add_rms_norm_linear(a);
-  launch_gemv(producer_args(a), plan->producer, stream_, producer_fusion(a));
+  if (plan->producer) launch_gemv(producer_args(a), *plan->producer, stream_, kProducerFusion);
   launch_gemv(consumer_args(a), plan->consumer, stream_, consumer_fusion(a));
   if (!a.act_out.empty()) silu_mul(a.out, a.act_out);
   ++fused_linears_;

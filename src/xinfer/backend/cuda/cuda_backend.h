@@ -26,15 +26,15 @@
 // Linears: kernels/gemm/gemm_tuner.h picks cuBLASLt algorithms or the small-M GEMV kernel per (shape, m)
 // from measurements that tune_linears() makes once at start-up (cached on disk), before any recording.
 //
-// Fused decode ops: add_rms_norm_linear with its producer (o or down projection -> add + RMSNorm -> next
-// projection) runs as two GEMVs with no kernel between them for m <= 8 rows (gemv.h GemvFusion;
-// LinearFusion::kWhenGemv, the default): the producer adds its output into the residual in its epilogue and
-// writes the new residual times the norm weight into normed_out; the next projection reads that and scales
-// its dot products by each row's 1 / RMS of the residual, which its lanes sum on the way. Fused where the
-// tuner runs the producer as the GEMV and measured the scaled GEMV faster than add + norm + the plain choice
-// (gemm_tuner.h normed_input), each with its tuned configuration. The residual is bit-identical to the
-// composition's, the projection's output within bf16 rounding of it; delta is not written and normed_out
-// holds the unscaled product. Elsewhere (prefill, no producer): the composition (Backend's default).
+// Fused decode ops: add_rms_norm_linear (o or down projection -> add + RMSNorm -> next projection) runs as
+// GEMVs with no kernel between them for m <= 8 rows (gemv.h GemvFusion; LinearFusion::kWhenGemv, the
+// default): the producer adds its output into the residual in its epilogue; the next projection reads the
+// residual, applies the norm weight on its way in and scales its dot products by each row's 1 / RMS, which
+// its lanes sum on the way. Fused where the tuner measured that GEMV faster than add + norm + the plain
+// choice (gemm_tuner.h normed_input) and runs the producer (if the op has one) as the GEMV, each with its
+// tuned configuration. The residual is bit-identical to the composition's, the projection's output within
+// bf16 rounding of it; delta and normed_out are not written. Elsewhere (prefill, a delta given as input):
+// the composition (Backend's default).
 //
 // Fused RoPE + attention: rope_paged_attention runs as one kernel on decode-only steps (every token a
 // decode; head_dim 64 / 128): the split-KV decode kernel rotates q and the newest k itself and writes the
@@ -74,10 +74,10 @@ enum class LinearFusion {
   kAlways,    // any m <= 8 the kernels take: the tuned configurations, else gemv_default_config (tests)
 };
 
-// The GEMV configurations of a fused add_rms_norm_linear: the linear that makes delta and the one after the
-// norm.
+// The GEMV configurations of a fused add_rms_norm_linear: the linear that makes delta (if the op has one)
+// and the one after the norm.
 struct FusedLinearPlan {
-  GemvConfig producer;
+  std::optional<GemvConfig> producer;
   GemvConfig consumer;
 };
 

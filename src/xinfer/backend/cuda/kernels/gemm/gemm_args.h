@@ -24,7 +24,7 @@ struct GemmShape {
   bool bias = false;
   int max_m = 1;
   // The linear's input is the residual stream through an RMSNorm (qkv, gate_up): for m <= 8 the tuner also
-  // times the GEMV with the norm's scale folded in (gemv.h GemvFusion::rms_x) against add + RMSNorm + the
+  // times the GEMV with the norm's scale folded in (gemv.h GemvFusion::norm_weight) against add + RMSNorm + the
   // plain choice.
   bool normed_input = false;
 };

@@ -459,16 +459,14 @@ GemmTuneSummary GemmTuner::tune(const std::vector<GemmShape>& shapes, const Gemm
 
 NormedGemvChoice GemmTuner::measure_normed(const GemmShape& shape, int m, Scratch& scratch,
                                            const GemmTunerOptions& options, cudaStream_t stream) {
-  // The fused GEMV reads x (the weighted residual) and the residual (rms_x); the composition's add + RMSNorm
-  // reads the residual and a delta, and writes the normed x.
-  void* buffers[4] = {};
+  // The fused GEMV reads the residual (x) and the norm weight; the composition's add + RMSNorm reads the
+  // residual and a delta, and writes the normed x.
+  void* buffers[3] = {};
   const size_t mk = static_cast<size_t>(m) * shape.k;
   for (void*& b : buffers) XI_CUDA_CHECK(cudaMalloc(&b, mk * sizeof(__nv_bfloat16)));
-  auto* residual = static_cast<__nv_bfloat16*>(buffers[0]);
-  auto* delta = static_cast<__nv_bfloat16*>(buffers[1]);
-  auto* norm_weight = static_cast<__nv_bfloat16*>(buffers[2]);  // [k] of the m * k allocated
-  auto* normed = static_cast<__nv_bfloat16*>(buffers[3]);
-  launch_random_normal({residual, false, mk, 10, 1.0f}, stream);
+  auto* delta = static_cast<__nv_bfloat16*>(buffers[0]);
+  auto* norm_weight = static_cast<__nv_bfloat16*>(buffers[1]);  // [k] of the m * k allocated
+  auto* normed = static_cast<__nv_bfloat16*>(buffers[2]);
   launch_random_normal({delta, false, mk, 11, 0.1f}, stream);
   launch_random_normal({norm_weight, false, static_cast<size_t>(shape.k), 12, 1.0f}, stream);
   auto* x = static_cast<__nv_bfloat16*>(scratch.x);
@@ -477,12 +475,12 @@ NormedGemvChoice GemmTuner::measure_normed(const GemmShape& shape, int m, Scratc
   EventPair ev;
   NormedGemvChoice c;
   const double norm_us = time_us(stream, ev, kInf, [&](int) {
-    launch_add_rms_norm({residual, delta, norm_weight, normed, m, shape.k, 1e-5f}, stream);
+    launch_add_rms_norm({x, delta, norm_weight, normed, m, shape.k, 1e-5f}, stream);
     return true;
   });
   c.composed_us = static_cast<float>(norm_us + table_.at(GemmTuningKey{shape.n, shape.k, false, shape.bias, m}).us);
   double best_us = kInf;
-  const GemvFusion fusion{false, nullptr, nullptr, residual, 1e-5f};
+  const GemvFusion fusion{false, norm_weight, 1e-5f};
   for (const GemvConfig& g : gemv_candidates(a, pdl_supported_ && options.gemv_pdl)) {
     const double t = time_us(stream, ev, best_us, [&](int i) {
       GemmArgs b = a;

@@ -16,7 +16,7 @@
 // first did, even without a cache file).
 //
 // Shapes with normed_input (gemm_args.h) get a second table at their tuned m <= 8: every GEMV configuration
-// with the RMSNorm's scale folded in (gemv.h GemvFusion::rms_x) timed against what it replaces,
+// with the RMSNorm's scale folded in (gemv.h GemvFusion::norm_weight) timed against what it replaces,
 // the add + RMSNorm kernel (rms_norm.h) plus the plain point's chosen time. normed_gemv_for() gives the
 // fused configuration only where it measured faster. These points are cheap (GEMV launches only): they are
 // measured at every tune() (shared within the process like the others), not stored in the cache file.
@@ -92,7 +92,7 @@ class GemmTuner {
   // The implementation run(args) uses, resolved for args' exact m (kind kHeuristic when untuned and
   // cuBLASLt has an algorithm; kNone when nothing can compute args).
   GemmChoice choice_for(const GemmArgs& args);
-  // For a normed_input shape at m <= 8: the GEMV configuration with the norm's scale folded in (rms_x), if
+  // For a normed_input shape at m <= 8: the GEMV configuration with the norm folded in (norm_weight), if
   // it measured faster than the composition at the bucket m (the smallest tuned m >=
   // m), else nullopt (also when the shape was not tuned as normed_input).
   std::optional<GemvConfig> normed_gemv_for(const GemmArgs& args) const;

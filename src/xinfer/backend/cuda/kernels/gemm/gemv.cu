@@ -17,9 +17,9 @@ constexpr int kWarpStep = 32 * kVec;    // elements of k one warp covers per ste
 
 // How the kernel treats x and y (gemv.h, GemvFusion).
 enum class Mode {
-  kPlain,      // y = x @ w^T + bias
-  kAddToY,     // y = bf16(y + bf16(x @ w^T + bias)) (the residual add); optionally weighted_out = bf16(y * g)
-  kRmsScaled,  // y = (x @ w^T) / rms(rms_x) + bias: x is the residual times the norm weight, rms_x the residual
+  kPlain,    // y = x @ w^T + bias
+  kAddToY,   // y = bf16(y + bf16(x @ w^T + bias)): the residual add in the epilogue
+  kNormedX,  // y = (rms_norm(x) * norm_weight) @ w^T + bias: the RMSNorm folded into the loads and epilogue
 };
 
 struct GemvParams {
@@ -30,10 +30,8 @@ struct GemvParams {
   int m, n, k;
   int k_split;
   bool pdl;
-  const __nv_bfloat16* out_weight;  // [n], kAddToY with weighted_out
-  __nv_bfloat16* weighted_out;      // [m, n] or nullptr, kAddToY
-  const __nv_bfloat16* rms_x;       // [m, k], kRmsScaled
-  float eps;                        // kRmsScaled
+  const __nv_bfloat16* norm_weight;  // [k], Mode::kNormedX
+  float eps;                         // Mode::kNormedX
 };
 
 // Weights are read exactly once: keep them out of L1 (x stays there) and fetch 256-byte L2 lines.
@@ -170,14 +168,24 @@ __device__ __forceinline__ OutSlot out_slot(const GemvParams& p, int blk, int gr
   return o;
 }
 
-// ss += the squares of the 8 bf16 of one 16-byte chunk.
-__device__ __forceinline__ void add_squares(const uint4& h, float& ss) {
+// x's 8 elements h (one 16-byte chunk) times the norm weight's g, each product rounded to bf16 (bf16 x bf16 is
+// exact in f32, so the packed multiply equals bf16(f32 product)); with `sum`, ss += the squares of h
+// (Mode::kNormedX: the RMS of x, summed on the way).
+__device__ __forceinline__ uint4 weighted_chunk(const uint4& h, const uint4& g, float& ss, bool sum) {
+  uint32_t out[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float lo = bf16_lo(word(h, i)), hi = bf16_hi(word(h, i));
-    ss = fmaf(lo, lo, ss);
-    ss = fmaf(hi, hi, ss);
+    const uint32_t hw = word(h, i), gw = word(g, i);
+    if (sum) {
+      const float lo = bf16_lo(hw), hi = bf16_hi(hw);
+      ss = fmaf(lo, lo, ss);
+      ss = fmaf(hi, hi, ss);
+    }
+    const __nv_bfloat162 p =
+        __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&hw), *reinterpret_cast<const __nv_bfloat162*>(&gw));
+    out[i] = *reinterpret_cast<const uint32_t*>(&p);
   }
+  return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
 // M: rows of x the kernel is built for (p.m <= M); R: rows of w per warp; OutT: float or __nv_bfloat16
@@ -202,14 +210,10 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(GemvParams p) {
   const OutSlot slot = out_slot<M, R>(p, blk, groups);
 
   // Weights never depend on earlier kernels: while the previous kernel finishes (PDL), this lane's first
-  // weights are already on their way into registers (and the norm weight of its output: a constant).
-  // Everything else waits for it (pdl.cuh; a no-op without PDL). (Prefetching into L2 instead measured
-  // slower on the H200: docs/PERF.md.)
+  // weights are already on their way into registers. Everything else waits for it (pdl.cuh; a no-op
+  // without PDL). (Prefetching into L2 instead measured slower on the H200: docs/PERF.md.)
   uint4 wv[U][R];
   load_weight_steps<U, R>(wv, wrow, first, stride, p.k);
-  float g_out = 0.0f;  // kAddToY with weighted_out: the norm weight of this thread's output row
-  if constexpr (kMode == Mode::kAddToY)
-    if (p.weighted_out != nullptr && slot.valid) g_out = __bfloat162float(p.out_weight[slot.row]);
   pdl_wait();
 
   OutT* const y = static_cast<OutT*>(p.y);
@@ -217,38 +221,39 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(GemvParams p) {
   if constexpr (kMode == Mode::kAddToY)
     if (slot.valid) y_old = __bfloat162float(y[static_cast<size_t>(slot.mi) * p.n + slot.row]);
 
-  // kRmsScaled: each group sums the squares of rms_x over every groups-th step (step s of the loop: group
+  // kNormedX: each row group sums the squares of x over every groups-th step of the loop (step s: group
   // s % groups), so the groups between them cover every k once.
   float ss[M];
 #pragma unroll
   for (int mi = 0; mi < M; ++mi) ss[mi] = 0.0f;
-  uint4 hv[U][M];  // kRmsScaled: rms_x chunks of the current steps (zero where this group does not sum)
+  uint4 gv[U];  // kNormedX: the norm weight's chunks of the current steps
+  int step0 = 0;
   float acc[M][R][S];
   row_dots<M, R, S, U>(
       wv, wrow, first, stride, p.k,
       [&](uint4(&xv)[U][M], int base) {
-        const int step0 = (base - first) / stride;
+        step0 = (base - first) / stride;
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           const int kk = base + u * stride;
           const bool in_k = kk < p.k;
+          if constexpr (kMode == Mode::kNormedX)
+            gv[u] = in_k ? __ldg(reinterpret_cast<const uint4*>(p.norm_weight + kk)) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-          for (int mi = 0; mi < M; ++mi) {
-            const size_t at = static_cast<size_t>(mi) * p.k + kk;
-            xv[u][mi] = in_k && mi < p.m ? __ldg(reinterpret_cast<const uint4*>(p.x + at)) : make_uint4(0, 0, 0, 0);
-            if constexpr (kMode == Mode::kRmsScaled)
-              hv[u][mi] = in_k && mi < p.m && (step0 + u) % groups == group
-                              ? __ldg(reinterpret_cast<const uint4*>(p.rms_x + at))
-                              : make_uint4(0, 0, 0, 0);
-          }
+          for (int mi = 0; mi < M; ++mi)
+            xv[u][mi] = in_k && mi < p.m
+                            ? __ldg(reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(mi) * p.k + kk))
+                            : make_uint4(0, 0, 0, 0);
         }
       },
-      [&](uint4(&)[U][M]) {
-        if constexpr (kMode == Mode::kRmsScaled) {
+      [&](uint4(&xv)[U][M]) {
+        if constexpr (kMode == Mode::kNormedX) {
 #pragma unroll
-          for (int u = 0; u < U; ++u)
+          for (int u = 0; u < U; ++u) {
+            const bool sum = (step0 + u) % groups == group;
 #pragma unroll
-            for (int mi = 0; mi < M; ++mi) add_squares(hv[u][mi], ss[mi]);
+            for (int mi = 0; mi < M; ++mi) xv[u][mi] = weighted_chunk(xv[u][mi], gv[u], ss[mi], sum);
+          }
         }
       },
       acc);
@@ -256,12 +261,12 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(GemvParams p) {
   // All weights are read: the next kernel may start launching (it still waits for this one's results).
   pdl_release();
 
-  // Warp sums, then the k_split warps of each group meet in shared memory (and, kRmsScaled, all warps'
-  // sums of squares: each x row's RMS, the same in every CTA).
+  // Warp sums, then the k_split warps of each group meet in shared memory (and, kNormedX, all warps' sums
+  // of squares: each x row's RMS, the same in every CTA).
   __shared__ float partial[kWarps][M * R];
   __shared__ float sum_sq[kWarps][M];
   warp_partials<M, R, S>(acc, partial[warp], lane);
-  if constexpr (kMode == Mode::kRmsScaled) {
+  if constexpr (kMode == Mode::kNormedX) {
 #pragma unroll
     for (int mi = 0; mi < M; ++mi) {
       const float v = warp_sum(ss[mi]);
@@ -272,22 +277,15 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(GemvParams p) {
   if (!slot.valid) return;
   float v = 0.0f;
   for (int s = 0; s < p.k_split; ++s) v += partial[slot.g * p.k_split + s][slot.j];
-  if constexpr (kMode == Mode::kRmsScaled) {
+  if constexpr (kMode == Mode::kNormedX) {
     float total = 0.0f;
     for (int w = 0; w < kWarps; ++w) total += sum_sq[w][slot.mi];
     v *= rsqrtf(total / static_cast<float>(p.k) + p.eps);
   }
   if (p.bias) v += __bfloat162float(p.bias[slot.row]);
-  const size_t at = static_cast<size_t>(slot.mi) * p.n + slot.row;
-  if constexpr (kMode == Mode::kAddToY) {
-    // linear's bf16 output, then add_rms_norm's bf16 residual sum (and that times the norm weight: a
-    // bf16 product is exact in f32, so this is the bf16 multiply).
-    const float sum = __bfloat162float(__float2bfloat16(y_old + __bfloat162float(__float2bfloat16(v))));
-    store(y, at, sum);
-    if (p.weighted_out != nullptr) p.weighted_out[at] = __float2bfloat16(sum * g_out);
-  } else {
-    store(y, at, v);
-  }
+  // kAddToY: linear's bf16 output, then add_rms_norm's bf16 residual sum.
+  if constexpr (kMode == Mode::kAddToY) v = y_old + __bfloat162float(__float2bfloat16(v));
+  store(y, static_cast<size_t>(slot.mi) * p.n + slot.row, v);
 }
 
 template <int M, int R, typename OutT, Mode kMode>
@@ -337,10 +335,9 @@ std::string to_string(const GemvConfig& c) {
 bool gemv_supports(const GemmArgs& a, const GemvFusion& f) {
   auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   if (a.m < 1 || a.n < 1 || a.k < 8 || a.k % kVec != 0 || !aligned(a.x) || !aligned(a.w)) return false;
-  if (f.add_to_y && f.rms_x) return false;  // one fusion per launch
-  if ((f.add_to_y || f.rms_x) && a.y_f32) return false;
-  if ((f.weighted_out != nullptr) != (f.out_weight != nullptr) || (f.weighted_out && !f.add_to_y)) return false;
-  return f.rms_x == nullptr || aligned(f.rms_x);
+  if (f.add_to_y && f.norm_weight) return false;  // one fusion per launch
+  if ((f.add_to_y || f.norm_weight) && a.y_f32) return false;
+  return f.norm_weight == nullptr || aligned(f.norm_weight);
 }
 
 std::vector<GemvConfig> gemv_candidates(const GemmArgs& a, bool pdl) {
@@ -362,34 +359,30 @@ GemvConfig gemv_default_config(const GemmArgs& a) {
 
 void launch_gemv(const GemmArgs& a, const GemvConfig& c, cudaStream_t stream, const GemvFusion& f) {
   XI_CHECK(gemv_supports(a, f)) << "gemv: unsupported m=" << a.m << " n=" << a.n << " k=" << a.k
-                                << (f.add_to_y ? " +add_to_y" : "") << (f.weighted_out ? " +weighted_out" : "")
-                                << (f.rms_x ? " +rms_x" : "")
-                                << " (needs m >= 1, k >= 8, k % 8 == 0, 16-byte aligned x, w and rms_x; fusions: "
-                                   "add_to_y (+ weighted_out with out_weight) or rms_x, bf16 y)";
+                                << (f.add_to_y ? " +add_to_y" : "") << (f.norm_weight ? " +rms_norm" : "")
+                                << " (needs m >= 1, k >= 8, k % 8 == 0, 16-byte aligned x, w and norm weight; "
+                                   "fusions: one at a time, bf16 y)";
   XI_CHECK(valid_config(c)) << "gemv: unsupported config " << to_string(c);
   constexpr int kMaxRows = 8;  // rows of x per launch (the largest m bucket)
   const size_t y_elem = a.y_f32 ? sizeof(float) : sizeof(__nv_bfloat16);
   for (int row = 0; row < a.m; row += kMaxRows) {
-    const size_t x_off = static_cast<size_t>(row) * a.k, y_off = static_cast<size_t>(row) * a.n;
-    const GemvParams p{a.x + x_off,
+    const GemvParams p{a.x + static_cast<size_t>(row) * a.k,
                        a.w,
                        a.bias,
-                       static_cast<char*>(a.y) + y_off * y_elem,
+                       static_cast<char*>(a.y) + static_cast<size_t>(row) * a.n * y_elem,
                        std::min(kMaxRows, a.m - row),
                        a.n,
                        a.k,
                        c.k_split,
                        c.pdl,
-                       f.out_weight,
-                       f.weighted_out ? f.weighted_out + y_off : nullptr,
-                       f.rms_x ? f.rms_x + x_off : nullptr,
+                       f.norm_weight,
                        f.eps};
     if (a.y_f32)
       dispatch_m<float, Mode::kPlain>(p, c.rows_per_warp, stream);
     else if (f.add_to_y)
       dispatch_m<__nv_bfloat16, Mode::kAddToY>(p, c.rows_per_warp, stream);
-    else if (f.rms_x)
-      dispatch_m<__nv_bfloat16, Mode::kRmsScaled>(p, c.rows_per_warp, stream);
+    else if (f.norm_weight)
+      dispatch_m<__nv_bfloat16, Mode::kNormedX>(p, c.rows_per_warp, stream);
     else
       dispatch_m<__nv_bfloat16, Mode::kPlain>(p, c.rows_per_warp, stream);
   }

@@ -28,17 +28,16 @@
 // (CudaBackend::add_rms_norm_linear), with no norm kernel between them:
 //   - add_to_y: y = bf16(y + bf16(x @ w^T + bias)): the projection that ends an attention or MLP block
 //     adds itself into the residual (y = residual) in its epilogue, with the two roundings of linear ->
-//     add_rms_norm (the residual is bit-identical to that composition's for the same configuration); with
-//     weighted_out it also writes bf16(y * out_weight[n]): the new residual times the next RMSNorm's
-//     weight (the norm without its 1 / RMS). Each output's old value is loaded by the thread that stores
-//     it, right after pdl_wait; its norm weight before.
-//   - rms_x: y = (x @ w^T) / rms(rms_x) + bias with x = that weighted residual and rms_x the residual: the
-//     GEMV after the norm. Its lanes also sum the squares of rms_x (each row group over every
-//     groups-th step of k, so together they cover k once: the same sum in every CTA) and the f32 dot
-//     products are scaled by each row's 1 / RMS before the bias. Not bit-identical to rms_norm -> GEMV
-//     (that rounds bf16(h * (1 / RMS) * g) per element, this bf16(h * g) and scales the sum), within bf16
-//     noise of it. The tuner times these configurations on their own (gemm_tuner.h normed_input); the
-//     backend fuses only where that beats add + norm + the plain GEMV.
+//     add_rms_norm (the residual is bit-identical to that composition's for the same configuration). Each
+//     output's old value is loaded by the thread that stores it, right after pdl_wait.
+//   - norm_weight: y = (rms_norm(x) * norm_weight) @ w^T + bias with x the residual: once a step's next
+//     weights are queued, every lane multiplies its x chunks by the norm weight (each product rounded to
+//     bf16, as the normed activations are) and the row groups take turns (every groups-th step) summing
+//     their squares, so between them they cover k once: the same RMS in every CTA, applied to the f32 dot
+//     products before the bias. Not bit-identical to rms_norm -> GEMV (that rounds bf16(h * (1 / RMS) *
+//     g) per element, this bf16(h * g) and scales the sum), within bf16 noise of it. The tuner times these
+//     configurations on their own (gemm_tuner.h normed_input); the backend fuses only where that beats add
+//     + norm + the plain GEMV.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -61,16 +60,13 @@ std::string to_string(const GemvConfig& c);  // "gemv r1 ks2 pdl"
 
 // A fusion of the GEMV with the ops around it (see above); the default is the plain GEMV.
 struct GemvFusion {
-  bool add_to_y = false;                        // y = bf16(y + bf16(x @ w^T + bias))
-  const __nv_bfloat16* out_weight = nullptr;    // [n], with weighted_out (add_to_y only)
-  __nv_bfloat16* weighted_out = nullptr;        // [m, n] = bf16(new y * out_weight), or nullptr
-  const __nv_bfloat16* rms_x = nullptr;         // [m, k]: y = (x @ w^T) / rms(rms_x) + bias
-  float eps = 0;                                // with rms_x
+  bool add_to_y = false;                       // y = bf16(y + bf16(x @ w^T + bias))
+  const __nv_bfloat16* norm_weight = nullptr;  // [k]: x is replaced by rms_norm(x) * norm_weight
+  float eps = 0;                               // with norm_weight
 };
 
 // True if the GEMV kernel handles these arguments (see the requirements above; a fusion also needs bf16 y,
-// add_to_y and rms_x exclude each other, weighted_out comes with out_weight and add_to_y, rms_x is 16-byte
-// aligned).
+// only one fusion per launch, and a 16-byte aligned norm weight).
 bool gemv_supports(const GemmArgs& args, const GemvFusion& fusion = {});
 // The configurations worth timing for this shape (valid ones only; pdl as given; empty if unsupported).
 std::vector<GemvConfig> gemv_candidates(const GemmArgs& args, bool pdl);
