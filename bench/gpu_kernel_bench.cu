@@ -269,7 +269,7 @@ void bench_rope_attention(cuda::CudaBackend& be, double bw) {
   struct Case {
     int batch, ctx;
   };
-  for (const Case c : {Case{1, 256}, Case{1, 2048}, Case{32, 256}, Case{32, 2048}}) {
+  for (const Case c : {Case{1, 256}, Case{1, 2048}, Case{32, 256}, Case{32, 2048}, Case{128, 256}, Case{512, 256}}) {
     const int batch = c.batch, ctx = c.ctx, blocks_per_seq = ctx / bs;
     backend::KvCache kv = be.allocate_kv_cache({L, batch * blocks_per_seq + 1, bs, Hkv, D, DType::kBF16});
     for (auto& l : kv.layers) {  // every layer the same values: layers 0 and 1 serve the check below

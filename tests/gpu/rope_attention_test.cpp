@@ -317,6 +317,13 @@ TEST(RopeAttention, FusionOffRunsTheComposition) {
              false);
 }
 
+// More decodes than kMaxFusedRopeDecodes (where the fused kernel measured slower): the composition.
+TEST(RopeAttention, LargeDecodeBatchRunsTheComposition) {
+  check_case(Case{"large_b" + std::to_string(cuda::kMaxFusedRopeDecodes + 1) + "_gqa4_d128_bs16", 32, 8, 128, 16,
+                  decode_batch(cuda::kMaxFusedRopeDecodes + 1, {1, 17, 97, 256}, 300)},
+             true, false);
+}
+
 // Other head dims run the generic kernel: the composition.
 TEST(RopeAttention, GenericHeadDimRunsTheComposition) {
   check_case(Case{"generic_d32_gqa2", 4, 2, 32, 16, decodes({1, 97, 300})}, true, false);

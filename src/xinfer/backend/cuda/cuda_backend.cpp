@@ -640,6 +640,10 @@ bool CudaBackend::fuses_rope_attention(int head_dim, const TensorView& cos_sin,
   if (attn_host_.num_decode() == 0 || attn_host_.num_prefill_items() > 0 ||
       attn_host_.num_decode() != host_step_.num_tokens())
     return false;
+  // Large decode batches: the separate rope kernel costs little next to attention, and the fused kernel's
+  // extra work per CTA measured slower (H200, Llama-3.1-8B heads, ctx 256: 1.18x faster at 1 sequence,
+  // 1.24x at 32, 1.06x at 128, 0.98x at 512; docs/PERF.md).
+  if (attn_host_.num_decode() > kMaxFusedRopeDecodes) return false;
   if (reinterpret_cast<uintptr_t>(cos_sin.data) % 16 != 0)
     return false;  // the kernel reads its rows as float4
   // The kernel attends to the newest k, v it writes without reading them back: the composition reads them

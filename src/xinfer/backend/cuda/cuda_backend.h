@@ -36,13 +36,13 @@
 // bf16 rounding of it; delta and normed_out are not written. Elsewhere (prefill, a delta given as input):
 // the composition (Backend's default).
 //
-// Fused RoPE + attention: rope_paged_attention runs as one kernel on decode-only steps (every token a
-// decode; head_dim 64 / 128): the split-KV decode kernel rotates q and the newest k itself and writes the
-// newest k, v to the cache (paged_decode_attention.h), one launch per layer fewer; out and the cache are
-// bit-identical to rope_kv_write -> paged_attention (qkv's q and k are then left unrotated). Elsewhere (mixed
-// or prefill steps, other head dims, a slot that is not where the block table puts the position) the
-// composition. On by default; CudaBackendOptions::rope_attention_fusion / set_rope_attention_fusion(false)
-// turn it off.
+// Fused RoPE + attention: rope_paged_attention runs as one kernel on decode-only steps of up to
+// kMaxFusedRopeDecodes sequences (every token a decode; head_dim 64 / 128): the split-KV decode kernel rotates
+// q and the newest k itself and writes the newest k, v to the cache (paged_decode_attention.h), one launch
+// per layer fewer; out and the cache are bit-identical to rope_kv_write -> paged_attention (qkv's q and k
+// are then left unrotated). Elsewhere (mixed or prefill steps, larger decode batches, where it measured
+// slower, other head dims, a slot that is not where the block table puts the position) the composition. On
+// by default; CudaBackendOptions::rope_attention_fusion / set_rope_attention_fusion(false) turn it off.
 //
 // KV cache: bf16, per layer K and V [num_blocks, num_kv_heads, block_size, head_dim] (backend.h).
 // Attention: decodes use the split-KV decode kernel, prefill chunks the tiled tensor-core kernel
@@ -66,6 +66,9 @@
 namespace xinfer::cuda {
 
 class GemmTuner;
+
+// The most decodes a step may have for rope_paged_attention to run fused (see above).
+inline constexpr int kMaxFusedRopeDecodes = 128;
 
 // When add_rms_norm_linear runs as the fused GEMVs instead of the composition (see above).
 enum class LinearFusion {
