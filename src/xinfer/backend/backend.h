@@ -66,8 +66,8 @@ struct NormLinearArgs {
   TensorView normed_out;   // [T, H]: rms_norm(residual) * norm_weight
   TensorView out;          // [T, N]: normed_out @ linear.weight^T + linear.bias
   TensorView act_out;      // [T, N / 2]: silu(out[:, :N/2]) * out[:, N/2:], or empty (no SwiGLU)
-  // Optional first step: delta = delta_x @ delta_linear.weight^T (+ bias) (the o or down projection). With
-  // delta_x empty, delta is an input.
+  // Optional first step: delta = delta_x @ delta_linear.weight^T (+ bias) (the o or down projection; delta
+  // is then required, as scratch). With delta_x empty, delta is an input.
   TensorView delta_x;          // [T, K]
   LinearWeights delta_linear;  // weight [H, K], bias [H] or empty
 };
@@ -297,7 +297,10 @@ class Backend {
   // the composition below, which is the default, up to rounding: devices override it to fuse the chain
   // where that pays (CUDA: decode rows) and say how their results may differ.
   virtual void add_rms_norm_linear(const NormLinearArgs& a) {
-    if (!a.delta_x.empty()) linear(a.delta_x, a.delta_linear, a.delta);
+    if (!a.delta_x.empty()) {
+      XI_CHECK(!a.delta.empty()) << "add_rms_norm_linear: delta_x needs delta";
+      linear(a.delta_x, a.delta_linear, a.delta);
+    }
     if (a.delta.empty())
       rms_norm(a.residual, a.norm_weight, a.eps, a.normed_out);
     else

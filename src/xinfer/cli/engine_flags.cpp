@@ -44,8 +44,9 @@ void EngineFlags::add_to(FlagSet& flags) {
             "kernel finishes); --no-gemv-pdl: plain launches");
   flags.add("--fused-linears", &config.fused_linears,
             "CUDA: on decode rows the o / down projection adds itself into the residual and the next "
-            "projection applies the RMSNorm on its way in (two GEMVs, no norm kernel) where the tuner chose "
-            "the GEMV for both; --no-fused-linears: separate add + norm kernels");
+            "projection applies the RMSNorm on its way in (two GEMVs, no norm kernel) where the GEMM tuner "
+            "measured that faster (needs tuning: off with --no-gemm-tuning); --no-fused-linears: separate "
+            "add + norm kernels");
   flags.add("--fused-rope-attention", &config.fused_rope_attention,
             "CUDA: on decode-only steps RoPE and the KV-cache write run inside the decode attention kernel; "
             "--no-fused-rope-attention: a rope kernel, then attention");

@@ -57,8 +57,9 @@ struct EngineConfig {
   std::string gemm_tuning_cache;
   // CUDA: the GEMV candidates use programmatic dependent launch (`--no-gemv-pdl`: plain launches).
   bool gemv_pdl = true;
-  // CUDA: on decode rows, projection -> add + RMSNorm -> projection runs as two fused GEMVs where the tuner
-  // chose the GEMV for both (backend/cuda/cuda_backend.h; `--no-fused-linears`: the composition).
+  // CUDA: on decode rows, projection -> add + RMSNorm -> projection runs as two fused GEMVs where the GEMM
+  // tuner measured that faster (backend/cuda/cuda_backend.h; none without tuning; `--no-fused-linears`: the
+  // composition).
   bool fused_linears = true;
   // CUDA: on decode-only steps RoPE, the KV-cache write and attention run as one kernel
   // (backend/cuda/cuda_backend.h; `--no-fused-rope-attention`: the rope kernel, then attention).

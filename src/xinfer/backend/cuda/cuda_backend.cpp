@@ -340,6 +340,16 @@ void CudaBackend::clear_graphs() {
   graphs_.clear();
 }
 
+void CudaBackend::set_linear_fusion(LinearFusion f) {
+  if (f != linear_fusion_) clear_graphs();
+  linear_fusion_ = f;
+}
+
+void CudaBackend::set_rope_attention_fusion(bool on) {
+  if (on != rope_attention_fusion_) clear_graphs();
+  rope_attention_fusion_ = on;
+}
+
 void CudaBackend::check_step(const backend::StepMeta& step) const {
   XI_CHECK(step.token_ids == step_token_ids_ && step.num_tokens == host_step_.num_tokens())
       << "StepMeta does not come from this backend's last upload_step()";
@@ -648,6 +658,8 @@ bool CudaBackend::fuses_rope_attention(int head_dim, const TensorView& cos_sin,
     return false;  // the kernel reads its rows as float4
   // The kernel attends to the newest k, v it writes without reading them back: the composition reads them
   // where the block table puts the position, so the slot must be that place (or negative: no write).
+  // Checked on the step that records a graph; its replays rely on slots being made from the block tables
+  // (ModelRunner does), as the graph's step layout does not include this condition.
   const int64_t bs = cache.k.shape[2];
   const size_t width = static_cast<size_t>(host_step_.max_blocks_per_seq);
   for (int i = 0; i < attn_host_.num_decode(); ++i) {

@@ -166,14 +166,16 @@ class CudaBackend final : public backend::Backend {
   GemmTuner& gemm() { return *gemm_; }
   // The GEMV configurations add_rms_norm_linear(a) runs the fused kernels with, or nullopt: the composition.
   std::optional<FusedLinearPlan> fused_linear_plan(const backend::NormLinearArgs& a);
-  void set_linear_fusion(LinearFusion f) { linear_fusion_ = f; }
+  // The fusion policies (see above). Recorded graphs hold the path chosen when they were recorded: changing a
+  // policy drops them (the next replay records again).
+  void set_linear_fusion(LinearFusion f);
   LinearFusion linear_fusion() const { return linear_fusion_; }
-  int64_t fused_linears() const { return fused_linears_; }  // add_rms_norm_linear calls run fused so far
-  void set_rope_attention_fusion(bool on) { rope_attention_fusion_ = on; }
+  void set_rope_attention_fusion(bool on);
   bool rope_attention_fusion() const { return rope_attention_fusion_; }
-  int64_t fused_rope_attentions() const {
-    return fused_rope_attentions_;
-  }  // rope_paged_attention calls run fused
+  // Host calls of add_rms_norm_linear / rope_paged_attention that launched the fused kernels so far (a graph
+  // recording counts once, its replays not at all).
+  int64_t fused_linears() const { return fused_linears_; }
+  int64_t fused_rope_attentions() const { return fused_rope_attentions_; }
 
  private:
   void check_step(const backend::StepMeta& step) const;
