@@ -188,10 +188,17 @@ __device__ __forceinline__ uint4 weighted_chunk(const uint4& h, const uint4& g, 
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
+// CTAs per SM the kernel is compiled for (launch bounds: registers per thread <= 65536 / (256 * this)). Three
+// for 1-2 rows of x (<= 80 registers, no spills in the plain and add_to_y kernels): the next kernel's CTAs
+// then find a free slot while this one's last CTAs finish, so a GEMV after a GEMV loads its first weights
+// early too (H200, Llama-3.1-8B batch 1: ITL 85.3 / 85.6% MBU against 84.9 / 84.8% with two; docs/PERF.md).
+// Two for 4-8 rows, where 80 registers would spill.
+constexpr int ctas_per_sm(int m) { return m <= 2 ? 3 : 2; }
+
 // M: rows of x the kernel is built for (p.m <= M); R: rows of w per warp; OutT: float or __nv_bfloat16
 // (bf16 only for the fused modes).
 template <int M, int R, typename OutT, Mode kMode>
-__global__ void __launch_bounds__(kThreads, 2) gemv_kernel(GemvParams p) {
+__global__ void __launch_bounds__(kThreads, ctas_per_sm(M)) gemv_kernel(GemvParams p) {
   static_assert(kMode == Mode::kPlain || std::is_same_v<OutT, __nv_bfloat16>, "fused modes write bf16");
   // Steps in flight per lane: enough 16-byte weight loads to cover DRAM latency, bounded so the raw
   // loads (U * (R + M) uint4) stay within ~64 registers.
