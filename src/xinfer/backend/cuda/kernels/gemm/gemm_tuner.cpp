@@ -25,7 +25,7 @@ namespace {
 
 // Bump when the GEMV kernel changes in a way that can change which configuration wins: cached choices
 // of older kernels are then ignored (the version is part of the cache's device key).
-constexpr int kGemvVersion = 2;
+constexpr int kGemvVersion = 3;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kTargetRunUs = 200;  // device time per timed run: enough launches to average out noise
