@@ -83,25 +83,23 @@ double time_graph(cudaStream_t stream, int ops, const std::function<void(int)>& 
   return t;
 }
 
-// Kernel parameters for launching an attention kernel directly on a step uploaded with upload_step()
-// (k_cache / v_cache left for the caller): qkv [T, (Hq + 2 Hkv) * D], out [T, Hq * D], scale 0.088.
-cuda::PagedAttentionParams attention_params(const backend::StepMeta& meta, const TensorView& qkv,
-                                            const TensorView& out, int Hq, int Hkv, int D, int bs) {
-  cuda::PagedAttentionParams p{};
-  p.qkv = static_cast<const __nv_bfloat16*>(qkv.data);
-  p.out = static_cast<__nv_bfloat16*>(out.data);
-  p.query_start_loc = meta.query_start_loc;
-  p.positions = meta.positions;
-  p.block_tables = meta.block_tables;
-  p.max_blocks_per_seq = meta.max_blocks_per_seq;
-  p.num_tokens = meta.num_tokens;
-  p.num_heads = Hq;
-  p.num_kv_heads = Hkv;
-  p.head_dim = D;
-  p.block_size = bs;
-  p.qkv_stride = (Hq + 2 * Hkv) * D;
-  p.scale = 0.088f;
-  return p;
+// A decode-only step of `batch` sequences of `ctx` tokens each, the newest one decoded: sequence b holds blocks
+// 1 + b * (ctx / bs) onward (block 0 stays free), ctx a multiple of bs.
+backend::StepPlan uniform_decode_plan(int batch, int ctx, int bs) {
+  const int blocks_per_seq = ctx / bs;
+  backend::StepPlan plan;
+  plan.max_blocks_per_seq = blocks_per_seq;
+  plan.query_start_loc.push_back(0);
+  for (int b = 0; b < batch; ++b) {
+    plan.token_ids.push_back(1);
+    plan.positions.push_back(ctx - 1);
+    plan.slot_mapping.push_back((1 + b * blocks_per_seq + blocks_per_seq - 1) * bs + (ctx - 1) % bs);
+    plan.query_start_loc.push_back(b + 1);
+    plan.seq_lens.push_back(ctx);
+    for (int i = 0; i < blocks_per_seq; ++i) plan.block_tables.push_back(1 + b * blocks_per_seq + i);
+  }
+  plan.max_seq_len = ctx;
+  return plan;
 }
 
 // Decode attention, Llama-3.1-8B shape (32 q heads, 8 KV heads, D 128, block 16), every sequence at
@@ -130,19 +128,7 @@ void bench_decode_attention(cuda::CudaBackend& be, double bw, bool quick) {
       fill(l.k, 3);
       fill(l.v, 4);
     }
-    backend::StepPlan plan;
-    plan.max_blocks_per_seq = blocks_per_seq;
-    plan.query_start_loc.push_back(0);
-    for (int b = 0; b < batch; ++b) {
-      plan.token_ids.push_back(1);
-      plan.positions.push_back(ctx - 1);
-      plan.slot_mapping.push_back((1 + b * blocks_per_seq + blocks_per_seq - 1) * bs + (ctx - 1) % bs);
-      plan.query_start_loc.push_back(b + 1);
-      plan.seq_lens.push_back(ctx);
-      for (int i = 0; i < blocks_per_seq; ++i) plan.block_tables.push_back(1 + b * blocks_per_seq + i);
-    }
-    plan.max_seq_len = ctx;
-    const backend::StepMeta meta = be.upload_step(plan);
+    const backend::StepMeta meta = be.upload_step(uniform_decode_plan(batch, ctx, bs));
     auto qkv = be.allocate(DType::kBF16, Shape{batch, width});
     auto out = be.allocate(DType::kBF16, Shape{batch, Hq * D});
     fill(qkv.view, 5);
@@ -171,7 +157,8 @@ void bench_decode_attention(cuda::CudaBackend& be, double bw, bool quick) {
     view.max_decode_len = ctx;
     view.decode_seqs = dev_ids.view.as<int32_t>();
     view.decode_lens = dev_lens.view.as<int32_t>();
-    cuda::PagedAttentionParams p = attention_params(meta, qkv.view, out.view, Hq, Hkv, D, bs);
+    cuda::PagedAttentionParams p =
+        cuda::paged_attention_params(meta, qkv.view, Hq, Hkv, D, 0.088f, kv.layers[0], out.view);
     for (int sweep = std::max(cuda::kDecodePartitionQuantum, psize / 4); sweep <= std::min(ctx, psize * 4); sweep *= 2) {
       const size_t ws_floats = cuda::decode_attention_workspace_floats(batch, Hq, Hkv, D, ctx, sweep);
       auto ws = be.allocate(DType::kF32, Shape{static_cast<int64_t>(std::max<size_t>(ws_floats, 1))});  // zeroed
@@ -276,19 +263,7 @@ void bench_rope_attention(cuda::CudaBackend& be, double bw) {
       fill(l.k, 3);
       fill(l.v, 4);
     }
-    backend::StepPlan plan;
-    plan.max_blocks_per_seq = blocks_per_seq;
-    plan.query_start_loc.push_back(0);
-    for (int b = 0; b < batch; ++b) {
-      plan.token_ids.push_back(1);
-      plan.positions.push_back(ctx - 1);
-      plan.slot_mapping.push_back((1 + b * blocks_per_seq + blocks_per_seq - 1) * bs + (ctx - 1) % bs);
-      plan.query_start_loc.push_back(b + 1);
-      plan.seq_lens.push_back(ctx);
-      for (int i = 0; i < blocks_per_seq; ++i) plan.block_tables.push_back(1 + b * blocks_per_seq + i);
-    }
-    plan.max_seq_len = ctx;
-    const backend::StepMeta meta = be.upload_step(plan);
+    const backend::StepMeta meta = be.upload_step(uniform_decode_plan(batch, ctx, bs));
     HostTensor cs_host(DType::kF32, Shape{ctx, D});  // Llama-3 angles p * 500000^(-2i/D)
     for (int p = 0; p < ctx; ++p)
       for (int i = 0; i < D / 2; ++i) {
@@ -408,9 +383,8 @@ void bench_prefill_attention(cuda::CudaBackend& be, double peak, bool quick) {
     std::vector<std::function<void()>> launches;
     for (const auto& k : kernels) {
       outs.push_back(be.allocate(DType::kBF16, Shape{T, Hq * D}));
-      cuda::PagedAttentionParams p = attention_params(meta, qkv.view, outs.back().view, Hq, Hkv, D, bs);
-      p.k_cache = static_cast<const __nv_bfloat16*>(kv.layers[0].k.data);
-      p.v_cache = static_cast<const __nv_bfloat16*>(kv.layers[0].v.data);
+      const cuda::PagedAttentionParams p =
+          cuda::paged_attention_params(meta, qkv.view, Hq, Hkv, D, 0.088f, kv.layers[0], outs.back().view);
       const cuda::PrefillKernel kernel = k.first;
       launches.push_back([p, view, s, kernel] { cuda::launch_paged_prefill_attention(p, view, s, kernel); });
     }
@@ -462,16 +436,8 @@ void bench_decode_layer(cuda::CudaBackend& be, double bw) {
     fill(l.k, 3);
     fill(l.v, 4);
   }
-  backend::StepPlan plan;
-  plan.max_blocks_per_seq = ctx / bs;
-  plan.query_start_loc = {0, 1};
-  plan.token_ids = {1};
-  plan.positions = {ctx - 1};
-  plan.slot_mapping = {ctx / bs * bs + (ctx - 1) % bs};
-  plan.seq_lens = {ctx};
+  backend::StepPlan plan = uniform_decode_plan(1, ctx, bs);
   plan.logit_rows = {0};
-  for (int i = 0; i < ctx / bs; ++i) plan.block_tables.push_back(1 + i);
-  plan.max_seq_len = ctx;
   const backend::StepMeta meta = be.upload_step(plan);
   struct LayerW {
     backend::DeviceTensor norm1, qkv, o, norm2, gate_up, down;

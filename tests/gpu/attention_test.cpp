@@ -8,6 +8,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "attention_test_util.h"
 #include "gpu_test_util.h"
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
 #include "xinfer/backend/cuda/kernels/attention/paged_prefill_attention.h"
@@ -15,10 +16,6 @@
 namespace xinfer::gpu_test {
 namespace {
 
-struct Seq {
-  int cached;  // context already in the cache
-  int q_len;   // new tokens this step (1: decode)
-};
 struct AttnCase {
   std::string name;
   int hq, hkv, d, block_size;
@@ -27,52 +24,6 @@ struct AttnCase {
   float q_scale = 1.0f;    // query std: larger makes the softmax peakier
 };
 void PrintTo(const AttnCase& c, std::ostream* os) { *os << c.name; }
-
-// Builds a step over `seqs` whose block tables take blocks from `pool` in order (scattered, non-monotonic
-// ids). width > 0 pads every table to that many entries and sizes attention launches for width *
-// block_size tokens, as ModelRunner::padded_decode_plan does for a CUDA-graph bucket.
-backend::StepPlan make_plan(const std::vector<Seq>& seqs, int block_size, const std::vector<int32_t>& pool, int width) {
-  backend::StepPlan plan;
-  int max_blocks = width;
-  for (const Seq& s : seqs) max_blocks = std::max(max_blocks, (s.cached + s.q_len + block_size - 1) / block_size);
-  if (width > 0) {
-    EXPECT_EQ(max_blocks, width) << "a sequence does not fit the bucket";
-  }
-  plan.max_blocks_per_seq = max_blocks;
-  plan.padded_context_len = width * block_size;
-  plan.query_start_loc.push_back(0);
-  size_t next = 0;
-  for (const Seq& s : seqs) {
-    const int len = s.cached + s.q_len;
-    std::vector<int32_t> table(static_cast<size_t>(max_blocks), 0);
-    for (int b = 0; b < (len + block_size - 1) / block_size; ++b) table[static_cast<size_t>(b)] = pool.at(next++);
-    for (int i = 0; i < s.q_len; ++i) {
-      const int pos = s.cached + i;
-      plan.token_ids.push_back(0);
-      plan.positions.push_back(pos);
-      plan.slot_mapping.push_back(table[static_cast<size_t>(pos / block_size)] * block_size + pos % block_size);
-    }
-    plan.block_tables.insert(plan.block_tables.end(), table.begin(), table.end());
-    plan.seq_lens.push_back(len);
-    plan.query_start_loc.push_back(static_cast<int32_t>(plan.token_ids.size()));
-    plan.max_seq_len = std::max(plan.max_seq_len, len);
-  }
-  if (width > 0) plan.max_seq_len = width * block_size;  // part of a graph's step signature: fixed per bucket
-  return plan;
-}
-
-int blocks_needed(const std::vector<Seq>& seqs, int block_size) {
-  int n = 0;
-  for (const Seq& s : seqs) n += (s.cached + s.q_len + block_size - 1) / block_size;
-  return n;
-}
-
-std::vector<int32_t> shuffled_blocks(int total_blocks, std::mt19937& rng) {  // 1 .. total - 1 (0: null block)
-  std::vector<int32_t> ids(static_cast<size_t>(total_blocks - 1));
-  std::iota(ids.begin(), ids.end(), 1);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  return ids;
-}
 
 class PagedAttentionTest : public ::testing::TestWithParam<AttnCase> {};
 
@@ -169,12 +120,6 @@ TEST(AttentionPlan, ShortPromptBesidePrefillChunks) {
   EXPECT_TRUE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{0, 2048}}))));
   EXPECT_TRUE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{3584, 512}, {0, 64}}))));
   EXPECT_FALSE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{4, 1}}))));  // no prefill at all
-}
-
-std::vector<Seq> decodes(const std::vector<int>& kv_lens) {
-  std::vector<Seq> s;
-  for (int n : kv_lens) s.push_back({n - 1, 1});
-  return s;
 }
 
 // `batch` decodes: kv lengths 1, 54, 97, max_len, then scattered in [1, max_len].

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <string>
 #include <utility>
@@ -93,6 +94,25 @@ inline Compare expect_close(const TensorView& gpu_t, const TensorView& cpu_t, do
   EXPECT_EQ(c.nans, 0) << what << ": " << c.nans << " NaN elements (unwritten?)";
   EXPECT_LT(c.rel_l2, tol) << what << ": relative L2 error (max abs " << c.max_abs << ")";
   return c;
+}
+
+// The raw bf16 bits of a device tensor.
+inline std::vector<uint16_t> raw_bf16(const TensorView& t, backend::Backend& b = gpu()) {
+  std::vector<uint16_t> out(static_cast<size_t>(t.numel()));
+  b.to_host_raw(t, out.data());
+  return out;
+}
+
+// Bitwise equality of two bf16 device tensors of backend b; names the first difference.
+inline void expect_same_bits(const TensorView& got, const TensorView& want, const std::string& what,
+                             backend::Backend& b = gpu()) {
+  const auto g = raw_bf16(got, b), w = raw_bf16(want, b);
+  ASSERT_EQ(g.size(), w.size()) << what;
+  size_t diff = 0, first = 0;
+  for (size_t i = 0; i < g.size(); ++i)
+    if (g[i] != w[i] && diff++ == 0) first = i;
+  EXPECT_EQ(diff, 0u) << what << ": " << diff << " of " << g.size() << " elements differ, first at " << first
+                      << " (bits " << g[first] << " vs " << w[first] << ")";
 }
 
 // Top token of a logits row and its lead over the runner-up (top-2 gap).

@@ -20,23 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "attention_test_util.h"
 #include "gpu_test_util.h"
 
 namespace xinfer::gpu_test {
 namespace {
 
 constexpr double kTol = 1e-2;  // relative L2 of bf16 results vs the f32 CPU backend (attention_test.cpp's)
-
-struct Seq {
-  int cached;  // context already in the cache
-  int q_len;   // new tokens this step (1: decode)
-};
-
-std::vector<Seq> decodes(const std::vector<int>& kv_lens) {
-  std::vector<Seq> s;
-  for (int n : kv_lens) s.push_back({n - 1, 1});
-  return s;
-}
 
 // `batch` decodes: the lengths of `fixed` first, then scattered in [1, max_len].
 std::vector<Seq> decode_batch(int batch, const std::vector<int>& fixed, int max_len) {
@@ -57,65 +47,6 @@ struct Case {
 };
 void PrintTo(const Case& c, std::ostream* os) {
   *os << c.name;
-}
-
-int blocks_needed(const std::vector<Seq>& seqs, int block_size) {
-  int n = 0;
-  for (const Seq& s : seqs) n += (s.cached + s.q_len + block_size - 1) / block_size;
-  return n;
-}
-
-std::vector<int32_t> shuffled_blocks(int total_blocks, std::mt19937& rng) {  // 1 .. total - 1 (0: null block)
-  std::vector<int32_t> ids(static_cast<size_t>(total_blocks - 1));
-  std::iota(ids.begin(), ids.end(), 1);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  return ids;
-}
-
-// A step over `seqs` whose block tables take blocks from `pool` in order (scattered ids), then `padding` rows
-// as ModelRunner::padded_decode_plan makes them: token 0 at position 0, slot -1 (no KV write), seq_len 1, an
-// all-zero block-table row.
-backend::StepPlan make_plan(const std::vector<Seq>& seqs, int padding, int block_size,
-                            const std::vector<int32_t>& pool, int width) {
-  backend::StepPlan plan;
-  int max_blocks = std::max(width, 1);
-  for (const Seq& s : seqs)
-    max_blocks = std::max(max_blocks, (s.cached + s.q_len + block_size - 1) / block_size);
-  if (width > 0) {
-    EXPECT_EQ(max_blocks, width) << "a sequence does not fit the bucket";
-  }
-  plan.max_blocks_per_seq = max_blocks;
-  plan.padded_context_len = width * block_size;
-  plan.query_start_loc.push_back(0);
-  size_t next = 0;
-  for (const Seq& s : seqs) {
-    const int len = s.cached + s.q_len;
-    std::vector<int32_t> table(static_cast<size_t>(max_blocks), 0);
-    for (int b = 0; b < (len + block_size - 1) / block_size; ++b)
-      table[static_cast<size_t>(b)] = pool.at(next++);
-    for (int i = 0; i < s.q_len; ++i) {
-      const int pos = s.cached + i;
-      plan.token_ids.push_back(0);
-      plan.positions.push_back(pos);
-      plan.slot_mapping.push_back(table[static_cast<size_t>(pos / block_size)] * block_size +
-                                  pos % block_size);
-    }
-    plan.block_tables.insert(plan.block_tables.end(), table.begin(), table.end());
-    plan.seq_lens.push_back(len);
-    plan.query_start_loc.push_back(static_cast<int32_t>(plan.token_ids.size()));
-    plan.max_seq_len = std::max(plan.max_seq_len, len);
-  }
-  for (int i = 0; i < padding; ++i) {
-    plan.token_ids.push_back(0);
-    plan.positions.push_back(0);
-    plan.slot_mapping.push_back(-1);
-    plan.seq_lens.push_back(1);
-    plan.block_tables.resize(plan.block_tables.size() + static_cast<size_t>(max_blocks), 0);
-    plan.query_start_loc.push_back(static_cast<int32_t>(plan.token_ids.size()));
-    plan.max_seq_len = std::max(plan.max_seq_len, 1);
-  }
-  if (width > 0) plan.max_seq_len = width * block_size;  // part of a graph's step signature: fixed per bucket
-  return plan;
 }
 
 // Host values of one problem: qkv, both caches (random everywhere, the null block and the rows about to be
@@ -168,23 +99,6 @@ void run_composition(backend::Backend& b, const backend::StepMeta& meta, const P
                      const TensorView& cos_sin) {
   b.rope_kv_write(meta, r.qkv.view, pr.hq, pr.hkv, pr.d, cos_sin, r.cache());
   b.paged_attention(meta, r.qkv.view, pr.hq, pr.hkv, pr.d, pr.scale(), r.cache(), r.out.view);
-}
-
-std::vector<uint16_t> raw_bf16(const TensorView& t) {
-  std::vector<uint16_t> out(static_cast<size_t>(t.numel()));
-  gpu().to_host_raw(t, out.data());
-  return out;
-}
-
-// Bitwise equality of two bf16 GPU tensors; names the first difference.
-void expect_same_bits(const TensorView& got, const TensorView& want, const std::string& what) {
-  const auto g = raw_bf16(got), w = raw_bf16(want);
-  ASSERT_EQ(g.size(), w.size()) << what;
-  size_t diff = 0, first = 0;
-  for (size_t i = 0; i < g.size(); ++i)
-    if (g[i] != w[i] && diff++ == 0) first = i;
-  EXPECT_EQ(diff, 0u) << what << ": " << diff << " of " << g.size() << " elements differ, first at " << first
-                      << " (bits " << g[first] << " vs " << w[first] << ")";
 }
 
 void expect_same_results(const OpRun& got, const OpRun& want, const std::string& what) {
@@ -242,7 +156,7 @@ void check_case(const Case& c, bool fusion, bool expect_fused) {
   std::mt19937 rng(static_cast<unsigned>(std::hash<std::string>()(c.name)));
   const int total_blocks = 1 + blocks_needed(c.seqs, c.block_size);
   const backend::StepPlan plan =
-      make_plan(c.seqs, c.padding, c.block_size, shuffled_blocks(total_blocks, rng), c.width);
+      make_plan(c.seqs, c.block_size, shuffled_blocks(total_blocks, rng), c.width, c.padding);
   const Problem pr(c.hq, c.hkv, c.d, c.block_size, total_blocks, plan, rng);
   const backend::StepMeta meta = gpu().upload_step(plan);
   const FusionScope scope(fusion);
@@ -343,7 +257,7 @@ TEST(RopeAttention, GraphReplayEqualsComposition) {
                                                {300, 54, 2047, 1, 9}};
   std::vector<backend::StepPlan> plans;
   for (const auto& lens : steps)
-    plans.push_back(make_plan(decodes(lens), 0, bs, shuffled_blocks(total_blocks, rng), width));
+    plans.push_back(make_plan(decodes(lens), bs, shuffled_blocks(total_blocks, rng), width));
   const Problem pr(hq, hkv, d, bs, total_blocks, plans[0], rng);  // cos/sin for positions up to 2049
   const OpRun graph = make_run(gpu(), pr), ref = make_run(gpu(), pr);
   const backend::DeviceTensor qkv0 = gpu().upload(host_view(pr.qkv, pr.qkv_shape), DType::kBF16);

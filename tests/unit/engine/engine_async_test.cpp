@@ -23,20 +23,6 @@
 namespace xinfer::engine::testing {
 namespace {
 
-size_t kv_bytes(const std::string& dir, int block_size, int num_blocks) {
-  auto mc = model::load_model_config(dir);
-  XI_CHECK(mc.ok()) << mc.status().to_string();
-  backend::KvCacheSpec spec{mc->num_layers,   num_blocks,   block_size,
-                            mc->num_kv_heads, mc->head_dim, DType::kF32};
-  return spec.bytes_per_block() * static_cast<size_t>(num_blocks);
-}
-
-std::string case_id(const char* prefix, size_t i, int k) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%s%zu_%d", prefix, i, k);
-  return buf;
-}
-
 struct Case {
   std::string id;
   std::vector<int32_t> prompt;

@@ -28,14 +28,6 @@ struct Case {
   std::vector<int32_t> expected;  // from transformers; empty: compare with the solo run
 };
 
-// Bytes for `num_blocks` KV blocks (null block included) of the model in `dir` on the CPU (f32).
-size_t kv_bytes(const std::string& dir, int block_size, int num_blocks) {
-  auto mc = model::load_model_config(dir);
-  XI_CHECK(mc.ok()) << mc.status().to_string();
-  backend::KvCacheSpec spec{mc->num_layers, num_blocks, block_size, mc->num_kv_heads, mc->head_dim, DType::kF32};
-  return spec.bytes_per_block() * static_cast<size_t>(num_blocks);
-}
-
 EngineConfig base_config(const std::string& dir) {
   EngineConfig c;
   c.model_dir = dir;
@@ -110,13 +102,6 @@ SamplingParams seeded(int max_tokens, int64_t seed, int variant) {
 // Golden tiny models (every supported architecture).
 
 class EngineGoldenEquivalence : public ::testing::TestWithParam<std::string> {};
-
-// "g1_5" (snprintf: g++ 12 at -O3 warns falsely (-Wrestrict) on "literal" + std::string chains).
-std::string case_id(const char* prefix, size_t i, int k) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%s%zu_%d", prefix, i, k);
-  return buf;
-}
 
 std::vector<Case> golden_cases(const GoldenPaths& g) {
   std::vector<Case> cases;

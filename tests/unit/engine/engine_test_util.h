@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -16,6 +17,7 @@
 
 #include "xinfer/core/check.h"
 #include "xinfer/engine/engine.h"
+#include "xinfer/model/model_config.h"
 #include "xinfer/model/safetensors.h"
 
 namespace xinfer::engine::testing {
@@ -152,6 +154,21 @@ inline std::unique_ptr<Engine> make_engine(EngineConfig config) {
   auto e = Engine::create(std::move(config));
   XI_CHECK(e.ok()) << e.status().to_string();
   return std::move(*e);
+}
+
+// Bytes for `num_blocks` KV blocks (null block included) of the model in `dir` on the CPU (f32).
+inline size_t kv_bytes(const std::string& dir, int block_size, int num_blocks) {
+  auto mc = model::load_model_config(dir);
+  XI_CHECK(mc.ok()) << mc.status().to_string();
+  backend::KvCacheSpec spec{mc->num_layers, num_blocks, block_size, mc->num_kv_heads, mc->head_dim, DType::kF32};
+  return spec.bytes_per_block() * static_cast<size_t>(num_blocks);
+}
+
+// "g1_5" (snprintf: g++ 12 at -O3 warns falsely (-Wrestrict) on "literal" + std::string chains).
+inline std::string case_id(const char* prefix, size_t i, int k) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%s%zu_%d", prefix, i, k);
+  return buf;
 }
 
 }  // namespace xinfer::engine::testing

@@ -563,10 +563,7 @@ float* CudaBackend::decode_workspace(size_t floats) {
   return static_cast<float*>(decode_ws_);
 }
 
-namespace {
-
-// Kernel parameters of paged attention over the step's tokens.
-PagedAttentionParams attention_params(const backend::StepMeta& step, const TensorView& qkv, int num_heads,
+PagedAttentionParams paged_attention_params(const backend::StepMeta& step, const TensorView& qkv, int num_heads,
                                       int num_kv_heads, int head_dim, float scale,
                                       const backend::LayerKvCache& cache, const TensorView& out) {
   PagedAttentionParams p{};
@@ -587,8 +584,6 @@ PagedAttentionParams attention_params(const backend::StepMeta& step, const Tenso
   p.scale = scale;
   return p;
 }
-
-}  // namespace
 
 void CudaBackend::check_attention_args(const TensorView& qkv, int num_heads, int num_kv_heads, int head_dim,
                                        const backend::LayerKvCache& cache, const TensorView& out) const {
@@ -627,7 +622,7 @@ void CudaBackend::paged_attention(const backend::StepMeta& step, const TensorVie
   check_step(step);
   check_attention_args(qkv, num_heads, num_kv_heads, head_dim, cache, out);
   const PagedAttentionParams p =
-      attention_params(step, qkv, num_heads, num_kv_heads, head_dim, scale, cache, out);
+      paged_attention_params(step, qkv, num_heads, num_kv_heads, head_dim, scale, cache, out);
   if (!decode_attention_supports(head_dim) || !prefill_attention_supports(head_dim)) {
     launch_paged_attention_generic(p, attn_view_, stream_);
     return;
@@ -684,7 +679,7 @@ void CudaBackend::rope_paged_attention(const backend::StepMeta& step, const Tens
   check_rope_args(qkv, num_heads, num_kv_heads, head_dim, cos_sin, cache);
   check_attention_args(qkv, num_heads, num_kv_heads, head_dim, cache, out);
   const PagedAttentionParams p =
-      attention_params(step, qkv, num_heads, num_kv_heads, head_dim, scale, cache, out);
+      paged_attention_params(step, qkv, num_heads, num_kv_heads, head_dim, scale, cache, out);
   int psize = 0;
   float* ws = nullptr;
   if (!decode_launch(num_heads, num_kv_heads, head_dim, psize, ws)) return;

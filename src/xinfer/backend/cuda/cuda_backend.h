@@ -77,6 +77,12 @@ enum class LinearFusion {
   kAlways,    // any m <= 8 the kernels take: the tuned configurations, else gemv_default_config (tests)
 };
 
+// The attention kernels' parameters for the step's tokens (the step uploaded by upload_step()): qkv
+// [T, (num_heads + 2 * num_kv_heads) * head_dim], out [T, num_heads * head_dim], one layer's cache.
+PagedAttentionParams paged_attention_params(const backend::StepMeta& step, const TensorView& qkv, int num_heads,
+                                            int num_kv_heads, int head_dim, float scale,
+                                            const backend::LayerKvCache& cache, const TensorView& out);
+
 // The GEMV configurations of a fused add_rms_norm_linear: the linear that makes delta (if the op has one)
 // and the one after the norm.
 struct FusedLinearPlan {
