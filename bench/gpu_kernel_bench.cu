@@ -517,7 +517,8 @@ void bench_decode_layer(cuda::CudaBackend& be, double bw) {
   auto path = [&](const backend::NormLinearArgs& a) {
     const auto plan = be.fused_linear_plan(a);
     if (!plan) return std::string("composed (tuner did not choose the GEMV for both)");
-    return "fused " + cuda::to_string(*plan->producer) + " -> " + cuda::to_string(plan->consumer);
+    return "fused " + cuda::to_string(*plan->producer) + " -> " + cuda::to_string(plan->consumer) +
+           (plan->swiglu ? " + SwiGLU epilogue" : "");
   };
   const std::vector<Op> fused_ops = {
       {"fused rope+attention ctx256", kvb + 2.0 * 2 * Hkv * D,
@@ -542,6 +543,20 @@ void bench_decode_layer(cuda::CudaBackend& be, double bw) {
   });
   report("b1 layer: fused, sum of its ops", fsum, fbytes, false, bw);
   report("b1 layer: fused, chained", fchained, fbytes, false, bw);
+  // The same chain with the SwiGLU as its own kernel (the gate_up GEMV without the epilogue): what the
+  // epilogue saves.
+  auto o_gate_up_then_silu = [&](int l) {
+    backend::NormLinearArgs a = o_gate_up(l);
+    a.act_out = {};
+    be.add_rms_norm_linear(a);
+    be.silu_mul(gu.view, act.view);
+  };
+  const double separate_silu = time_graph(s, L, [&](int l) {
+    fused_ops[0].fn(l);
+    o_gate_up_then_silu(l);
+    fused_ops[2].fn(l);
+  });
+  report("b1 layer: fused, chained, silu_mul kernel", separate_silu, fbytes, false, bw);
   std::printf("b1 layer fused: chained %.1f us (x32 = %.2f ms per token before the lm_head; unfused %.1f us: %.1f us "
               "saved per layer), roofline %.1f us (%.1f%%)\n",
               fchained * 1e6, 32 * fchained * 1e3, chained * 1e6, (chained - fchained) * 1e6,

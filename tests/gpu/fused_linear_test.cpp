@@ -3,10 +3,12 @@
 //    every configuration, m up to 11 (chunked launches), with and without bias;
 //  - norm_weight (the RMSNorm folded in) against an f64 host reference of rms_norm(x) * g @ w^T + b and
 //    against add_rms_norm -> GEMV with the same configuration (within bf16 noise), repeatable bit for bit;
+//  - swiglu_out (the SwiGLU epilogue) against the normed GEMV -> silu_mul, bit for bit;
 //  - the producer -> consumer pair recorded as a CUDA graph of PDL launches, replayed: equal to the same
 //    launches run eagerly;
 //  - CudaBackend::add_rms_norm_linear (kAlways) against the CPU backend and against its own composition
-//    (kOff): out and act within bf16 noise; m = 9 and a delta given as input run the composition;
+//    (kOff): out and act within bf16 noise (act from the SwiGLU epilogue); m = 9 and a delta given as input
+//    run the composition;
 //  - a tuned CudaBackend (kWhenGemv): fused exactly where the tuner measured the folded norm faster and runs
 //    the producer (if any) as the GEMV, with the tuned configurations; then the residual is bit-identical.
 #include <gtest/gtest.h>
@@ -20,6 +22,7 @@
 
 #include "gpu_test_util.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
+#include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemv.h"
 #include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
 
@@ -148,6 +151,45 @@ TEST_P(GemvFusionTest, NormedXMatchesReference) {
     EXPECT_LT(vs_comp.rel_l2, 1e-2) << what << " vs add_rms_norm -> gemv";
     expect_same_bits(y2.view, y.view, what + " second launch");
   }
+}
+
+// The SwiGLU epilogue (swiglu_out; rows in pairs): y bit for bit the normed GEMV's without it, act silu_mul's
+// of that y, for every configuration with rows in pairs; an odd n is refused.
+TEST_P(GemvFusionTest, SwiGluEpilogueIsNormedGemvThenSiluMul) {
+  const KernelCase c = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(c.m * 7 + c.n * 5 + c.k));
+  const auto x_h = random_bf16(static_cast<size_t>(c.m) * c.k, rng, 3.0f);
+  const auto g_h = norm_weights(static_cast<size_t>(c.k), rng);
+  const auto w_h = random_bf16(static_cast<size_t>(c.n) * c.k, rng, 0.05f);
+  const auto b_h = random_bf16(static_cast<size_t>(c.n), rng, 0.5f);
+  auto up = [&](const std::vector<float>& v, Shape s) { return gpu().upload(host_view(v, s), DType::kBF16); };
+  const auto x = up(x_h, Shape{c.m, c.k}), g = up(g_h, Shape{c.k}), w = up(w_h, Shape{c.n, c.k}), b = up(b_h, Shape{c.n});
+  const auto y = gpu().allocate(DType::kBF16, Shape{c.m, c.n}), y_ref = gpu().allocate(DType::kBF16, Shape{c.m, c.n});
+  const auto act = gpu().allocate(DType::kBF16, Shape{c.m, c.n / 2});
+  const auto act_ref = gpu().allocate(DType::kBF16, Shape{c.m, c.n / 2});
+  auto args = [&](const backend::DeviceTensor& out) {
+    return cuda::GemmArgs{bf16(x), bf16(w), c.bias ? bf16(b) : nullptr, out.view.data, false, c.m, c.n, c.k};
+  };
+  const GemvFusion norm{false, bf16(g), kEps}, swiglu{false, bf16(g), kEps, ptr<__nv_bfloat16>(act)};
+  if (c.n % 2 != 0) {
+    EXPECT_FALSE(cuda::gemv_supports(args(y), swiglu)) << "odd n has no gate / up halves";
+    return;
+  }
+  ASSERT_TRUE(cuda::gemv_supports(args(y), swiglu));
+  cudaStream_t s = gpu().stream();
+  int configs = 0;
+  for (const GemvConfig& config : every_config(c.k)) {
+    if (config.rows_per_warp % 2 != 0) continue;  // the epilogue needs rows in pairs
+    const std::string what = cuda::to_string(config) + " +swiglu";
+    for (const auto* t : {&y, &act}) poison(t->view);
+    cuda::launch_gemv(args(y_ref), config, s, norm);
+    cuda::launch_silu_mul({bf16(y_ref), ptr<__nv_bfloat16>(act_ref), c.m, c.n / 2}, s);
+    cuda::launch_gemv(args(y), config, s, swiglu);
+    expect_same_bits(y.view, y_ref.view, what + " y");
+    expect_same_bits(act.view, act_ref.view, what + " act");
+    ++configs;
+  }
+  EXPECT_GT(configs, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GemvFusionTest,
@@ -293,6 +335,12 @@ TEST_P(AddRmsNormLinearTest, MatchesCpuAndComposition) {
     EXPECT_EQ(plan.has_value(), fusable) << "kAlways fuses m <= 8 unless delta is an input";
     if (plan) {
       EXPECT_EQ(plan->producer.has_value(), c.delta == Delta::kProducer);
+      // kAlways pairs the rows of an untuned SwiGLU linear, so the epilogue writes act itself.
+      EXPECT_EQ(plan->swiglu, c.act && plan->consumer.rows_per_warp % 2 == 0);
+      if (c.act && !gpu().gemm().normed_gemv_for(cuda::GemmArgs{bf16(fused.residual), bf16(fused.w), nullptr,
+                                                                fused.out.view.data, false, c.m, c.n, c.k})) {
+        EXPECT_TRUE(plan->swiglu) << "untuned: the default configuration pairs the rows";
+      }
     }
     const int64_t before = gpu().fused_linears();
     gpu().add_rms_norm_linear(fused.args(c));

@@ -456,8 +456,9 @@ GemmArgs consumer_args(const backend::NormLinearArgs& a) {
                   bf16_ptr(a.out, "linear out"), false, to_int(a.residual.numel() / k), to_int(n), to_int(k)};
 }
 
-GemvFusion consumer_fusion(const backend::NormLinearArgs& a) {
-  return GemvFusion{false, bf16_ptr(a.norm_weight, "norm weight"), a.eps};
+GemvFusion consumer_fusion(const backend::NormLinearArgs& a, bool swiglu) {
+  return GemvFusion{false, bf16_ptr(a.norm_weight, "norm weight"), a.eps,
+                    swiglu ? bf16_ptr(a.act_out, "act out") : nullptr};
 }
 
 }  // namespace
@@ -472,13 +473,18 @@ std::optional<FusedLinearPlan> CudaBackend::fused_linear_plan(const backend::Nor
   // choice (gemm_tuner.h normed_gemv_for); the one that makes delta: its plain choice, if that is the GEMV.
   const GemmArgs consumer = consumer_args(a);
   FusedLinearPlan plan;
-  if (const std::optional<GemvConfig> c = gemm_->normed_gemv_for(consumer))
+  if (const std::optional<GemvConfig> c = gemm_->normed_gemv_for(consumer)) {
     plan.consumer = *c;
-  else if (linear_fusion_ == LinearFusion::kAlways)
+  } else if (linear_fusion_ == LinearFusion::kAlways) {
     plan.consumer = gemv_default_config(consumer);
-  else
+    if (!a.act_out.empty()) plan.consumer.rows_per_warp = 2;  // gate and up rows in pairs: the SwiGLU epilogue
+  } else {
     return std::nullopt;
-  if (!gemv_supports(consumer, consumer_fusion(a))) return std::nullopt;
+  }
+  if (!gemv_supports(consumer, consumer_fusion(a, false))) return std::nullopt;
+  // SwiGLU in the epilogue where the configuration pairs rows (its dot products are summed as without it).
+  plan.swiglu = !a.act_out.empty() && a.act_out.dtype == DType::kBF16 && plan.consumer.rows_per_warp % 2 == 0 &&
+                gemv_supports(consumer, consumer_fusion(a, true));
   if (!a.delta_x.empty()) {
     const GemmArgs producer = producer_args(a);
     const GemmChoice choice = gemm_->choice_for(producer);
@@ -513,8 +519,8 @@ void CudaBackend::add_rms_norm_linear(const backend::NormLinearArgs& a) {
   const std::optional<FusedLinearPlan> plan = fused_linear_plan(a);
   if (!plan) return Backend::add_rms_norm_linear(a);
   if (plan->producer) launch_gemv(producer_args(a), *plan->producer, stream_, kProducerFusion);
-  launch_gemv(consumer_args(a), plan->consumer, stream_, consumer_fusion(a));
-  if (!a.act_out.empty()) silu_mul(a.out, a.act_out);
+  launch_gemv(consumer_args(a), plan->consumer, stream_, consumer_fusion(a, plan->swiglu));
+  if (!a.act_out.empty() && !plan->swiglu) silu_mul(a.out, a.act_out);
   ++fused_linears_;
 }
 

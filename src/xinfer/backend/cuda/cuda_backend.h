@@ -32,8 +32,10 @@
 // residual, applies the norm weight on its way in and scales its dot products by each row's 1 / RMS, which
 // its lanes sum on the way. Fused where the tuner measured that GEMV faster than add + norm + the plain
 // choice (gemm_tuner.h normed_input) and runs the producer (if the op has one) as the GEMV, each with its
-// tuned configuration. The residual is bit-identical to the composition's, the projection's output within
-// bf16 rounding of it; delta and normed_out are not written. Elsewhere (prefill, a delta given as input):
+// tuned configuration; with a SwiGLU (act_out) and a configuration of paired rows, the gate_up GEMV also
+// writes act_out in its epilogue (no silu_mul kernel). The residual is bit-identical to the composition's,
+// the projection's output within bf16 rounding of it, act_out silu_mul's of that output; delta and
+// normed_out are not written. Elsewhere (prefill, a delta given as input):
 // the composition (Backend's default).
 //
 // Fused RoPE + attention: rope_paged_attention runs as one kernel on decode-only steps of up to
@@ -74,7 +76,8 @@ inline constexpr int kMaxFusedRopeDecodes = 128;
 enum class LinearFusion {
   kOff,
   kWhenGemv,  // m <= 8 where the tuner's choices say so (see above), with their configurations
-  kAlways,    // any m <= 8 the kernels take: the tuned configurations, else gemv_default_config (tests)
+  kAlways,    // any m <= 8 the kernels take: the tuned configurations, else gemv_default_config (with rows
+              // in pairs where the op has a SwiGLU, so its epilogue runs) (tests)
 };
 
 // The attention kernels' parameters for the step's tokens (the step uploaded by upload_step()): qkv
@@ -88,6 +91,7 @@ PagedAttentionParams paged_attention_params(const backend::StepMeta& step, const
 struct FusedLinearPlan {
   std::optional<GemvConfig> producer;
   GemvConfig consumer;
+  bool swiglu = false;  // the consumer writes act_out itself (GemvFusion::swiglu_out): no silu_mul kernel
 };
 
 struct CudaBackendOptions {

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/elementwise/silu.cuh"
 #include "xinfer/backend/cuda/kernels/pdl.cuh"
 
 namespace xinfer::cuda {
@@ -27,6 +28,7 @@ struct GemvParams {
   const __nv_bfloat16* w;     // [n, k]
   const __nv_bfloat16* bias;  // [n] or nullptr
   void* y;                    // [m, n]
+  __nv_bfloat16* swiglu_out;  // [m, n / 2], kSwiGlu
   int m, n, k;
   int k_split;
   bool pdl;
@@ -149,22 +151,36 @@ __device__ __forceinline__ void warp_partials(const float (&acc)[M][R][S], float
 __device__ __forceinline__ void store(float* y, size_t i, float v) { y[i] = v; }
 __device__ __forceinline__ void store(__nv_bfloat16* y, size_t i, float v) { y[i] = __float2bfloat16(v); }
 
+// kSwiGlu: a row group reads R / 2 consecutive pairs of rows, gate row `pair` and its up row n / 2 + pair, so
+// one warp computes both halves of a SwiGLU output. The row of w (and column of y) of local row r, whose pair
+// is `pair`:
+template <int R>
+__device__ __forceinline__ int paired_row(int pair, int r, int n) {
+  return r < R / 2 ? pair : n / 2 + pair;
+}
+
 // The output a thread stores at the end of row block blk: thread t < groups * M * R takes (x row mi,
-// local row q = g * R + r of the block), j = mi * R + r indexing the warps' partial sums. valid: a real
-// output (mi < m, row < n); only those are loaded (Mode::kAddToY) and stored.
+// local row r of group g), j = mi * R + r indexing the warps' partial sums. valid: a real output (mi < m, and
+// row < n, or kSwiGlu: pair < n / 2); only those are loaded (Mode::kAddToY) and stored.
 struct OutSlot {
   int g, j, mi, row;
   bool valid;
 };
-template <int M, int R>
+template <int M, int R, bool kSwiGlu>
 __device__ __forceinline__ OutSlot out_slot(const GemvParams& p, int blk, int groups) {
   const int t = static_cast<int>(threadIdx.x);  // groups * M * R <= 8 * 8 * 4 = kThreads outputs per CTA
   OutSlot o;
   o.g = t / (M * R);
   o.j = t % (M * R);
   o.mi = o.j / R;
-  o.row = blk * groups * R + o.g * R + o.j % R;
-  o.valid = t < groups * M * R && o.mi < p.m && o.row < p.n;
+  if constexpr (kSwiGlu) {
+    const int r = o.j % R, pair = (blk * groups + o.g) * (R / 2) + r % (R / 2);
+    o.row = paired_row<R>(pair, r, p.n);
+    o.valid = t < groups * M * R && o.mi < p.m && pair < p.n / 2;
+  } else {
+    o.row = blk * groups * R + o.g * R + o.j % R;
+    o.valid = t < groups * M * R && o.mi < p.m && o.row < p.n;
+  }
   return o;
 }
 
@@ -196,10 +212,11 @@ __device__ __forceinline__ uint4 weighted_chunk(const uint4& h, const uint4& g, 
 constexpr int ctas_per_sm(int m) { return m <= 2 ? 3 : 2; }
 
 // M: rows of x the kernel is built for (p.m <= M); R: rows of w per warp; OutT: float or __nv_bfloat16
-// (bf16 only for the fused modes).
-template <int M, int R, typename OutT, Mode kMode>
+// (bf16 only for the fused modes); kSwiGlu (with kNormedX, even R): rows paired for the SwiGLU epilogue.
+template <int M, int R, typename OutT, Mode kMode, bool kSwiGlu>
 __global__ void __launch_bounds__(kThreads, ctas_per_sm(M)) gemv_kernel(GemvParams p) {
   static_assert(kMode == Mode::kPlain || std::is_same_v<OutT, __nv_bfloat16>, "fused modes write bf16");
+  static_assert(!kSwiGlu || (kMode == Mode::kNormedX && R % 2 == 0), "SwiGLU: normed x, rows in pairs");
   // Steps in flight per lane: enough 16-byte weight loads to cover DRAM latency, bounded so the raw
   // loads (U * (R + M) uint4) stay within ~64 registers.
   constexpr int U = std::max(1, std::min(8 / R, 16 / (R + M)));
@@ -209,12 +226,22 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(M)) gemv_kernel(GemvPara
   const int groups = kWarps / p.k_split;
   const int group = warp / p.k_split, part = warp % p.k_split;
   const int blk = static_cast<int>(blockIdx.x), rows_per_cta = groups * R;
-  const __nv_bfloat16* wrow[R];
+  const __nv_bfloat16* wrow[R];  // kSwiGlu: R / 2 gate rows, then their up rows (paired_row; past n / 2: the last pair)
+  if constexpr (kSwiGlu) {
 #pragma unroll
-  for (int r = 0; r < R; ++r) wrow[r] = p.w + static_cast<size_t>(min(blk * rows_per_cta + group * R + r, p.n - 1)) * p.k;
+    for (int r = 0; r < R / 2; ++r) {
+      wrow[r] = p.w + static_cast<size_t>(min((blk * groups + group) * (R / 2) + r, p.n / 2 - 1)) * p.k;
+      wrow[r + R / 2] = wrow[r] + static_cast<size_t>(p.n / 2) * p.k;
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < R; ++r) wrow[r] = p.w + static_cast<size_t>(min(blk * rows_per_cta + group * R + r, p.n - 1)) * p.k;
+  }
   const int stride = p.k_split * kWarpStep;
   const int first = (part * 32 + lane) * kVec;
-  const OutSlot slot = out_slot<M, R>(p, blk, groups);
+  // The output slot (below), computed here or after the main loop: whichever keeps that loop free of register
+  // spills at 3 CTAs per SM (checked with cuobjdump --dump-resource-usage).
+  const OutSlot early_slot = kSwiGlu ? OutSlot{} : out_slot<M, R, kSwiGlu>(p, blk, groups);
 
   // Weights never depend on earlier kernels: while the previous kernel finishes (PDL), this lane's first
   // weights are already on their way into registers. Everything else waits for it (pdl.cuh; a no-op
@@ -226,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(M)) gemv_kernel(GemvPara
   OutT* const y = static_cast<OutT*>(p.y);
   float y_old = 0.0f;  // kAddToY: the value this thread's output adds to, fetched during the main loop
   if constexpr (kMode == Mode::kAddToY)
-    if (slot.valid) y_old = __bfloat162float(y[static_cast<size_t>(slot.mi) * p.n + slot.row]);
+    if (early_slot.valid) y_old = __bfloat162float(y[static_cast<size_t>(early_slot.mi) * p.n + early_slot.row]);
 
   // kNormedX: each row group sums the squares of x over every groups-th step of the loop (step s: group
   // s % groups), so the groups between them cover every k once.
@@ -281,6 +308,7 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(M)) gemv_kernel(GemvPara
     }
   }
   __syncthreads();
+  const OutSlot slot = kSwiGlu ? out_slot<M, R, kSwiGlu>(p, blk, groups) : early_slot;
   if (!slot.valid) return;
   float v = 0.0f;
   for (int s = 0; s < p.k_split; ++s) v += partial[slot.g * p.k_split + s][slot.j];
@@ -293,13 +321,28 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(M)) gemv_kernel(GemvPara
   // kAddToY: linear's bf16 output, then add_rms_norm's bf16 residual sum.
   if constexpr (kMode == Mode::kAddToY) v = y_old + __bfloat162float(__float2bfloat16(v));
   store(y, static_cast<size_t>(slot.mi) * p.n + slot.row, v);
+  if constexpr (kSwiGlu) {
+    // The gate's thread also forms its up partner's output (the same arithmetic as that thread's) and
+    // stores silu(gate) * up from the two bf16 outputs, as silu_mul does. A gate row's index is its pair's.
+    if (slot.j % R < R / 2) {
+      float up = 0.0f;
+      for (int s = 0; s < p.k_split; ++s) up += partial[slot.g * p.k_split + s][slot.j + R / 2];
+      float total = 0.0f;
+      for (int w = 0; w < kWarps; ++w) total += sum_sq[w][slot.mi];
+      up *= rsqrtf(total / static_cast<float>(p.k) + p.eps);
+      if (p.bias) up += __bfloat162float(p.bias[p.n / 2 + slot.row]);
+      const float act = silu_mul_f32(__bfloat162float(__float2bfloat16(v)), __bfloat162float(__float2bfloat16(up)));
+      p.swiglu_out[static_cast<size_t>(slot.mi) * (p.n / 2) + slot.row] = __float2bfloat16(act);
+    }
+  }
 }
 
-template <int M, int R, typename OutT, Mode kMode>
+template <int M, int R, typename OutT, Mode kMode, bool kSwiGlu>
 void launch_typed(const GemvParams& p, cudaStream_t stream) {
-  const int rows_per_cta = kWarps / p.k_split * R;
+  // Outputs (kSwiGlu: gate / up pairs) per CTA, and how many there are.
+  const int per_cta = kWarps / p.k_split * (kSwiGlu ? R / 2 : R), outputs = kSwiGlu ? p.n / 2 : p.n;
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>((p.n + rows_per_cta - 1) / rows_per_cta));
+  cfg.gridDim = dim3(static_cast<unsigned>((outputs + per_cta - 1) / per_cta));
   cfg.blockDim = dim3(kThreads);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -307,25 +350,27 @@ void launch_typed(const GemvParams& p, cudaStream_t stream) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = p.pdl ? 1 : 0;
-  XI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<M, R, OutT, kMode>, p));
+  XI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_kernel<M, R, OutT, kMode, kSwiGlu>, p));
 }
 
-template <int M, typename OutT, Mode kMode>
+template <int M, typename OutT, Mode kMode, bool kSwiGlu>
 void dispatch_rows(const GemvParams& p, int rows_per_warp, cudaStream_t stream) {
   switch (rows_per_warp) {
-    case 1: return launch_typed<M, 1, OutT, kMode>(p, stream);
-    case 2: return launch_typed<M, 2, OutT, kMode>(p, stream);
-    case 4: return launch_typed<M, 4, OutT, kMode>(p, stream);
+    case 1:
+      if constexpr (!kSwiGlu) return launch_typed<M, 1, OutT, kMode, false>(p, stream);
+      break;
+    case 2: return launch_typed<M, 2, OutT, kMode, kSwiGlu>(p, stream);
+    case 4: return launch_typed<M, 4, OutT, kMode, kSwiGlu>(p, stream);
   }
-  XI_CHECK(false) << "gemv: unsupported rows_per_warp " << rows_per_warp;
+  XI_CHECK(false) << "gemv: unsupported rows_per_warp " << rows_per_warp << (kSwiGlu ? " (SwiGLU needs 2 or 4)" : "");
 }
 
-template <typename OutT, Mode kMode>
+template <typename OutT, Mode kMode, bool kSwiGlu = false>
 void dispatch_m(const GemvParams& p, int rows_per_warp, cudaStream_t stream) {
-  if (p.m == 1) return dispatch_rows<1, OutT, kMode>(p, rows_per_warp, stream);
-  if (p.m == 2) return dispatch_rows<2, OutT, kMode>(p, rows_per_warp, stream);
-  if (p.m <= 4) return dispatch_rows<4, OutT, kMode>(p, rows_per_warp, stream);
-  return dispatch_rows<8, OutT, kMode>(p, rows_per_warp, stream);
+  if (p.m == 1) return dispatch_rows<1, OutT, kMode, kSwiGlu>(p, rows_per_warp, stream);
+  if (p.m == 2) return dispatch_rows<2, OutT, kMode, kSwiGlu>(p, rows_per_warp, stream);
+  if (p.m <= 4) return dispatch_rows<4, OutT, kMode, kSwiGlu>(p, rows_per_warp, stream);
+  return dispatch_rows<8, OutT, kMode, kSwiGlu>(p, rows_per_warp, stream);
 }
 
 bool valid_config(const GemvConfig& c) {
@@ -344,6 +389,7 @@ bool gemv_supports(const GemmArgs& a, const GemvFusion& f) {
   if (a.m < 1 || a.n < 1 || a.k < 8 || a.k % kVec != 0 || !aligned(a.x) || !aligned(a.w)) return false;
   if (f.add_to_y && f.norm_weight) return false;  // one fusion per launch
   if ((f.add_to_y || f.norm_weight) && a.y_f32) return false;
+  if (f.swiglu_out && (f.norm_weight == nullptr || a.n % 2 != 0)) return false;  // paired rows of a normed GEMV
   return f.norm_weight == nullptr || aligned(f.norm_weight);
 }
 
@@ -367,9 +413,11 @@ GemvConfig gemv_default_config(const GemmArgs& a) {
 void launch_gemv(const GemmArgs& a, const GemvConfig& c, cudaStream_t stream, const GemvFusion& f) {
   XI_CHECK(gemv_supports(a, f)) << "gemv: unsupported m=" << a.m << " n=" << a.n << " k=" << a.k
                                 << (f.add_to_y ? " +add_to_y" : "") << (f.norm_weight ? " +rms_norm" : "")
+                                << (f.swiglu_out ? " +swiglu" : "")
                                 << " (needs m >= 1, k >= 8, k % 8 == 0, 16-byte aligned x, w and norm weight; "
-                                   "fusions: one at a time, bf16 y)";
+                                   "fusions: one at a time, bf16 y; SwiGLU: with rms_norm, even n)";
   XI_CHECK(valid_config(c)) << "gemv: unsupported config " << to_string(c);
+  XI_CHECK(!f.swiglu_out || c.rows_per_warp % 2 == 0) << "gemv: the SwiGLU epilogue needs rows in pairs, not " << to_string(c);
   constexpr int kMaxRows = 8;  // rows of x per launch (the largest m bucket)
   const size_t y_elem = a.y_f32 ? sizeof(float) : sizeof(__nv_bfloat16);
   for (int row = 0; row < a.m; row += kMaxRows) {
@@ -377,6 +425,7 @@ void launch_gemv(const GemmArgs& a, const GemvConfig& c, cudaStream_t stream, co
                        a.w,
                        a.bias,
                        static_cast<char*>(a.y) + static_cast<size_t>(row) * a.n * y_elem,
+                       f.swiglu_out ? f.swiglu_out + static_cast<size_t>(row) * (a.n / 2) : nullptr,
                        std::min(kMaxRows, a.m - row),
                        a.n,
                        a.k,
@@ -388,6 +437,8 @@ void launch_gemv(const GemmArgs& a, const GemvConfig& c, cudaStream_t stream, co
       dispatch_m<float, Mode::kPlain>(p, c.rows_per_warp, stream);
     else if (f.add_to_y)
       dispatch_m<__nv_bfloat16, Mode::kAddToY>(p, c.rows_per_warp, stream);
+    else if (f.swiglu_out)
+      dispatch_m<__nv_bfloat16, Mode::kNormedX, true>(p, c.rows_per_warp, stream);
     else if (f.norm_weight)
       dispatch_m<__nv_bfloat16, Mode::kNormedX>(p, c.rows_per_warp, stream);
     else

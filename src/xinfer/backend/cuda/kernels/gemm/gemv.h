@@ -38,6 +38,11 @@
 //     g) per element, this bf16(h * g) and scales the sum), within bf16 noise of it. The tuner times these
 //     configurations on their own (gemm_tuner.h normed_input); the backend fuses only where that beats add
 //     + norm + the plain GEMV.
+//   - swiglu_out (with norm_weight, even n, rows_per_warp 2 or 4): the gate_up projection also writes
+//     silu(y[:, j]) * y[:, n / 2 + j] to swiglu_out [m, n / 2] (the silu_mul kernel's expression on the
+//     same bf16 outputs: bit-identical to norm GEMV -> silu_mul). Each warp then reads pairs of rows, gate j
+//     and up n / 2 + j, instead of R consecutive ones; every row's dot product is summed as without it, so
+//     y is unchanged bit for bit.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -63,10 +68,12 @@ struct GemvFusion {
   bool add_to_y = false;                       // y = bf16(y + bf16(x @ w^T + bias))
   const __nv_bfloat16* norm_weight = nullptr;  // [k]: x is replaced by rms_norm(x) * norm_weight
   float eps = 0;                               // with norm_weight
+  __nv_bfloat16* swiglu_out = nullptr;         // [m, n / 2]: silu(gate) * up of y (with norm_weight)
 };
 
 // True if the GEMV kernel handles these arguments (see the requirements above; a fusion also needs bf16 y,
-// only one fusion per launch, and a 16-byte aligned norm weight).
+// only one of add_to_y and norm_weight per launch, and a 16-byte aligned norm weight; swiglu_out needs
+// norm_weight and even n, and the launch a configuration with rows_per_warp 2 or 4).
 bool gemv_supports(const GemmArgs& args, const GemvFusion& fusion = {});
 // The configurations worth timing for this shape (valid ones only; pdl as given; empty if unsupported).
 std::vector<GemvConfig> gemv_candidates(const GemmArgs& args, bool pdl);
