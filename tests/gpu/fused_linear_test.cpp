@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "gpu_test_util.h"
-#include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
 #include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
+#include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemv.h"
 #include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
 
@@ -163,8 +163,10 @@ TEST_P(GemvFusionTest, SwiGluEpilogueIsNormedGemvThenSiluMul) {
   const auto w_h = random_bf16(static_cast<size_t>(c.n) * c.k, rng, 0.05f);
   const auto b_h = random_bf16(static_cast<size_t>(c.n), rng, 0.5f);
   auto up = [&](const std::vector<float>& v, Shape s) { return gpu().upload(host_view(v, s), DType::kBF16); };
-  const auto x = up(x_h, Shape{c.m, c.k}), g = up(g_h, Shape{c.k}), w = up(w_h, Shape{c.n, c.k}), b = up(b_h, Shape{c.n});
-  const auto y = gpu().allocate(DType::kBF16, Shape{c.m, c.n}), y_ref = gpu().allocate(DType::kBF16, Shape{c.m, c.n});
+  const auto x = up(x_h, Shape{c.m, c.k}), g = up(g_h, Shape{c.k}), w = up(w_h, Shape{c.n, c.k}),
+             b = up(b_h, Shape{c.n});
+  const auto y = gpu().allocate(DType::kBF16, Shape{c.m, c.n}),
+             y_ref = gpu().allocate(DType::kBF16, Shape{c.m, c.n});
   const auto act = gpu().allocate(DType::kBF16, Shape{c.m, c.n / 2});
   const auto act_ref = gpu().allocate(DType::kBF16, Shape{c.m, c.n / 2});
   auto args = [&](const backend::DeviceTensor& out) {

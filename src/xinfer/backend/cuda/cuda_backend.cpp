@@ -477,14 +477,15 @@ std::optional<FusedLinearPlan> CudaBackend::fused_linear_plan(const backend::Nor
     plan.consumer = *c;
   } else if (linear_fusion_ == LinearFusion::kAlways) {
     plan.consumer = gemv_default_config(consumer);
-    if (!a.act_out.empty()) plan.consumer.rows_per_warp = 2;  // gate and up rows in pairs: the SwiGLU epilogue
+    if (!a.act_out.empty())
+      plan.consumer.rows_per_warp = 2;  // gate and up rows in pairs: the SwiGLU epilogue
   } else {
     return std::nullopt;
   }
   if (!gemv_supports(consumer, consumer_fusion(a, false))) return std::nullopt;
   // SwiGLU in the epilogue where the configuration pairs rows (its dot products are summed as without it).
-  plan.swiglu = !a.act_out.empty() && a.act_out.dtype == DType::kBF16 && plan.consumer.rows_per_warp % 2 == 0 &&
-                gemv_supports(consumer, consumer_fusion(a, true));
+  plan.swiglu = !a.act_out.empty() && a.act_out.dtype == DType::kBF16 &&
+                plan.consumer.rows_per_warp % 2 == 0 && gemv_supports(consumer, consumer_fusion(a, true));
   if (!a.delta_x.empty()) {
     const GemmArgs producer = producer_args(a);
     const GemmChoice choice = gemm_->choice_for(producer);

@@ -39,10 +39,10 @@
 // the composition (Backend's default).
 //
 // Fused RoPE + attention: rope_paged_attention runs as one kernel on decode-only steps of up to
-// kMaxFusedRopeDecodes sequences (every token a decode; head_dim 64 / 128): the split-KV decode kernel rotates
-// q and the newest k itself and writes the newest k, v to the cache (paged_decode_attention.h), one launch
-// per layer fewer; out and the cache are bit-identical to rope_kv_write -> paged_attention (qkv's q and k
-// are then left unrotated). Elsewhere (mixed or prefill steps, larger decode batches, where it measured
+// kMaxFusedRopeDecodes sequences (every token a decode; head_dim 64 / 128): the split-KV decode kernel
+// rotates q and the newest k itself and writes the newest k, v to the cache (paged_decode_attention.h), one
+// launch per layer fewer; out and the cache are bit-identical to rope_kv_write -> paged_attention (qkv's q
+// and k are then left unrotated). Elsewhere (mixed or prefill steps, larger decode batches, where it measured
 // slower, other head dims, a slot that is not where the block table puts the position) the composition. On
 // by default; CudaBackendOptions::rope_attention_fusion / set_rope_attention_fusion(false) turn it off.
 //

@@ -226,7 +226,8 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(M)) gemv_kernel(GemvPara
   const int groups = kWarps / p.k_split;
   const int group = warp / p.k_split, part = warp % p.k_split;
   const int blk = static_cast<int>(blockIdx.x), rows_per_cta = groups * R;
-  const __nv_bfloat16* wrow[R];  // kSwiGlu: R / 2 gate rows, then their up rows (paired_row; past n / 2: the last pair)
+  // This lane's weight rows; kSwiGlu: R / 2 gate rows, then their up rows (past n / 2: the last pair).
+  const __nv_bfloat16* wrow[R];
   if constexpr (kSwiGlu) {
 #pragma unroll
     for (int r = 0; r < R / 2; ++r) {
@@ -235,7 +236,8 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(M)) gemv_kernel(GemvPara
     }
   } else {
 #pragma unroll
-    for (int r = 0; r < R; ++r) wrow[r] = p.w + static_cast<size_t>(min(blk * rows_per_cta + group * R + r, p.n - 1)) * p.k;
+    for (int r = 0; r < R; ++r)
+      wrow[r] = p.w + static_cast<size_t>(min(blk * rows_per_cta + group * R + r, p.n - 1)) * p.k;
   }
   const int stride = p.k_split * kWarpStep;
   const int first = (part * 32 + lane) * kVec;
@@ -253,7 +255,8 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(M)) gemv_kernel(GemvPara
   OutT* const y = static_cast<OutT*>(p.y);
   float y_old = 0.0f;  // kAddToY: the value this thread's output adds to, fetched during the main loop
   if constexpr (kMode == Mode::kAddToY)
-    if (early_slot.valid) y_old = __bfloat162float(y[static_cast<size_t>(early_slot.mi) * p.n + early_slot.row]);
+    if (early_slot.valid)
+      y_old = __bfloat162float(y[static_cast<size_t>(early_slot.mi) * p.n + early_slot.row]);
 
   // kNormedX: each row group sums the squares of x over every groups-th step of the loop (step s: group
   // s % groups), so the groups between them cover every k once.
@@ -331,7 +334,8 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(M)) gemv_kernel(GemvPara
       for (int w = 0; w < kWarps; ++w) total += sum_sq[w][slot.mi];
       up *= rsqrtf(total / static_cast<float>(p.k) + p.eps);
       if (p.bias) up += __bfloat162float(p.bias[p.n / 2 + slot.row]);
-      const float act = silu_mul_f32(__bfloat162float(__float2bfloat16(v)), __bfloat162float(__float2bfloat16(up)));
+      const float act =
+          silu_mul_f32(__bfloat162float(__float2bfloat16(v)), __bfloat162float(__float2bfloat16(up)));
       p.swiglu_out[static_cast<size_t>(slot.mi) * (p.n / 2) + slot.row] = __float2bfloat16(act);
     }
   }
@@ -359,10 +363,13 @@ void dispatch_rows(const GemvParams& p, int rows_per_warp, cudaStream_t stream) 
     case 1:
       if constexpr (!kSwiGlu) return launch_typed<M, 1, OutT, kMode, false>(p, stream);
       break;
-    case 2: return launch_typed<M, 2, OutT, kMode, kSwiGlu>(p, stream);
-    case 4: return launch_typed<M, 4, OutT, kMode, kSwiGlu>(p, stream);
+    case 2:
+      return launch_typed<M, 2, OutT, kMode, kSwiGlu>(p, stream);
+    case 4:
+      return launch_typed<M, 4, OutT, kMode, kSwiGlu>(p, stream);
   }
-  XI_CHECK(false) << "gemv: unsupported rows_per_warp " << rows_per_warp << (kSwiGlu ? " (SwiGLU needs 2 or 4)" : "");
+  XI_CHECK(false) << "gemv: unsupported rows_per_warp " << rows_per_warp
+                  << (kSwiGlu ? " (SwiGLU needs 2 or 4)" : "");
 }
 
 template <typename OutT, Mode kMode, bool kSwiGlu = false>
@@ -389,7 +396,8 @@ bool gemv_supports(const GemmArgs& a, const GemvFusion& f) {
   if (a.m < 1 || a.n < 1 || a.k < 8 || a.k % kVec != 0 || !aligned(a.x) || !aligned(a.w)) return false;
   if (f.add_to_y && f.norm_weight) return false;  // one fusion per launch
   if ((f.add_to_y || f.norm_weight) && a.y_f32) return false;
-  if (f.swiglu_out && (f.norm_weight == nullptr || a.n % 2 != 0)) return false;  // paired rows of a normed GEMV
+  // SwiGLU: paired rows of a normed GEMV.
+  if (f.swiglu_out && (f.norm_weight == nullptr || a.n % 2 != 0)) return false;
   return f.norm_weight == nullptr || aligned(f.norm_weight);
 }
 
@@ -411,13 +419,14 @@ GemvConfig gemv_default_config(const GemmArgs& a) {
 }
 
 void launch_gemv(const GemmArgs& a, const GemvConfig& c, cudaStream_t stream, const GemvFusion& f) {
-  XI_CHECK(gemv_supports(a, f)) << "gemv: unsupported m=" << a.m << " n=" << a.n << " k=" << a.k
-                                << (f.add_to_y ? " +add_to_y" : "") << (f.norm_weight ? " +rms_norm" : "")
-                                << (f.swiglu_out ? " +swiglu" : "")
-                                << " (needs m >= 1, k >= 8, k % 8 == 0, 16-byte aligned x, w and norm weight; "
-                                   "fusions: one at a time, bf16 y; SwiGLU: with rms_norm, even n)";
+  XI_CHECK(gemv_supports(a, f))
+      << "gemv: unsupported m=" << a.m << " n=" << a.n << " k=" << a.k << (f.add_to_y ? " +add_to_y" : "")
+      << (f.norm_weight ? " +rms_norm" : "") << (f.swiglu_out ? " +swiglu" : "")
+      << " (needs m >= 1, k >= 8, k % 8 == 0, 16-byte aligned x, w and norm weight; "
+         "fusions: one at a time, bf16 y; SwiGLU: with rms_norm, even n)";
   XI_CHECK(valid_config(c)) << "gemv: unsupported config " << to_string(c);
-  XI_CHECK(!f.swiglu_out || c.rows_per_warp % 2 == 0) << "gemv: the SwiGLU epilogue needs rows in pairs, not " << to_string(c);
+  XI_CHECK(!f.swiglu_out || c.rows_per_warp % 2 == 0)
+      << "gemv: the SwiGLU epilogue needs rows in pairs, not " << to_string(c);
   constexpr int kMaxRows = 8;  // rows of x per launch (the largest m bucket)
   const size_t y_elem = a.y_f32 ? sizeof(float) : sizeof(__nv_bfloat16);
   for (int row = 0; row < a.m; row += kMaxRows) {
