@@ -175,21 +175,28 @@ void bench_decode_attention(cuda::CudaBackend& be, double bw, bool quick) {
   }
 }
 
-// Device sampling (CudaBackend::sample_rows): 256 rows x the Llama-3 vocabulary of N(0, 2) f32 logits.
-// bytes = one read of the logits (the kernel makes 2-3 passes over each row, from L2 where it can).
-// Checked first: top-k rows draw only among their row's 50 largest logits.
+// Device sampling (CudaBackend::sample_rows): 256 rows x the Llama-3 vocabulary of N(0, 2) f32 logits (a flat
+// distribution: the top-p nucleus holds thousands of tokens), and of N(0, 5) logits ("peaked": a nucleus of a
+// few tokens, as language models mostly have). bytes = one read of the logits (the kernel makes 2-5 passes
+// over each row, from L2 where it can). Checked first: top-k rows draw only among their row's 50 largest.
 void bench_sampling(cuda::CudaBackend& be, double bw) {
   const int rows = 256, vocab = 128256;
-  backend::DeviceTensor logits = be.random_normal(DType::kF32, Shape{rows, vocab}, 7, 2.0f);
+  backend::DeviceTensor flat = be.random_normal(DType::kF32, Shape{rows, vocab}, 7, 2.0f);
+  backend::DeviceTensor peaked = be.random_normal(DType::kF32, Shape{rows, vocab}, 8, 5.0f);
   backend::DeviceTensor ids = be.allocate(DType::kI32, Shape{rows});
   struct Mode {
     const char* name;
     int top_k;
     float top_p, min_p;
+    bool peaked = false;
   };
-  const Mode modes[] = {{"top-k 50 + top-p 0.9", 50, 0.9f, 0.0f}, {"top-p 0.9", 0, 0.9f, 0.0f},
-                        {"min-p 0.1", 0, 1.0f, 0.1f}, {"temperature 1", 0, 1.0f, 0.0f}};
+  const Mode modes[] = {{"top-k 50 + top-p 0.9", 50, 0.9f, 0.0f},
+                        {"top-p 0.9", 0, 0.9f, 0.0f},
+                        {"top-p 0.9, peaked N(0, 5)", 0, 0.9f, 0.0f, true},
+                        {"min-p 0.1", 0, 1.0f, 0.1f},
+                        {"temperature 1", 0, 1.0f, 0.0f}};
   for (const Mode& m : modes) {
+    const backend::DeviceTensor& logits = m.peaked ? peaked : flat;
     backend::SamplingBatch batch;
     for (int r = 0; r < rows; ++r) {
       backend::SamplingRow row;

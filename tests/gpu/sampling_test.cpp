@@ -149,6 +149,12 @@ std::function<std::vector<float>(int)> narrow(uint32_t seed) {
     return v;
   };
 }
+// One token in 12 at logit 5, the rest at 0: a nucleus of tied weights above a long tail of small ones.
+std::vector<float> tied_peak(int vocab) {
+  std::vector<float> v(static_cast<size_t>(vocab), 0.0f);
+  for (int i = 0; i < vocab; i += 12) v[static_cast<size_t>(i)] = 5.0f;
+  return v;
+}
 std::function<std::vector<float>(int)> normal(uint32_t seed, float stddev) {
   return [seed, stddev](int vocab) { return normal_logits(vocab, seed, stddev); };
 }
@@ -208,6 +214,12 @@ INSTANTIATE_TEST_SUITE_P(
         DistributionCase{"v128256_k600_p05", 128256, normal(9, 3.0f), filter(1.0f, 600, 0.5f)},
         DistributionCase{"v20000_narrow_p05", 20000, narrow(1), filter(1.0f, 0, 0.5f)},
         DistributionCase{"v20000_narrow_k3000", 20000, narrow(2), filter(1.0f, 3000)},
+        // Top-p over a small nucleus above a long tail (a language model's usual shape): the radix select's
+        // boundary bin fits in shared memory early; tied weights at the cut; min-p leaving too many for it.
+        DistributionCase{"v128256_peaked_p09", 128256, normal(13, 5.0f), filter(1.0f, 0, 0.9f)},
+        DistributionCase{"v128256_peaked_t07_p095", 128256, normal(14, 4.0f), filter(0.7f, 0, 0.95f)},
+        DistributionCase{"v12000_tied_peak_p05", 12000, tied_peak, filter(1.0f, 0, 0.5f)},
+        DistributionCase{"v128256_minp_p08", 128256, normal(15, 5.0f), filter(1.0f, 0, 0.8f, 1e-6f)},
         // Exact keys with more ties than shared memory: all tied tokens (top-k), the lowest ids (top-p).
         DistributionCase{"v20000_equal_k10", 20000, equal, filter(1.0f, 10)},
         DistributionCase{"v20000_equal_p04", 20000, equal, filter(1.0f, 0, 0.400025f)},

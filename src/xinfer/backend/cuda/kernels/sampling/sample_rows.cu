@@ -18,7 +18,8 @@ static_assert(kThreads <= kCap && (kCap & (kCap - 1)) == 0);
 
 struct Shared {
   uint64_t keys[kCap];     // sort keys: (u32 key << 32) | ~id, sorted descending = key desc, id asc
-  uint64_t meas[kBins];    // radix histogram: mass (top-p) per bin
+  uint32_t meas_lo[kBins];  // radix histogram: mass (top-p) per bin, low 32 bits (bin_mass)
+  uint32_t meas_hi[kBins];  // and high 32 bits
   uint32_t count[kBins];   // radix histogram: elements per bin
   uint64_t red_u64[kWarps];
   float red_f[kWarps];
@@ -224,6 +225,19 @@ __device__ __forceinline__ uint64_t top_p_target(float top_p, uint64_t total) {
   return target < 1 ? 1 : (target > total ? total : target);
 }
 
+// Adds m to bin b's 64-bit mass with 32-bit shared-memory atomics (a 64-bit shared atomic add is a
+// compare-and-swap loop on sm_90, slow under contention: many tokens share the low-weight bins). The add that
+// wraps the low word around carries into the high word, so the sum stays exact.
+__device__ __forceinline__ void add_bin_mass(Shared& sm, uint32_t b, uint64_t m) {
+  const uint32_t lo = static_cast<uint32_t>(m), hi = static_cast<uint32_t>(m >> 32);
+  const uint32_t old = atomicAdd(&sm.meas_lo[b], lo);
+  const uint32_t carry = old + lo < old ? 1u : 0u;
+  if (hi + carry != 0) atomicAdd(&sm.meas_hi[b], hi + carry);
+}
+__device__ __forceinline__ uint64_t bin_mass(const Shared& sm, int b) {
+  return (static_cast<uint64_t>(sm.meas_hi[b]) << 32) | sm.meas_lo[b];
+}
+
 struct RadixResult {
   bool found = false;
   uint32_t key = 0;  // the boundary element's key
@@ -252,7 +266,8 @@ __device__ RadixResult radix_select(const float* x, int V, KeyFn key_of, uint32_
     auto in_prefix = [pf, fx](uint32_t k) { return fx == 0 || (k >> (32 - fx)) == (pf >> (32 - fx)); };
     for (int b = threadIdx.x; b < bins; b += kThreads) {
       sm.count[b] = 0;
-      sm.meas[b] = 0;
+      sm.meas_lo[b] = 0;
+      sm.meas_hi[b] = 0;
     }
     __syncthreads();
     for_each(x, V, [&](int, float l) {
@@ -260,12 +275,12 @@ __device__ RadixResult radix_select(const float* x, int V, KeyFn key_of, uint32_
       if (k < lo || !in_prefix(k)) return;
       const uint32_t b = (k >> shift) & static_cast<uint32_t>(bins - 1);
       atomicAdd(&sm.count[b], 1u);
-      if constexpr (kMass) atomicAdd(reinterpret_cast<unsigned long long*>(&sm.meas[b]), fixed_mass(k));
+      if constexpr (kMass) add_bin_mass(sm, b, fixed_mass(k));
     });
     __syncthreads();
     if (level == 0) {
       uint64_t local = 0;
-      for (int b = threadIdx.x; b < bins; b += kThreads) local += kMass ? sm.meas[b] : sm.count[b];
+      for (int b = threadIdx.x; b < bins; b += kThreads) local += kMass ? bin_mass(sm, b) : sm.count[b];
       const uint64_t total = block_sum(local, sm);
       if constexpr (kMass) {
         if (total == 0) return res;
@@ -276,7 +291,7 @@ __device__ RadixResult radix_select(const float* x, int V, KeyFn key_of, uint32_
     }
     uint64_t excl = 0;
     const int q = find_crossing(
-        bins, [&](int i) -> uint64_t { return kMass ? sm.meas[bins - 1 - i] : sm.count[bins - 1 - i]; }, above, target,
+        bins, [&](int i) -> uint64_t { return kMass ? bin_mass(sm, bins - 1 - i) : sm.count[bins - 1 - i]; }, above, target,
         &excl, sm);
     if (q == bins) return res;  // integer sums: cannot happen once total >= target
     const uint32_t b = static_cast<uint32_t>(bins - 1 - q);
