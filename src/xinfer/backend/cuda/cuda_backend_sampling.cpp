@@ -1,7 +1,10 @@
 // CudaBackend::sample_rows: checks the batch, packs its rows and adjustments (kernels/sampling/sample_rows.h
 // layout) into a pinned staging buffer, copies them with one async copy into a device buffer that also holds
 // the adjustment scratch, and launches adjust -> sample -> restore on the backend's stream. Buffers grow
-// (never shrink) outside graph recordings; the staging buffer is reused only after its last copy completed.
+// (never shrink) outside graph recordings. Two staging buffers take turns, each reused only after its last
+// copy completed: with a step in flight (asynchronous scheduling) the next step's batch is packed while the
+// previous copy still waits behind that step's forward, without blocking the host on it. One device buffer
+// suffices: stream order puts each copy after the kernels that read the previous batch.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,20 +18,29 @@
 namespace xinfer::cuda {
 
 struct CudaBackend::SamplingState {
-  SamplingState() { XI_CUDA_CHECK(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming)); }
+  // A pinned staging buffer (rows, adjustments) and the event of its last copy to the device.
+  struct Staging {
+    void* host = nullptr;
+    size_t capacity = 0;
+    cudaEvent_t copied = nullptr;
+  };
+  SamplingState() {
+    for (Staging& s : staging) XI_CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
+  }
   ~SamplingState() {
-    if (host) cudaFreeHost(host);
+    for (Staging& s : staging) {
+      if (s.host) cudaFreeHost(s.host);
+      cudaEventDestroy(s.copied);
+    }
     if (device) cudaFree(device);
-    cudaEventDestroy(copied);
   }
   SamplingState(const SamplingState&) = delete;
   SamplingState& operator=(const SamplingState&) = delete;
 
-  void* host = nullptr;    // pinned: rows, adjustments
+  Staging staging[2];      // taking turns (see above)
+  int next_staging = 0;
   void* device = nullptr;  // rows, adjustments, saved logits
-  size_t host_capacity = 0;
   size_t device_capacity = 0;
-  cudaEvent_t copied = nullptr;
   std::vector<SampleRowArgs> rows;
   std::vector<LogitAdjustArgs> adjust;
   std::vector<int32_t> seen_rows;  // logit rows of rows with adjustments (distinctness check)
@@ -61,9 +73,9 @@ Status CudaBackend::sample_rows(const TensorView& logits, const backend::Samplin
   st.rows.resize(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) {
     const backend::SamplingRow& s = batch.rows[static_cast<size_t>(r)];
-    const std::string where = "sample_rows: row " + std::to_string(r) + ": ";
+    auto where = [r] { return "sample_rows: row " + std::to_string(r) + ": "; };  // built only for errors
     if (s.logit_row < 0 || s.logit_row >= num_logit_rows)
-      return invalid_argument(where + "logit_row " + std::to_string(s.logit_row) + " outside [0, " +
+      return invalid_argument(where() + "logit_row " + std::to_string(s.logit_row) + " outside [0, " +
                               std::to_string(num_logit_rows) + ")");
     SampleRowArgs& a = st.rows[static_cast<size_t>(r)];
     a = SampleRowArgs{};
@@ -71,13 +83,13 @@ Status CudaBackend::sample_rows(const TensorView& logits, const backend::Samplin
     a.greedy = s.greedy ? 1 : 0;
     if (!s.greedy) {
       if (!(s.temperature > 0.0f) || !std::isfinite(s.inv_temperature))
-        return invalid_argument(where + "temperature must be > 0, got " + std::to_string(s.temperature));
+        return invalid_argument(where() + "temperature must be > 0, got " + std::to_string(s.temperature));
       if (s.top_k < 0 || s.top_k >= vocab)
-        return invalid_argument(where + "top_k must be 0 (off) or in [1, vocab), got " + std::to_string(s.top_k));
+        return invalid_argument(where() + "top_k must be 0 (off) or in [1, vocab), got " + std::to_string(s.top_k));
       if (!(s.top_p > 0.0f && s.top_p <= 1.0f))
-        return invalid_argument(where + "top_p must be in (0, 1], got " + std::to_string(s.top_p));
+        return invalid_argument(where() + "top_p must be in (0, 1], got " + std::to_string(s.top_p));
       if (!(s.min_p >= 0.0f && s.min_p <= 1.0f))
-        return invalid_argument(where + "min_p must be in [0, 1], got " + std::to_string(s.min_p));
+        return invalid_argument(where() + "min_p must be in [0, 1], got " + std::to_string(s.min_p));
     }
     a.temperature = s.temperature;
     a.inv_temperature = s.inv_temperature;
@@ -116,11 +128,13 @@ Status CudaBackend::sample_rows(const TensorView& logits, const backend::Samplin
   const size_t adjust_bytes = align16(st.adjust.size() * sizeof(LogitAdjustArgs));
   const size_t host_bytes = rows_bytes + adjust_bytes;
   const size_t device_bytes = host_bytes + align16(st.adjust.size() * sizeof(float));
-  XI_CUDA_CHECK(cudaEventSynchronize(st.copied));  // the previous copy has left the staging buffer
-  if (host_bytes > st.host_capacity) {
-    if (st.host) XI_CUDA_CHECK(cudaFreeHost(st.host));
-    st.host_capacity = std::max<size_t>(host_bytes * 2, 64u << 10);
-    XI_CUDA_CHECK(cudaMallocHost(&st.host, st.host_capacity));
+  SamplingState::Staging& sg = st.staging[st.next_staging];
+  st.next_staging ^= 1;
+  XI_CUDA_CHECK(cudaEventSynchronize(sg.copied));  // this buffer's last copy (two calls ago) has left it
+  if (host_bytes > sg.capacity) {
+    if (sg.host) XI_CUDA_CHECK(cudaFreeHost(sg.host));
+    sg.capacity = std::max<size_t>(host_bytes * 2, 64u << 10);
+    XI_CUDA_CHECK(cudaMallocHost(&sg.host, sg.capacity));
   }
   if (device_bytes > st.device_capacity) {
     synchronize();  // earlier launches may still read the old buffer
@@ -128,11 +142,11 @@ Status CudaBackend::sample_rows(const TensorView& logits, const backend::Samplin
     st.device_capacity = std::max<size_t>(device_bytes * 2, 64u << 10);
     XI_CUDA_CHECK(cudaMalloc(&st.device, st.device_capacity));
   }
-  std::memcpy(st.host, st.rows.data(), st.rows.size() * sizeof(SampleRowArgs));
+  std::memcpy(sg.host, st.rows.data(), st.rows.size() * sizeof(SampleRowArgs));
   if (!st.adjust.empty())
-    std::memcpy(static_cast<char*>(st.host) + rows_bytes, st.adjust.data(), st.adjust.size() * sizeof(LogitAdjustArgs));
-  XI_CUDA_CHECK(cudaMemcpyAsync(st.device, st.host, host_bytes, cudaMemcpyHostToDevice, stream_));
-  XI_CUDA_CHECK(cudaEventRecord(st.copied, stream_));
+    std::memcpy(static_cast<char*>(sg.host) + rows_bytes, st.adjust.data(), st.adjust.size() * sizeof(LogitAdjustArgs));
+  XI_CUDA_CHECK(cudaMemcpyAsync(st.device, sg.host, host_bytes, cudaMemcpyHostToDevice, stream_));
+  XI_CUDA_CHECK(cudaEventRecord(sg.copied, stream_));
 
   char* dev = static_cast<char*>(st.device);
   SampleRowsArgs args{};
