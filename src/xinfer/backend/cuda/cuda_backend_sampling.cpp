@@ -37,7 +37,7 @@ struct CudaBackend::SamplingState {
   SamplingState(const SamplingState&) = delete;
   SamplingState& operator=(const SamplingState&) = delete;
 
-  Staging staging[2];      // taking turns (see above)
+  Staging staging[2];  // taking turns (see above)
   int next_staging = 0;
   void* device = nullptr;  // rows, adjustments, saved logits
   size_t device_capacity = 0;
@@ -85,7 +85,8 @@ Status CudaBackend::sample_rows(const TensorView& logits, const backend::Samplin
       if (!(s.temperature > 0.0f) || !std::isfinite(s.inv_temperature))
         return invalid_argument(where() + "temperature must be > 0, got " + std::to_string(s.temperature));
       if (s.top_k < 0 || s.top_k >= vocab)
-        return invalid_argument(where() + "top_k must be 0 (off) or in [1, vocab), got " + std::to_string(s.top_k));
+        return invalid_argument(where() + "top_k must be 0 (off) or in [1, vocab), got " +
+                                std::to_string(s.top_k));
       if (!(s.top_p > 0.0f && s.top_p <= 1.0f))
         return invalid_argument(where() + "top_p must be in (0, 1], got " + std::to_string(s.top_p));
       if (!(s.min_p >= 0.0f && s.min_p <= 1.0f))
@@ -144,7 +145,8 @@ Status CudaBackend::sample_rows(const TensorView& logits, const backend::Samplin
   }
   std::memcpy(sg.host, st.rows.data(), st.rows.size() * sizeof(SampleRowArgs));
   if (!st.adjust.empty())
-    std::memcpy(static_cast<char*>(sg.host) + rows_bytes, st.adjust.data(), st.adjust.size() * sizeof(LogitAdjustArgs));
+    std::memcpy(static_cast<char*>(sg.host) + rows_bytes, st.adjust.data(),
+                st.adjust.size() * sizeof(LogitAdjustArgs));
   XI_CUDA_CHECK(cudaMemcpyAsync(st.device, sg.host, host_bytes, cudaMemcpyHostToDevice, stream_));
   XI_CUDA_CHECK(cudaEventRecord(sg.copied, stream_));
 

@@ -291,8 +291,8 @@ __device__ RadixResult radix_select(const float* x, int V, KeyFn key_of, uint32_
     }
     uint64_t excl = 0;
     const int q = find_crossing(
-        bins, [&](int i) -> uint64_t { return kMass ? bin_mass(sm, bins - 1 - i) : sm.count[bins - 1 - i]; }, above, target,
-        &excl, sm);
+        bins, [&](int i) -> uint64_t { return kMass ? bin_mass(sm, bins - 1 - i) : sm.count[bins - 1 - i]; },
+        above, target, &excl, sm);
     if (q == bins) return res;  // integer sums: cannot happen once total >= target
     const uint32_t b = static_cast<uint32_t>(bins - 1 - q);
     above = excl;
