@@ -339,7 +339,8 @@ TEST_P(AddRmsNormLinearTest, MatchesCpuAndComposition) {
       EXPECT_EQ(plan->producer.has_value(), c.delta == Delta::kProducer);
       // kAlways pairs the rows of an untuned SwiGLU linear, so the epilogue writes act itself.
       EXPECT_EQ(plan->swiglu, c.act && plan->consumer.rows_per_warp % 2 == 0);
-      if (c.act && !gpu().gemm().normed_gemv_for(cuda::GemmArgs{bf16(fused.residual), bf16(fused.w), nullptr,
+      if (c.act && !gpu().gemm().normed_gemv_for(cuda::GemmArgs{bf16(fused.residual), bf16(fused.w),
+                                                                c.bias ? bf16(fused.bias) : nullptr,
                                                                 fused.out.view.data, false, c.m, c.n, c.k})) {
         EXPECT_TRUE(plan->swiglu) << "untuned: the default configuration pairs the rows";
       }

@@ -3,7 +3,8 @@
 // candidates (small vocab, top-k, min-p), radix selects (top-k by count, top-p by mass, exact ties), the
 // full-row draw - at vocab 7, 1000, 3000, 12000, 20000, 32001 (misaligned rows), 50257 and 128256; logit
 // adjustments (mask, bias, penalties) from SamplingParams through the engine's planner; greedy rows equal to
-// the host Sampler's argmax; determinism and independence from batch position; and the Engine on CUDA using
+// the host Sampler's argmax; batches issued back to back (staging buffers taking turns); determinism and
+// independence from batch position; and the Engine on CUDA using
 // the device path with seeded runs that repeat exactly.
 #include <algorithm>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <functional>
 #include <limits>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <string>
@@ -313,6 +315,60 @@ TEST(SampleRows, GreedyRowsInAMixedBatchAreTheHostArgmax) {
   EXPECT_EQ(expect[2], 0);
   for (size_t r = 0; r < rows.size(); ++r) EXPECT_EQ(ids[2 * r], expect[r]) << "row " << r;
   EXPECT_EQ(ids[5], 0) << "all -inf: greedy at -inf gives the lowest id";
+}
+
+// Batches issued back to back, none waited for before the next (as with a step in flight): the pinned
+// staging buffers take turns and one of them grows (a 2000-row batch) while the other's copy may be pending;
+// greedy rows (one with its argmax masked) give known answers for every call.
+TEST(SampleRows, BackToBackBatchesBeforeAnyDownload) {
+  const int V = 5000, R = 6;
+  std::vector<float> host;
+  std::vector<int32_t> best(R), second(R);
+  for (int r = 0; r < R; ++r) {
+    const std::vector<float> row = normal_logits(V, 70 + static_cast<uint32_t>(r), 2.0f);
+    std::vector<int32_t> order(static_cast<size_t>(V));
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + 2, order.end(), [&](int32_t a, int32_t b) {
+      return row[static_cast<size_t>(a)] > row[static_cast<size_t>(b)];
+    });
+    best[static_cast<size_t>(r)] = order[0];
+    second[static_cast<size_t>(r)] = order[1];
+    host.insert(host.end(), row.begin(), row.end());
+  }
+  auto dev = gpu().upload(host_view(host, Shape{R, V}), DType::kF32);
+  const std::vector<int> sizes = {3, 6, 2000, 5};
+  std::vector<backend::DeviceTensor> outs;
+  std::vector<std::vector<int32_t>> want;
+  for (size_t call = 0; call < sizes.size(); ++call) {
+    backend::SamplingBatch batch;
+    std::vector<int32_t> w;
+    for (int i = 0; i < sizes[call]; ++i) {
+      backend::SamplingRow row;
+      row.logit_row = static_cast<int32_t>((i + 2 * call) % R);
+      batch.rows.push_back(row);
+      w.push_back(best[static_cast<size_t>(row.logit_row)]);
+    }
+    if (call == 1) {  // mask row 0's argmax: its second-best wins (and the logits are restored after)
+      backend::LogitAdjustment mask;
+      mask.row = 0;
+      mask.token = best[static_cast<size_t>(batch.rows[0].logit_row)];
+      mask.masked = true;
+      batch.adjustments.push_back(mask);
+      w[0] = second[static_cast<size_t>(batch.rows[0].logit_row)];
+    }
+    outs.push_back(gpu().allocate(DType::kI32, Shape{sizes[call]}));
+    const Status st = gpu().sample_rows(dev.view, batch, outs.back().view);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    want.push_back(std::move(w));
+  }
+  for (size_t call = 0; call < sizes.size(); ++call) {
+    std::vector<int32_t> got(static_cast<size_t>(sizes[call]));
+    gpu().to_host_raw(outs[call].view, got.data());
+    EXPECT_EQ(got, want[call]) << "call " << call;
+  }
+  std::vector<float> after(host.size());
+  gpu().to_host_raw(dev.view, after.data());
+  EXPECT_EQ(std::memcmp(after.data(), host.data(), host.size() * sizeof(float)), 0) << "logits not restored";
 }
 
 // Every path, repeated, and the same rows placed differently (other logits rows, other batch positions,

@@ -313,27 +313,31 @@ __global__ void __launch_bounds__(kThreads, ctas_per_sm(M)) gemv_kernel(GemvPara
   __syncthreads();
   const OutSlot slot = kSwiGlu ? out_slot<M, R, kSwiGlu>(p, blk, groups) : early_slot;
   if (!slot.valid) return;
-  float v = 0.0f;
-  for (int s = 0; s < p.k_split; ++s) v += partial[slot.g * p.k_split + s][slot.j];
+  float inv_rms = 1.0f;  // kNormedX: 1 / RMS of the x row
   if constexpr (kMode == Mode::kNormedX) {
     float total = 0.0f;
     for (int w = 0; w < kWarps; ++w) total += sum_sq[w][slot.mi];
-    v *= rsqrtf(total / static_cast<float>(p.k) + p.eps);
+    inv_rms = rsqrtf(total / static_cast<float>(p.k) + p.eps);
   }
-  if (p.bias) v += __bfloat162float(p.bias[slot.row]);
+  // Output j (partial sums) of w's row `row`: the k_split warps' sum, scaled (kNormedX), plus the bias, with
+  // explicit roundings (nothing left for the compiler to contract differently at the two call sites: the
+  // SwiGLU epilogue recomputes the up output its own thread stores, and must get the same bits).
+  auto output = [&](int j, int row) {
+    float v = 0.0f;
+    for (int s = 0; s < p.k_split; ++s) v += partial[slot.g * p.k_split + s][j];
+    const float b = p.bias ? __bfloat162float(p.bias[row]) : 0.0f;
+    if constexpr (kMode == Mode::kNormedX) return p.bias ? __fmaf_rn(v, inv_rms, b) : __fmul_rn(v, inv_rms);
+    return p.bias ? __fadd_rn(v, b) : v;
+  };
+  float v = output(slot.j, slot.row);
   // kAddToY: linear's bf16 output, then add_rms_norm's bf16 residual sum.
   if constexpr (kMode == Mode::kAddToY) v = y_old + __bfloat162float(__float2bfloat16(v));
   store(y, static_cast<size_t>(slot.mi) * p.n + slot.row, v);
   if constexpr (kSwiGlu) {
-    // The gate's thread also forms its up partner's output (the same arithmetic as that thread's) and
-    // stores silu(gate) * up from the two bf16 outputs, as silu_mul does. A gate row's index is its pair's.
+    // The gate's thread also forms its up partner's output and stores silu(gate) * up from the two bf16
+    // outputs, as silu_mul does. A gate row's index is its pair's.
     if (slot.j % R < R / 2) {
-      float up = 0.0f;
-      for (int s = 0; s < p.k_split; ++s) up += partial[slot.g * p.k_split + s][slot.j + R / 2];
-      float total = 0.0f;
-      for (int w = 0; w < kWarps; ++w) total += sum_sq[w][slot.mi];
-      up *= rsqrtf(total / static_cast<float>(p.k) + p.eps);
-      if (p.bias) up += __bfloat162float(p.bias[p.n / 2 + slot.row]);
+      const float up = output(slot.j + R / 2, p.n / 2 + slot.row);
       const float act =
           silu_mul_f32(__bfloat162float(__float2bfloat16(v)), __bfloat162float(__float2bfloat16(up)));
       p.swiglu_out[static_cast<size_t>(slot.mi) * (p.n / 2) + slot.row] = __float2bfloat16(act);

@@ -8,7 +8,9 @@
 // (256-element) steps per warp. Each lane loads 16 bytes (8 bf16) of every row of its group per step
 // (weights bypass L1: they are read exactly once) and the matching 16 bytes of each x row (from L1/L2;
 // x is tiny), multiplies in f32, then warps reduce with shuffles and the k_split partial sums meet in
-// shared memory. Rows past n are clamped for loads and never stored; x rows past m read as zero.
+// shared memory. Rows past n are clamped for loads and never stored; x rows past m read as zero. With
+// swiglu_out (below) a row group is rows_per_warp / 2 consecutive gate / up pairs instead, pairs past n / 2
+// clamped to the last one.
 // There is no cross-CTA split-K: splitting k across the warps of a CTA gives small-n shapes enough warps
 // without a workspace or a second launch.
 //
