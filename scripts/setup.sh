@@ -22,3 +22,4 @@ if ((${#missing[@]})); then
 fi
 
 python3 -m pip install -q --disable-pip-version-check -r "$(dirname "$0")/../requirements-dev.txt"
+bash "$(dirname "$0")/fetch_smollm2.sh" >/dev/null   # the real test model (tests and the default serve)
