@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "xinfer/backend/cpu/cpu_backend.h"
 #include "xinfer/cli/command.h"
 #include "xinfer/cli/flags.h"
 #include "xinfer/core/logging.h"
+#include "xinfer/engine/backend_factory.h"
 #include "xinfer/engine/model_runner.h"
 #include "xinfer/engine/sampler.h"
 #include "xinfer/model/llama.h"
@@ -80,7 +80,9 @@ int run_generate(int argc, char** argv) {
   sp.seed = seed;
   sp.ignore_eos = ignore_eos;
 
-  cpu::CpuBackend backend(cpu::CpuBackendOptions{threads});
+  auto backend_or = engine::create_backend(engine::BackendKind::kCpu, threads);
+  if (!backend_or.ok()) return fail(backend_or.status());
+  backend::Backend& backend = **backend_or;
   model::LoadOptions load_opts;
   load_opts.max_tokens = prefill_chunk;
   load_opts.max_logit_rows = 1;
@@ -122,7 +124,7 @@ int run_generate(int argc, char** argv) {
   std::vector<int32_t> block_table;
   for (int b = 1; b < spec.num_blocks; ++b) block_table.push_back(b);  // block 0 is the null block
 
-  engine::Sampler sampler(cfg.vocab_size, &backend.pool(), cfg.eos_token_ids);
+  engine::Sampler sampler(cfg.vocab_size, nullptr, cfg.eos_token_ids);  // one row: no pool needed
   engine::SequenceRng rng = engine::SequenceRng::for_request(sp);
   std::optional<tok::StreamingDetokenizer> detok;
   if (tokenizer && !print_ids) detok.emplace(*tokenizer, true, ids);

@@ -28,19 +28,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "xinfer/backend/cpu/cpu_backend.h"
 #include "xinfer/cli/command.h"
 #include "xinfer/cli/flags.h"
 #include "xinfer/core/check.h"
 #include "xinfer/core/logging.h"
+#include "xinfer/engine/backend_factory.h"
 #include "xinfer/engine/engine.h"
 #include "xinfer/engine/engine_config.h"
 #include "xinfer/engine/model_runner.h"
 #include "xinfer/model/llama.h"
 #include "xinfer/model/safetensors.h"
-#if defined(XINFER_HAVE_CUDA)
-#include "xinfer/backend/cuda/cuda_backend.h"
-#endif
 
 namespace xinfer::cli {
 namespace {
@@ -98,20 +95,6 @@ Result<std::vector<LogitsRequest>> read_requests(const std::string& path) {
     reqs.push_back(std::move(r));
   }
   return reqs;
-}
-
-Result<std::unique_ptr<backend::Backend>> make_backend(engine::BackendKind kind, int threads) {
-  if (kind == engine::BackendKind::kCpu) return std::unique_ptr<backend::Backend>(
-      std::make_unique<cpu::CpuBackend>(cpu::CpuBackendOptions{threads}));
-#if defined(XINFER_HAVE_CUDA)
-  int devices = 0;
-  if (const cudaError_t err = cudaGetDeviceCount(&devices); err != cudaSuccess || devices == 0)
-    return unavailable(std::string("no usable CUDA device: ") +
-                       (err != cudaSuccess ? cudaGetErrorString(err) : "none found"));
-  return std::unique_ptr<backend::Backend>(std::make_unique<cuda::CudaBackend>());
-#else
-  return unimplemented("this xinfer was built without the CUDA backend; use --backend cpu");
-#endif
 }
 
 int32_t argmax(const float* row, int vocab) {  // ties -> lowest id, like the Sampler's greedy
@@ -202,7 +185,7 @@ int run_logits(int argc, char** argv) {
   }
   auto kind = engine::parse_backend_kind(backend_name);
   if (!kind.ok()) return fail(kind.status());
-  auto backend_or = make_backend(*kind, threads);
+  auto backend_or = engine::create_backend(*kind, threads);
   if (!backend_or.ok()) return fail(backend_or.status());
   backend::Backend& backend = **backend_or;
 

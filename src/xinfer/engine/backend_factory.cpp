@@ -1,0 +1,29 @@
+#include "xinfer/engine/backend_factory.h"
+
+#include <string>
+
+#include "xinfer/backend/cpu/cpu_backend.h"
+#if defined(XINFER_HAVE_CUDA)
+#include <cuda_runtime.h>
+
+#include "xinfer/backend/cuda/cuda_backend.h"
+#endif
+
+namespace xinfer::engine {
+
+Result<std::unique_ptr<backend::Backend>> create_backend(BackendKind kind, int threads) {
+  if (kind == BackendKind::kCpu)
+    return std::unique_ptr<backend::Backend>(
+        std::make_unique<cpu::CpuBackend>(cpu::CpuBackendOptions{threads}));
+#if defined(XINFER_HAVE_CUDA)
+  int devices = 0;
+  if (const cudaError_t err = cudaGetDeviceCount(&devices); err != cudaSuccess || devices == 0)
+    return unavailable(std::string("no usable CUDA device: ") +
+                       (err != cudaSuccess ? cudaGetErrorString(err) : "none found"));
+  return std::unique_ptr<backend::Backend>(std::make_unique<cuda::CudaBackend>());
+#else
+  return unimplemented("this xinfer was built without the CUDA backend; use --backend cpu");
+#endif
+}
+
+}  // namespace xinfer::engine

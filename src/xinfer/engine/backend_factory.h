@@ -1,0 +1,18 @@
+// create_backend: builds a backend by kind for the commands that run a model outside an Engine (`xinfer
+// generate`, `xinfer logits`). The concrete backends are private to the engine library: this file and
+// engine.cpp are the only places that name them, so the server and the CLI link neither directly.
+#pragma once
+
+#include <memory>
+
+#include "xinfer/backend/backend.h"
+#include "xinfer/core/status.h"
+#include "xinfer/engine/engine_config.h"
+
+namespace xinfer::engine {
+
+// kCpu: a CpuBackend with `threads` threads (0: all cores). kCuda: a CudaBackend on device 0 with default
+// options; UNAVAILABLE when no CUDA device is usable, UNIMPLEMENTED in a build without CUDA.
+Result<std::unique_ptr<backend::Backend>> create_backend(BackendKind kind, int threads);
+
+}  // namespace xinfer::engine
