@@ -1,8 +1,9 @@
 // `xinfer serve`: the OpenAI-compatible HTTP server over the engine.
 //
 // Start-up: parse flags -> load filter rules -> listen (GET /health answers 503 while loading) -> load the
-// engine (model, KV cache) and tokenizer -> ready. SIGTERM / SIGINT drain: stop accepting, refuse new
-// generation (503), let in-flight requests finish (up to --drain-timeout, then abort them), exit 0.
+// engine (model, KV cache) and tokenizer -> ready. SIGTERM / SIGINT drain: close the listener (new
+// connections are refused), close idle keep-alive connections (busy ones after their response), let
+// in-flight requests finish (up to --drain-timeout, then abort them), exit 0.
 // Signals are blocked in every thread and taken with sigwait() by main, so no handler runs async code.
 #include <csignal>
 #include <cstdio>
@@ -66,8 +67,10 @@ bool wait_until(Pred done, double timeout_s, const sigset_t& signals) {
 
 int run_serve(int argc, char** argv) {
   std::string model_dir, served_name, host = "127.0.0.1", api_key, filter_rules_path;
-  int port = 8000, max_connections = 1024, server_threads = 1;
+  int port = 8000, max_connections = 1024, server_threads = 4;
   int64_t max_body_bytes = 8 << 20;
+  std::string metrics_prefix = "xinfer";
+  server::OpenAIServerOptions so;
   double keep_alive_timeout = 30, drain_timeout = 30;
   EngineFlags engine_flags;
   engine::EngineConfig& ec = engine_flags.config;
@@ -78,7 +81,8 @@ int run_serve(int argc, char** argv) {
                 "Example: xinfer serve --model DIR --port 8000\n"
                 "Without --model it serves the bundled model " +
                     std::string(kDefaultModel) +
-                    ".\nSIGTERM or Ctrl-C drains: new requests get 503, running ones finish, then exit 0.");
+                    ".\nSIGTERM or Ctrl-C drains: the listener closes (new connections are refused), idle keep-alive\n"
+                    "connections close, running requests finish (up to --drain-timeout), then exit 0.");
   flags.add("--model", &model_dir,
             std::string("Hugging Face model directory (config.json, *.safetensors, tokenizer files); default: ") +
                 kDefaultModel + " of this checkout");
@@ -86,7 +90,8 @@ int run_serve(int argc, char** argv) {
   flags.add("--host", &host, "address to bind (IP); 0.0.0.0 exposes the server to the network");
   flags.add("--port", &port, "TCP port; 0 picks a free one (printed in the log)");
   flags.add("--api-key", &api_key,
-            "require 'Authorization: Bearer KEY' on /v1/* (default: $XINFER_API_KEY, else no auth)");
+            "require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize (/health and /metrics "
+            "stay open; default: $XINFER_API_KEY, else no auth)");
   flags.add("--filter-rules", &filter_rules_path,
             "JSON file of output rules: [{\"pattern\", \"type\": literal|regex, \"action\": mask|stop|content_filter, "
             "\"replacement\"}]");
@@ -96,7 +101,15 @@ int run_serve(int argc, char** argv) {
   flags.add("--keep-alive-timeout", &keep_alive_timeout,
             "seconds an idle keep-alive connection (or slow request headers) may wait before it is closed");
   flags.add("--drain-timeout", &drain_timeout, "seconds in-flight requests may run after SIGTERM before abort");
-  flags.add("--server-threads", &server_threads, "HTTP I/O threads");
+  flags.add("--server-threads", &server_threads,
+            "HTTP I/O threads (request parsing and tokenization run on them; one slow request holds one)");
+  flags.add("--max-request-tokens", &so.max_request_tokens,
+            "most tokens one request may generate over all its choices (choices x max_tokens; unset max_tokens "
+            "counts as the rest of the context); 400 beyond");
+  flags.add("--max-request-logprobs", &so.max_request_logprobs,
+            "most logprob entries one request may return (its tokens x (1 + top logprobs)); 400 beyond");
+  flags.add("--metrics-prefix", &metrics_prefix,
+            "metric names of /metrics: xinfer (xinfer:*), vllm (vllm:*, what vLLM dashboards read) or both");
   engine_flags.add_to(flags);
   if (int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
 
@@ -110,6 +123,13 @@ int run_serve(int argc, char** argv) {
   if (port < 0 || port > 65535) return fail("--port must be in [0, 65535]");
   if (max_body_bytes <= 0 || max_connections <= 0 || server_threads <= 0)
     return fail("--max-body-bytes, --max-connections and --server-threads must be positive");
+  if (so.max_request_tokens <= 0 || so.max_request_logprobs <= 0)
+    return fail("--max-request-tokens and --max-request-logprobs must be positive");
+  if (auto p = server::parse_metrics_prefix(metrics_prefix)) {
+    so.metrics_prefix = *p;
+  } else {
+    return fail("--metrics-prefix must be xinfer, vllm or both, got '" + metrics_prefix + "'");
+  }
   if (model_dir.empty()) {
     model_dir = find_default_model();
     if (model_dir.empty()) {
@@ -138,7 +158,6 @@ int run_serve(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  server::OpenAIServerOptions so;
   so.api_key = api_key;
   so.filter_rules = rules;
   server::OpenAIServer api(so);
@@ -193,7 +212,10 @@ int run_serve(int argc, char** argv) {
                << cfg.scheduler.block_size << " tokens (" << plan.kv_tokens << " tokens); max_num_seqs " << cfg.scheduler.max_num_seqs
                << ", max_num_batched_tokens " << cfg.scheduler.max_num_batched_tokens << ", max_waiting "
                << cfg.max_waiting;
-  XI_LOG(INFO) << "limits: body " << max_body_bytes << " bytes, " << max_connections << " connections, keep-alive "
+  XI_LOG(INFO) << "limits: body " << max_body_bytes << " bytes, JSON depth " << so.json_limits.max_depth
+               << ", " << so.json_limits.max_object_keys << " keys per object; per request "
+               << so.max_request_tokens << " generated tokens, " << so.max_request_logprobs << " logprob entries; "
+               << max_connections << " connections, " << server_threads << " I/O threads, keep-alive "
                << keep_alive_timeout << " s; api key " << (api_key.empty() ? "off" : "on") << "; filter rules "
                << (rules ? std::to_string(rules->size()) : std::string("none"));
   api.set_model(std::move(served));

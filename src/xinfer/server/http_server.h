@@ -10,6 +10,10 @@
 // queued, never waited for, so an engine callback that posts output never blocks on a slow client.
 // Limits: body size (413), open connections (503 to the ones past the limit), idle keep-alive and
 // header-read timeout, write timeout (a client that stops reading is dropped).
+// HTTP/1.1 (RFC 9110/9112): HEAD responses carry headers only; `Expect: 100-continue` is answered with
+// `100 Continue` before the body is read; a Transfer-Encoding other than chunked, or a 1.1 request without
+// Host, is a 400 and the connection closes; HTTP/1.0 clients get one response per connection, a streamed
+// one close-delimited (no chunked coding). TCP_NODELAY on every connection (no Nagle delay on small writes).
 #pragma once
 
 #include <atomic>
@@ -29,6 +33,7 @@ struct HttpRequest {
   std::string method;   // "GET", "POST", ...
   std::string target;   // as sent, e.g. "/v1/models?x=1"
   std::string path;     // target without the query
+  int version = 11;     // 10: HTTP/1.0, 11: HTTP/1.1
   std::map<std::string, std::string> headers;  // names lower-cased
   std::string body;
   std::string header(const std::string& lower_name) const {
@@ -77,7 +82,7 @@ struct HttpServerOptions {
   int max_connections = 1024;
   double keep_alive_timeout_s = 30;  // idle connection / slow request headers
   double write_timeout_s = 60;       // one write may take this long before the client is dropped
-  int threads = 1;                   // io threads
+  int threads = 4;                   // io threads (a slow request occupies one; the others serve)
 };
 
 class HttpServer {

@@ -184,6 +184,8 @@ void read_common(Reader& r, bool chat, int vocab_size, GenerationOptions* o) {
   if (const json* stop = r.find("stop")) {
     if (stop->is_string()) {
       o->stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array() && stop->size() > static_cast<size_t>(kMaxStopStrings)) {
+      r.fail("'stop' may hold at most " + std::to_string(kMaxStopStrings) + " strings", "stop");
     } else if (stop->is_array()) {
       for (const json& s : *stop) {
         if (!s.is_string()) {
@@ -203,6 +205,8 @@ void read_common(Reader& r, bool chat, int vocab_size, GenerationOptions* o) {
   if (const json* ids = r.find("stop_token_ids")) {
     if (!ids->is_array()) {
       r.wrong_type("stop_token_ids", "a list of token ids", *ids);
+    } else if (ids->size() > kMaxStopTokenIds) {
+      r.fail("'stop_token_ids' may hold at most " + std::to_string(kMaxStopTokenIds) + " ids", "stop_token_ids");
     } else {
       for (const json& t : *ids) {
         if (!is_token_id(t, vocab_size)) {
@@ -216,6 +220,8 @@ void read_common(Reader& r, bool chat, int vocab_size, GenerationOptions* o) {
   if (const json* bias = r.find("logit_bias")) {
     if (!bias->is_object()) {
       r.wrong_type("logit_bias", "an object of token id -> bias", *bias);
+    } else if (bias->size() > kMaxLogitBiasEntries) {
+      r.fail("'logit_bias' may hold at most " + std::to_string(kMaxLogitBiasEntries) + " entries", "logit_bias");
     } else {
       for (auto it = bias->begin(); it != bias->end(); ++it) {
         const std::string& key = it.key();
@@ -249,6 +255,17 @@ void read_common(Reader& r, bool chat, int vocab_size, GenerationOptions* o) {
     sp.logprobs = static_cast<int32_t>(std::clamp<int64_t>(*lp, 0, engine::kMaxLogprobs));
   }
   if (const json* user = r.find("user"); user && !user->is_string()) r.wrong_type("user", "a string", *user);
+  // Constrained output is not implemented: refuse it rather than pretend (a text answer is not JSON).
+  if (const json* rf = r.find("response_format")) {
+    const auto type = rf->is_object() ? rf->find("type") : rf->end();
+    if (!rf->is_object() || type == rf->end() || !type->is_string()) {
+      r.fail("'response_format' must be an object with a string 'type'", "response_format");
+    } else if (*type != "text") {
+      r.fail("'response_format' type '" + type->get<std::string>() +
+                 "' is not supported by this server (only 'text'; no constrained decoding)",
+             "response_format");
+    }
+  }
   if (!r.error) {
     // Defense in depth: the engine's own validation, with its message.
     Status s = engine::validate(sp, vocab_size);
@@ -263,15 +280,16 @@ std::optional<ApiError> read_model(Reader& r, std::string* model) {
 
 }  // namespace
 
-std::variant<json, ApiError> parse_json_body(const std::string& body) {
+std::variant<json, ApiError> parse_json_body(const std::string& body, const JsonLimits& limits) {
   if (!tok::is_valid_utf8(body)) {
     return bad_request("request body is not valid UTF-8 (at byte " + std::to_string(tok::valid_utf8_prefix(body)) +
                        ")");
   }
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return bad_request("request body is not valid JSON");
+  auto parsed = parse_bounded_json(body, limits);
+  if (auto* message = std::get_if<std::string>(&parsed)) return bad_request(std::move(*message));
+  json& j = std::get<json>(parsed);
   if (!j.is_object()) return bad_request("request body must be a JSON object");
-  return j;
+  return std::move(j);
 }
 
 std::variant<CompletionRequest, ApiError> parse_completion_request(const json& body, int vocab_size) {
@@ -330,6 +348,8 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(const json& b
 std::optional<ApiError> normalize_messages(const json& in, json* out) {
   if (!in.is_array()) return bad_request("'messages' must be a list of messages", "messages");
   if (in.empty()) return bad_request("'messages' must not be empty", "messages");
+  if (in.size() > kMaxMessages)
+    return bad_request("'messages' may hold at most " + std::to_string(kMaxMessages) + " messages", "messages");
   *out = json::array();
   for (size_t i = 0; i < in.size(); ++i) {
     const json& m = in[i];
@@ -396,6 +416,20 @@ std::variant<ChatRequest, ApiError> parse_chat_request(const json& body, int voc
     else req.chat_template_kwargs = *kw;
   }
   if (r.has("echo")) r.fail("'echo' is only supported by /v1/completions", "echo");
+  // Tool calls are not parsed out of the output: a request that forces a call ("required" or a named
+  // function) cannot be honoured. "none" and "auto" are (the model answers in text).
+  if (const json* choice = r.find("tool_choice")) {
+    if (choice->is_string()) {
+      if (*choice == "required") {
+        r.fail("'tool_choice' 'required' is not supported by this server (no tool-call parsing)", "tool_choice");
+      } else if (*choice != "none" && *choice != "auto") {
+        r.fail("'tool_choice' must be 'none', 'auto' or 'required'", "tool_choice");
+      }
+    } else {
+      r.fail("'tool_choice' naming a function is not supported by this server (no tool-call parsing)",
+             "tool_choice");
+    }
+  }
   read_common(r, /*chat=*/true, vocab_size, &req.options);
   if (r.error) return *r.error;
   return req;

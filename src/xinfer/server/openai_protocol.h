@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "xinfer/engine/sampling_params.h"
+#include "xinfer/server/json_body_parser.h"
 
 namespace xinfer::server {
 
@@ -32,6 +33,9 @@ ApiError bad_request(std::string message, std::string param = "");
 
 inline constexpr int kMaxN = 128;
 inline constexpr int kMaxStopStrings = 16;
+inline constexpr size_t kMaxMessages = 4096;        // chat messages in one request
+inline constexpr size_t kMaxLogitBiasEntries = 1024;
+inline constexpr size_t kMaxStopTokenIds = 1024;
 
 enum class LogprobsFormat { kNone, kCompletion, kChat };
 
@@ -75,7 +79,9 @@ std::variant<ChatRequest, ApiError> parse_chat_request(const nlohmann::ordered_j
 // string, null for an assistant message, or a list of {"type": "text", "text": ...} parts, joined).
 std::optional<ApiError> normalize_messages(const nlohmann::ordered_json& in, nlohmann::ordered_json* out);
 
-// Parses a request body: malformed JSON, invalid UTF-8 or a non-object -> 400.
-std::variant<nlohmann::ordered_json, ApiError> parse_json_body(const std::string& body);
+// Parses a request body within `limits` (json_body_parser.h): malformed JSON, invalid UTF-8, a limit
+// passed or a non-object -> 400.
+std::variant<nlohmann::ordered_json, ApiError> parse_json_body(const std::string& body,
+                                                               const JsonLimits& limits = {});
 
 }  // namespace xinfer::server

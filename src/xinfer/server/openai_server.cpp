@@ -108,7 +108,8 @@ void OpenAIServer::handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
     ex->respond(405, kJson, e.body(), {{"Allow", method}});
     return;
   }
-  if (path.rfind("/v1/", 0) == 0 && !authorized(req)) {
+  const bool guarded = path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
+  if (guarded && !authorized(req)) {
     return send_error(*ex, make_error(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"));
   }
   if (path == "/health") return handle_health(*ex);
@@ -178,7 +179,7 @@ void OpenAIServer::handle_metrics(HttpExchange& ex) {
   os << "xinfer:server_client_disconnects_total " << counters_.client_disconnects.load() << '\n';
   out += os.str();
   counters_.responses[200].fetch_add(1);
-  ex.respond(200, "text/plain; version=0.0.4; charset=utf-8", std::move(out));
+  ex.respond(200, "text/plain; version=0.0.4; charset=utf-8", apply_metrics_prefix(out, options_.metrics_prefix));
 }
 
 void OpenAIServer::handle_models(const HttpRequest& req, HttpExchange& ex) {
@@ -207,7 +208,7 @@ void OpenAIServer::handle_models(const HttpRequest& req, HttpExchange& ex) {
 
 void OpenAIServer::handle_tokenize(const HttpRequest& req, HttpExchange& ex) {
   const ServedModel& m = *model_.load();
-  auto parsed = parse_json_body(req.body);
+  auto parsed = parse_json_body(req.body, options_.json_limits);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
   const json& body = std::get<json>(parsed);
   if (auto it = body.find("model"); it != body.end() && !it->is_null() && (!it->is_string() || *it != m.name)) {
@@ -265,7 +266,7 @@ void OpenAIServer::handle_tokenize(const HttpRequest& req, HttpExchange& ex) {
 
 void OpenAIServer::handle_detokenize(const HttpRequest& req, HttpExchange& ex) {
   const ServedModel& m = *model_.load();
-  auto parsed = parse_json_body(req.body);
+  auto parsed = parse_json_body(req.body, options_.json_limits);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(ex, *e);
   const json& body = std::get<json>(parsed);
   if (auto it = body.find("model"); it != body.end() && !it->is_null() && (!it->is_string() || *it != m.name)) {
@@ -286,10 +287,41 @@ void OpenAIServer::handle_detokenize(const HttpRequest& req, HttpExchange& ex) {
   send_json(ex, 200, dump(out));
 }
 
+std::optional<ApiError> OpenAIServer::check_cost(const GenerationOptions& o, size_t num_prompts,
+                                                int64_t cost_tokens, bool chat) const {
+  const char* max_key = chat ? "max_completion_tokens" : "max_tokens";
+  std::ostringstream choices;
+  choices << num_prompts * static_cast<size_t>(o.n) << " choices";
+  if (cost_tokens > options_.max_request_tokens) {
+    std::ostringstream os;
+    os << "this request may generate up to " << cost_tokens << " tokens (" << choices.str() << " x '" << max_key
+       << "', unset = up to the context length); the server's limit is " << options_.max_request_tokens
+       << " per request (--max-request-tokens): lower 'n' or '" << max_key << "'";
+    ApiError e = bad_request(os.str(), "n");
+    e.code = "request_too_costly";
+    return e;
+  }
+  if (o.logprobs != LogprobsFormat::kNone) {
+    const int64_t top = o.sampling.logprobs.value_or(0);
+    const int64_t entries = cost_tokens * (1 + top);
+    if (entries > options_.max_request_logprobs) {
+      std::ostringstream os;
+      os << "this request may return up to " << entries << " logprob entries (" << cost_tokens
+         << " tokens x (1 + " << top << " top logprobs)); the server's limit is "
+         << options_.max_request_logprobs << " per request (--max-request-logprobs): lower 'n', '" << max_key
+         << "' or the number of top logprobs";
+      ApiError e = bad_request(os.str(), chat ? "top_logprobs" : "logprobs");
+      e.code = "request_too_costly";
+      return e;
+    }
+  }
+  return std::nullopt;
+}
+
 void OpenAIServer::handle_completions(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, bool chat) {
   const ServedModel& m = *model_.load();
   const engine::EngineInfo& info = m.engine->info();
-  auto parsed = parse_json_body(req.body);
+  auto parsed = parse_json_body(req.body, options_.json_limits);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(*ex, *e);
   const json& body = std::get<json>(parsed);
 
@@ -336,6 +368,7 @@ void OpenAIServer::handle_completions(const HttpRequest& req, std::shared_ptr<Ht
                                       "model_not_found"));
   }
   const char* prompt_word = chat ? "messages" : "prompt";
+  int64_t cost_tokens = 0;  // generated tokens the request may cost, over every choice
   for (PromptInput& p : setup.prompts) {
     const int prompt_len = static_cast<int>(p.ids.size());
     if (prompt_len == 0) return send_error(*ex, bad_request("the prompt is empty (no tokens)", prompt_word));
@@ -350,7 +383,9 @@ void OpenAIServer::handle_completions(const HttpRequest& req, std::shared_ptr<Ht
       e.code = "context_length_exceeded";
       return send_error(*ex, e);
     }
+    cost_tokens += static_cast<int64_t>(setup.options.n) * requested.value_or(info.max_model_len - prompt_len);
   }
+  if (auto e = check_cost(setup.options, setup.prompts.size(), cost_tokens, chat)) return send_error(*ex, *e);
   setup.id = next_id(chat ? "chatcmpl-" : "cmpl-");
   setup.created = static_cast<int64_t>(std::time(nullptr));
   setup.model_name = m.name;

@@ -8,6 +8,7 @@
 //
 // States: loading (no model yet: 503 for generation) -> ready (set_model) -> draining (begin_drain: new
 // generation 503, in-flight requests run to the end).
+// Every rejected request gets an OpenAI-shaped error body ({"error": {message, type, param, code}}).
 //
 // Threading: handle() runs on a connection's strand. Engine callbacks run on the engine thread and only
 // post the output to that strand; detokenization, the OutputFilter and JSON happen there. A request's
@@ -24,6 +25,8 @@
 
 #include "xinfer/engine/engine_client.h"
 #include "xinfer/server/http_server.h"
+#include "xinfer/server/json_body_parser.h"
+#include "xinfer/server/metrics_prefix.h"
 #include "xinfer/server/output_filter.h"
 #include "xinfer/tokenizer/jinja/chat_template.h"
 #include "xinfer/tokenizer/tokenizer.h"
@@ -38,8 +41,16 @@ struct ServedModel {
 };
 
 struct OpenAIServerOptions {
-  std::string api_key;                              // "" -> no auth; else /v1/* needs "Bearer <key>"
+  // "" -> no auth; else /v1/*, /tokenize and /detokenize need "Bearer <key>" (checked before the body is
+  // parsed); /health and /metrics stay open.
+  std::string api_key;
   std::shared_ptr<const FilterRules> filter_rules;  // may be null
+  JsonLimits json_limits;                           // request bodies
+  // Cost bounds of one request (400 past them): generated tokens over all choices (choices x max_tokens,
+  // max_tokens unset = up to the context length), and logprob entries (those tokens x (1 + top logprobs)).
+  int64_t max_request_tokens = 32768;
+  int64_t max_request_logprobs = 65536;
+  MetricsPrefix metrics_prefix = MetricsPrefix::kXinfer;
 };
 
 class OpenAIServer {
@@ -75,6 +86,9 @@ class OpenAIServer {
   void send_json(HttpExchange& ex, int status, const std::string& body);
   bool authorized(const HttpRequest& req) const;
 
+  // The cost bounds of OpenAIServerOptions; cost_tokens = generated tokens over every choice.
+  std::optional<ApiError> check_cost(const struct GenerationOptions& o, size_t num_prompts, int64_t cost_tokens,
+                                     bool chat) const;
   void handle_completions(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, bool chat);
   void handle_models(const HttpRequest& req, HttpExchange& ex);
   void handle_tokenize(const HttpRequest& req, HttpExchange& ex);
