@@ -26,18 +26,18 @@ namespace {
 
 constexpr int kTile = 4;  // activation rows per pass over a weight row
 
-// Activation rows quantized to 8-bit blocks of 32. qs: [rows, k]  d, s: [rows, k / 32]
+// Activation rows quantized to 8-bit blocks of 32. qs: [rows, k]  ds: [rows, k / 32, 2] = (d, s) pairs, side
+// by side so that one 8-byte load and one multiply give both (wd * d, wm * s) products of a block.
 struct Q8Rows {
   int64_t blocks = 0;
   std::vector<int8_t> qs;
-  std::vector<float> d, s;
+  std::vector<float> ds;
 };
 
 void quantize_rows_q8(const float* x, int64_t rows, int64_t k, Q8Rows* out) {
   out->blocks = k / 32;
   out->qs.resize(static_cast<size_t>(rows * k));
-  out->d.resize(static_cast<size_t>(rows * out->blocks));
-  out->s.resize(out->d.size());
+  out->ds.resize(static_cast<size_t>(rows * out->blocks * 2));
   for (int64_t i = 0; i < rows * out->blocks; ++i) {
     const float* xb = x + i * 32;
     int8_t* qb = out->qs.data() + i * 32;
@@ -50,8 +50,8 @@ void quantize_rows_q8(const float* x, int64_t rows, int64_t k, Q8Rows* out) {
       qb[j] = static_cast<int8_t>(q);
       sum += q;
     }
-    out->d[static_cast<size_t>(i)] = d;
-    out->s[static_cast<size_t>(i)] = d * static_cast<float>(sum);
+    out->ds[static_cast<size_t>(2 * i)] = d;
+    out->ds[static_cast<size_t>(2 * i + 1)] = d * static_cast<float>(sum);
   }
 }
 
@@ -64,8 +64,7 @@ float half_at(const uint8_t* p) {
 // Pointers to the R activation rows of a tile.
 struct Tile {
   const int8_t* qs[kTile];
-  const float* d[kTile];
-  const float* s[kTile];
+  const float* ds[kTile];
 };
 
 // res[r] = dot(weight row `wrow`, activation row r) for r < R, portable integer path.
@@ -81,7 +80,7 @@ void dot_rows_portable(const uint8_t* wrow, const Tile& a, int64_t nb, float* re
         const int8_t* q = a.qs[r] + b * 32;
         int sum = 0;
         for (int j = 0; j < 32; ++j) sum += wq[j] * q[j];
-        acc[r] += wd * a.d[r][b] * static_cast<float>(sum);
+        acc[r] += wd * a.ds[r][2 * b] * static_cast<float>(sum);
       }
     } else {
       constexpr int kBytes = kType == GgufType::kQ4_1 ? 20 : 18;
@@ -93,7 +92,7 @@ void dot_rows_portable(const uint8_t* wrow, const Tile& a, int64_t nb, float* re
         const int8_t* q = a.qs[r] + b * 32;
         int sum = 0;
         for (int j = 0; j < 16; ++j) sum += (wq[j] & 15) * q[j] + (wq[j] >> 4) * q[j + 16];
-        acc[r] += wd * a.d[r][b] * static_cast<float>(sum) + wm * a.s[r][b];
+        acc[r] += wd * a.ds[r][2 * b] * static_cast<float>(sum) + wm * a.ds[r][2 * b + 1];
       }
     }
   }
@@ -108,51 +107,91 @@ __attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s4);
 }
 
+// One weight block decoded for the integer dot: wq (unsigned nibbles, or |w| for Q8_0 with `sign` the
+// weights); dm = (wd, wm, -, -) with wm the min term's factor (Q4_1: m; Q4_0: -8 wd; Q8_0: unused).
+struct WBlock {
+  __m256i wq, sign;
+  __m128 dm;
+};
+
+template <GgufType kType>
+__attribute__((target("avx2,fma,f16c"))) inline WBlock load_block(const uint8_t* wrow, int64_t b) {
+  WBlock w;
+  constexpr int kBytes = kType == GgufType::kQ8_0 ? 34 : kType == GgufType::kQ4_1 ? 20 : 18;
+  const uint8_t* blk = wrow + b * kBytes;
+  int32_t head;
+  std::memcpy(&head, blk, 4);
+  w.dm = _mm_cvtph_ps(_mm_cvtsi32_si128(head));  // Q4_1: (d, m); others: (d, junk from the quants)
+  if constexpr (kType == GgufType::kQ8_0) {
+    w.sign = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    w.wq = _mm256_sign_epi8(w.sign, w.sign);  // |w| as unsigned for maddubs; the sign moves to x
+  } else {
+    if constexpr (kType == GgufType::kQ4_0) {
+      w.dm = _mm_mul_ps(_mm_shuffle_ps(w.dm, w.dm, 0), _mm_setr_ps(1.0f, -8.0f, 0.0f, 0.0f));
+    }
+    const __m128i raw =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (kType == GgufType::kQ4_1 ? 4 : 2)));
+    // elements 0..15 (low nibbles) in the low lane, 16..31 (high nibbles) in the high lane
+    w.wq = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));
+    w.sign = w.wq;
+  }
+  return w;
+}
+
+// The 8 int32 partial sums of sum(wq * q) as floats.
+template <GgufType kType>
+__attribute__((target("avx2,fma,f16c"))) inline __m256 block_products(const WBlock& w, const int8_t* q8) {
+  __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8));
+  if constexpr (kType == GgufType::kQ8_0) q = _mm256_sign_epi8(q, w.sign);
+  // pairs: |sum| <= 2 * 15 * 127 for nibbles, 2 * 128 * 127 < 32768 for Q8_0: no int16 saturation
+  const __m256i p16 = _mm256_maddubs_epi16(w.wq, q);
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+// (wd * d, wm * s, 0, 0) for the activation block at ds (a (d, s) pair).
+__attribute__((target("avx2,fma,f16c"))) inline __m128 block_scales(const WBlock& w, const float* ds) {
+  return _mm_mul_ps(w.dm, _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(ds))));
+}
+
+// Two blocks per step, summed before they reach the accumulators, so each accumulator's add chain is one
+// dependency per two blocks (the fma latency bounds a single-row GEMV otherwise). Lane 1 of min_acc sums
+// the min terms (wm * s); its lane 0 is unused.
 template <GgufType kType, int R>
 __attribute__((target("avx2,fma,f16c"))) void dot_rows_avx2(const uint8_t* wrow, const Tile& a, int64_t nb,
                                                             float* res) {
+  constexpr bool kMin = kType != GgufType::kQ8_0;
   __m256 acc[R];
-  float min_acc[R];
+  __m128 min_acc[R];
   for (int r = 0; r < R; ++r) {
     acc[r] = _mm256_setzero_ps();
-    min_acc[r] = 0.0f;
+    min_acc[r] = _mm_setzero_ps();
   }
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i low_mask = _mm256_set1_epi8(15);
-  for (int64_t b = 0; b < nb; ++b) {
-    if constexpr (kType == GgufType::kQ8_0) {
-      const uint8_t* blk = wrow + b * 34;
-      uint16_t wd_bits;
-      std::memcpy(&wd_bits, blk, 2);
-      const float wd = _cvtsh_ss(wd_bits);
-      const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-      const __m256i wabs = _mm256_sign_epi8(wq, wq);  // |wq| as unsigned for maddubs; sign moved to x
-      for (int r = 0; r < R; ++r) {
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs[r] + b * 32));
-        const __m256i p16 = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(q, wq));  // |terms| <= 2 * 127 * 127
-        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-        acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(wd * a.d[r][b]), acc[r]);
-      }
-    } else {
-      constexpr int kBytes = kType == GgufType::kQ4_1 ? 20 : 18;
-      const uint8_t* blk = wrow + b * kBytes;
-      uint16_t bits[2];
-      std::memcpy(bits, blk, kType == GgufType::kQ4_1 ? 4 : 2);
-      const float wd = _cvtsh_ss(bits[0]);
-      const float wm = kType == GgufType::kQ4_1 ? _cvtsh_ss(bits[1]) : -8.0f * wd;
-      const __m128i raw =
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (kType == GgufType::kQ4_1 ? 4 : 2)));
-      // elements 0..15 (low nibbles) in the low lane, 16..31 (high nibbles) in the high lane
-      const __m256i wq = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low_mask);
-      for (int r = 0; r < R; ++r) {
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs[r] + b * 32));
-        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(wq, q), ones));
-        acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(wd * a.d[r][b]), acc[r]);
-        min_acc[r] += wm * a.s[r][b];
-      }
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const WBlock w0 = load_block<kType>(wrow, b), w1 = load_block<kType>(wrow, b + 1);
+    for (int r = 0; r < R; ++r) {
+      const __m256 p0 = block_products<kType>(w0, a.qs[r] + b * 32);
+      const __m256 p1 = block_products<kType>(w1, a.qs[r] + b * 32 + 32);
+      const __m128 s0 = block_scales(w0, a.ds[r] + 2 * b), s1 = block_scales(w1, a.ds[r] + 2 * b + 2);
+      const __m256 sum =
+          _mm256_fmadd_ps(p1, _mm256_broadcastss_ps(s1), _mm256_mul_ps(p0, _mm256_broadcastss_ps(s0)));
+      acc[r] = _mm256_add_ps(acc[r], sum);
+      if constexpr (kMin) min_acc[r] = _mm_add_ps(min_acc[r], _mm_add_ps(s0, s1));
     }
   }
-  for (int r = 0; r < R; ++r) res[r] = hsum(acc[r]) + min_acc[r];
+  for (; b < nb; ++b) {
+    const WBlock w0 = load_block<kType>(wrow, b);
+    for (int r = 0; r < R; ++r) {
+      const __m256 p0 = block_products<kType>(w0, a.qs[r] + b * 32);
+      const __m128 s0 = block_scales(w0, a.ds[r] + 2 * b);
+      acc[r] = _mm256_fmadd_ps(p0, _mm256_broadcastss_ps(s0), acc[r]);
+      if constexpr (kMin) min_acc[r] = _mm_add_ps(min_acc[r], s0);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    res[r] = hsum(acc[r]);
+    if constexpr (kMin) res[r] += _mm_cvtss_f32(_mm_shuffle_ps(min_acc[r], min_acc[r], 1));
+  }
 }
 #endif
 
@@ -221,8 +260,7 @@ bool gguf_matmul(const GgufFormat& f, const QuantizedMatrix& w, const float* x, 
         Tile tile;
         for (int r = 0; r < r_count; ++r) {
           tile.qs[r] = a.qs.data() + (t0 + r) * k;
-          tile.d[r] = a.d.data() + (t0 + r) * nb;
-          tile.s[r] = a.s.data() + (t0 + r) * nb;
+          tile.ds[r] = a.ds.data() + (t0 + r) * nb * 2;
         }
         fns[r_count](wrow, tile, nb, res);
         for (int r = 0; r < r_count; ++r) y[(t0 + r) * n_out + n] = res[r];
