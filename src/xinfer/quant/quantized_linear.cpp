@@ -146,6 +146,7 @@ void quantized_matmul(const QuantizedMatrix& w, const float* x, int64_t rows, fl
   if (const auto* g = std::get_if<GgufFormat>(&w.format)) {
     if (detail::gguf_matmul(*g, w, x, rows, y, pool)) return;
   }
+  if (simd_enabled() && detail::int_matmul_avx2(w, x, rows, y, pool)) return;
   const float* xs = x;
   std::vector<float> xq;
   if (std::holds_alternative<W8A8Int8Format>(w.format) || std::holds_alternative<W8A8Fp8Format>(w.format)) {

@@ -174,6 +174,7 @@ std::vector<FormatCase> all_formats() {
       {IntGroupFormat{4, 64, true}, true},
       {IntGroupFormat{8, 32, false}},
       {IntGroupFormat{8, 128, true}, true},
+      {IntGroupFormat{8, 128, true}},
       {W8A8Int8Format{ActScaleMode::kDynamicPerToken}},
       {W8A8Int8Format{ActScaleMode::kStaticPerTensor}},
       {W8A8Fp8Format{true, ActScaleMode::kDynamicPerToken}},

@@ -1,0 +1,216 @@
+// AVX2 kernels for the int weight formats (the portable path is the row-dequantizing kernel):
+//   int4 / int8 per group (no g_idx; group a multiple of 32), int8 per channel (W8A16): weights decoded to
+//     f32 in registers, 32 at a time, and multiplied with f32 activations; per group
+//     sum_k x_k W_k = s_g * (sum_k x_k q_k - z_g * sum_k x_k), the activation sums per group computed once
+//   W8A8 int8: activations quantized to int8 per token (or with the static scale), int32 dot products
+//     (maddubs/madd, sign trick), y = s_w[n] * s_x[t] * sum_k qw_k qx_k
+// Returns false when the shape or format has no kernel here (the caller falls back).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "xinfer/core/check.h"
+#include "xinfer/quant/gguf_matmul.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace xinfer::quant::detail {
+
+#if defined(__x86_64__)
+namespace {
+
+constexpr int kIntTile = 2;  // activation rows per pass over a weight row
+
+__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+  return _mm_cvtss_f32(s4);
+}
+
+enum class WKind { kU4, kU8, kI8 };
+
+// 32 weights from `p` (16 bytes for u4, 32 for u8 / i8) as 4 x 8 floats in element order.
+template <WKind kKind>
+__attribute__((target("avx2,fma"))) inline void decode32(const uint8_t* p, __m256* q) {
+  if constexpr (kKind == WKind::kU4) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i mask = _mm_set1_epi8(15);
+    const __m128i lo = _mm_and_si128(raw, mask), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
+    const __m128i e0 = _mm_unpacklo_epi8(lo, hi), e1 = _mm_unpackhi_epi8(lo, hi);  // elements 0..15, 16..31
+    q[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(e0));
+    q[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(e0, 8)));
+    q[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(e1));
+    q[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(e1, 8)));
+  } else {
+    for (int i = 0; i < 4; ++i) {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * i));
+      q[i] = _mm256_cvtepi32_ps(kKind == WKind::kU8 ? _mm256_cvtepu8_epi32(b) : _mm256_cvtepi8_epi32(b));
+    }
+  }
+}
+
+// res[r] = sum_g s[g] * (sum_{k in g} x_r[k] q[k] - z_g * xsum_r[g]) for one weight row.
+// wrow: packed row  s: [groups]  z: [groups] or nullptr (then `sym`)  x[r]: [k]  xsum[r]: [groups]
+template <WKind kKind, int R>
+__attribute__((target("avx2,fma"))) void int_rows(const uint8_t* wrow, const float* s, const uint8_t* z,
+                                                  int sym, int64_t k, int64_t group, const float* const* x,
+                                                  const float* const* xsum, float* res) {
+  constexpr int kBytes32 = kKind == WKind::kU4 ? 16 : 32;
+  __m256 acc[R];
+  float corr[R] = {};
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  const int64_t groups = k / group;
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256 ga[R][2];
+    for (int r = 0; r < R; ++r) ga[r][0] = ga[r][1] = _mm256_setzero_ps();
+    for (int64_t c = g * group; c < (g + 1) * group; c += 32) {
+      __m256 q[4];
+      decode32<kKind>(wrow + c / 32 * kBytes32, q);
+      for (int r = 0; r < R; ++r) {
+        const float* xr = x[r] + c;
+        ga[r][0] = _mm256_fmadd_ps(q[0], _mm256_loadu_ps(xr), ga[r][0]);
+        ga[r][1] = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(xr + 8), ga[r][1]);
+        ga[r][0] = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(xr + 16), ga[r][0]);
+        ga[r][1] = _mm256_fmadd_ps(q[3], _mm256_loadu_ps(xr + 24), ga[r][1]);
+      }
+    }
+    const float zg = z ? static_cast<float>(z[g]) : static_cast<float>(sym);
+    for (int r = 0; r < R; ++r) {
+      acc[r] = _mm256_fmadd_ps(_mm256_add_ps(ga[r][0], ga[r][1]), _mm256_set1_ps(s[g]), acc[r]);
+      corr[r] += s[g] * zg * xsum[r][g];
+    }
+  }
+  for (int r = 0; r < R; ++r) res[r] = hsum8(acc[r]) - corr[r];
+}
+
+template <WKind kKind>
+void run_int(const QuantizedMatrix& w, int64_t group, bool per_group_scales, const uint8_t* zeros, int sym,
+             const float* x, int64_t rows, float* y, ThreadPool* pool) {
+  const int64_t k = w.k, n_out = w.n, groups = k / group;
+  const size_t row_bytes = static_cast<size_t>(kKind == WKind::kU4 ? k / 2 : k);
+  std::vector<float> xsum(static_cast<size_t>(rows * groups), 0.0f);
+  if (sym != 0 || zeros != nullptr) {
+    for (int64_t t = 0; t < rows; ++t) {
+      for (int64_t i = 0; i < k; ++i) xsum[static_cast<size_t>(t * groups + i / group)] += x[t * k + i];
+    }
+  }
+  const auto* weight = static_cast<const uint8_t*>(w.weight);
+  auto run = [&](int64_t begin, int64_t end) {
+    float res[kIntTile];
+    for (int64_t n = begin; n < end; ++n) {
+      const uint8_t* wrow = weight + static_cast<size_t>(n) * row_bytes;
+      const float* s = per_group_scales ? w.scales + n * groups : w.scales + n;
+      const uint8_t* z = zeros ? zeros + n * groups : nullptr;
+      for (int64_t t0 = 0; t0 < rows; t0 += kIntTile) {
+        const float* xs[kIntTile] = {x + t0 * k, x + std::min(t0 + 1, rows - 1) * k};
+        const float* xsums[kIntTile] = {xsum.data() + t0 * groups,
+                                        xsum.data() + std::min(t0 + 1, rows - 1) * groups};
+        if (rows - t0 >= 2) {
+          int_rows<kKind, 2>(wrow, s, z, sym, k, group, xs, xsums, res);
+          y[t0 * n_out + n] = res[0];
+          y[(t0 + 1) * n_out + n] = res[1];
+        } else {
+          int_rows<kKind, 1>(wrow, s, z, sym, k, group, xs, xsums, res);
+          y[t0 * n_out + n] = res[0];
+        }
+      }
+    }
+  };
+  if (pool != nullptr && pool->size() > 1) {
+    pool->parallel_for(0, n_out, run, matmul_grain(n_out));
+  } else {
+    run(0, n_out);
+  }
+}
+
+// sum_k a[k] * b[k] for int8 vectors (k a multiple of 32; |values| <= 127).
+__attribute__((target("avx2,fma"))) inline int32_t dot_i8(const int8_t* a, const int8_t* b, int64_t k) {
+  __m256i acc = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t i = 0; i < k; i += 32) {
+    const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i));
+    const __m256i vb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i));
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(va, va), _mm256_sign_epi8(vb, va));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, ones));
+  }
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+void run_w8a8_int8(const QuantizedMatrix& w, const W8A8Int8Format& f, const float* x, int64_t rows, float* y,
+                   ThreadPool* pool) {
+  const int64_t k = w.k, n_out = w.n;
+  std::vector<int8_t> xq(static_cast<size_t>(rows * k));
+  std::vector<float> xs(static_cast<size_t>(rows));
+  for (int64_t t = 0; t < rows; ++t) {  // same rounding as the portable path (quantized_linear.cpp)
+    const float* xr = x + t * k;
+    float s;
+    if (f.act == ActScaleMode::kStaticPerTensor) {
+      XI_CHECK(w.input_scale != nullptr) << "static activation scale missing";
+      s = *w.input_scale;
+    } else {
+      float amax = 0.0f;
+      for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(xr[i]));
+      s = amax / 127.0f;
+    }
+    const float inv = s != 0.0f ? 1.0f / s : 0.0f;
+    xs[static_cast<size_t>(t)] = s;
+    for (int64_t i = 0; i < k; ++i) {
+      xq[static_cast<size_t>(t * k + i)] =
+          static_cast<int8_t>(std::clamp(std::nearbyint(xr[i] * inv), -127.0f, 127.0f));
+    }
+  }
+  const auto* weight = static_cast<const int8_t*>(w.weight);
+  auto run = [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      for (int64_t t = 0; t < rows; ++t) {
+        const int32_t dot = dot_i8(weight + n * k, xq.data() + t * k, k);
+        y[t * n_out + n] = w.scales[n] * xs[static_cast<size_t>(t)] * static_cast<float>(dot);
+      }
+    }
+  };
+  if (pool != nullptr && pool->size() > 1) {
+    pool->parallel_for(0, n_out, run, matmul_grain(n_out));
+  } else {
+    run(0, n_out);
+  }
+}
+
+}  // namespace
+
+bool int_matmul_avx2(const QuantizedMatrix& w, const float* x, int64_t rows, float* y, ThreadPool* pool) {
+  if (w.k % 32 != 0) return false;
+  if (const auto* g = std::get_if<IntGroupFormat>(&w.format)) {
+    if (w.g_idx != nullptr || g->group_size % 32 != 0 || w.k % g->group_size != 0) return false;
+    const uint8_t* zeros = g->zero_point ? w.zeros : nullptr;
+    if (g->bits == 4) {
+      run_int<WKind::kU4>(w, g->group_size, true, zeros, 8, x, rows, y, pool);
+    } else if (g->bits == 8) {
+      run_int<WKind::kU8>(w, g->group_size, true, zeros, 128, x, rows, y, pool);
+    } else {
+      return false;
+    }
+    return true;
+  }
+  if (std::holds_alternative<Int8ChannelFormat>(w.format)) {
+    run_int<WKind::kI8>(w, w.k, false, nullptr, 0, x, rows, y, pool);
+    return true;
+  }
+  if (const auto* f = std::get_if<W8A8Int8Format>(&w.format)) {
+    run_w8a8_int8(w, *f, x, rows, y, pool);
+    return true;
+  }
+  return false;
+}
+#else
+bool int_matmul_avx2(const QuantizedMatrix&, const float*, int64_t, float*, ThreadPool*) {
+  return false;
+}
+#endif
+
+}  // namespace xinfer::quant::detail
