@@ -61,15 +61,29 @@ void dequantize_row(const QuantizedMatrix& w, int64_t n, float* dst) {
           const uint8_t* z = f.zero_point ? w.zeros + n * groups : nullptr;
           const int sym = f.bits == 4 ? 8 : 128;
           const auto* q = static_cast<const uint8_t*>(w.weight) + n * (k * f.bits / 8);
+          if (w.g_idx == nullptr && f.bits == 4 && f.group_size % 2 == 0) {  // the common case, branch-free
+            for (int64_t i = 0; i < k; i += 2) {
+              const int g = static_cast<int>(i / f.group_size);
+              const float zg = static_cast<float>(z ? z[g] : sym);
+              dst[i] = s[g] * (static_cast<float>(q[i / 2] & 15) - zg);
+              dst[i + 1] = s[g] * (static_cast<float>(q[i / 2] >> 4) - zg);
+            }
+            return;
+          }
           for (int64_t i = 0; i < k; ++i) {
             const int g = w.g_idx ? w.g_idx[i] : static_cast<int>(i / f.group_size);
             const int v = f.bits == 4 ? (q[i / 2] >> ((i % 2) * 4)) & 15 : q[i];
             dst[i] = s[g] * static_cast<float>(v - (z ? z[g] : sym));
           }
         } else if constexpr (std::is_same_v<T, W8A8Fp8Format>) {
+          static const auto* const kFp8 = [] {  // all 256 e4m3 values (core/dtype.h's decoding)
+            auto* t = new float[256];
+            for (int b = 0; b < 256; ++b) t[b] = to_float(fp8_e4m3{static_cast<uint8_t>(b)});
+            return t;
+          }();
           const uint8_t* q = static_cast<const uint8_t*>(w.weight) + n * k;
           const float s = w.scales[f.per_channel ? n : 0];
-          for (int64_t i = 0; i < k; ++i) dst[i] = s * to_float(fp8_e4m3{q[i]});
+          for (int64_t i = 0; i < k; ++i) dst[i] = s * kFp8[q[i]];
         } else {
           const size_t row_bytes = gguf_row_bytes(f.type, k).value();
           XI_CHECK_OK(dequantize_gguf(f.type, static_cast<const uint8_t*>(w.weight) + n * row_bytes, k, dst));
