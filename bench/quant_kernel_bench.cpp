@@ -52,7 +52,7 @@ std::unique_ptr<Matrix> make_matrix(const xq::WeightFormat& f, int64_t n, int64_
     weight_bytes = xinfer::dtype_bytes(d->dtype, static_cast<size_t>(n * k));
   } else if (const auto* ig = std::get_if<xq::IntGroupFormat>(&f)) {
     weight_bytes = static_cast<size_t>(n * k * ig->bits / 8);
-    groups = static_cast<size_t>(n * (k / ig->group_size));
+    groups = static_cast<size_t>(n * ((k + ig->group_size - 1) / ig->group_size));
     if (ig->zero_point) w->zeros.assign(groups, 3);
   } else {
     weight_bytes = static_cast<size_t>(n * k);
@@ -217,5 +217,13 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("  weight bytes per forward: %.1f MB\n", static_cast<double>(model_bytes) / 1e6);
+  // The decode calls quantized_matmul 211 times per token: the pool's wake-up cost counts 211 times.
+  {
+    ThreadPool pool(2);
+    const double t = seconds_per_call([&] { pool.parallel_for(0, 2, [](int64_t, int64_t) {}); }, 0.3);
+    std::printf(
+        "  ThreadPool(2) parallel_for dispatch (empty tasks): %.1f us per call, %.2f ms per 211 calls\n",
+        t * 1e6, t * 211 * 1e3);
+  }
   return 0;
 }

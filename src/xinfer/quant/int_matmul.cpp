@@ -1,5 +1,6 @@
 // AVX2 kernels for the int weight formats (the portable path is the row-dequantizing kernel):
-//   int4 / int8 per group (no g_idx; group a multiple of 32), int8 per channel (W8A16): weights decoded to
+//   int4 / int8 per group (no g_idx; group a multiple of 32; K may end in a partial group), int8 per channel
+//   (W8A16): weights decoded to
 //     f32 in registers, 32 at a time, and multiplied with f32 activations; per group
 //     sum_k x_k W_k = s_g * (sum_k x_k q_k - z_g * sum_k x_k), the activation sums per group computed once
 //   W8A8 int8: activations quantized to int8 per token (or with the static scale), int32 dot products
@@ -62,11 +63,11 @@ __attribute__((target("avx2,fma"))) void int_rows(const uint8_t* wrow, const flo
   __m256 acc[R];
   float corr[R] = {};
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  const int64_t groups = k / group;
+  const int64_t groups = (k + group - 1) / group;  // the last group may be partial (a multiple of 32)
   for (int64_t g = 0; g < groups; ++g) {
     __m256 ga[R][2];
     for (int r = 0; r < R; ++r) ga[r][0] = ga[r][1] = _mm256_setzero_ps();
-    for (int64_t c = g * group; c < (g + 1) * group; c += 32) {
+    for (int64_t c = g * group; c < std::min(k, (g + 1) * group); c += 32) {
       __m256 q[4];
       decode32<kKind>(wrow + c / 32 * kBytes32, q);
       for (int r = 0; r < R; ++r) {
@@ -89,7 +90,7 @@ __attribute__((target("avx2,fma"))) void int_rows(const uint8_t* wrow, const flo
 template <WKind kKind>
 void run_int(const QuantizedMatrix& w, int64_t group, bool per_group_scales, const uint8_t* zeros, int sym,
              const float* x, int64_t rows, float* y, ThreadPool* pool) {
-  const int64_t k = w.k, n_out = w.n, groups = k / group;
+  const int64_t k = w.k, n_out = w.n, groups = (k + group - 1) / group;
   const size_t row_bytes = static_cast<size_t>(kKind == WKind::kU4 ? k / 2 : k);
   std::vector<float> xsum(static_cast<size_t>(rows * groups), 0.0f);
   if (sym != 0 || zeros != nullptr) {
@@ -186,7 +187,7 @@ void run_w8a8_int8(const QuantizedMatrix& w, const W8A8Int8Format& f, const floa
 bool int_matmul_avx2(const QuantizedMatrix& w, const float* x, int64_t rows, float* y, ThreadPool* pool) {
   if (w.k % 32 != 0) return false;
   if (const auto* g = std::get_if<IntGroupFormat>(&w.format)) {
-    if (w.g_idx != nullptr || g->group_size % 32 != 0 || w.k % g->group_size != 0) return false;
+    if (w.g_idx != nullptr || g->group_size % 32 != 0) return false;
     const uint8_t* zeros = g->zero_point ? w.zeros : nullptr;
     if (g->bits == 4) {
       run_int<WKind::kU4>(w, g->group_size, true, zeros, 8, x, rows, y, pool);

@@ -61,12 +61,13 @@ void dequantize_row(const QuantizedMatrix& w, int64_t n, float* dst) {
           const uint8_t* z = f.zero_point ? w.zeros + n * groups : nullptr;
           const int sym = f.bits == 4 ? 8 : 128;
           const auto* q = static_cast<const uint8_t*>(w.weight) + n * (k * f.bits / 8);
-          if (w.g_idx == nullptr && f.bits == 4 && f.group_size % 2 == 0) {  // the common case, branch-free
-            for (int64_t i = 0; i < k; i += 2) {
-              const int g = static_cast<int>(i / f.group_size);
-              const float zg = static_cast<float>(z ? z[g] : sym);
-              dst[i] = s[g] * (static_cast<float>(q[i / 2] & 15) - zg);
-              dst[i + 1] = s[g] * (static_cast<float>(q[i / 2] >> 4) - zg);
+          if (w.g_idx == nullptr && f.bits == 4 && f.group_size % 2 == 0) {  // the common case: per group
+            for (int64_t g0 = 0, g = 0; g0 < k; g0 += f.group_size, ++g) {
+              const float zg = static_cast<float>(z ? z[g] : sym), sg = s[g];
+              for (int64_t i = g0; i < std::min<int64_t>(k, g0 + f.group_size); i += 2) {
+                dst[i] = sg * (static_cast<float>(q[i / 2] & 15) - zg);
+                dst[i + 1] = sg * (static_cast<float>(q[i / 2] >> 4) - zg);
+              }
             }
             return;
           }

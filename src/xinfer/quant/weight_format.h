@@ -8,7 +8,7 @@
 //     bits 4: u8 [N, K/2], element k in the low nibble of byte k/2 for even k, high for odd, values 0..15
 //             (W = scale * (value - 8) when symmetric, scale * (value - zero) with zero points);
 //     bits 8: u8 [N, K] (W = scale * (value - 128) symmetric, scale * (value - zero) with zero points);
-//     scales f32 [N, K/group]; zeros u8 [N, K/group] (zero_point) or absent.
+//     scales f32 [N, G]; zeros u8 [N, G] (zero_point) or absent; G = ceil(K / group) (a last partial group).
 //     g_idx (i32 [K], GPTQ act-order) optional: the group of input column k is g_idx[k] instead of k/group.
 //   W8A8Int8Format     weight i8 [N, K], scales f32 [N]; activations quantized to int8 per token (dynamic,
 //                      scale = max|x_t| / 127) or with a static per-tensor input_scale f32 [1]
