@@ -22,6 +22,8 @@ bool gguf_matmul(const GgufFormat& f, const QuantizedMatrix& w, const float* x, 
 // AVX2 only (call when simd_enabled()): int per-group without g_idx (group a multiple of 32), int8 per
 // channel, W8A8 int8 (int32 dot products); K a multiple of 32. Returns false (nothing written) otherwise.
 bool int_matmul_avx2(const QuantizedMatrix& w, const float* x, int64_t rows, float* y, ThreadPool* pool);
+// AVX2 only: W8A8 fp8 with K a multiple of 32, on activations already rounded to e4m3 and scaled back (xq).
+bool fp8_matmul_avx2(const QuantizedMatrix& w, const float* xq, int64_t rows, float* y, ThreadPool* pool);
 
 // Output rows per parallel_for task unit: big enough to amortize the dispatch, small enough to balance.
 inline int64_t matmul_grain(int64_t n) {

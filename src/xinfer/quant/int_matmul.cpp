@@ -3,6 +3,7 @@
 //   (W8A16): weights decoded to
 //     f32 in registers, 32 at a time, and multiplied with f32 activations; per group
 //     sum_k x_k W_k = s_g * (sum_k x_k q_k - z_g * sum_k x_k), the activation sums per group computed once
+//   W8A8 fp8: e4m3 weights decoded through f16 (exact) against the e4m3-rounded activations
 //   W8A8 int8: activations quantized to int8 per token (or with the static scale), int32 dot products
 //     (maddubs/madd, sign trick), y = s_w[n] * s_x[t] * sum_k qw_k qx_k
 // Returns false when the shape or format has no kernel here (the caller falls back).
@@ -31,11 +32,11 @@ __attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(s4);
 }
 
-enum class WKind { kU4, kU8, kI8 };
+enum class WKind { kU4, kU8, kI8, kFp8 };
 
 // 32 weights from `p` (16 bytes for u4, 32 for u8 / i8) as 4 x 8 floats in element order.
 template <WKind kKind>
-__attribute__((target("avx2,fma"))) inline void decode32(const uint8_t* p, __m256* q) {
+__attribute__((target("avx2,fma,f16c"))) inline void decode32(const uint8_t* p, __m256* q) {
   if constexpr (kKind == WKind::kU4) {
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     const __m128i mask = _mm_set1_epi8(15);
@@ -45,6 +46,17 @@ __attribute__((target("avx2,fma"))) inline void decode32(const uint8_t* p, __m25
     q[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(e0, 8)));
     q[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(e1));
     q[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(e1, 8)));
+  } else if constexpr (kKind == WKind::kFp8) {
+    // e4m3 -> f16 bits: sign to bit 15, exponent and mantissa shifted under f16's (bias 15 vs 7), so the f16
+    // is the e4m3 value times 2^-8, exactly, subnormals included (NaN patterns are not weights).
+    for (int i = 0; i < 2; ++i) {
+      const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i)));
+      const __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8),
+                                        _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7f)), 7));
+      const __m256 k256 = _mm256_set1_ps(256.0f);
+      q[2 * i] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), k256);
+      q[2 * i + 1] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), k256);
+    }
   } else {
     for (int i = 0; i < 4; ++i) {
       const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * i));
@@ -56,9 +68,10 @@ __attribute__((target("avx2,fma"))) inline void decode32(const uint8_t* p, __m25
 // res[r] = sum_g s[g] * (sum_{k in g} x_r[k] q[k] - z_g * xsum_r[g]) for one weight row.
 // wrow: packed row  s: [groups]  z: [groups] or nullptr (then `sym`)  x[r]: [k]  xsum[r]: [groups]
 template <WKind kKind, int R>
-__attribute__((target("avx2,fma"))) void int_rows(const uint8_t* wrow, const float* s, const uint8_t* z,
-                                                  int sym, int64_t k, int64_t group, const float* const* x,
-                                                  const float* const* xsum, float* res) {
+__attribute__((target("avx2,fma,f16c"))) void int_rows(const uint8_t* wrow, const float* s, const uint8_t* z,
+                                                       int sym, int64_t k, int64_t group,
+                                                       const float* const* x, const float* const* xsum,
+                                                       float* res) {
   constexpr int kBytes32 = kKind == WKind::kU4 ? 16 : 32;
   __m256 acc[R];
   float corr[R] = {};
@@ -88,7 +101,8 @@ __attribute__((target("avx2,fma"))) void int_rows(const uint8_t* wrow, const flo
 }
 
 template <WKind kKind>
-void run_int(const QuantizedMatrix& w, int64_t group, bool per_group_scales, const uint8_t* zeros, int sym,
+// scale_stride: scales per weight row (groups; 1 per channel; 0: one per tensor).
+void run_int(const QuantizedMatrix& w, int64_t group, int64_t scale_stride, const uint8_t* zeros, int sym,
              const float* x, int64_t rows, float* y, ThreadPool* pool) {
   const int64_t k = w.k, n_out = w.n, groups = (k + group - 1) / group;
   const size_t row_bytes = static_cast<size_t>(kKind == WKind::kU4 ? k / 2 : k);
@@ -103,7 +117,7 @@ void run_int(const QuantizedMatrix& w, int64_t group, bool per_group_scales, con
     float res[kIntTile];
     for (int64_t n = begin; n < end; ++n) {
       const uint8_t* wrow = weight + static_cast<size_t>(n) * row_bytes;
-      const float* s = per_group_scales ? w.scales + n * groups : w.scales + n;
+      const float* s = w.scales + n * scale_stride;
       const uint8_t* z = zeros ? zeros + n * groups : nullptr;
       for (int64_t t0 = 0; t0 < rows; t0 += kIntTile) {
         const float* xs[kIntTile] = {x + t0 * k, x + std::min(t0 + 1, rows - 1) * k};
@@ -190,16 +204,18 @@ bool int_matmul_avx2(const QuantizedMatrix& w, const float* x, int64_t rows, flo
     if (w.g_idx != nullptr || g->group_size % 32 != 0) return false;
     const uint8_t* zeros = g->zero_point ? w.zeros : nullptr;
     if (g->bits == 4) {
-      run_int<WKind::kU4>(w, g->group_size, true, zeros, 8, x, rows, y, pool);
+      run_int<WKind::kU4>(w, g->group_size, (w.k + g->group_size - 1) / g->group_size, zeros, 8, x, rows, y,
+                          pool);
     } else if (g->bits == 8) {
-      run_int<WKind::kU8>(w, g->group_size, true, zeros, 128, x, rows, y, pool);
+      run_int<WKind::kU8>(w, g->group_size, (w.k + g->group_size - 1) / g->group_size, zeros, 128, x, rows, y,
+                          pool);
     } else {
       return false;
     }
     return true;
   }
   if (std::holds_alternative<Int8ChannelFormat>(w.format)) {
-    run_int<WKind::kI8>(w, w.k, false, nullptr, 0, x, rows, y, pool);
+    run_int<WKind::kI8>(w, w.k, 1, nullptr, 0, x, rows, y, pool);
     return true;
   }
   if (const auto* f = std::get_if<W8A8Int8Format>(&w.format)) {
@@ -208,7 +224,17 @@ bool int_matmul_avx2(const QuantizedMatrix& w, const float* x, int64_t rows, flo
   }
   return false;
 }
+
+bool fp8_matmul_avx2(const QuantizedMatrix& w, const float* xq, int64_t rows, float* y, ThreadPool* pool) {
+  const auto* f = std::get_if<W8A8Fp8Format>(&w.format);
+  if (f == nullptr || w.k % 32 != 0) return false;
+  run_int<WKind::kFp8>(w, w.k, f->per_channel ? 1 : 0, nullptr, 0, xq, rows, y, pool);
+  return true;
+}
 #else
+bool fp8_matmul_avx2(const QuantizedMatrix&, const float*, int64_t, float*, ThreadPool*) {
+  return false;
+}
 bool int_matmul_avx2(const QuantizedMatrix&, const float*, int64_t, float*, ThreadPool*) {
   return false;
 }

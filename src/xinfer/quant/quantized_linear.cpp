@@ -168,6 +168,7 @@ void quantized_matmul(const QuantizedMatrix& w, const float* x, int64_t rows, fl
     xq.resize(static_cast<size_t>(rows * w.k));
     fake_quantize_activations(w.format, w.input_scale, x, rows, w.k, xq.data());
     xs = xq.data();
+    if (simd_enabled() && detail::fp8_matmul_avx2(w, xs, rows, y, pool)) return;
   }
   detail::dequant_rows_matmul(w, xs, rows, y, pool);
 }
