@@ -40,13 +40,14 @@ def ids_hash(ids):
     return hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]
 
 
-def specials_of(llm):
-    out = []
-    for i in range(llm.n_vocab()):
-        piece = llm.detokenize([i], special=True).decode("utf-8", errors="replace")
-        if piece.startswith("<|") and piece.endswith("|>"):
-            out.append(piece)
-    return out
+def specials_of(path):
+    """The control tokens (token_type 3) of the file, as the gguf package reads them."""
+    import gguf
+
+    fields = gguf.GGUFReader(path).fields
+    tokens = fields["tokenizer.ggml.tokens"].contents()
+    types = fields["tokenizer.ggml.token_type"].contents()
+    return [t for t, ty in zip(tokens, types) if ty == 3]
 
 
 def main():
@@ -61,7 +62,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
 
     vocab = Llama(model_path=args.gguf, vocab_only=True, verbose=False)
-    specials = specials_of(vocab)
+    specials = specials_of(args.gguf)
     items = tokenizer_corpus.build_corpus(pathlib.Path(args.shared), specials)
     n_real = 5500  # build_corpus puts the 5,500 lines of shared text first, then the generated ones
     rows = []
