@@ -22,11 +22,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "xinfer/backend/counter_rng.h"
 #include "xinfer/core/status.h"
 #include "xinfer/core/tensor.h"
+#include "xinfer/quant/weight_format.h"
 
 namespace xinfer::backend {
 
@@ -44,12 +46,19 @@ struct DeviceTensor {
   TensorView view;
 };
 
-// A linear layer's parameters: y[T, N] = x[T, K] @ weight[N, K]^T (+ bias[N]).
+// A linear layer's parameters: y[T, N] = x[T, K] @ W[N, K]^T (+ bias[N]), W stored in `format`
+// (quant/weight_format.h): dense weight [N, K] in a float dtype, or a packed weight with its side tensors
+// (GGUF: u8 [N, row_bytes(K)] raw blocks). The packed weight's shape[1] is not K: `k` holds it (0 means
+// weight.shape[1], the dense case). Backends run only formats they supports(); the loader converts the rest.
 struct LinearWeights {
-  TensorView weight;  // [N, K]
+  TensorView weight;  // [N, K] dense, or the format's packed layout
   TensorView bias;    // [N] or empty
+  quant::WeightFormat format = quant::DenseFormat{};
+  TensorView scales, zeros, g_idx, input_scale;  // as the format says, or empty
+  int64_t k = 0;                                 // in_features when set (packed formats); 0: weight.shape[1]
   int64_t out_features() const { return weight.shape[0]; }
-  int64_t in_features() const { return weight.shape[1]; }
+  int64_t in_features() const { return k > 0 ? k : weight.shape[1]; }
+  bool dense() const { return std::holds_alternative<quant::DenseFormat>(format); }
 };
 
 // The arguments of Backend::add_rms_norm_linear: the chain between two halves of a decoder layer, from the
@@ -190,6 +199,11 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual BackendInfo info() const = 0;
+  // Whether linear() (and embedding_weights() for a table) runs weights stored in `f` as they are. Dense only
+  // by default; the loader dequantizes other formats once at load for a backend that says no.
+  virtual bool supports(const quant::WeightFormat& f) const {
+    return std::holds_alternative<quant::DenseFormat>(f);
+  }
 
   // ---- memory ----
   virtual DeviceTensor allocate(DType dtype, const Shape& shape) = 0;
@@ -286,6 +300,13 @@ class Backend {
   }
   // out[T, H] = table[ids[t], :]          table: [V, H]
   virtual void embedding(const StepMeta& step, const TensorView& table, const TensorView& out) = 0;
+  // The same from a table in any supported format (a quantized table: the looked-up rows dequantized).
+  // Default: dense tables only.
+  virtual void embedding_weights(const StepMeta& step, const LinearWeights& table, const TensorView& out) {
+    XI_CHECK(table.dense()) << info().name << ": embedding table in " << quant::format_name(table.format)
+                            << " is not supported";
+    embedding(step, table.weight, out);
+  }
   // out[R, W] = x / rms(x) * weight        x: [R, W], weight: [W]; R may be T or T*heads (q/k norm)
   virtual void rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) = 0;
   // residual[T, H] += delta[T, H]; out[T, H] = rms_norm(residual) * weight   (fused add + norm)

@@ -13,6 +13,7 @@
 #include "xinfer/engine/backend_factory.h"
 #include "xinfer/engine/model_runner.h"
 #include "xinfer/engine/sampler.h"
+#include "xinfer/model/gguf_tokenizer.h"
 #include "xinfer/model/llama.h"
 #include "xinfer/tokenizer/tokenizer.h"
 
@@ -100,7 +101,7 @@ int run_generate(int argc, char** argv) {
     ids = *r;
   }
   if (!print_ids || !prompt.empty()) {
-    auto t = tok::Tokenizer::load(model_dir);
+    auto t = model::load_tokenizer(model_dir);
     if (!t.ok()) return fail(t.status());
     tokenizer = std::move(*t);
     if (!prompt.empty()) ids = tokenizer->encode(prompt, add_bos);

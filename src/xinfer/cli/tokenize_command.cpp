@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "xinfer/cli/command.h"
+#include "xinfer/model/gguf_tokenizer.h"
 #include "xinfer/tokenizer/streaming_detokenizer.h"
 #include "xinfer/tokenizer/tokenizer.h"
 
@@ -54,7 +55,7 @@ bool parse_flags(int argc, char** argv, bool detok, Flags& f) {
 }
 
 std::unique_ptr<tok::Tokenizer> load_or_die(const std::string& dir) {
-  auto t = tok::Tokenizer::load(dir);
+  auto t = model::load_tokenizer(dir);
   if (!t.ok()) {
     std::fprintf(stderr, "error: %s\n", t.status().to_string().c_str());
     return nullptr;

@@ -7,6 +7,8 @@
 
 #include "xinfer/core/logging.h"
 #include "xinfer/core/progress_bar.h"
+#include "xinfer/model/gguf_config.h"
+#include "xinfer/model/gguf_file.h"
 #include "xinfer/model/preset_configs.h"
 #include "xinfer/model/rope.h"
 #include "xinfer/model/safetensors.h"
@@ -56,6 +58,19 @@ LlamaModel::LlamaModel(ModelConfig config, backend::Backend& backend, LoadOption
 
 Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& dir, backend::Backend& backend,
                                                      const LoadOptions& options) {
+  if (options.load_format == LoadFormat::kAuto && is_gguf_path(dir)) {
+    XI_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(dir));
+    XI_ASSIGN_OR_RETURN(ModelConfig config, gguf_model_config(file));
+    if (options.max_model_len > config.max_position_embeddings)
+      return invalid_argument("max_model_len " + std::to_string(options.max_model_len) +
+                              " exceeds the model's context length " +
+                              std::to_string(config.max_position_embeddings));
+    std::unique_ptr<LlamaModel> model(new LlamaModel(std::move(config), backend, options));
+    XI_RETURN_IF_ERROR(model->load_gguf_weights(file));
+    model->make_rope_table();
+    model->allocate_workspace();
+    return model;
+  }
   if (options.load_format == LoadFormat::kAuto && is_preset(dir))
     return invalid_argument("model " + dir + " is a built-in config without weights: use --load-format dummy, "
                             "or give a model directory");
@@ -132,7 +147,7 @@ Status LlamaModel::load_weights(const std::string& dir) {
     return upload(parts);
   };
 
-  XI_ASSIGN_OR_RETURN(embed_, load({{"model.embed_tokens.weight", Shape{V, H}}}));
+  XI_ASSIGN_OR_RETURN(embed_.weight, load({{"model.embed_tokens.weight", Shape{V, H}}}));
   for (int l = 0; l < c.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerWeights w;
@@ -165,12 +180,18 @@ Status LlamaModel::load_weights(const std::string& dir) {
   }
   XI_ASSIGN_OR_RETURN(final_norm_, load({{"model.norm.weight", Shape{H}}}));
   if (c.tie_word_embeddings) {
-    lm_head_.weight = embed_;
+    lm_head_ = embed_;
   } else {
     XI_ASSIGN_OR_RETURN(lm_head_.weight, load({{"lm_head.weight", Shape{V, H}}}));
   }
   progress.finish();
+  make_rope_table();
+  return Status();
+}
 
+void LlamaModel::make_rope_table() {
+  const ModelConfig& c = config_;
+  const int64_t D = c.head_dim;
   // cos/sin table: angle = position * inv_freq in float32 (as transformers), cos/sin evaluated in double.
   const std::vector<float> inv_freq = rope_inv_freq(c);
   const float attn_scale = rope_attention_scaling(c);
@@ -187,7 +208,6 @@ Status LlamaModel::load_weights(const std::string& dir) {
   backend::DeviceTensor cs = backend_.upload(table.view(), DType::kF32);
   owned_.push_back(cs.buffer);
   cos_sin_ = cs.view;
-  return Status();
 }
 
 void LlamaModel::allocate_workspace() {
@@ -226,7 +246,7 @@ TensorView LlamaModel::forward(const backend::StepMeta& step, const backend::KvC
   // Each norm runs with the projection after it and the one before it (add_rms_norm_linear: on CUDA decode
   // steps the first adds itself into the residual and the second applies the norm, no kernel between),
   // the post-attention one also with the SwiGLU; the final norm stands alone.
-  backend_.embedding(step, embed_, x);
+  backend_.embedding_weights(step, embed_, x);
   backend_.add_rms_norm_linear({x, {}, layers_[0].input_norm, eps, layers_[0].qkv, h, qkv, {}, {}, {}});
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[static_cast<size_t>(l)];

@@ -11,7 +11,8 @@
 //   x = x + (silu(h @ Wgate^T) * (h @ Wup^T)) @ Wdown^T   (gate and up concatenated at load: [2I, H])
 // then logits = rms_norm(x)[logit rows] @ Wlm^T (lm_head, or the embedding when tied).
 //
-// Weights are converted once at load to the backend's activation dtype. Buffers for activations are
+// Weights are converted once at load to the backend's activation dtype (GGUF: kept in their block format
+// where the backend supports it). Buffers for activations are
 // sized for `max_tokens` tokens per step and `max_logit_rows` logit rows, allocated once.
 #pragma once
 
@@ -24,6 +25,8 @@
 #include "xinfer/model/model_config.h"
 
 namespace xinfer::model {
+
+class GgufFile;
 
 // auto: weights from the directory's safetensors. dummy: random weights in the real shapes (N(0, 0.02),
 // norm weights 1, deterministic in `seed`), generated on the backend; the model may then be a built-in
@@ -55,7 +58,9 @@ struct LayerWeights {
 class LlamaModel {
  public:
   // Reads config.json and the safetensors of `dir`, converts weights onto `backend`. With
-  // LoadFormat::kDummy, `dir` may be a preset name and no weight file is read.
+  // LoadFormat::kDummy, `dir` may be a preset name and no weight file is read. A `.gguf` file instead of a
+  // directory: config and weights from it (gguf_config.h; quantized linears kept where the backend
+  // supports their format, dequantized at load otherwise).
   static Result<std::unique_ptr<LlamaModel>> load(const std::string& dir, backend::Backend& backend,
                                                   const LoadOptions& options);
   // Parameters of the weights load() creates (tied embeddings counted once).
@@ -73,6 +78,8 @@ class LlamaModel {
  private:
   LlamaModel(ModelConfig config, backend::Backend& backend, LoadOptions options);
   Status load_weights(const std::string& dir);  // dir unused for dummy weights
+  Status load_gguf_weights(const GgufFile& file);  // gguf_weights.cpp
+  void make_rope_table();                          // cos_sin_ for max_model_len_ positions
   void allocate_workspace();
 
   ModelConfig config_;
@@ -82,7 +89,7 @@ class LlamaModel {
   size_t weight_bytes_ = 0;
 
   std::vector<std::shared_ptr<backend::DeviceBuffer>> owned_;  // weights and workspace
-  TensorView embed_;       // [V, H]
+  backend::LinearWeights embed_;  // [V, H]: dense, or a GGUF block format (embedding_weights())
   std::vector<LayerWeights> layers_;
   TensorView final_norm_;  // [H]
   backend::LinearWeights lm_head_;  // [V, H]

@@ -233,4 +233,15 @@ Result<nlohmann::json> llama2c_tokenizer_to_json(const std::string& path) {
   return to_tokenizer_json(m);
 }
 
+nlohmann::json sentencepiece_vocab_to_json(const SentencePieceVocab& vocab) {
+  SpModel m;
+  m.byte_fallback = vocab.byte_fallback;
+  m.add_dummy_prefix = vocab.add_dummy_prefix;
+  m.model_type = 2;
+  m.bos_id = vocab.bos_id;
+  for (const SentencePieceEntry& e : vocab.pieces)
+    m.pieces.push_back({e.text, e.score, static_cast<PieceType>(e.type)});
+  return to_tokenizer_json(m);
+}
+
 }  // namespace xinfer::tok

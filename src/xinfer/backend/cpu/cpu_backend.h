@@ -1,6 +1,6 @@
 // The CPU backend: f32 activations and weights (bf16/f16 weights are converted to f32 at upload), GEMMs
-// through OpenBLAS, everything else parallelized over rows with our ThreadPool. It is the correctness
-// oracle for the CUDA backend and what CI runs.
+// through OpenBLAS (quantized weight formats through quant::quantized_matmul), everything else parallelized
+// over rows with our ThreadPool. It is the correctness oracle for the CUDA backend and what CI runs.
 //
 // Memory is host RAM; "device" pointers are host pointers, so StepMeta points into the backend's own
 // copy of the last StepPlan.
@@ -31,7 +31,12 @@ class CpuBackend final : public backend::Backend {
   backend::StepMeta upload_step(const backend::StepPlan& plan) override;
   void feed_tokens(const backend::StepMeta& step, const TensorView& ids) override;
 
+  // Every format (quant::cpu_supports): non-dense linears run quant::quantized_matmul.
+  bool supports(const quant::WeightFormat& f) const override;
   void embedding(const backend::StepMeta& step, const TensorView& table, const TensorView& out) override;
+  // Dense or GGUF tables (the looked-up rows dequantized with quant::dequantize_gguf).
+  void embedding_weights(const backend::StepMeta& step, const backend::LinearWeights& table,
+                         const TensorView& out) override;
   void rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) override;
   void add_rms_norm(const TensorView& residual, const TensorView& delta, const TensorView& weight, float eps,
                     const TensorView& out) override;
@@ -56,6 +61,9 @@ class CpuBackend final : public backend::Backend {
     constexpr int64_t kMinOpsPerTask = int64_t{1} << 15;
     return std::max<int64_t>(1, kMinOpsPerTask / std::max<int64_t>(1, ops_per_item));
   }
+
+  // linear() for a non-dense format: quant::quantized_matmul, then the bias.
+  void quantized_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out);
 
   std::unique_ptr<ThreadPool> pool_;
   backend::StepPlan step_copy_;  // storage behind the last StepMeta

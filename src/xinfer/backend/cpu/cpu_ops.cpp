@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "xinfer/backend/cpu/cpu_backend.h"
+#include "xinfer/quant/quantized_linear.h"
 
 namespace xinfer::cpu {
 namespace {
@@ -64,8 +65,33 @@ void CpuBackend::add_rms_norm(const TensorView& residual, const TensorView& delt
   }, grain_for(2 * width));
 }
 
+bool CpuBackend::supports(const quant::WeightFormat& f) const {
+  return quant::cpu_supports(f);
+}
+
+void CpuBackend::embedding_weights(const backend::StepMeta& step, const backend::LinearWeights& table,
+                                   const TensorView& out) {
+  if (table.dense()) return embedding(step, table.weight, out);
+  const auto* gguf = std::get_if<quant::GgufFormat>(&table.format);
+  XI_CHECK(gguf != nullptr) << "cpu embedding: table in " << quant::format_name(table.format)
+                            << " not supported";
+  const int64_t hidden = table.in_features(), vocab = table.out_features();
+  const int64_t row_bytes = table.weight.shape[1];
+  XI_CHECK_EQ(out.shape[0], step.num_tokens);
+  XI_CHECK_EQ(last_dim(out), hidden);
+  for (int t = 0; t < step.num_tokens; ++t) {
+    const int32_t id = step.token_ids[t];
+    XI_CHECK(id >= 0 && id < vocab) << "token id " << id << " outside vocab of " << vocab;
+    const Status s =
+        quant::dequantize_gguf(gguf->type, static_cast<const uint8_t*>(table.weight.data) + id * row_bytes,
+                               hidden, out.as<float>() + t * hidden);
+    XI_CHECK(s.ok()) << s.to_string();
+  }
+}
+
 void CpuBackend::linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) {
   check_f32(x, "linear input");
+  if (!w.dense()) return quantized_linear(x, w, out);
   check_f32(w.weight, "linear weight");
   const int64_t k = w.in_features();
   const int64_t n = w.out_features();
@@ -81,6 +107,33 @@ void CpuBackend::linear(const TensorView& x, const backend::LinearWeights& w, co
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
               static_cast<int>(k), 1.0f, x.as<float>(), static_cast<int>(k), w.weight.as<float>(),
               static_cast<int>(k), w.bias.empty() ? 0.0f : 1.0f, y, static_cast<int>(n));
+}
+
+void CpuBackend::quantized_linear(const TensorView& x, const backend::LinearWeights& w,
+                                  const TensorView& out) {
+  const int64_t k = w.in_features(), n = w.out_features();
+  const int64_t m = x.numel() / k;
+  XI_CHECK_EQ(last_dim(x), k) << "linear: input width vs " << quant::format_name(w.format) << " weight [" << n
+                              << ", " << k << "]";
+  XI_CHECK_EQ(out.numel(), m * n);
+  if (m == 0) return;
+  quant::QuantizedMatrix q;
+  q.format = w.format;
+  q.n = n;
+  q.k = k;
+  q.weight = w.weight.data;
+  q.scales = w.scales.empty() ? nullptr : w.scales.as<float>();
+  q.zeros = w.zeros.empty() ? nullptr : static_cast<const uint8_t*>(w.zeros.data);
+  q.g_idx = w.g_idx.empty() ? nullptr : w.g_idx.as<int32_t>();
+  q.input_scale = w.input_scale.empty() ? nullptr : w.input_scale.as<float>();
+  float* y = out.as<float>();
+  quant::quantized_matmul(q, x.as<float>(), m, y, pool_.get());
+  if (!w.bias.empty()) {
+    XI_CHECK_EQ(w.bias.numel(), n);
+    const float* b = w.bias.as<float>();
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < n; ++j) y[r * n + j] += b[j];
+  }
 }
 
 void CpuBackend::rope_kv_write(const backend::StepMeta& step, const TensorView& qkv, int num_heads,

@@ -1,0 +1,134 @@
+// LlamaModel::load_gguf_weights: the weights of a GGUF file (gguf_config.h names and permutations) onto the
+// backend. A linear (and the embedding table) stays in its GGUF block format where the backend supports()
+// it: its rows are copied as they are (blocks run along K, so a row is whole blocks and permuting or
+// concatenating rows never splits one). Otherwise, and for F32/F16/BF16 tensors, it is dequantized once to
+// f32 on the host and uploaded in the activation dtype; one log line per format says so. Norms are f32.
+#include <cstring>
+#include <set>
+
+#include "xinfer/core/logging.h"
+#include "xinfer/core/progress_bar.h"
+#include "xinfer/model/gguf_config.h"
+#include "xinfer/model/gguf_file.h"
+#include "xinfer/model/llama.h"
+#include "xinfer/quant/gguf_types.h"
+#include "xinfer/quant/weight_format.h"
+
+namespace xinfer::model {
+namespace {
+
+bool is_float_type(quant::GgufType t) {
+  return t == quant::GgufType::kF32 || t == quant::GgufType::kF16 || t == quant::GgufType::kBF16;
+}
+
+// One GGUF tensor that becomes rows of a (possibly concatenated) weight; `permute_head_dim` > 0 undoes the
+// converter's q/k row permutation with that head dim.
+struct Part {
+  std::string name;
+  Shape shape;  // expected row-major [N, K] (or [N] for vectors)
+  int64_t permute_head_dim = 0;
+};
+
+}  // namespace
+
+Status LlamaModel::load_gguf_weights(const GgufFile& file) {
+  const ModelConfig& c = config_;
+  const DType dtype = backend_.info().activation_dtype;
+  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
+  const int64_t q_rows = static_cast<int64_t>(c.num_heads) * D,
+                kv_rows = static_cast<int64_t>(c.num_kv_heads) * D;
+  ProgressBar progress("Loading weights", 9 * c.num_layers + (c.tie_word_embeddings ? 2 : 3), "tensors",
+                       options_.show_progress);
+  std::set<std::string> logged;
+
+  // Fetches the parts, checks their shapes, and uploads them as one weight in the best format.
+  auto load = [&](const std::vector<Part>& parts) -> Result<backend::LinearWeights> {
+    std::vector<const GgufTensorInfo*> infos;
+    for (const Part& p : parts) {
+      XI_ASSIGN_OR_RETURN(const GgufTensorInfo* t, file.tensor(p.name, p.shape));
+      infos.push_back(t);
+    }
+    const quant::GgufType type = infos[0]->type;
+    bool same = true;
+    for (const GgufTensorInfo* t : infos) same = same && t->type == type;
+    const int64_t k = infos[0]->ne[0];
+    int64_t rows = 0;
+    for (const GgufTensorInfo* t : infos) rows += t->numel() / k;
+    const bool vector = parts[0].shape.rank() == 1;
+    const quant::WeightFormat packed = quant::GgufFormat{type};
+    backend::LinearWeights w;
+    w.k = k;
+    auto row_of = [](const Part& p, const GgufTensorInfo& t, int64_t hf_row, size_t row_bytes) {
+      const int64_t src = p.permute_head_dim > 0 ? gguf_row_of_hf_row(hf_row, p.permute_head_dim) : hf_row;
+      return t.data + static_cast<size_t>(src) * row_bytes;
+    };
+    if (!vector && same && !is_float_type(type) && backend_.supports(packed)) {
+      XI_ASSIGN_OR_RETURN(size_t row_bytes, quant::gguf_row_bytes(type, k));
+      HostTensor host(DType::kU8, Shape{rows, static_cast<int64_t>(row_bytes)});
+      uint8_t* dst = host.data<uint8_t>();
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const int64_t n = infos[i]->numel() / k;
+        for (int64_t r = 0; r < n; ++r, dst += row_bytes)
+          std::memcpy(dst, row_of(parts[i], *infos[i], r, row_bytes), row_bytes);
+      }
+      backend::DeviceTensor t = backend_.upload(host.view(), DType::kU8);
+      owned_.push_back(t.buffer);
+      weight_bytes_ += t.view.bytes();
+      w.weight = t.view;
+      w.format = packed;
+    } else {
+      HostTensor host(DType::kF32, vector ? Shape{k} : Shape{rows, k});
+      float* dst = host.data<float>();
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const GgufTensorInfo& t = *infos[i];
+        XI_ASSIGN_OR_RETURN(size_t row_bytes, quant::gguf_row_bytes(t.type, k));
+        const int64_t n = t.numel() / k;
+        for (int64_t r = 0; r < n; ++r, dst += k) {
+          const Status s = quant::dequantize_gguf(t.type, row_of(parts[i], t, r, row_bytes), k, dst);
+          if (!s.ok()) return Status(s.code(), file.path() + ": tensor '" + t.name + "': " + s.message());
+        }
+        if (!vector && !is_float_type(t.type) && logged.insert(gguf_type_name(t.type)).second)
+          XI_LOG(INFO) << "gguf: " << gguf_type_name(t.type) << " weights dequantized to "
+                       << dtype_name(dtype) << " at load (" << backend_.info().name
+                       << (same ? " has no kernel for gguf(" + std::string(gguf_type_name(t.type)) + "))"
+                                : ": parts of one concatenated weight differ in type)");
+      }
+      backend::DeviceTensor t = backend_.upload(host.view(), dtype);
+      owned_.push_back(t.buffer);
+      weight_bytes_ += t.view.bytes();
+      w.weight = t.view;
+      w.k = vector ? 0 : k;
+    }
+    for (const GgufTensorInfo* t : infos) progress.advance(1, static_cast<int64_t>(t->bytes));
+    return w;
+  };
+  auto vec = [&](const std::string& name, int64_t n) -> Result<TensorView> {
+    XI_ASSIGN_OR_RETURN(backend::LinearWeights w, load({{name, Shape{n}, 0}}));
+    return w.weight;
+  };
+
+  XI_ASSIGN_OR_RETURN(embed_, load({{gguf_tensor_name(-1, "token_embd"), Shape{V, H}, 0}}));
+  for (int l = 0; l < c.num_layers; ++l) {
+    LayerWeights w;
+    XI_ASSIGN_OR_RETURN(w.input_norm, vec(gguf_tensor_name(l, "attn_norm"), H));
+    XI_ASSIGN_OR_RETURN(w.post_attention_norm, vec(gguf_tensor_name(l, "ffn_norm"), H));
+    XI_ASSIGN_OR_RETURN(w.qkv, load({{gguf_tensor_name(l, "attn_q"), Shape{q_rows, H}, D},
+                                     {gguf_tensor_name(l, "attn_k"), Shape{kv_rows, H}, D},
+                                     {gguf_tensor_name(l, "attn_v"), Shape{kv_rows, H}, 0}}));
+    XI_ASSIGN_OR_RETURN(w.o, load({{gguf_tensor_name(l, "attn_output"), Shape{H, q_rows}, 0}}));
+    XI_ASSIGN_OR_RETURN(w.gate_up, load({{gguf_tensor_name(l, "ffn_gate"), Shape{I, H}, 0},
+                                         {gguf_tensor_name(l, "ffn_up"), Shape{I, H}, 0}}));
+    XI_ASSIGN_OR_RETURN(w.down, load({{gguf_tensor_name(l, "ffn_down"), Shape{H, I}, 0}}));
+    layers_.push_back(w);
+  }
+  XI_ASSIGN_OR_RETURN(final_norm_, vec(gguf_tensor_name(-1, "output_norm"), H));
+  if (c.tie_word_embeddings) {
+    lm_head_ = embed_;
+  } else {
+    XI_ASSIGN_OR_RETURN(lm_head_, load({{gguf_tensor_name(-1, "output"), Shape{V, H}, 0}}));
+  }
+  progress.finish();
+  return Status();
+}
+
+}  // namespace xinfer::model
