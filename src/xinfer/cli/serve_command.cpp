@@ -22,6 +22,7 @@
 #include "xinfer/cli/flags.h"
 #include "xinfer/core/logging.h"
 #include "xinfer/engine/engine.h"
+#include "xinfer/model/gguf_tokenizer.h"
 #include "xinfer/server/http_server.h"
 #include "xinfer/server/openai_server.h"
 #include "xinfer/server/output_filter.h"
@@ -181,7 +182,7 @@ int run_serve(int argc, char** argv) {
     http.stop();
     return fail("loading " + model_dir + ": " + engine.status().to_string());
   }
-  auto tokenizer = tok::Tokenizer::load(model_dir);
+  auto tokenizer = model::load_tokenizer(model_dir);
   if (!tokenizer.ok()) {
     http.stop();
     return fail("loading the tokenizer of " + model_dir + ": " + tokenizer.status().to_string());

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "xinfer/model/gguf_config.h"
+
 namespace xinfer::model {
 namespace {
 
@@ -339,6 +341,7 @@ Result<ModelConfig> parse_model_config(const json& config) {
 }
 
 Result<ModelConfig> load_model_config(const std::string& model_dir) {
+  if (is_gguf_path(model_dir)) return load_gguf_model_config(model_dir);  // a .gguf file: its metadata
   namespace fs = std::filesystem;
   const fs::path dir(model_dir);
   std::error_code ec;
