@@ -55,6 +55,19 @@ void EngineFlags::add_to(FlagSet& flags) {
   flags.add("--max-num-batched-tokens", &sc.max_num_batched_tokens, "most tokens in one forward pass");
   flags.add("--decode-interval", &sc.decode_interval, "initial steps between admissions of waiting requests");
   flags.add("--reorder-window", &sc.reorder_window, "waiting requests reordered shortest-first (<= 1: FIFO)");
+  flags.add("--min-decode-interval", &sc.min_decode_interval,
+            "adaptive admission interval: lower bound (steps)");
+  flags.add("--max-decode-interval", &sc.max_decode_interval,
+            "adaptive admission interval: upper bound (steps)");
+  flags.add("--target-queue-time", &sc.target_queue_time_s,
+            "seconds the head of the queue may wait before it is admitted at once (and the interval halves)");
+  flags.add("--target-step-time", &sc.target_step_time_s,
+            "admission steps slower than this (seconds, EWMA) double the admission interval");
+  flags.add("--prefill-tokens-per-decode", &sc.prefill_tokens_per_decode,
+            "a step's prefill-token budget shrinks by this per decoding sequence (bounds the inter-token "
+            "latency tail under load; 0 = off: prefill takes what the decodes leave of the step)");
+  flags.add("--min-prefill-budget", &sc.min_prefill_budget,
+            "floor of the shrinking prefill-token budget (prefill progresses with every slot decoding)");
 }
 
 Status EngineFlags::finish() {

@@ -22,7 +22,9 @@ struct EngineFlags {
   // --enforce-eager --host-sampling --device-sampling --async-scheduling --gemm-tuning --gemm-tuning-cache
   // --enable-prefix-caching
   // --max-num-seqs
-  // --max-num-batched-tokens --decode-interval --reorder-window. The targets must outlive `flags` parsing.
+  // --max-num-batched-tokens --decode-interval --reorder-window --min-decode-interval --max-decode-interval
+  // --target-queue-time --target-step-time --prefill-tokens-per-decode --min-prefill-budget. The targets must
+  // outlive `flags` parsing.
   void add_to(FlagSet& flags);
   // Copies the parsed values into `config`; INVALID_ARGUMENT for an unknown backend or a zero KV budget.
   Status finish();

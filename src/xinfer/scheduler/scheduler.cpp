@@ -186,7 +186,8 @@ bool Scheduler::admission_due(int num_decodes, double now) {
     return true;
   }
   const double head_wait = now - waiting_.front()->enqueue_time;
-  if (head_wait <= config_.target_queue_time_s && steps_since_admission_ < decode_interval_) return false;
+  const int interval = config_.effective_decode_interval(decode_interval_, num_decodes);
+  if (head_wait <= config_.target_queue_time_s && steps_since_admission_ < interval) return false;
   adapt_interval(head_wait, num_decodes);
   steps_since_admission_ = 0;
   return true;
@@ -258,6 +259,8 @@ ScheduledStep Scheduler::schedule() {
   //    left to feed (sampled in the in-flight step, certain to finish there) is skipped.
   int decodes_left = 0;
   for (const Sequence* s : running_) decodes_left += s->num_remaining() == 1 ? 1 : 0;
+  // Prefill tokens (running chunks + admissions) this step may carry: shrinks as more sequences decode.
+  int prefill_left = config_.prefill_budget(decodes_left);
   int num_decodes = 0;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* s = running_[i];
@@ -266,7 +269,7 @@ ScheduledStep Scheduler::schedule() {
     if (remaining == 0) continue;
     const bool decode = remaining == 1;
     if (decode) --decodes_left;
-    int64_t n = decode ? 1 : std::min<int64_t>(remaining, budget - decodes_left);
+    int64_t n = decode ? 1 : std::min<int64_t>({remaining, budget - decodes_left, prefill_left});
     if (n < 1) continue;
     // Out of blocks: preempt the least important running sequence (never one already in this step,
     // since those come before s in the order) until s fits at least one token; it may be s itself.
@@ -289,6 +292,7 @@ ScheduledStep Scheduler::schedule() {
     XI_CHECK(kv_.allocate(s->table, s->num_scheduled() + n));
     emit(s, static_cast<int>(n), step);
     budget -= static_cast<int>(n);
+    if (!decode) prefill_left -= static_cast<int>(n);
     num_decodes += decode ? 1 : 0;
   }
 
@@ -296,9 +300,10 @@ ScheduledStep Scheduler::schedule() {
   //    belong to the running sequences that needed them.
   int num_admitted = 0;
   ++steps_since_admission_;
-  if (step.preempted_ids.empty() && !waiting_.empty() && budget > 0 &&
+  const int admit_budget = std::min(budget, prefill_left);
+  if (step.preempted_ids.empty() && !waiting_.empty() && admit_budget > 0 &&
       static_cast<int>(running_.size()) < config_.max_num_seqs && admission_due(num_decodes, now)) {
-    num_admitted = admit(budget, step);
+    num_admitted = admit(admit_budget, step);
   }
 
   // Decode-shaped sequences first (kernels batch them), each group in the order scheduled.

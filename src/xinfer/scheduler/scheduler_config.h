@@ -20,6 +20,15 @@ struct SchedulerConfig {
   int max_num_batched_tokens = 2048;  // tokens fed to one forward (decodes + prefill chunks)
   int max_model_len = 0;              // longest sequence (prompt + output); 0: only KV capacity limits it
 
+  // --- prefill budget while decoding (ITL tail) ---
+  // A step with D > 0 decoding sequences feeds at most prefill_budget(D) prefill tokens (running chunks and
+  // admissions together): max_num_batched_tokens - prefill_tokens_per_decode * D, floored at
+  // min_prefill_budget (never above max_num_batched_tokens). The more sequences a long step would stall, the
+  // shorter the interrupt. Admission intervals shrink with the budget (effective_decode_interval), so the
+  // prefill tokens admitted per step stay those of full-budget admissions. 0 tokens per decode: off.
+  double prefill_tokens_per_decode = 8;  // budget tokens removed per decoding sequence
+  int min_prefill_budget = 256;          // floor: prefill keeps moving even with max_num_seqs decoding
+
   // --- admission: decode interrupts ---
   int decode_interval = 4;        // initial: admit waiting requests every this many steps while decoding
   int min_decode_interval = 1;    // adaptive interval lower bound (1: admit every step)
@@ -31,6 +40,12 @@ struct SchedulerConfig {
   // --- waiting queue ordering ---
   int reorder_window = 8;   // head-of-queue requests (same priority) reordered shortest-first; <= 1: FIFO
   int max_bypass = 8;       // aging: a request passed over this many times is admitted next (no starvation)
+
+  // Prefill tokens allowed in a step that decodes `num_decodes` sequences (the rule above).
+  int prefill_budget(int num_decodes) const;
+  // Steps between admissions while decoding: `interval` scaled by prefill_budget(D) / max_num_batched_tokens
+  // (rounded up, >= 1): interrupts k times smaller may come k times as often.
+  int effective_decode_interval(int interval, int num_decodes) const;
 
   // Ok or an invalid_argument naming the first bad field.
   Status validate() const;
