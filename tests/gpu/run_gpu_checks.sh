@@ -7,6 +7,14 @@
 # Then the engine benchmarks: `xinfer-bench bench` on Llama-3.1-8B-shaped dummy weights (batch-1 latency at
 # 128 and 2048 prompt tokens (prefill MFU),
 # 128/128 throughput) and the refusal of Llama-3.1-70B (does not fit one GPU); JSON results in $OUT.
+# Then the serving benchmark (SERVE=0 skips it): `xinfer serve --backend cuda` on Llama-3.1-8B-shaped dummy
+# weights with the llama3 tokenizer (TOKENIZER_DIR, default .gpu-data/llama3-tokenizer: tokenizer.json or
+# tokenizer.json.gz + tokenizer_config.json, e.g. a copy of ../shared/tokenizers/llama3), loaded by
+# bench/serve_bench.py at concurrency SERVE_CONCURRENCY (default "1 16 64 256"), 128-token-id prompts, 128
+# output tokens, ignore_eos; results $OUT/results/serve_8b_c<N>.json. SERVE_ARGS adds serve flags,
+# SERVE_BENCH_ARGS serve_bench flags (later ones win);
+# SERVE_BASELINE=1 repeats the sweep with --prefill-tokens-per-decode 0 (the scheduler before issue 19 item 4)
+# into serve_8b_c<N>_lever_off.json.
 # Full logs go to $OUT (or /tmp/xinfer_gpu_checks). cuBLASLt is the one non-system shared library: it is
 # looked up in the CUDA toolkit and in PyTorch's nvidia wheels.
 set -u
@@ -19,7 +27,7 @@ done
 # Binaries travel gzip-compressed (the carry is limited; OpenBLAS compresses ~4x).
 UNPACK=$(mktemp -d)  # not under $OUT: only logs and results travel back
 mkdir -p "$UNPACK"
-for f in gpu_tests gpu_kernel_bench xinfer-bench; do
+for f in gpu_tests gpu_kernel_bench xinfer-bench xinfer; do
   if [ -e "$BIN/$f.gz" ]; then gunzip -c "$BIN/$f.gz" > "$UNPACK/$f" && chmod +x "$UNPACK/$f"
   elif [ -e "$BIN/$f" ]; then cp "$BIN/$f" "$UNPACK/$f"; fi
 done
@@ -83,6 +91,46 @@ if [ "${CHECK_8B:-0}" = 1 ]; then
   c8_rc=$?
 fi
 
+# Serving benchmark: one server per sweep, every concurrency against it (warm-up requests first: CUDA graphs
+# are captured on first use of each batch bucket).
+serve_sweep() {  # serve_sweep SUFFIX [extra serve flags...]
+  local suffix=$1; shift
+  local port=${SERVE_PORT:-18000}
+  "$BIN/xinfer" serve --backend cuda --model llama-3.1-8b --load-format dummy --tokenizer "$TOK" --port "$port" \
+    --max-num-seqs 256 ${SERVE_ARGS:-} "$@" > "$LOG/serve${suffix}.log" 2>&1 &
+  local pid=$!
+  for c in ${SERVE_CONCURRENCY:-1 16 64 256}; do
+    local n=$(( c * 4 < 64 ? 64 : c * 4 ))
+    [ "$c" = 1 ] && n=32
+    timeout 300 python3 bench/serve_bench.py --base-url "http://127.0.0.1:$port" --server-timeout 240 \
+      --concurrency "$c" --num-prompts "$n" --warmup "$c" --input-len 128 --output-len 128 --ignore-eos \
+      --id-high 128000 --no-progress --label "llama-3.1-8b dummy, cuda, c=$c${suffix}" \
+      --json "$LOG/results/serve_8b_c${c}${suffix}.json" ${SERVE_BENCH_ARGS:-} > "$LOG/serve_bench_c${c}${suffix}.log" 2>&1
+    echo "c=$c$suffix: rc $?" >> "$LOG/serve_rc.txt"
+  done
+  kill -TERM "$pid" 2>/dev/null; wait "$pid"
+}
+serve_rc=skipped
+t5=$(date +%s)
+if [ "${SERVE:-1}" = 1 ]; then
+  TOKSRC=${TOKENIZER_DIR:-.gpu-data/llama3-tokenizer}
+  TOK="$UNPACK/tokenizer"
+  mkdir -p "$TOK" "$LOG/results"
+  rm -f "$LOG/serve_rc.txt"
+  if [ -e "$TOKSRC/tokenizer.json.gz" ]; then gunzip -c "$TOKSRC/tokenizer.json.gz" > "$TOK/tokenizer.json"
+  elif [ -e "$TOKSRC/tokenizer.json" ]; then cp "$TOKSRC/tokenizer.json" "$TOK/"; fi
+  cp "$TOKSRC/tokenizer_config.json" "$TOK/" 2>/dev/null
+  if [ ! -x "$BIN/xinfer" ] || [ ! -e "$TOK/tokenizer.json" ]; then
+    serve_rc="missing $BIN/xinfer or $TOKSRC/tokenizer.json(.gz)"
+  else
+    ldd "$BIN/xinfer" > "$LOG/xinfer_ldd.txt" 2>&1
+    serve_sweep ""
+    [ "${SERVE_BASELINE:-0}" = 1 ] && serve_sweep _lever_off --prefill-tokens-per-decode 0
+    serve_rc=ran
+  fi
+fi
+t6=$(date +%s)
+
 echo "==== failures (gpu_tests) ===="
 grep -E "^\[  FAILED  \]|Failure|error:|Check failed|CHECK" "$LOG/gpu_tests.log" | head -40
 echo "==== attention kernels vs cpu ===="
@@ -118,6 +166,31 @@ echo "70B (expected refusal, rc $r70_rc): $(tail -1 "$LOG/engine_70b.log" | cut 
 if [ "$c8_rc" != skipped ]; then
   echo "==== Llama-3.1-8B shape: xinfer vs transformers (rc $c8_rc) ===="
   if [ -e "$LOG/check_8b.txt" ]; then cat "$LOG/check_8b.txt"; else tail -20 "$LOG/check_8b.log"; fi
+fi
+if [ "$serve_rc" != skipped ]; then
+  echo "==== serving: xinfer serve --backend cuda, Llama-3.1-8B shape, 128 in / 128 out token ids ($serve_rc, $((t6 - t5)) s) ===="
+  grep -E "not found" "$LOG/xinfer_ldd.txt" 2>/dev/null
+  grep -E "scheduler|engine: " "$LOG/serve.log" 2>/dev/null | head -2 | cut -c1-400
+  python3 - "$LOG/results" <<'PY'
+import glob, json, os, sys
+rows = []
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "serve_8b_c*.json"))):
+    s = json.load(open(f))["summary"]
+    c = json.load(open(f))["config"]["concurrency"]
+    rows.append((os.path.basename(f)[:-5], c, s))
+rows.sort(key=lambda r: (r[0].endswith("lever_off"), r[1]))
+print(f"{'run':<28} {'ok/fail':>8} {'tok/s':>9} {'TTFT p50/p99 ms':>18} {'ITL p50/p99 ms':>16} {'p99/p50 ITL':>11} {'TTFT':>5}")
+for name, c, s in rows:
+    t, i = s["ttft"], s["itl"]
+    if not t["n"] or not i["n"]:
+        print(f"{name:<28} {s['completed']}/{s['failed']} (no samples)")
+        continue
+    print(f"{name:<28} {s['completed']:>4}/{s['failed']:<3} {s['output_throughput']:9.0f} "
+          f"{t['p50_ms']:8.1f} /{t['p99_ms']:7.1f} {i['p50_ms']:7.2f} /{i['p99_ms']:6.2f} "
+          f"{i['p99_ms'] / i['p50_ms']:11.2f} {t['p99_ms'] / t['p50_ms']:5.2f}")
+PY
+  [ -e "$LOG/serve_rc.txt" ] && tr '\n' ' ' < "$LOG/serve_rc.txt" && echo
+  grep -hE "error|Error" "$LOG"/serve_bench_c*.log 2>/dev/null | head -5
 fi
 echo "==== summary ===="
 echo "gpu_tests: rc $tests_rc ($((t1 - t0)) s): $(grep -E '^\[  PASSED  \]|tests? ran' "$LOG/gpu_tests.log" | tr '\n' ' ')$(grep -c '^\[  FAILED  \]' "$LOG/gpu_tests.log") FAILED lines"
