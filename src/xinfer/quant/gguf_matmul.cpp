@@ -248,7 +248,7 @@ bool gguf_matmul(const GgufFormat& f, const QuantizedMatrix& w, const float* x, 
   }
   const int64_t k = w.k, n_out = w.n, nb = k / 32;
   const size_t row_bytes = gguf_row_bytes(f.type, k).value();
-  Q8Rows a;
+  thread_local Q8Rows a;  // reused across calls: no allocation per linear once grown
   quantize_rows_q8(x, rows, k, &a);
   const auto* weight = static_cast<const uint8_t*>(w.weight);
   auto run = [&](int64_t begin, int64_t end) {
