@@ -2,8 +2,9 @@
 # Runs every GPU check and the kernel bench from prebuilt binaries, then prints a compact summary.
 # Builds nothing. Usage (repository root, on the GPU machine):
 #   tests/gpu/run_gpu_checks.sh [BIN_DIR]      # BIN_DIR default .gpu-data/bin, holding gpu_tests,
-#                                              # gpu_kernel_bench and xinfer-bench (each plain or .gz) from a
-#                                              # -DXINFER_CUDA=ON -DXINFER_STATIC_DEPS=ON build
+#                                              # gpu_kernel_bench, xinfer-bench and xinfer (each plain or .gz)
+#                                              # from a -DXINFER_CUDA=ON -DXINFER_STATIC_DEPS=ON build
+#                                              # (xinfer alone also serves as xinfer-bench)
 # Then the engine benchmarks: `xinfer-bench bench` on Llama-3.1-8B-shaped dummy weights (batch-1 latency at
 # 128 and 2048 prompt tokens (prefill MFU),
 # 128/128 throughput) and the refusal of Llama-3.1-70B (does not fit one GPU); JSON results in $OUT.
@@ -32,6 +33,8 @@ for f in gpu_tests gpu_kernel_bench xinfer-bench xinfer; do
   elif [ -e "$BIN/$f" ]; then cp "$BIN/$f" "$UNPACK/$f"; fi
 done
 BIN="$UNPACK"
+# The portable `xinfer` (issue 19) holds the bench and logits commands too: it can stand in for xinfer-bench.
+[ ! -e "$BIN/xinfer-bench" ] && [ -x "$BIN/xinfer" ] && ln -s xinfer "$BIN/xinfer-bench"
 nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv,noheader 2>&1 | head -1
 
 t0=$(date +%s)
