@@ -248,7 +248,10 @@ bool gguf_matmul(const GgufFormat& f, const QuantizedMatrix& w, const float* x, 
   }
   const int64_t k = w.k, n_out = w.n, nb = k / 32;
   const size_t row_bytes = gguf_row_bytes(f.type, k).value();
-  thread_local Q8Rows a;  // reused across calls: no allocation per linear once grown
+  // Reused across calls (no allocation per linear once grown). The workers must see the caller's instance:
+  // a lambda naming a thread_local directly would read each worker's own, so it captures this reference.
+  thread_local Q8Rows caller_rows;
+  Q8Rows& a = caller_rows;
   quantize_rows_q8(x, rows, k, &a);
   const auto* weight = static_cast<const uint8_t*>(w.weight);
   auto run = [&](int64_t begin, int64_t end) {
