@@ -129,10 +129,12 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
                             "--load-format dummy, or give a model directory");
   XI_ASSIGN_OR_RETURN(model::ModelConfig mc, dummy ? model::resolve_model_config(config.model_dir)
                                                    : model::load_model_config(config.model_dir));
-  const int max_pos = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : INT32_MAX;
+  // The model's limit: max_position_embeddings, or a shorter sliding window (full attention is exact only
+  // within it).
+  const int max_pos = mc.context_limit() > 0 ? mc.context_limit() : INT32_MAX;
   if (config.max_model_len > max_pos)
-    return invalid_argument("max_model_len " + std::to_string(config.max_model_len) +
-                            " exceeds the model's max_position_embeddings " + std::to_string(max_pos));
+    return invalid_argument("max_model_len " + std::to_string(config.max_model_len) + " exceeds " +
+                            mc.context_limit_reason());
   // Devices plan memory (weights and workspaces first, KV blocks from what is left); the CPU backend
   // takes kv_cache_memory of host RAM.
   const bool plan_memory = config.backend == BackendKind::kCuda;

@@ -368,6 +368,20 @@ Result<ModelConfig> load_model_config(const std::string& model_dir) {
   return c;
 }
 
+int ModelConfig::context_limit() const {
+  if (sliding_window && (max_position_embeddings <= 0 || *sliding_window < max_position_embeddings))
+    return *sliding_window;
+  return max_position_embeddings;
+}
+
+std::string ModelConfig::context_limit_reason() const {
+  if (context_limit() == max_position_embeddings)
+    return "the model's max_position_embeddings " + std::to_string(max_position_embeddings);
+  return "config.json's sliding_window " + std::to_string(*sliding_window) +
+         " (windowed attention is not implemented: longer sequences would attend past the window and diverge "
+         "from the reference model)";
+}
+
 std::string ModelConfig::to_string() const {
   std::ostringstream os;
   os << architecture << ": " << num_layers << " layers, hidden " << hidden_size << ", heads " << num_heads << "/"

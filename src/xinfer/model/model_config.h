@@ -68,6 +68,15 @@ struct ModelConfig {
   std::vector<int32_t> eos_token_ids;  // config eos_token_id (int or list) then new ids from generation_config.json
   std::optional<int> sliding_window;   // Mistral (null in most configs); Qwen2/3 only when use_sliding_window
 
+  // Longest sequence this implementation runs exactly as Hugging Face does: max_position_embeddings, or the
+  // sliding window when one is set and shorter. Attention here is always full (no window), which equals
+  // windowed attention only while every position is within the window of every key: sequences up to
+  // `sliding_window` tokens. The engine caps max_model_len at this and refuses a longer one.
+  int context_limit() const;
+  // Why context_limit() is what it is, for error messages: "the model's max_position_embeddings 32768", or
+  // "config.json's sliding_window 4096 (windowed attention is not implemented: ...)".
+  std::string context_limit_reason() const;
+
   // One-line summary for the start-up log, e.g.
   // "LlamaForCausalLM: 16 layers, hidden 2048, heads 32/8 x 64, ffn 8192, vocab 128256, ctx 131072, bf16, ..."
   std::string to_string() const;
