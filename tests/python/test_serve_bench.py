@@ -320,3 +320,31 @@ def test_against_xinfer_serve_with_the_bundled_model(xinfer_bin, tmp_path):
     for r in res["requests"]:
         assert r["finish_reason"] == "length" and r["output_tokens"] == 8 and r["ttft_s"] > 0
     assert "requests: 12 completed, 0 failed" in proc.stdout
+
+
+def test_serve_with_dummy_weights_and_a_separate_tokenizer(xinfer_bin, tmp_path):
+    """`serve --load-format dummy --tokenizer DIR` (what the GPU check runs on the 8B preset): a model
+    directory's shapes with random weights, the bundled model's tokenizer; token-id prompts all complete."""
+    out = tmp_path / "dummy.json"
+    cmd = (f"{xinfer_bin} serve --port {{port}} --threads 1 --model {ROOT}/tests/golden/llama_gqa "
+           f"--load-format dummy --tokenizer {ROOT}/models/xinfer-tiny-shakespeare")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench/serve_bench.py"), "--server-cmd", cmd, "--server-log",
+         str(tmp_path / "server.log"), "--concurrency", "3", "--num-prompts", "6", "--input-len", "10",
+         "--output-len", "5", "--ignore-eos", "--id-high", "500", "--json", str(out), "--no-progress",
+         "--server-timeout", "120"],
+        capture_output=True, text=True, timeout=300)
+    log = (tmp_path / "server.log").read_text()
+    assert proc.returncode == 0, proc.stdout + proc.stderr + log
+    s = json.loads(out.read_text())["summary"]
+    assert s["completed"] == 6 and s["total_output_tokens"] == 30
+    assert "load_format=dummy" in log
+
+
+def test_serve_preset_needs_a_tokenizer(xinfer_bin):
+    r = subprocess.run([str(xinfer_bin), "serve", "--model", "llama-3.1-8b", "--load-format", "dummy"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "--tokenizer" in r.stderr, r.stderr
+    r = subprocess.run([str(xinfer_bin), "serve", "--load-format", "bogus"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and "bogus" in r.stderr, r.stderr

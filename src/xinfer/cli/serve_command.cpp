@@ -23,6 +23,8 @@
 #include "xinfer/core/logging.h"
 #include "xinfer/engine/engine.h"
 #include "xinfer/model/gguf_tokenizer.h"
+#include "xinfer/model/llama.h"
+#include "xinfer/model/preset_configs.h"
 #include "xinfer/server/http_server.h"
 #include "xinfer/server/openai_server.h"
 #include "xinfer/server/output_filter.h"
@@ -68,6 +70,7 @@ bool wait_until(Pred done, double timeout_s, const sigset_t& signals) {
 
 int run_serve(int argc, char** argv) {
   std::string model_dir, served_name, host = "127.0.0.1", api_key, filter_rules_path;
+  std::string load_format = "auto", tokenizer_dir;
   int port = 8000, max_connections = 1024, server_threads = 4;
   int64_t max_body_bytes = 8 << 20;
   std::string metrics_prefix = "xinfer";
@@ -87,6 +90,11 @@ int run_serve(int argc, char** argv) {
   flags.add("--model", &model_dir,
             std::string("Hugging Face model directory (config.json, *.safetensors, tokenizer files); default: ") +
                 kDefaultModel + " of this checkout");
+  flags.add("--load-format", &load_format,
+            "auto (the model directory's safetensors) or dummy (random weights in the model's shapes, for "
+            "benchmarks; --model may then be a built-in config such as llama-3.1-8b, with --tokenizer)");
+  flags.add("--tokenizer", &tokenizer_dir,
+            "directory holding tokenizer.json (+ tokenizer_config.json); default: the model directory");
   flags.add("--served-model-name", &served_name, "model name clients must send (default: the directory's name)");
   flags.add("--host", &host, "address to bind (IP); 0.0.0.0 exposes the server to the network");
   flags.add("--port", &port, "TCP port; 0 picks a free one (printed in the log)");
@@ -139,7 +147,15 @@ int run_serve(int argc, char** argv) {
                   "make it with tools/train_tiny.py or pass --model DIR");
     }
   }
-  if (!fs::exists(fs::path(model_dir) / "config.json")) return fail(model_dir + ": no config.json (not a model directory)");
+  auto fmt = model::parse_load_format(load_format);
+  if (!fmt.ok()) return fail(fmt.status().message());
+  const bool preset = *fmt == model::LoadFormat::kDummy && model::is_preset(model_dir);
+  if (preset && tokenizer_dir.empty())
+    return fail("--model " + model_dir +
+                " is a built-in config without tokenizer files: add --tokenizer DIR");
+  if (!preset && !fs::exists(fs::path(model_dir) / "config.json"))
+    return fail(model_dir + ": no config.json (not a model directory)");
+  if (tokenizer_dir.empty()) tokenizer_dir = model_dir;
 
   std::shared_ptr<const server::FilterRules> rules;
   if (!filter_rules_path.empty()) {
@@ -149,6 +165,7 @@ int run_serve(int argc, char** argv) {
   }
   if (Status s = engine_flags.finish(); !s.ok()) return fail(s.message());
   ec.model_dir = model_dir;
+  ec.load_format = *fmt;
   ec.served_model_name = served_name;
   if (Status s = ec.validate(); !s.ok()) return fail(s.message());
 
@@ -182,10 +199,10 @@ int run_serve(int argc, char** argv) {
     http.stop();
     return fail("loading " + model_dir + ": " + engine.status().to_string());
   }
-  auto tokenizer = model::load_tokenizer(model_dir);
+  auto tokenizer = model::load_tokenizer(tokenizer_dir);
   if (!tokenizer.ok()) {
     http.stop();
-    return fail("loading the tokenizer of " + model_dir + ": " + tokenizer.status().to_string());
+    return fail("loading the tokenizer of " + tokenizer_dir + ": " + tokenizer.status().to_string());
   }
   server::ServedModel served;
   served.engine = engine->get();
