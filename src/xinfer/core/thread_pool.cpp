@@ -1,11 +1,35 @@
 #include "xinfer/core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace xinfer {
 namespace {
+
 thread_local bool t_inside_pool = false;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#else
+  std::this_thread::yield();
+#endif
 }
+
+// Spins until done() or kSpinMicros have passed; true if done.
+template <typename Done>
+bool spin_until(Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(ThreadPool::kSpinMicros);
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return done();
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -13,10 +37,10 @@ ThreadPool::ThreadPool(int num_threads) {
 }
 
 ThreadPool::~ThreadPool() {
+  stop_.store(true);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
+  }  // a worker between its check and its wait sees stop_ or the notify
   work_cv_.notify_all();
   for (auto& t : workers_) t.join();
 }
@@ -25,22 +49,22 @@ void ThreadPool::worker_loop(int index) {
   t_inside_pool = true;
   uint64_t seen = 0;
   for (;;) {
-    std::pair<int64_t, int64_t> chunk;
-    const std::function<void(int64_t, int64_t)>* task;
-    {
+    auto ready = [&] { return stop_.load() || generation_.load() != seen; };
+    if (!spin_until(ready)) {
       std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      const size_t slot = static_cast<size_t>(index) + 1;  // chunk 0 belongs to the caller
-      if (slot >= chunks_.size()) continue;
-      chunk = chunks_[slot];
-      task = task_;
+      sleepers_.fetch_add(1);
+      work_cv_.wait(lock, ready);
+      sleepers_.fetch_sub(1);
     }
-    (*task)(chunk.first, chunk.second);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_all();
+    if (stop_.load()) return;
+    seen = generation_.load(std::memory_order_acquire);
+    const size_t slot = static_cast<size_t>(index) + 1;  // chunk 0 belongs to the caller
+    if (slot < chunks_.size()) (*task_)(chunks_[slot].first, chunks_[slot].second);
+    // Every worker acknowledges every generation, with or without a chunk, so none still reads chunks_
+    // when the next call rewrites it.
+    if (pending_.fetch_sub(1) == 1 && caller_waiting_.load()) {
+      { std::lock_guard<std::mutex> lock(mu_); }
+      done_cv_.notify_all();
     }
   }
 }
@@ -56,22 +80,28 @@ void ThreadPool::parallel_for(int64_t begin, int64_t end, const std::function<vo
     return;
   }
   std::lock_guard<std::mutex> run_lock(run_mu_);
-  std::vector<std::pair<int64_t, int64_t>> chunks;
+  // Every worker has finished the previous generation (the previous call waited for pending_ == 0), so
+  // nobody reads chunks_ or task_ while they are rewritten here.
+  chunks_.clear();
   for (int64_t c = 0; c < max_chunks; ++c)
-    chunks.emplace_back(begin + n * c / max_chunks, begin + n * (c + 1) / max_chunks);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    chunks_ = chunks;
-    task_ = &fn;
-    pending_ = static_cast<int>(chunks.size()) - 1;
-    ++generation_;
+    chunks_.emplace_back(begin + n * c / max_chunks, begin + n * (c + 1) / max_chunks);
+  task_ = &fn;
+  pending_.store(static_cast<int>(workers_.size()));
+  generation_.fetch_add(1);  // seq_cst: publishes chunks_/task_ and orders against sleepers_ below
+  if (sleepers_.load() > 0) {
+    { std::lock_guard<std::mutex> lock(mu_); }
+    work_cv_.notify_all();
   }
-  work_cv_.notify_all();
   t_inside_pool = true;
-  fn(chunks[0].first, chunks[0].second);
+  fn(chunks_[0].first, chunks_[0].second);
   t_inside_pool = false;
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return pending_ == 0; });
+  auto done = [&] { return pending_.load() == 0; };
+  if (!spin_until(done)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    caller_waiting_.store(true);
+    done_cv_.wait(lock, done);
+    caller_waiting_.store(false);
+  }
 }
 
 }  // namespace xinfer
