@@ -1,0 +1,283 @@
+// `xinfer eval ppl`: perplexity of a model on a text file, tokens scored once with sliding windows as
+// transformers' perplexity guide does (engine/perplexity.h has the exact rule), and with --reference the
+// mean KL divergence KL(p_ref || p) and top-1 agreement of the model against a second model with the same
+// tokenizer, on the same positions.
+//
+//   xinfer eval ppl --model DIR --text wiki.test.raw --ctx 1024 --stride 512 [--reference DIR2] [--json]
+//
+// The text is tokenized once with the model's tokenizer (tokenizer.json, or a GGUF file's metadata), as
+// `tokenizers`' encode(text) does: its post-processor's special tokens (a Llama BOS) are added unless
+// --no-add-special-tokens. Windows run one at a time from an empty KV cache in prefill chunks that ask for
+// the logits of every scored row. stdout: a human summary, or one JSON object with --json; progress and
+// logs on stderr.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "xinfer/cli/command.h"
+#include "xinfer/cli/flags.h"
+#include "xinfer/core/logging.h"
+#include "xinfer/engine/backend_factory.h"
+#include "xinfer/engine/engine.h"
+#include "xinfer/engine/perplexity.h"
+#include "xinfer/model/gguf_tokenizer.h"
+#include "xinfer/model/llama.h"
+#include "xinfer/model/model_config.h"
+#include "xinfer/tokenizer/tokenizer.h"
+
+namespace xinfer::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+Result<std::string> read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found("cannot open --text " + path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return data_loss("error reading --text " + path);
+  if (text.empty()) return invalid_argument("--text " + path + " is empty");
+  return text;
+}
+
+// OK when both tokenizers have the same vocabulary (every id the same token) and give the same ids for
+// the text; INVALID_ARGUMENT naming the first difference otherwise.
+Status check_same_tokenizer(const tok::Tokenizer& a, const tok::Tokenizer& b,
+                            const std::vector<int32_t>& ids_a, const std::vector<int32_t>& ids_b) {
+  const std::string what = "--reference must use the same tokenizer as --model: ";
+  if (a.vocab_size() != b.vocab_size())
+    return invalid_argument(what + "vocabulary sizes differ (" + std::to_string(a.vocab_size()) + " vs " +
+                            std::to_string(b.vocab_size()) + ")");
+  for (int32_t id = 0; id < a.vocab_size(); ++id)
+    if (a.id_to_token(id) != b.id_to_token(id))
+      return invalid_argument(what + "token " + std::to_string(id) + " is '" + a.id_to_token(id) + "' vs '" +
+                              b.id_to_token(id) + "'");
+  if (ids_a != ids_b) return invalid_argument(what + "they tokenize the text differently");
+  return Status();
+}
+
+struct LoadedModel {
+  std::unique_ptr<model::LlamaModel> model;
+  std::unique_ptr<engine::WindowLogits> windows;
+};
+
+int run_ppl(int argc, char** argv) {
+  std::string model_path, text_path, reference_path, backend_name = "cpu";
+  int ctx = 1024, prefill_chunk = 512, block_size = 16, threads = 0;
+  int64_t max_tokens = 0;
+  std::optional<int64_t> stride_flag;  // unset: ctx
+  bool as_json = false, progress = true, add_special = true;
+  FlagSet flags(
+      "xinfer eval ppl",
+      "Perplexity of a model on a text: windows of --ctx tokens advancing by --stride, each run from an\n"
+      "empty cache; in each window only tokens no earlier window scored are scored (the others are\n"
+      "context), as transformers' perplexity guide does. Token 0 is never scored; with stride == ctx\n"
+      "neither is each window's first token. The text is tokenized as the model's tokenizer does by\n"
+      "default: its post-processor's special tokens are added, so a BOS is prepended for tokenizers\n"
+      "that add one (Llama 2/3, the bundled model), none for those that do not (Qwen2, SmolLM2).\n"
+      "--reference M2: also the mean KL(p_M2 || p_M) and top-1 agreement over the scored positions\n"
+      "(same tokenizer required).\n"
+      "Example: xinfer eval ppl --model DIR --text wiki.test.raw --ctx 1024 --stride 512 --json");
+  flags.add("--model", &model_path,
+            "Hugging Face model directory (config.json, *.safetensors, tokenizer) or .gguf");
+  flags.add("--text", &text_path, "text file to score (UTF-8)");
+  flags.add("--ctx", &ctx, "window length in tokens (default 1024, or the model's limit when shorter)");
+  flags.add("--stride", &stride_flag,
+            "tokens each window advances, 1..ctx (default: ctx, non-overlapping windows)");
+  flags.add("--reference", &reference_path,
+            "second model (same tokenizer): KL divergence and top-1 agreement");
+  flags.add("--max-tokens", &max_tokens, "score only the text's first N tokens; 0 = all");
+  flags.add(
+      "--add-special-tokens", &add_special,
+      "add the tokenizer's special tokens (BOS) as its post-processor says; --no-add-special-tokens: none");
+  flags.add("--backend", &backend_name, "cpu or cuda");
+  flags.add("--json", &as_json, "print one JSON object on stdout instead of the summary");
+  flags.add("--prefill-chunk", &prefill_chunk, "most tokens per forward step (a window runs in such chunks)");
+  flags.add("--block-size", &block_size, "KV-cache block size in tokens");
+  flags.add("--threads", &threads, "CPU backend threads; 0 = all cores");
+  flags.add("--progress", &progress, "progress bars while loading and scoring (stderr)");
+  if (int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "xinfer eval ppl: %s\n", s.to_string().c_str());
+    return 1;
+  };
+
+  if (model_path.empty()) return fail(invalid_argument("--model is required"));
+  if (text_path.empty()) return fail(invalid_argument("--text is required"));
+  if (max_tokens < 0) return fail(invalid_argument("--max-tokens must be >= 0"));
+  if (prefill_chunk <= 0 || block_size <= 0)
+    return fail(invalid_argument("--prefill-chunk and --block-size must be positive"));
+  auto text = read_text(text_path);
+  if (!text.ok()) return fail(text.status());
+
+  // Configs first: the context limit decides --ctx before any weight is read.
+  std::vector<std::string> paths{model_path};
+  if (!reference_path.empty()) paths.push_back(reference_path);
+  std::vector<model::ModelConfig> configs;
+  for (const std::string& p : paths) {
+    auto c = model::load_model_config(p);
+    if (!c.ok()) return fail(c.status());
+    configs.push_back(std::move(*c));
+  }
+  int limit = configs[0].context_limit();
+  std::string limit_reason = configs[0].context_limit_reason();
+  if (configs.size() > 1) {
+    if (configs[1].vocab_size != configs[0].vocab_size)
+      return fail(invalid_argument(
+          "--reference must use the same tokenizer as --model: their vocab sizes differ (" +
+          std::to_string(configs[0].vocab_size) + " vs " + std::to_string(configs[1].vocab_size) + ")"));
+    if (configs[1].context_limit() < limit) {
+      limit = configs[1].context_limit();
+      limit_reason = "--reference: " + configs[1].context_limit_reason();
+    }
+  }
+  if (!flags.was_set("--ctx")) ctx = std::min(ctx, limit);
+  if (ctx > limit)
+    return fail(out_of_range("--ctx " + std::to_string(ctx) + " exceeds the context limit " +
+                             std::to_string(limit) + " (" + limit_reason + ")"));
+  if (ctx < 2) return fail(invalid_argument("--ctx must be at least 2, got " + std::to_string(ctx)));
+  const int64_t stride64 = stride_flag.value_or(ctx);
+  if (stride64 <= 0 || stride64 > ctx)
+    return fail(invalid_argument("--stride must be in [1, ctx = " + std::to_string(ctx) + "], got " +
+                                 std::to_string(stride64)));
+  const int stride = static_cast<int>(stride64);
+
+  // Tokens, and the tokenizer check against the reference's.
+  std::vector<std::unique_ptr<tok::Tokenizer>> tokenizers;
+  std::vector<std::vector<int32_t>> ids;
+  for (const std::string& p : paths) {
+    auto t = model::load_tokenizer(p);
+    if (!t.ok()) return fail(t.status());
+    ids.push_back((*t)->encode(*text, add_special));
+    tokenizers.push_back(std::move(*t));
+  }
+  if (tokenizers.size() > 1)
+    if (Status s = check_same_tokenizer(*tokenizers[0], *tokenizers[1], ids[0], ids[1]); !s.ok())
+      return fail(s);
+  std::vector<int32_t>& tokens = ids[0];
+  const int64_t text_tokens = static_cast<int64_t>(tokens.size());
+  if (max_tokens > 0 && text_tokens > max_tokens) tokens.resize(static_cast<size_t>(max_tokens));
+  for (int32_t id : tokens)
+    if (id < 0 || id >= configs[0].vocab_size)
+      return fail(invalid_argument("the tokenizer gave id " + std::to_string(id) +
+                                   ", outside the model's vocab (" + std::to_string(configs[0].vocab_size) +
+                                   ")"));
+  const std::optional<int32_t> bos = tokenizers[0]->bos_id();
+  const bool bos_prepended = add_special && bos && !tokens.empty() && tokens[0] == *bos;
+  // Validates the windows before the weights load (text too short, ...).
+  auto windows = engine::plan_score_windows(static_cast<int64_t>(tokens.size()), ctx, stride);
+  if (!windows.ok()) return fail(windows.status());
+
+  auto kind = engine::parse_backend_kind(backend_name);
+  if (!kind.ok()) return fail(kind.status());
+  auto backend_or = engine::create_backend(*kind, threads);
+  if (!backend_or.ok()) return fail(backend_or.status());
+  backend::Backend& backend = **backend_or;
+
+  const int chunk = std::min(prefill_chunk, ctx);
+  const auto t_load = Clock::now();
+  std::vector<LoadedModel> models;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    model::LoadOptions opts;
+    opts.max_tokens = chunk;
+    opts.max_logit_rows = chunk;  // every row of a chunk may be scored
+    opts.max_model_len = ctx;
+    opts.show_progress = progress;
+    auto m = model::LlamaModel::load(paths[i], backend, opts);
+    if (!m.ok()) return fail(m.status());
+    XI_LOG(INFO) << (i == 0 ? "model: " : "reference: ") << (*m)->config().to_string() << " on "
+                 << backend.info().name;
+    engine::prepare_backend_for_model(backend, (*m)->config(), chunk, chunk, 1, ctx, progress);
+    LoadedModel lm;
+    lm.windows = std::make_unique<engine::WindowLogits>(**m, backend, ctx, chunk, block_size);
+    lm.model = std::move(*m);
+    models.push_back(std::move(lm));
+  }
+  const double load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
+
+  const auto t_run = Clock::now();
+  engine::PerplexityOptions popts;
+  popts.ctx = ctx;
+  popts.stride = stride;
+  popts.show_progress = progress;
+  auto res = engine::evaluate_perplexity(
+      *models[0].windows, models.size() > 1 ? models[1].windows.get() : nullptr, tokens, popts);
+  if (!res.ok()) return fail(res.status());
+  const double run_s = std::chrono::duration<double>(Clock::now() - t_run).count();
+
+  if (as_json) {
+    json j = {{"model", model_path},
+              {"text", text_path},
+              {"backend", backend.info().name},
+              {"ppl", res->ppl()},
+              {"nll_sum", res->nll_sum},
+              {"mean_nll", res->mean_nll()},
+              {"tokens", static_cast<int64_t>(tokens.size())},
+              {"text_tokens", text_tokens},
+              {"tokens_scored", res->tokens_scored},
+              {"windows", res->windows},
+              {"ctx", ctx},
+              {"stride", stride},
+              {"add_special_tokens", add_special},
+              {"bos_prepended", bos_prepended},
+              {"load_seconds", load_s},
+              {"seconds", run_s}};
+    if (res->has_reference) {
+      j["reference"] = reference_path;
+      j["kl"] = res->mean_kl();
+      j["top1"] = res->top1();
+    }
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("model %s on %s (%s)\n", model_path.c_str(), text_path.c_str(), backend.info().name.c_str());
+    std::printf("tokens %lld of %lld (%s), ctx %d, stride %d: %lld windows, %lld tokens scored\n",
+                static_cast<long long>(tokens.size()), static_cast<long long>(text_tokens),
+                bos_prepended ? "BOS prepended" : "no BOS prepended", ctx, stride,
+                static_cast<long long>(res->windows), static_cast<long long>(res->tokens_scored));
+    std::printf("ppl %.6f  (mean nll %.6f nats, nll sum %.4f)\n", res->ppl(), res->mean_nll(), res->nll_sum);
+    if (res->has_reference)
+      std::printf("vs reference %s: mean KL(ref || model) %.6g nats, top-1 agreement %.4f%%\n",
+                  reference_path.c_str(), res->mean_kl(), 100.0 * res->top1());
+    std::printf("%.2f s (%.1f scored tokens/s), load %.2f s\n", run_s,
+                run_s > 0 ? static_cast<double>(res->tokens_scored) / run_s : 0.0, load_s);
+  }
+  return 0;
+}
+
+int run_eval(int argc, char** argv) {
+  const char* usage =
+      "Usage: xinfer eval <task> [flags]   (xinfer eval <task> --help for its flags)\n\nTasks:\n"
+      "  ppl          perplexity of a model on a text (sliding windows), KL / top-1 against a reference "
+      "model\n";
+  if (argc < 2) {
+    std::fputs(usage, stderr);
+    return 2;
+  }
+  const std::string task = argv[1];
+  if (task == "--help" || task == "-h" || task == "help") {
+    std::fputs(usage, stdout);
+    return 0;
+  }
+  if (task == "ppl") {
+    std::string prog = std::string(argv[0]) + " ppl";
+    argv[1] = prog.data();
+    return run_ppl(argc - 1, argv + 1);
+  }
+  std::fprintf(stderr, "xinfer eval: unknown task '%s'\n\n%s", task.c_str(), usage);
+  return 2;
+}
+
+const CommandRegistration kRegistration{
+    "eval", "perplexity of a model on a text, KL / top-1 vs a reference (cpu/cuda)", &run_eval};
+
+}  // namespace
+}  // namespace xinfer::cli

@@ -1,0 +1,155 @@
+#include "xinfer/engine/perplexity.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "xinfer/core/check.h"
+#include "xinfer/core/progress_bar.h"
+#include "xinfer/engine/model_runner.h"
+
+namespace xinfer::engine {
+
+Result<std::vector<ScoreWindow>> plan_score_windows(int64_t num_tokens, int ctx, int stride) {
+  if (num_tokens < 2)
+    return invalid_argument("nothing to score: the text has " + std::to_string(num_tokens) +
+                            " token(s); at least 2 are needed (token 0 is never scored)");
+  if (ctx < 2) return invalid_argument("ctx must be at least 2, got " + std::to_string(ctx));
+  if (stride <= 0 || stride > ctx)
+    return invalid_argument("stride must be in [1, ctx = " + std::to_string(ctx) + "], got " +
+                            std::to_string(stride));
+  std::vector<ScoreWindow> windows;
+  int64_t prev_end = 0;
+  for (int64_t begin = 0; begin < num_tokens; begin += stride) {
+    const int64_t end = std::min(begin + ctx, num_tokens);
+    windows.push_back({begin, end, std::max(prev_end, begin + 1)});
+    prev_end = end;
+    if (end == num_tokens) break;
+  }
+  return windows;
+}
+
+namespace {
+
+// log(sum(exp(x))) in double, shifted by the maximum.
+double log_sum_exp(std::span<const float> x) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (float v : x) m = std::max(m, static_cast<double>(v));
+  double s = 0;
+  for (float v : x) s += std::exp(static_cast<double>(v) - m);
+  return m + std::log(s);
+}
+
+}  // namespace
+
+double token_logprob(std::span<const float> logits, int32_t token) {
+  XI_CHECK(token >= 0 && static_cast<size_t>(token) < logits.size())
+      << "token " << token << " vocab " << logits.size();
+  return static_cast<double>(logits[static_cast<size_t>(token)]) - log_sum_exp(logits);
+}
+
+double kl_divergence(std::span<const float> ref_logits, std::span<const float> logits) {
+  XI_CHECK_EQ(ref_logits.size(), logits.size());
+  const double lse_ref = log_sum_exp(ref_logits), lse = log_sum_exp(logits);
+  double kl = 0;
+  for (size_t v = 0; v < logits.size(); ++v) {
+    const double lp_ref = static_cast<double>(ref_logits[v]) - lse_ref;
+    kl += std::exp(lp_ref) * (lp_ref - (static_cast<double>(logits[v]) - lse));
+  }
+  return std::max(kl, 0.0);  // rounding can leave -1e-17 for identical rows
+}
+
+int32_t argmax_first(std::span<const float> logits) {
+  XI_CHECK(!logits.empty());
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+double PerplexityResult::ppl() const {
+  return std::exp(mean_nll());
+}
+
+WindowLogits::WindowLogits(model::LlamaModel& model, backend::Backend& backend, int ctx, int chunk,
+                           int block_size)
+    : model_(model), backend_(backend), ctx_(ctx), chunk_(chunk), block_size_(block_size) {
+  XI_CHECK_GT(chunk, 0);
+  XI_CHECK_GT(block_size, 0);
+  XI_CHECK_LE(chunk, model.options().max_tokens);
+  XI_CHECK_LE(chunk, model.options().max_logit_rows);
+  XI_CHECK_LE(ctx, model.max_model_len());
+  const model::ModelConfig& cfg = model.config();
+  const int blocks = (ctx + block_size - 1) / block_size;
+  const backend::KvCacheSpec spec{cfg.num_layers,   blocks + 1,   block_size,
+                                  cfg.num_kv_heads, cfg.head_dim, backend.info().activation_dtype};
+  kv_ = backend.allocate_kv_cache(spec);
+  for (int b = 1; b <= blocks; ++b) block_table_.push_back(b);
+}
+
+const std::vector<float>& WindowLogits::run(std::span<const int32_t> tokens, int start_pos, int first_row) {
+  const int len = static_cast<int>(tokens.size());
+  XI_CHECK(len > 0 && len <= chunk_) << "len " << len << " chunk " << chunk_;
+  XI_CHECK_LE(start_pos + len, ctx_);
+  XI_CHECK(first_row >= 0 && first_row <= len) << "first_row " << first_row << " len " << len;
+  const SequenceChunk seq{tokens, start_pos, block_table_, false};
+  backend::StepPlan plan = ModelRunner::plan(std::span(&seq, 1), block_size_);
+  for (int r = first_row; r < len; ++r) plan.logit_rows.push_back(r);
+  const backend::StepMeta meta = backend_.upload_step(plan);
+  const TensorView dev = model_.forward(meta, kv_);
+  logits_.resize(static_cast<size_t>(len - first_row) * static_cast<size_t>(vocab_size()));
+  if (first_row < len) {
+    XI_CHECK_EQ(static_cast<size_t>(dev.numel()), logits_.size());
+    backend_.to_host_f32(dev, logits_.data());
+  }
+  return logits_;
+}
+
+Result<PerplexityResult> evaluate_perplexity(WindowLogits& model, WindowLogits* reference,
+                                             std::span<const int32_t> tokens,
+                                             const PerplexityOptions& options) {
+  XI_ASSIGN_OR_RETURN(std::vector<ScoreWindow> windows,
+                      plan_score_windows(static_cast<int64_t>(tokens.size()), options.ctx, options.stride));
+  if (reference) {
+    XI_CHECK_EQ(reference->vocab_size(), model.vocab_size());
+    XI_CHECK_EQ(reference->chunk(), model.chunk());
+  }
+  const int V = model.vocab_size();
+  const int chunk = model.chunk();
+  PerplexityResult res;
+  res.windows = static_cast<int64_t>(windows.size());
+  res.has_reference = reference != nullptr;
+  if (options.keep_token_logprobs)
+    res.token_logprobs.assign(tokens.size(), std::numeric_limits<double>::quiet_NaN());
+  ProgressBar bar("Scoring windows", res.windows, "windows", options.show_progress);
+  for (const ScoreWindow& w : windows) {
+    // Window positions 0 .. fed - 1 are fed; rows first_row .. fed - 1 predict targets first_target .. end
+    // - 1.
+    const int fed = static_cast<int>(w.end - w.begin) - 1;
+    const int first_row = static_cast<int>(w.first_target - w.begin) - 1;
+    for (int pos = 0; pos < fed; pos += chunk) {
+      const int len = std::min(chunk, fed - pos);
+      const auto part = tokens.subspan(static_cast<size_t>(w.begin + pos), static_cast<size_t>(len));
+      const int row0 = std::clamp(first_row - pos, 0, len);
+      const std::vector<float>& rows = model.run(part, pos, row0);
+      const std::vector<float>* ref_rows = reference ? &reference->run(part, pos, row0) : nullptr;
+      for (int r = row0; r < len; ++r) {
+        const int64_t target = w.begin + pos + r + 1;
+        const auto row = std::span(rows).subspan(static_cast<size_t>(r - row0) * V, static_cast<size_t>(V));
+        const double lp = token_logprob(row, tokens[static_cast<size_t>(target)]);
+        res.nll_sum -= lp;
+        ++res.tokens_scored;
+        if (options.keep_token_logprobs) res.token_logprobs[static_cast<size_t>(target)] = lp;
+        if (ref_rows) {
+          const auto ref =
+              std::span(*ref_rows).subspan(static_cast<size_t>(r - row0) * V, static_cast<size_t>(V));
+          res.kl_sum += kl_divergence(ref, row);
+          res.top1_agree += argmax_first(ref) == argmax_first(row) ? 1 : 0;
+        }
+      }
+    }
+    bar.advance();
+  }
+  bar.finish();
+  return res;
+}
+
+}  // namespace xinfer::engine
