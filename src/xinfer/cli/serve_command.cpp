@@ -79,14 +79,15 @@ int run_serve(int argc, char** argv) {
   EngineFlags engine_flags;
   engine::EngineConfig& ec = engine_flags.config;
 
-  FlagSet flags("xinfer serve",
-                "Serve a model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,\n"
-                "/v1/models, /tokenize, /detokenize, /health, /metrics).\n"
-                "Example: xinfer serve --model DIR --port 8000\n"
-                "Without --model it serves the bundled model " +
-                    std::string(kDefaultModel) +
-                    ".\nSIGTERM or Ctrl-C drains: the listener closes (new connections are refused), idle keep-alive\n"
-                    "connections close, running requests finish (up to --drain-timeout), then exit 0.");
+  FlagSet flags(
+      "xinfer serve",
+      "Serve a model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,\n"
+      "/v1/models, /tokenize, /detokenize, /health, /metrics).\n"
+      "Example: xinfer serve --model DIR --port 8000\n"
+      "Without --model it serves the bundled model " +
+          std::string(kDefaultModel) +
+          ".\nSIGTERM or Ctrl-C drains: the listener closes (new connections are refused), idle keep-alive\n"
+          "connections close, running requests finish (up to --drain-timeout), then exit 0.");
   flags.add("--model", &model_dir,
             std::string("Hugging Face model directory (config.json, *.safetensors, tokenizer files); default: ") +
                 kDefaultModel + " of this checkout");
@@ -112,11 +113,15 @@ int run_serve(int argc, char** argv) {
   flags.add("--drain-timeout", &drain_timeout, "seconds in-flight requests may run after SIGTERM before abort");
   flags.add("--server-threads", &server_threads,
             "HTTP I/O threads (request parsing and tokenization run on them; one slow request holds one)");
-  flags.add("--max-request-tokens", &so.max_request_tokens,
-            "most tokens one request may generate over all its choices (choices x max_tokens; unset max_tokens "
-            "counts as the rest of the context); 400 beyond");
+  flags.add(
+      "--max-request-tokens", &so.max_request_tokens,
+      "most tokens one request may generate over all its choices (choices x max_tokens; unset max_tokens "
+      "counts as the rest of the context); 400 beyond");
   flags.add("--max-request-logprobs", &so.max_request_logprobs,
             "most logprob entries one request may return (its tokens x (1 + top logprobs)); 400 beyond");
+  flags.add("--max-choices-in-flight", &so.max_choices_in_flight,
+            "engine requests one request may have running or queued at once (its n x prompts choices run in "
+            "turns beyond this, so other clients' requests are not held behind it)");
   flags.add("--metrics-prefix", &metrics_prefix,
             "metric names of /metrics: xinfer (xinfer:*), vllm (vllm:*, what vLLM dashboards read) or both");
   engine_flags.add_to(flags);
@@ -132,8 +137,8 @@ int run_serve(int argc, char** argv) {
   if (port < 0 || port > 65535) return fail("--port must be in [0, 65535]");
   if (max_body_bytes <= 0 || max_connections <= 0 || server_threads <= 0)
     return fail("--max-body-bytes, --max-connections and --server-threads must be positive");
-  if (so.max_request_tokens <= 0 || so.max_request_logprobs <= 0)
-    return fail("--max-request-tokens and --max-request-logprobs must be positive");
+  if (so.max_request_tokens <= 0 || so.max_request_logprobs <= 0 || so.max_choices_in_flight <= 0)
+    return fail("--max-request-tokens, --max-request-logprobs and --max-choices-in-flight must be positive");
   if (auto p = server::parse_metrics_prefix(metrics_prefix)) {
     so.metrics_prefix = *p;
   } else {
@@ -232,10 +237,11 @@ int run_serve(int argc, char** argv) {
                << cfg.max_waiting;
   XI_LOG(INFO) << "limits: body " << max_body_bytes << " bytes, JSON depth " << so.json_limits.max_depth
                << ", " << so.json_limits.max_object_keys << " keys per object; per request "
-               << so.max_request_tokens << " generated tokens, " << so.max_request_logprobs << " logprob entries; "
+               << so.max_request_tokens << " generated tokens, " << so.max_request_logprobs
+               << " logprob entries, " << so.max_choices_in_flight << " choices in flight; "
                << max_connections << " connections, " << server_threads << " I/O threads, keep-alive "
-               << keep_alive_timeout << " s; api key " << (api_key.empty() ? "off" : "on") << "; filter rules "
-               << (rules ? std::to_string(rules->size()) : std::string("none"));
+               << keep_alive_timeout << " s; api key " << (api_key.empty() ? "off" : "on")
+               << "; filter rules " << (rules ? std::to_string(rules->size()) : std::string("none"));
   api.set_model(std::move(served));
   XI_LOG(INFO) << "ready in " << static_cast<int>((now_s() - t0) * 1000) << " ms: serving " << info.model_name
                << " on http://" << host << ":" << http.port();

@@ -73,10 +73,12 @@ GenerationContext::GenerationContext(OpenAIServer* server, const ServedModel* mo
   }
 }
 
-void GenerationContext::start() {
+bool GenerationContext::submit_more() {
   auto self = shared_from_this();
-  const double arrival = now_s();
-  for (size_t i = 0; i < choices_.size(); ++i) {
+  const double now = now_s();
+  const size_t cap = static_cast<size_t>(std::max(1, setup_.max_choices_in_flight));
+  while (!responded_ && next_submit_ < choices_.size() && in_flight_ < cap) {
+    const size_t i = next_submit_++;
     Choice& c = choices_[i];
     engine::GenerationRequest req;
     req.request_id = c.request_id;
@@ -87,19 +89,26 @@ void GenerationContext::start() {
     }
     req.priority = setup_.options.priority;
     req.rng_stream = static_cast<uint64_t>(c.index % setup_.options.n);
-    req.arrival_time = arrival;
+    // A choice submitted later queues as a new arrival: it does not overtake other clients' requests.
+    req.arrival_time = now;
     std::shared_ptr<HttpExchange> ex = ex_;
     Status s = model_->engine->submit(std::move(req), [self, ex, i](engine::RequestOutput out) {
       ex->post([self, i, out = std::move(out)]() mutable { self->on_output(i, std::move(out)); });
     });
     if (!s.ok()) {
-      for (size_t j = i; j < choices_.size(); ++j) choices_[j].engine_done = true;
       fail(submit_error(s));
       maybe_release();
-      return;
+      return false;
     }
     c.submitted = true;
+    ++in_flight_;
   }
+  return true;
+}
+
+void GenerationContext::start() {
+  auto self = shared_from_this();
+  if (!submit_more()) return;
   ex_->set_on_disconnect([self] { self->on_disconnect(); });
   if (!setup_.options.stream) return;
   ex_->start_stream();
@@ -188,7 +197,11 @@ void GenerationContext::append_logprobs(json& acc, const json& delta) const {
 
 void GenerationContext::on_output(size_t index, engine::RequestOutput out) {
   Choice& c = choices_[index];
-  if (out.finished) c.engine_done = true;
+  if (out.finished) {
+    c.engine_done = true;
+    --in_flight_;
+  }
+  if (out.finished && !responded_ && !submit_more()) return;
   if (responded_ || !c.finish_reason.empty()) {
     maybe_release();
     return;

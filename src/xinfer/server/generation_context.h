@@ -8,6 +8,9 @@
 // string / filter rule, which aborts the engine request) ; engine_done once the engine's final output for
 // it arrived. The response is complete when every choice is finished; the context is released from the
 // server's active count when every submitted choice is engine_done.
+// Fairness: at most setup.max_choices_in_flight choices are in the engine at once; the next is submitted
+// when one is engine_done (as a new arrival), so one request of n = 128 takes 8 batch slots, not 128, and
+// other clients' short requests are not held behind its steps.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +44,7 @@ struct GenerationSetup {
   std::string model_name;
   int64_t created = 0;
   std::shared_ptr<const FilterRules> filter_rules;
+  int max_choices_in_flight = 8;  // engine requests of this request running or queued at once
 };
 
 class GenerationContext : public std::enable_shared_from_this<GenerationContext> {
@@ -66,6 +70,8 @@ class GenerationContext : public std::enable_shared_from_this<GenerationContext>
     bool engine_done = false;
   };
 
+  // Submits choices up to the in-flight cap; false if a submission failed (then answered with the error).
+  bool submit_more();
   void on_output(size_t c, engine::RequestOutput out);
   void on_disconnect();
   void finish_choice(Choice& c, const std::string& reason);
@@ -89,6 +95,8 @@ class GenerationContext : public std::enable_shared_from_this<GenerationContext>
   bool responded_ = false;  // the final body, an error, or [DONE] was sent (or the client left)
   bool released_ = false;
   bool stream_started_ = false;  // SSE headers are out: errors become events
+  size_t next_submit_ = 0;       // choices_[0, next_submit_) were submitted
+  size_t in_flight_ = 0;         // submitted and not engine_done
 };
 
 }  // namespace xinfer::server

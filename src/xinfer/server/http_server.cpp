@@ -98,8 +98,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     streaming_ = true;
     // HTTP/1.0 has no chunked coding: the body ends when the connection closes (keep_alive_ is false).
     std::string head = "HTTP/1.1 200 OK\r\nServer: xinfer\r\nContent-Type: " + type +
-                       "\r\nCache-Control: no-cache\r\n" +
-                       (http10_ ? "" : "Transfer-Encoding: chunked\r\n") +
+                       "\r\nCache-Control: no-cache\r\n" + (http10_ ? "" : "Transfer-Encoding: chunked\r\n") +
                        "Connection: " + (keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n";
     enqueue(std::move(head), false);
   }
@@ -151,8 +150,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     parser_->body_limit(options_->max_body_bytes);
     parser_->header_limit(64 * 1024);
     stream_.expires_after(seconds(options_->keep_alive_timeout_s));
-    http::async_read_header(stream_, buffer_, *parser_,
-                            [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
   }
 
   // A malformed or refused request: answer `status` with an OpenAI-shaped error, then close.
@@ -160,7 +160,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     keep_alive_ = false;
     current_ = std::make_shared<HttpExchange>(shared_from_this());
     respond(current_.get(), status, "application/json",
-            R"({"error":{"message":")" + message + R"(","type":"invalid_request_error","param":null,"code":)" +
+            R"({"error":{"message":")" + message +
+                R"(","type":"invalid_request_error","param":null,"code":)" +
                 (code ? std::string("\"") + code + "\"" : std::string("null")) + "}}",
             {});
   }
@@ -208,11 +209,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     const auto expect = h.find(http::field::expect);
     if (expect != h.end() && h.version() == 11 && beast::iequals(expect->value(), "100-continue")) {
       static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-      net::async_write(stream_, net::buffer(kContinue), [self = shared_from_this()](beast::error_code wec, size_t) {
-        if (self->closed_) return;
-        if (wec) return self->close();
-        self->read_body();
-      });
+      net::async_write(stream_, net::buffer(kContinue),
+                       [self = shared_from_this()](beast::error_code wec, size_t) {
+                         if (self->closed_) return;
+                         if (wec) return self->close();
+                         self->read_body();
+                       });
       return;
     }
     read_body();

@@ -47,7 +47,8 @@ class BoundedDomBuilder {
   bool parse_error(size_t, const std::string&, const nlohmann::detail::exception& e) {
     std::string what = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 3: ..." -> "parse error at ..."
-    if (const size_t end = what.find("] "); what.rfind("[json.exception.", 0) == 0 && end != std::string::npos)
+    if (const size_t end = what.find("] ");
+        what.rfind("[json.exception.", 0) == 0 && end != std::string::npos)
       what = what.substr(end + 2);
     return fail("request body is not valid JSON: " + what);
   }
@@ -74,7 +75,8 @@ class BoundedDomBuilder {
 
   bool open(json container) {
     if (static_cast<int>(stack_.size()) >= limits_.max_depth) {
-      return fail("request body nests deeper than the limit of " + std::to_string(limits_.max_depth) + " levels");
+      return fail("request body nests deeper than the limit of " + std::to_string(limits_.max_depth) +
+                  " levels");
     }
     json* v = add(std::move(container));
     if (v == nullptr) return false;
@@ -101,8 +103,8 @@ class BoundedDomBuilder {
     if (top.value->is_array()) {
       json::array_t& arr = top.value->get_ref<json::array_t&>();
       if (arr.size() >= limits_.max_array_elements) {
-        fail("request body has an array of more than the limit of " + std::to_string(limits_.max_array_elements) +
-             " elements");
+        fail("request body has an array of more than the limit of " +
+             std::to_string(limits_.max_array_elements) + " elements");
         return nullptr;
       }
       arr.push_back(std::move(v));

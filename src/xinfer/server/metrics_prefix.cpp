@@ -10,7 +10,8 @@ constexpr std::string_view kVllm = "vllm:";
 // Rewrites one line's metric name prefix; `name_out` gets the metric's name (prefix excluded) or "".
 std::string rename_line(std::string_view line, std::string_view* name_out) {
   *name_out = {};
-  for (std::string_view lead : {std::string_view("# HELP "), std::string_view("# TYPE "), std::string_view()}) {
+  for (std::string_view lead :
+       {std::string_view("# HELP "), std::string_view("# TYPE "), std::string_view()}) {
     if (line.substr(0, lead.size()) != lead) continue;
     std::string_view rest = line.substr(lead.size());
     if (rest.substr(0, kOurs.size()) != kOurs) continue;
@@ -52,9 +53,12 @@ std::optional<MetricsPrefix> parse_metrics_prefix(std::string_view name) {
 
 std::string apply_metrics_prefix(const std::string& text, MetricsPrefix prefix) {
   switch (prefix) {
-    case MetricsPrefix::kXinfer: return text;
-    case MetricsPrefix::kVllm: return to_vllm(text);
-    case MetricsPrefix::kBoth: return text + to_vllm(text);
+    case MetricsPrefix::kXinfer:
+      return text;
+    case MetricsPrefix::kVllm:
+      return to_vllm(text);
+    case MetricsPrefix::kBoth:
+      return text + to_vllm(text);
   }
   return text;
 }

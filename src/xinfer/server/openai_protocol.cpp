@@ -206,7 +206,8 @@ void read_common(Reader& r, bool chat, int vocab_size, GenerationOptions* o) {
     if (!ids->is_array()) {
       r.wrong_type("stop_token_ids", "a list of token ids", *ids);
     } else if (ids->size() > kMaxStopTokenIds) {
-      r.fail("'stop_token_ids' may hold at most " + std::to_string(kMaxStopTokenIds) + " ids", "stop_token_ids");
+      r.fail("'stop_token_ids' may hold at most " + std::to_string(kMaxStopTokenIds) + " ids",
+             "stop_token_ids");
     } else {
       for (const json& t : *ids) {
         if (!is_token_id(t, vocab_size)) {
@@ -221,7 +222,8 @@ void read_common(Reader& r, bool chat, int vocab_size, GenerationOptions* o) {
     if (!bias->is_object()) {
       r.wrong_type("logit_bias", "an object of token id -> bias", *bias);
     } else if (bias->size() > kMaxLogitBiasEntries) {
-      r.fail("'logit_bias' may hold at most " + std::to_string(kMaxLogitBiasEntries) + " entries", "logit_bias");
+      r.fail("'logit_bias' may hold at most " + std::to_string(kMaxLogitBiasEntries) + " entries",
+             "logit_bias");
     } else {
       for (auto it = bias->begin(); it != bias->end(); ++it) {
         const std::string& key = it.key();
@@ -349,7 +351,8 @@ std::optional<ApiError> normalize_messages(const json& in, json* out) {
   if (!in.is_array()) return bad_request("'messages' must be a list of messages", "messages");
   if (in.empty()) return bad_request("'messages' must not be empty", "messages");
   if (in.size() > kMaxMessages)
-    return bad_request("'messages' may hold at most " + std::to_string(kMaxMessages) + " messages", "messages");
+    return bad_request("'messages' may hold at most " + std::to_string(kMaxMessages) + " messages",
+                       "messages");
   *out = json::array();
   for (size_t i = 0; i < in.size(); ++i) {
     const json& m = in[i];
@@ -421,7 +424,8 @@ std::variant<ChatRequest, ApiError> parse_chat_request(const json& body, int voc
   if (const json* choice = r.find("tool_choice")) {
     if (choice->is_string()) {
       if (*choice == "required") {
-        r.fail("'tool_choice' 'required' is not supported by this server (no tool-call parsing)", "tool_choice");
+        r.fail("'tool_choice' 'required' is not supported by this server (no tool-call parsing)",
+               "tool_choice");
       } else if (*choice != "none" && *choice != "auto") {
         r.fail("'tool_choice' must be 'none', 'auto' or 'required'", "tool_choice");
       }

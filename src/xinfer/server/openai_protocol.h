@@ -33,7 +33,7 @@ ApiError bad_request(std::string message, std::string param = "");
 
 inline constexpr int kMaxN = 128;
 inline constexpr int kMaxStopStrings = 16;
-inline constexpr size_t kMaxMessages = 4096;        // chat messages in one request
+inline constexpr size_t kMaxMessages = 4096;  // chat messages in one request
 inline constexpr size_t kMaxLogitBiasEntries = 1024;
 inline constexpr size_t kMaxStopTokenIds = 1024;
 

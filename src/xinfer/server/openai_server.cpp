@@ -179,7 +179,8 @@ void OpenAIServer::handle_metrics(HttpExchange& ex) {
   os << "xinfer:server_client_disconnects_total " << counters_.client_disconnects.load() << '\n';
   out += os.str();
   counters_.responses[200].fetch_add(1);
-  ex.respond(200, "text/plain; version=0.0.4; charset=utf-8", apply_metrics_prefix(out, options_.metrics_prefix));
+  ex.respond(200, "text/plain; version=0.0.4; charset=utf-8",
+             apply_metrics_prefix(out, options_.metrics_prefix));
 }
 
 void OpenAIServer::handle_models(const HttpRequest& req, HttpExchange& ex) {
@@ -288,15 +289,16 @@ void OpenAIServer::handle_detokenize(const HttpRequest& req, HttpExchange& ex) {
 }
 
 std::optional<ApiError> OpenAIServer::check_cost(const GenerationOptions& o, size_t num_prompts,
-                                                int64_t cost_tokens, bool chat) const {
+                                                 int64_t cost_tokens, bool chat) const {
   const char* max_key = chat ? "max_completion_tokens" : "max_tokens";
   std::ostringstream choices;
   choices << num_prompts * static_cast<size_t>(o.n) << " choices";
   if (cost_tokens > options_.max_request_tokens) {
     std::ostringstream os;
-    os << "this request may generate up to " << cost_tokens << " tokens (" << choices.str() << " x '" << max_key
-       << "', unset = up to the context length); the server's limit is " << options_.max_request_tokens
-       << " per request (--max-request-tokens): lower 'n' or '" << max_key << "'";
+    os << "this request may generate up to " << cost_tokens << " tokens (" << choices.str() << " x '"
+       << max_key << "', unset = up to the context length); the server's limit is "
+       << options_.max_request_tokens << " per request (--max-request-tokens): lower 'n' or '" << max_key
+       << "'";
     ApiError e = bad_request(os.str(), "n");
     e.code = "request_too_costly";
     return e;
@@ -383,13 +385,15 @@ void OpenAIServer::handle_completions(const HttpRequest& req, std::shared_ptr<Ht
       e.code = "context_length_exceeded";
       return send_error(*ex, e);
     }
-    cost_tokens += static_cast<int64_t>(setup.options.n) * requested.value_or(info.max_model_len - prompt_len);
+    cost_tokens +=
+        static_cast<int64_t>(setup.options.n) * requested.value_or(info.max_model_len - prompt_len);
   }
   if (auto e = check_cost(setup.options, setup.prompts.size(), cost_tokens, chat)) return send_error(*ex, *e);
   setup.id = next_id(chat ? "chatcmpl-" : "cmpl-");
   setup.created = static_cast<int64_t>(std::time(nullptr));
   setup.model_name = m.name;
   setup.filter_rules = options_.filter_rules;
+  setup.max_choices_in_flight = options_.max_choices_in_flight;
 
   active_.fetch_add(1);
   auto ctx = std::make_shared<GenerationContext>(this, &m, std::move(ex), std::move(setup));

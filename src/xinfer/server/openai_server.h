@@ -50,6 +50,7 @@ struct OpenAIServerOptions {
   // max_tokens unset = up to the context length), and logprob entries (those tokens x (1 + top logprobs)).
   int64_t max_request_tokens = 32768;
   int64_t max_request_logprobs = 65536;
+  int max_choices_in_flight = 8;  // per request (fairness: n = 128 takes 8 batch slots at a time)
   MetricsPrefix metrics_prefix = MetricsPrefix::kXinfer;
 };
 
@@ -87,8 +88,8 @@ class OpenAIServer {
   bool authorized(const HttpRequest& req) const;
 
   // The cost bounds of OpenAIServerOptions; cost_tokens = generated tokens over every choice.
-  std::optional<ApiError> check_cost(const struct GenerationOptions& o, size_t num_prompts, int64_t cost_tokens,
-                                     bool chat) const;
+  std::optional<ApiError> check_cost(const struct GenerationOptions& o, size_t num_prompts,
+                                     int64_t cost_tokens, bool chat) const;
   void handle_completions(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, bool chat);
   void handle_models(const HttpRequest& req, HttpExchange& ex);
   void handle_tokenize(const HttpRequest& req, HttpExchange& ex);

@@ -24,7 +24,9 @@ std::string error_of(const std::string& text, const JsonLimits& limits = {}) {
   return std::holds_alternative<std::string>(r) ? std::get<std::string>(r) : std::string();
 }
 
-std::string nested_arrays(int levels) { return std::string(levels, '[') + std::string(levels, ']'); }
+std::string nested_arrays(int levels) {
+  return std::string(levels, '[') + std::string(levels, ']');
+}
 
 std::string many_keys(int n, bool duplicate_every_tenth = false) {
   std::string s = "{";
@@ -77,8 +79,10 @@ TEST(JsonBodyParser, CountAndSizeLimits) {
             "request body has an array of more than the limit of 2 elements");
   EXPECT_EQ(error_of(R"({"a": "12345"})", limits),
             "request body has a string of 5 bytes, over the limit of 4 bytes");
-  EXPECT_EQ(error_of(R"({"abcde": 1})", limits), "request body has a string of 5 bytes, over the limit of 4 bytes");
-  EXPECT_EQ(error_of(R"({"a": [[1, 2], [3, 4]]})", limits), "request body has more than the limit of 6 values");
+  EXPECT_EQ(error_of(R"({"abcde": 1})", limits),
+            "request body has a string of 5 bytes, over the limit of 4 bytes");
+  EXPECT_EQ(error_of(R"({"a": [[1, 2], [3, 4]]})", limits),
+            "request body has more than the limit of 6 values");
 }
 
 TEST(JsonBodyParser, MalformedJsonSaysWhere) {

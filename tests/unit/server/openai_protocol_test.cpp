@@ -110,21 +110,25 @@ namespace {
 
 std::string chat_error(const std::string& extra) {
   auto r = parse_chat_request(
-      nlohmann::ordered_json::parse(R"({"messages": [{"role": "user", "content": "hi"}])" + extra + "}"), 100);
+      nlohmann::ordered_json::parse(R"({"messages": [{"role": "user", "content": "hi"}])" + extra + "}"),
+      100);
   return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r).message : std::string();
 }
 
 TEST(OpenAIProtocol, UnsupportedFeaturesAreRefusedNotIgnored) {
-  const std::string tools = R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}])";
-  EXPECT_NE(chat_error(tools + R"(, "tool_choice": "required")").find("'tool_choice' 'required' is not supported"),
-            std::string::npos);
+  const std::string tools =
+      R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}])";
+  EXPECT_NE(
+      chat_error(tools + R"(, "tool_choice": "required")").find("'tool_choice' 'required' is not supported"),
+      std::string::npos);
   EXPECT_NE(chat_error(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}})")
                 .find("naming a function is not supported"),
             std::string::npos);
   EXPECT_EQ(chat_error(tools + R"(, "tool_choice": "auto")"), "");
   EXPECT_EQ(chat_error(tools + R"(, "tool_choice": "none")"), "");
-  EXPECT_NE(chat_error(R"(, "response_format": {"type": "json_object"})").find("'json_object' is not supported"),
-            std::string::npos);
+  EXPECT_NE(
+      chat_error(R"(, "response_format": {"type": "json_object"})").find("'json_object' is not supported"),
+      std::string::npos);
   EXPECT_NE(chat_error(R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}})")
                 .find("'json_schema' is not supported"),
             std::string::npos);
@@ -137,21 +141,24 @@ TEST(OpenAIProtocol, UnsupportedFeaturesAreRefusedNotIgnored) {
 
 TEST(OpenAIProtocol, EntryCountLimits) {
   std::string messages = "[";
-  for (size_t i = 0; i <= kMaxMessages; ++i) messages += std::string(i ? "," : "") + R"({"role":"user","content":"x"})";
+  for (size_t i = 0; i <= kMaxMessages; ++i)
+    messages += std::string(i ? "," : "") + R"({"role":"user","content":"x"})";
   messages += "]";
   auto r = parse_chat_request(nlohmann::ordered_json::parse(R"({"messages": )" + messages + "}"), 100);
   ASSERT_TRUE(std::holds_alternative<ApiError>(r));
   EXPECT_EQ(std::get<ApiError>(r).message, "'messages' may hold at most 4096 messages");
   std::string bias = "{";
-  for (size_t i = 0; i <= kMaxLogitBiasEntries; ++i) bias += std::string(i ? "," : "") + "\"" + std::to_string(i) + "\":1";
+  for (size_t i = 0; i <= kMaxLogitBiasEntries; ++i)
+    bias += std::string(i ? "," : "") + "\"" + std::to_string(i) + "\":1";
   bias += "}";
-  auto b = parse_completion_request(nlohmann::ordered_json::parse(R"({"prompt": "x", "logit_bias": )" + bias + "}"),
-                                    100000);
+  auto b = parse_completion_request(
+      nlohmann::ordered_json::parse(R"({"prompt": "x", "logit_bias": )" + bias + "}"), 100000);
   ASSERT_TRUE(std::holds_alternative<ApiError>(b));
   EXPECT_EQ(std::get<ApiError>(b).message, "'logit_bias' may hold at most 1024 entries");
   auto s = parse_completion_request(
-      nlohmann::ordered_json::parse(R"({"prompt": "x", "stop": [)" + std::string(16 * 4, ' ') +
-                                    R"("a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})"),
+      nlohmann::ordered_json::parse(
+          R"({"prompt": "x", "stop": [)" + std::string(16 * 4, ' ') +
+          R"("a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})"),
       100);
   ASSERT_TRUE(std::holds_alternative<ApiError>(s));
   EXPECT_EQ(std::get<ApiError>(s).message, "'stop' may hold at most 16 strings");

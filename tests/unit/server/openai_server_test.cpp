@@ -351,3 +351,36 @@ TEST_F(ServerTest, BodyLimitAndRoutes) {
 
 }  // namespace
 }  // namespace xinfer::server
+
+namespace xinfer::server {
+namespace {
+
+// Fairness: a request's choices past --max-choices-in-flight wait for earlier ones to finish instead of
+// taking every batch slot at once. The fake engine refuses more than 4 live requests (429), so submitting
+// all 10 choices at once, as before the cap, fails.
+TEST_F(ServerTest, ChoicesRunInTurnsPastTheInFlightCap) {
+  OpenAIServerOptions o;
+  o.max_choices_in_flight = 3;
+  api_ = std::make_unique<OpenAIServer>(o);
+  ready();
+  Reply r = call("POST", "/v1/completions", R"({"prompt": "hello", "max_tokens": 3, "n": 10})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  ASSERT_EQ(j["choices"].size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["finish_reason"], "length");
+    EXPECT_EQ(j["choices"][i]["text"], j["choices"][0]["text"]);  // the fake engine's script for each
+  }
+  EXPECT_EQ(j["usage"]["completion_tokens"], 30);
+  EXPECT_EQ(engine_->submitted().size(), 10u);
+  EXPECT_TRUE(eventually([&] { return api_->active_requests() == 0; }));
+  // Streamed too.
+  Reply s =
+      call("POST", "/v1/completions", R"({"prompt": "hello", "max_tokens": 2, "n": 7, "stream": true})");
+  ASSERT_EQ(s.status, 200);
+  EXPECT_EQ(engine_->submitted().size(), 17u);
+}
+
+}  // namespace
+}  // namespace xinfer::server

@@ -1,0 +1,258 @@
+"""Hostile bodies and costly requests: bounded JSON (depth, keys) answered with an OpenAI-shaped 400 while
+everyone else is served, the API key checked before any body is parsed, per-request cost bounds,
+unsupported features refused, TTFT on reused keep-alive connections, vLLM metric names."""
+import json
+import socket
+import statistics
+import threading
+import time
+
+import pytest
+
+ROUTES = ["/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"]
+
+
+def deep_body(levels=100000):
+    return '{"prompt": ' + "[" * levels + "]" * levels + ', "model": "x"}'
+
+
+def many_keys_body(n=100000):
+    return "{" + ",".join(f'"unknown_key_{i}": {i}' for i in range(n)) + ', "prompt": "Once"}'
+
+
+def assert_openai_error(data, status, expected_status, needle):
+    assert status == expected_status, data
+    err = json.loads(data)["error"]
+    assert needle in err["message"], err
+    assert set(err) == {"message", "type", "param", "code"}
+    return err
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_deep_nesting_is_a_400_naming_the_limit(server, route):
+    status, _, data = server.request("POST", route, deep_body())
+    assert_openai_error(data, status, 400, "nests deeper than the limit of 64 levels")
+    # Deep values in the fields that crashed even as the last key.
+    for field in ("chat_template_kwargs", "model"):
+        body = '{"messages": [{"role": "user", "content": "hi"}], "%s": %s}' % (field, "{\"a\":" * 100000 + "1" + "}" * 100000)
+        status, _, data = server.request("POST", route, body)
+        assert_openai_error(data, status, 400, "nests deeper than the limit")
+    assert server.request("GET", "/health")[0] == 200
+
+
+def test_many_keys_is_fast(server):
+    body = many_keys_body()
+    assert len(body) > 1_500_000
+    t0 = time.time()
+    status, _, data = server.request("POST", "/v1/completions", body)
+    took = time.time() - t0
+    assert_openai_error(data, status, 400, "more than the limit of 4096 keys")
+    assert took < 1.0, took  # was ~14 s (ordered_map insertion is a linear scan per key)
+    # Under the key limit, a body of 4,000 unknown keys is served.
+    body = "{" + ",".join(f'"k{i}": {i}' for i in range(4000)) + ', "prompt": "Once", "max_tokens": 2}'
+    status, _, data = server.request("POST", "/v1/completions", body)
+    assert status == 200 and json.loads(data)["usage"]["completion_tokens"] == 2
+
+
+def test_api_key_checked_before_the_body(start_server):
+    s = start_server("--api-key", "sekret")
+    for route in ROUTES:
+        status, headers, data = s.request("POST", route, deep_body())
+        assert_openai_error(data, status, 401, "Incorrect API key")
+        status, _, data = s.request("POST", route, '{"prompt": "x"}')
+        assert status == 401, (route, data)
+    status, _, data = s.request("POST", "/tokenize", {"prompt": "Once"}, {"Authorization": "Bearer sekret"})
+    assert status == 200 and json.loads(data)["count"] > 0
+    status, _, data = s.request("POST", "/tokenize", deep_body(), {"Authorization": "Bearer sekret"})
+    assert_openai_error(data, status, 400, "nests deeper")
+    assert s.request("GET", "/health")[0] == 200   # open, as documented
+    assert s.request("GET", "/metrics")[0] == 200
+
+
+def test_request_cost_bounds(server, model_name):
+    # ~100 bytes that used to cost minutes, tens of MB and a GB of memory.
+    status, _, data = server.request("POST", "/v1/chat/completions", {
+        "model": model_name, "messages": [{"role": "user", "content": "hi"}], "n": 128, "logprobs": True,
+        "top_logprobs": 20})
+    err = assert_openai_error(data, status, 400, "--max-request-tokens")
+    assert err["code"] == "request_too_costly"
+    status, _, data = server.request("POST", "/v1/completions", {
+        "model": model_name, "prompt": "Once", "n": 64, "max_tokens": 64, "logprobs": 20})
+    err = assert_openai_error(data, status, 400, "--max-request-logprobs")
+    # Just under both bounds is served.
+    status, _, data = server.request("POST", "/v1/completions", {
+        "model": model_name, "prompt": "Once", "n": 2, "max_tokens": 4, "logprobs": 2})
+    assert status == 200 and len(json.loads(data)["choices"]) == 2
+
+
+def test_bounds_are_flags(start_server, model_name):
+    s = start_server("--max-request-tokens", "10", "--max-request-logprobs", "1000000")
+    status, _, data = s.request("POST", "/v1/completions", {"prompt": "Once", "n": 3, "max_tokens": 4})
+    assert_openai_error(data, status, 400, "up to 12 tokens")
+    status, _, _ = s.request("POST", "/v1/completions", {"prompt": "Once", "n": 2, "max_tokens": 5})
+    assert status == 200
+
+
+def test_unsupported_features_are_refused(server, model_name):
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    base = {"model": model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    status, _, data = server.request("POST", "/v1/chat/completions", {**base, "tools": tools, "tool_choice": "required"})
+    err = assert_openai_error(data, status, 400, "not supported")
+    assert err["param"] == "tool_choice"
+    for fmt in ({"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}):
+        status, _, data = server.request("POST", "/v1/chat/completions", {**base, "response_format": fmt})
+        err = assert_openai_error(data, status, 400, "not supported")
+        assert err["param"] == "response_format"
+    status, _, _ = server.request("POST", "/v1/chat/completions", {**base, "tools": tools, "tool_choice": "auto"})
+    assert status == 200
+
+
+def stream_ttft_openai(client, model_name, n):
+    """TTFT of n sequential streamed requests through one pooled openai client (its connection is reused)."""
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        stream = client.completions.create(model=model_name, prompt="Once upon a time", max_tokens=4, stream=True)
+        first = None
+        for _chunk in stream:
+            if first is None:
+                first = time.perf_counter() - t0
+        out.append(first)
+    return out
+
+
+def stream_ttft_http_client(conn, model_name):
+    """TTFT of one streamed request on an http.client connection (new or reused), read to the end."""
+    body = json.dumps({"model": model_name, "prompt": "Once upon a time", "max_tokens": 4, "stream": True})
+    t0 = time.perf_counter()
+    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    first = r.read1(65536)
+    ttft = time.perf_counter() - t0
+    assert r.status == 200 and first.startswith(b"data: ")
+    r.read()
+    return ttft
+
+
+def stream_ttft_fresh(port, model_name):
+    body = json.dumps({"model": model_name, "prompt": "Once upon a time", "max_tokens": 4, "stream": True}).encode()
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    t0 = time.perf_counter()
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: " +
+                 str(len(body)).encode() + b"\r\n\r\n" + body)
+    got = b""
+    while b"data: " not in got:
+        chunk = sock.recv(65536)
+        assert chunk
+        got += chunk
+    ttft = time.perf_counter() - t0
+    sock.close()
+    return ttft
+
+
+def test_reused_connection_ttft_matches_a_new_connection(start_server, model_name):
+    """Nagle + the client's delayed ACK held each streamed request's first chunk ~40 ms on a reused
+    keep-alive connection (not on a new one). Same client code both ways (http.client, one persistent
+    connection vs a new one per request), only the reuse differs; the pooled openai client's TTFT is printed."""
+    import http.client
+    import openai
+    s = start_server()
+    reused_conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+    stream_ttft_http_client(reused_conn, model_name)  # opens the connection
+    reused, fresh = [], []
+    for _ in range(15):
+        reused.append(stream_ttft_http_client(reused_conn, model_name))
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+        fresh.append(stream_ttft_http_client(conn, model_name))
+        conn.close()
+    reused_conn.close()
+    r, f = statistics.median(reused), statistics.median(fresh)
+    client = openai.OpenAI(base_url=s.base_url + "/v1", api_key="x", max_retries=0, timeout=30)
+    pooled = statistics.median(stream_ttft_openai(client, model_name, 12)[2:])
+    print(f"TTFT median: http.client reused {r * 1e3:.2f} ms, new connection {f * 1e3:.2f} ms; "
+          f"openai pooled client {pooled * 1e3:.2f} ms")
+    assert r - f < 0.005, (reused, fresh)
+    # The SDK's own CPU cost (pydantic, its HTTP stack) is in `pooled` and swings with machine load, so it
+    # is printed, not asserted: the http.client pair above is the guard.
+
+
+def test_hostile_bodies_do_not_delay_other_streams(start_server, model_name):
+    s = start_server("--max-num-seqs", "64")
+    stop = threading.Event()
+    errors = []
+
+    def background_stream():  # long streams keep the engine busy
+        while not stop.is_set():
+            try:
+                stream_ttft_fresh(s.port, model_name)
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+    def attacker(body):
+        while not stop.is_set():
+            status, _, data = s.request("POST", "/v1/completions", body)
+            if status != 400:
+                errors.append((status, data[:200]))
+
+    def probe(n):
+        return [stream_ttft_fresh(s.port, model_name) for _ in range(n)]
+
+    workers = [threading.Thread(target=background_stream) for _ in range(16)]
+    for w in workers:
+        w.start()
+    time.sleep(0.5)
+    base = probe(20)
+    bodies = [deep_body().encode(), many_keys_body().encode()]
+    attackers = [threading.Thread(target=attacker, args=(b,)) for b in bodies]
+    for a in attackers:
+        a.start()
+    time.sleep(0.2)
+    under_attack = probe(20)
+    stop.set()
+    for t in workers + attackers:
+        t.join()
+    b, a = statistics.median(base), statistics.median(under_attack)
+    print(f"probe TTFT median: {b * 1e3:.2f} ms before, {a * 1e3:.2f} ms with hostile bodies")
+    assert not errors, errors[:3]
+    assert a - b < 0.010, (base, under_attack)
+
+
+VLLM_NAMES = ["vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+              "vllm:time_per_output_token_seconds", "vllm:e2e_request_latency_seconds", "vllm:num_requests_running",
+              "vllm:num_requests_waiting", "vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc",
+              "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total"]
+
+
+@pytest.mark.parametrize("prefix", ["vllm", "both"])
+def test_metrics_prefix(start_server, model_name, prefix):
+    s = start_server("--metrics-prefix", prefix)
+    assert s.request("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 3})[0] == 200
+    status, _, data = s.request("GET", "/metrics")
+    text = data.decode()
+    samples = [line for line in text.splitlines() if line and not line.startswith("#")]
+    for name in VLLM_NAMES:
+        rows = [line for line in samples if line.split("{")[0].split(" ")[0] in (name, name + "_count")]
+        assert rows, name
+        assert all(f'model_name="{model_name}"' in line for line in rows), rows
+        assert f"# TYPE {name} " in text
+    gen = [line for line in samples if line.startswith("vllm:generation_tokens_total")]
+    assert float(gen[0].rsplit(" ", 1)[1]) >= 3
+    assert ("xinfer:num_requests_running" in text) == (prefix == "both")
+
+
+def test_fuzz_targets_bounded_run():
+    """scripts/fuzz.sh: both libFuzzer targets (ASan + UBSan) for 20 s each from the committed corpora;
+    any crash, leak, sanitizer report or timeout fails. Needs clang-14 with libFuzzer (scripts/fuzz.sh
+    installs it; here the test runs where clang++-14 is present or XINFER_FUZZ=1 asks for it)."""
+    import os
+    import pathlib
+    import shutil
+    import subprocess
+    if shutil.which("clang++-14") is None and os.environ.get("XINFER_FUZZ") != "1":
+        pytest.skip("clang++-14 not installed (XINFER_FUZZ=1 makes scripts/fuzz.sh install it)")
+    root = pathlib.Path(__file__).resolve().parents[2]
+    seconds = os.environ.get("XINFER_FUZZ_SECONDS", "20")
+    r = subprocess.run(["bash", str(root / "scripts/fuzz.sh"), seconds], capture_output=True, text=True,
+                       timeout=900, cwd=root)
+    print(r.stdout)
+    assert r.returncode == 0, r.stdout + r.stderr
