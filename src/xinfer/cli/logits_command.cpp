@@ -131,12 +131,13 @@ class Outputs {
 int run_logits(int argc, char** argv) {
   std::string model_dir, backend_name = "cuda", prompt_ids, forced_ids, input, output = "logits.safetensors";
   int greedy_steps = 32, last_positions = 0, prefill_chunk = 512, block_size = 16, threads = 0;
-  bool enforce_eager = false, progress = true;
+  bool enforce_eager = false, progress = true, dequantize = false;
   FlagSet flags("xinfer logits",
                 "Run token ids through a model; write prompt logits, a greedy continuation with its logits and\n"
                 "teacher-forced decode logits to a safetensors file (for comparisons against a reference).\n"
                 "Example: xinfer logits --model DIR --backend cuda --prompt-ids 1,2,3 --output out.safetensors");
-  flags.add("--model", &model_dir, "Hugging Face model directory (config.json, *.safetensors)");
+  flags.add("--model", &model_dir,
+            "Hugging Face model directory (config.json, *.safetensors) or a .gguf file");
   flags.add("--backend", &backend_name, "cpu or cuda");
   flags.add("--prompt-ids", &prompt_ids, "one request: comma-separated prompt token ids");
   flags.add("--forced-ids", &forced_ids, "with --prompt-ids: comma-separated ids fed one decode step each");
@@ -149,6 +150,8 @@ int run_logits(int argc, char** argv) {
   flags.add("--enforce-eager", &enforce_eager, "run decode steps eagerly (no CUDA graphs)");
   flags.add("--threads", &threads, "CPU backend threads; 0 = all cores");
   flags.add("--progress", &progress, "progress bar while converting weights");
+  flags.add("--dequantize", &dequantize,
+            "GGUF: dequantize block-format weights at load (float reference of the quantized kernels)");
   if (int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
   auto fail = [](const Status& s) {
     std::fprintf(stderr, "xinfer logits: %s\n", s.to_string().c_str());
@@ -191,6 +194,7 @@ int run_logits(int argc, char** argv) {
 
   const auto t_load = Clock::now();
   model::LoadOptions load_opts;
+  load_opts.dequantize_gguf = dequantize;
   load_opts.max_tokens = prefill_chunk;
   load_opts.max_logit_rows = prefill_chunk;  // every row of a prefill chunk may be asked for
   load_opts.max_model_len = (longest + block_size - 1) / block_size * block_size;

@@ -62,7 +62,7 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
       const int64_t src = p.permute_head_dim > 0 ? gguf_row_of_hf_row(hf_row, p.permute_head_dim) : hf_row;
       return t.data + static_cast<size_t>(src) * row_bytes;
     };
-    if (!vector && same && !is_float_type(type) && backend_.supports(packed)) {
+    if (!vector && same && !is_float_type(type) && !options_.dequantize_gguf && backend_.supports(packed)) {
       XI_ASSIGN_OR_RETURN(size_t row_bytes, quant::gguf_row_bytes(type, k));
       HostTensor host(DType::kU8, Shape{rows, static_cast<int64_t>(row_bytes)});
       uint8_t* dst = host.data<uint8_t>();
@@ -90,8 +90,9 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
         if (!vector && !is_float_type(t.type) && logged.insert(gguf_type_name(t.type)).second)
           XI_LOG(INFO) << "gguf: " << gguf_type_name(t.type) << " weights dequantized to "
                        << dtype_name(dtype) << " at load (" << backend_.info().name
-                       << (same ? " has no kernel for gguf(" + std::string(gguf_type_name(t.type)) + "))"
-                                : ": parts of one concatenated weight differ in type)");
+                       << (options_.dequantize_gguf ? ": dequantization asked for)"
+                           : same ? " has no kernel for gguf(" + std::string(gguf_type_name(t.type)) + "))"
+                                  : ": parts of one concatenated weight differ in type)");
       }
       backend::DeviceTensor t = backend_.upload(host.view(), dtype);
       owned_.push_back(t.buffer);

@@ -42,6 +42,9 @@ struct LoadOptions {
   bool show_progress = true;  // progress bar while converting weights
   LoadFormat load_format = LoadFormat::kAuto;
   uint64_t seed = 0;          // dummy weights
+  // GGUF: dequantize every block-format weight at load even where the backend supports the format (the
+  // float reference path of the quantized kernels; `xinfer logits --dequantize`).
+  bool dequantize_gguf = false;
 };
 
 struct LayerWeights {

@@ -1,0 +1,116 @@
+"""Small GGUF files written by the `gguf` package's GGUFWriter (a writer by others), for the GGUF tests.
+
+write_tiny_llama(path, ...) writes a random llama-architecture model (hidden 64, 2 layers, heads 4/2, ffn 128,
+vocab 96, a byte-level BPE vocabulary) with its linears quantized by gguf.quants.quantize to `qtype`, the
+embedding to `embd_type`, norms f32; options make the bad inputs the tests need (another architecture,
+a tensor of the wrong shape). Used by tests/python/test_gguf_model.py; run as a script it writes one
+file per type into DIR:
+
+    python3 tools/make_gguf_fixtures.py DIR
+"""
+import sys
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as Q
+from gguf.quants import quantize
+
+H, LAYERS, HEADS, KV_HEADS, FFN, VOCAB, CTX = 64, 2, 4, 2, 128, 96, 256
+
+
+def gpt2_vocab():
+    tokens = [chr(c) for c in range(ord("a"), ord("z") + 1)] + [chr(c) for c in range(ord("A"), ord("Z") + 1)]
+    tokens += ["Ġ", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", ".", ",", "!", "?", "Ċ"]
+    merges = ["t h", "th e", "Ġ th", "Ġth e", "a n", "i n", "e r", "o n", "r e", "a t"]
+    for m in merges:
+        tokens.append(m.replace(" ", ""))
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tokens = specials + tokens
+    while len(tokens) < VOCAB:
+        tokens.append(f"<unused{len(tokens)}>")
+    types = [3] * len(specials) + [1] * (len(tokens) - len(specials))
+    return tokens[:VOCAB], types[:VOCAB], merges
+
+
+def write_tiny_llama(path, qtype=Q.Q8_0, embd_type=Q.Q8_0, arch="llama", bad_shape=None, seed=0, tied=True):
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(LAYERS)
+    w.add_context_length(CTX)
+    w.add_embedding_length(H)
+    w.add_feed_forward_length(FFN)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(H // HEADS)
+    w.add_vocab_size(VOCAB)
+    tokens, types, merges = gpt2_vocab()
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(False)
+    w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}")
+    # metadata of every value type (read back by the reader tests)
+    w.add_uint8("test.u8", 200)
+    w.add_int8("test.i8", -100)
+    w.add_uint16("test.u16", 60000)
+    w.add_int16("test.i16", -30000)
+    w.add_uint32("test.u32", 4000000000)
+    w.add_int32("test.i32", -2000000000)
+    w.add_uint64("test.u64", 2 ** 63 + 5)
+    w.add_int64("test.i64", -(2 ** 62))
+    w.add_float32("test.f32", 0.15625)
+    w.add_float64("test.f64", 1e-300)
+    w.add_bool("test.bool", True)
+    w.add_string("test.string", "héllo")
+    w.add_array("test.ints", [1, -2, 3])
+    w.add_array("test.floats", [0.5, -1.5])
+    w.add_array("test.strings", ["a", "", "ccc"])
+
+    def tensor(name, shape, kind):
+        if name == bad_shape:
+            shape = (shape[0] + 32,) + tuple(shape[1:])
+        if kind == "norm":
+            x = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+            w.add_tensor(name, x)
+            return
+        x = (0.1 * rng.standard_normal(shape)).astype(np.float32)
+        t = embd_type if kind == "embd" else qtype
+        if t == Q.F32:
+            w.add_tensor(name, x)
+        else:
+            w.add_tensor(name, quantize(x, t), raw_dtype=t)
+
+    D = H // HEADS
+    tensor("token_embd.weight", (VOCAB, H), "embd")
+    for l in range(LAYERS):
+        p = f"blk.{l}."
+        tensor(p + "attn_norm.weight", (H,), "norm")
+        tensor(p + "attn_q.weight", (HEADS * D, H), "lin")
+        tensor(p + "attn_k.weight", (KV_HEADS * D, H), "lin")
+        tensor(p + "attn_v.weight", (KV_HEADS * D, H), "lin")
+        tensor(p + "attn_output.weight", (H, HEADS * D), "lin")
+        tensor(p + "ffn_norm.weight", (H,), "norm")
+        tensor(p + "ffn_gate.weight", (FFN, H), "lin")
+        tensor(p + "ffn_up.weight", (FFN, H), "lin")
+        tensor(p + "ffn_down.weight", (H, FFN), "lin")
+    tensor("output_norm.weight", (H,), "norm")
+    if not tied:
+        tensor("output.weight", (VOCAB, H), "lin")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+if __name__ == "__main__":
+    import pathlib
+    out = pathlib.Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    for t in (Q.F32, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1):
+        write_tiny_llama(out / f"tiny_{t.name.lower()}.gguf", qtype=t)
