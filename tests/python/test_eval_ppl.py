@@ -1,0 +1,349 @@
+"""`xinfer eval ppl` against a float64 numpy reference.
+
+The reference is written here from the published definitions, independent of xinfer: token ids from the
+Hugging Face `tokenizers` package (Tokenizer.encode(text), special tokens added as by default), a float64
+Llama forward (transformers' modeling_llama semantics: RMSNorm, rotate-half rope with default or llama3
+frequencies, GQA, SwiGLU, tied or separate lm_head) on the safetensors weights (bf16 widened exactly), and the
+sliding-window loop of transformers' perplexity guide: windows of ctx tokens starting every stride tokens,
+the labels of tokens an earlier window scored set to -100, labels shifted by one inside each window, the
+loop stopping at the first window that reaches the end; ppl = exp(sum of nll / number of scored labels).
+
+Models: the bundled models/xinfer-tiny-shakespeare, stories260K (../shared, converted by
+tools/convert_llama2c.py) and tests/golden/llama_gqa given stories260K's tokenizer (same vocabulary size, 512):
+a second model of the same tokenizer for --reference.
+"""
+import json
+import math
+import os
+import pathlib
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BUNDLED = ROOT / "models" / "xinfer-tiny-shakespeare"
+GQA = ROOT / "tests" / "golden" / "llama_gqa"
+TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json"]
+REL = 1e-4
+
+
+# --------------------------------------------------------------------------------------------------
+# Reference
+
+
+def read_safetensors(path: pathlib.Path) -> dict[str, np.ndarray]:
+    data = path.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = t["data_offsets"]
+        raw = data[8 + n + a:8 + n + b]
+        if t["dtype"] == "BF16":
+            x = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        elif t["dtype"] in ("F32", "F16"):
+            x = np.frombuffer(raw, dtype="<f4" if t["dtype"] == "F32" else "<f2")
+        else:
+            raise ValueError(f"{name}: dtype {t['dtype']}")
+        out[name] = x.reshape(t["shape"]).astype(np.float64)
+    return out
+
+
+def inv_frequencies(config: dict, hd: int) -> np.ndarray:
+    rope = config.get("rope_parameters") or dict(config.get("rope_scaling") or {}, rope_theta=config.get("rope_theta"))
+    inv = 1.0 / (rope["rope_theta"] ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+    kind = rope.get("rope_type", "default")
+    if kind == "default":
+        return inv
+    assert kind == "llama3", kind
+    factor, lo, hi = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+    old = rope["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv
+    scaled = np.where(wavelen > old / lo, inv / factor, inv)
+    smooth = (old / wavelen - lo) / (hi - lo)
+    medium = (wavelen >= old / hi) & (wavelen <= old / lo)
+    return np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
+
+
+class Llama:
+    def __init__(self, model_dir: pathlib.Path):
+        self.c = json.loads((model_dir / "config.json").read_text())
+        self.w = read_safetensors(model_dir / "model.safetensors")
+        c = self.c
+        self.hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+        self.inv = inv_frequencies(c, self.hd)
+
+    def forward(self, ids) -> np.ndarray:
+        """ids [T] at positions 0..T-1 -> logits [T, V], float64."""
+        c, w, hd, T = self.c, self.w, self.hd, len(ids)
+        nh, nkv, eps = c["num_attention_heads"], c["num_key_value_heads"], c["rms_norm_eps"]
+
+        def rms(x, g):
+            return g * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
+
+        def rot(x):
+            return np.concatenate([-x[..., hd // 2:], x[..., :hd // 2]], axis=-1)
+
+        ang = np.arange(T, dtype=np.float64)[:, None] * self.inv[None, :]
+        cos, sin = np.cos(np.concatenate([ang, ang], -1))[:, None], np.sin(np.concatenate([ang, ang], -1))[:, None]
+        mask = np.triu(np.full((T, T), -np.inf), k=1)
+        x = w["model.embed_tokens.weight"][np.asarray(ids)]
+        for layer in range(c["num_hidden_layers"]):
+            p = f"model.layers.{layer}."
+            h = rms(x, w[p + "input_layernorm.weight"])
+            q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(T, nh, hd)
+            k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(T, nkv, hd)
+            v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(T, nkv, hd)
+            q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
+            k, v = np.repeat(k, nh // nkv, axis=1), np.repeat(v, nh // nkv, axis=1)
+            s = np.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd) + mask
+            s = np.exp(s - s.max(-1, keepdims=True))
+            s /= s.sum(-1, keepdims=True)
+            x = x + np.einsum("hqk,khd->qhd", s, v).reshape(T, nh * hd) @ w[p + "self_attn.o_proj.weight"].T
+            h = rms(x, w[p + "post_attention_layernorm.weight"])
+            g = h @ w[p + "mlp.gate_proj.weight"].T
+            x = x + (g / (1 + np.exp(-g)) * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+        x = rms(x, w["model.norm.weight"])
+        head = w["model.embed_tokens.weight"] if c.get("tie_word_embeddings") else w["lm_head.weight"]
+        return x @ head.T
+
+
+def log_softmax(z: np.ndarray) -> np.ndarray:
+    m = z.max(-1, keepdims=True)
+    return z - m - np.log(np.exp(z - m).sum(-1, keepdims=True))
+
+
+def guide_ppl(model: Llama, ids: list[int], ctx: int, stride: int, reference: Llama | None = None) -> dict:
+    """The perplexity guide's loop; with `reference`: mean KL(p_ref || p) and top-1 agreement on the same
+    scored labels."""
+    seq_len, prev_end, nll_sum, n_scored, windows, kl_sum, agree = len(ids), 0, 0.0, 0, 0, 0.0, 0
+    for begin in range(0, seq_len, stride):
+        end = min(begin + ctx, seq_len)
+        trg_len = end - prev_end
+        window = ids[begin:end]
+        labels = np.array(window)
+        labels[:-trg_len] = -100
+        windows += 1
+        lp = log_softmax(model.forward(window))[:-1]  # row i predicts labels[i + 1]
+        shifted = labels[1:]
+        rows = np.nonzero(shifted != -100)[0]
+        nll_sum -= lp[rows, shifted[rows]].sum()
+        n_scored += len(rows)
+        if reference is not None and len(rows):
+            lr = log_softmax(reference.forward(window))[:-1]
+            kl_sum += (np.exp(lr[rows]) * (lr[rows] - lp[rows])).sum()
+            agree += int((lr[rows].argmax(-1) == lp[rows].argmax(-1)).sum())
+        prev_end = end
+        if end == seq_len:
+            break
+    out = dict(ppl=math.exp(nll_sum / n_scored), nll_sum=nll_sum, tokens_scored=n_scored, windows=windows)
+    if reference is not None:
+        out.update(kl=kl_sum / n_scored, top1=agree / n_scored)
+    return out
+
+
+def test_reference_forward_matches_transformers_golden():
+    """The numpy forward above against transformers' logits (tests/golden/llama_gqa: llama3 rope, GQA)."""
+    from safetensors.numpy import load_file
+    g = load_file(str(GQA / "golden.safetensors"))
+    ids = g["prompt_2"].tolist() + g["greedy_2"].tolist()[:19]  # the 20 greedy rows follow the prompt's last
+    logits = Llama(GQA).forward(ids)
+    np.testing.assert_allclose(logits[:33], g["logits_2"], atol=2e-5)
+    np.testing.assert_allclose(logits[32:], g["greedy_logits_2"], atol=2e-5)
+
+
+# --------------------------------------------------------------------------------------------------
+# Fixtures
+
+
+@pytest.fixture(scope="module")
+def shakespeare(shared_dir) -> str:
+    return (shared_dir / "corpora/tinyshakespeare/input.txt").read_text()[:20000]
+
+
+@pytest.fixture(scope="module")
+def gqa_dir(tmp_path_factory, stories260k_dir) -> pathlib.Path:
+    """tests/golden/llama_gqa (random weights, vocab 512) with stories260K's tokenizer."""
+    out = tmp_path_factory.mktemp("gqa") / "llama_gqa"
+    out.mkdir()
+    for f in ["config.json", "model.safetensors"]:
+        shutil.copy(GQA / f, out / f)
+    for f in TOKENIZER_FILES:
+        shutil.copy(stories260k_dir / f, out / f)
+    return out
+
+
+def eval_ppl(xinfer_bin, *args, timeout=300):
+    r = subprocess.run([str(xinfer_bin), "eval", "ppl", "--threads", "2", "--no-progress", *map(str, args)],
+                       capture_output=True, text=True, timeout=timeout)
+    return r
+
+
+def eval_json(xinfer_bin, tmp_path, text, *args):
+    path = tmp_path / "text.txt"
+    path.write_text(text)
+    r = eval_ppl(xinfer_bin, "--text", path, "--json", *args)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def hf_ids(model_dir: pathlib.Path, text: str) -> list[int]:
+    return Tokenizer.from_file(str(model_dir / "tokenizer.json")).encode(text).ids
+
+
+def assert_matches(got: dict, want: dict, ctx: int, stride: int):
+    assert (got["tokens_scored"], got["windows"], got["ctx"], got["stride"]) == \
+        (want["tokens_scored"], want["windows"], ctx, stride)
+    assert got["ppl"] == pytest.approx(want["ppl"], rel=REL)
+    assert got["nll_sum"] == pytest.approx(want["nll_sum"], rel=REL)
+
+
+# --------------------------------------------------------------------------------------------------
+# Perplexity
+
+
+@pytest.mark.parametrize("ctx, stride", [(128, 48), (128, 128), (100, 99)])
+def test_bundled_model_matches_reference(xinfer_bin, tmp_path, shakespeare, ctx, stride):
+    ids = hf_ids(BUNDLED, shakespeare)[:300]
+    assert ids[0] == 0  # the bundled tokenizer prepends <|begin_of_text|>
+    want = guide_ppl(Llama(BUNDLED), ids, ctx, stride)
+    got = eval_json(xinfer_bin, tmp_path, shakespeare, "--model", BUNDLED, "--ctx", ctx, "--stride", stride,
+                    "--max-tokens", 300, "--prefill-chunk", 40)  # windows span several prefill chunks
+    assert_matches(got, want, ctx, stride)
+    assert got["bos_prepended"] and got["tokens"] == 300 and got["text_tokens"] > 300
+    if stride < ctx:
+        assert got["tokens_scored"] == 299  # every token but the first, once
+    else:
+        assert got["tokens_scored"] == 300 - got["windows"]
+
+
+def test_text_shorter_than_ctx_is_one_window(xinfer_bin, tmp_path, shakespeare):
+    text = shakespeare[:400]
+    ids = hf_ids(BUNDLED, text)
+    assert len(ids) < 512
+    want = guide_ppl(Llama(BUNDLED), ids, 512, 512)
+    got = eval_json(xinfer_bin, tmp_path, text, "--model", BUNDLED)  # ctx: the model's limit 512 (< 1024)
+    assert_matches(got, want, 512, 512)
+    assert got["windows"] == 1 and got["tokens_scored"] == len(ids) - 1
+
+
+def test_without_special_tokens_no_bos(xinfer_bin, tmp_path, shakespeare):
+    text = shakespeare[:300]
+    ids = Tokenizer.from_file(str(BUNDLED / "tokenizer.json")).encode(text, add_special_tokens=False).ids
+    want = guide_ppl(Llama(BUNDLED), ids, 64, 32)
+    got = eval_json(xinfer_bin, tmp_path, text, "--model", BUNDLED, "--ctx", 64, "--stride", 32,
+                    "--no-add-special-tokens")
+    assert_matches(got, want, 64, 32)
+    assert not got["bos_prepended"] and got["tokens"] == len(ids)
+
+
+def test_stories260k_and_llama3_rope_model(xinfer_bin, tmp_path, shakespeare, stories260k_dir, gqa_dir):
+    text = shakespeare[:1500]
+    ids = hf_ids(stories260k_dir, text)[:400]
+    for model_dir, ctx, stride in [(stories260k_dir, 256, 100), (gqa_dir, 200, 200)]:
+        want = guide_ppl(Llama(model_dir), ids, ctx, stride)
+        got = eval_json(xinfer_bin, tmp_path, text, "--model", model_dir, "--ctx", ctx, "--stride", stride,
+                        "--max-tokens", 400)
+        assert_matches(got, want, ctx, stride)
+
+
+# --------------------------------------------------------------------------------------------------
+# --reference
+
+
+def test_reference_itself_gives_zero_kl(xinfer_bin, tmp_path, shakespeare):
+    got = eval_json(xinfer_bin, tmp_path, shakespeare[:2000], "--model", BUNDLED, "--reference", BUNDLED,
+                    "--ctx", 96, "--stride", 64, "--max-tokens", 200)
+    assert got["kl"] == pytest.approx(0.0, abs=1e-12) and got["top1"] == 1.0
+    assert got["tokens_scored"] == 199
+
+
+def test_reference_other_model_same_tokenizer(xinfer_bin, tmp_path, shakespeare, stories260k_dir, gqa_dir):
+    text = shakespeare[:1200]
+    ids = hf_ids(stories260k_dir, text)[:300]
+    want = guide_ppl(Llama(gqa_dir), ids, 160, 70, reference=Llama(stories260k_dir))
+    got = eval_json(xinfer_bin, tmp_path, text, "--model", gqa_dir, "--reference", stories260k_dir,
+                    "--ctx", 160, "--stride", 70, "--max-tokens", 300)
+    assert_matches(got, want, 160, 70)
+    assert want["kl"] > 0.5  # a random model against a trained one: far apart
+    assert got["kl"] == pytest.approx(want["kl"], rel=REL)
+    n = got["tokens_scored"]
+    assert abs(got["top1"] - want["top1"]) <= 1.0 / n + 1e-12  # one near-tie may flip between f32 and f64
+
+
+def test_human_summary(xinfer_bin, tmp_path, shakespeare):
+    path = tmp_path / "t.txt"
+    path.write_text(shakespeare[:500])
+    r = eval_ppl(xinfer_bin, "--model", BUNDLED, "--text", path, "--reference", BUNDLED, "--ctx", 64)
+    assert r.returncode == 0, r.stderr
+    assert "ppl " in r.stdout and "BOS prepended" in r.stdout and "top-1 agreement 100.0000%" in r.stdout
+
+
+# --------------------------------------------------------------------------------------------------
+# Bad input
+
+
+def test_mismatching_tokenizers_are_refused(xinfer_bin, tmp_path, shakespeare, gqa_dir):
+    path = tmp_path / "t.txt"
+    path.write_text(shakespeare[:500])
+    # vocab sizes differ (4096 vs 512)
+    r = eval_ppl(xinfer_bin, "--model", BUNDLED, "--text", path, "--reference", gqa_dir)
+    assert r.returncode != 0 and "same tokenizer" in r.stderr and "Check failed" not in r.stderr
+    # same size, two tokens swapped: ids differ
+    other = tmp_path / "swapped"
+    shutil.copytree(gqa_dir, other)
+    tj = json.loads((other / "tokenizer.json").read_text())
+    vocab = tj["model"]["vocab"]
+    a, b = [t for t, i in vocab.items() if i in (300, 301)]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (other / "tokenizer.json").write_text(json.dumps(tj))
+    r = eval_ppl(xinfer_bin, "--model", gqa_dir, "--text", path, "--reference", other)
+    assert r.returncode != 0 and "same tokenizer" in r.stderr and "token 300" in r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--text", "{text}"], "--model is required"),
+    (["--model", "{model}"], "--text is required"),
+    (["--model", "{model}", "--text", "/nonexistent/text.txt"], "cannot open --text"),
+    (["--model", "{model}", "--text", "{empty}"], "is empty"),
+    (["--model", "/nonexistent/model", "--text", "{text}"], "does not exist"),
+    (["--model", "{model}", "--text", "{text}", "--ctx", "1024"], "exceeds the context limit 512"),
+    (["--model", "{model}", "--text", "{text}", "--ctx", "64", "--stride", "65"], "--stride must be in [1, ctx = 64]"),
+    (["--model", "{model}", "--text", "{text}", "--ctx", "64", "--stride", "0"], "--stride must be in"),
+    (["--model", "{model}", "--text", "{text}", "--ctx", "64", "--stride", "-3"], "--stride must be in"),
+    (["--model", "{model}", "--text", "{text}", "--ctx", "1"], "--ctx must be at least 2"),
+    (["--model", "{model}", "--text", "{text}", "--max-tokens", "1"], "nothing to score"),
+    (["--model", "{model}", "--text", "{text}", "--backend", "tpu"], "tpu"),
+])
+def test_bad_input_gives_clear_error(xinfer_bin, tmp_path, args, message):
+    (tmp_path / "text.txt").write_text("To be, or not to be, that is the question.")
+    (tmp_path / "empty.txt").write_text("")
+    subst = {"{model}": str(BUNDLED), "{text}": str(tmp_path / "text.txt"), "{empty}": str(tmp_path / "empty.txt")}
+    r = eval_ppl(xinfer_bin, *[subst.get(a, a) for a in args])
+    assert r.returncode != 0
+    assert message in r.stderr
+    assert "Check failed" not in r.stderr
+
+
+def test_unknown_task(xinfer_bin):
+    r = subprocess.run([str(xinfer_bin), "eval", "mmlu"], capture_output=True, text=True)
+    assert r.returncode != 0 and "unknown task 'mmlu'" in r.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# GGUF (another helper's loader): a smoke run when the SmolLM2 file is there
+
+
+GGUF = pathlib.Path(os.path.expanduser("~/.cache/xinfer/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+
+
+@pytest.mark.skipif(not GGUF.exists(), reason=f"{GGUF} not downloaded")
+def test_gguf_smoke(xinfer_bin, tmp_path, shakespeare):
+    got = eval_json(xinfer_bin, tmp_path, shakespeare[:3000], "--model", GGUF, "--ctx", 128, "--max-tokens", 256)
+    assert got["tokens"] == 256 and got["windows"] == 2 and got["tokens_scored"] == 254
+    assert 1.0 < got["ppl"] < 1000.0
