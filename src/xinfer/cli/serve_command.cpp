@@ -22,6 +22,7 @@
 #include "xinfer/cli/flags.h"
 #include "xinfer/core/logging.h"
 #include "xinfer/engine/engine.h"
+#include "xinfer/model/gguf_config.h"
 #include "xinfer/model/gguf_tokenizer.h"
 #include "xinfer/model/llama.h"
 #include "xinfer/model/preset_configs.h"
@@ -121,7 +122,7 @@ int run_serve(int argc, char** argv) {
             "most logprob entries one request may return (its tokens x (1 + top logprobs)); 400 beyond");
   flags.add("--max-choices-in-flight", &so.max_choices_in_flight,
             "engine requests one request may have running or queued at once (its n x prompts choices run in "
-            "turns beyond this, so other clients' requests are not held behind it)");
+            "turns beyond this; default 128 = all at once, which measured fairer than turns)");
   flags.add("--metrics-prefix", &metrics_prefix,
             "metric names of /metrics: xinfer (xinfer:*), vllm (vllm:*, what vLLM dashboards read) or both");
   engine_flags.add_to(flags);
@@ -158,7 +159,7 @@ int run_serve(int argc, char** argv) {
   if (preset && tokenizer_dir.empty())
     return fail("--model " + model_dir +
                 " is a built-in config without tokenizer files: add --tokenizer DIR");
-  if (!preset && !fs::exists(fs::path(model_dir) / "config.json"))
+  if (!preset && !model::is_gguf_path(model_dir) && !fs::exists(fs::path(model_dir) / "config.json"))
     return fail(model_dir + ": no config.json (not a model directory)");
   if (tokenizer_dir.empty()) tokenizer_dir = model_dir;
 
