@@ -54,7 +54,7 @@ struct LinearWeights {
   TensorView weight;  // [N, K] dense, or the format's packed layout
   TensorView bias;    // [N] or empty
   quant::WeightFormat format = quant::DenseFormat{};
-  TensorView scales, zeros, g_idx, input_scale;  // as the format says, or empty
+  TensorView scales{}, zeros{}, g_idx{}, input_scale{};  // as the format says, or empty
   int64_t k = 0;                                 // in_features when set (packed formats); 0: weight.shape[1]
   int64_t out_features() const { return weight.shape[0]; }
   int64_t in_features() const { return k > 0 ? k : weight.shape[1]; }
