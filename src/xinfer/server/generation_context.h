@@ -8,9 +8,8 @@
 // string / filter rule, which aborts the engine request) ; engine_done once the engine's final output for
 // it arrived. The response is complete when every choice is finished; the context is released from the
 // server's active count when every submitted choice is engine_done.
-// Fairness: at most setup.max_choices_in_flight choices are in the engine at once; the next is submitted
-// when one is engine_done (as a new arrival), so one request of n = 128 takes 8 batch slots, not 128, and
-// other clients' short requests are not held behind its steps.
+// In-flight cap: at most setup.max_choices_in_flight choices are in the engine at once; the next is
+// submitted when one is engine_done (as a new arrival). Off by default (kMaxN; see OpenAIServerOptions).
 #pragma once
 
 #include <cstdint>
@@ -44,7 +43,7 @@ struct GenerationSetup {
   std::string model_name;
   int64_t created = 0;
   std::shared_ptr<const FilterRules> filter_rules;
-  int max_choices_in_flight = 8;  // engine requests of this request running or queued at once
+  int max_choices_in_flight = kMaxN;  // engine requests of this request running or queued at once
 };
 
 class GenerationContext : public std::enable_shared_from_this<GenerationContext> {
