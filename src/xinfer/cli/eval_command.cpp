@@ -90,9 +90,9 @@ int run_ppl(int argc, char** argv) {
   flags.add("--model", &model_path,
             "Hugging Face model directory (config.json, *.safetensors, tokenizer) or .gguf");
   flags.add("--text", &text_path, "text file to score (UTF-8)");
-  flags.add("--ctx", &ctx, "window length in tokens (default 1024, or the model's limit when shorter)");
+  flags.add("--ctx", &ctx, "window length in tokens; when not given, capped at the model's limit");
   flags.add("--stride", &stride_flag,
-            "tokens each window advances, 1..ctx (default: ctx, non-overlapping windows)");
+            "tokens each window advances, 1..ctx; unset: ctx (non-overlapping windows)");
   flags.add("--reference", &reference_path,
             "second model (same tokenizer): KL divergence and top-1 agreement");
   flags.add("--max-tokens", &max_tokens, "score only the text's first N tokens; 0 = all");
