@@ -7,7 +7,7 @@ Figures (each the median of --reps runs, after one warm-up):
   prefill  tok/s of one 128-token prompt (--prefill-len)
   decode   tok/s of 128 tokens (--decode-len) at batch 1, after a 16-token prompt, one token per forward
   batch 8  output tok/s of 8 sequences decoding together (each 16-token prompt + 128 tokens), counting
-           decode steps only
+           decode steps only (xinfer: 8 / the median inter-token latency of the offline run)
 Roofline: the bytes one decode step must read (every linear's quantized weights, the tied Q8_0 lm_head, the
 norms; the embedding row is negligible), over the memory bandwidth measured here with numpy (a large array
 copy, bytes read + written). A 135M model's 98 MB do not fit the 32 MB L3, so DRAM bandwidth is the ceiling
@@ -141,11 +141,11 @@ def xinfer_figures(xinfer, path, threads, prefill_len, decode_len, reps):
                                str(reps), "--name", "decode"], check=True, capture_output=True)
         subprocess.run(base + ["--input-len", "16", "--output-len", str(decode_len), "--num-prompts", "8",
                                "--max-num-seqs", "8", "--name", "batch8"], check=True, capture_output=True)
-        res = {n: json.load(open(os.path.join(d, n + ".json"))) for n in ("prefill", "decode", "batch8")}
+        res = {n: json.load(open(os.path.join(d, n + ".json")))["results"][0] for n in ("prefill", "decode", "batch8")}
     out["raw"] = res
     out["prefill"] = prefill_len / (res["prefill"]["ttft_ms"]["p50"] / 1e3)
     out["decode"] = 1e3 / res["decode"]["itl_ms"]["p50"]
-    out["batch8"] = res["batch8"]["output_tokens_per_s"]
+    out["batch8"] = 8e3 / res["batch8"]["itl_ms"]["p50"]  # 8 sequences decoding together: one step per token
     return out
 
 

@@ -10,6 +10,7 @@ apt_packages=(
   nlohmann-json3-dev       # JSON: config.json, tokenizer.json, safetensors headers, HTTP bodies
   libboost-dev             # Boost.Asio/Beast (header-only) for the HTTP server
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang-14 libclang-rt-14-dev  # libFuzzer + ASan/UBSan for the bounded fuzz run (scripts/fuzz.sh, tests/e2e)
 )
 missing=()
 for p in "${apt_packages[@]}"; do
