@@ -11,18 +11,27 @@
 
 namespace xinfer::engine {
 
-Result<std::unique_ptr<backend::Backend>> create_backend(BackendKind kind, int threads) {
-  if (kind == BackendKind::kCpu)
-    return std::unique_ptr<backend::Backend>(
-        std::make_unique<cpu::CpuBackend>(cpu::CpuBackendOptions{threads}));
+Status usable_cuda_device() {
 #if defined(XINFER_HAVE_CUDA)
   int devices = 0;
   if (const cudaError_t err = cudaGetDeviceCount(&devices); err != cudaSuccess || devices == 0)
     return unavailable(std::string("no usable CUDA device: ") +
                        (err != cudaSuccess ? cudaGetErrorString(err) : "none found"));
-  return std::unique_ptr<backend::Backend>(std::make_unique<cuda::CudaBackend>());
+  return Status();
 #else
   return unimplemented("this xinfer was built without the CUDA backend; use --backend cpu");
+#endif
+}
+
+Result<std::unique_ptr<backend::Backend>> create_backend(BackendKind kind, int threads) {
+  if (kind == BackendKind::kCpu)
+    return std::unique_ptr<backend::Backend>(
+        std::make_unique<cpu::CpuBackend>(cpu::CpuBackendOptions{threads}));
+#if defined(XINFER_HAVE_CUDA)
+  XI_RETURN_IF_ERROR(usable_cuda_device());
+  return std::unique_ptr<backend::Backend>(std::make_unique<cuda::CudaBackend>());
+#else
+  return usable_cuda_device();  // UNIMPLEMENTED in this build
 #endif
 }
 

@@ -11,6 +11,11 @@
 
 namespace xinfer::engine {
 
+// OK when this build has the CUDA backend and a CUDA device is usable; UNAVAILABLE (no device, with the
+// runtime's reason) or UNIMPLEMENTED (built without CUDA) otherwise. The check before any CudaBackend is
+// made.
+Status usable_cuda_device();
+
 // kCpu: a CpuBackend with `threads` threads (0: all cores). kCuda: a CudaBackend on device 0 with default
 // options; UNAVAILABLE when no CUDA device is usable, UNIMPLEMENTED in a build without CUDA.
 Result<std::unique_ptr<backend::Backend>> create_backend(BackendKind kind, int threads);

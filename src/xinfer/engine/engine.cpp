@@ -11,6 +11,7 @@
 #endif
 #include "xinfer/core/check.h"
 #include "xinfer/core/logging.h"
+#include "xinfer/engine/backend_factory.h"
 #include "xinfer/kv_cache/kv_cache_manager.h"
 #include "xinfer/model/model_config.h"
 #include "xinfer/model/preset_configs.h"
@@ -38,10 +39,7 @@ Result<BackendBundle> make_backend(const EngineConfig& config, const model::Mode
     }
     case BackendKind::kCuda: {
 #if defined(XINFER_HAVE_CUDA)
-      int devices = 0;
-      if (const cudaError_t err = cudaGetDeviceCount(&devices); err != cudaSuccess || devices == 0)
-        return unavailable(std::string("no usable CUDA device: ") +
-                           (err != cudaSuccess ? cudaGetErrorString(err) : "none found"));
+      XI_RETURN_IF_ERROR(usable_cuda_device());
       cuda::CudaBackendOptions options;
       options.gemm_tuning = config.gemm_tuning;
       options.gemm_tuning_cache = config.gemm_tuning_cache;
