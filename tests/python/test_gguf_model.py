@@ -90,6 +90,27 @@ def test_smollm2_dequantized_logits_and_greedy_equal_numpy(xinfer_bin, smollm2, 
         check_greedy_against(smollm2_ref, c["ids"], x[f"greedy_{i}"])
 
 
+def test_smollm2_dequantized_logits_and_greedy_equal_transformers(xinfer_bin, smollm2, tmp_path):
+    """transformers' own GGUF loader (tests/golden/smollm2/transformers_logits.json, made on the GPU machine by
+    tools/make_smollm2_transformers_golden.py: its metadata -> config, q/k un-permutation and dequantization,
+    LlamaForCausalLM in float32 on the CPU) against our weights dequantized at load."""
+    g = json.load(open(GOLDEN / "transformers_logits.json"))
+    probe = np.array(g["probe_ids"])
+    x, _ = run_logits(xinfer_bin, smollm2, tmp_path / "deq.safetensors", [c["ids"] for c in g["cases"]], tmp_path,
+                      "--dequantize")
+    for i, c in enumerate(g["cases"]):
+        # Transformers' tokenizer for this file gives llama.cpp's ids (which ours match on every corpus item).
+        assert c["hf_tokenizer_ids"] == c["ids"]
+        mine = x[f"logits_{i}"]
+        # float32 both, same dequantized weights (the golden is rounded to 1e-5): summation order only, as
+        # against numpy above.
+        np.testing.assert_allclose(mine[:, probe], np.array(c["probe_logits"]), atol=1e-3, rtol=0)
+        top_ids = np.array(c["top_ids"])
+        np.testing.assert_allclose(np.take_along_axis(mine, top_ids, axis=1), np.array(c["top_logits"]),
+                                   atol=1e-3, rtol=0)
+        assert x[f"greedy_{i}"].tolist() == c["greedy"]
+
+
 def test_smollm2_quantized_logits_close_to_references(xinfer_bin, smollm2, smollm2_ref, tmp_path):
     g = json.load(open(GOLDEN / "logits.json"))
     probe = np.array(g["probe_ids"])
