@@ -1,0 +1,294 @@
+// model/shard_weights.h: for every weight format of quant/ (dense f32/bf16, int8-channel, int4/int8 per
+// group with and without zero points and g_idx, W8A8 int8 / fp8 per channel and per tensor, GGUF Q8_0 and
+// Q4_K), the shards of a random linear, dequantized by quant::dequantize_matrix (the formats' float
+// reference) and concatenated along the split axis, equal the dequantized unsharded weight bit for bit -
+// at boundaries of the format (exact slices) and off them (the dequantized fallback). Fused parts
+// (concat_rows) equal the stacked parts. Also: the ModelShard description's splits and its errors.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "xinfer/model/shard.h"
+#include "xinfer/model/shard_weights.h"
+
+namespace xinfer::model {
+namespace {
+
+using quant::WeightFormat;
+
+HostTensor random_bytes(DType dt, Shape s, std::mt19937& rng) {
+  HostTensor t(dt, s);
+  auto* p = t.data<uint8_t>();
+  for (size_t i = 0; i < t.view().bytes(); ++i) p[i] = static_cast<uint8_t>(rng() & 0xff);
+  return t;
+}
+HostTensor random_f32(Shape s, std::mt19937& rng, float lo = 0.01f, float hi = 1.0f) {
+  HostTensor t(DType::kF32, s);
+  std::uniform_real_distribution<float> d(lo, hi);
+  for (int64_t i = 0; i < s.numel(); ++i) t.data<float>()[i] = d(rng);
+  return t;
+}
+
+struct Case {
+  std::string name;
+  WeightFormat format;
+  bool g_idx = false;     // IntGroup: a g_idx (trivial: k / group, or scattered)
+  bool scattered = false;
+};
+
+HostLinear make_linear(const Case& c, int64_t n, int64_t k, std::mt19937& rng) {
+  HostLinear w;
+  w.format = c.format;
+  w.n = n;
+  w.k = k;
+  w.bias = random_f32(Shape{n}, rng, -1, 1);
+  std::visit(
+      [&](const auto& f) {
+        using F = std::decay_t<decltype(f)>;
+        if constexpr (std::is_same_v<F, quant::DenseFormat>) {
+          HostTensor f32 = random_f32(Shape{n, k}, rng, -1, 1);
+          w.weight = HostTensor(f.dtype, Shape{n, k});
+          if (f.dtype == DType::kF32) {
+            w.weight = std::move(f32);
+          } else {
+            w.weight = random_bytes(f.dtype, Shape{n, k}, rng);
+            // keep bf16 finite: clear the top exponent bit
+            auto* p = w.weight.data<uint16_t>();
+            for (int64_t i = 0; i < n * k; ++i) p[i] &= 0xbfff;
+          }
+        } else if constexpr (std::is_same_v<F, quant::Int8ChannelFormat> || std::is_same_v<F, quant::W8A8Int8Format>) {
+          w.weight = random_bytes(DType::kI8, Shape{n, k}, rng);
+          w.scales = random_f32(Shape{n}, rng);
+          if constexpr (std::is_same_v<F, quant::W8A8Int8Format>)
+            if (f.act == quant::ActScaleMode::kStaticPerTensor) w.input_scale = random_f32(Shape{1}, rng);
+        } else if constexpr (std::is_same_v<F, quant::W8A8Fp8Format>) {
+          w.weight = random_bytes(DType::kFP8E4M3, Shape{n, k}, rng);
+          auto* p = w.weight.data<uint8_t>();
+          for (int64_t i = 0; i < n * k; ++i) p[i] &= 0xf7;  // no NaN (e4m3 NaN is S.1111.111)
+          w.scales = random_f32(f.per_channel ? Shape{n} : Shape{1}, rng);
+          if (f.act == quant::ActScaleMode::kStaticPerTensor) w.input_scale = random_f32(Shape{1}, rng);
+        } else if constexpr (std::is_same_v<F, quant::IntGroupFormat>) {
+          const int64_t groups = (k + f.group_size - 1) / f.group_size;
+          w.weight = random_bytes(DType::kU8, Shape{n, f.bits == 4 ? (k + 1) / 2 : k}, rng);
+          w.scales = random_f32(Shape{n, groups}, rng);
+          if (f.zero_point) w.zeros = random_bytes(DType::kU8, Shape{n, groups}, rng);
+          if (f.zero_point && f.bits == 4)
+            for (int64_t i = 0; i < n * groups; ++i) w.zeros.data<uint8_t>()[i] &= 0x0f;
+          if (c.g_idx) {
+            w.g_idx = HostTensor(DType::kI32, Shape{k});
+            for (int64_t i = 0; i < k; ++i)
+              w.g_idx.data<int32_t>()[i] = static_cast<int32_t>(c.scattered ? (i * 7) % groups : i / f.group_size);
+          }
+        } else {
+          const int64_t b = quant::gguf_block_elems(f.type), bb = quant::gguf_block_bytes(f.type);
+          w.weight = random_bytes(DType::kU8, Shape{n, k / b * bb}, rng);
+          // f16 block scales: keep them finite and small (clear the top exponent bits of every byte pair).
+          auto* p = w.weight.data<uint8_t>();
+          for (int64_t i = 1; i < n * (k / b * bb); i += 2) p[i] &= 0x3b;
+        }
+      },
+      c.format);
+  return w;
+}
+
+std::vector<float> dequantized(const HostLinear& w) {
+  HostLinear d = dequantize_linear(w.view());
+  return std::vector<float>(d.weight.data<float>(), d.weight.data<float>() + w.n * w.k);
+}
+
+std::vector<Case> cases() {
+  using namespace quant;
+  return {
+      {"dense-f32", DenseFormat{DType::kF32}},
+      {"dense-bf16", DenseFormat{DType::kBF16}},
+      {"int8-channel", Int8ChannelFormat{}},
+      {"int4-g64", IntGroupFormat{4, 64, false}},
+      {"int4-g64-zp", IntGroupFormat{4, 64, true}},
+      {"int8-g64-zp", IntGroupFormat{8, 64, true}},
+      {"int4-g64-gidx", IntGroupFormat{4, 64, false}, true, false},
+      {"int4-g64-gidx-actorder", IntGroupFormat{4, 64, true}, true, true},
+      {"w8a8-int8-dynamic", W8A8Int8Format{ActScaleMode::kDynamicPerToken}},
+      {"w8a8-int8-static", W8A8Int8Format{ActScaleMode::kStaticPerTensor}},
+      {"w8a8-fp8-channel", W8A8Fp8Format{true, ActScaleMode::kDynamicPerToken}},
+      {"w8a8-fp8-tensor-static", W8A8Fp8Format{false, ActScaleMode::kStaticPerTensor}},
+      {"gguf-q8_0", GgufFormat{GgufType::kQ8_0}},
+      {"gguf-q4_k", GgufFormat{GgufType::kQ4_K}},
+  };
+}
+
+TEST(ShardWeights, RowShardsConcatenatedEqualTheWeight) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    std::mt19937 rng(1);
+    const int64_t n = 10, k = 512;
+    HostLinear w = make_linear(c, n, k, rng);
+    const std::vector<float> full = dequantized(w);
+    for (const std::vector<int64_t>& cuts : {std::vector<int64_t>{0, 5, 10}, {0, 4, 7, 10}, {0, 3, 3, 6, 10}}) {
+      std::vector<float> got;
+      std::vector<float> bias;
+      std::vector<HostLinear> parts;
+      for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+        Result<HostLinear> s = shard_rows(w.view(), cuts[i], cuts[i + 1], "w");
+        ASSERT_TRUE(s.ok()) << s.status().to_string();
+        EXPECT_EQ(s->n, cuts[i + 1] - cuts[i]);
+        EXPECT_EQ(quant::format_name(s->format), quant::format_name(w.format));
+        if (s->n > 0) {
+          const std::vector<float> d = dequantized(*s);
+          got.insert(got.end(), d.begin(), d.end());
+          bias.insert(bias.end(), s->bias.data<float>(), s->bias.data<float>() + s->n);
+          parts.push_back(std::move(*s));
+        }
+      }
+      ASSERT_EQ(got.size(), full.size());
+      EXPECT_EQ(0, std::memcmp(got.data(), full.data(), full.size() * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(bias.data(), w.bias.data<float>(), static_cast<size_t>(n) * sizeof(float)));
+      // Fusing the shards back (as q, k, v -> qkv) restores the weight.
+      Result<HostLinear> fused = concat_rows(parts, "w");
+      ASSERT_TRUE(fused.ok()) << fused.status().to_string();
+      // Per-tensor FP8 scales of several parts are stacked as per-channel scales (exact).
+      const bool per_tensor = c.name == "w8a8-fp8-tensor-static" && parts.size() > 1;
+      EXPECT_EQ(quant::format_name(fused->format),
+                per_tensor ? "w8a8-fp8-channel-static" : quant::format_name(w.format));
+      const std::vector<float> f = dequantized(*fused);
+      EXPECT_EQ(0, std::memcmp(f.data(), full.data(), full.size() * sizeof(float)));
+    }
+  }
+}
+
+TEST(ShardWeights, ColumnShardsConcatenatedEqualTheWeight) {
+  for (const Case& c : cases()) {
+    const int64_t n = 6, k = 512;
+    // On boundaries of every format (256: Q4_K's block), and off them (dequantized fallback).
+    for (const std::vector<int64_t>& cuts : {std::vector<int64_t>{0, 256, 512}, {0, 96, 320, 512}}) {
+      SCOPED_TRACE(c.name + " cut at " + std::to_string(cuts[1]));
+      std::mt19937 rng(2);
+      HostLinear w = make_linear(c, n, k, rng);
+      const std::vector<float> full = dequantized(w);
+      std::vector<float> got(full.size(), -1.0f);
+      bool any_quantized = false;
+      for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+        Result<HostLinear> s = shard_cols(w.view(), cuts[i], cuts[i + 1], "w");
+        ASSERT_TRUE(s.ok()) << s.status().to_string();
+        ASSERT_EQ(s->k, cuts[i + 1] - cuts[i]);
+        any_quantized = any_quantized || quant::format_name(s->format) == quant::format_name(w.format);
+        const std::vector<float> d = dequantized(*s);
+        for (int64_t r = 0; r < n; ++r)
+          std::memcpy(&got[static_cast<size_t>(r * k + cuts[i])], &d[static_cast<size_t>(r * s->k)],
+                      static_cast<size_t>(s->k) * sizeof(float));
+        // The bias is not sliced (the caller adds it once).
+        EXPECT_EQ(0, std::memcmp(s->bias.data<float>(), w.bias.data<float>(), static_cast<size_t>(n) * sizeof(float)));
+      }
+      EXPECT_EQ(0, std::memcmp(got.data(), full.data(), full.size() * sizeof(float)));
+      // Exact slices (no fallback) where the format allows them.
+      const bool on_boundary = cuts[1] == 256;
+      if (on_boundary && !c.scattered) {
+        EXPECT_TRUE(any_quantized) << "a split on the format's boundaries must stay in the format";
+      }
+    }
+  }
+}
+
+TEST(ShardWeights, OutOfRangeIsAnError) {
+  std::mt19937 rng(3);
+  HostLinear w = make_linear({"dense", quant::DenseFormat{DType::kF32}}, 4, 8, rng);
+  EXPECT_FALSE(shard_rows(w.view(), 2, 5, "w").ok());
+  Result<HostLinear> bad = shard_cols(w.view(), 0, 9, "layers.0.o_proj");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().to_string().find("layers.0.o_proj"), std::string::npos);
+}
+
+ModelConfig smollm2_like() {
+  ModelConfig c;
+  c.hidden_size = 576;
+  c.intermediate_size = 1536;
+  c.num_layers = 30;
+  c.num_heads = 9;
+  c.num_kv_heads = 3;
+  c.head_dim = 64;
+  c.vocab_size = 49152;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+TEST(ModelShard, SplitsHeadsFfnAndVocab) {
+  const ModelConfig c = smollm2_like();
+  for (int r = 0; r < 3; ++r) {
+    Result<ModelShard> s = ModelShard::make(c, 3, r);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    EXPECT_EQ(s->num_heads, 3);
+    EXPECT_EQ(s->head_begin, 3 * r);
+    EXPECT_EQ(s->num_kv_heads, 1);
+    EXPECT_EQ(s->kv_head_begin, r);
+    EXPECT_EQ(s->ffn, 512);
+    EXPECT_EQ(s->ffn_begin, 512 * r);
+    EXPECT_EQ(s->vocab_begin, 16384 * r);
+    EXPECT_EQ(s->qkv_rows(), (3 + 2) * 64);
+  }
+  // More ranks than kv heads: each kv head replicated on N / Hkv ranks, q heads still in their group.
+  ModelConfig g = c;
+  g.num_heads = 8;
+  g.num_kv_heads = 2;
+  for (int r = 0; r < 4; ++r) {
+    Result<ModelShard> s = ModelShard::make(g, 4, r);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s->num_kv_heads, 1);
+    EXPECT_EQ(s->kv_head_begin, r / 2);
+    EXPECT_EQ(s->head_begin / (g.num_heads / g.num_kv_heads), s->kv_head_begin);  // q head's group
+  }
+  // Vocabulary not divisible: ranges differ by at most one and cover [0, V).
+  ModelConfig v = c;
+  v.vocab_size = 10;
+  int64_t prev = 0;
+  for (int r = 0; r < 3; ++r) {
+    Result<ModelShard> s = ModelShard::make(v, 3, r);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s->vocab_begin, prev);
+    EXPECT_TRUE(s->local_vocab() == 3 || s->local_vocab() == 4);
+    prev = s->vocab_end;
+  }
+  EXPECT_EQ(prev, 10);
+  // The shards' parameters add up to the model's, plus the replicated embedding and norms.
+  int64_t total = 0;
+  ModelConfig u = c;
+  u.tie_word_embeddings = false;
+  for (int r = 0; r < 3; ++r) total += ModelShard::make(u, 3, r)->parameter_count(u);
+  const int64_t whole = ModelShard::whole(u).parameter_count(u);
+  const int64_t replicated = u.vocab_size * u.hidden_size + (2 * u.num_layers + 1) * u.hidden_size;
+  // kv heads: 3 of them on 3 ranks -> not replicated here.
+  EXPECT_EQ(total, whole + 2 * replicated);
+}
+
+TEST(ModelShard, BadSizesAreClearErrors) {
+  const ModelConfig c = smollm2_like();
+  Result<ModelShard> two = ModelShard::make(c, 2, 0);
+  ASSERT_FALSE(two.ok());
+  EXPECT_NE(two.status().to_string().find("does not divide the model's 9 attention heads"), std::string::npos)
+      << two.status().to_string();
+  ModelConfig f = c;
+  f.num_heads = 12;
+  f.num_kv_heads = 6;
+  f.intermediate_size = 1537;
+  Result<ModelShard> ffn = ModelShard::make(f, 3, 0);
+  ASSERT_FALSE(ffn.ok());
+  EXPECT_NE(ffn.status().to_string().find("intermediate_size"), std::string::npos);
+  ModelConfig kv = c;
+  kv.num_heads = 12;
+  kv.num_kv_heads = 3;
+  Result<ModelShard> kvs = ModelShard::make(kv, 4, 0);  // 4 ranks, 3 kv heads
+  ASSERT_FALSE(kvs.ok());
+  EXPECT_NE(kvs.status().to_string().find("num_key_value_heads"), std::string::npos);
+  EXPECT_FALSE(ModelShard::make(c, 0, 0).ok());
+  EXPECT_FALSE(ModelShard::make(c, 3, 3).ok());
+  // Per-group formats: shares must be whole groups (SmolLM2 TP 3: down shares 512, o shares 192).
+  const ModelShard s = *ModelShard::make(c, 3, 0);
+  EXPECT_TRUE(validate_group_size(s, 64, "int4").ok());
+  const Status g128 = validate_group_size(s, 128, "model.layers.*.self_attn.o_proj (int4-g128)");
+  ASSERT_FALSE(g128.ok());
+  EXPECT_NE(g128.to_string().find("o_proj"), std::string::npos);
+  EXPECT_NE(g128.to_string().find("group size 128"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace xinfer::model
