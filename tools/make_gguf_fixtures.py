@@ -32,8 +32,35 @@ def gpt2_vocab():
     return tokens[:VOCAB], types[:VOCAB], merges
 
 
-def write_tiny_llama(path, qtype=Q.Q8_0, embd_type=Q.Q8_0, arch="llama", bad_shape=None, seed=0, tied=True):
+def spm_vocab(model_path):
+    """tokens, scores, token types of a sentencepiece tokenizer.model, as llama.cpp's converter stores them
+    (gguf.TokenType: NORMAL 1, UNKNOWN 2, CONTROL 3, USER_DEFINED 4, UNUSED 5, BYTE 6)."""
+    import sentencepiece
+
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(model_path))
+    tokens, scores, types = [], [], []
+    for i in range(sp.get_piece_size()):
+        tokens.append(sp.id_to_piece(i))
+        scores.append(sp.get_score(i))
+        if sp.is_unknown(i):
+            types.append(2)
+        elif sp.is_control(i):
+            types.append(3)
+        elif sp.is_unused(i):
+            types.append(5)
+        elif sp.is_byte(i):
+            types.append(6)
+        else:
+            types.append(1)
+    return tokens, scores, types, sp
+
+
+def write_tiny_llama(path, qtype=Q.Q8_0, embd_type=Q.Q8_0, arch="llama", bad_shape=None, seed=0, tied=True,
+                     spm_model=None):
+    """spm_model: a sentencepiece tokenizer.model whose vocabulary (tokenizer.ggml.model "llama") replaces the
+    byte-level BPE one; the vocab size then follows it."""
     rng = np.random.default_rng(seed)
+    vocab_size = VOCAB
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(LAYERS)
     w.add_context_length(CTX)
@@ -44,16 +71,30 @@ def write_tiny_llama(path, qtype=Q.Q8_0, embd_type=Q.Q8_0, arch="llama", bad_sha
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(H // HEADS)
-    w.add_vocab_size(VOCAB)
-    tokens, types, merges = gpt2_vocab()
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(0)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(False)
+    if spm_model is not None:
+        tokens, scores, types, sp = spm_vocab(spm_model)
+        vocab_size = len(tokens)
+        w.add_tokenizer_model("llama")
+        w.add_tokenizer_pre("default")
+        w.add_token_list(tokens)
+        w.add_token_scores(scores)
+        w.add_token_types(types)
+        w.add_bos_token_id(sp.bos_id())
+        w.add_eos_token_id(sp.eos_id())
+        w.add_unk_token_id(sp.unk_id())
+        w.add_add_bos_token(True)
+        w.add_add_eos_token(False)
+    else:
+        tokens, types, merges = gpt2_vocab()
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("smollm")
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        w.add_token_merges(merges)
+        w.add_bos_token_id(0)
+        w.add_eos_token_id(2)
+        w.add_add_bos_token(False)
+    w.add_vocab_size(vocab_size)
     w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}")
     # metadata of every value type (read back by the reader tests)
     w.add_uint8("test.u8", 200)
@@ -87,7 +128,7 @@ def write_tiny_llama(path, qtype=Q.Q8_0, embd_type=Q.Q8_0, arch="llama", bad_sha
             w.add_tensor(name, quantize(x, t), raw_dtype=t)
 
     D = H // HEADS
-    tensor("token_embd.weight", (VOCAB, H), "embd")
+    tensor("token_embd.weight", (vocab_size, H), "embd")
     for l in range(LAYERS):
         p = f"blk.{l}."
         tensor(p + "attn_norm.weight", (H,), "norm")
@@ -101,7 +142,7 @@ def write_tiny_llama(path, qtype=Q.Q8_0, embd_type=Q.Q8_0, arch="llama", bad_sha
         tensor(p + "ffn_down.weight", (H, FFN), "lin")
     tensor("output_norm.weight", (H,), "norm")
     if not tied:
-        tensor("output.weight", (VOCAB, H), "lin")
+        tensor("output.weight", (vocab_size, H), "lin")
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
