@@ -77,12 +77,12 @@ bool per_tensor_scales(const HostLinearView& w) {
   return !w.scales.empty() && w.scales.numel() == 1 && w.n != 1;
 }
 
-HostLinear dequantized_cols(const HostLinearView& w, int64_t c0, int64_t c1, const std::string& name,
+ShardedLinear dequantized_cols(const HostLinearView& w, int64_t c0, int64_t c1, const std::string& name,
                             const std::string& why) {
   XI_LOG(INFO) << "tensor parallel: " << name << " (" << quant::format_name(w.format) << ") split at input column "
                << c0 << ".." << c1 << " " << why << ": this shard is dequantized to f32";
-  HostLinear full = dequantize_linear(w);
-  HostLinear out;
+  ShardedLinear full = dequantize_shard(w);
+  ShardedLinear out;
   out.format = quant::DenseFormat{DType::kF32};
   out.n = w.n;
   out.k = c1 - c0;
@@ -106,7 +106,7 @@ quant::QuantizedMatrix HostLinearView::matrix() const {
   return m;
 }
 
-HostLinearView HostLinear::view() const {
+HostLinearView ShardedLinear::view() const {
   HostLinearView v;
   v.format = format;
   v.n = n;
@@ -120,8 +120,8 @@ HostLinearView HostLinear::view() const {
   return v;
 }
 
-HostLinear copy_linear(const HostLinearView& w) {
-  HostLinear out;
+ShardedLinear copy_shard(const HostLinearView& w) {
+  ShardedLinear out;
   out.format = w.format;
   out.n = w.n;
   out.k = w.k;
@@ -134,8 +134,8 @@ HostLinear copy_linear(const HostLinearView& w) {
   return out;
 }
 
-HostLinear dequantize_linear(const HostLinearView& w) {
-  HostLinear out;
+ShardedLinear dequantize_shard(const HostLinearView& w) {
+  ShardedLinear out;
   out.format = quant::DenseFormat{DType::kF32};
   out.n = w.n;
   out.k = w.k;
@@ -149,11 +149,11 @@ HostLinear dequantize_linear(const HostLinearView& w) {
   return out;
 }
 
-Result<HostLinear> shard_rows(const HostLinearView& w, int64_t r0, int64_t r1, const std::string& name) {
+Result<ShardedLinear> shard_rows(const HostLinearView& w, int64_t r0, int64_t r1, const std::string& name) {
   if (r0 < 0 || r1 > w.n || r0 > r1)
     return invalid_argument(name + ": rows [" + std::to_string(r0) + ", " + std::to_string(r1) + ") outside [0, " +
                             std::to_string(w.n) + ")");
-  HostLinear out;
+  ShardedLinear out;
   out.format = w.format;
   out.n = r1 - r0;
   out.k = w.k;
@@ -166,18 +166,18 @@ Result<HostLinear> shard_rows(const HostLinearView& w, int64_t r0, int64_t r1, c
   return out;
 }
 
-Result<HostLinear> shard_cols(const HostLinearView& w, int64_t c0, int64_t c1, const std::string& name) {
+Result<ShardedLinear> shard_cols(const HostLinearView& w, int64_t c0, int64_t c1, const std::string& name) {
   if (c0 < 0 || c1 > w.k || c0 > c1)
     return invalid_argument(name + ": input columns [" + std::to_string(c0) + ", " + std::to_string(c1) +
                             ") outside [0, " + std::to_string(w.k) + ")");
-  HostLinear out;
+  ShardedLinear out;
   out.format = w.format;
   out.n = w.n;
   out.k = c1 - c0;
   out.bias = copy_of(w.bias);
   out.input_scale = copy_of(w.input_scale);
   return std::visit(
-      [&](const auto& f) -> Result<HostLinear> {
+      [&](const auto& f) -> Result<ShardedLinear> {
         using F = std::decay_t<decltype(f)>;
         if constexpr (std::is_same_v<F, quant::IntGroupFormat>) {
           const int64_t g = f.group_size;
@@ -229,11 +229,11 @@ Result<HostLinear> shard_cols(const HostLinearView& w, int64_t c0, int64_t c1, c
       w.format);
 }
 
-Result<HostLinear> concat_rows(std::span<const HostLinear> parts, const std::string& name) {
+Result<ShardedLinear> concat_shards(std::span<const ShardedLinear> parts, const std::string& name) {
   if (parts.empty()) return invalid_argument(name + ": nothing to concatenate");
   const std::string format = quant::format_name(parts[0].format);
   bool same = true;
-  for (const HostLinear& p : parts) {
+  for (const ShardedLinear& p : parts) {
     if (p.k != parts[0].k)
       return invalid_argument(name + ": parts with " + std::to_string(p.k) + " and " + std::to_string(parts[0].k) +
                               " input columns");
@@ -245,37 +245,37 @@ Result<HostLinear> concat_rows(std::span<const HostLinear> parts, const std::str
     XI_LOG(INFO) << "tensor parallel: " << name << ": parts in " << format
                  << " that cannot be stacked as they are (different formats, g_idx or input scales) are "
                     "dequantized to f32";
-    std::vector<HostLinear> dense;
-    for (const HostLinear& p : parts) dense.push_back(dequantize_linear(p.view()));
-    return concat_rows(dense, name);
+    std::vector<ShardedLinear> dense;
+    for (const ShardedLinear& p : parts) dense.push_back(dequantize_shard(p.view()));
+    return concat_shards(dense, name);
   }
   // Per-tensor weight scales (W8A8-FP8 per tensor) differ between parts: stacked as per-channel scales.
-  std::vector<HostLinear> expanded;
+  std::vector<ShardedLinear> expanded;
   if (const auto* fp8 = std::get_if<quant::W8A8Fp8Format>(&parts[0].format); fp8 && !fp8->per_channel &&
                                                                              parts.size() > 1) {
-    for (const HostLinear& p : parts) {
-      HostLinear e = copy_linear(p.view());
+    for (const ShardedLinear& p : parts) {
+      ShardedLinear e = copy_shard(p.view());
       e.scales = HostTensor(DType::kF32, Shape{p.n});
       std::fill(e.scales.data<float>(), e.scales.data<float>() + p.n, p.scales.data<float>()[0]);
       e.format = quant::W8A8Fp8Format{true, fp8->act};
       expanded.push_back(std::move(e));
     }
-    return concat_rows(expanded, name);
+    return concat_shards(expanded, name);
   }
   auto views = [&](auto member) {
     std::vector<TensorView> v;
-    for (const HostLinear& p : parts)
+    for (const ShardedLinear& p : parts)
       if ((p.*member).shape().rank() > 0) v.push_back((p.*member).view());
     return v;
   };
-  HostLinear out;
+  ShardedLinear out;
   out.format = parts[0].format;
   out.k = parts[0].k;
-  for (const HostLinear& p : parts) out.n += p.n;
-  out.weight = stack_rows(views(&HostLinear::weight));
-  out.scales = stack_rows(views(&HostLinear::scales));
-  out.zeros = stack_rows(views(&HostLinear::zeros));
-  out.bias = stack_rows(views(&HostLinear::bias));
+  for (const ShardedLinear& p : parts) out.n += p.n;
+  out.weight = stack_rows(views(&ShardedLinear::weight));
+  out.scales = stack_rows(views(&ShardedLinear::scales));
+  out.zeros = stack_rows(views(&ShardedLinear::zeros));
+  out.bias = stack_rows(views(&ShardedLinear::bias));
   out.g_idx = copy_of(parts[0].g_idx.shape().rank() > 0 ? parts[0].g_idx.view() : TensorView{});
   out.input_scale = copy_of(parts[0].input_scale.shape().rank() > 0 ? parts[0].input_scale.view() : TensorView{});
   return out;

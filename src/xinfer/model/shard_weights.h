@@ -13,7 +13,7 @@
 //                           block boundaries (whole blocks of each row). Where a split does not fall on a
 //                           boundary the slice is dequantized to dense f32 (one log line naming the tensor):
 //                           correct, larger, slower. The bias is not sliced: the caller keeps it on one rank.
-//   concat_rows(parts)      fuses per-rank shards of the same format and K (q, k, v -> qkv; gate, up ->
+//   concat_shards(parts)      fuses per-rank shards of the same format and K (q, k, v -> qkv; gate, up ->
 //                           gate_up) into one linear: rows stacked, side tensors stacked the same way.
 //                           Parts in different formats are dequantized to dense f32 first (logged).
 //
@@ -43,7 +43,7 @@ struct HostLinearView {
 };
 
 // The same, owning its tensors.
-struct HostLinear {
+struct ShardedLinear {
   quant::WeightFormat format = quant::DenseFormat{};
   int64_t n = 0, k = 0;
   HostTensor weight, scales, zeros, g_idx, input_scale, bias;
@@ -51,12 +51,12 @@ struct HostLinear {
 };
 
 // Copies of every tensor of `w` (the identity shard).
-HostLinear copy_linear(const HostLinearView& w);
+ShardedLinear copy_shard(const HostLinearView& w);
 // `name` (the checkpoint tensor, for errors and log lines). INVALID_ARGUMENT for a range outside W.
-Result<HostLinear> shard_rows(const HostLinearView& w, int64_t r0, int64_t r1, const std::string& name);
-Result<HostLinear> shard_cols(const HostLinearView& w, int64_t c0, int64_t c1, const std::string& name);
-Result<HostLinear> concat_rows(std::span<const HostLinear> parts, const std::string& name);
+Result<ShardedLinear> shard_rows(const HostLinearView& w, int64_t r0, int64_t r1, const std::string& name);
+Result<ShardedLinear> shard_cols(const HostLinearView& w, int64_t c0, int64_t c1, const std::string& name);
+Result<ShardedLinear> concat_shards(std::span<const ShardedLinear> parts, const std::string& name);
 // W dequantized to dense f32 [n, k] (bias kept).
-HostLinear dequantize_linear(const HostLinearView& w);
+ShardedLinear dequantize_shard(const HostLinearView& w);
 
 }  // namespace xinfer::model

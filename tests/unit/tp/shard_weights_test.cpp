@@ -3,7 +3,7 @@
 // Q4_K), the shards of a random linear, dequantized by quant::dequantize_matrix (the formats' float
 // reference) and concatenated along the split axis, equal the dequantized unsharded weight bit for bit -
 // at boundaries of the format (exact slices) and off them (the dequantized fallback). Fused parts
-// (concat_rows) equal the stacked parts. Also: the ModelShard description's splits and its errors.
+// (concat_shards) equal the stacked parts. Also: the ModelShard description's splits and its errors.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -38,8 +38,8 @@ struct Case {
   bool scattered = false;
 };
 
-HostLinear make_linear(const Case& c, int64_t n, int64_t k, std::mt19937& rng) {
-  HostLinear w;
+ShardedLinear make_linear(const Case& c, int64_t n, int64_t k, std::mt19937& rng) {
+  ShardedLinear w;
   w.format = c.format;
   w.n = n;
   w.k = k;
@@ -93,8 +93,8 @@ HostLinear make_linear(const Case& c, int64_t n, int64_t k, std::mt19937& rng) {
   return w;
 }
 
-std::vector<float> dequantized(const HostLinear& w) {
-  HostLinear d = dequantize_linear(w.view());
+std::vector<float> dequantized(const ShardedLinear& w) {
+  ShardedLinear d = dequantize_shard(w.view());
   return std::vector<float>(d.weight.data<float>(), d.weight.data<float>() + w.n * w.k);
 }
 
@@ -123,14 +123,14 @@ TEST(ShardWeights, RowShardsConcatenatedEqualTheWeight) {
     SCOPED_TRACE(c.name);
     std::mt19937 rng(1);
     const int64_t n = 10, k = 512;
-    HostLinear w = make_linear(c, n, k, rng);
+    ShardedLinear w = make_linear(c, n, k, rng);
     const std::vector<float> full = dequantized(w);
     for (const std::vector<int64_t>& cuts : {std::vector<int64_t>{0, 5, 10}, {0, 4, 7, 10}, {0, 3, 3, 6, 10}}) {
       std::vector<float> got;
       std::vector<float> bias;
-      std::vector<HostLinear> parts;
+      std::vector<ShardedLinear> parts;
       for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-        Result<HostLinear> s = shard_rows(w.view(), cuts[i], cuts[i + 1], "w");
+        Result<ShardedLinear> s = shard_rows(w.view(), cuts[i], cuts[i + 1], "w");
         ASSERT_TRUE(s.ok()) << s.status().to_string();
         EXPECT_EQ(s->n, cuts[i + 1] - cuts[i]);
         EXPECT_EQ(quant::format_name(s->format), quant::format_name(w.format));
@@ -145,7 +145,7 @@ TEST(ShardWeights, RowShardsConcatenatedEqualTheWeight) {
       EXPECT_EQ(0, std::memcmp(got.data(), full.data(), full.size() * sizeof(float)));
       EXPECT_EQ(0, std::memcmp(bias.data(), w.bias.data<float>(), static_cast<size_t>(n) * sizeof(float)));
       // Fusing the shards back (as q, k, v -> qkv) restores the weight.
-      Result<HostLinear> fused = concat_rows(parts, "w");
+      Result<ShardedLinear> fused = concat_shards(parts, "w");
       ASSERT_TRUE(fused.ok()) << fused.status().to_string();
       // Per-tensor FP8 scales of several parts are stacked as per-channel scales (exact).
       const bool per_tensor = c.name == "w8a8-fp8-tensor-static" && parts.size() > 1;
@@ -164,12 +164,12 @@ TEST(ShardWeights, ColumnShardsConcatenatedEqualTheWeight) {
     for (const std::vector<int64_t>& cuts : {std::vector<int64_t>{0, 256, 512}, {0, 96, 320, 512}}) {
       SCOPED_TRACE(c.name + " cut at " + std::to_string(cuts[1]));
       std::mt19937 rng(2);
-      HostLinear w = make_linear(c, n, k, rng);
+      ShardedLinear w = make_linear(c, n, k, rng);
       const std::vector<float> full = dequantized(w);
       std::vector<float> got(full.size(), -1.0f);
       bool any_quantized = false;
       for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-        Result<HostLinear> s = shard_cols(w.view(), cuts[i], cuts[i + 1], "w");
+        Result<ShardedLinear> s = shard_cols(w.view(), cuts[i], cuts[i + 1], "w");
         ASSERT_TRUE(s.ok()) << s.status().to_string();
         ASSERT_EQ(s->k, cuts[i + 1] - cuts[i]);
         any_quantized = any_quantized || quant::format_name(s->format) == quant::format_name(w.format);
@@ -192,9 +192,9 @@ TEST(ShardWeights, ColumnShardsConcatenatedEqualTheWeight) {
 
 TEST(ShardWeights, OutOfRangeIsAnError) {
   std::mt19937 rng(3);
-  HostLinear w = make_linear({"dense", quant::DenseFormat{DType::kF32}}, 4, 8, rng);
+  ShardedLinear w = make_linear({"dense", quant::DenseFormat{DType::kF32}}, 4, 8, rng);
   EXPECT_FALSE(shard_rows(w.view(), 2, 5, "w").ok());
-  Result<HostLinear> bad = shard_cols(w.view(), 0, 9, "layers.0.o_proj");
+  Result<ShardedLinear> bad = shard_cols(w.view(), 0, 9, "layers.0.o_proj");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().to_string().find("layers.0.o_proj"), std::string::npos);
 }
