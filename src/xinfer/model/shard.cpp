@@ -25,6 +25,8 @@ Result<ModelShard> ModelShard::make(const ModelConfig& c, int tp_size, int rank)
   s.tp_size = tp_size;
   s.rank = rank;
   s.head_dim = c.head_dim;
+  s.total_heads = c.num_heads;
+  s.total_kv_heads = c.num_kv_heads;
   s.hidden = c.hidden_size;
   s.num_heads = c.num_heads / tp_size;
   s.head_begin = rank * s.num_heads;

@@ -34,6 +34,7 @@ struct ModelShard {
   int head_begin = 0;     // first global q head
   int kv_head_begin = 0;  // first global kv head
   int head_dim = 0;
+  int total_heads = 0, total_kv_heads = 0;  // the model's Hq, Hkv
   int64_t hidden = 0;      // H (not split)
   int64_t ffn = 0;         // local intermediate size I/N
   int64_t ffn_begin = 0;

@@ -281,4 +281,101 @@ Result<ShardedLinear> concat_shards(std::span<const ShardedLinear> parts, const 
   return out;
 }
 
+namespace {
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+ShardRole shard_role(const std::string& name) {
+  if (contains(name, "q_proj") || contains(name, "k_proj") || contains(name, "v_proj")) return ShardRole::kQkv;
+  if (contains(name, "gate_proj") || contains(name, "up_proj")) return ShardRole::kGateUp;
+  if (contains(name, "o_proj") || contains(name, "down_proj"))
+    return ends_with(name, ".bias") ? ShardRole::kRank0Only : ShardRole::kRowParallel;
+  if (contains(name, "lm_head")) return ShardRole::kVocabRows;
+  return ShardRole::kReplicated;
+}
+
+const char* shard_role_name(ShardRole r) {
+  switch (r) {
+    case ShardRole::kReplicated: return "replicated";
+    case ShardRole::kQkv: return "qkv (column-parallel by heads)";
+    case ShardRole::kGateUp: return "gate_up (column-parallel)";
+    case ShardRole::kRowParallel: return "row-parallel";
+    case ShardRole::kRank0Only: return "row-parallel bias (rank 0)";
+    case ShardRole::kVocabRows: return "lm_head (vocabulary-parallel)";
+  }
+  return "?";
+}
+
+Result<ShardedLinear> shard_for_rank(const HostLinearView& w, ShardRole role, const ModelShard& s,
+                                     const std::string& name) {
+  const int64_t D = s.head_dim;
+  const int64_t q_total = static_cast<int64_t>(s.total_heads) * D, kv_total = static_cast<int64_t>(s.total_kv_heads) * D;
+  auto expect_rows = [&](int64_t rows) -> Status {
+    if (w.n != rows)
+      return invalid_argument(name + ": " + std::to_string(w.n) + " rows for a " + shard_role_name(role) +
+                              " tensor of " + std::to_string(rows) + " rows");
+    return Status();
+  };
+  auto fuse = [&](const std::vector<std::pair<int64_t, int64_t>>& ranges) -> Result<ShardedLinear> {
+    std::vector<ShardedLinear> parts;
+    for (const auto& [r0, r1] : ranges) {
+      XI_ASSIGN_OR_RETURN(ShardedLinear p, shard_rows(w, r0, r1, name));
+      parts.push_back(std::move(p));
+    }
+    return concat_shards(parts, name);
+  };
+  switch (role) {
+    case ShardRole::kReplicated: return copy_shard(w);
+    case ShardRole::kQkv: {
+      XI_RETURN_IF_ERROR(expect_rows(q_total + 2 * kv_total));
+      const int64_t q0 = s.head_begin * D, kv0 = s.kv_head_begin * D;
+      return fuse({{q0, q0 + s.q_rows()},
+                   {q_total + kv0, q_total + kv0 + s.kv_rows()},
+                   {q_total + kv_total + kv0, q_total + kv_total + kv0 + s.kv_rows()}});
+    }
+    case ShardRole::kGateUp: {
+      const int64_t I = s.ffn * s.tp_size;
+      XI_RETURN_IF_ERROR(expect_rows(2 * I));
+      return fuse({{s.ffn_begin, s.ffn_begin + s.ffn}, {I + s.ffn_begin, I + s.ffn_begin + s.ffn}});
+    }
+    case ShardRole::kRowParallel: {
+      const bool o = contains(name, "o_proj");
+      const int64_t k_total = o ? q_total : s.ffn * s.tp_size;
+      if (w.k != k_total)
+        return invalid_argument(name + ": " + std::to_string(w.k) + " input columns, expected " +
+                                std::to_string(k_total));
+      const int64_t c0 = o ? s.head_begin * D : s.ffn_begin, c1 = c0 + (o ? s.o_cols() : s.ffn);
+      ShardedLinear out;
+      XI_ASSIGN_OR_RETURN(out, shard_cols(w, c0, c1, name));
+      if (s.rank != 0 && out.bias.shape().rank() > 0)  // the bias is added once, by rank 0
+        std::memset(out.bias.data<uint8_t>(), 0, out.bias.view().bytes());
+      return out;
+    }
+    case ShardRole::kRank0Only: {
+      ShardedLinear out = copy_shard(w);
+      if (s.rank != 0) std::memset(out.weight.data<uint8_t>(), 0, out.weight.view().bytes());
+      return out;
+    }
+    case ShardRole::kVocabRows:
+      XI_RETURN_IF_ERROR(expect_rows(s.vocab));
+      return shard_rows(w, s.vocab_begin, s.vocab_end, name);
+  }
+  return invalid_argument(name + ": unknown shard role");
+}
+
+Result<HostTensor> shard_dense_for_rank(const TensorView& full, ShardRole role, const ModelShard& s,
+                                        const std::string& name) {
+  XI_CHECK(full.dtype == DType::kF32) << name << ": shard_dense_for_rank takes f32";
+  HostLinearView w;
+  w.format = quant::DenseFormat{DType::kF32};
+  w.n = full.shape[0];
+  w.k = full.shape.rank() == 1 ? 1 : full.shape[1];
+  w.weight = full;
+  XI_ASSIGN_OR_RETURN(ShardedLinear out, shard_for_rank(w, role, s, name));
+  return std::move(out.weight);
+}
+
 }  // namespace xinfer::model

@@ -28,6 +28,7 @@
 
 #include "xinfer/core/status.h"
 #include "xinfer/core/tensor.h"
+#include "xinfer/model/shard.h"
 #include "xinfer/quant/quantized_linear.h"
 #include "xinfer/quant/weight_format.h"
 
@@ -58,5 +59,23 @@ Result<ShardedLinear> shard_cols(const HostLinearView& w, int64_t c0, int64_t c1
 Result<ShardedLinear> concat_shards(std::span<const ShardedLinear> parts, const std::string& name);
 // W dequantized to dense f32 [n, k] (bias kept).
 ShardedLinear dequantize_shard(const HostLinearView& w);
+
+// How a checkpoint tensor of the whole model is split between ranks (ModelShard's table), from its Hugging
+// Face name: q/k/v_proj (weight or bias; already fused [q | k | v] by the loader) -> kQkv; gate/up_proj ->
+// kGateUp (fused [gate | up]); o/down_proj weight -> kRowParallel; o/down_proj bias -> kRank0Only (zeros on
+// the other ranks, so the all-reduce adds it once); lm_head -> kVocabRows; everything else (embedding, norms,
+// q/k norms) -> kReplicated.
+enum class ShardRole { kReplicated, kQkv, kGateUp, kRowParallel, kRank0Only, kVocabRows };
+ShardRole shard_role(const std::string& name);
+const char* shard_role_name(ShardRole r);
+// This rank's part of the whole (fused) linear `w` of `role`: qkv takes its q heads' rows, its kv heads' k rows
+// and v rows and fuses them [q | k | v]; gate_up its ffn rows of gate and of up; row-parallel its input
+// columns; vocab rows its lm_head rows. A 1-D w (a bias: n elements, k = 1) is split like the rows of its
+// linear. w must have the whole model's shape for its role (INVALID_ARGUMENT naming `name` otherwise).
+Result<ShardedLinear> shard_for_rank(const HostLinearView& w, ShardRole role, const ModelShard& s,
+                                     const std::string& name);
+// The same for a dense f32 host tensor (1-D or 2-D): the dense loader's path. Returns the rank's tensor.
+Result<HostTensor> shard_dense_for_rank(const TensorView& full, ShardRole role, const ModelShard& s,
+                                        const std::string& name);
 
 }  // namespace xinfer::model

@@ -292,3 +292,107 @@ TEST(ModelShard, BadSizesAreClearErrors) {
 
 }  // namespace
 }  // namespace xinfer::model
+
+namespace xinfer::model {
+namespace {
+
+// Row r of the fused [q | k | v] (or [gate | up]) weight holds r in every column: a shard's rows name
+// themselves. Expected rows come from the definitions in shard.h, written out here.
+TEST(ShardForRank, QkvGateUpAndVocabTakeTheRanksRows) {
+  ModelConfig c;
+  c.hidden_size = 4;
+  c.intermediate_size = 12;
+  c.num_layers = 1;
+  c.num_heads = 8;
+  c.num_kv_heads = 2;
+  c.head_dim = 2;
+  c.vocab_size = 10;
+  const int64_t H = 4, D = 2, q_total = 16, kv_total = 4;
+  HostTensor qkv(DType::kF32, Shape{q_total + 2 * kv_total, H});
+  for (int64_t r = 0; r < q_total + 2 * kv_total; ++r)
+    for (int64_t j = 0; j < H; ++j) qkv.data<float>()[r * H + j] = static_cast<float>(r);
+  for (int n : {1, 2, 4}) {
+    for (int rank = 0; rank < n; ++rank) {
+      SCOPED_TRACE("tp " + std::to_string(n) + " rank " + std::to_string(rank));
+      const ModelShard s = *ModelShard::make(c, n, rank);
+      Result<HostTensor> got = shard_dense_for_rank(qkv.view(), ShardRole::kQkv, s, "l.self_attn.q_proj.weight");
+      ASSERT_TRUE(got.ok()) << got.status().to_string();
+      std::vector<float> expected;
+      const int qh = 8 / n;
+      for (int h = rank * qh; h < (rank + 1) * qh; ++h)
+        for (int64_t d = 0; d < D; ++d) expected.push_back(static_cast<float>(h * D + d));
+      // kv heads: 2 of them; with 4 ranks each is replicated on 2 ranks (rank / 2).
+      const int kvh = n <= 2 ? 2 / n : 1, kv0 = n <= 2 ? rank * kvh : rank / 2;
+      for (int part = 0; part < 2; ++part)
+        for (int h = kv0; h < kv0 + kvh; ++h)
+          for (int64_t d = 0; d < D; ++d) expected.push_back(static_cast<float>(q_total + part * kv_total + h * D + d));
+      ASSERT_EQ(got->shape()[0], static_cast<int64_t>(expected.size()));
+      for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(got->data<float>()[i * H], expected[i]) << i;
+      // A fused bias [Hq*D + 2 Hkv*D] splits like the rows.
+      HostTensor bias(DType::kF32, Shape{q_total + 2 * kv_total});
+      for (int64_t r = 0; r < q_total + 2 * kv_total; ++r) bias.data<float>()[r] = static_cast<float>(r);
+      Result<HostTensor> b = shard_dense_for_rank(bias.view(), ShardRole::kQkv, s, "l.self_attn.q_proj.bias");
+      ASSERT_TRUE(b.ok());
+      for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(b->data<float>()[i], expected[i]);
+      // lm_head rows: the rank's vocabulary range.
+      HostTensor lm(DType::kF32, Shape{10, H});
+      for (int64_t r = 0; r < 10; ++r) lm.data<float>()[r * H] = static_cast<float>(r);
+      Result<HostTensor> l = shard_dense_for_rank(lm.view(), ShardRole::kVocabRows, s, "lm_head.weight");
+      ASSERT_TRUE(l.ok());
+      EXPECT_EQ(l->shape()[0], s.local_vocab());
+      EXPECT_EQ(l->data<float>()[0], static_cast<float>(s.vocab_begin));
+    }
+  }
+}
+
+// The tensor-parallel identity itself: x @ W^T for the row-parallel o / down equals the sum over ranks of
+// x[:, cols_r] @ W[:, cols_r]^T (partials added once, the bias only by rank 0); column-parallel gate_up rows
+// concatenated over ranks give [gate | up] of the whole model, per rank block.
+TEST(ShardForRank, RowParallelPartialsSumToTheWholeProduct) {
+  ModelConfig c;
+  c.hidden_size = 3;
+  c.intermediate_size = 6;
+  c.num_layers = 1;
+  c.num_heads = 3;
+  c.num_kv_heads = 3;
+  c.head_dim = 2;
+  c.vocab_size = 7;
+  std::mt19937 rng(5);
+  const int64_t H = 3, I = 6;
+  HostTensor down = random_f32(Shape{H, I}, rng, -1, 1);
+  HostTensor bias = random_f32(Shape{H}, rng, -1, 1);
+  std::vector<float> x(static_cast<size_t>(I));
+  for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+  std::vector<double> whole(static_cast<size_t>(H)), sum(static_cast<size_t>(H), 0.0);
+  for (int64_t n = 0; n < H; ++n) {
+    double acc = bias.data<float>()[n];
+    for (int64_t k = 0; k < I; ++k) acc += static_cast<double>(x[static_cast<size_t>(k)]) * down.data<float>()[n * I + k];
+    whole[static_cast<size_t>(n)] = acc;
+  }
+  for (int rank = 0; rank < 3; ++rank) {
+    const ModelShard s = *ModelShard::make(c, 3, rank);
+    Result<HostTensor> w = shard_dense_for_rank(down.view(), ShardRole::kRowParallel, s, "mlp.down_proj.weight");
+    Result<HostTensor> b = shard_dense_for_rank(bias.view(), ShardRole::kRank0Only, s, "mlp.down_proj.bias");
+    ASSERT_TRUE(w.ok() && b.ok());
+    ASSERT_EQ(w->shape()[1], 2);
+    for (int64_t n = 0; n < H; ++n) {
+      double acc = b->data<float>()[n];
+      for (int64_t k = 0; k < 2; ++k)
+        acc += static_cast<double>(x[static_cast<size_t>(s.ffn_begin + k)]) * w->data<float>()[n * 2 + k];
+      sum[static_cast<size_t>(n)] += acc;
+    }
+  }
+  for (int64_t n = 0; n < H; ++n) EXPECT_NEAR(sum[static_cast<size_t>(n)], whole[static_cast<size_t>(n)], 1e-12);
+  // Wrong whole shapes are errors naming the tensor.
+  const ModelShard s = *ModelShard::make(c, 3, 0);
+  Result<HostTensor> bad = shard_dense_for_rank(down.view(), ShardRole::kGateUp, s, "model.layers.0.mlp.gate_proj.weight");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().to_string().find("model.layers.0.mlp.gate_proj.weight"), std::string::npos);
+  EXPECT_EQ(shard_role("model.layers.3.self_attn.o_proj.bias"), ShardRole::kRank0Only);
+  EXPECT_EQ(shard_role("model.layers.3.self_attn.o_proj.weight"), ShardRole::kRowParallel);
+  EXPECT_EQ(shard_role("model.layers.3.input_layernorm.weight"), ShardRole::kReplicated);
+  EXPECT_EQ(shard_role("model.embed_tokens.weight"), ShardRole::kReplicated);
+}
+
+}  // namespace
+}  // namespace xinfer::model
