@@ -4,7 +4,9 @@ gguf.quants.dequantize), so nothing here shares code with xinfer's reader, dequa
 
 The q/k rows are un-permuted as llama.cpp's convert_hf_to_gguf.py permuted them (per head, rows [2, D/2]
 were interleaved to [D/2, 2]), and RoPE is the rotate-half form of the Hugging Face model. Activations stay
-float32 throughout (llama.cpp quantizes them to 8-bit blocks for its dot products; this does not).
+float32 throughout, or with `forward(ids, act_blocks=True)` every linear's input is fake-quantized the way
+llama.cpp's Q8_0 / Q8_1 activation blocks are (per 32 values: d = max|x| / 127, q = round(x / d), x ~ d q):
+the algorithm of the integer kernels, written from ggml's block definitions.
 
     python3 tools/gguf_numpy_reference.py FILE.gguf --ids 1,2,3 --greedy 32
 """
@@ -37,6 +39,19 @@ class GgufLlama:
                 self.w[key] = w.reshape(heads, self.D // 2, 2, w.shape[1]).swapaxes(1, 2).reshape(w.shape)
         self.lm_head = self.w.get("output.weight", self.w["token_embd.weight"])
 
+    @staticmethod
+    def block_fake_quant(x):
+        """x [T, K] (K % 32 == 0) rounded to 8-bit blocks of 32 as ggml's Q8_0/Q8_1 activations."""
+        T, K = x.shape
+        b = x.reshape(T, K // 32, 32)
+        d = np.abs(b).max(-1, keepdims=True) / 127
+        q = np.round(b / np.where(d > 0, d, 1))
+        return (q * d).reshape(T, K).astype(np.float32)
+
+    def linear(self, x, name, act_blocks):
+        w = self.lm_head if name is None else self.w[name]
+        return (self.block_fake_quant(x) if act_blocks else x) @ w.T
+
     def rms(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
@@ -48,8 +63,9 @@ class GgufLlama:
         x1, x2 = x[..., :half], x[..., half:]
         return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
-    def forward(self, ids):
-        """Logits [T, V] of every position of `ids` (one sequence, no cache)."""
+    def forward(self, ids, act_blocks=False):
+        """Logits [T, V] of every position of `ids` (one sequence, no cache). act_blocks: fake-quantize every
+        linear's input to 8-bit blocks (block_fake_quant)."""
         T = len(ids)
         pos = np.arange(T)
         x = self.w["token_embd.weight"][np.array(ids)]
@@ -58,20 +74,21 @@ class GgufLlama:
         for l in range(self.L):
             p = f"blk.{l}."
             h = self.rms(x, self.w[p + "attn_norm.weight"])
-            q = (h @ self.w[p + "attn_q.weight"].T).reshape(T, self.nh, self.D)
-            k = (h @ self.w[p + "attn_k.weight"].T).reshape(T, self.nkv, self.D)
-            v = (h @ self.w[p + "attn_v.weight"].T).reshape(T, self.nkv, self.D)
+            q = self.linear(h, p + "attn_q.weight", act_blocks).reshape(T, self.nh, self.D)
+            k = self.linear(h, p + "attn_k.weight", act_blocks).reshape(T, self.nkv, self.D)
+            v = self.linear(h, p + "attn_v.weight", act_blocks).reshape(T, self.nkv, self.D)
             q, k = self.rope(q, pos), self.rope(k, pos)
             k, v = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
             s = np.einsum("thd,shd->hts", q, k) / np.sqrt(self.D) + mask
             s = np.exp(s - s.max(-1, keepdims=True))
             s /= s.sum(-1, keepdims=True)
             a = np.einsum("hts,shd->thd", s, v).reshape(T, self.nh * self.D)
-            x = x + a @ self.w[p + "attn_output.weight"].T
+            x = x + self.linear(a, p + "attn_output.weight", act_blocks)
             h = self.rms(x, self.w[p + "ffn_norm.weight"])
-            gate, up = h @ self.w[p + "ffn_gate.weight"].T, h @ self.w[p + "ffn_up.weight"].T
-            x = x + (gate / (1 + np.exp(-gate)) * up) @ self.w[p + "ffn_down.weight"].T
-        return self.rms(x, self.w["output_norm.weight"]) @ self.lm_head.T
+            gate = self.linear(h, p + "ffn_gate.weight", act_blocks)
+            up = self.linear(h, p + "ffn_up.weight", act_blocks)
+            x = x + self.linear(gate / (1 + np.exp(-gate)) * up, p + "ffn_down.weight", act_blocks)
+        return self.linear(self.rms(x, self.w["output_norm.weight"]), None, act_blocks)
 
     def greedy(self, ids, n):
         ids = list(ids)
