@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <set>
 
 #include "xinfer/core/logging.h"
 #include "xinfer/core/progress_bar.h"
+#include "xinfer/model/checkpoint_linear.h"
 #include "xinfer/model/gguf_config.h"
 #include "xinfer/model/gguf_file.h"
 #include "xinfer/model/preset_configs.h"
@@ -146,6 +148,36 @@ Status LlamaModel::load_weights(const std::string& dir) {
     }
     return upload(parts);
   };
+  // Linears: dense checkpoints (and dummy weights) through load(); quantized checkpoints through
+  // read_checkpoint_linear (repacked once into quant/ formats), kept as they are where the backend
+  // supports the format and dequantized to the activation dtype otherwise (logged once per format).
+  std::set<std::string> logged;
+  if (c.quantization.quantized())
+    XI_LOG(INFO) << "checkpoint: quantization_config " << c.quantization.to_string()
+                 << (dummy ? " ignored (dummy weights are dense)" : "");
+  auto linear = [&](const std::vector<std::pair<std::string, Shape>>& specs) -> Result<backend::LinearWeights> {
+    backend::LinearWeights w;
+    if (dummy || !c.quantization.quantized()) {
+      XI_ASSIGN_OR_RETURN(w.weight, load(specs));
+      return w;
+    }
+    std::vector<LinearPart> parts;
+    for (const auto& [name, shape] : specs) parts.push_back({name.substr(0, name.size() - 7), shape[0]});
+    XI_ASSIGN_OR_RETURN(HostLinear host, read_checkpoint_linear(*files, c.quantization, parts, specs[0].second[1]));
+    if (!host.note.empty() && logged.insert(host.note).second)
+      XI_LOG(INFO) << "checkpoint: " << parts[0].module << " (and others like it): " << host.note;
+    if (!backend_.supports(host.format)) {
+      if (logged.insert(quant::format_name(host.format)).second)
+        XI_LOG(INFO) << "checkpoint: " << quant::format_name(host.format) << " weights dequantized to "
+                     << dtype_name(dtype) << " at load (" << backend_.info().name << " has no kernel for it)";
+      host = dequantize_linear(host);
+    }
+    UploadedLinear up = upload_linear(backend_, host, dtype);
+    owned_.insert(owned_.end(), up.buffers.begin(), up.buffers.end());
+    weight_bytes_ += up.bytes;
+    progress.advance(static_cast<int64_t>(specs.size()), static_cast<int64_t>(up.bytes));
+    return up.weights;
+  };
 
   XI_ASSIGN_OR_RETURN(embed_.weight, load({{"model.embed_tokens.weight", Shape{V, H}}}));
   for (int l = 0; l < c.num_layers; ++l) {
@@ -153,7 +185,7 @@ Status LlamaModel::load_weights(const std::string& dir) {
     LayerWeights w;
     XI_ASSIGN_OR_RETURN(w.input_norm, load({{p + "input_layernorm.weight", Shape{H}}}));
     XI_ASSIGN_OR_RETURN(w.post_attention_norm, load({{p + "post_attention_layernorm.weight", Shape{H}}}));
-    XI_ASSIGN_OR_RETURN(w.qkv.weight, load({{p + "self_attn.q_proj.weight", Shape{q_rows, H}},
+    XI_ASSIGN_OR_RETURN(w.qkv, linear({{p + "self_attn.q_proj.weight", Shape{q_rows, H}},
                                             {p + "self_attn.k_proj.weight", Shape{kv_rows, H}},
                                             {p + "self_attn.v_proj.weight", Shape{kv_rows, H}}}));
     if (c.attention_bias) {
@@ -161,7 +193,7 @@ Status LlamaModel::load_weights(const std::string& dir) {
                                             {p + "self_attn.k_proj.bias", Shape{kv_rows}},
                                             {p + "self_attn.v_proj.bias", Shape{kv_rows}}}));
     }
-    XI_ASSIGN_OR_RETURN(w.o.weight, load({{p + "self_attn.o_proj.weight", Shape{H, q_rows}}}));
+    XI_ASSIGN_OR_RETURN(w.o, linear({{p + "self_attn.o_proj.weight", Shape{H, q_rows}}}));
     if (c.o_bias) {
       XI_ASSIGN_OR_RETURN(w.o.bias, load({{p + "self_attn.o_proj.bias", Shape{H}}}));
     }
@@ -169,9 +201,9 @@ Status LlamaModel::load_weights(const std::string& dir) {
       XI_ASSIGN_OR_RETURN(w.q_norm, load({{p + "self_attn.q_norm.weight", Shape{D}}}));
       XI_ASSIGN_OR_RETURN(w.k_norm, load({{p + "self_attn.k_norm.weight", Shape{D}}}));
     }
-    XI_ASSIGN_OR_RETURN(w.gate_up.weight, load({{p + "mlp.gate_proj.weight", Shape{I, H}},
+    XI_ASSIGN_OR_RETURN(w.gate_up, linear({{p + "mlp.gate_proj.weight", Shape{I, H}},
                                                 {p + "mlp.up_proj.weight", Shape{I, H}}}));
-    XI_ASSIGN_OR_RETURN(w.down.weight, load({{p + "mlp.down_proj.weight", Shape{H, I}}}));
+    XI_ASSIGN_OR_RETURN(w.down, linear({{p + "mlp.down_proj.weight", Shape{H, I}}}));
     if (c.mlp_bias) {
       XI_ASSIGN_OR_RETURN(w.gate_up.bias, load({{p + "mlp.gate_proj.bias", Shape{I}}, {p + "mlp.up_proj.bias", Shape{I}}}));
       XI_ASSIGN_OR_RETURN(w.down.bias, load({{p + "mlp.down_proj.bias", Shape{H}}}));

@@ -337,6 +337,9 @@ Result<ModelConfig> parse_model_config(const json& config) {
       XI_ASSIGN_OR_RETURN(c.sliding_window, get_positive_int(config, "sliding_window"));
     }
   }
+  if (present(config, "quantization_config")) {
+    XI_ASSIGN_OR_RETURN(c.quantization, parse_quantization_config(config.at("quantization_config")));
+  }
   return c;
 }
 
@@ -396,6 +399,7 @@ std::string ModelConfig::to_string() const {
   if (mlp_bias) os << ", mlp bias";
   if (qk_norm) os << ", qk norm";
   if (sliding_window) os << ", sliding window " << *sliding_window;
+  if (quantization.quantized()) os << ", " << quantization.to_string();
   os << ", bos " << (bos_token_id ? std::to_string(*bos_token_id) : "none") << ", eos [";
   for (size_t i = 0; i < eos_token_ids.size(); ++i) os << (i ? ", " : "") << eos_token_ids[i];
   os << "]";

@@ -23,6 +23,7 @@
 
 #include "xinfer/core/dtype.h"
 #include "xinfer/core/status.h"
+#include "xinfer/model/quantization_config.h"
 
 namespace xinfer::model {
 
@@ -67,6 +68,7 @@ struct ModelConfig {
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;  // config eos_token_id (int or list) then new ids from generation_config.json
   std::optional<int> sliding_window;   // Mistral (null in most configs); Qwen2/3 only when use_sliding_window
+  QuantizationConfig quantization;     // config.json quantization_config (method kNone when absent)
 
   // Longest sequence this implementation runs exactly as Hugging Face does: max_position_embeddings, or the
   // sliding window when one is set and shorter. Attention here is always full (no window), which equals

@@ -1,0 +1,482 @@
+// Quantized Hugging Face checkpoints (compressed-tensors, GPTQ, AWQ): quantization_config parsing, the
+// per-linear reader (model/checkpoint_linear.h) and whole-model logits on the CPU backend, against
+// tests/golden/checkpoints/ (tools/make_checkpoint_golden.py: compressed-tensors checkpoints packed by the
+// compressed-tensors package, GPTQ / AWQ by numpy packers from the published definitions, logits from
+// transformers), plus every bad-input error with its message.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "temp_dir.h"
+#include "xinfer/backend/cpu/cpu_backend.h"
+#include "xinfer/engine/model_runner.h"
+#include "xinfer/model/checkpoint_linear.h"
+#include "xinfer/model/llama.h"
+#include "xinfer/model/model_config.h"
+#include "xinfer/model/quantization_config.h"
+#include "xinfer/model/safetensors.h"
+
+namespace xinfer::model {
+namespace {
+
+using json = nlohmann::json;
+using testing::TempDir;
+
+std::string golden_root() {
+  const char* src = std::getenv("XINFER_SOURCE_DIR");
+  return std::string(src ? src : ".") + "/tests/golden/checkpoints";
+}
+
+std::vector<std::string> golden_names() {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(golden_root()))
+    if (std::filesystem::exists(e.path() / "golden.safetensors")) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return json::parse(in);
+}
+void write_json(const std::string& path, const json& j) { std::ofstream(path) << j.dump(2); }
+
+// The tiny model of the goldens: hidden 64, 4 heads / 2 KV heads of 16, intermediate 128.
+constexpr int64_t kH = 64, kQ = 64, kKv = 32, kI = 128;
+
+// What each golden checkpoint must load as (format_name of qkv, gate_up, and layer 1's down).
+struct Expected {
+  const char* qkv;
+  const char* gate_up;
+  const char* down1;
+};
+Expected expected_formats(const std::string& name) {
+  if (name == "ct_w4a16_g32") return {"int4-g32", "int4-g32", "int4-g32"};
+  if (name == "ct_mixed_w4asym_w8") return {"int4-g32-zp", "int8-channel", "dense(f32)"};  // down ignored
+  if (name == "ct_w8a8_int8") return {"w8a8-int8-static", "w8a8-int8-dynamic", "w8a8-int8-dynamic"};
+  if (name == "ct_fp8") return {"w8a8-fp8-channel-static", "w8a8-fp8-channel-dynamic", "w8a8-fp8-channel-dynamic"};
+  if (name == "gptq_w4_g32_actorder") return {"int4-g32-zp", "int4-g32-zp", "int4-g32-zp"};
+  if (name == "gptq_w8_channel_asym") return {"int8-g64-zp", "int8-g64-zp", "int8-g128-zp"};
+  if (name == "gptq_w4_g32_asym_v2") return {"int4-g32-zp", "int4-g32-zp", "int4-g32-zp"};
+  if (name == "awq_w4_g32") return {"int4-g32-zp", "int4-g32-zp", "int4-g32-zp"};
+  return {"?", "?", "?"};
+}
+
+std::vector<float> floats(const WeightFiles& f, const std::string& name) {
+  TensorView v = *f.get(name);
+  std::vector<float> out(static_cast<size_t>(v.numel()));
+  convert_to_f32(v.dtype, v.data, out.data(), out.size());
+  return out;
+}
+
+class CheckpointGolden : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = golden_root() + "/" + GetParam();
+    auto cfg = load_model_config(dir_);
+    ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+    config_ = *cfg;
+    auto files = WeightFiles::open(dir_);
+    ASSERT_TRUE(files.ok()) << files.status().to_string();
+    files_.emplace(std::move(*files));
+    auto golden = WeightFiles::open_file(dir_ + "/golden.safetensors");
+    ASSERT_TRUE(golden.ok()) << golden.status().to_string();
+    golden_.emplace(std::move(*golden));
+  }
+  HostLinear read(const std::vector<LinearPart>& parts, int64_t k) {
+    auto r = read_checkpoint_linear(*files_, config_.quantization, parts, k);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() ? std::move(*r) : HostLinear{};
+  }
+  std::string dir_;
+  ModelConfig config_;
+  std::optional<WeightFiles> files_, golden_;
+};
+
+// The dequantized weights equal the reference floats exactly: every reference value is scale * (q - zero)
+// with an f16 scale and an integer (or e4m3) code of <= 8 bits, a product that f32 represents exactly, so
+// any difference is a packing, order, zero-point or scale-index error.
+TEST_P(CheckpointGolden, DequantizedWeightsEqualTheReference) {
+  ASSERT_TRUE(config_.quantization.quantized());
+  const std::string l0 = "model.layers.0.";
+  struct One {
+    std::string module;
+    int64_t n, k;
+  };
+  for (const One& o : {One{l0 + "self_attn.k_proj", kKv, kH}, One{l0 + "self_attn.v_proj", kKv, kH},
+                       One{l0 + "mlp.down_proj", kH, kI}}) {
+    HostLinear w = dequantize_linear(read({{o.module, o.n}}, o.k));
+    ASSERT_EQ(w.n, o.n);
+    const std::vector<float> ref = floats(*golden_, "ref." + o.module + ".weight");
+    ASSERT_EQ(ref.size(), static_cast<size_t>(o.n * o.k));
+    size_t bad = 0;
+    for (size_t i = 0; i < ref.size(); ++i) bad += w.weight.data<float>()[i] != ref[i];
+    EXPECT_EQ(bad, 0u) << GetParam() << " " << o.module << ": " << bad << " of " << ref.size() << " differ";
+  }
+  // Fused q/k/v: the k and v rows of the joined linear are the same floats.
+  HostLinear qkv = read({{l0 + "self_attn.q_proj", kQ}, {l0 + "self_attn.k_proj", kKv}, {l0 + "self_attn.v_proj", kKv}},
+                        kH);
+  EXPECT_EQ(quant::format_name(qkv.format), expected_formats(GetParam()).qkv) << qkv.note;
+  HostLinear fused = dequantize_linear(qkv);
+  const std::vector<float> k_ref = floats(*golden_, "ref." + l0 + "self_attn.k_proj.weight");
+  const std::vector<float> v_ref = floats(*golden_, "ref." + l0 + "self_attn.v_proj.weight");
+  const float* rows = fused.weight.data<float>();
+  EXPECT_TRUE(std::equal(k_ref.begin(), k_ref.end(), rows + kQ * kH)) << GetParam() << " fused k rows";
+  EXPECT_TRUE(std::equal(v_ref.begin(), v_ref.end(), rows + (kQ + kKv) * kH)) << GetParam() << " fused v rows";
+}
+
+TEST_P(CheckpointGolden, LoadsInTheExpectedFormats) {
+  const Expected e = expected_formats(GetParam());
+  HostLinear gu = read({{"model.layers.0.mlp.gate_proj", kI}, {"model.layers.0.mlp.up_proj", kI}}, kH);
+  EXPECT_EQ(quant::format_name(gu.format), e.gate_up) << gu.note;
+  HostLinear d1 = read({{"model.layers.1.mlp.down_proj", kH}}, kI);
+  EXPECT_EQ(quant::format_name(d1.format), e.down1) << d1.note;
+  if (GetParam() == "gptq_w4_g32_actorder") {
+    EXPECT_FALSE(d1.g_idx.view().empty()) << "desc_act: the act-order g_idx is kept";
+  } else {
+    EXPECT_TRUE(d1.g_idx.view().empty()) << "g_idx equal to k / group is dropped";
+  }
+}
+
+// The whole model on the CPU backend (every format runs as it is) vs transformers on the dequantized weights.
+// Weight-only formats: the CPU kernels dequantize in registers and sum in f32, as transformers' float32
+// matmuls on the same floats do: 1e-4, the tolerance of the float goldens (tests/golden/README.md).
+// W8A8: the golden applies vLLM's activation quantization in the linears' pre-hooks; our kernels do the
+// same arithmetic, except that they scale by 1 / s where torch divides by s, which can move a value that
+// lies within an ulp of a rounding boundary by one quantization step. Bound: 2e-3 (the measured effect of
+// activation quantization itself, |logits - logits_float|, is printed and is an order of magnitude larger).
+TEST_P(CheckpointGolden, LogitsMatchTransformers) {
+  if (!golden_->contains("logits")) GTEST_SKIP() << "golden made without --torch: no transformers logits yet";
+  const std::vector<float> want = floats(*golden_, "logits");
+  const std::vector<float> want_float = floats(*golden_, "logits_float");
+  TensorView pv = *golden_->get("prompt");
+  std::vector<int32_t> prompt(pv.as<int32_t>(), pv.as<int32_t>() + pv.numel());
+  cpu::CpuBackend backend{cpu::CpuBackendOptions{2}};
+  LoadOptions opts;
+  opts.max_tokens = 64;
+  opts.max_logit_rows = 64;
+  opts.show_progress = false;
+  auto m = LlamaModel::load(dir_, backend, opts);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ModelConfig& c = (*m)->config();
+  backend::KvCacheSpec spec{c.num_layers, 16, 4, c.num_kv_heads, c.head_dim, DType::kF32};
+  std::vector<int32_t> table(15);
+  std::iota(table.begin(), table.end(), 1);
+  backend::StepPlan plan = engine::ModelRunner::plan(std::vector<engine::SequenceChunk>{{prompt, 0, table, true}}, 4);
+  plan.logit_rows.resize(prompt.size());
+  std::iota(plan.logit_rows.begin(), plan.logit_rows.end(), 0);
+  backend::KvCache kv = backend.allocate_kv_cache(spec);
+  TensorView logits = (*m)->forward(backend.upload_step(plan), kv);
+  ASSERT_EQ(static_cast<size_t>(logits.numel()), want.size());
+  float err = 0, effect = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err = std::max(err, std::fabs(logits.as<float>()[i] - want[i]));
+    effect = std::max(effect, std::fabs(want[i] - want_float[i]));
+  }
+  const bool w8a8 = GetParam() == "ct_w8a8_int8" || GetParam() == "ct_fp8";
+  std::printf("%s: max |logit - transformers| %.2e (activation quantization moves them by %.2e)\n",
+              GetParam().c_str(), static_cast<double>(err), static_cast<double>(effect));
+  EXPECT_LE(err, w8a8 ? 2e-3f : 1e-4f) << GetParam();
+  // The memory plan's estimate from the formats (checkpoint_weight_bytes) vs what was uploaded: equal up to
+  // g_idx, input scales and per-tensor FP8 scales, which format_weight_bytes does not count.
+  const size_t planned = checkpoint_weight_bytes(c, DType::kF32, [&](const quant::WeightFormat& f) {
+    return backend.supports(f);
+  });
+  const double rel = std::fabs(static_cast<double>(planned) - static_cast<double>((*m)->weight_bytes())) /
+                     static_cast<double>((*m)->weight_bytes());
+  EXPECT_LT(rel, 0.02) << GetParam() << ": planned " << planned << " loaded " << (*m)->weight_bytes();
+}
+
+INSTANTIATE_TEST_SUITE_P(Goldens, CheckpointGolden, ::testing::ValuesIn(golden_names()),
+                         [](const auto& p) { return p.param; });
+
+TEST(CheckpointGoldens, AllFormatsArePresent) {
+  EXPECT_EQ(golden_names().size(), 8u);
+}
+
+// ---- quantization_config parsing ----
+
+Status parse_status(const json& qc) { return parse_quantization_config(qc).status(); }
+
+TEST(QuantizationConfig, TargetsAndIgnore) {
+  json qc = {{"quant_method", "compressed-tensors"},
+             {"format", "pack-quantized"},
+             {"config_groups",
+              {{"attn", {{"targets", {"re:.*self_attn\\.(q|k|v)_proj$"}},
+                         {"weights", {{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"strategy", "group"},
+                                      {"group_size", 128}}}}},
+               {"rest", {{"targets", {"Linear"}},
+                         {"weights", {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"}}}}}}},
+             {"ignore", {"lm_head", "re:.*layers\\.3\\..*"}}};
+  auto r = parse_quantization_config(qc);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const QuantizationConfig& c = *r;
+  ASSERT_NE(c.ct_scheme_for("model.layers.0.self_attn.q_proj"), nullptr);
+  EXPECT_EQ(c.ct_scheme_for("model.layers.0.self_attn.q_proj")->name, "attn");
+  EXPECT_EQ(c.ct_scheme_for("model.layers.0.self_attn.o_proj")->name, "rest");  // regex does not match o
+  EXPECT_EQ(c.ct_scheme_for("model.layers.3.mlp.up_proj"), nullptr);           // ignored by regex
+  EXPECT_FALSE(c.quantizes("lm_head"));
+  // re: is anchored at the start (Python's re.match), not at the end.
+  auto one = [](const char* target) {
+    json q = {{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"}, {"ignore", {"lm_head"}},
+              {"config_groups", {{"g", {{"targets", {target}}, {"weights", {{"num_bits", 4}, {"strategy", "channel"}}}}}}}};
+    return *parse_quantization_config(q);
+  };
+  EXPECT_EQ(one("re:layers\\.0\\.").ct_scheme_for("model.layers.0.mlp.up_proj"), nullptr);
+  EXPECT_NE(one("re:model\\.layers\\.0\\.").ct_scheme_for("model.layers.0.mlp.up_proj"), nullptr);
+  EXPECT_NE(one("model.layers.0.mlp.up_proj").ct_scheme_for("model.layers.0.mlp.up_proj"), nullptr);
+  EXPECT_EQ(one("model.layers.0.mlp.up").ct_scheme_for("model.layers.0.mlp.up_proj"), nullptr);
+  EXPECT_EQ(c.to_string(), "compressed-tensors [attn: pack-quantized w int4 group 128; rest: pack-quantized w int8 "
+                           "channel] ignore [lm_head, re:.*layers\\.3\\..*]");
+}
+
+TEST(QuantizationConfig, GptqAndAwq) {
+  auto g = parse_quantization_config({{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}, {"desc_act", true},
+                                      {"sym", false}, {"checkpoint_format", "gptq_v2"}});
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EXPECT_EQ(g->to_string(), "gptq 4-bit g128 desc_act asym v2");
+  EXPECT_TRUE(g->quantizes("model.layers.0.mlp.down_proj"));
+  EXPECT_FALSE(g->quantizes("lm_head"));
+  auto a = parse_quantization_config({{"quant_method", "awq"}, {"bits", 4}, {"group_size", 64}, {"version", "GEMM"},
+                                      {"zero_point", true}, {"modules_to_not_convert", {"mlp.down_proj"}}});
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_FALSE(a->quantizes("model.layers.2.mlp.down_proj"));
+  EXPECT_TRUE(a->quantizes("model.layers.2.mlp.up_proj"));
+}
+
+TEST(QuantizationConfig, UnsupportedValuesNameTheField) {
+  Status s = parse_status({{"quant_method", "bitsandbytes"}});
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(s.message(),
+            "quantization_config.quant_method: \"bitsandbytes\" is not supported (supported: compressed-tensors, "
+            "gptq, awq)");
+  s = parse_status({{"quant_method", "gptq"}, {"bits", 3}, {"group_size", 128}});
+  EXPECT_EQ(s.message(), "quantization_config.bits: 3 is not supported (supported: 4, 8)");
+  s = parse_status({{"quant_method", "gptq"}, {"bits", 4}, {"checkpoint_format", "marlin"}});
+  EXPECT_EQ(s.message(), "quantization_config.checkpoint_format: \"marlin\" is not supported (supported: gptq, gptq_v2)");
+  s = parse_status({{"quant_method", "gptq"}, {"bits", 4}, {"lm_head", true}});
+  EXPECT_EQ(s.message(), "quantization_config.lm_head: true is not supported (supported: false (a quantized lm_head))");
+  s = parse_status({{"quant_method", "awq"}, {"bits", 4}, {"version", "gemv"}});
+  EXPECT_EQ(s.message(), "quantization_config.version: \"gemv\" is not supported (supported: gemm)");
+  auto ct = [](json weights, json acts, const char* format) {
+    json g = {{"targets", {"Linear"}}, {"weights", weights}};
+    if (!acts.is_null()) g["input_activations"] = acts;
+    return json{{"quant_method", "compressed-tensors"}, {"format", format}, {"config_groups", {{"group_0", g}}},
+                {"ignore", {"lm_head"}}};
+  };
+  const json int4g = {{"num_bits", 4}, {"type", "int"}, {"strategy", "group"}, {"group_size", 128}};
+  s = parse_status(ct({{"num_bits", 8}, {"type", "float"}, {"strategy", "block"}, {"block_structure", {128, 128}}},
+                      nullptr, "float-quantized"));
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(s.message(), "quantization_config.config_groups.group_0.weights.strategy: \"block\" is not supported "
+                         "(supported: tensor, channel, group)");
+  s = parse_status(ct({{"num_bits", 2}, {"type", "int"}, {"strategy", "channel"}}, nullptr, "pack-quantized"));
+  EXPECT_EQ(s.message(), "quantization_config.config_groups.group_0.weights.num_bits: 2 is not supported (supported: 4, 8)");
+  s = parse_status(ct(int4g, nullptr, "nvfp4-pack-quantized"));
+  EXPECT_EQ(s.message(), "quantization_config.format: \"nvfp4-pack-quantized\" is not supported (supported: "
+                         "pack-quantized, int-quantized, naive-quantized, float-quantized)");
+  s = parse_status(ct({{"num_bits", 8}, {"type", "int"}, {"strategy", "channel"}},
+                      {{"num_bits", 8}, {"type", "int"}, {"strategy", "group"}, {"group_size", 32}}, "int-quantized"));
+  EXPECT_EQ(s.message(), "quantization_config.config_groups.group_0.input_activations.strategy: \"group\" is not "
+                         "supported (supported: token (dynamic), tensor (static))");
+  s = parse_status(ct({{"num_bits", 8}, {"type", "int"}, {"strategy", "channel"}},
+                      {{"num_bits", 8}, {"type", "int"}, {"strategy", "token"}, {"dynamic", false}}, "int-quantized"));
+  EXPECT_EQ(s.message(), "quantization_config.config_groups.group_0.input_activations.dynamic: false is not "
+                         "supported (supported: true for strategy token)");
+  // A quantized lm_head not in ignore.
+  json no_ignore = ct(int4g, nullptr, "pack-quantized");
+  no_ignore["ignore"] = json::array();
+  s = parse_status(no_ignore);
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(s.message(), "quantization_config: lm_head is quantized (config_groups.group_0 targets it and ignore "
+                         "does not list it): a quantized lm_head is not supported");
+  json bad_regex = ct(int4g, nullptr, "pack-quantized");
+  bad_regex["ignore"] = {"lm_head", "re:(unclosed"};
+  s = parse_status(bad_regex);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("quantization_config.ignore: 're:(unclosed' is not a valid regular expression"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(QuantizationConfig, AQuantizedModelWhereADenseOneIsNeeded) {
+  auto cfg = load_model_config(golden_root() + "/gptq_w4_g32_actorder");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  Status s = require_dense_checkpoint(cfg->quantization, "DIR", "xinfer quantize");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "xinfer quantize needs a dense (unquantized) checkpoint, but DIR/config.json has "
+                         "quantization_config (gptq 4-bit g32 desc_act sym v1)");
+  EXPECT_TRUE(require_dense_checkpoint(QuantizationConfig{}, "DIR", "xinfer quantize").ok());
+}
+
+// ---- broken checkpoints: copies of a golden with one thing changed ----
+
+class BrokenCheckpoint : public ::testing::Test {
+ protected:
+  // Copies golden `name` into the temp dir; `edit_config` changes quantization_config; `edit_tensors` the
+  // tensor list (name -> host tensor).
+  void make(const std::string& name, const std::function<void(json&)>& edit_config,
+            const std::function<void(std::vector<std::pair<std::string, HostTensor>>&)>& edit_tensors = nullptr) {
+    const std::string src = golden_root() + "/" + name;
+    json cfg = read_json(src + "/config.json");
+    if (edit_config) edit_config(cfg["quantization_config"]);
+    write_json(dir_.file("config.json"), cfg);
+    auto files = WeightFiles::open(src);
+    ASSERT_TRUE(files.ok());
+    std::vector<std::pair<std::string, HostTensor>> tensors;
+    for (const std::string& n : files->names()) {
+      TensorView v = *files->get(n);
+      HostTensor t(v.dtype, v.shape);
+      std::memcpy(t.data<void>(), v.data, v.bytes());
+      tensors.emplace_back(n, std::move(t));
+    }
+    if (edit_tensors) edit_tensors(tensors);
+    std::vector<std::pair<std::string, TensorView>> views;
+    for (auto& [n, t] : tensors) views.emplace_back(n, t.view());
+    ASSERT_TRUE(write_safetensors(dir_.file("model.safetensors"), views, nullptr).ok());
+  }
+  Status load() {
+    LoadOptions opts;
+    opts.show_progress = false;
+    opts.max_tokens = 16;
+    opts.max_logit_rows = 16;
+    return LlamaModel::load(dir_.path(), backend_, opts).status();
+  }
+  static void replace(std::vector<std::pair<std::string, HostTensor>>& ts, const std::string& name, HostTensor t) {
+    for (auto& [n, v] : ts)
+      if (n == name) v = std::move(t);
+  }
+  static void drop(std::vector<std::pair<std::string, HostTensor>>& ts, const std::string& name) {
+    ts.erase(std::remove_if(ts.begin(), ts.end(), [&](const auto& p) { return p.first == name; }), ts.end());
+  }
+  TempDir dir_;
+  cpu::CpuBackend backend_{cpu::CpuBackendOptions{1}};
+};
+
+const std::string kQ0 = "model.layers.0.self_attn.q_proj";
+
+TEST_F(BrokenCheckpoint, UnsupportedQuantMethodNamesTheFile) {
+  make("ct_w4a16_g32", [](json& qc) { qc = {{"quant_method", "hqq"}}; });
+  Status s = load();
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(s.message(), dir_.file("config.json") +
+                             ": quantization_config.quant_method: \"hqq\" is not supported (supported: "
+                             "compressed-tensors, gptq, awq)");
+}
+
+TEST_F(BrokenCheckpoint, MissingWeightScale) {
+  make("ct_w4a16_g32", nullptr, [](auto& ts) { drop(ts, kQ0 + ".weight_scale"); });
+  Status s = load();
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.message().rfind("tensor '" + kQ0 + ".weight_scale' not found in " + dir_.path(), 0), 0u) << s.message();
+}
+
+TEST_F(BrokenCheckpoint, PackedTensorOfTheWrongShape) {
+  make("ct_w4a16_g32", nullptr, [](auto& ts) { replace(ts, kQ0 + ".weight_packed", HostTensor(DType::kI32, Shape{64, 7})); });
+  Status s = load();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), kQ0 + ".weight_packed in model.safetensors: expected shape [64, 8], found [64, 7]");
+}
+
+TEST_F(BrokenCheckpoint, PackedTensorOfTheWrongDtype) {
+  make("awq_w4_g32", nullptr, [](auto& ts) { replace(ts, kQ0 + ".qweight", HostTensor(DType::kF32, Shape{64, 8})); });
+  Status s = load();
+  EXPECT_EQ(s.message(), kQ0 + ".qweight in model.safetensors: dtype F32, expected I32");
+}
+
+TEST_F(BrokenCheckpoint, GIdxOfTheWrongLength) {
+  make("gptq_w4_g32_actorder", nullptr, [](auto& ts) { replace(ts, kQ0 + ".g_idx", HostTensor(DType::kI32, Shape{63})); });
+  Status s = load();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), kQ0 + ".g_idx in model.safetensors: expected shape [64], found [63]");
+}
+
+TEST_F(BrokenCheckpoint, GIdxNamingAGroupThatDoesNotExist) {
+  make("gptq_w4_g32_actorder", nullptr, [](auto& ts) {
+    HostTensor g(DType::kI32, Shape{64});
+    g.data<int32_t>()[5] = 2;  // K 64 / group 32: groups 0 and 1
+    replace(ts, kQ0 + ".g_idx", std::move(g));
+  });
+  Status s = load();
+  EXPECT_EQ(s.message(), kQ0 + ".g_idx in model.safetensors: g_idx[5] = 2 is not a group (0..1)");
+}
+
+TEST_F(BrokenCheckpoint, DescActWithoutGIdx) {
+  make("gptq_w4_g32_actorder", nullptr, [](auto& ts) { drop(ts, kQ0 + ".g_idx"); });
+  Status s = load();
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), kQ0 + ".g_idx: quantization_config has desc_act true but the tensor is not in " + dir_.path());
+}
+
+TEST_F(BrokenCheckpoint, GroupSizeNotDividingK) {
+  make("gptq_w4_g32_asym_v2", [](json& qc) { qc["group_size"] = 48; });
+  Status s = load();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), kQ0 + ": group_size 48 does not divide in_features 64");
+}
+
+TEST_F(BrokenCheckpoint, UnsupportedBits) {
+  make("gptq_w4_g32_asym_v2", [](json& qc) { qc["bits"] = 2; });
+  Status s = load();
+  EXPECT_EQ(s.message(), dir_.file("config.json") + ": quantization_config.bits: 2 is not supported (supported: 4, 8)");
+}
+
+TEST_F(BrokenCheckpoint, QuantizedLmHeadNotInIgnore) {
+  make("ct_w4a16_g32", [](json& qc) { qc["ignore"] = json::array(); });
+  Status s = load();
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(s.message(), dir_.file("config.json") +
+                             ": quantization_config: lm_head is quantized (config_groups.group_0 targets it and "
+                             "ignore does not list it): a quantized lm_head is not supported");
+}
+
+TEST_F(BrokenCheckpoint, WeightShapeThatDisagrees) {
+  make("ct_w4a16_g32", nullptr, [](auto& ts) {
+    HostTensor s(DType::kI64, Shape{2});
+    s.data<int64_t>()[0] = 64;
+    s.data<int64_t>()[1] = 65;
+    replace(ts, kQ0 + ".weight_shape", std::move(s));
+  });
+  Status s = load();
+  EXPECT_EQ(s.message(), kQ0 + ".weight_shape in model.safetensors: [64, 65], expected [64, 64]");
+}
+
+TEST_F(BrokenCheckpoint, StaticActivationsWithoutInputScale) {
+  make("ct_w8a8_int8", nullptr, [](auto& ts) { drop(ts, kQ0 + ".input_scale"); });
+  Status s = load();
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.message().rfind("tensor '" + kQ0 + ".input_scale' not found", 0), 0u) << s.message();
+}
+
+// Differing static input scales of q, k and v: the largest is used.
+TEST_F(BrokenCheckpoint, DifferentInputScalesOfFusedPartsUseTheLargest) {
+  make("ct_w8a8_int8", nullptr, [](auto& ts) {
+    HostTensor s(DType::kF32, Shape{1});
+    s.data<float>()[0] = 0.5f;
+    replace(ts, "model.layers.0.self_attn.v_proj.input_scale", std::move(s));
+  });
+  auto files = WeightFiles::open(dir_.path());
+  ASSERT_TRUE(files.ok());
+  auto cfg = load_model_config(dir_.path());
+  ASSERT_TRUE(cfg.ok());
+  auto w = read_checkpoint_linear(*files, cfg->quantization,
+                                  {{kQ0, kQ}, {"model.layers.0.self_attn.k_proj", kKv}, {"model.layers.0.self_attn.v_proj", kKv}},
+                                  kH);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_EQ(w->input_scale.data<float>()[0], 0.5f);
+  EXPECT_NE(w->note.find("input_scale differs between"), std::string::npos) << w->note;
+}
+
+}  // namespace
+}  // namespace xinfer::model
