@@ -4,7 +4,8 @@ backend/cuda), which it links privately.
 
 Layers, bottom-up (one line of ARCHITECTURE.md's table a rank; a layer may use those of lower rank and,
 where listed in SAME_RANK_USES, one of its own rank):
-  core < tokenizer, quant < kv_cache, scheduler < backend < model < engine < server, cli
+  core < tokenizer, quant < kv_cache, scheduler < backend < model < compress, engine < server, cli
+(compress/: calibration and quantization search run the model, so they sit above model/, beside the engine)
 """
 import pathlib
 import re
@@ -13,7 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "xinfer"
 
 RANK = {"core": 0, "tokenizer": 1, "quant": 1, "kv_cache": 2, "scheduler": 2, "backend": 3, "model": 4,
-        "engine": 5, "server": 6, "cli": 6}
+        "compress": 5, "engine": 5, "server": 6, "cli": 6}
 SAME_RANK_USES = {("scheduler", "kv_cache"), ("cli", "server")}
 CONCRETE_BACKENDS = ("backend/cpu/", "backend/cuda/")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"xinfer/([^"]+)"', re.M)

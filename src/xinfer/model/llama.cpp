@@ -34,6 +34,16 @@ HostTensor concat_rows_f32(const std::vector<TensorView>& parts) {
 
 }  // namespace
 
+const char* linear_site_name(LinearSite s) {
+  switch (s) {
+    case LinearSite::kQkv: return "qkv";
+    case LinearSite::kO: return "o";
+    case LinearSite::kGateUp: return "gate_up";
+    case LinearSite::kDown: return "down";
+  }
+  return "?";
+}
+
 const char* load_format_name(LoadFormat f) { return f == LoadFormat::kDummy ? "dummy" : "auto"; }
 
 Result<LoadFormat> parse_load_format(const std::string& s) {
@@ -275,23 +285,27 @@ TensorView LlamaModel::forward(const backend::StepMeta& step, const backend::KvC
   TensorView x = residual_.rows(0, T), h = normed_.rows(0, T), qkv = qkv_.rows(0, T), attn = attn_.rows(0, T),
              proj = proj_.rows(0, T), gate_up = gate_up_.rows(0, T), mlp = mlp_.rows(0, T);
 
-  // Each norm runs with the projection after it and the one before it (add_rms_norm_linear: on CUDA decode
-  // steps the first adds itself into the residual and the second applies the norm, no kernel between),
-  // the post-attention one also with the SwiGLU; the final norm stands alone.
-  backend_.embedding_weights(step, embed_, x);
-  backend_.add_rms_norm_linear({x, {}, layers_[0].input_norm, eps, layers_[0].qkv, h, qkv, {}, {}, {}});
-  for (int l = 0; l < c.num_layers; ++l) {
-    const LayerWeights& w = layers_[static_cast<size_t>(l)];
-    if (c.qk_norm) backend_.qk_norm(qkv, c.num_heads, c.num_kv_heads, c.head_dim, w.q_norm, w.k_norm, eps);
-    backend_.rope_paged_attention(step, qkv, c.num_heads, c.num_kv_heads, c.head_dim, cos_sin_, scale,
-                                  kv.layers[static_cast<size_t>(l)], attn);
-    backend_.add_rms_norm_linear({x, proj, w.post_attention_norm, eps, w.gate_up, h, gate_up, mlp, attn, w.o});
-    if (l + 1 < c.num_layers) {
-      const LayerWeights& next = layers_[static_cast<size_t>(l) + 1];
-      backend_.add_rms_norm_linear({x, proj, next.input_norm, eps, next.qkv, h, qkv, {}, mlp, w.down});
-    } else {
-      backend_.linear(mlp, w.down, proj);
-      backend_.add_rms_norm(x, proj, final_norm_, eps, h);
+  if (observer_ != nullptr) {
+    forward_observed(step, kv);
+  } else {
+    // Each norm runs with the projection after it and the one before it (add_rms_norm_linear: on CUDA decode
+    // steps the first adds itself into the residual and the second applies the norm, no kernel between),
+    // the post-attention one also with the SwiGLU; the final norm stands alone.
+    backend_.embedding_weights(step, embed_, x);
+    backend_.add_rms_norm_linear({x, {}, layers_[0].input_norm, eps, layers_[0].qkv, h, qkv, {}, {}, {}});
+    for (int l = 0; l < c.num_layers; ++l) {
+      const LayerWeights& w = layers_[static_cast<size_t>(l)];
+      if (c.qk_norm) backend_.qk_norm(qkv, c.num_heads, c.num_kv_heads, c.head_dim, w.q_norm, w.k_norm, eps);
+      backend_.rope_paged_attention(step, qkv, c.num_heads, c.num_kv_heads, c.head_dim, cos_sin_, scale,
+                                    kv.layers[static_cast<size_t>(l)], attn);
+      backend_.add_rms_norm_linear({x, proj, w.post_attention_norm, eps, w.gate_up, h, gate_up, mlp, attn, w.o});
+      if (l + 1 < c.num_layers) {
+        const LayerWeights& next = layers_[static_cast<size_t>(l) + 1];
+        backend_.add_rms_norm_linear({x, proj, next.input_norm, eps, next.qkv, h, qkv, {}, mlp, w.down});
+      } else {
+        backend_.linear(mlp, w.down, proj);
+        backend_.add_rms_norm(x, proj, final_norm_, eps, h);
+      }
     }
   }
   const int64_t R = step.num_logit_rows;
@@ -300,6 +314,57 @@ TensorView LlamaModel::forward(const backend::StepMeta& step, const backend::KvC
   backend_.gather_rows(step, h, last);
   backend_.linear(last, lm_head_, logits);
   return logits;
+}
+
+void LlamaModel::forward_observed(const backend::StepMeta& step, const backend::KvCache& kv) {
+  const ModelConfig& c = config_;
+  const int64_t T = step.num_tokens;
+  const float eps = c.rms_norm_eps;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  TensorView x = residual_.rows(0, T), h = normed_.rows(0, T), qkv = qkv_.rows(0, T), attn = attn_.rows(0, T),
+             proj = proj_.rows(0, T), gate_up = gate_up_.rows(0, T), mlp = mlp_.rows(0, T);
+  std::vector<float> host;
+  auto observe = [&](int l, LinearSite site, const TensorView& in) {
+    host.resize(static_cast<size_t>(in.numel()));
+    backend_.to_host_f32(in, host.data());
+    observer_->observe(l, site, host.data(), T, in.shape[1]);
+  };
+  backend_.embedding_weights(step, embed_, x);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& w = layers_[static_cast<size_t>(l)];
+    if (l == 0)
+      backend_.rms_norm(x, w.input_norm, eps, h);
+    else
+      backend_.add_rms_norm(x, proj, w.input_norm, eps, h);
+    observe(l, LinearSite::kQkv, h);
+    backend_.linear(h, w.qkv, qkv);
+    if (c.qk_norm) backend_.qk_norm(qkv, c.num_heads, c.num_kv_heads, c.head_dim, w.q_norm, w.k_norm, eps);
+    backend_.rope_paged_attention(step, qkv, c.num_heads, c.num_kv_heads, c.head_dim, cos_sin_, scale,
+                                  kv.layers[static_cast<size_t>(l)], attn);
+    observe(l, LinearSite::kO, attn);
+    backend_.linear(attn, w.o, proj);
+    backend_.add_rms_norm(x, proj, w.post_attention_norm, eps, h);
+    observe(l, LinearSite::kGateUp, h);
+    backend_.linear(h, w.gate_up, gate_up);
+    backend_.silu_mul(gate_up, mlp);
+    observe(l, LinearSite::kDown, mlp);
+    backend_.linear(mlp, w.down, proj);
+  }
+  backend_.add_rms_norm(x, proj, final_norm_, eps, h);
+}
+
+void LlamaModel::replace_layer(int l, const LayerWeights& w,
+                               std::vector<std::shared_ptr<backend::DeviceBuffer>> buffers) {
+  XI_CHECK(l >= 0 && l < config_.num_layers) << "replace_layer " << l;
+  const LayerWeights& old = layers_[static_cast<size_t>(l)];
+  XI_CHECK_EQ(w.qkv.out_features(), old.qkv.out_features());
+  XI_CHECK_EQ(w.qkv.in_features(), old.qkv.in_features());
+  XI_CHECK_EQ(w.o.in_features(), old.o.in_features());
+  XI_CHECK_EQ(w.gate_up.out_features(), old.gate_up.out_features());
+  XI_CHECK_EQ(w.down.in_features(), old.down.in_features());
+  if (replaced_.empty()) replaced_.resize(static_cast<size_t>(config_.num_layers));
+  layers_[static_cast<size_t>(l)] = w;
+  replaced_[static_cast<size_t>(l)] = std::move(buffers);
 }
 
 }  // namespace xinfer::model

@@ -58,6 +58,17 @@ struct LayerWeights {
   TensorView k_norm;             // [D] (Qwen3) or empty
 };
 
+// Sees the input of every decoder-layer linear during forward() (calibration: compress/). Called on the
+// forward's thread, before the linear runs, with the rows of this step.
+enum class LinearSite { kQkv = 0, kO = 1, kGateUp = 2, kDown = 3 };
+const char* linear_site_name(LinearSite s);  // "qkv", "o", "gate_up", "down"
+class ActivationObserver {
+ public:
+  virtual ~ActivationObserver() = default;
+  // x: [rows, cols] f32 on the host (the linear's input), valid only during the call.
+  virtual void observe(int layer, LinearSite site, const float* x, int64_t rows, int64_t cols) = 0;
+};
+
 class LlamaModel {
  public:
   // Reads config.json and the safetensors of `dir`, converts weights onto `backend`. With
@@ -78,12 +89,25 @@ class LlamaModel {
   // Returns logits [step.num_logit_rows, vocab] on the device, valid until the next forward().
   TensorView forward(const backend::StepMeta& step, const backend::KvCache& kv);
 
+  // Calibration and quantization search (compress/), a narrow in-memory API:
+  // with an observer set, forward() takes the unfused op path and copies each linear's input to the host
+  // for it (slower; nullptr restores the fused path). The observer must outlive its use.
+  void set_observer(ActivationObserver* observer) { observer_ = observer; }
+  const LayerWeights& layer(int l) const { return layers_[static_cast<size_t>(l)]; }
+  const backend::LinearWeights& embedding() const { return embed_; }
+  const TensorView& final_norm() const { return final_norm_; }
+  const backend::LinearWeights& lm_head() const { return lm_head_; }
+  // Replaces layer l's weights (norms and linears, same shapes, any format the backend supports) by `w`,
+  // whose tensors live in `buffers` (owned from now on; the previous replacement's buffers are freed).
+  void replace_layer(int l, const LayerWeights& w, std::vector<std::shared_ptr<backend::DeviceBuffer>> buffers);
+
  private:
   LlamaModel(ModelConfig config, backend::Backend& backend, LoadOptions options);
   Status load_weights(const std::string& dir);  // dir unused for dummy weights
   Status load_gguf_weights(const GgufFile& file);  // gguf_weights.cpp
   void make_rope_table();                          // cos_sin_ for max_model_len_ positions
   void allocate_workspace();
+  void forward_observed(const backend::StepMeta& step, const backend::KvCache& kv);  // the unfused path
 
   ModelConfig config_;
   backend::Backend& backend_;
@@ -94,6 +118,8 @@ class LlamaModel {
   std::vector<std::shared_ptr<backend::DeviceBuffer>> owned_;  // weights and workspace
   backend::LinearWeights embed_;  // [V, H]: dense, or a GGUF block format (embedding_weights())
   std::vector<LayerWeights> layers_;
+  std::vector<std::vector<std::shared_ptr<backend::DeviceBuffer>>> replaced_;  // [layer]: replace_layer()'s
+  ActivationObserver* observer_ = nullptr;
   TensorView final_norm_;  // [H]
   backend::LinearWeights lm_head_;  // [V, H]
   TensorView cos_sin_;     // [max_model_len, D]

@@ -1,0 +1,314 @@
+// `xinfer quantize`: a float model (Hugging Face directory, or a GGUF file dequantized at load) -> a
+// compressed-tensors checkpoint (compress/compressed_tensors_writer.h) in one of the schemes w8a8-int8
+// (SmoothQuant), w8a8-fp8, w8a16, w4a16, by round-to-nearest or GPTQ, on the CPU backend.
+//
+//   xinfer quantize --model M --scheme w8a8-int8 --calib FILE --out DIR [--alpha search|A|none]
+//                   [--weight-scales channel|tensor] [--method rtn|gptq] [--act-order] [--group-size G]
+//                   [--quantized-layers all|N|first:N|last:N|LIST | --max-ppl-increase P]
+//                   [--eval-text FILE --eval-tokens N] [--report FILE] [--overwrite]
+//
+// Calibration: the calibration file is tokenized (no special tokens added) and cut into --calib-samples
+// consecutive windows of --calib-len tokens from its start; the layer search measures perplexity on the
+// next --heldout-tokens tokens (windows of --calib-len), which calibration never saw. --eval-text scores
+// the in-memory result (exactly the weights written) against the unquantized model (PPL, KL, top-1) on the
+// first --eval-tokens tokens of another text, windows of --eval-ctx. stdout: one JSON summary line.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "xinfer/cli/command.h"
+#include "xinfer/cli/flags.h"
+#include "xinfer/compress/compressed_tensors_writer.h"
+#include "xinfer/compress/model_quantizer.h"
+#include "xinfer/core/logging.h"
+#include "xinfer/engine/backend_factory.h"
+#include "xinfer/engine/engine.h"
+#include "xinfer/engine/perplexity.h"
+#include "xinfer/model/gguf_config.h"
+#include "xinfer/model/gguf_file.h"
+#include "xinfer/model/gguf_tokenizer.h"
+#include "xinfer/model/llama.h"
+#include "xinfer/model/model_config.h"
+
+namespace xinfer::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+Result<std::string> read_file(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found(std::string("cannot open ") + flag + " " + path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.empty()) return invalid_argument(std::string(flag) + " " + path + " is empty");
+  return text;
+}
+
+// The model's config.json as written, or NOT a float model: INVALID_ARGUMENT for a quantized checkpoint.
+Result<json> source_config(const std::string& model_path, const model::ModelConfig& mc) {
+  if (model::is_gguf_path(model_path)) return compress::config_json_from(mc);
+  const std::string p = model_path + "/config.json";
+  XI_ASSIGN_OR_RETURN(std::string text, read_file(p, "--model"));
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) return invalid_argument(p + ": not valid JSON");
+  if (j.contains("quantization_config")) {
+    const json& q = j["quantization_config"];
+    const std::string method = q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
+                                   ? q["quant_method"].get<std::string>()
+                                   : "?";
+    return invalid_argument("model " + model_path + " is already quantized (" + p +
+                            ": quantization_config.quant_method \"" + method + "\"); quantize a float model");
+  }
+  return j;
+}
+
+Result<compress::ModelDirContents> tokenizer_files(const std::string& model_path) {
+  compress::ModelDirContents c;
+  if (model::is_gguf_path(model_path)) {
+    XI_ASSIGN_OR_RETURN(model::GgufFile file, model::GgufFile::open(model_path));
+    XI_ASSIGN_OR_RETURN(model::GgufTokenizerJson tj, model::gguf_tokenizer_json(file));
+    c.text_files.push_back({"tokenizer.json", tj.tokenizer.dump()});
+    c.text_files.push_back({"tokenizer_config.json", tj.config.dump(2)});
+    return c;
+  }
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                           "generation_config.json", "chat_template.jinja", "tokenizer.model"}) {
+    const fs::path p = fs::path(model_path) / name;
+    if (fs::exists(p)) c.copy_files.push_back(p.string());
+  }
+  return c;
+}
+
+int run_quantize(int argc, char** argv) {
+  std::string model_path, scheme_name = "w8a8-int8", calib_path, out, method = "rtn", alpha = "search",
+                          weight_scales = "channel", layers_spec = "all", report_path, eval_path;
+  int64_t calib_samples = 32, calib_len = 256, heldout_tokens = 1024, eval_tokens = 2048, sample_rows = 256;
+  int group_size = 128, eval_ctx = 512, threads = 0;
+  double max_ppl_increase = -1, damp = 0.01;
+  bool overwrite = false, act_order = false, symmetric = true, progress = true;
+  FlagSet flags("xinfer quantize",
+                "Quantize a float model into a compressed-tensors checkpoint, on the CPU.\n"
+                "Schemes: w8a8-int8 (SmoothQuant: int8 per-channel weights, dynamic per-token int8 activations),\n"
+                "w8a8-fp8 (e4m3 per-channel weights, dynamic per-token e4m3 activations), w8a16 (int8 per\n"
+                "channel), w4a16 (int4 per group). A .gguf model is dequantized to float first.\n"
+                "Example: xinfer quantize --model m.gguf --scheme w8a8-int8 --calib wiki.valid.txt --out q8");
+  flags.add("--model", &model_path, "float model: Hugging Face directory or .gguf file");
+  flags.add("--scheme", &scheme_name, "w8a8-int8 | w8a8-fp8 | w8a16 | w4a16");
+  flags.add("--calib", &calib_path, "calibration text (UTF-8)");
+  flags.add("--calib-samples", &calib_samples, "calibration windows");
+  flags.add("--calib-len", &calib_len, "tokens per calibration window");
+  flags.add("--out", &out, "output directory (written as a temporary directory, renamed at the end)");
+  flags.add("--overwrite", &overwrite, "replace --out if it exists");
+  flags.add("--method", &method, "rtn (round to nearest) or gptq");
+  flags.add("--act-order", &act_order, "GPTQ: columns in decreasing Hessian diagonal order (static groups)");
+  flags.add("--damp", &damp, "GPTQ: dampening, fraction of the mean Hessian diagonal");
+  flags.add("--group-size", &group_size,
+            "w4a16 group size (32, 64, 128); halved until it divides every linear's input width");
+  flags.add("--symmetric", &symmetric, "w4a16: symmetric (--no-symmetric: zero points)");
+  flags.add("--alpha", &alpha, "W8A8 smoothing: search (per group, grid 0.05), a fixed alpha in [0, 1], or none");
+  flags.add("--weight-scales", &weight_scales, "W8A8 weight scales: channel or tensor");
+  flags.add("--quantized-layers", &layers_spec, "all | N (least sensitive) | first:N | last:N | LIST (0,3,5-9)");
+  flags.add("--max-ppl-increase", &max_ppl_increase,
+            "percent: quantize the most layers (least sensitive first) within this held-out PPL increase");
+  flags.add("--heldout-tokens", &heldout_tokens, "held-out calibration tokens for sensitivity and search");
+  flags.add("--sample-rows", &sample_rows, "calibration rows kept per linear for the alpha search / errors");
+  flags.add("--report", &report_path, "per-layer JSON report (default: OUT/quantization_report.json)");
+  flags.add("--eval-text", &eval_path, "score the result against the unquantized model on this text");
+  flags.add("--eval-tokens", &eval_tokens, "tokens of --eval-text scored (its first N)");
+  flags.add("--eval-ctx", &eval_ctx, "window length for --eval-text (stride = ctx)");
+  flags.add("--threads", &threads, "CPU threads; 0 = all cores");
+  flags.add("--progress", &progress, "progress bars (stderr)");
+  if (int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "xinfer quantize: %s\n", s.to_string().c_str());
+    return 1;
+  };
+
+  // Every argument is checked before the model loads.
+  if (model_path.empty()) return fail(invalid_argument("--model is required"));
+  if (calib_path.empty()) return fail(invalid_argument("--calib is required"));
+  auto scheme = compress::parse_scheme(scheme_name);
+  if (!scheme.ok()) return fail(scheme.status());
+  if (out.empty() && eval_path.empty()) return fail(invalid_argument("--out is required"));
+  if (!out.empty())
+    if (Status s = compress::check_output_dir(out, overwrite); !s.ok()) return fail(s);
+  if (method != "rtn" && method != "gptq")
+    return fail(invalid_argument("--method must be rtn or gptq, got '" + method + "'"));
+  if (weight_scales != "channel" && weight_scales != "tensor")
+    return fail(invalid_argument("--weight-scales must be channel or tensor, got '" + weight_scales + "'"));
+  if (calib_samples <= 0 || calib_len < 2) return fail(invalid_argument("--calib-samples must be > 0 and --calib-len >= 2"));
+  if (group_size != 32 && group_size != 64 && group_size != 128)
+    return fail(invalid_argument("--group-size must be 32, 64 or 128, got " + std::to_string(group_size)));
+  compress::QuantizeOptions qo;
+  qo.scheme.scheme = *scheme;
+  qo.scheme.weight_granularity = weight_scales == "tensor" ? compress::Granularity::kTensor : compress::Granularity::kChannel;
+  qo.scheme.symmetric = symmetric;
+  qo.gptq = method == "gptq";
+  qo.gptq_options.act_order = act_order;
+  qo.gptq_options.damp = damp;
+  qo.max_sample_rows = sample_rows;
+  qo.progress = progress;
+  if (alpha == "none") {
+    qo.smooth = false;
+  } else if (alpha != "search") {
+    char* end = nullptr;
+    const double a = std::strtod(alpha.c_str(), &end);
+    if (end == alpha.c_str() || *end != '\0' || a < 0 || a > 1)
+      return fail(invalid_argument("--alpha must be search, none or a number in [0, 1], got '" + alpha + "'"));
+    qo.smooth_options.alpha = a;
+  }
+  if (!compress::quantizes_activations(*scheme) && flags.was_set("--alpha"))
+    return fail(invalid_argument("--alpha applies to the W8A8 schemes only (" + scheme_name + " keeps activations in float)"));
+
+  auto mc = model::load_model_config(model_path);
+  if (!mc.ok()) return fail(mc.status());
+  auto config = source_config(model_path, *mc);
+  if (!config.ok()) return fail(config.status());
+  if (*scheme == compress::Scheme::kW4A16) {
+    int g = group_size;
+    const int64_t widths[] = {mc->hidden_size, static_cast<int64_t>(mc->num_heads) * mc->head_dim, mc->intermediate_size};
+    auto fits = [&](int gs) {
+      for (int64_t w : widths)
+        if (w % gs != 0) return false;
+      return true;
+    };
+    while (g > 32 && !fits(g)) g /= 2;
+    if (!fits(g))
+      return fail(invalid_argument("--group-size: no group of 32, 64 or 128 divides the input widths (" +
+                                   std::to_string(widths[0]) + ", " + std::to_string(widths[1]) + ", " +
+                                   std::to_string(widths[2]) + ")"));
+    if (g != group_size) XI_LOG(INFO) << "quantize: group size " << group_size << " does not divide every input width; using " << g;
+    qo.scheme.group_size = g;
+  }
+  if (max_ppl_increase >= 0) {
+    if (flags.was_set("--quantized-layers"))
+      return fail(invalid_argument("give --max-ppl-increase or --quantized-layers, not both"));
+    qo.selection.mode = compress::LayerSelection::Mode::kSearch;
+    qo.selection.max_ppl_increase = max_ppl_increase;
+  } else {
+    auto sel = compress::parse_layer_selection(layers_spec, mc->num_layers);
+    if (!sel.ok()) return fail(sel.status());
+    qo.selection = *sel;
+  }
+
+  // Tokens: calibration windows, held-out windows, evaluation text.
+  auto tokenizer = model::load_tokenizer(model_path);
+  if (!tokenizer.ok()) return fail(tokenizer.status());
+  auto calib_text = read_file(calib_path, "--calib");
+  if (!calib_text.ok()) return fail(calib_text.status());
+  const std::vector<int32_t> calib_ids = (*tokenizer)->encode(*calib_text, false);
+  const bool need_heldout = qo.selection.needs_sensitivity();
+  const int64_t need = calib_samples * calib_len + (need_heldout ? heldout_tokens : 0);
+  if (static_cast<int64_t>(calib_ids.size()) < need)
+    return fail(invalid_argument("--calib " + calib_path + " has " + std::to_string(calib_ids.size()) +
+                                 " tokens, fewer than asked: --calib-samples " + std::to_string(calib_samples) +
+                                 " x --calib-len " + std::to_string(calib_len) +
+                                 (need_heldout ? " + --heldout-tokens " + std::to_string(heldout_tokens) : std::string()) +
+                                 " = " + std::to_string(need)));
+  std::vector<std::vector<int32_t>> windows;
+  for (int64_t i = 0; i < calib_samples; ++i)
+    windows.emplace_back(calib_ids.begin() + i * calib_len, calib_ids.begin() + (i + 1) * calib_len);
+  const std::vector<int32_t> heldout(calib_ids.begin() + calib_samples * calib_len,
+                                     calib_ids.begin() + calib_samples * calib_len + (need_heldout ? heldout_tokens : 0));
+  std::vector<int32_t> eval_ids;
+  if (!eval_path.empty()) {
+    auto t = read_file(eval_path, "--eval-text");
+    if (!t.ok()) return fail(t.status());
+    eval_ids = (*tokenizer)->encode(*t, true);
+    if (eval_tokens > 0 && static_cast<int64_t>(eval_ids.size()) > eval_tokens) eval_ids.resize(static_cast<size_t>(eval_tokens));
+  }
+
+  auto backend_or = engine::create_backend(engine::BackendKind::kCpu, threads);
+  if (!backend_or.ok()) return fail(backend_or.status());
+  backend::Backend& backend = **backend_or;
+  const int ctx = static_cast<int>(std::max<int64_t>(calib_len, eval_path.empty() ? 0 : eval_ctx));
+  if (ctx > mc->context_limit())
+    return fail(out_of_range("--calib-len / --eval-ctx " + std::to_string(ctx) + " exceeds the context limit " +
+                             std::to_string(mc->context_limit())));
+  const int chunk = std::min(512, ctx);
+  model::LoadOptions lo;
+  lo.max_tokens = chunk;
+  lo.max_logit_rows = chunk;
+  lo.max_model_len = ctx;
+  lo.show_progress = progress;
+  lo.dequantize_gguf = true;
+  auto loaded = model::LlamaModel::load(model_path, backend, lo);
+  if (!loaded.ok()) return fail(loaded.status());
+  model::LlamaModel& m = **loaded;
+  engine::prepare_backend_for_model(backend, m.config(), chunk, chunk, 1, ctx, progress);
+  engine::WindowLogits runner(m, backend, ctx, chunk, 16);
+
+  compress::QuantizeHooks hooks;
+  hooks.forward = [&](std::span<const int32_t> w) {
+    for (size_t b = 0; b < w.size(); b += static_cast<size_t>(chunk)) {
+      const size_t e = std::min(w.size(), b + static_cast<size_t>(chunk));
+      runner.run(w.subspan(b, e - b), static_cast<int>(b), static_cast<int>(e - b));
+    }
+  };
+  if (need_heldout)
+    hooks.heldout_ppl = [&]() {
+      engine::PerplexityOptions po;
+      po.ctx = static_cast<int>(calib_len);
+      po.stride = static_cast<int>(calib_len);
+      po.show_progress = false;
+      auto r = engine::evaluate_perplexity(runner, nullptr, heldout, po);
+      XI_CHECK(r.ok()) << r.status().to_string();
+      return r->ppl();
+    };
+
+  compress::ModelQuantizer quantizer(m, backend, qo);
+  if (Status s = quantizer.calibrate(windows, hooks); !s.ok()) return fail(s);
+  if (Status s = quantizer.prepare(); !s.ok()) return fail(s);
+  if (Status s = quantizer.select(hooks); !s.ok()) return fail(s);
+  json report = quantizer.report();
+  report["model"] = model_path;
+  report["calib"] = {{"file", calib_path}, {"samples", calib_samples}, {"len", calib_len},
+                     {"heldout_tokens", need_heldout ? heldout_tokens : 0}};
+
+  if (!eval_ids.empty()) {
+    auto ref = model::LlamaModel::load(model_path, backend, lo);
+    if (!ref.ok()) return fail(ref.status());
+    engine::WindowLogits ref_runner(**ref, backend, ctx, chunk, 16);
+    engine::PerplexityOptions po;
+    po.ctx = eval_ctx;
+    po.stride = eval_ctx;
+    po.show_progress = progress;
+    auto q = engine::evaluate_perplexity(runner, &ref_runner, eval_ids, po);
+    if (!q.ok()) return fail(q.status());
+    auto base = engine::evaluate_perplexity(ref_runner, nullptr, eval_ids, po);
+    if (!base.ok()) return fail(base.status());
+    report["eval"] = {{"text", eval_path}, {"tokens", eval_ids.size()}, {"ctx", eval_ctx},
+                      {"tokens_scored", q->tokens_scored}, {"baseline_ppl", base->ppl()}, {"ppl", q->ppl()},
+                      {"ppl_increase_percent", 100.0 * (q->ppl() / base->ppl() - 1.0)},
+                      {"kl", q->mean_kl()}, {"top1", q->top1()}};
+  }
+  if (!out.empty()) {
+    auto extra = tokenizer_files(model_path);
+    if (!extra.ok()) return fail(extra.status());
+    if (Status s = quantizer.write(out, overwrite, *config, *extra); !s.ok()) return fail(s);
+    XI_LOG(INFO) << "quantize: wrote " << out;
+  }
+  const std::string rp = !report_path.empty() ? report_path : out.empty() ? "" : out + "/quantization_report.json";
+  if (!rp.empty()) {
+    std::ofstream f(rp);
+    f << report.dump(2) << "\n";
+    if (!f) return fail(data_loss("cannot write --report " + rp));
+  }
+  json summary = report;
+  summary.erase("layers");
+  std::printf("%s\n", summary.dump().c_str());
+  return 0;
+}
+
+const CommandRegistration kRegistration{
+    "quantize", "float model -> compressed-tensors (SmoothQuant W8A8, FP8, W8A16, W4A16; RTN / GPTQ)", &run_quantize};
+
+}  // namespace
+}  // namespace xinfer::cli

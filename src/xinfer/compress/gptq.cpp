@@ -1,0 +1,154 @@
+#include "xinfer/compress/gptq.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "xinfer/core/check.h"
+
+namespace xinfer::compress {
+namespace {
+
+// In place: a [k, k] symmetric positive definite -> its lower Cholesky factor L (a = L L^T) in the lower
+// triangle (the upper one is left as it was). False when a pivot is not positive.
+bool cholesky_lower(std::vector<double>& a, int64_t k) {
+  for (int64_t j = 0; j < k; ++j) {
+    double* aj = &a[static_cast<size_t>(j * k)];
+    double d = aj[j];
+    for (int64_t p = 0; p < j; ++p) d -= aj[p] * aj[p];
+    if (!(d > 0)) return false;
+    const double ljj = std::sqrt(d);
+    aj[j] = ljj;
+    for (int64_t i = j + 1; i < k; ++i) {
+      const double* ai = &a[static_cast<size_t>(i * k)];
+      double s = ai[j];
+      for (int64_t p = 0; p < j; ++p) s -= ai[p] * aj[p];
+      a[static_cast<size_t>(i * k + j)] = s / ljj;
+    }
+  }
+  return true;
+}
+
+// U (upper, row-major [k, k], f32) with H^-1 = U^T U: H = L L^T, H^-1 = L^-T L^-1, then U = C^T with C the
+// lower Cholesky factor of H^-1.
+std::vector<float> inverse_cholesky_upper(std::vector<double> h, int64_t k) {
+  XI_CHECK(cholesky_lower(h, k)) << "GPTQ: the damped Hessian is not positive definite";
+  // linv_t[j][i] = (L^-1)[i][j], i >= j: column j of L^-1 by forward substitution L x = e_j.
+  std::vector<double> linv_t(static_cast<size_t>(k * k), 0.0);
+  std::vector<double> x(static_cast<size_t>(k));
+  for (int64_t j = 0; j < k; ++j) {
+    double* out = &linv_t[static_cast<size_t>(j * k)];
+    for (int64_t i = j; i < k; ++i) {
+      const double* li = &h[static_cast<size_t>(i * k)];
+      double s = i == j ? 1.0 : 0.0;
+      for (int64_t p = j; p < i; ++p) s -= li[p] * out[p];
+      out[i] = s / li[i];
+    }
+  }
+  // H^-1[i][j] = sum_{p >= max(i, j)} L^-1[p][i] L^-1[p][j] = linv_t[i] . linv_t[j] over p >= max(i, j).
+  std::vector<double> hinv(static_cast<size_t>(k * k));
+  for (int64_t i = 0; i < k; ++i) {
+    const double* a = &linv_t[static_cast<size_t>(i * k)];
+    for (int64_t j = 0; j <= i; ++j) {
+      const double* b = &linv_t[static_cast<size_t>(j * k)];
+      double s = 0;
+      for (int64_t p = i; p < k; ++p) s += a[p] * b[p];
+      hinv[static_cast<size_t>(i * k + j)] = s;
+      hinv[static_cast<size_t>(j * k + i)] = s;
+    }
+  }
+  XI_CHECK(cholesky_lower(hinv, k)) << "GPTQ: H^-1 is not positive definite";
+  std::vector<float> u(static_cast<size_t>(k * k), 0.0f);
+  for (int64_t i = 0; i < k; ++i)
+    for (int64_t j = 0; j <= i; ++j) u[static_cast<size_t>(j * k + i)] = static_cast<float>(hinv[static_cast<size_t>(i * k + j)]);
+  return u;
+}
+
+}  // namespace
+
+QuantizedWeight quantize_gptq(const float* w_in, int64_t n, int64_t k, const double* hessian,
+                              const WeightQuantArgs& args, const GptqOptions& opt) {
+  XI_CHECK(opt.block_size > 0) << "GPTQ block size " << opt.block_size;
+  std::vector<double> h(hessian, hessian + k * k);
+  std::vector<float> w(w_in, w_in + n * k);
+  for (int64_t j = 0; j < k; ++j)
+    if (h[static_cast<size_t>(j * k + j)] == 0) {  // an input that is always zero: its weights do not matter
+      h[static_cast<size_t>(j * k + j)] = 1;
+      for (int64_t r = 0; r < n; ++r) w[static_cast<size_t>(r * k + j)] = 0;
+    }
+  // Parameters taken up front (channel, tensor, and groups under act-order) come from W after the dead
+  // columns are zeroed, as GPTQ's quantizer.find_params does.
+  const bool dynamic_groups = args.granularity == Granularity::kGroup && !opt.act_order;
+  QuantizedWeight out = compute_qparams(w.data(), n, k, args);
+  out.q.assign(static_cast<size_t>(n * k), 0);
+
+  std::vector<int64_t> perm(static_cast<size_t>(k));
+  std::iota(perm.begin(), perm.end(), 0);
+  if (opt.act_order)
+    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+      return h[static_cast<size_t>(a * k + a)] > h[static_cast<size_t>(b * k + b)];
+    });
+  // Permuted copies: hp = P H P^T, wp[:, c] = w[:, perm[c]].
+  std::vector<double> hp(static_cast<size_t>(k * k));
+  double mean_diag = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    for (int64_t j = 0; j < k; ++j) hp[static_cast<size_t>(i * k + j)] = h[static_cast<size_t>(perm[i] * k + perm[j])];
+    mean_diag += hp[static_cast<size_t>(i * k + i)];
+  }
+  mean_diag /= static_cast<double>(k);
+  for (int64_t i = 0; i < k; ++i) hp[static_cast<size_t>(i * k + i)] += opt.damp * mean_diag;
+  const std::vector<float> u = inverse_cholesky_upper(std::move(hp), k);
+  std::vector<float> wp(static_cast<size_t>(n * k));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < k; ++c) wp[static_cast<size_t>(r * k + c)] = w[static_cast<size_t>(r * k + perm[c])];
+
+  const int64_t bs = opt.block_size;
+  std::vector<float> err(static_cast<size_t>(n * bs));
+  for (int64_t i1 = 0; i1 < k; i1 += bs) {
+    const int64_t i2 = std::min(k, i1 + bs), cnt = i2 - i1;
+    for (int64_t i = 0; i < cnt; ++i) {
+      const int64_t col = i1 + i, orig = perm[static_cast<size_t>(col)];
+      if (dynamic_groups && orig % args.group_size == 0) {
+        // This group's parameters from the current weights of its columns (contiguous: no permutation).
+        const int64_t width = std::min<int64_t>(args.group_size, k - orig), g = orig / args.group_size;
+        std::vector<float> block(static_cast<size_t>(n * width));
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t c = 0; c < width; ++c) block[static_cast<size_t>(r * width + c)] = wp[static_cast<size_t>(r * k + col + c)];
+        WeightQuantArgs ga = args;
+        ga.granularity = Granularity::kChannel;
+        const QuantizedWeight p = compute_qparams(block.data(), n, width, ga);
+        for (int64_t r = 0; r < n; ++r) {
+          out.scales[static_cast<size_t>(r * out.groups() + g)] = p.scales[static_cast<size_t>(r)];
+          if (!out.zeros.empty()) out.zeros[static_cast<size_t>(r * out.groups() + g)] = p.zeros[static_cast<size_t>(r)];
+        }
+      }
+      const float d = u[static_cast<size_t>(col * k + col)];
+      const float* urow = &u[static_cast<size_t>(col * k)];
+      for (int64_t r = 0; r < n; ++r) {
+        float* wr = &wp[static_cast<size_t>(r * k)];
+        float deq;
+        out.q[static_cast<size_t>(r * k + orig)] =
+            quantize_value(wr[col], out.scale(r, orig), out.zero(r, orig), args, &deq);
+        const float e = (wr[col] - deq) / d;
+        err[static_cast<size_t>(r * bs + i)] = e;
+        for (int64_t j = col + 1; j < i2; ++j) wr[j] -= e * urow[j];
+      }
+    }
+    if (i2 < k) {  // W[:, i2:] -= E[:, :cnt] U[i1:i2, i2:]
+      for (int64_t r = 0; r < n; ++r) {
+        float* wr = &wp[static_cast<size_t>(r * k)];
+        const float* er = &err[static_cast<size_t>(r * bs)];
+        for (int64_t i = 0; i < cnt; ++i) {
+          const float e = er[i];
+          if (e == 0) continue;
+          const float* urow = &u[static_cast<size_t>((i1 + i) * k)];
+          for (int64_t j = i2; j < k; ++j) wr[j] -= e * urow[j];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace xinfer::compress

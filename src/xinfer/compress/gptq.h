@@ -1,0 +1,32 @@
+// GPTQ (Frantar et al., 2022): quantizes W [N, K] column by column in the scheme of WeightQuantArgs while
+// compensating each column's rounding error on the columns not yet quantized, using the inverse of the
+// layer's input Hessian H = 2/m X^T X (X [m, K] the calibration inputs of this linear):
+//
+//   dead inputs (H_jj == 0): H_jj = 1, W[:, j] = 0;   H += damp * mean(diag H) * I
+//   act_order: columns processed in decreasing H_jj (parameters of each group are then taken up front from
+//              the original W, in the original column order, as llm-compressor's actorder "weight" does,
+//              so no g_idx is needed); otherwise a group's parameters are computed from the current
+//              (error-updated) weights when its first column is reached, channel/tensor ones up front.
+//   U = upper Cholesky factor of H^-1 (H^-1 = U^T U); per block of `block_size` columns, column i:
+//     q_i = quant(w_i); e = (w_i - deq(q_i)) / U_ii; w_j -= e U_ij for the block's j > i;
+//   then the later blocks: W[:, i2:] -= E U[i1:i2, i2:].
+// The result has the same layout and conventions as quantize_rtn (weight_quantizer.h).
+#pragma once
+
+#include <cstdint>
+
+#include "xinfer/compress/weight_quantizer.h"
+
+namespace xinfer::compress {
+
+struct GptqOptions {
+  double damp = 0.01;  // fraction of the mean diagonal added to H
+  int block_size = 128;
+  bool act_order = false;
+};
+
+// w: [n, k] f32; hessian: [k, k] (symmetric, X^T X up to a positive factor).
+QuantizedWeight quantize_gptq(const float* w, int64_t n, int64_t k, const double* hessian,
+                              const WeightQuantArgs& args, const GptqOptions& options);
+
+}  // namespace xinfer::compress

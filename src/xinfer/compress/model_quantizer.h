@@ -1,0 +1,92 @@
+// ModelQuantizer: the whole of `xinfer quantize` between loading and writing, on a model loaded with dense
+// f32 weights on a (CPU) backend:
+//
+//   1. calibrate(): forward over the calibration windows with a CalibrationCollector observing every linear
+//   2. prepare():   per layer, a host copy of the original weights; for W8A8 with smoothing, SmoothQuant
+//                   factors (fixed alpha or searched per group) folded into a second copy; every module
+//                   quantized (RTN or GPTQ on the smoothed weights, H' = diag(1/s) H diag(1/s))
+//   3. select():    the layers to quantize (layer_selection.h); sensitivity and the search measure the
+//                   held-out PPL through `Hooks::heldout_ppl` with candidate layers swapped in place
+//                   (LlamaModel::replace_layer)
+//   4. the model is left with the selection applied (quantized layers in xinfer's formats, others dense),
+//      so the caller can evaluate exactly what is written; write() writes the compressed-tensors directory.
+// The per-layer report (report()) holds, per smoothing group: alpha, s range, relative quantized-output
+// error (chosen and unsmoothed), activation outlier ratio; per layer: sensitivity, quantized or kept; per
+// module: scale range.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "xinfer/backend/backend.h"
+#include "xinfer/compress/calibration.h"
+#include "xinfer/compress/compressed_tensors_writer.h"
+#include "xinfer/compress/gptq.h"
+#include "xinfer/compress/host_layer.h"
+#include "xinfer/compress/layer_selection.h"
+#include "xinfer/compress/scheme.h"
+#include "xinfer/compress/smooth_quant.h"
+#include "xinfer/model/llama.h"
+
+namespace xinfer::compress {
+
+struct QuantizeOptions {
+  SchemeOptions scheme;
+  bool gptq = false;
+  GptqOptions gptq_options;
+  bool smooth = true;  // W8A8 only
+  SmoothOptions smooth_options;
+  LayerSelection selection;
+  int64_t max_sample_rows = 256;
+  bool progress = true;
+};
+
+struct QuantizeHooks {
+  // Runs one calibration window (tokens at positions 0..n-1) through the model; logits unused.
+  std::function<void(std::span<const int32_t>)> forward;
+  // Held-out perplexity of the model as it is now (needed for sensitivity and search only).
+  std::function<double()> heldout_ppl;
+};
+
+class ModelQuantizer {
+ public:
+  ModelQuantizer(model::LlamaModel& model, backend::Backend& backend, QuantizeOptions options);
+
+  Status calibrate(const std::vector<std::vector<int32_t>>& windows, const QuantizeHooks& hooks);
+  Status prepare();
+  Status select(const QuantizeHooks& hooks);
+  // Applies a mask (true: quantized) to the in-memory model.
+  void apply(const std::vector<bool>& quantized);
+
+  const std::vector<bool>& quantized_layers() const { return mask_; }
+  // Share of the decoder layers' linear multiply-adds that run quantized, and of all linears (with lm_head).
+  double decoder_flops_share() const;
+  double all_linear_flops_share() const;
+  nlohmann::ordered_json report() const;
+  // Writes the compressed-tensors directory: `config` is config.json without quantization_config.
+  Status write(const std::string& out, bool overwrite, nlohmann::ordered_json config,
+               const ModelDirContents& extra) const;
+
+ private:
+  void apply_layer(int l, bool quantized);
+
+  model::LlamaModel& model_;
+  backend::Backend& backend_;
+  QuantizeOptions options_;
+  std::unique_ptr<CalibrationCollector> calib_;
+  std::vector<HostLayer> original_, smoothed_;            // [layer]
+  std::vector<std::vector<QuantizedWeight>> modules_;     // [layer][module]
+  std::vector<std::array<SmoothGroupResult, kNumSites>> smooth_results_;
+  std::vector<std::array<double, kNumSites>> site_errors_;  // final quantized-output error per site
+  std::vector<double> sensitivity_;  // held-out PPL increase (%) with only that layer quantized
+  double baseline_ppl_ = 0, selected_ppl_ = 0;
+  std::vector<bool> mask_;
+  std::vector<bool> applied_;  // what the in-memory model holds now
+};
+
+}  // namespace xinfer::compress

@@ -1,0 +1,66 @@
+// Round-to-nearest quantization of one linear's float weight W [N, K] (y = x W^T) into the integer and
+// FP8 schemes `xinfer quantize` writes, with the compressed-tensors conventions (quantization args):
+//
+//   int, `bits` b, qmin = -2^(b-1), qmax = 2^(b-1) - 1; values q are signed and W ~= scale * (q - zero):
+//     symmetric:  scale = max|W_block| / qmax, zero = 0, q = clamp(round(W / scale), -qmax, qmax)
+//     asymmetric: lo = min(W_block, 0), hi = max(W_block, 0), scale = (hi - lo) / (2^b - 1),
+//                 zero = clamp(qmin - round(lo / scale)), q = clamp(round(W / scale) + zero)
+//   float (FP8 E4M3FN): scale = max|W_block| / 448, q = e4m3(W / scale) (stored as its bit pattern)
+// where a block is, by `granularity`: the whole tensor, one output row (channel), or `group_size`
+// consecutive input columns of one row (group; the last group of a row may be shorter). An all-zero block
+// gets scale 1 (its values are 0).
+//
+// Layout of a QuantizedWeight: q [N, K] (int8 values, or e4m3 bits), scales [N, G] (G = 1 per channel, G =
+// ceil(K / group_size) per group; [1] per tensor), zeros [N, G] like scales or empty when symmetric.
+//
+// Activations (W8A8): fake_quantize_rows rounds each row x_t with its own scale, as the CPU kernels do
+// (quant/quantized_linear.h): int8 scale max|x_t| / 127, q clamped to +-127; fp8 scale max|x_t| / 448.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "xinfer/core/status.h"
+
+namespace xinfer::compress {
+
+enum class Granularity { kTensor, kChannel, kGroup };
+const char* granularity_name(Granularity g);  // "tensor", "channel", "group" (compressed-tensors strategies)
+
+struct WeightQuantArgs {
+  int bits = 8;                 // 4 or 8 (int); 8 for fp8
+  bool is_float = false;        // FP8 E4M3
+  Granularity granularity = Granularity::kChannel;
+  int group_size = 0;           // kGroup only
+  bool symmetric = true;        // int only; fp8 is always symmetric
+  int qmin() const { return -(1 << (bits - 1)); }
+  int qmax() const { return (1 << (bits - 1)) - 1; }
+};
+
+struct QuantizedWeight {
+  int64_t n = 0, k = 0;
+  WeightQuantArgs args;
+  std::vector<int8_t> q;       // [n, k]: int values, or e4m3 bit patterns
+  std::vector<float> scales;   // [n, groups()] ([1] per tensor)
+  std::vector<int8_t> zeros;   // like scales, or empty (symmetric)
+  int64_t groups() const;      // scale columns per row: 1 (tensor / channel) or ceil(k / group_size)
+  int64_t group_of(int64_t col) const { return args.granularity == Granularity::kGroup ? col / args.group_size : 0; }
+  float scale(int64_t row, int64_t col) const;
+  int zero(int64_t row, int64_t col) const;
+  // out: [n, k] = scale * (q - zero) (int) or scale * e4m3(q) (fp8)
+  void dequantize(float* out) const;
+};
+
+// Scales (and zero points) for the blocks of w: [n, k], shaped as QuantizedWeight says; q left empty.
+QuantizedWeight compute_qparams(const float* w, int64_t n, int64_t k, const WeightQuantArgs& args);
+// One value with the block's parameters: returns q; `deq` receives its dequantized value.
+int8_t quantize_value(float x, float scale, int zero, const WeightQuantArgs& args, float* deq);
+// RTN: compute_qparams then quantize every element. w: [n, k]
+QuantizedWeight quantize_rtn(const float* w, int64_t n, int64_t k, const WeightQuantArgs& args);
+
+enum class ActQuant { kNone, kInt8PerToken, kFp8PerToken };
+// x: [rows, k], rounded in place per row as the CPU W8A8 kernels do (kNone: unchanged).
+void fake_quantize_rows(float* x, int64_t rows, int64_t k, ActQuant mode);
+
+}  // namespace xinfer::compress
