@@ -13,6 +13,7 @@
 #include "xinfer/core/logging.h"
 #include "xinfer/engine/backend_factory.h"
 #include "xinfer/kv_cache/kv_cache_manager.h"
+#include "xinfer/model/checkpoint_linear.h"
 #include "xinfer/model/model_config.h"
 #include "xinfer/model/preset_configs.h"
 
@@ -156,14 +157,16 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
   size_t kv_budget = config.kv_cache_memory;
   if (plan_memory) {
     const backend::BackendInfo before = be.info();
-    const size_t weights_estimate =
-        static_cast<size_t>(model::LlamaModel::parameter_count(mc)) * dtype_bytes(spec.dtype, 1);
+    // From the checkpoint's formats (quantized linears at their packed size where the backend runs them).
+    const size_t weights_estimate = model::checkpoint_weight_bytes(
+        mc, spec.dtype, [&](const quant::WeightFormat& f) { return be.supports(f); });
     const double usable = config.gpu_memory_utilization * static_cast<double>(before.total_memory) -
                           static_cast<double>(before.total_memory - before.free_memory);
     if (static_cast<double>(weights_estimate) > usable)
       return invalid_argument(
           "model " + config.model_dir + " needs " + std::to_string(gib(weights_estimate)) + " GiB of " +
-          dtype_name(spec.dtype) + " weights (" + std::to_string(model::LlamaModel::parameter_count(mc)) +
+          (mc.quantization.quantized() ? mc.quantization.to_string() : std::string(dtype_name(spec.dtype))) +
+          " weights (" + std::to_string(model::LlamaModel::parameter_count(mc)) +
           " parameters) but " + before.name + " has " + std::to_string(gib(before.total_memory)) +
           " GiB, of which gpu_memory_utilization " + std::to_string(config.gpu_memory_utilization) +
           " leaves " + std::to_string(usable / (1 << 30)) +
