@@ -8,9 +8,11 @@
 // bytes = weights + x + y), printing achieved GB/s or TFLOP/s and the ratio to the measured ceiling,
 // and an estimate of the GEMM time of one batch-1 decoded token.
 //
+// The weight-only quantized linears at the 8B shapes: gpu_quant_linear_bench.cu (also alone: --quant).
+//
 // Timing: CUDA events around `reps` launches after warm-up, median of 5 such runs. Inputs are random
 // (never zeros); small working sets rotate among several copies so L2 does not serve them.
-//   usage: gpu_kernel_bench [--quick]
+//   usage: gpu_kernel_bench [--quick] [--quant]   (--quant: the ceilings and the quantized linears only)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -29,6 +31,7 @@
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
 
 namespace xinfer::bench {
+std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, double peak, bool quick);
 namespace {
 
 __global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
@@ -572,7 +575,7 @@ void bench_decode_layer(cuda::CudaBackend& be, double bw) {
   be.set_linear_fusion(saved_fusion);
 }
 
-int run(bool quick) {
+int run(bool quick, bool quant_only) {
   cuda::CudaBackend be;
   const auto info = be.info();
   std::printf("device: %s, %d SMs, %.1f / %.1f GiB free\n", info.name.c_str(), be.num_sms(),
@@ -585,6 +588,10 @@ int run(bool quick) {
   const double bw = ceil.copy_gbs, peak = ceil.bf16_gemm_tflops;
   std::printf("ceiling: d2d copy %.0f GB/s (read + write)\n", bw);
   std::printf("ceiling: cuBLASLt bf16 GEMM 8192^3 %.0f TFLOP/s (random data)\n", peak);
+  if (quant_only) {
+    bench_quant_linears(be, bw, peak, quick);
+    return 0;
+  }
 
   // ---- decode attention, Llama-3.1-8B shape ----
   bench_decode_attention(be, bw, quick);
@@ -674,6 +681,7 @@ int run(bool quick) {
   }
   bench_sampling(be, bw);
   bench_decode_layer(be, bw);
+  const std::vector<std::string> quant_lines = bench_quant_linears(be, bw, peak, quick);
   be.synchronize();
 
   std::printf("\n==== gpu_kernel_bench summary (ceilings: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s) ====\n", bw, peak);
@@ -681,6 +689,7 @@ int run(bool quick) {
     std::printf("%-44s %9.1f us %8.1f %-7s %5.1f%% of ceiling\n", r.what.c_str(), r.us, r.achieved, r.unit,
                 100.0 * r.achieved / r.ceiling);
   for (const std::string& l : m1_lines) std::printf("%s\n", l.c_str());
+  for (const std::string& l : quant_lines) std::printf("%s\n", l.c_str());
   if (token_tuned > 0)
     std::printf("8B batch-1 decode GEMMs per token (32 layers + lm_head): roofline %.2f ms, heuristic %.2f ms (%.1f%%), "
                 "tuned %.2f ms (%.1f%%)\n",
@@ -693,6 +702,16 @@ int run(bool quick) {
 }  // namespace xinfer::bench
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  return xinfer::bench::run(quick);
+  bool quick = false, quant_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--quant") == 0) {
+      quant_only = true;
+    } else {
+      std::fprintf(stderr, "usage: gpu_kernel_bench [--quick] [--quant]\n");
+      return 2;
+    }
+  }
+  return xinfer::bench::run(quick, quant_only);
 }

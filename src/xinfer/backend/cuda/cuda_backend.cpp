@@ -77,6 +77,7 @@ CudaBackend::~CudaBackend() {
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
   gemm_.reset();
   if (decode_ws_) cudaFree(decode_ws_);
+  if (quant_ws_) cudaFree(quant_ws_);
   if (step_device_) cudaFree(step_device_);
   if (step_host_) cudaFreeHost(step_host_);
   if (copy_host_) cudaFreeHost(copy_host_);
@@ -297,6 +298,7 @@ void CudaBackend::begin_capture() {
   capturing_ = true;
   capture_failed_ = false;
   capture_ws_floats_ = 0;
+  capture_quant_ws_elems_ = 0;
 }
 
 bool CudaBackend::end_capture(uint64_t key) {
@@ -307,6 +309,7 @@ bool CudaBackend::end_capture(uint64_t key) {
   if (capture_failed_) {
     if (graph) XI_CUDA_CHECK(cudaGraphDestroy(graph));
     if (capture_ws_floats_ > 0) decode_workspace(capture_ws_floats_);
+    if (capture_quant_ws_elems_ > 0) quant_workspace(capture_quant_ws_elems_);
     return false;
   }
   cudaGraphExec_t exec = nullptr;
@@ -316,7 +319,7 @@ bool CudaBackend::end_capture(uint64_t key) {
     destroy_graph(it->second);
     graphs_.erase(it);
   }
-  graphs_[key] = Graph{exec, step_signature(), step_device_, decode_ws_};
+  graphs_[key] = Graph{exec, step_signature(), step_device_, decode_ws_, quant_ws_};
   return true;
 }
 
@@ -325,7 +328,8 @@ bool CudaBackend::replay(uint64_t key) {
   auto it = graphs_.find(key);
   if (it == graphs_.end()) return false;
   Graph& g = it->second;
-  if (g.step_device != step_device_ || g.decode_ws != decode_ws_ || g.signature != step_signature()) {
+  if (g.step_device != step_device_ || g.decode_ws != decode_ws_ || g.quant_ws != quant_ws_ ||
+      g.signature != step_signature()) {
     destroy_graph(g);
     graphs_.erase(it);
     return false;
@@ -430,6 +434,7 @@ void CudaBackend::linear(const TensorView& x, const backend::LinearWeights& w, c
   XI_CHECK_EQ(out.numel(), m * n);
   XI_CHECK(out.dtype == DType::kBF16 || out.dtype == DType::kF32) << "linear out dtype " << dtype_name(out.dtype);
   if (!w.bias.empty()) XI_CHECK_EQ(w.bias.numel(), n);
+  if (!w.dense()) return quantized_linear(x, w, out);
   gemm_->run({bf16_ptr(x, "linear x"), bf16_ptr(w.weight, "linear weight"),
               w.bias.empty() ? nullptr : bf16_ptr(w.bias, "linear bias"), out.data, out.dtype == DType::kF32,
               to_int(m), to_int(n), to_int(k)},
@@ -465,6 +470,8 @@ GemvFusion consumer_fusion(const backend::NormLinearArgs& a, bool swiglu) {
 
 std::optional<FusedLinearPlan> CudaBackend::fused_linear_plan(const backend::NormLinearArgs& a) {
   if (linear_fusion_ == LinearFusion::kOff) return std::nullopt;
+  // The fused GEMVs read bf16 weights: quantized linears run the composition (their own kernels).
+  if (!a.linear.dense() || (!a.delta_x.empty() && !a.delta_linear.dense())) return std::nullopt;
   const int64_t m = a.residual.numel() / a.linear.in_features();
   if (m < 1 || m > 8 || a.out.dtype != DType::kBF16 || a.residual.dtype != DType::kBF16) return std::nullopt;
   // A delta given as an input needs an add of its own: only a delta made here folds into its linear.

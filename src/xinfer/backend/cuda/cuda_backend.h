@@ -46,6 +46,13 @@
 // slower, other head dims, a slot that is not where the block table puts the position) the composition. On
 // by default; CudaBackendOptions::rope_attention_fusion / set_rope_attention_fusion(false) turn it off.
 //
+// Quantized linears (cuda_backend_quant.cpp, kernels/gemm/quant_linear.h): supports() answers true for
+// dense, int8 per channel and int4 / int8 per group (any group size, zero points, g_idx), in the CPU layout.
+// linear() runs up to kQuantGemvMaxRows rows through the quantized tensor-core GEMV where it takes the weight
+// (k % 128 / 64, group % 32, no g_idx), otherwise it dequantizes the weight into a bf16 workspace and runs the
+// tuned bf16 GEMM (prefill, and the slower path for the rest). add_rms_norm_linear fuses dense linears only
+// (quantized ones run the composition). The workspace grows outside recordings only, like the decode one.
+//
 // KV cache: bf16, per layer K and V [num_blocks, num_kv_heads, block_size, head_dim] (backend.h).
 // Attention: decodes use the split-KV decode kernel, prefill chunks the tiled tensor-core kernel
 // (head_dim 64 / 128); other head dims go to the generic kernel.
@@ -64,6 +71,7 @@
 #include "xinfer/backend/cuda/kernels/attention/paged_attention_params.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_args.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemv.h"
+#include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
 
 namespace xinfer::cuda {
 
@@ -71,6 +79,10 @@ class GemmTuner;
 
 // The most decodes a step may have for rope_paged_attention to run fused (see above).
 inline constexpr int kMaxFusedRopeDecodes = 128;
+
+// Quantized linears with at most this many rows run the quantized GEMV (in launches of 8 rows), more the
+// dequantize + bf16 GEMM path (see above).
+inline constexpr int kQuantGemvMaxRows = 8;
 
 // When add_rms_norm_linear runs as the fused GEMVs instead of the composition (see above).
 enum class LinearFusion {
@@ -117,6 +129,7 @@ class CudaBackend final : public backend::Backend {
   ~CudaBackend() override;
 
   backend::BackendInfo info() const override;
+  bool supports(const quant::WeightFormat& f) const override;  // cuda_backend_quant.cpp
   backend::DeviceTensor allocate(DType dtype, const Shape& shape) override;
   backend::DeviceTensor upload(const TensorView& host, DType dtype) override;
   void to_host_f32(const TensorView& src, float* dst) override;
@@ -186,6 +199,11 @@ class CudaBackend final : public backend::Backend {
   // recording counts once, its replays not at all).
   int64_t fused_linears() const { return fused_linears_; }
   int64_t fused_rope_attentions() const { return fused_rope_attentions_; }
+  // Host calls of linear() on quantized weights that ran the quantized GEMV / dequantize + bf16 GEMM.
+  int64_t quant_gemvs() const { return quant_gemvs_; }
+  int64_t quant_dequant_gemms() const { return quant_dequant_gemms_; }
+  // The device view of a quantized LinearWeights (checks dtypes and sizes, naming the format).
+  QuantWeight quant_weight(const backend::LinearWeights& w) const;
 
  private:
   void check_step(const backend::StepMeta& step) const;
@@ -201,6 +219,11 @@ class CudaBackend final : public backend::Backend {
   // Whether rope_paged_attention runs fused on the last uploaded step (see above).
   bool fuses_rope_attention(int head_dim, const TensorView& cos_sin,
                             const backend::LayerKvCache& cache) const;
+
+  void quantized_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out);
+  // The bf16 dequantization workspace, at least `elems` long; nullptr while recording a graph that would
+  // have to grow it (the recording is failed).
+  __nv_bfloat16* quant_workspace(size_t elems);
 
   int device_;
   CudaBackendOptions options_;
@@ -242,6 +265,9 @@ class CudaBackend final : public backend::Backend {
 
   void* decode_ws_ = nullptr;  // split-KV partials, grown on demand
   size_t decode_ws_floats_ = 0;
+  void* quant_ws_ = nullptr;  // dequantized weights (bf16), grown on demand
+  size_t quant_ws_elems_ = 0;
+  int64_t quant_gemvs_ = 0, quant_dequant_gemms_ = 0;
 
   // Graphs. The signature of a step: what a recording bakes in (array sizes fix the offsets in the step
   // buffer; scalars fix launch shapes).
@@ -251,6 +277,7 @@ class CudaBackend final : public backend::Backend {
     StepSignature signature;
     const void* step_device = nullptr;
     const void* decode_ws = nullptr;
+    const void* quant_ws = nullptr;
   };
   StepSignature step_signature() const;
   void destroy_graph(Graph& g);
@@ -263,6 +290,7 @@ class CudaBackend final : public backend::Backend {
   bool capturing_ = false;
   bool capture_failed_ = false;
   size_t capture_ws_floats_ = 0;  // decode workspace a failed recording needed
+  size_t capture_quant_ws_elems_ = 0;  // quantized-linear workspace a failed recording needed
 };
 
 }  // namespace xinfer::cuda

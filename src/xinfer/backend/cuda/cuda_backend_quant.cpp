@@ -1,0 +1,123 @@
+// CudaBackend's weight-only quantized linears (kernels/gemm/quant_linear.h): which formats it runs
+// (supports()), the checks of a LinearWeights in those formats, and the dispatch of linear():
+//   m <= kQuantGemvMaxRows and the GEMV takes the weight -> launch_quant_gemv (weights read once per 8 rows)
+//   otherwise -> the weight dequantized to bf16 into a workspace, then the bf16 GEMM (GemmTuner::run, the
+//                tuner's choice for the shape): prefill in every format, and g_idx / odd group sizes at any m
+//                (one log line per weight description: a slower path).
+// The workspace (bf16, the largest n * k run so far) grows outside graph recordings; a recording that would
+// need it to grow fails (end_capture() grows it, the step runs eagerly), as for the decode workspace.
+#include <set>
+#include <string>
+
+#include "xinfer/backend/cuda/cuda_backend.h"
+#include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
+#include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
+#include "xinfer/core/logging.h"
+
+namespace xinfer::cuda {
+namespace {
+
+// The format's name, for failure messages only (XI_CHECK evaluates its message only when it fails, and
+// linear() checks a weight on every call).
+std::string fmt(const backend::LinearWeights& w) { return quant::format_name(w.format); }
+
+template <typename T>
+const T* device_ptr(const TensorView& t, DType dtype, const char* what, const backend::LinearWeights& w) {
+  XI_CHECK(!t.empty()) << "linear " << fmt(w) << ": missing " << what;
+  XI_CHECK(t.dtype == dtype) << "linear " << fmt(w) << ": " << what << " must be " << dtype_name(dtype) << ", got "
+                             << dtype_name(t.dtype);
+  XI_CHECK(t.device == Device::kCuda) << "linear " << fmt(w) << ": " << what << " is not a cuda tensor";
+  return static_cast<const T*>(t.data);
+}
+
+}  // namespace
+
+bool CudaBackend::supports(const quant::WeightFormat& f) const {
+  if (std::holds_alternative<quant::DenseFormat>(f) || std::holds_alternative<quant::Int8ChannelFormat>(f))
+    return true;
+  if (const auto* g = std::get_if<quant::IntGroupFormat>(&f))
+    return (g->bits == 4 || g->bits == 8) && g->group_size >= 1;
+  return false;
+}
+
+QuantWeight CudaBackend::quant_weight(const backend::LinearWeights& w) const {
+  const int64_t n = w.out_features(), k = w.in_features();
+  QuantWeight q;
+  q.n = static_cast<int>(n);
+  q.k = static_cast<int>(k);
+  XI_CHECK(n >= 1 && k >= 1 && n <= INT32_MAX && k <= INT32_MAX) << "linear " << fmt(w) << ": shape [" << n << ", " << k << "]";
+  if (std::holds_alternative<quant::Int8ChannelFormat>(w.format)) {
+    q.bits = 8;
+    q.is_signed = true;
+    q.group_size = q.k;
+    q.w = device_ptr<uint8_t>(w.weight, DType::kI8, "weight", w);
+    XI_CHECK_EQ(w.weight.numel(), n * k) << "linear " << fmt(w) << ": weight elements vs [" << n << ", " << k << "]";
+    q.scales = device_ptr<float>(w.scales, DType::kF32, "scales", w);
+    XI_CHECK_EQ(w.scales.numel(), n) << "linear " << fmt(w) << ": scales";
+    return q;
+  }
+  const auto* g = std::get_if<quant::IntGroupFormat>(&w.format);
+  XI_CHECK(g != nullptr && (g->bits == 4 || g->bits == 8)) << "linear: format " << fmt(w) << " not supported on cuda";
+  q.bits = g->bits;
+  q.group_size = g->group_size;
+  XI_CHECK(g->bits == 8 || k % 2 == 0) << "linear " << fmt(w) << ": int4 needs an even in_features, got " << k;
+  q.w = device_ptr<uint8_t>(w.weight, DType::kU8, "weight", w);
+  XI_CHECK_EQ(static_cast<size_t>(w.weight.numel()), q.weight_bytes())
+      << "linear " << fmt(w) << ": packed weight bytes vs [" << n << ", " << k << "]";
+  const int64_t groups = q.groups();
+  q.scales = device_ptr<float>(w.scales, DType::kF32, "scales", w);
+  XI_CHECK_EQ(w.scales.numel(), n * groups) << "linear " << fmt(w) << ": scales vs [" << n << ", " << groups << "]";
+  if (g->zero_point) {
+    q.zeros = device_ptr<uint8_t>(w.zeros, DType::kU8, "zeros", w);
+    XI_CHECK_EQ(w.zeros.numel(), n * groups) << "linear " << fmt(w) << ": zeros vs [" << n << ", " << groups << "]";
+  }
+  if (!w.g_idx.empty()) {
+    q.g_idx = device_ptr<int32_t>(w.g_idx, DType::kI32, "g_idx", w);
+    XI_CHECK_EQ(w.g_idx.numel(), k) << "linear " << fmt(w) << ": g_idx";
+  }
+  return q;
+}
+
+__nv_bfloat16* CudaBackend::quant_workspace(size_t elems) {
+  if (elems > quant_ws_elems_) {
+    if (capturing_) {  // a synchronizing cudaMalloc cannot be recorded: fail this recording (see top)
+      capture_failed_ = true;
+      capture_quant_ws_elems_ = std::max(capture_quant_ws_elems_, elems);
+      return nullptr;
+    }
+    synchronize();
+    if (quant_ws_) XI_CUDA_CHECK(cudaFree(quant_ws_));
+    quant_ws_elems_ = elems;
+    XI_CUDA_CHECK(cudaMalloc(&quant_ws_, elems * sizeof(__nv_bfloat16)));
+  }
+  return static_cast<__nv_bfloat16*>(quant_ws_);
+}
+
+void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) {
+  const QuantWeight q = quant_weight(w);
+  const int m = static_cast<int>(x.numel() / q.k);
+  XI_CHECK(x.dtype == DType::kBF16 && x.device == Device::kCuda) << "linear x must be a bf16 cuda tensor";
+  const auto* bias = w.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(w.bias.data);
+  if (!w.bias.empty()) XI_CHECK(w.bias.dtype == DType::kBF16) << "linear bias must be bf16";
+  const bool y_f32 = out.dtype == DType::kF32;
+  const auto* xp = static_cast<const __nv_bfloat16*>(x.data);
+  if (m <= kQuantGemvMaxRows && quant_gemv_supports(q) && reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
+    launch_quant_gemv({xp, q, bias, out.data, y_f32, m}, stream_);
+    ++quant_gemvs_;
+    return;
+  }
+  if (m <= kQuantGemvMaxRows) {
+    static std::set<std::string> logged;
+    if (logged.insert(describe(q)).second)
+      XI_LOG(INFO) << "cuda: no decode GEMV for " << describe(q)
+                   << " (needs k % 128 (int4) / 64 (int8), group % 32, no g_idx): dequantize + bf16 GEMM";
+  }
+  __nv_bfloat16* ws = quant_workspace(static_cast<size_t>(q.n) * q.k);
+  if (ws == nullptr) return;  // recording failed (see top)
+  launch_dequantize_weight(q, ws, stream_);
+  gemm_->run({xp, ws, bias, out.data, y_f32, m, q.n, q.k}, stream_);
+  ++quant_dequant_gemms_;
+}
+
+}  // namespace xinfer::cuda

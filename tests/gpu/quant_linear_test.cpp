@@ -1,0 +1,331 @@
+// Weight-only quantized linears on CudaBackend (kernels/gemm/quant_linear.h, cuda_backend_quant.cpp) against
+// the CPU oracle quant::quantized_matmul on the same bf16-valued inputs:
+//  - the quantized GEMV (m <= 8; also m > 8 is tested through launch_quant_gemv directly, in launches of 8):
+//    int4 per group 32 / 64 / 128 / 256 (symmetric and zero points), int8 per group 32 / 64 / 128 and int8
+//    per channel, n 1 / 7 / 33 / 4097, k 128..4224 incl. a partial last group, bias, bf16 and f32 out.
+//    f32 out with the scale applied in f32 (group % step == 0) is held to 1e-4 relative L2 (bf16 noise is 4e-3): the kernel's
+//    arithmetic is the oracle's up to summation order; folded scales (int4 g32 / g64, int8 g32) to 1e-2
+//    (one bf16 rounding of each weight);
+//  - the dequantize + bf16 GEMM path: m 9..61, and what the GEMV does not take at m = 1 (g_idx act-order, group
+//    16, k % 128 != 0), against the oracle (bf16 weights: 1e-2);
+//  - the path counters say which path ran; the dequantized weight alone against quant::dequantize_matrix;
+//  - linears recorded in a CUDA graph (GEMV and workspace path) replay bit-identical to eager runs, and a
+//    recording that would grow the workspace fails cleanly and succeeds after end_capture() grew it;
+//  - supports(): the formats above yes, W8A8 and GGUF no; bad weights fail with the format named.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
+#include "xinfer/quant/quantized_linear.h"
+
+namespace xinfer::gpu_test {
+namespace {
+
+// A quantized weight on the host (the CPU layout) and on the GPU.
+struct QuantCase {
+  quant::WeightFormat format;
+  int64_t n = 0, k = 0;
+  std::vector<uint8_t> w;
+  std::vector<float> scales;
+  std::vector<uint8_t> zeros;
+  std::vector<int32_t> g_idx;
+  std::vector<float> bias;  // bf16-valued, or empty
+  std::vector<backend::DeviceTensor> owned;
+  backend::LinearWeights lw;
+
+  quant::QuantizedMatrix host() const {
+    quant::QuantizedMatrix q;
+    q.format = format;
+    q.n = n;
+    q.k = k;
+    q.weight = w.data();
+    q.scales = scales.data();
+    q.zeros = zeros.empty() ? nullptr : zeros.data();
+    q.g_idx = g_idx.empty() ? nullptr : g_idx.data();
+    return q;
+  }
+};
+
+template <typename T>
+TensorView raw_view(const std::vector<T>& v, DType dt, const Shape& s) {
+  return TensorView{const_cast<T*>(v.data()), dt, s, Device::kCpu};
+}
+
+// Random weights: values uniform over the integer range, scales in [0.5, 1.5] / range, zero points uniform;
+// g_idx (act_order) a random permutation of the columns' groups.
+QuantCase make_case(const quant::WeightFormat& f, int64_t n, int64_t k, bool bias, bool act_order, std::mt19937& rng) {
+  QuantCase c;
+  c.format = f;
+  c.n = n;
+  c.k = k;
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> sd(0.5f, 1.5f);
+  cuda::CudaBackend& g = gpu();
+  auto keep = [&](backend::DeviceTensor t) {
+    c.owned.push_back(t);
+    return t.view;
+  };
+  if (std::holds_alternative<quant::Int8ChannelFormat>(f)) {
+    c.w.resize(static_cast<size_t>(n * k));
+    for (auto& b : c.w) b = static_cast<uint8_t>(byte(rng));
+    c.scales.resize(static_cast<size_t>(n));
+    for (auto& s : c.scales) s = sd(rng) / 127.0f / std::sqrt(static_cast<float>(k));
+    c.lw.weight = keep(g.upload(raw_view(c.w, DType::kI8, Shape{n, k}), DType::kI8));
+    c.lw.scales = keep(g.upload(raw_view(c.scales, DType::kF32, Shape{n}), DType::kF32));
+  } else {
+    const auto& q = std::get<quant::IntGroupFormat>(f);
+    const int64_t groups = (k + q.group_size - 1) / q.group_size;
+    const int64_t row_bytes = q.bits == 4 ? k / 2 : k;
+    c.w.resize(static_cast<size_t>(n * row_bytes));
+    for (auto& b : c.w) b = static_cast<uint8_t>(byte(rng));
+    c.scales.resize(static_cast<size_t>(n * groups));
+    const float range = q.bits == 4 ? 7.5f : 127.5f;
+    for (auto& s : c.scales) s = sd(rng) / range / std::sqrt(static_cast<float>(k));
+    c.lw.weight = keep(g.upload(raw_view(c.w, DType::kU8, Shape{n, row_bytes}), DType::kU8));
+    c.lw.scales = keep(g.upload(raw_view(c.scales, DType::kF32, Shape{n, groups}), DType::kF32));
+    if (q.zero_point) {
+      c.zeros.resize(static_cast<size_t>(n * groups));
+      std::uniform_int_distribution<int> zd(0, q.bits == 4 ? 15 : 255);
+      for (auto& z : c.zeros) z = static_cast<uint8_t>(zd(rng));
+      c.lw.zeros = keep(g.upload(raw_view(c.zeros, DType::kU8, Shape{n, groups}), DType::kU8));
+    }
+    if (act_order) {
+      c.g_idx.resize(static_cast<size_t>(k));
+      for (int64_t i = 0; i < k; ++i) c.g_idx[static_cast<size_t>(i)] = static_cast<int32_t>(i / q.group_size);
+      std::shuffle(c.g_idx.begin(), c.g_idx.end(), rng);
+      c.lw.g_idx = keep(g.upload(raw_view(c.g_idx, DType::kI32, Shape{k}), DType::kI32));
+    }
+  }
+  c.lw.format = f;
+  c.lw.k = k;
+  if (bias) {
+    c.bias = random_bf16(static_cast<size_t>(n), rng, 0.5f);
+    c.lw.bias = keep(g.upload(host_view(c.bias, Shape{n}), DType::kBF16));
+  }
+  return c;
+}
+
+// The oracle: quantized_matmul on bf16-valued x, plus the bias.
+std::vector<float> oracle(const QuantCase& c, const std::vector<float>& x, int64_t m) {
+  std::vector<float> y(static_cast<size_t>(m * c.n));
+  quant::quantized_matmul(c.host(), x.data(), m, y.data(), nullptr);
+  if (!c.bias.empty())
+    for (int64_t t = 0; t < m; ++t)
+      for (int64_t j = 0; j < c.n; ++j) y[static_cast<size_t>(t * c.n + j)] += c.bias[static_cast<size_t>(j)];
+  return y;
+}
+
+// Runs CudaBackend::linear on random x [m, k] and compares with the oracle; returns the relative L2 error.
+double run_linear(QuantCase& c, int64_t m, bool f32_out, double tol, std::mt19937& rng, const std::string& what) {
+  const std::vector<float> x = random_bf16(static_cast<size_t>(m * c.k), rng);
+  auto xd = gpu().upload(host_view(x, Shape{m, c.k}), DType::kBF16);
+  auto yd = gpu().allocate(f32_out ? DType::kF32 : DType::kBF16, Shape{m, c.n});
+  poison(yd.view);
+  gpu().linear(xd.view, c.lw, yd.view);
+  const Compare cmp = compare(download(gpu(), yd.view), oracle(c, x, m));
+  EXPECT_EQ(cmp.nans, 0) << what << ": unwritten outputs";
+  EXPECT_LT(cmp.rel_l2, tol) << what << " (max abs " << cmp.max_abs << ")";
+  return cmp.rel_l2;
+}
+
+std::string name(const QuantCase& c, int64_t m, bool f32_out) {
+  return quant::format_name(c.format) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
+         " m=" + std::to_string(m) + (c.bias.empty() ? "" : " bias") + (f32_out ? " f32" : " bf16");
+}
+
+bool folded(const quant::WeightFormat& f) {
+  const auto* g = std::get_if<quant::IntGroupFormat>(&f);
+  return g != nullptr && g->group_size % (g->bits == 4 ? 128 : 64) != 0;
+}
+
+TEST(QuantLinear, GemvMatchesCpuOracle) {
+  std::mt19937 rng(7);
+  const std::vector<quant::WeightFormat> formats = {
+      quant::IntGroupFormat{4, 128, false}, quant::IntGroupFormat{4, 128, true}, quant::IntGroupFormat{4, 32, false},
+      quant::IntGroupFormat{4, 32, true},   quant::IntGroupFormat{4, 64, true},  quant::IntGroupFormat{4, 256, true},
+      quant::IntGroupFormat{8, 128, false}, quant::IntGroupFormat{8, 64, true},  quant::IntGroupFormat{8, 32, true},
+      quant::Int8ChannelFormat{}};
+  struct Shape2 {
+    int64_t n, k;
+  };
+  const std::vector<Shape2> shapes = {{1, 128}, {7, 256}, {33, 384}, {4097, 1024}, {130, 4224}};
+  int64_t case_index = 0;
+  for (const auto& f : formats) {
+    for (const Shape2& s : shapes) {
+      const bool bias = case_index % 2 == 0;
+      QuantCase c = make_case(f, s.n, s.k, bias, false, rng);
+      for (int64_t m : {1, 2, 3, 5, 8}) {
+        const bool f32_out = (case_index + m) % 2 == 1;
+        const double tol = f32_out && !folded(f) ? 1e-4 : 1e-2;
+        const int64_t before = gpu().quant_gemvs();
+        run_linear(c, m, f32_out, tol, rng, name(c, m, f32_out));
+        EXPECT_EQ(gpu().quant_gemvs(), before + 1) << name(c, m, f32_out) << " did not run the quantized GEMV";
+      }
+      ++case_index;
+    }
+  }
+}
+
+TEST(QuantLinear, GemvInChunksOfEightRows) {
+  std::mt19937 rng(11);
+  for (const auto& f : {quant::WeightFormat{quant::IntGroupFormat{4, 128, true}},
+                        quant::WeightFormat{quant::Int8ChannelFormat{}}}) {
+    QuantCase c = make_case(f, 77, 512, true, false, rng);
+    const cuda::QuantWeight q = gpu().quant_weight(c.lw);
+    for (int64_t m : {9, 16, 21}) {
+      const std::vector<float> x = random_bf16(static_cast<size_t>(m * c.k), rng);
+      auto xd = gpu().upload(host_view(x, Shape{m, c.k}), DType::kBF16);
+      auto yd = gpu().allocate(DType::kF32, Shape{m, c.n});
+      poison(yd.view);
+      cuda::launch_quant_gemv({static_cast<const __nv_bfloat16*>(xd.view.data), q,
+                               static_cast<const __nv_bfloat16*>(c.lw.bias.data), yd.view.data, true, static_cast<int>(m)},
+                              gpu().stream());
+      const Compare cmp = compare(download(gpu(), yd.view), oracle(c, x, m));
+      EXPECT_EQ(cmp.nans, 0);
+      EXPECT_LT(cmp.rel_l2, 1e-4) << name(c, m, true);
+    }
+  }
+}
+
+TEST(QuantLinear, DequantizePathMatchesCpuOracle) {
+  std::mt19937 rng(13);
+  struct Case {
+    quant::WeightFormat f;
+    int64_t n, k;
+    bool act_order;
+    std::vector<int64_t> ms;
+  };
+  const std::vector<Case> cases = {
+      {quant::IntGroupFormat{4, 128, true}, 257, 512, false, {9, 17, 61}},
+      {quant::IntGroupFormat{4, 32, false}, 64, 256, false, {12}},
+      {quant::IntGroupFormat{8, 64, true}, 100, 384, false, {33}},
+      {quant::Int8ChannelFormat{}, 129, 256, false, {10, 40}},
+      {quant::IntGroupFormat{4, 128, true}, 96, 512, true, {1, 4, 20}},  // act-order: always this path
+      {quant::IntGroupFormat{8, 128, false}, 31, 384, true, {1, 9}},
+      {quant::IntGroupFormat{4, 16, true}, 50, 256, false, {1, 3}},      // group 16: no GEMV
+      {quant::IntGroupFormat{4, 32, true}, 40, 96, false, {1, 2}},       // k % 128 != 0
+      {quant::Int8ChannelFormat{}, 5, 72, false, {1}},                   // k % 64 != 0
+  };
+  for (const Case& cs : cases) {
+    QuantCase c = make_case(cs.f, cs.n, cs.k, true, cs.act_order, rng);
+    for (int64_t m : cs.ms) {
+      const int64_t before = gpu().quant_dequant_gemms();
+      const std::string what = name(c, m, m % 2 == 0) + (cs.act_order ? " g_idx" : "");
+      run_linear(c, m, m % 2 == 0, 1e-2, rng, what);
+      EXPECT_EQ(gpu().quant_dequant_gemms(), before + 1) << what << " did not run the dequantize path";
+    }
+  }
+}
+
+TEST(QuantLinear, DequantizedWeightMatchesReference) {
+  std::mt19937 rng(17);
+  for (const auto& [f, act] : std::vector<std::pair<quant::WeightFormat, bool>>{
+           {quant::IntGroupFormat{4, 128, true}, true}, {quant::IntGroupFormat{4, 64, false}, false},
+           {quant::IntGroupFormat{8, 32, true}, false}, {quant::Int8ChannelFormat{}, false}}) {
+    QuantCase c = make_case(f, 45, 256, false, act, rng);
+    std::vector<float> ref(static_cast<size_t>(c.n * c.k));
+    quant::dequantize_matrix(c.host(), ref.data());
+    auto wd = gpu().allocate(DType::kBF16, Shape{c.n, c.k});
+    cuda::launch_dequantize_weight(gpu().quant_weight(c.lw), static_cast<__nv_bfloat16*>(wd.view.data),
+                                   gpu().stream());
+    const std::vector<float> got = download(gpu(), wd.view);
+    size_t bad = 0;
+    for (size_t i = 0; i < ref.size(); ++i)
+      if (got[i] != to_float(to_bf16(ref[i]))) ++bad;  // exactly the f32 reference rounded to bf16
+    EXPECT_EQ(bad, 0u) << quant::format_name(f) << (act ? " g_idx" : "");
+  }
+}
+
+// One decode-like step uploaded (graph recording needs one).
+void upload_trivial_step() {
+  backend::StepPlan p;
+  p.token_ids = {0};
+  p.positions = {0};
+  p.slot_mapping = {-1};
+  p.query_start_loc = {0, 1};
+  p.seq_lens = {1};
+  p.block_tables = {0};
+  p.max_blocks_per_seq = 1;
+  p.max_seq_len = 1;
+  p.logit_rows = {0};
+  gpu().upload_step(p);
+}
+
+TEST(QuantLinear, GraphReplayIsBitIdentical) {
+  std::mt19937 rng(19);
+  // The largest weight first (grows the workspace eagerly), then a recording with both paths.
+  QuantCase big = make_case(quant::IntGroupFormat{4, 128, true}, 512, 1024, true, false, rng);
+  QuantCase small = make_case(quant::IntGroupFormat{8, 64, false}, 200, 512, false, false, rng);
+  QuantCase act = make_case(quant::IntGroupFormat{4, 128, false}, 300, 256, true, true, rng);
+  struct Run {
+    QuantCase* c;
+    int64_t m;
+  };
+  const std::vector<Run> runs = {{&big, 1}, {&big, 16}, {&small, 4}, {&act, 2}, {&small, 12}};
+  std::vector<backend::DeviceTensor> xs, eager, graph;
+  for (const Run& r : runs) {
+    const std::vector<float> x = random_bf16(static_cast<size_t>(r.m * r.c->k), rng);
+    xs.push_back(gpu().upload(host_view(x, Shape{r.m, r.c->k}), DType::kBF16));
+    eager.push_back(gpu().allocate(DType::kBF16, Shape{r.m, r.c->n}));
+    graph.push_back(gpu().allocate(DType::kBF16, Shape{r.m, r.c->n}));
+  }
+  for (size_t i = 0; i < runs.size(); ++i) gpu().linear(xs[i].view, runs[i].c->lw, eager[i].view);
+  upload_trivial_step();
+  gpu().begin_capture();
+  for (size_t i = 0; i < runs.size(); ++i) gpu().linear(xs[i].view, runs[i].c->lw, graph[i].view);
+  ASSERT_TRUE(gpu().end_capture(0x9a17));
+  for (int rep = 0; rep < 2; ++rep) {
+    for (auto& g : graph) poison(g.view);
+    ASSERT_TRUE(gpu().replay(0x9a17));
+    for (size_t i = 0; i < runs.size(); ++i)
+      expect_same_bits(graph[i].view, eager[i].view, name(*runs[i].c, runs[i].m, false) + " replay " + std::to_string(rep));
+  }
+
+  // A weight larger than the workspace: the recording fails, end_capture() grows the workspace (the old
+  // recording, made with the old workspace, is dropped at its next replay), the next recording succeeds.
+  QuantCase huge = make_case(quant::IntGroupFormat{4, 128, true}, 1024, 2048, false, false, rng);
+  const std::vector<float> x = random_bf16(static_cast<size_t>(16 * huge.k), rng);
+  auto xd = gpu().upload(host_view(x, Shape{16, huge.k}), DType::kBF16);
+  auto yg = gpu().allocate(DType::kBF16, Shape{16, huge.n});
+  auto ye = gpu().allocate(DType::kBF16, Shape{16, huge.n});
+  gpu().begin_capture();
+  gpu().linear(xd.view, huge.lw, yg.view);
+  EXPECT_FALSE(gpu().end_capture(0x9a18));
+  EXPECT_FALSE(gpu().replay(0x9a17)) << "a recording that holds the old workspace must not replay";
+  gpu().begin_capture();
+  gpu().linear(xd.view, huge.lw, yg.view);
+  ASSERT_TRUE(gpu().end_capture(0x9a18));
+  poison(yg.view);
+  ASSERT_TRUE(gpu().replay(0x9a18));
+  gpu().linear(xd.view, huge.lw, ye.view);
+  expect_same_bits(yg.view, ye.view, "grown workspace replay");
+  gpu().clear_graphs();
+}
+
+TEST(QuantLinear, SupportsAndBadWeights) {
+  EXPECT_TRUE(gpu().supports(quant::IntGroupFormat{4, 128, true}));
+  EXPECT_TRUE(gpu().supports(quant::IntGroupFormat{8, 32, false}));
+  EXPECT_TRUE(gpu().supports(quant::Int8ChannelFormat{}));
+  EXPECT_TRUE(gpu().supports(quant::DenseFormat{DType::kBF16}));
+  EXPECT_FALSE(gpu().supports(quant::W8A8Fp8Format{}));
+  EXPECT_FALSE(gpu().supports(quant::W8A8Int8Format{}));
+  EXPECT_FALSE(gpu().supports(quant::GgufFormat{quant::GgufType::kQ4_0}));
+  std::mt19937 rng(23);
+  QuantCase c = make_case(quant::IntGroupFormat{4, 128, true}, 16, 256, false, false, rng);
+  backend::LinearWeights bad = c.lw;
+  bad.zeros = {};
+  EXPECT_DEATH(gpu().quant_weight(bad), "int4-g128-zp: missing zeros");
+  bad = c.lw;
+  bad.scales.shape = Shape{16, 1};
+  EXPECT_DEATH(gpu().quant_weight(bad), "int4-g128-zp: scales");
+}
+
+}  // namespace
+}  // namespace xinfer::gpu_test
