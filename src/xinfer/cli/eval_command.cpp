@@ -10,7 +10,15 @@
 // --no-add-special-tokens. Windows run one at a time from an empty KV cache in prefill chunks that ask for
 // the logits of every scored row. stdout: a human summary, or one JSON object with --json; progress and
 // logs on stderr.
+//
+// `xinfer eval loglik`: lm-evaluation-harness's loglikelihood requests, (context, continuation) pairs from a
+// JSONL file, each scored in one window from an empty KV cache: the sum over continuation tokens of
+// log p(token | everything before it), and is_greedy (every continuation token is the argmax there). One
+// JSON line per request on stdout, with the token ids used and the per-token log-probabilities.
+//
+//   xinfer eval loglik --model DIR --requests pairs.jsonl
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -253,11 +261,177 @@ int run_ppl(int argc, char** argv) {
   return 0;
 }
 
+// One loglikelihood request: the token ids of its context and continuation.
+struct LoglikRequest {
+  std::vector<int32_t> context;
+  std::vector<int32_t> continuation;
+};
+
+// lm-evaluation-harness's pair encoding: trailing whitespace of the context moves to the continuation; the
+// continuation's ids are those of encode(context + continuation) past encode(context)'s length.
+LoglikRequest encode_pair(const tok::Tokenizer& t, std::string context, std::string continuation, bool add_special) {
+  size_t keep = context.size();
+  while (keep > 0 && std::isspace(static_cast<unsigned char>(context[keep - 1]))) --keep;
+  continuation = context.substr(keep) + continuation;
+  context.resize(keep);
+  const std::vector<int32_t> whole = t.encode(context + continuation, add_special);
+  LoglikRequest r;
+  r.context = t.encode(context, add_special);
+  const size_t n = std::min(r.context.size(), whole.size());
+  r.continuation.assign(whole.begin() + static_cast<ptrdiff_t>(n), whole.end());
+  return r;
+}
+
+// Line `line_no` of --requests: {"context": str, "continuation": str} or {"context_ids": [...],
+// "continuation_ids": [...]}.
+Result<LoglikRequest> parse_loglik_line(const std::string& line, int64_t line_no, const tok::Tokenizer& t,
+                                        bool add_special, int vocab_size) {
+  const std::string where = "--requests line " + std::to_string(line_no) + ": ";
+  json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return invalid_argument(where + "not a JSON object");
+  auto ids_of = [&](const char* key, std::vector<int32_t>* out) -> Status {
+    const json& v = j[key];
+    if (!v.is_array()) return invalid_argument(where + "'" + key + "' must be a list of token ids");
+    for (const json& x : v) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= vocab_size)
+        return invalid_argument(where + "'" + key + "' holds " + x.dump() + ", not a token id in [0, " +
+                                std::to_string(vocab_size) + ")");
+      out->push_back(x.get<int32_t>());
+    }
+    return Status();
+  };
+  LoglikRequest r;
+  if (j.contains("context_ids") || j.contains("continuation_ids")) {
+    XI_RETURN_IF_ERROR(ids_of("context_ids", &r.context));
+    XI_RETURN_IF_ERROR(ids_of("continuation_ids", &r.continuation));
+  } else {
+    if (!j.contains("context") || !j["context"].is_string() || !j.contains("continuation") ||
+        !j["continuation"].is_string())
+      return invalid_argument(where + "needs string 'context' and 'continuation' (or 'context_ids' and "
+                              "'continuation_ids')");
+    r = encode_pair(t, j["context"].get<std::string>(), j["continuation"].get<std::string>(), add_special);
+  }
+  if (r.context.empty())
+    return invalid_argument(where + "the context has no tokens (nothing predicts the continuation's first; "
+                            "lm-eval uses the EOS token as the context of an empty one)");
+  if (r.continuation.empty()) return invalid_argument(where + "the continuation has no tokens");
+  return r;
+}
+
+int run_loglik(int argc, char** argv) {
+  std::string model_path, requests_path, backend_name = "cpu";
+  int prefill_chunk = 512, block_size = 16, threads = 0;
+  bool progress = true, add_special = true, token_logprobs = true;
+  FlagSet flags(
+      "xinfer eval loglik",
+      "lm-evaluation-harness loglikelihood: for each (context, continuation) pair of a JSONL file, the sum of\n"
+      "the continuation tokens' log-probabilities given what precedes them, and is_greedy (each is the\n"
+      "argmax). Lines: {\"context\": str, \"continuation\": str} (tokenized as lm-eval does: the context's\n"
+      "trailing spaces move to the continuation, whose ids are encode(context + continuation) past\n"
+      "encode(context)) or {\"context_ids\": [...], \"continuation_ids\": [...]}. stdout: one JSON line per\n"
+      "request: index, logprob, is_greedy, context_ids, continuation_ids, token_logprobs.\n"
+      "Example: xinfer eval loglik --model DIR --requests pairs.jsonl");
+  flags.add("--model", &model_path, "Hugging Face model directory (config.json, *.safetensors, tokenizer) or .gguf");
+  flags.add("--requests", &requests_path, "JSONL file of (context, continuation) pairs");
+  flags.add("--add-special-tokens", &add_special,
+            "text pairs: add the tokenizer's special tokens (BOS) to the context, as a string prompt of the server");
+  flags.add("--token-logprobs", &token_logprobs, "print each continuation token's log-probability");
+  flags.add("--backend", &backend_name, "cpu or cuda");
+  flags.add("--prefill-chunk", &prefill_chunk, "most tokens per forward step");
+  flags.add("--block-size", &block_size, "KV-cache block size in tokens");
+  flags.add("--threads", &threads, "CPU backend threads; 0 = all cores");
+  flags.add("--progress", &progress, "progress bar while loading (stderr)");
+  if (int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "xinfer eval loglik: %s\n", s.to_string().c_str());
+    return 1;
+  };
+  if (model_path.empty()) return fail(invalid_argument("--model is required"));
+  if (requests_path.empty()) return fail(invalid_argument("--requests is required"));
+  if (prefill_chunk <= 0 || block_size <= 0)
+    return fail(invalid_argument("--prefill-chunk and --block-size must be positive"));
+  auto config = model::load_model_config(model_path);
+  if (!config.ok()) return fail(config.status());
+  auto tokenizer = model::load_tokenizer(model_path);
+  if (!tokenizer.ok()) return fail(tokenizer.status());
+  std::ifstream in(requests_path);
+  if (!in) return fail(not_found("cannot open --requests " + requests_path));
+  std::vector<LoglikRequest> requests;
+  std::string line;
+  int64_t line_no = 0, longest = 0;
+  const int limit = config->context_limit();
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto r = parse_loglik_line(line, line_no, **tokenizer, add_special, config->vocab_size);
+    if (!r.ok()) return fail(r.status());
+    // The last continuation token is never fed: the window holds everything but it.
+    const int64_t fed = static_cast<int64_t>(r->context.size() + r->continuation.size()) - 1;
+    if (limit > 0 && fed + 1 > limit)
+      return fail(out_of_range("--requests line " + std::to_string(line_no) + ": context + continuation = " +
+                               std::to_string(fed + 1) + " tokens exceed the context limit " +
+                               std::to_string(limit) + " (" + config->context_limit_reason() + ")"));
+    longest = std::max(longest, fed + 1);
+    requests.push_back(std::move(*r));
+  }
+  if (requests.empty()) return fail(invalid_argument("--requests " + requests_path + " holds no requests"));
+
+  auto kind = engine::parse_backend_kind(backend_name);
+  if (!kind.ok()) return fail(kind.status());
+  auto backend_or = engine::create_backend(*kind, threads);
+  if (!backend_or.ok()) return fail(backend_or.status());
+  backend::Backend& backend = **backend_or;
+  const int ctx = static_cast<int>(std::max<int64_t>(longest, 2));
+  const int chunk = std::min(prefill_chunk, ctx);
+  model::LoadOptions opts;
+  opts.max_tokens = chunk;
+  opts.max_logit_rows = chunk;
+  opts.max_model_len = ctx;
+  opts.show_progress = progress;
+  auto m = model::LlamaModel::load(model_path, backend, opts);
+  if (!m.ok()) return fail(m.status());
+  engine::prepare_backend_for_model(backend, (*m)->config(), chunk, chunk, 1, ctx, progress);
+  engine::WindowLogits windows(**m, backend, ctx, chunk, block_size);
+  const int V = windows.vocab_size();
+
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const LoglikRequest& r = requests[i];
+    std::vector<int32_t> tokens = r.context;
+    tokens.insert(tokens.end(), r.continuation.begin(), r.continuation.end());
+    const int fed = static_cast<int>(tokens.size()) - 1;
+    const int first_row = static_cast<int>(r.context.size()) - 1;  // predicts the continuation's first token
+    double sum = 0;
+    bool greedy = true;
+    json lps = json::array();
+    for (int pos = 0; pos < fed; pos += chunk) {
+      const int len = std::min(chunk, fed - pos);
+      const int row0 = std::clamp(first_row - pos, 0, len);
+      const std::vector<float>& rows =
+          windows.run(std::span(tokens).subspan(static_cast<size_t>(pos), static_cast<size_t>(len)), pos, row0);
+      for (int row = row0; row < len; ++row) {
+        const auto logits = std::span(rows).subspan(static_cast<size_t>(row - row0) * V, static_cast<size_t>(V));
+        const int32_t target = tokens[static_cast<size_t>(pos + row + 1)];
+        const double lp = engine::token_logprob(logits, target);
+        sum += lp;
+        greedy = greedy && engine::argmax_first(logits) == target;
+        lps.push_back(lp);
+      }
+    }
+    json out = {{"index", i},         {"logprob", sum},         {"is_greedy", greedy},
+                {"context_ids", r.context}, {"continuation_ids", r.continuation}};
+    if (token_logprobs) out["token_logprobs"] = std::move(lps);
+    std::printf("%s\n", out.dump().c_str());
+  }
+  return 0;
+}
+
 int run_eval(int argc, char** argv) {
   const char* usage =
       "Usage: xinfer eval <task> [flags]   (xinfer eval <task> --help for its flags)\n\nTasks:\n"
       "  ppl          perplexity of a model on a text (sliding windows), KL / top-1 against a reference "
-      "model\n";
+      "model\n"
+      "  loglik       lm-eval loglikelihood of (context, continuation) pairs: sum of continuation logprobs, "
+      "is_greedy\n";
   if (argc < 2) {
     std::fputs(usage, stderr);
     return 2;
@@ -272,12 +446,17 @@ int run_eval(int argc, char** argv) {
     argv[1] = prog.data();
     return run_ppl(argc - 1, argv + 1);
   }
+  if (task == "loglik") {
+    std::string prog = std::string(argv[0]) + " loglik";
+    argv[1] = prog.data();
+    return run_loglik(argc - 1, argv + 1);
+  }
   std::fprintf(stderr, "xinfer eval: unknown task '%s'\n\n%s", task.c_str(), usage);
   return 2;
 }
 
 const CommandRegistration kRegistration{
-    "eval", "perplexity of a model on a text, KL / top-1 vs a reference (cpu/cuda)", &run_eval};
+    "eval", "perplexity of a model on a text, KL / top-1 vs a reference; lm-eval loglikelihood pairs (cpu/cuda)", &run_eval};
 
 }  // namespace
 }  // namespace xinfer::cli

@@ -280,6 +280,9 @@ Status Engine::submit(GenerationRequest request, OutputCallback on_output) {
       return invalid_argument("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                               std::to_string(info_.vocab_size) + ")");
   XI_RETURN_IF_ERROR(validate(request.sampling, info_.vocab_size));
+  if (request.prompt_logprobs && (*request.prompt_logprobs < 0 || *request.prompt_logprobs > kMaxLogprobs))
+    return invalid_argument("prompt_logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "], got " +
+                            std::to_string(*request.prompt_logprobs));
   const int num_prompt = static_cast<int>(prompt.size());
   const int max_len = info_.max_model_len;
   if (num_prompt >= max_len)
@@ -415,12 +418,12 @@ void Engine::loop() {
     double drain_s = 0;  // completing the step in flight (recorded as that step's time)
     if (async) {
       const StepRows rows = prepare_step(step, /*feed=*/true);
-      if (config_.device_greedy && rows.plain_argmax) {
+      if (config_.device_greedy && rows.plain_argmax && !rows.prompt_rows) {
         launch_pipelined(step, /*sampled=*/false);
         continue;
       }
       // Device draws, once a synchronous step has shown that the backend takes this model's batches.
-      if (config_.device_sampling && backend_->supports_sampling() && rows.device_drawable &&
+      if (config_.device_sampling && backend_->supports_sampling() && rows.device_drawable && !rows.prompt_rows &&
           runner_->device_sampling_verified()) {
         launch_pipelined(step, /*sampled=*/true);
         continue;
@@ -454,13 +457,16 @@ void Engine::add_request(Submission& s) {
   r.eos_token_ids = info_.eos_token_ids;
   r.ignore_eos = g.sampling.ignore_eos;
   r.arrival_time = g.arrival_time;
+  r.prompt_logits = g.prompt_logprobs.has_value();
   const int num_prompt = static_cast<int>(g.prompt_ids.size());
   if (Status st = scheduler_->add(std::move(r)); !st.ok()) {
     finish_with_error(s, st);
     return;
   }
   RequestState state{std::move(g.request_id), std::move(s.on_output), g.sampling,
-                     SequenceRng::for_request(g.sampling, g.rng_stream), num_prompt};
+                     SequenceRng::for_request(g.sampling, g.rng_stream), num_prompt, 0, std::nullopt, {}};
+  state.prompt_top = g.prompt_logprobs;
+  if (state.prompt_top) state.prompt_logprobs.resize(static_cast<size_t>(num_prompt - 1));
   requests_.emplace(s.id, std::move(state));
 }
 
@@ -477,6 +483,7 @@ Engine::StepRows Engine::prepare_step(const sched::ScheduledStep& step, bool fee
   sample_inputs_.clear();
   sample_ids_.clear();
   sample_live_.clear();
+  chunk_ids_.clear();
   StepRows rows;
   for (const sched::ScheduledSeq& s : step.seqs) {
     auto it = requests_.find(s.seq_id);
@@ -491,6 +498,9 @@ Engine::StepRows Engine::prepare_step(const sched::ScheduledStep& step, bool fee
       continue;
     }
     SequenceChunk c{s.token_ids, s.start_pos, s.block_table, s.sample};
+    c.all_logits = s.all_logits;
+    rows.prompt_rows = rows.prompt_rows || s.all_logits;
+    chunk_ids_.push_back(s.seq_id);
     if (feed) {
       c.token_source = s.pending_row;
     } else {
@@ -566,15 +576,17 @@ void Engine::complete_in_flight() {
 }
 
 double Engine::run_step(const sched::ScheduledStep& step) {
-  const bool all_plain_greedy = prepare_step(step, /*feed=*/false).plain_argmax;
+  const StepRows rows = prepare_step(step, /*feed=*/false);
   std::vector<SampleOutput> outs;
   const bool any_sample = std::find(sample_live_.begin(), sample_live_.end(), true) != sample_live_.end();
-  const bool greedy = config_.device_greedy && all_plain_greedy && any_sample;
+  const bool greedy = config_.device_greedy && rows.plain_argmax && any_sample && !rows.prompt_rows;
   if (!greedy) deliver_pending();  // synchronous paths
   const auto device_begin = std::chrono::steady_clock::now();
   double overlapped_s = 0;  // host time spent delivering the previous step while the device computes
   if (chunks_.empty()) {
     // Every row was discarded (drained after a stop token or an abort): nothing to compute.
+  } else if (rows.prompt_rows) {
+    outs = run_prompt_rows_step();
   } else if (greedy) {
     // Device-side greedy: only the chosen ids come back (4 bytes per row, not the vocab's logits). The
     // previous step's outputs go to their callbacks while the device computes this one.
@@ -607,6 +619,42 @@ double Engine::run_step(const sched::ScheduledStep& step) {
   XI_CHECK_EQ(k, outs.size());
   apply_outputs(sample_ids_, all);
   return device_s;
+}
+
+std::vector<SampleOutput> Engine::run_prompt_rows_step() {
+  const std::vector<float>& logits = runner_->run(chunks_);
+  const size_t vocab = static_cast<size_t>(info_.vocab_size);
+  std::vector<std::pair<float, int32_t>> scratch;
+  size_t row = 0, k = 0;
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    const SequenceChunk& c = chunks_[i];
+    const size_t n = c.all_logits ? c.tokens.size() : (c.want_logits ? 1 : 0);
+    XI_CHECK_LE((row + n) * vocab, logits.size()) << "logits rows of chunk " << i;
+    if (c.all_logits) {
+      RequestState& st = requests_.at(chunk_ids_[i]);
+      const sched::Sequence* seq = scheduler_->find(chunk_ids_[i]);
+      XI_CHECK(seq != nullptr && st.prompt_top.has_value()) << "request " << chunk_ids_[i];
+      // Row j (position p = start_pos + j) predicts token p + 1: prompt log-probabilities up to the prompt's
+      // last token; the prompt's last row is the sampling row.
+      for (size_t j = 0; j < n; ++j) {
+        const size_t p = static_cast<size_t>(c.start_pos) + j;
+        if (p + 1 >= static_cast<size_t>(st.num_prompt_tokens)) break;
+        const int32_t target = seq->tokens[p + 1];
+        PositionLogprobs lp =
+            position_logprobs(std::span<const float>(logits.data() + (row + j) * vocab, vocab), target,
+                              *st.prompt_top, &scratch);
+        st.prompt_logprobs[p] = TokenLogprob{target, lp.logprob, std::move(lp.top), lp.rank};
+      }
+    }
+    if (c.want_logits) {
+      XI_CHECK_LT(k, sample_inputs_.size());
+      sample_inputs_[k++].logits = logits.data() + (row + n - 1) * vocab;
+    }
+    row += n;
+  }
+  XI_CHECK_EQ(k, sample_inputs_.size());
+  XI_CHECK_EQ(row * vocab, logits.size());
+  return sampler_->sample(sample_inputs_);
 }
 
 void Engine::apply_outputs(const std::vector<uint64_t>& sample_ids, const std::vector<SampleOutput>& outs) {
@@ -659,6 +707,7 @@ void Engine::apply_outputs(const std::vector<uint64_t>& sample_ids, const std::v
     RequestOutput out;
     out.request_id = st.request_id;
     append_token(out, outs[i], st.params.logprobs.has_value());
+    if (st.num_output_tokens == 1) out.prompt_logprobs = std::move(st.prompt_logprobs);
     out.num_prompt_tokens = st.num_prompt_tokens;
     out.num_output_tokens = st.num_output_tokens;
     out.num_cached_prompt_tokens = seq->metrics.num_cached_prompt_tokens;
@@ -721,6 +770,7 @@ void Engine::finish_request(uint64_t id, const sched::FinishedRequest& f, const 
   RequestOutput out;
   out.request_id = st.request_id;
   if (last != nullptr) append_token(out, *last, st.params.logprobs.has_value());
+  if (last != nullptr && st.num_output_tokens == 1) out.prompt_logprobs = std::move(st.prompt_logprobs);
   out.finished = true;
   out.finish_reason = reason;
   out.num_prompt_tokens = st.num_prompt_tokens;

@@ -119,6 +119,10 @@ class Engine final : public EngineClient {
     SequenceRng rng;
     int num_prompt_tokens = 0;
     int num_output_tokens = 0;
+    // GenerationRequest::prompt_logprobs: the top count, and [num_prompt_tokens - 1] entries filled by the
+    // all_logits chunks of its prefill (entry p scores prompt token p + 1), handed over with its first output.
+    std::optional<int32_t> prompt_top;
+    std::vector<TokenLogprob> prompt_logprobs;
   };
 
   Engine(EngineConfig config, std::unique_ptr<backend::Backend> backend, std::unique_ptr<ThreadPool> own_pool,
@@ -134,6 +138,7 @@ class Engine final : public EngineClient {
   struct StepRows {
     bool plain_argmax = true;     // every row: is_plain_argmax (device greedy)
     bool device_drawable = true;  // every row: device_samplable and no penalties (ModelRunner::start_sampled)
+    bool prompt_rows = false;     // some chunk is all_logits (prompt logprobs): host logits, never pipelined
   };
   // Fills chunks_ (live rows only), sample_inputs_ and sample_ids_ / sample_live_ (every sampling row) for
   // `step`; feed: placeholder rows read the step in flight (token_source).
@@ -147,6 +152,9 @@ class Engine final : public EngineClient {
   // Scheduler::update() with one output per sampling row (rows of requests no longer live are discarded),
   // bookkeeping, stats, and the rows' outputs queued in pending_.
   void apply_outputs(const std::vector<uint64_t>& sample_ids, const std::vector<SampleOutput>& outs);
+  // A step with all_logits chunks: host logits of every row, prompt log-probabilities scored into the
+  // requests' state, host sampling of the sampling rows.
+  std::vector<SampleOutput> run_prompt_rows_step();
   void record_step_time(bool decode_only, int64_t tokens, double device_s, double host_s);
   // Forgets the request and sends its final output: at once, or with `defer` as a pending delivery.
   void finish_request(uint64_t id, const sched::FinishedRequest& f, const SampleOutput* last, bool defer);
@@ -200,6 +208,7 @@ class Engine final : public EngineClient {
   std::vector<SampleInput> sample_inputs_;
   std::vector<uint64_t> sample_ids_;  // request of every sampling row of the prepared step (StepOutput order)
   std::vector<bool> sample_live_;     // its request was live when prepared (else: a discarded row)
+  std::vector<uint64_t> chunk_ids_;   // request of every chunk in chunks_
   // Asynchronous scheduling: the step launched and not yet applied.
   struct InFlightStep {
     std::vector<uint64_t> sample_ids;  // every sampling row's request

@@ -32,6 +32,11 @@ struct GenerationRequest {
   int priority = 0;                  // lower value = more important (as vLLM)
   uint64_t rng_stream = 0;           // index of this sequence among a request's n choices (seeded RNG stream)
   double arrival_time = -1;          // steady-clock seconds; < 0: now
+  // Prompt log-probabilities (vLLM's prompt_logprobs): set = for every prompt token after the first, its
+  // log-probability given the tokens before it and the this-many most likely tokens there (0..kMaxLogprobs),
+  // from the raw logits (no temperature, penalties or bias). Costs a logits row per prompt token and skips
+  // the prefix cache for this prompt (sched::Request::prompt_logits).
+  std::optional<int32_t> prompt_logprobs;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
@@ -41,6 +46,7 @@ struct TokenLogprob {
   int32_t token = 0;
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top;  // most likely first; empty unless logprobs requested
+  int32_t rank = 0;  // 1 + tokens with a larger logit; 0 = not computed (sampled tokens)
 };
 
 struct RequestTimings {
@@ -55,6 +61,9 @@ struct RequestOutput {
   std::string request_id;
   std::vector<int32_t> new_token_ids;      // tokens generated in this step (usually 1)
   std::vector<TokenLogprob> new_logprobs;  // parallel to new_token_ids when sampling.logprobs is set
+  // With GenerationRequest::prompt_logprobs, in the request's first output only (the one carrying its first
+  // token): [num_prompt_tokens - 1], entry i scores prompt token i + 1 (token 0 has no logprob).
+  std::vector<TokenLogprob> prompt_logprobs;
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;                       // set with kError

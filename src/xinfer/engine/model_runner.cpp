@@ -50,7 +50,12 @@ backend::StepPlan ModelRunner::plan(std::span<const SequenceChunk> chunks, int b
       p.positions.push_back(pos);
       p.slot_mapping.push_back(c.block_table[static_cast<size_t>(pos / block_size)] * block_size + pos % block_size);
     }
-    if (c.want_logits) p.logit_rows.push_back(static_cast<int32_t>(p.token_ids.size()) - 1);
+    if (c.all_logits) {
+      for (size_t i = 0; i < c.tokens.size(); ++i)
+        p.logit_rows.push_back(static_cast<int32_t>(p.token_ids.size() - c.tokens.size() + i));
+    } else if (c.want_logits) {
+      p.logit_rows.push_back(static_cast<int32_t>(p.token_ids.size()) - 1);
+    }
     p.query_start_loc.push_back(static_cast<int32_t>(p.token_ids.size()));
     p.seq_lens.push_back(end);
     p.max_seq_len = std::max(p.max_seq_len, end);
@@ -106,7 +111,7 @@ bool ModelRunner::graph_shape(std::span<const SequenceChunk> chunks, int* bucket
   if (chunks.size() > static_cast<size_t>(kMaxGraphBatch)) return false;
   size_t max_blocks = 1;
   for (const auto& c : chunks) {
-    if (c.tokens.size() != 1) return false;
+    if (c.tokens.size() != 1 || c.all_logits) return false;
     max_blocks = std::max(max_blocks, c.block_table.size());
   }
   int b = 1;

@@ -48,6 +48,9 @@ struct SequenceChunk {
   int32_t start_pos = 0;                 // position of tokens[0] (= tokens already in the KV cache)
   std::span<const int32_t> block_table;  // block ids of the sequence, in order
   bool want_logits = false;              // return logits of the chunk's last token
+  // Return logits of every token of the chunk, in order (prompt log-probabilities); the last of them is the
+  // want_logits row when want_logits is set. Steps with such a chunk never run padded (graphs).
+  bool all_logits = false;
   // >= 0: tokens is one placeholder; feed the id sampled for row token_source (in want_logits order) by the
   // step started just before this one (start_greedy or start_sampled), which must still be in flight.
   int32_t token_source = -1;
@@ -66,8 +69,8 @@ class ModelRunner {
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
 
-  // Runs one forward. Returns logits [number of chunks with want_logits, vocab], row-major, valid until
-  // the next call.
+  // Runs one forward. Returns logits [rows, vocab], row-major, valid until the next call: per chunk in
+  // order, tokens.size() rows when all_logits, else one row when want_logits.
   const std::vector<float>& run(std::span<const SequenceChunk> chunks);
   // Runs one forward like run() but returns, per chunk with want_logits (in order), the argmax of its logits
   // row (ties -> lowest id): the host Sampler's greedy choice for a row with no logit adjustments. Valid

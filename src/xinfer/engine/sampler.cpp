@@ -426,35 +426,52 @@ SampleOutput Sampler::sample_one(const SampleInput& in, Workspace& ws) const {
 
   // ---- Logprobs of the raw model output. ----
   if (p.logprobs) {
-    const float* raw = in.logits;
-    const float raw_max = max_value(raw, V);
-    const double lse = raw_max + std::log(sum_exp(raw, V, raw_max));
-    result.logprob = static_cast<float>(raw[result.token] - lse);
-    const int n = std::min(*p.logprobs, V);
-    if (n > 0) {
-      // Keep the n best (value desc, id asc) in a heap whose front is the worst kept.
-      auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
-        return a.first != b.first ? a.first > b.first : a.second < b.second;
-      };
-      auto& top = ws.top;
-      top.clear();
-      for (int i = 0; i < n; ++i) top.emplace_back(raw[i], i);
-      std::make_heap(top.begin(), top.end(), better);
-      float worst = top.front().first;
-      for (int i = n; i < V; ++i) {
-        if (raw[i] > worst) {  // equal values lose to the lower id already kept
-          std::pop_heap(top.begin(), top.end(), better);
-          top.back() = {raw[i], i};
-          std::push_heap(top.begin(), top.end(), better);
-          worst = top.front().first;
-        }
-      }
-      std::sort(top.begin(), top.end(), better);
-      result.top_logprobs.reserve(top.size());
-      for (const auto& [v, id] : top) result.top_logprobs.emplace_back(id, static_cast<float>(v - lse));
-    }
+    PositionLogprobs lp = position_logprobs(std::span<const float>(in.logits, static_cast<size_t>(V)), result.token,
+                                            *p.logprobs, &ws.top);
+    result.logprob = lp.logprob;
+    result.top_logprobs = std::move(lp.top);
   }
   return result;
+}
+
+PositionLogprobs position_logprobs(std::span<const float> logits, int32_t token, int num_top,
+                                   std::vector<std::pair<float, int32_t>>* scratch) {
+  const float* raw = logits.data();
+  const int V = static_cast<int>(logits.size());
+  XI_CHECK(token >= 0 && token < V) << "token " << token << " vocab " << V;
+  PositionLogprobs out;
+  const float raw_max = max_value(raw, V);
+  const double lse = raw_max + std::log(sum_exp(raw, V, raw_max));
+  out.logprob = static_cast<float>(raw[token] - lse);
+  const float mine = raw[token];
+  int32_t greater = 0;
+  for (int i = 0; i < V; ++i) greater += raw[i] > mine ? 1 : 0;
+  out.rank = greater + 1;
+  const int n = std::min(num_top, V);
+  if (n > 0) {
+    // Keep the n best (value desc, id asc) in a heap whose front is the worst kept.
+    auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    };
+    std::vector<std::pair<float, int32_t>> local;
+    auto& top = scratch ? *scratch : local;
+    top.clear();
+    for (int i = 0; i < n; ++i) top.emplace_back(raw[i], i);
+    std::make_heap(top.begin(), top.end(), better);
+    float worst = top.front().first;
+    for (int i = n; i < V; ++i) {
+      if (raw[i] > worst) {  // equal values lose to the lower id already kept
+        std::pop_heap(top.begin(), top.end(), better);
+        top.back() = {raw[i], i};
+        std::push_heap(top.begin(), top.end(), better);
+        worst = top.front().first;
+      }
+    }
+    std::sort(top.begin(), top.end(), better);
+    out.top.reserve(top.size());
+    for (const auto& [v, id] : top) out.top.emplace_back(id, static_cast<float>(v - lse));
+  }
+  return out;
 }
 
 }  // namespace xinfer::engine

@@ -69,6 +69,18 @@ inline bool is_plain_argmax(const SampleInput& in) {
   return in.params->is_greedy() && !in.params->logprobs.has_value() && !adjusts_logits(in);
 }
 
+// Log-probabilities at one position from its raw logits [vocab] (what the Sampler reports, and prompt
+// log-probabilities): log_softmax of `token` (f32 logits, log-sum-exp in double, result rounded to f32), its
+// rank (1 + the number of tokens with a strictly larger logit, as vLLM), and the num_top most likely tokens,
+// most likely first (ties -> lowest id). O(vocab); scratch (optional) avoids an allocation.
+struct PositionLogprobs {
+  float logprob = 0.0f;
+  int32_t rank = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+PositionLogprobs position_logprobs(std::span<const float> logits, int32_t token, int num_top,
+                                   std::vector<std::pair<float, int32_t>>* scratch = nullptr);
+
 class Sampler {
  public:
   // eos_token_ids: masked while a sequence has fewer than min_tokens outputs (unless ignore_eos).

@@ -16,6 +16,10 @@ struct Request {
   std::vector<int32_t> stop_token_ids;  // user stop tokens (always honoured after min_new_tokens)
   std::vector<int32_t> eos_token_ids;   // the model's EOS ids (the engine fills them)
   bool ignore_eos = false;              // true: eos_token_ids do not stop generation
+  // Logits for every prompt position (prompt log-probabilities): the prefix cache is bypassed until the
+  // prompt has been fed once (a cached position has no logits), and each prefill chunk carries one logits
+  // row per token (ScheduledSeq::all_logits), bounded by the step's logits rows (scheduler.h).
+  bool prompt_logits = false;
   double arrival_time = -1;             // < 0: the scheduler's clock at add()
 };
 

@@ -34,6 +34,9 @@ struct ScheduledSeq {
   // >= 0: a decode row whose token_ids are {kPendingToken}: feed the token sampled for row pending_row
   // (StepOutput order) of the step scheduled just before this one, which is still in flight.
   int pending_row = -1;
+  // Logits rows for every token of the chunk, in order (prompt log-probabilities; Request::prompt_logits),
+  // not only for the last one when it samples. Such a chunk takes num_tokens() of the step's logits rows.
+  bool all_logits = false;
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   // One token that produces a sample: the decode-shaped case (attention kernels may batch these).
   bool is_decode() const { return sample && token_ids.size() == 1; }
@@ -66,6 +69,7 @@ struct ScheduledStep {
   // Decode-shaped sequences first, then prefill chunks; each in priority order.
   std::vector<ScheduledSeq> seqs;
   int num_sampling = 0;                 // seqs with sample == true (StepOutput carries one token each)
+  int num_logit_rows = 0;               // logits rows: num_tokens() per all_logits seq, 1 per other sampling seq
   std::vector<uint64_t> preempted_ids;  // running -> waiting in this step (they will recompute later)
   StepMetrics metrics;
   bool empty() const { return seqs.empty(); }

@@ -150,6 +150,10 @@ void Scheduler::emit(Sequence* s, int n, ScheduledStep& step) {
   q.start_pos = static_cast<int>(s->num_scheduled());
   q.sample = s->num_scheduled() + n == static_cast<int64_t>(s->tokens.size());
   q.block_table = s->table.blocks();
+  if (s->wants_prompt_rows()) {
+    q.all_logits = true;
+    if (q.start_pos + n >= s->num_prompt_tokens) s->prompt_logits_done = true;
+  }
   if (s->placeholder && q.sample) {
     XI_CHECK_EQ(n, 1) << "sequence " << s->request.id << ": a placeholder is fed alone";
     q.pending_row = s->pending_row;
@@ -157,6 +161,18 @@ void Scheduler::emit(Sequence* s, int n, ScheduledStep& step) {
   step.seqs.push_back(q);
   in_flight_.push_back({s, n, q.sample});
   s->num_in_flight += n;
+}
+
+int64_t Scheduler::cap_to_rows(const Sequence* s, int64_t n, int64_t remaining, int rows_left,
+                               int rows_reserved) const {
+  const int64_t free_rows = static_cast<int64_t>(rows_left) - rows_reserved;
+  if (s->wants_prompt_rows()) return std::min(n, free_rows);  // one row per token
+  // Other chunks take a row only when they sample: without one, stop one token short of the end.
+  return n == remaining && free_rows < 1 ? remaining - 1 : n;
+}
+
+int Scheduler::chunk_rows(const Sequence* s, int n, bool samples) const {
+  return s->wants_prompt_rows() ? n : (samples ? 1 : 0);
 }
 
 void Scheduler::extend_provisionally(PendingStep& step) {
@@ -207,7 +223,7 @@ void Scheduler::adapt_interval(double head_wait_s, int num_decodes) {
   }
 }
 
-int Scheduler::admit(int budget, ScheduledStep& step) {
+int Scheduler::admit(int budget, int& rows_left, ScheduledStep& step) {
   const int watermark_blocks =
       static_cast<int>(config_.kv_watermark * static_cast<double>(kv_.pool().num_usable_blocks()));
   const int window = std::max(1, config_.reorder_window);
@@ -219,10 +235,13 @@ int Scheduler::admit(int budget, ScheduledStep& step) {
     // (after that step's update(); not before the next schedule(), since a preempting step admits nobody).
     if (s->placeholder) break;
     const int reserve = running_.empty() ? 0 : watermark_blocks;
-    kv::PrefixMatch m = kv_.match_prefix(s->tokens);
+    // Prompt logits still owed: cached positions would have none, so the whole prompt is computed.
+    kv::PrefixMatch m = s->wants_prompt_rows() ? kv::PrefixMatch{} : kv_.match_prefix(s->tokens);
     const int64_t hit = m.num_tokens(config_.block_size);
-    int64_t n = std::min<int64_t>(static_cast<int64_t>(s->tokens.size()) - hit, budget);
+    const int64_t remaining = static_cast<int64_t>(s->tokens.size()) - hit;
+    int64_t n = std::min<int64_t>(remaining, budget);
     n = std::min<int64_t>(n, kv_.max_total_tokens(s->table, &m, reserve) - hit);
+    n = cap_to_rows(s, n, remaining, rows_left, 0);
     // The chosen request does not fit: stop here rather than let others overtake it (bounded waiting).
     if (n < 1) break;
     XI_CHECK(kv_.allocate(s->table, hit + n, &m, reserve));
@@ -237,6 +256,7 @@ int Scheduler::admit(int budget, ScheduledStep& step) {
       s->metrics.num_cached_prompt_tokens = static_cast<int>(std::min<int64_t>(hit, s->num_prompt_tokens));
     }
     running_.insert(std::upper_bound(running_.begin(), running_.end(), s, MoreImportant()), s);
+    rows_left -= chunk_rows(s, static_cast<int>(n), n == remaining);
     emit(s, static_cast<int>(n), step);
     budget -= static_cast<int>(n);
     ++admitted;
@@ -253,6 +273,9 @@ ScheduledStep Scheduler::schedule() {
   step.seqs.reserve(running_.size() + 4);
   in_flight_.clear();
   int budget = config_.max_num_batched_tokens;
+  // Logits rows the model computes in one forward (its buffer holds max_num_seqs rows: the Engine loads it
+  // so). A decode or a sampling chunk takes one; an all_logits chunk one per token (chunk_rows_cap).
+  int rows_left = config_.max_num_seqs;
 
   // 1. Running sequences in priority order. Decodes later in the order keep one budget token each, so a
   //    long prefill chunk of an important sequence cannot stall everyone's decode. A sequence with nothing
@@ -270,6 +293,7 @@ ScheduledStep Scheduler::schedule() {
     const bool decode = remaining == 1;
     if (decode) --decodes_left;
     int64_t n = decode ? 1 : std::min<int64_t>({remaining, budget - decodes_left, prefill_left});
+    if (!decode) n = cap_to_rows(s, n, remaining, rows_left, decodes_left);
     if (n < 1) continue;
     // Out of blocks: preempt the least important running sequence (never one already in this step,
     // since those come before s in the order) until s fits at least one token; it may be s itself.
@@ -290,6 +314,7 @@ ScheduledStep Scheduler::schedule() {
     }
     if (self_preempted) break;
     XI_CHECK(kv_.allocate(s->table, s->num_scheduled() + n));
+    rows_left -= chunk_rows(s, static_cast<int>(n), n == remaining);
     emit(s, static_cast<int>(n), step);
     budget -= static_cast<int>(n);
     if (!decode) prefill_left -= static_cast<int>(n);
@@ -303,7 +328,7 @@ ScheduledStep Scheduler::schedule() {
   const int admit_budget = std::min(budget, prefill_left);
   if (step.preempted_ids.empty() && !waiting_.empty() && admit_budget > 0 &&
       static_cast<int>(running_.size()) < config_.max_num_seqs && admission_due(num_decodes, now)) {
-    num_admitted = admit(admit_budget, step);
+    num_admitted = admit(admit_budget, rows_left, step);
   }
 
   // Decode-shaped sequences first (kernels batch them), each group in the order scheduled.
@@ -335,6 +360,7 @@ ScheduledStep Scheduler::schedule() {
   m.num_seqs = static_cast<int>(step.seqs.size());
   for (const ScheduledSeq& q : step.seqs) {
     if (q.sample) ++step.num_sampling;
+    step.num_logit_rows += q.all_logits ? q.num_tokens() : (q.sample ? 1 : 0);
     if (q.is_decode()) {
       ++m.num_decode_seqs;
       m.num_decode_tokens += 1;

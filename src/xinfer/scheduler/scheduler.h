@@ -36,6 +36,10 @@
 // Each token in StepOutput is a new output token of its sequence (recomputation never re-samples).
 // Not thread-safe: only the engine loop thread calls it. Spans in a ScheduledStep stay valid until the
 // next add()/abort()/schedule()/update().
+// Logits rows: a step asks the model for at most max_num_seqs logits rows (ScheduledStep::num_logit_rows:
+// one per sampling sequence, one per token of an all_logits chunk). Requests with prompt_logits feed their
+// prompt in chunks cut to the rows left, skip the prefix cache until their prompt has been fed once, and
+// a plain chunk that would sample when no row is left stops one token short.
 // Invariants, checked by check_invariants(): every block's ref count equals its uses in live block
 // tables; a sequence is in exactly one of waiting / running; running.size() <= max_num_seqs; at most two
 // steps in flight; each sequence's num_in_flight equals its tokens in the in-flight steps; a placeholder
@@ -133,7 +137,12 @@ class Scheduler {
 
   void preempt(Sequence* s, ScheduledStep& step);
   void emit(Sequence* s, int n, ScheduledStep& step);
-  int admit(int budget, ScheduledStep& step);
+  int admit(int budget, int& rows_left, ScheduledStep& step);
+  // Logits rows: a prefill chunk of n of s's `remaining` tokens cut to what rows_left rows allow, of which
+  // rows_reserved are kept for decodes later in the order; and the rows a chunk of n tokens takes (emit()
+  // may clear wants_prompt_rows: call it before).
+  int64_t cap_to_rows(const Sequence* s, int64_t n, int64_t remaining, int rows_left, int rows_reserved) const;
+  int chunk_rows(const Sequence* s, int n, bool samples) const;
   bool admission_due(int num_decodes, double now);
   void adapt_interval(double head_wait_s, int num_decodes);
   FinishedRequest finish(Sequence* s, FinishReason reason, double now);

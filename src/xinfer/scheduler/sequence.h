@@ -37,6 +37,9 @@ struct Sequence {
   int64_t num_in_flight = 0;     // tokens scheduled in steps not yet update()d (their KV is being written)
   bool placeholder = false;      // tokens.back() is kPendingToken (see above)
   int pending_row = -1;          // with placeholder: its row in the oldest in-flight step's StepOutput
+  // request.prompt_logits: the chunk that reaches the end of the prompt has been scheduled with all_logits
+  // (every prompt position got its row; a recomputation after preemption needs none and may hit the cache).
+  bool prompt_logits_done = false;
   RequestMetrics metrics;
 
   // Known output tokens (the placeholder is not one).
@@ -47,6 +50,8 @@ struct Sequence {
   int64_t num_scheduled() const { return num_computed + num_in_flight; }
   // Tokens still to be fed (0: every token, the placeholder included, is scheduled).
   int64_t num_remaining() const { return static_cast<int64_t>(tokens.size()) - num_scheduled(); }
+  // Its next prefill chunk needs a logits row per token (prompt log-probabilities still owed).
+  bool wants_prompt_rows() const { return request.prompt_logits && !prompt_logits_done; }
 };
 
 // "a is more important than b": lower priority value, then earlier arrival, then earlier add().

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "xinfer/core/logging.h"
+#include "xinfer/tokenizer/utf8.h"
 
 namespace xinfer::server {
 
@@ -62,7 +63,9 @@ GenerationContext::GenerationContext(OpenAIServer* server, const ServedModel* mo
       c.detok.emplace(*model_->tokenizer, setup_.options.skip_special_tokens, setup_.prompts[p].ids);
       c.filter.emplace(setup_.options.stop, setup_.filter_rules, setup_.options.include_stop_str);
       if (setup_.echo) c.text = setup_.prompts[p].text;
-      c.text_offset = static_cast<int64_t>(c.text.size());
+      // Offsets are cumulative lengths of the returned token strings (vLLM); with echo and logprobs they
+      // start at the prompt's first token.
+      c.text_offset = echo_logprobs() ? 0 : static_cast<int64_t>(tok::count_codepoints(tok::utf8_lossy(c.text)));
       if (setup_.options.logprobs == LogprobsFormat::kCompletion) {
         c.logprobs = json{{"tokens", json::array()}, {"token_logprobs", json::array()},
                           {"top_logprobs", json::array()}, {"text_offset", json::array()}};
@@ -88,6 +91,7 @@ bool GenerationContext::submit_more() {
       req.sampling.max_tokens = model_->engine->info().max_model_len - static_cast<int>(req.prompt_ids.size());
     }
     req.priority = setup_.options.priority;
+    req.prompt_logprobs = setup_.prompt_top;
     req.rng_stream = static_cast<uint64_t>(c.index % setup_.options.n);
     // A choice submitted later queues as a new arrival: it does not overtake other clients' requests.
     req.arrival_time = now;
@@ -116,7 +120,8 @@ void GenerationContext::start() {
   server_->counters().responses[200].fetch_add(1);
   // Opening chunks: the assistant role (chat) or the echoed prompt (completions).
   for (Choice& c : choices_) {
-    if (!setup_.chat && !setup_.echo) break;
+    // With echo and logprobs the prompt goes out with its logprobs, in the first output's chunk (vLLM).
+    if (!setup_.chat && (!setup_.echo || echo_logprobs())) break;
     json chunk = chunk_base();
     json choice = json::object();
     choice["index"] = c.index;
@@ -181,13 +186,76 @@ json GenerationContext::logprob_delta(Choice& c, const engine::RequestOutput& ou
     const std::string s = token_text(lp.token);
     d["tokens"].push_back(s);
     d["token_logprobs"].push_back(finite_logprob(lp.logprob));
+    // The chosen token and the top ones (up to logprobs + 1 entries, as OpenAI and vLLM).
     json top = json::object();
+    top[s] = finite_logprob(lp.logprob);
     for (const auto& [id, v] : lp.top) top[token_text(id)] = finite_logprob(v);
     d["top_logprobs"].push_back(std::move(top));
     d["text_offset"].push_back(c.text_offset);
-    c.text_offset += static_cast<int64_t>(s.size());
+    c.text_offset += static_cast<int64_t>(tok::count_codepoints(tok::utf8_lossy(s)));
   }
   return d;
+}
+
+json GenerationContext::prompt_logprob_delta(Choice& c, const engine::RequestOutput& out) {
+  const tok::Tokenizer& t = *model_->tokenizer;
+  const std::vector<int32_t>& ids = setup_.prompts[c.prompt].ids;
+  const size_t k = static_cast<size_t>(setup_.options.sampling.logprobs.value_or(0));
+  json d{{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+         {"text_offset", json::array()}};
+  // Offsets line up with the echoed text (c.text is still the prompt alone): a token whose text is next in it
+  // starts there; a special token the tokenizer added (a BOS) that the text lacks has width 0; any other
+  // mismatch (a decoding that differs alone and in context) advances by its own length.
+  const std::string& text = c.text;
+  size_t at = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string s = t.decode(std::span<const int32_t>(&ids[i], 1), /*skip_special=*/false);
+    d["tokens"].push_back(s);
+    d["text_offset"].push_back(c.text_offset);
+    const bool next_in_text = at <= text.size() && text.compare(at, s.size(), s) == 0;
+    if (next_in_text || !t.is_special(ids[i])) {
+      at += s.size();
+      c.text_offset += static_cast<int64_t>(tok::count_codepoints(tok::utf8_lossy(s)));
+    }
+    if (i == 0 || i - 1 >= out.prompt_logprobs.size()) {  // nothing predicts the first token
+      d["token_logprobs"].push_back(nullptr);
+      d["top_logprobs"].push_back(nullptr);
+      continue;
+    }
+    const engine::TokenLogprob& lp = out.prompt_logprobs[i - 1];
+    d["token_logprobs"].push_back(finite_logprob(lp.logprob));
+    json top = json::object();
+    top[s] = finite_logprob(lp.logprob);
+    for (size_t j = 0; j < lp.top.size() && j < k; ++j) {
+      const int32_t id = lp.top[j].first;
+      top[t.decode(std::span<const int32_t>(&id, 1), false)] = finite_logprob(lp.top[j].second);
+    }
+    d["top_logprobs"].push_back(std::move(top));
+  }
+  // Generated text follows the echo.
+  c.text_offset = static_cast<int64_t>(tok::count_codepoints(tok::utf8_lossy(text)));
+  return d;
+}
+
+json GenerationContext::prompt_logprob_list(const Choice& c, const engine::RequestOutput& out) const {
+  const tok::Tokenizer& t = *model_->tokenizer;
+  const std::vector<int32_t>& ids = setup_.prompts[c.prompt].ids;
+  const size_t k = static_cast<size_t>(setup_.options.prompt_logprobs.value_or(0));
+  auto entry = [&](int32_t id, float logprob, int32_t rank) {
+    return json{{"logprob", finite_logprob(logprob)},
+                {"rank", rank},
+                {"decoded_token", t.decode(std::span<const int32_t>(&id, 1), /*skip_special=*/false)}};
+  };
+  json list = json::array({nullptr});
+  for (size_t i = 1; i < ids.size() && i - 1 < out.prompt_logprobs.size(); ++i) {
+    const engine::TokenLogprob& lp = out.prompt_logprobs[i - 1];
+    json d = json::object();
+    d[std::to_string(lp.token)] = entry(lp.token, lp.logprob, lp.rank);  // the prompt token first (vLLM)
+    for (size_t j = 0; j < lp.top.size() && j < k; ++j)
+      d[std::to_string(lp.top[j].first)] = entry(lp.top[j].first, lp.top[j].second, static_cast<int32_t>(j + 1));
+    list.push_back(std::move(d));
+  }
+  return list;
 }
 
 void GenerationContext::append_logprobs(json& acc, const json& delta) const {
@@ -217,9 +285,44 @@ void GenerationContext::on_output(size_t index, engine::RequestOutput out) {
     maybe_release();
     return;
   }
+  // The first output carries the prompt's logprobs (when asked): echo entries lead the logprobs, and the
+  // echoed prompt text leads a streamed completion's first chunk.
+  json prompt_lp;
+  std::string prompt_text;
+  if (!c.prompt_seen) {
+    c.prompt_seen = true;
+    if (echo_logprobs()) {
+      prompt_lp = prompt_logprob_delta(c, out);
+      if (setup_.options.stream) prompt_text = c.text;
+    }
+    if (setup_.options.prompt_logprobs) c.prompt_logprobs = prompt_logprob_list(c, out);
+  }
   std::string delta;
   std::string reason;
   size_t consumed = 0;
+  // max_tokens 0 with echo: the one token computed is dropped, the prompt alone is the answer.
+  if (setup_.prompt_only) {
+    json lp = prompt_lp.is_null() ? json() : std::move(prompt_lp);
+    if (!out.finished) {  // max_tokens is 1: the first output is final; abort anything else
+      model_->engine->abort(c.request_id);
+    }
+    finish_choice(c, "length");
+    if (setup_.options.stream) {
+      json chunk = chunk_base();
+      json choice = json::object();
+      choice["index"] = c.index;
+      choice["text"] = echo_logprobs() ? c.text : std::string();
+      choice["logprobs"] = lp.is_null() ? json(nullptr) : lp;
+      choice["finish_reason"] = "length";
+      chunk["choices"] = json::array({choice});
+      send_event(chunk);
+    } else if (!lp.is_null()) {
+      append_logprobs(c.logprobs, lp);
+    }
+    maybe_complete();
+    maybe_release();
+    return;
+  }
   for (int32_t id : out.new_token_ids) {
     ++consumed;
     ++c.num_tokens;
@@ -248,18 +351,22 @@ void GenerationContext::on_output(size_t index, engine::RequestOutput out) {
   }
   json lp;
   if (setup_.options.logprobs != LogprobsFormat::kNone) lp = logprob_delta(c, out, consumed);
+  if (!prompt_lp.is_null()) {
+    append_logprobs(prompt_lp, lp);
+    lp = std::move(prompt_lp);
+  }
   c.text += delta;
   if (!reason.empty()) finish_choice(c, reason);
   if (setup_.options.stream) {
     const bool has_lp = !lp.is_null() && !lp.begin()->empty();
-    if (!delta.empty() || has_lp || !reason.empty()) {
+    if (!delta.empty() || has_lp || !reason.empty() || !prompt_text.empty()) {
       json chunk = chunk_base();
       json choice = json::object();
       choice["index"] = c.index;
       if (setup_.chat) {
         choice["delta"] = delta.empty() && !reason.empty() ? json::object() : json{{"content", delta}};
       } else {
-        choice["text"] = delta;
+        choice["text"] = prompt_text + delta;
       }
       choice["logprobs"] = has_lp ? lp : json(nullptr);
       choice["finish_reason"] = reason.empty() ? json(nullptr) : json(reason);
@@ -307,9 +414,13 @@ json GenerationContext::full_response() const {
     }
     ch["logprobs"] = c.logprobs.is_null() ? json(nullptr) : c.logprobs;
     ch["finish_reason"] = c.finish_reason;
+    if (setup_.options.prompt_logprobs && !setup_.chat) ch["prompt_logprobs"] = c.prompt_logprobs;
     choices.push_back(std::move(ch));
   }
   j["choices"] = std::move(choices);
+  // Chat has one prompt: vLLM reports its prompt_logprobs once, on the response.
+  if (setup_.options.prompt_logprobs && setup_.chat && !choices_.empty())
+    j["prompt_logprobs"] = choices_[0].prompt_logprobs;
   j["usage"] = usage();
   return j;
 }

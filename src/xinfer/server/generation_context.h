@@ -37,6 +37,8 @@ struct PromptInput {
 struct GenerationSetup {
   bool chat = false;
   bool echo = false;
+  bool prompt_only = false;              // completions max_tokens 0 with echo: the prompt alone is answered
+  std::optional<int32_t> prompt_top;     // engine prompt logprobs (echo + logprobs, prompt_logprobs): top count
   GenerationOptions options;
   std::vector<PromptInput> prompts;
   std::string id;
@@ -62,8 +64,10 @@ class GenerationContext : public std::enable_shared_from_this<GenerationContext>
     std::optional<OutputFilter> filter;
     std::string text;
     int num_tokens = 0;
-    int64_t text_offset = 0;  // completions logprobs: offset of the next token's text
+    int64_t text_offset = 0;  // completions logprobs: offset (code points) of the next token's text
     nlohmann::ordered_json logprobs;  // accumulated (non-stream)
+    nlohmann::ordered_json prompt_logprobs;  // vLLM's prompt_logprobs list (options.prompt_logprobs)
+    bool prompt_seen = false;                // the first engine output (carrying prompt logprobs) arrived
     std::string finish_reason;        // "" while running
     bool submitted = false;
     bool engine_done = false;
@@ -80,6 +84,13 @@ class GenerationContext : public std::enable_shared_from_this<GenerationContext>
   void abort_running();
 
   nlohmann::ordered_json logprob_delta(Choice& c, const engine::RequestOutput& out, size_t count);
+  // Echo with logprobs: the prompt's entries in completions format (first token null), advancing text_offset.
+  nlohmann::ordered_json prompt_logprob_delta(Choice& c, const engine::RequestOutput& out);
+  // vLLM's prompt_logprobs list: [null, {id: {logprob, rank, decoded_token}}, ...].
+  nlohmann::ordered_json prompt_logprob_list(const Choice& c, const engine::RequestOutput& out) const;
+  bool echo_logprobs() const {
+    return !setup_.chat && setup_.echo && setup_.options.logprobs == LogprobsFormat::kCompletion;
+  }
   void append_logprobs(nlohmann::ordered_json& acc, const nlohmann::ordered_json& delta) const;
   nlohmann::ordered_json chunk_base() const;
   void send_event(const nlohmann::ordered_json& j);

@@ -115,7 +115,8 @@ bool is_token_id(const json& v, int vocab_size) {
 
 // Fields common to both endpoints. max_tokens_key: "max_tokens" (completions) or, for chat,
 // max_completion_tokens with max_tokens as the deprecated fallback.
-void read_common(Reader& r, bool chat, int vocab_size, GenerationOptions* o) {
+// zero_max_tokens: non-null (completions with echo) allows max_tokens 0, reported there (max_tokens is then 1).
+void read_common(Reader& r, bool chat, int vocab_size, GenerationOptions* o, bool* zero_max_tokens = nullptr) {
   engine::SamplingParams& sp = o->sampling;
   if (auto v = r.number("temperature")) {
     r.in_range("temperature", v, 0, engine::kMaxTemperature);
@@ -153,6 +154,13 @@ void read_common(Reader& r, bool chat, int vocab_size, GenerationOptions* o) {
   }
   const char* max_key = chat && r.has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   if (auto v = r.integer(max_key)) {
+    if (*v == 0 && zero_max_tokens != nullptr) {
+      *zero_max_tokens = true;
+      v = 1;
+    } else if (*v == 0 && !chat) {
+      r.fail("'max_tokens' must be at least 1 (0 is allowed only with 'echo': the prompt alone is returned)",
+             max_key);
+    }
     r.in_range(max_key, v, 1, 1 << 30);
     sp.max_tokens = static_cast<int32_t>(std::clamp<int64_t>(*v, 1, 1 << 30));
   }
@@ -256,6 +264,22 @@ void read_common(Reader& r, bool chat, int vocab_size, GenerationOptions* o) {
     o->logprobs = LogprobsFormat::kCompletion;
     sp.logprobs = static_cast<int32_t>(std::clamp<int64_t>(*lp, 0, engine::kMaxLogprobs));
   }
+  if (const json* pl = r.find("prompt_logprobs")) {
+    if (!pl->is_number_integer()) {
+      r.wrong_type("prompt_logprobs", "an integer", *pl);
+    } else if (pl->get<int64_t>() == -1) {
+      r.fail("'prompt_logprobs' -1 (the whole vocabulary) is not supported by this server; the limit is " +
+                 std::to_string(engine::kMaxLogprobs),
+             "prompt_logprobs");
+    } else {
+      const std::optional<int64_t> v = pl->get<int64_t>();
+      r.in_range("prompt_logprobs", v, 0, engine::kMaxLogprobs);
+      o->prompt_logprobs = static_cast<int32_t>(std::clamp<int64_t>(*v, 0, engine::kMaxLogprobs));
+    }
+    if (o->stream)
+      r.fail("'prompt_logprobs' is not available with 'stream' (use 'echo' with 'logprobs' on /v1/completions)",
+             "prompt_logprobs");
+  }
   if (const json* user = r.find("user"); user && !user->is_string()) r.wrong_type("user", "a string", *user);
   // Constrained output is not implemented: refuse it rather than pretend (a text answer is not JSON).
   if (const json* rf = r.find("response_format")) {
@@ -338,12 +362,10 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(const json& b
   if (req.prompts.size() > static_cast<size_t>(kMaxN)) return bad_request("too many prompts in one request", "prompt");
   if (auto v = r.boolean("echo")) req.echo = *v;
   req.options.sampling.max_tokens = 16;  // OpenAI's and vLLM's default for completions
-  read_common(r, /*chat=*/false, vocab_size, &req.options);
+  read_common(r, /*chat=*/false, vocab_size, &req.options, req.echo ? &req.prompt_only : nullptr);
   if (r.error) return *r.error;
   if (req.prompts.size() * static_cast<size_t>(req.options.n) > static_cast<size_t>(kMaxN))
     return bad_request("number of prompts times 'n' must be at most " + std::to_string(kMaxN), "n");
-  if (req.echo && req.options.logprobs != LogprobsFormat::kNone)
-    return bad_request("'echo' together with 'logprobs' is not supported (no prompt logprobs)", "echo");
   return req;
 }
 

@@ -50,6 +50,10 @@ struct GenerationOptions {
   bool skip_special_tokens = true;
   int priority = 0;
   LogprobsFormat logprobs = LogprobsFormat::kNone;
+  // vLLM's prompt_logprobs extension: per choice (completions) or per response (chat), a list with null
+  // for the first prompt token, then {token id: {logprob, rank, decoded_token}} holding the prompt token and
+  // the this-many most likely tokens. Not with stream (the chunks have no field for it).
+  std::optional<int32_t> prompt_logprobs;
 };
 
 // A completion prompt: text (tokenized by the server) or token ids.
@@ -59,6 +63,9 @@ struct CompletionRequest {
   std::string model;
   std::vector<Prompt> prompts;  // a batch; choices are indexed prompt * n + i
   bool echo = false;
+  // max_tokens 0 with echo (OpenAI legacy, vLLM): the prompt alone comes back (with its logprobs when
+  // asked); options.sampling.max_tokens is then 1 and that token is computed and dropped.
+  bool prompt_only = false;
   GenerationOptions options;
 };
 

@@ -289,7 +289,7 @@ void OpenAIServer::handle_detokenize(const HttpRequest& req, HttpExchange& ex) {
 }
 
 std::optional<ApiError> OpenAIServer::check_cost(const GenerationOptions& o, size_t num_prompts,
-                                                 int64_t cost_tokens, bool chat) const {
+                                                 int64_t cost_tokens, int64_t prompt_entries, bool chat) const {
   const char* max_key = chat ? "max_completion_tokens" : "max_tokens";
   std::ostringstream choices;
   choices << num_prompts * static_cast<size_t>(o.n) << " choices";
@@ -303,16 +303,21 @@ std::optional<ApiError> OpenAIServer::check_cost(const GenerationOptions& o, siz
     e.code = "request_too_costly";
     return e;
   }
-  if (o.logprobs != LogprobsFormat::kNone) {
-    const int64_t top = o.sampling.logprobs.value_or(0);
-    const int64_t entries = cost_tokens * (1 + top);
+  if (o.logprobs != LogprobsFormat::kNone || prompt_entries > 0) {
+    const int64_t top = o.logprobs != LogprobsFormat::kNone ? o.sampling.logprobs.value_or(0) : 0;
+    const int64_t generated = o.logprobs != LogprobsFormat::kNone ? cost_tokens * (1 + top) : 0;
+    const int64_t entries = generated + prompt_entries;
     if (entries > options_.max_request_logprobs) {
       std::ostringstream os;
-      os << "this request may return up to " << entries << " logprob entries (" << cost_tokens
-         << " tokens x (1 + " << top << " top logprobs)); the server's limit is "
+      os << "this request may return up to " << entries << " logprob entries (" << generated
+         << " for generated tokens: " << (o.logprobs != LogprobsFormat::kNone ? cost_tokens : 0) << " x (1 + "
+         << top << " top logprobs); " << prompt_entries
+         << " for prompt tokens: choices x prompt tokens x (1 + top prompt logprobs)); the server's limit is "
          << options_.max_request_logprobs << " per request (--max-request-logprobs): lower 'n', '" << max_key
-         << "' or the number of top logprobs";
-      ApiError e = bad_request(os.str(), chat ? "top_logprobs" : "logprobs");
+         << "', the prompt or the number of top logprobs";
+      const char* param = prompt_entries > generated ? (o.prompt_logprobs ? "prompt_logprobs" : "logprobs")
+                                                     : (chat ? "top_logprobs" : "logprobs");
+      ApiError e = bad_request(os.str(), param);
       e.code = "request_too_costly";
       return e;
     }
@@ -355,6 +360,7 @@ void OpenAIServer::handle_completions(const HttpRequest& req, std::shared_ptr<Ht
     model_name = c.model;
     setup.options = std::move(c.options);
     setup.echo = c.echo;
+    setup.prompt_only = c.prompt_only;
     for (Prompt& p : c.prompts) {
       if (auto* text = std::get_if<std::string>(&p)) {
         setup.prompts.push_back(PromptInput{m.tokenizer->encode(*text, /*add_special_tokens=*/true), *text});
@@ -388,7 +394,21 @@ void OpenAIServer::handle_completions(const HttpRequest& req, std::shared_ptr<Ht
     cost_tokens +=
         static_cast<int64_t>(setup.options.n) * requested.value_or(info.max_model_len - prompt_len);
   }
-  if (auto e = check_cost(setup.options, setup.prompts.size(), cost_tokens, chat)) return send_error(*ex, *e);
+  // Prompt log-probabilities: echo with logprobs (completions) and/or prompt_logprobs; the engine computes the
+  // larger top count once per choice.
+  const bool echo_logprobs = !chat && setup.echo && setup.options.logprobs == LogprobsFormat::kCompletion;
+  if (echo_logprobs) setup.prompt_top = setup.options.sampling.logprobs.value_or(0);
+  if (setup.options.prompt_logprobs)
+    setup.prompt_top = std::max(setup.prompt_top.value_or(0), *setup.options.prompt_logprobs);
+  int64_t prompt_entries = 0;
+  if (setup.prompt_top) {
+    for (const PromptInput& p : setup.prompts)
+      prompt_entries += static_cast<int64_t>(setup.options.n) * static_cast<int64_t>(p.ids.size()) *
+                        (1 + *setup.prompt_top);
+  }
+  if (setup.prompt_only) cost_tokens = 0;  // the one token computed is dropped
+  if (auto e = check_cost(setup.options, setup.prompts.size(), cost_tokens, prompt_entries, chat))
+    return send_error(*ex, *e);
   setup.id = next_id(chat ? "chatcmpl-" : "cmpl-");
   setup.created = static_cast<int64_t>(std::time(nullptr));
   setup.model_name = m.name;

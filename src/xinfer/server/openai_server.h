@@ -48,7 +48,8 @@ struct OpenAIServerOptions {
   std::shared_ptr<const FilterRules> filter_rules;  // may be null
   JsonLimits json_limits;                           // request bodies
   // Cost bounds of one request (400 past them): generated tokens over all choices (choices x max_tokens,
-  // max_tokens unset = up to the context length), and logprob entries (those tokens x (1 + top logprobs)).
+  // max_tokens unset = up to the context length), and logprob entries (those tokens x (1 + top logprobs),
+  // plus, for prompt logprobs, choices x prompt tokens x (1 + top prompt logprobs)).
   int64_t max_request_tokens = 32768;
   int64_t max_request_logprobs = 65536;
   // Per request: choices past this wait for earlier ones to finish. Default kMaxN (off): measured on the
@@ -91,9 +92,10 @@ class OpenAIServer {
   void send_json(HttpExchange& ex, int status, const std::string& body);
   bool authorized(const HttpRequest& req) const;
 
-  // The cost bounds of OpenAIServerOptions; cost_tokens = generated tokens over every choice.
+  // The cost bounds of OpenAIServerOptions; cost_tokens = generated tokens over every choice, prompt_entries =
+  // prompt logprob entries over every choice (choices x prompt tokens x (1 + top)).
   std::optional<ApiError> check_cost(const struct GenerationOptions& o, size_t num_prompts,
-                                     int64_t cost_tokens, bool chat) const;
+                                     int64_t cost_tokens, int64_t prompt_entries, bool chat) const;
   void handle_completions(const HttpRequest& req, std::shared_ptr<HttpExchange> ex, bool chat);
   void handle_models(const HttpRequest& req, HttpExchange& ex);
   void handle_tokenize(const HttpRequest& req, HttpExchange& ex);

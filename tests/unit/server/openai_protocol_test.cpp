@@ -58,7 +58,10 @@ TEST(OpenAIProtocol, TypeAndRangeErrorsNameTheField) {
       {R"({"prompt": "x", "stop": [1]})", "stop"},               {R"({"prompt": "x", "logit_bias": {"x": 1}})", "logit_bias"},
       {R"({"prompt": "x", "seed": 1.5})", "seed"},               {R"({"prompt": "x", "stream_options": {}})", "stream_options"},
       {R"({"prompt": "x", "min_tokens": 20, "max_tokens": 5})", "min_tokens"},
-      {R"({"prompt": "x", "echo": true, "logprobs": 1})", "echo"},
+      {R"({"prompt": "x", "prompt_logprobs": 21})", "prompt_logprobs"},
+      {R"({"prompt": "x", "prompt_logprobs": -1})", "prompt_logprobs"},
+      {R"({"prompt": "x", "prompt_logprobs": 1, "stream": true})", "prompt_logprobs"},
+      {R"({"prompt": "x", "echo": false, "max_tokens": 0})", "max_tokens"},
   };
   for (const auto& [body, param] : cases) {
     auto r = parse_completion_request(json::parse(body), 10);
