@@ -207,7 +207,7 @@ def fp8_e4m3_bits(v: np.ndarray) -> np.ndarray:
     """Exact E4M3FN values -> their bytes."""
     out = np.zeros(v.shape, dtype=np.uint8)
     a = np.abs(v.astype(np.float64))
-    sign = (v < 0).astype(np.uint8) << 7
+    sign = np.signbit(v).astype(np.uint8) << 7  # -0.0 is 0x80, as torch's float8_e4m3fn cast gives it
     sub = a < 2.0 ** -6
     m_sub = np.round(a / 2.0 ** -9).astype(np.int64)
     e = np.floor(np.log2(np.where(a > 0, a, 1.0))).astype(np.int64)

@@ -589,6 +589,9 @@ size_t checkpoint_weight_bytes(const ModelConfig& c, DType dense_dtype,
     const std::string p = "model.layers." + std::to_string(l) + ".";
     total += bytes(p + "self_attn.q_proj", q, H) + 2 * bytes(p + "self_attn.k_proj", kv, H) +
              bytes(p + "self_attn.o_proj", H, q) + 2 * bytes(p + "mlp.gate_proj", I, H) + bytes(p + "mlp.down_proj", H, I);
+    // GPTQ act order keeps one g_idx i32 [K] per (fused) linear, which format_weight_bytes does not count.
+    if (qc.method == QuantMethod::kGptq && qc.desc_act && supported(planned(p + "mlp.down_proj", I)))
+      total += 4 * static_cast<size_t>(H + q + H + I);
     int64_t vec = 2 * H;
     if (c.attention_bias) vec += q + 2 * kv;
     if (c.o_bias) vec += H;
