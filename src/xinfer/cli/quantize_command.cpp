@@ -12,12 +12,14 @@
 // next --heldout-tokens tokens (windows of --calib-len), which calibration never saw. --eval-text scores
 // the in-memory result (exactly the weights written) against the unquantized model (PPL, KL, top-1) on the
 // first --eval-tokens tokens of another text, windows of --eval-ctx. stdout: one JSON summary line.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -86,6 +88,123 @@ Result<compress::ModelDirContents> tokenizer_files(const std::string& model_path
   return c;
 }
 
+// The accuracy table of docs/PERF.md: one calibration (with Hessians), then per row a quantization of the
+// same model scored on the evaluation tokens against the unquantized model; the model is restored between
+// rows. Rows (base options from the command line: sample rows, damp, group size; P = --max-ppl-increase):
+//   w8a8-naive         w8a8-int8, channel weights, no smoothing
+//   sq-0.5-tensor      alpha 0.5, per-tensor weight scales
+//   sq-0.5-channel     alpha 0.5, per-channel
+//   sq-search          alpha searched per group (per-channel)
+//   sq-search-partial  + layers searched under P; then sq-first-N / sq-last-N with the same N
+//   sq-search-gptq     sq-search with GPTQ weights
+//   fp8-naive, fp8-sq  w8a8-fp8 without / with the alpha search
+//   w8a16              int8 per channel RTN
+//   w4a16-rtn, w4a16-gptq  int4 per group (symmetric), RTN / GPTQ
+int run_table(const std::string& spec, const compress::QuantizeOptions& base, double max_ppl_increase,
+              model::LlamaModel& m, backend::Backend& backend, const std::vector<std::vector<int32_t>>& windows,
+              const compress::QuantizeHooks& hooks, engine::WindowLogits& runner, engine::WindowLogits& ref_runner,
+              const std::vector<int32_t>& eval_ids, int eval_ctx, const std::string& report_path,
+              const std::string& model_path, const std::string& calib_path, bool progress) {
+  using compress::Granularity;
+  using compress::LayerSelection;
+  using compress::Scheme;
+  const std::vector<std::string> all = {"w8a8-naive", "sq-0.5-tensor", "sq-0.5-channel", "sq-search",
+                                        "sq-search-partial", "sq-first-N", "sq-last-N", "sq-search-gptq",
+                                        "fp8-naive", "fp8-sq", "w8a16", "w4a16-rtn", "w4a16-gptq"};
+  std::vector<std::string> rows;
+  if (spec == "all") {
+    rows = all;
+  } else {
+    std::stringstream ss(spec);
+    std::string r;
+    while (std::getline(ss, r, ','))
+      if (std::find(all.begin(), all.end(), r) != all.end()) rows.push_back(r);
+      else {
+        std::fprintf(stderr, "xinfer quantize: unknown --table row '%s'\n", r.c_str());
+        return 1;
+      }
+  }
+  engine::PerplexityOptions po;
+  po.ctx = eval_ctx;
+  po.stride = eval_ctx;
+  po.show_progress = progress;
+  auto base_res = engine::evaluate_perplexity(ref_runner, nullptr, eval_ids, po);
+  if (!base_res.ok()) return 1;
+  json table = json::array();
+  table.push_back({{"row", "baseline"}, {"ppl", base_res->ppl()}, {"tokens_scored", base_res->tokens_scored}});
+  std::printf("%s\n", table.back().dump().c_str());
+  std::fflush(stdout);
+
+  compress::QuantizeOptions calib_opts = base;
+  calib_opts.gptq = true;  // Hessians for the GPTQ rows
+  compress::ModelQuantizer calibrator(m, backend, calib_opts);
+  if (Status s = calibrator.calibrate(windows, hooks); !s.ok()) return 1;
+  int searched_n = -1;
+  for (const std::string& row : rows) {
+    compress::QuantizeOptions o = base;
+    o.gptq = false;
+    o.smooth = true;
+    o.smooth_options.alpha.reset();
+    o.scheme.weight_granularity = Granularity::kChannel;
+    o.selection = LayerSelection{};
+    if (row == "w8a8-naive" || row == "fp8-naive") o.smooth = false;
+    if (row == "sq-0.5-tensor" || row == "sq-0.5-channel") o.smooth_options.alpha = 0.5;
+    if (row == "sq-0.5-tensor") o.scheme.weight_granularity = Granularity::kTensor;
+    o.scheme.scheme = row.rfind("fp8", 0) == 0 ? Scheme::kW8A8Fp8
+                      : row == "w8a16"         ? Scheme::kW8A16
+                      : row.rfind("w4a16", 0) == 0 ? Scheme::kW4A16
+                                                   : Scheme::kW8A8Int8;
+    if (row == "sq-search-gptq" || row == "w4a16-gptq") o.gptq = true;
+    if (row == "sq-search-partial") {
+      o.selection.mode = LayerSelection::Mode::kSearch;
+      o.selection.max_ppl_increase = max_ppl_increase;
+    }
+    if (row == "sq-first-N" || row == "sq-last-N") {
+      if (searched_n < 0) {
+        std::fprintf(stderr, "xinfer quantize: --table %s needs sq-search-partial before it\n", row.c_str());
+        return 1;
+      }
+      o.selection.mode = row == "sq-first-N" ? LayerSelection::Mode::kFirst : LayerSelection::Mode::kLast;
+      o.selection.count = searched_n;
+    }
+    compress::ModelQuantizer q(m, backend, o);
+    q.set_calibration(calibrator.calibration());
+    if (Status s = q.prepare(); !s.ok()) return 1;
+    if (Status s = q.select(hooks); !s.ok()) return 1;
+    auto r = engine::evaluate_perplexity(runner, &ref_runner, eval_ids, po);
+    if (!r.ok()) return 1;
+    const json rep = q.report();
+    if (row == "sq-search-partial") searched_n = rep["quantized_layers"].get<int>();
+    json line = {{"row", row},
+                 {"scheme", rep["scheme"]},
+                 {"ppl", r->ppl()},
+                 {"ppl_increase_percent", 100.0 * (r->ppl() / base_res->ppl() - 1.0)},
+                 {"kl", r->mean_kl()},
+                 {"top1", r->top1()},
+                 {"quantized_layers", rep["quantized_layers"]},
+                 {"decoder_linear_flops_quantized", rep["decoder_linear_flops_quantized"]},
+                 {"all_linear_flops_quantized", rep["all_linear_flops_quantized"]}};
+    if (rep.contains("heldout_selected_ppl")) line["heldout_ppl_increase_percent"] =
+        100.0 * (rep["heldout_selected_ppl"].get<double>() / rep["heldout_baseline_ppl"].get<double>() - 1.0);
+    std::vector<int> kept;
+    for (const auto& l : rep["layers"])
+      if (!l["quantized"].get<bool>()) kept.push_back(l["layer"].get<int>());
+    line["kept_layers"] = kept;
+    std::printf("%s\n", line.dump().c_str());
+    std::fflush(stdout);
+    json full = line;
+    full["report"] = rep;
+    table.push_back(full);
+    q.restore();
+  }
+  if (!report_path.empty()) {
+    std::ofstream f(report_path);
+    f << json{{"model", model_path}, {"calib", calib_path}, {"eval_tokens", eval_ids.size()}, {"eval_ctx", eval_ctx},
+              {"rows", table}}.dump(1) << "\n";
+  }
+  return 0;
+}
+
 int run_quantize(int argc, char** argv) {
   std::string model_path, scheme_name = "w8a8-int8", calib_path, out, method = "rtn", alpha = "search",
                           weight_scales = "channel", layers_spec = "all", report_path, eval_path;
@@ -93,6 +212,7 @@ int run_quantize(int argc, char** argv) {
   int group_size = 128, eval_ctx = 512, threads = 0;
   double max_ppl_increase = -1, damp = 0.01;
   bool overwrite = false, act_order = false, symmetric = true, progress = true;
+  std::string table_rows;
   FlagSet flags("xinfer quantize",
                 "Quantize a float model into a compressed-tensors checkpoint, on the CPU.\n"
                 "Schemes: w8a8-int8 (SmoothQuant: int8 per-channel weights, dynamic per-token int8 activations),\n"
@@ -110,7 +230,7 @@ int run_quantize(int argc, char** argv) {
   flags.add("--act-order", &act_order, "GPTQ: columns in decreasing Hessian diagonal order (static groups)");
   flags.add("--damp", &damp, "GPTQ: dampening, fraction of the mean Hessian diagonal");
   flags.add("--group-size", &group_size,
-            "w4a16 group size (32, 64, 128); halved until it divides every linear's input width");
+            "w4a16 group size (32, 64, 128); halved until it divides every input width (else a shorter last group)");
   flags.add("--symmetric", &symmetric, "w4a16: symmetric (--no-symmetric: zero points)");
   flags.add("--alpha", &alpha, "W8A8 smoothing: search (per group, grid 0.05), a fixed alpha in [0, 1], or none");
   flags.add("--weight-scales", &weight_scales, "W8A8 weight scales: channel or tensor");
@@ -123,6 +243,9 @@ int run_quantize(int argc, char** argv) {
   flags.add("--eval-text", &eval_path, "score the result against the unquantized model on this text");
   flags.add("--eval-tokens", &eval_tokens, "tokens of --eval-text scored (its first N)");
   flags.add("--eval-ctx", &eval_ctx, "window length for --eval-text (stride = ctx)");
+  flags.add("--table", &table_rows,
+            "accuracy table: quantize the model once per listed row (comma-separated names, or 'all') from one "
+            "calibration and score each with --eval-text; writes nothing but --report (docs/quantize.md)");
   flags.add("--threads", &threads, "CPU threads; 0 = all cores");
   flags.add("--progress", &progress, "progress bars (stderr)");
   if (int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
@@ -137,6 +260,7 @@ int run_quantize(int argc, char** argv) {
   auto scheme = compress::parse_scheme(scheme_name);
   if (!scheme.ok()) return fail(scheme.status());
   if (out.empty() && eval_path.empty()) return fail(invalid_argument("--out is required"));
+  if (!table_rows.empty() && eval_path.empty()) return fail(invalid_argument("--table needs --eval-text"));
   if (!out.empty())
     if (Status s = compress::check_output_dir(out, overwrite); !s.ok()) return fail(s);
   if (method != "rtn" && method != "gptq")
@@ -171,7 +295,7 @@ int run_quantize(int argc, char** argv) {
   if (!mc.ok()) return fail(mc.status());
   auto config = source_config(model_path, *mc);
   if (!config.ok()) return fail(config.status());
-  if (*scheme == compress::Scheme::kW4A16) {
+  {
     int g = group_size;
     const int64_t widths[] = {mc->hidden_size, static_cast<int64_t>(mc->num_heads) * mc->head_dim, mc->intermediate_size};
     auto fits = [&](int gs) {
@@ -180,11 +304,12 @@ int run_quantize(int argc, char** argv) {
       return true;
     };
     while (g > 32 && !fits(g)) g /= 2;
-    if (!fits(g))
-      return fail(invalid_argument("--group-size: no group of 32, 64 or 128 divides the input widths (" +
-                                   std::to_string(widths[0]) + ", " + std::to_string(widths[1]) + ", " +
-                                   std::to_string(widths[2]) + ")"));
-    if (g != group_size) XI_LOG(INFO) << "quantize: group size " << group_size << " does not divide every input width; using " << g;
+    if (!fits(g)) g = group_size;  // no candidate divides: the last group of a row is shorter
+    if (*scheme == compress::Scheme::kW4A16 && g != group_size)
+      XI_LOG(INFO) << "quantize: group size " << group_size << " does not divide every input width; using " << g;
+    else if (*scheme == compress::Scheme::kW4A16 && !fits(g))
+      XI_LOG(INFO) << "quantize: group size " << g << " does not divide every input width (" << widths[0] << ", "
+                   << widths[1] << ", " << widths[2] << "): the last group of those rows is shorter";
     qo.scheme.group_size = g;
   }
   if (max_ppl_increase >= 0) {
@@ -204,7 +329,7 @@ int run_quantize(int argc, char** argv) {
   auto calib_text = read_file(calib_path, "--calib");
   if (!calib_text.ok()) return fail(calib_text.status());
   const std::vector<int32_t> calib_ids = (*tokenizer)->encode(*calib_text, false);
-  const bool need_heldout = qo.selection.needs_sensitivity();
+  const bool need_heldout = qo.selection.needs_sensitivity() || !table_rows.empty();
   const int64_t need = calib_samples * calib_len + (need_heldout ? heldout_tokens : 0);
   if (static_cast<int64_t>(calib_ids.size()) < need)
     return fail(invalid_argument("--calib " + calib_path + " has " + std::to_string(calib_ids.size()) +
@@ -263,6 +388,13 @@ int run_quantize(int argc, char** argv) {
       return r->ppl();
     };
 
+  if (!table_rows.empty()) {
+    auto ref = model::LlamaModel::load(model_path, backend, lo);
+    if (!ref.ok()) return fail(ref.status());
+    engine::WindowLogits ref_runner(**ref, backend, ctx, chunk, 16);
+    return run_table(table_rows, qo, max_ppl_increase < 0 ? 1.0 : max_ppl_increase, m, backend, windows, hooks,
+                     runner, ref_runner, eval_ids, eval_ctx, report_path, model_path, calib_path, progress);
+  }
   compress::ModelQuantizer quantizer(m, backend, qo);
   if (Status s = quantizer.calibrate(windows, hooks); !s.ok()) return fail(s);
   if (Status s = quantizer.prepare(); !s.ok()) return fail(s);

@@ -25,7 +25,7 @@ Status ModelQuantizer::calibrate(const std::vector<std::vector<int32_t>>& window
     return resource_exhausted("calibration statistics need " + std::to_string(need >> 20) + " MiB but only " +
                               std::to_string(free_bytes >> 20) + " MiB are free (fewer --calib-samples rows kept, or "
                               "--method rtn without the Hessians)");
-  calib_ = std::make_unique<CalibrationCollector>(model_.config(), co);
+  calib_ = std::make_shared<CalibrationCollector>(model_.config(), co);
   model_.set_observer(calib_.get());
   ProgressBar bar("Calibrating", static_cast<int64_t>(windows.size()), "windows", options_.progress);
   for (const auto& w : windows) {
@@ -77,6 +77,8 @@ double final_site_error(const model::ModelConfig& c, const HostLinear& original,
 
 Status ModelQuantizer::prepare() {
   XI_CHECK(calib_ != nullptr) << "prepare() before calibrate()";
+  if (options_.gptq && calib_->stats(0, model::LinearSite::kQkv).hessian.empty())
+    return invalid_argument("GPTQ needs a calibration with Hessians");
   const model::ModelConfig& c = model_.config();
   const int L = c.num_layers;
   const bool smooth = options_.smooth && quantizes_activations(options_.scheme.scheme);

@@ -58,6 +58,12 @@ class ModelQuantizer {
   ModelQuantizer(model::LlamaModel& model, backend::Backend& backend, QuantizeOptions options);
 
   Status calibrate(const std::vector<std::vector<int32_t>>& windows, const QuantizeHooks& hooks);
+  // Several quantizations of one model (the accuracy table) share one calibration: take another
+  // quantizer's (its Hessians are there if that one was made with gptq).
+  std::shared_ptr<CalibrationCollector> calibration() const { return calib_; }
+  void set_calibration(std::shared_ptr<CalibrationCollector> c) { calib_ = std::move(c); }
+  // Puts the original dense layers back into the model (after prepare()).
+  void restore() { apply(std::vector<bool>(applied_.size(), false)); }
   Status prepare();
   Status select(const QuantizeHooks& hooks);
   // Applies a mask (true: quantized) to the in-memory model.
@@ -78,7 +84,7 @@ class ModelQuantizer {
   model::LlamaModel& model_;
   backend::Backend& backend_;
   QuantizeOptions options_;
-  std::unique_ptr<CalibrationCollector> calib_;
+  std::shared_ptr<CalibrationCollector> calib_;
   std::vector<HostLayer> original_, smoothed_;            // [layer]
   std::vector<std::vector<QuantizedWeight>> modules_;     // [layer][module]
   std::vector<std::array<SmoothGroupResult, kNumSites>> smooth_results_;
