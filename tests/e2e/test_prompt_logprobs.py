@@ -157,13 +157,17 @@ def test_n_choices_and_prefix_cache_give_the_same_prompt_logprobs(client, tiny):
     for c in r.choices:
         plp = c.logprobs.token_logprobs[:r.usage.prompt_tokens]
         cold = cold or plp
-        assert plp == cold  # every choice computed every prompt position
+        # Every choice computed every prompt position; chunks of different lengths in different batches
+        # change the CPU GEMMs' summation order (measured up to 5e-7), not more.
+        assert plp[0] is None
+        np.testing.assert_allclose(plp[1:], cold[1:], atol=1e-5, rtol=0)
     if before is not None:
         assert tiny.metrics().get("xinfer:prefix_cache_hits_total") == before  # no cached prompt position used
     # Raw logprobs: the same with another temperature (and from a cache holding this prompt).
     again = client.completions.create(model="xinfer-tiny-shakespeare", prompt=prompt, echo=True, logprobs=0,
                                       max_tokens=0, temperature=0)
-    assert again.choices[0].logprobs.token_logprobs == cold
+    assert again.choices[0].logprobs.token_logprobs[0] is None
+    np.testing.assert_allclose(again.choices[0].logprobs.token_logprobs[1:], cold[1:], atol=1e-5, rtol=0)
 
 
 def test_vllm_prompt_logprobs_extension(client, reference):
@@ -254,3 +258,13 @@ def test_smollm2_prompt_logprobs_vs_llama_cpp_and_eval(smollm2, xinfer_bin, tmp_
         sums.append(total)
     # The multiple-choice answer lm-eval would pick is llama.cpp's: " Paris" over " Berlin".
     assert sums[0] > sums[1]
+
+
+def test_chat_prompt_logprobs_on_the_response(tiny):
+    status, j = tiny.json("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Good morrow"}],
+                                                            "max_tokens": 2, "prompt_logprobs": 1})
+    assert status == 200, j
+    plp = j["prompt_logprobs"]  # once per response (one prompt), as vLLM
+    assert len(plp) == j["usage"]["prompt_tokens"] and plp[0] is None
+    assert all(1 <= len(e) <= 2 and all(v["logprob"] <= 0 for v in e.values()) for e in plp[1:])
+    assert "prompt_logprobs" not in j["choices"][0]
