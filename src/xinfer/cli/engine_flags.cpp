@@ -11,6 +11,9 @@ void EngineFlags::add_to(FlagSet& flags) {
   flags.add("--threads", &config.threads, "CPU threads for the sampler and the CPU backend's ops; 0 = all cores");
   flags.add("--kv-cache-memory", &kv_cache_memory,
             "memory for KV-cache blocks on the CPU backend (host RAM), e.g. 512MiB, 4GiB");
+  flags.add("--kv-cache-dtype", &kv_cache_dtype,
+            "dtype of the KV cache: auto (the activation dtype: f32 on cpu, bf16 on cuda), bf16, fp16, f32 or "
+            "fp8 (fp8 comes with the quantized CUDA kernels)");
   flags.add("--gpu-memory-utilization", &config.gpu_memory_utilization,
             "CUDA backend: fraction of device memory for weights, activations and KV cache (the KV cache gets "
             "what is left)");
@@ -75,6 +78,9 @@ Status EngineFlags::finish() {
   if (!kind.ok()) return kind.status();
   if (kv_cache_memory.bytes == 0) return invalid_argument("--kv-cache-memory must be positive");
   config.backend = *kind;
+  auto kv_dtype = engine::parse_kv_cache_dtype(kv_cache_dtype);
+  if (!kv_dtype.ok()) return kv_dtype.status();
+  config.kv_cache_dtype = *kv_dtype;
   config.kv_cache_memory = static_cast<size_t>(kv_cache_memory.bytes);
   config.enable_cuda_graphs = !enforce_eager;
   config.device_greedy = !host_sampling;

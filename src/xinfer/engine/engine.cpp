@@ -142,8 +142,9 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
   backend::Backend& be = *bundle.backend;
 
   sched::SchedulerConfig& sc = config.scheduler;
-  backend::KvCacheSpec spec{mc.num_layers, 0, sc.block_size, mc.num_kv_heads, mc.head_dim,
-                            be.info().activation_dtype};
+  XI_ASSIGN_OR_RETURN(const DType kv_dtype, resolve_kv_cache_dtype(config.kv_cache_dtype, be.info().activation_dtype,
+                                                               be.info().name));
+  backend::KvCacheSpec spec{mc.num_layers, 0, sc.block_size, mc.num_kv_heads, mc.head_dim, kv_dtype};
   const size_t bytes_per_block = spec.bytes_per_block();
   model::LoadOptions load;
   load.max_tokens = sc.max_num_batched_tokens;
@@ -235,7 +236,7 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
                << " GiB, activations/workspaces/context " << gib(plan.other_bytes) << " GiB, CUDA graphs (reserve) "
                << gib(plan.graph_reserve_bytes) << " GiB, KV cache "
                << gib(plan.kv_bytes) << " GiB = " << sc.num_blocks - 1 << " blocks x " << bytes_per_block
-               << " bytes = " << plan.kv_tokens << " tokens"
+               << " bytes = " << plan.kv_tokens << " tokens of " << dtype_name(spec.dtype)
                << (plan_memory ? " (gpu_memory_utilization " + std::to_string(config.gpu_memory_utilization) +
                                      " of " + std::to_string(gib(plan.total_bytes)) + " GiB)"
                                : std::string(" (kv_cache_memory)"));

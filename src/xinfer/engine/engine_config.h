@@ -15,6 +15,7 @@
 #include <string>
 
 #include "xinfer/core/status.h"
+#include "xinfer/engine/kv_cache_dtype.h"
 #include "xinfer/model/llama.h"
 #include "xinfer/scheduler/scheduler_config.h"
 
@@ -35,6 +36,8 @@ struct EngineConfig {
   model::LoadFormat load_format = model::LoadFormat::kAuto;  // kDummy: random weights, model may be a preset
   uint64_t dummy_seed = 0;
   int max_model_len = 0;                 // prompt + output per sequence; 0: see above
+  // dtype of the KV blocks (kv_cache_dtype.h; `--kv-cache-dtype`): auto = the activation dtype.
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
   int max_waiting = 4096;                // queued requests beyond this -> RESOURCE_EXHAUSTED
   bool show_progress = false;            // progress bar while converting weights
   // Decode-only steps run as recorded CUDA graphs per batch bucket (ModelRunner); false: always eager
