@@ -12,6 +12,8 @@
 //   torch_dtype is kF32, kBF16 or kF16; rope_scaling.type is one of RopeScalingType.
 // Keys missing from config.json take the defaults of the transformers config class of that model type
 // (e.g. num_key_value_heads = num_attention_heads, rope_theta = 10000, Qwen3 head_dim = 128).
+// A `quantization_config` (compressed-tensors, GPTQ, AWQ) is parsed into `quantization` by
+// parse_quantization_config (quantization_config.h); its errors name the field.
 #pragma once
 
 #include <cstdint>
