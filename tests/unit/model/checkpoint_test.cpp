@@ -511,3 +511,40 @@ TEST_F(BrokenCheckpoint, PartsThatCannotBeJoinedAreDequantizedTogether) {
 
 }  // namespace
 }  // namespace xinfer::model
+
+namespace xinfer::model {
+namespace {
+
+// compressed-tensors' weight_g_idx (act order, older writers): a g_idx equal to k / group is dropped; one that
+// swaps the two groups of K = 64 makes column k use the other group's scale: W'[n, k] = ref[n, k] *
+// s[n, 1 - g] / s[n, g] (symmetric int4: the code and zero are unchanged).
+TEST_F(BrokenCheckpoint, CompressedTensorsGIdx) {
+  make("ct_w4a16_g32", nullptr, [](auto& ts) {
+    HostTensor g(DType::kI32, Shape{64});
+    for (int i = 0; i < 64; ++i) g.data<int32_t>()[i] = 1 - i / 32;
+    ts.emplace_back("model.layers.0.self_attn.k_proj.weight_g_idx", std::move(g));
+  });
+  auto files = WeightFiles::open(dir_.path());
+  ASSERT_TRUE(files.ok());
+  auto cfg = load_model_config(dir_.path());
+  ASSERT_TRUE(cfg.ok());
+  const std::string k = "model.layers.0.self_attn.k_proj";
+  auto w = read_checkpoint_linear(*files, cfg->quantization, {{k, kKv}}, kH);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  ASSERT_FALSE(w->g_idx.view().empty());
+  HostLinear d = dequantize_linear(*w);
+  auto golden = WeightFiles::open_file(golden_root() + "/ct_w4a16_g32/golden.safetensors");
+  ASSERT_TRUE(golden.ok());
+  const std::vector<float> ref = floats(*golden, "ref." + k + ".weight");
+  const std::vector<float> s = floats(*files, k + ".weight_scale");  // [32, 2]
+  for (int64_t n = 0; n < kKv; ++n)
+    for (int64_t c = 0; c < kH; ++c) {
+      const int64_t g = c / 32;
+      const float want = ref[static_cast<size_t>(n * kH + c)] / s[static_cast<size_t>(n * 2 + g)] *
+                         s[static_cast<size_t>(n * 2 + 1 - g)];
+      ASSERT_NEAR(d.weight.data<float>()[n * kH + c], want, 1e-6f * std::fabs(want) + 1e-12f) << n << ", " << c;
+    }
+}
+
+}  // namespace
+}  // namespace xinfer::model
