@@ -140,6 +140,8 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
   compress::ModelQuantizer calibrator(m, backend, calib_opts);
   if (Status s = calibrator.calibrate(windows, hooks); !s.ok()) return 1;
   int searched_n = -1;
+  std::unique_ptr<compress::ModelQuantizer> q;
+  std::string prepared;  // what q holds: rows differing only in the layer selection share it
   for (const std::string& row : rows) {
     compress::QuantizeOptions o = base;
     o.gptq = false;
@@ -167,13 +169,22 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
       o.selection.mode = row == "sq-first-N" ? LayerSelection::Mode::kFirst : LayerSelection::Mode::kLast;
       o.selection.count = searched_n;
     }
-    compress::ModelQuantizer q(m, backend, o);
-    q.set_calibration(calibrator.calibration());
-    if (Status s = q.prepare(); !s.ok()) return 1;
-    if (Status s = q.select(hooks); !s.ok()) return 1;
+    const std::string key = std::string(compress::scheme_name(o.scheme.scheme)) + (o.smooth ? "s" : "n") +
+                            (o.smooth_options.alpha ? std::to_string(*o.smooth_options.alpha) : "search") +
+                            compress::granularity_name(o.scheme.weight_granularity) + (o.gptq ? "gptq" : "rtn");
+    if (!q || key != prepared) {
+      if (q) q->restore();
+      q = std::make_unique<compress::ModelQuantizer>(m, backend, o);
+      q->set_calibration(calibrator.calibration());
+      if (Status s = q->prepare(); !s.ok()) return 1;
+      prepared = key;
+    } else {
+      q->set_selection(o.selection);
+    }
+    if (Status s = q->select(hooks); !s.ok()) return 1;
     auto r = engine::evaluate_perplexity(runner, &ref_runner, eval_ids, po);
     if (!r.ok()) return 1;
-    const json rep = q.report();
+    const json rep = q->report();
     if (row == "sq-search-partial") searched_n = rep["quantized_layers"].get<int>();
     json line = {{"row", row},
                  {"scheme", rep["scheme"]},
@@ -195,8 +206,8 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
     json full = line;
     full["report"] = rep;
     table.push_back(full);
-    q.restore();
   }
+  if (q) q->restore();
   if (!report_path.empty()) {
     std::ofstream f(report_path);
     f << json{{"model", model_path}, {"calib", calib_path}, {"eval_tokens", eval_ids.size()}, {"eval_ctx", eval_ctx},

@@ -66,6 +66,8 @@ class ModelQuantizer {
   void restore() { apply(std::vector<bool>(applied_.size(), false)); }
   Status prepare();
   Status select(const QuantizeHooks& hooks);
+  // Another layer selection for the same prepared quantization (then select() again).
+  void set_selection(const LayerSelection& s) { options_.selection = s; }
   // Applies a mask (true: quantized) to the in-memory model.
   void apply(const std::vector<bool>& quantized);
 

@@ -1,0 +1,61 @@
+"""The compressed-tensors package decompresses what `xinfer quantize` writes to the weights our numpy reader
+(tools/quantize_numpy_reference.py, written from the format's definitions) gets: for every directory given,
+ModelCompressor (the package's own entry point, as transformers and vLLM use it) decompresses the
+checkpoint into a float LlamaForCausalLM, and every decompressed linear weight must equal numpy's within
+float32 rounding of scale * (q - zero). Needs torch and the compressed-tensors wheel (GPU machine; runs on
+its CPU). Prints one JSON line per directory and exits 1 on any mismatch.
+
+    python3 tests/gpu/check_compressed_tensors.py DIR [DIR ...]
+"""
+import json
+import pathlib
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
+import quantize_numpy_reference as ref  # noqa: E402
+
+
+def decompress_with_package(d: pathlib.Path) -> dict:
+    import compressed_tensors
+    from compressed_tensors.compressors import ModelCompressor
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.from_pretrained(d)
+    qcfg = cfg.quantization_config
+    del cfg.quantization_config
+    model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+    mc = ModelCompressor.from_compression_config(qcfg)
+    mc.decompress(model_path=str(d), model=model)
+    return {k: v.detach().to(torch.float64).numpy() for k, v in model.state_dict().items()}, compressed_tensors.__version__
+
+
+def main() -> int:
+    bad = 0
+    for arg in sys.argv[1:]:
+        d = pathlib.Path(arg)
+        ck = ref.Checkpoint(d)
+        try:
+            got, version = decompress_with_package(d)
+        except Exception as e:  # report and go on with the other directories
+            print(json.dumps({"dir": d.name, "error": f"{type(e).__name__}: {e}"}))
+            bad += 1
+            continue
+        worst, worst_name = 0.0, ""
+        for module in sorted(ck.quantized):
+            key = module + ".weight"
+            want = ck.w[key]
+            diff = float(np.abs(got[key] - want).max() / max(np.abs(want).max(), 1e-30))
+            if diff > worst:
+                worst, worst_name = diff, key
+        ok = worst <= 1e-6 and len(ck.quantized) > 0
+        bad += not ok
+        print(json.dumps({"dir": d.name, "format": ck.q["format"], "modules": len(ck.quantized),
+                          "max_rel_diff": worst, "worst": worst_name, "ok": ok, "compressed_tensors": version}))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
