@@ -9,6 +9,10 @@ void EngineFlags::add_to(FlagSet& flags) {
   host_sampling = !config.device_greedy && !config.device_sampling;
   flags.add("--backend", &backend, "cpu or cuda");
   flags.add("--threads", &config.threads, "CPU threads for the sampler and the CPU backend's ops; 0 = all cores");
+  flags.add("--tensor-parallel-size", &config.tensor_parallel_size,
+            "split the model over this many ranks (CUDA: one per GPU; CPU: threads sharing the cores and "
+            "--kv-cache-memory); must divide the attention heads and the FFN width (e.g. 3 for SmolLM2's 9 "
+            "heads); graphs and async scheduling are off when > 1");
   flags.add("--kv-cache-memory", &kv_cache_memory,
             "memory for KV-cache blocks on the CPU backend (host RAM), e.g. 512MiB, 4GiB");
   flags.add("--kv-cache-dtype", &kv_cache_dtype,

@@ -19,7 +19,7 @@ struct EngineFlags {
   bool host_sampling = false;                          // !config.device_greedy && !config.device_sampling
   bool async_scheduling = true;                        // config.async_scheduling when given (else: auto)
 
-  // Registers --backend --threads --kv-cache-memory --gpu-memory-utilization --max-model-len --block-size
+  // Registers --backend --threads --tensor-parallel-size --kv-cache-memory --gpu-memory-utilization --max-model-len --block-size
   // --enforce-eager --host-sampling --device-sampling --async-scheduling --gemm-tuning --gemm-tuning-cache
   // --enable-prefix-caching
   // --max-num-seqs

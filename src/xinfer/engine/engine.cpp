@@ -12,6 +12,7 @@
 #include "xinfer/core/check.h"
 #include "xinfer/core/logging.h"
 #include "xinfer/engine/backend_factory.h"
+#include "xinfer/engine/tensor_parallel.h"
 #include "xinfer/kv_cache/kv_cache_manager.h"
 #include "xinfer/model/checkpoint_linear.h"
 #include "xinfer/model/model_config.h"
@@ -29,11 +30,21 @@ struct BackendBundle {
 // The one place that knows how to build each backend (and the only #if on CUDA in the engine).
 // The CUDA backend reserves its split-KV decode workspace here, before the memory plan measures what
 // is in use.
-Result<BackendBundle> make_backend(const EngineConfig& config, const model::ModelConfig& mc, int max_seq_len) {
+// Tensor parallelism on the CPU: the ranks share the cores (each rank's pool gets its part of them).
+int cpu_threads_per_rank(const EngineConfig& config) {
+  if (config.tensor_parallel_size <= 1) return config.threads;
+  const int total = config.threads > 0 ? config.threads : static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, total / config.tensor_parallel_size);
+}
+
+// `device`: the CUDA device (tensor-parallel rank r runs on device r).
+Result<BackendBundle> make_backend(const EngineConfig& config, const model::ModelConfig& mc, int max_seq_len,
+                                   int device = 0) {
   BackendBundle b;
   switch (config.backend) {
     case BackendKind::kCpu: {
-      auto cpu = std::make_unique<cpu::CpuBackend>(cpu::CpuBackendOptions{config.threads});
+      (void)device;
+      auto cpu = std::make_unique<cpu::CpuBackend>(cpu::CpuBackendOptions{cpu_threads_per_rank(config)});
       b.sampler_pool = &cpu->pool();  // forward and sampling never overlap: one pool serves both
       b.backend = std::move(cpu);
       return b;
@@ -42,6 +53,7 @@ Result<BackendBundle> make_backend(const EngineConfig& config, const model::Mode
 #if defined(XINFER_HAVE_CUDA)
       XI_RETURN_IF_ERROR(usable_cuda_device());
       cuda::CudaBackendOptions options;
+      options.device = device;
       options.gemm_tuning = config.gemm_tuning;
       options.gemm_tuning_cache = config.gemm_tuning_cache;
       options.gemv_pdl = config.gemv_pdl;
@@ -138,13 +150,23 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
   // takes kv_cache_memory of host RAM.
   const bool plan_memory = config.backend == BackendKind::kCuda;
   const int longest = config.max_model_len > 0 ? config.max_model_len : max_pos;
+  // Tensor parallelism: every size checked before any backend or weight (docs/tensor_parallel.md).
+  const int tp = config.tensor_parallel_size;
+  if (tp > 1) {
+    XI_RETURN_IF_ERROR(validate_tensor_parallel(mc, tp, config.backend));
+    if (config.enable_cuda_graphs || config.async_scheduling.value_or(false))
+      XI_LOG(INFO) << "engine: tensor_parallel_size " << tp << ": CUDA graphs and asynchronous scheduling are off";
+    config.enable_cuda_graphs = false;
+    config.async_scheduling = false;
+  }
+  XI_ASSIGN_OR_RETURN(model::ModelShard shard0, model::ModelShard::make(mc, tp, 0));
   XI_ASSIGN_OR_RETURN(BackendBundle bundle, make_backend(config, mc, longest));
   backend::Backend& be = *bundle.backend;
 
   sched::SchedulerConfig& sc = config.scheduler;
   XI_ASSIGN_OR_RETURN(const DType kv_dtype, resolve_kv_cache_dtype(config.kv_cache_dtype, be.info().activation_dtype,
                                                                be.info().name));
-  backend::KvCacheSpec spec{mc.num_layers, 0, sc.block_size, mc.num_kv_heads, mc.head_dim, kv_dtype};
+  backend::KvCacheSpec spec{mc.num_layers, 0, sc.block_size, shard0.num_kv_heads, mc.head_dim, kv_dtype};
   const size_t bytes_per_block = spec.bytes_per_block();
   model::LoadOptions load;
   load.max_tokens = sc.max_num_batched_tokens;
@@ -152,15 +174,36 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
   load.show_progress = config.show_progress;
   load.load_format = config.load_format;
   load.seed = config.dummy_seed;
+  // Ranks 1..tp-1 start on their own threads (backend, communicator) and load their shards meanwhile.
+  std::unique_ptr<TensorParallelGroup> tp_group;
+  if (tp > 1) {
+    TensorParallelOptions o;
+    o.tp_size = tp;
+    o.backend = config.backend;
+    o.make_backend = [config, mc, longest](int rank) -> Result<std::unique_ptr<backend::Backend>> {
+      XI_ASSIGN_OR_RETURN(BackendBundle b, make_backend(config, mc, longest, rank));
+      return std::move(b.backend);
+    };
+    o.model_dir = config.model_dir;
+    o.load = load;
+    o.load.max_model_len = config.max_model_len;
+    XI_ASSIGN_OR_RETURN(tp_group, TensorParallelGroup::start(o, mc, be));
+    load.tp_size = tp;
+    load.tp_rank = 0;
+    load.comm = tp_group->rank0_comm();
+  }
 
   std::unique_ptr<model::LlamaModel> model;
   MemoryPlan plan;
   size_t kv_budget = config.kv_cache_memory;
   if (plan_memory) {
     const backend::BackendInfo before = be.info();
-    // From the checkpoint's formats (quantized linears at their packed size where the backend runs them).
-    const size_t weights_estimate = model::checkpoint_weight_bytes(
-        mc, spec.dtype, [&](const quant::WeightFormat& f) { return be.supports(f); });
+    // From the checkpoint's formats (quantized linears at their packed size where the backend runs them),
+    // this rank's share.
+    const size_t weights_estimate = static_cast<size_t>(
+        static_cast<double>(model::checkpoint_weight_bytes(
+            mc, spec.dtype, [&](const quant::WeightFormat& f) { return be.supports(f); })) *
+        static_cast<double>(shard0.parameter_count(mc)) / static_cast<double>(model::LlamaModel::parameter_count(mc)));
     const double usable = config.gpu_memory_utilization * static_cast<double>(before.total_memory) -
                           static_cast<double>(before.total_memory - before.free_memory);
     if (static_cast<double>(weights_estimate) > usable)
@@ -171,7 +214,8 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
           " parameters) but " + before.name + " has " + std::to_string(gib(before.total_memory)) +
           " GiB, of which gpu_memory_utilization " + std::to_string(config.gpu_memory_utilization) +
           " leaves " + std::to_string(usable / (1 << 30)) +
-          " GiB: it does not fit one GPU (tensor parallelism is not implemented yet)");
+          " GiB: this rank's share (tensor_parallel_size " + std::to_string(tp) +
+          ") does not fit; raise --tensor-parallel-size");
     load.max_model_len = config.max_model_len;  // 0: the rope table covers max_position_embeddings
     XI_ASSIGN_OR_RETURN(model, model::LlamaModel::load(config.model_dir, be, load));
     be.synchronize();
@@ -183,11 +227,21 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
     plan.graph_reserve_bytes = config.enable_cuda_graphs && be.supports_graphs() ? kGraphMemoryReserve : 0;
     const double kv_part = budget - static_cast<double>(plan.graph_reserve_bytes);
     kv_budget = kv_part > 0 ? static_cast<size_t>(kv_part) : 0;
+    if (tp_group) {  // every rank holds the same blocks: the smallest budget decides
+      XI_RETURN_IF_ERROR(tp_group->wait_loaded());
+      for (const TensorParallelGroup::RankReport& r : tp_group->follower_reports()) {
+        const double b = config.gpu_memory_utilization * static_cast<double>(r.info.total_memory) -
+                         static_cast<double>(r.info.total_memory - r.info.free_memory) -
+                         static_cast<double>(plan.graph_reserve_bytes);
+        kv_budget = std::min(kv_budget, b > 0 ? static_cast<size_t>(b) : size_t{0});
+      }
+    }
     plan.weight_bytes = model->weight_bytes();
     plan.other_bytes = used > plan.weight_bytes ? used - plan.weight_bytes : 0;
     plan.total_bytes = after.total_memory;
   }
-  sc.num_blocks = kv::num_blocks_for_budget(kv_budget, bytes_per_block);
+  // On the CPU the ranks share kv_cache_memory (one host RAM); on devices each rank has its own budget.
+  sc.num_blocks = kv::num_blocks_for_budget(kv_budget, bytes_per_block * (plan_memory ? 1 : static_cast<size_t>(tp)));
   if (sc.num_blocks == 0) {
     return invalid_argument(std::string(plan_memory ? "the memory left after weights and workspaces under "
                                                       "gpu_memory_utilization"
@@ -228,6 +282,7 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
   plan.num_blocks = sc.num_blocks;
   plan.kv_tokens = kv_tokens - 1;
   if (!plan_memory) plan.weight_bytes = model->weight_bytes();
+  if (tp_group) XI_RETURN_IF_ERROR(tp_group->wait_loaded());
   if (!config.async_scheduling) config.async_scheduling = be.async_host_copies();
   XI_LOG(INFO) << "engine: " << config.to_string();
   XI_LOG(INFO) << "engine: model " << model->config().to_string() << "; " << model::LlamaModel::parameter_count(mc)
@@ -241,17 +296,29 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
                                      " of " + std::to_string(gib(plan.total_bytes)) + " GiB)"
                                : std::string(" (kv_cache_memory)"));
   ThreadPool* pool = bundle.sampler_pool;
+  if (tp_group) {
+    XI_LOG(INFO) << "engine: tensor parallel rank 0: " << shard0.to_string() << "; weights "
+                 << gib(model->weight_bytes()) << " GiB on " << be.info().name << ", KV cache "
+                 << gib(plan.kv_bytes) << " GiB (" << sc.num_blocks - 1 << " blocks of " << bytes_per_block << " bytes)";
+    for (const TensorParallelGroup::RankReport& r : tp_group->follower_reports())
+      XI_LOG(INFO) << "engine: tensor parallel rank " << r.rank << ": " << r.shard << "; weights "
+                   << gib(r.weight_bytes) << " GiB on " << r.info.name << ", KV cache " << gib(plan.kv_bytes)
+                   << " GiB; free after loading " << gib(r.info.free_memory) << " of " << gib(r.info.total_memory)
+                   << " GiB";
+  }
   std::unique_ptr<Engine> engine(new Engine(std::move(config), std::move(bundle.backend), std::move(bundle.own_pool),
-                                            pool, std::move(model), spec));
+                                            pool, std::move(model), spec, std::move(tp_group)));
   engine->memory_plan_ = plan;
   return engine;
 }
 
 Engine::Engine(EngineConfig config, std::unique_ptr<backend::Backend> backend, std::unique_ptr<ThreadPool> own_pool,
-               ThreadPool* sampler_pool, std::unique_ptr<model::LlamaModel> model, backend::KvCacheSpec kv_spec)
+               ThreadPool* sampler_pool, std::unique_ptr<model::LlamaModel> model, backend::KvCacheSpec kv_spec,
+               std::unique_ptr<TensorParallelGroup> tp)
     : config_(std::move(config)),
       backend_(std::move(backend)),
       own_pool_(std::move(own_pool)),
+      tp_(std::move(tp)),
       model_(std::move(model)),
       metrics_(config_.served_model_name, config_.scheduler.max_num_batched_tokens, config_.scheduler.max_num_seqs) {
   const model::ModelConfig& mc = model_->config();
@@ -262,6 +329,10 @@ Engine::Engine(EngineConfig config, std::unique_ptr<backend::Backend> backend, s
   info_.max_waiting = config_.max_waiting;
   runner_ = std::make_unique<ModelRunner>(*model_, *backend_, kv_spec,
                                           config_.enable_cuda_graphs ? GraphMode::kOn : GraphMode::kOff);
+  if (tp_) {  // the other ranks' KV caches, then every step's plan goes to them first
+    tp_->allocate_kv(kv_spec);
+    runner_->set_followers(tp_.get());
+  }
   sampler_ = std::make_unique<Sampler>(mc.vocab_size, sampler_pool ? sampler_pool : own_pool_.get(),
                                        mc.eos_token_ids);
   scheduler_ = std::make_unique<sched::Scheduler>(config_.scheduler);

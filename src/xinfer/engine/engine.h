@@ -51,6 +51,7 @@
 #include "xinfer/engine/metrics.h"
 #include "xinfer/engine/model_runner.h"
 #include "xinfer/engine/sampler.h"
+#include "xinfer/engine/tensor_parallel.h"
 #include "xinfer/model/llama.h"
 #include "xinfer/scheduler/scheduler.h"
 
@@ -126,7 +127,8 @@ class Engine final : public EngineClient {
   };
 
   Engine(EngineConfig config, std::unique_ptr<backend::Backend> backend, std::unique_ptr<ThreadPool> own_pool,
-         ThreadPool* sampler_pool, std::unique_ptr<model::LlamaModel> model, backend::KvCacheSpec kv_spec);
+         ThreadPool* sampler_pool, std::unique_ptr<model::LlamaModel> model, backend::KvCacheSpec kv_spec,
+         std::unique_ptr<TensorParallelGroup> tp);
 
   void loop();
   void add_request(Submission& s);
@@ -172,6 +174,9 @@ class Engine final : public EngineClient {
   MemoryPlan memory_plan_;
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<ThreadPool> own_pool_;  // sampler pool when the backend has none to share
+  // Tensor parallelism: ranks 1..N-1 (rank 0 is backend_ / model_ / runner_). Destroyed after model_ and
+  // runner_ (declared before them), which hold rank 0's communicator.
+  std::unique_ptr<TensorParallelGroup> tp_;
   std::unique_ptr<model::LlamaModel> model_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Sampler> sampler_;

@@ -75,6 +75,11 @@ struct EngineConfig {
   // when the backend runs asynchronously (Backend::async_host_copies(): CUDA), off on the CPU (where it would
   // only delay each output by a step); create() resolves it (`--async-scheduling` / `--no-async-scheduling`).
   std::optional<bool> async_scheduling;
+  // Tensor parallelism (docs/tensor_parallel.md): the model split over this many ranks, one per GPU on CUDA
+  // (threads of this process on the CPU, kv_cache_memory then shared by all ranks). Must divide the attention
+  // heads and the FFN width; the kv heads are replicated when fewer. CUDA graphs and asynchronous scheduling
+  // are off when > 1 (`--tensor-parallel-size`).
+  int tensor_parallel_size = 1;
   // Policy and limits; num_blocks and max_model_len are overwritten by create().
   sched::SchedulerConfig scheduler;
 

@@ -128,6 +128,10 @@ bool ModelRunner::graph_shape(std::span<const SequenceChunk> chunks, int* bucket
 }
 
 backend::StepMeta ModelRunner::upload(backend::StepPlan& p) {
+  if (followers_ != nullptr) {  // tensor parallel: the other ranks run the same step
+    XI_CHECK(graph_mode_ != GraphMode::kOn) << "graphs are off under tensor parallelism";
+    followers_->launch(p);
+  }
   if (p.token_sources.empty()) return backend_.upload_step(p);
   XI_CHECK(!greedy_flights_.empty()) << "a chunk feeds a token but no greedy step is in flight";
   const GreedyFlight& prev = greedy_flights_.back();

@@ -39,6 +39,7 @@
 #include "xinfer/backend/backend.h"
 #include "xinfer/engine/device_sampling.h"
 #include "xinfer/engine/sampler.h"
+#include "xinfer/engine/step_followers.h"
 #include "xinfer/model/llama.h"
 
 namespace xinfer::engine {
@@ -108,6 +109,9 @@ class ModelRunner {
   int vocab_size() const { return model_.config().vocab_size; }
   model::LlamaModel& model() { return model_; }
   void set_graph_mode(GraphMode mode) { graph_mode_ = mode; }
+  // Tensor parallelism: the other ranks, handed every step's plan before this rank's forward (nullptr: none).
+  // Graphs stay off and no step may feed device tokens while followers are set.
+  void set_followers(StepFollowers* followers) { followers_ = followers; }
   GraphMode graph_mode() const { return graph_mode_; }
   int64_t graph_captures() const { return graph_captures_; }  // recordings made
   int64_t graph_replays() const { return graph_replays_; }    // steps run from a recording
@@ -134,6 +138,7 @@ class ModelRunner {
   backend::KvCacheSpec kv_spec_;
   backend::KvCache kv_;
   GraphMode graph_mode_;
+  StepFollowers* followers_ = nullptr;
   uint64_t graph_owner_;  // unique per runner: keys of different runners on one backend never collide
   std::unordered_map<uint64_t, TensorView> graph_logits_;  // logits view each recording writes
   int64_t graph_captures_ = 0;

@@ -11,6 +11,7 @@
 #include "xinfer/model/gguf_config.h"
 #include "xinfer/model/gguf_file.h"
 #include "xinfer/model/llama.h"
+#include "xinfer/model/shard_weights.h"
 #include "xinfer/quant/gguf_types.h"
 #include "xinfer/quant/weight_format.h"
 
@@ -71,6 +72,26 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
         for (int64_t r = 0; r < n; ++r, dst += row_bytes)
           std::memcpy(dst, row_of(parts[i], *infos[i], r, row_bytes), row_bytes);
       }
+      if (shard_.sharded()) {  // this rank's rows / whole blocks of columns (shard_weights.h)
+        HostLinearView whole;
+        whole.format = packed;
+        whole.n = rows;
+        whole.k = k;
+        whole.weight = host.view();
+        XI_ASSIGN_OR_RETURN(ShardedLinear mine, shard_for_rank(whole, shard_role(parts[0].name), shard_, parts[0].name));
+        if (!std::holds_alternative<quant::GgufFormat>(mine.format)) {  // split off block boundaries
+          backend::DeviceTensor t = backend_.upload(mine.weight.view(), dtype);
+          owned_.push_back(t.buffer);
+          weight_bytes_ += t.view.bytes();
+          w.weight = t.view;
+          w.format = quant::DenseFormat{};
+          w.k = 0;
+          for (const GgufTensorInfo* info : infos) progress.advance(1, static_cast<int64_t>(info->bytes));
+          return w;
+        }
+        host = std::move(mine.weight);
+        w.k = mine.k;
+      }
       backend::DeviceTensor t = backend_.upload(host.view(), DType::kU8);
       owned_.push_back(t.buffer);
       weight_bytes_ += t.view.bytes();
@@ -94,11 +115,14 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
                            : same ? " has no kernel for gguf(" + std::string(gguf_type_name(t.type)) + "))"
                                   : ": parts of one concatenated weight differ in type)");
       }
+      if (shard_.sharded() && !vector) {
+        XI_ASSIGN_OR_RETURN(host, shard_dense_for_rank(host.view(), shard_role(parts[0].name), shard_, parts[0].name));
+      }
       backend::DeviceTensor t = backend_.upload(host.view(), dtype);
       owned_.push_back(t.buffer);
       weight_bytes_ += t.view.bytes();
       w.weight = t.view;
-      w.k = vector ? 0 : k;
+      w.k = vector ? 0 : host.shape()[1];
     }
     for (const GgufTensorInfo* t : infos) progress.advance(1, static_cast<int64_t>(t->bytes));
     return w;
@@ -125,6 +149,8 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
   XI_ASSIGN_OR_RETURN(final_norm_, vec(gguf_tensor_name(-1, "output_norm"), H));
   if (c.tie_word_embeddings) {
     lm_head_ = embed_;
+    // Vocabulary-parallel lm_head: this rank's rows of the replicated table (whole GGUF rows).
+    if (shard_.sharded()) lm_head_.weight = embed_.weight.rows(shard_.vocab_begin, shard_.vocab_end);
   } else {
     XI_ASSIGN_OR_RETURN(lm_head_, load({{gguf_tensor_name(-1, "output"), Shape{V, H}, 0}}));
   }

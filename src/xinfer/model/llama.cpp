@@ -14,6 +14,7 @@
 #include "xinfer/model/preset_configs.h"
 #include "xinfer/model/rope.h"
 #include "xinfer/model/safetensors.h"
+#include "xinfer/model/shard_weights.h"
 
 namespace xinfer::model {
 namespace {
@@ -64,7 +65,7 @@ int64_t LlamaModel::parameter_count(const ModelConfig& c) {
 }
 
 LlamaModel::LlamaModel(ModelConfig config, backend::Backend& backend, LoadOptions options)
-    : config_(std::move(config)), backend_(backend), options_(options) {
+    : config_(std::move(config)), backend_(backend), options_(options), shard_(ModelShard::whole(config_)) {
   max_model_len_ = options_.max_model_len > 0 ? options_.max_model_len : config_.max_position_embeddings;
 }
 
@@ -73,11 +74,13 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& dir, bac
   if (options.load_format == LoadFormat::kAuto && is_gguf_path(dir)) {
     XI_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(dir));
     XI_ASSIGN_OR_RETURN(ModelConfig config, gguf_model_config(file));
+    XI_ASSIGN_OR_RETURN(ModelShard shard, ModelShard::make(config, options.tp_size, options.tp_rank));
     if (options.max_model_len > config.max_position_embeddings)
       return invalid_argument("max_model_len " + std::to_string(options.max_model_len) +
                               " exceeds the model's context length " +
                               std::to_string(config.max_position_embeddings));
     std::unique_ptr<LlamaModel> model(new LlamaModel(std::move(config), backend, options));
+    model->shard_ = shard;
     XI_RETURN_IF_ERROR(model->load_gguf_weights(file));
     model->make_rope_table();
     model->allocate_workspace();
@@ -92,7 +95,21 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& dir, bac
     return invalid_argument("max_model_len " + std::to_string(options.max_model_len) +
                             " exceeds the model's max_position_embeddings " +
                             std::to_string(config.max_position_embeddings));
+  // Tensor parallelism: every size checked before any weight is read.
+  XI_ASSIGN_OR_RETURN(ModelShard shard, ModelShard::make(config, options.tp_size, options.tp_rank));
+  if (shard.sharded()) {
+    XI_CHECK(options.comm != nullptr && options.comm->size() == options.tp_size && options.comm->rank() == options.tp_rank)
+        << "tensor parallel rank " << options.tp_rank << " of " << options.tp_size << " needs its communicator";
+    std::vector<int> groups;
+    if (config.quantization.group_size > 0) groups.push_back(config.quantization.group_size);
+    for (const auto& scheme : config.quantization.schemes)
+      if (scheme.weights.group_size > 0) groups.push_back(scheme.weights.group_size);
+    for (int g : groups)
+      XI_RETURN_IF_ERROR(validate_group_size(shard, g, dir + " (quantization_config group_size " +
+                                                           std::to_string(g) + ")"));
+  }
   std::unique_ptr<LlamaModel> model(new LlamaModel(std::move(config), backend, options));
+  model->shard_ = shard;
   XI_RETURN_IF_ERROR(model->load_weights(dir));
   model->allocate_workspace();
   return model;
@@ -115,8 +132,11 @@ Status LlamaModel::load_weights(const std::string& dir) {
   ProgressBar progress("Loading weights", per_layer * c.num_layers + (c.tie_word_embeddings ? 2 : 3), "tensors",
                        options_.show_progress);
 
-  auto upload = [&](const std::vector<TensorView>& parts) -> TensorView {
+  auto upload = [&](const std::vector<TensorView>& parts, const std::string& name) -> Result<TensorView> {
     HostTensor host = concat_rows_f32(parts);
+    if (shard_.sharded()) {  // this rank's rows / columns of the whole (fused) tensor
+      XI_ASSIGN_OR_RETURN(host, shard_dense_for_rank(host.view(), shard_role(name), shard_, name));
+    }
     backend::DeviceTensor t = backend_.upload(host.view(), dtype);
     owned_.push_back(t.buffer);
     weight_bytes_ += t.view.bytes();
@@ -136,6 +156,14 @@ Status LlamaModel::load_weights(const std::string& dir) {
       HostTensor ones(DType::kF32, shape);
       std::fill(ones.data<float>(), ones.data<float>() + shape.numel(), 1.0f);
       t = backend_.upload(ones.view(), dtype);
+    } else if (shard_.sharded()) {  // the whole tensor's values, then this rank's share of them
+      HostTensor whole(DType::kF32, shape);
+      const uint64_t seed = options_.seed * 1000003u + dummy_index;
+      for (int64_t i = 0; i < shape.numel(); ++i)
+        whole.data<float>()[i] = backend::counter_normal(seed, static_cast<uint64_t>(i), 0.02f);
+      Result<HostTensor> mine = shard_dense_for_rank(whole.view(), shard_role(name), shard_, name);
+      XI_CHECK(mine.ok()) << mine.status().to_string();
+      t = backend_.upload(mine->view(), dtype);
     } else {
       t = backend_.random_normal(dtype, shape, options_.seed * 1000003u + dummy_index, 0.02f);
     }
@@ -156,7 +184,7 @@ Status LlamaModel::load_weights(const std::string& dir) {
                              " (supported: F32, BF16, F16)");
       parts.push_back(v);
     }
-    return upload(parts);
+    return upload(parts, specs[0].first);
   };
   // Linears: dense checkpoints (and dummy weights) through load(); quantized checkpoints through
   // read_checkpoint_linear (repacked once into quant/ formats), kept as they are where the backend
@@ -176,6 +204,19 @@ Status LlamaModel::load_weights(const std::string& dir) {
     XI_ASSIGN_OR_RETURN(HostLinear host, read_checkpoint_linear(*files, c.quantization, parts, specs[0].second[1]));
     if (!host.note.empty() && logged.insert(host.note).second)
       XI_LOG(INFO) << "checkpoint: " << parts[0].module << " (and others like it): " << host.note;
+    if (shard_.sharded()) {  // this rank's share, in the same format (shard_weights.h)
+      HostLinearView whole{host.format, host.n, host.k, host.weight.view(), host.scales.view(),
+                           host.zeros.view(), host.g_idx.view(), host.input_scale.view(), {}};
+      XI_ASSIGN_OR_RETURN(ShardedLinear mine, shard_for_rank(whole, shard_role(specs[0].first), shard_, parts[0].module));
+      host.format = mine.format;
+      host.n = mine.n;
+      host.k = mine.k;
+      host.weight = std::move(mine.weight);
+      host.scales = std::move(mine.scales);
+      host.zeros = std::move(mine.zeros);
+      host.g_idx = std::move(mine.g_idx);
+      host.input_scale = std::move(mine.input_scale);
+    }
     if (!backend_.supports(host.format)) {
       if (logged.insert(quant::format_name(host.format)).second)
         XI_LOG(INFO) << "checkpoint: " << quant::format_name(host.format) << " weights dequantized to "
@@ -223,6 +264,8 @@ Status LlamaModel::load_weights(const std::string& dir) {
   XI_ASSIGN_OR_RETURN(final_norm_, load({{"model.norm.weight", Shape{H}}}));
   if (c.tie_word_embeddings) {
     lm_head_ = embed_;
+    // Vocabulary-parallel lm_head: this rank's rows of the (replicated) embedding table.
+    if (shard_.sharded()) lm_head_.weight = embed_.weight.rows(shard_.vocab_begin, shard_.vocab_end);
   } else {
     XI_ASSIGN_OR_RETURN(lm_head_.weight, load({{"lm_head.weight", Shape{V, H}}}));
   }
@@ -256,7 +299,7 @@ void LlamaModel::allocate_workspace() {
   const ModelConfig& c = config_;
   const DType dt = backend_.info().activation_dtype;
   const int64_t T = options_.max_tokens, R = options_.max_logit_rows;
-  const int64_t qkv_width = static_cast<int64_t>(c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+  const int64_t qkv_width = shard_.qkv_rows();  // this rank's heads (all of them without tensor parallelism)
   auto alloc = [&](Shape s, DType d) {
     backend::DeviceTensor t = backend_.allocate(d, s);
     owned_.push_back(t.buffer);
@@ -265,12 +308,13 @@ void LlamaModel::allocate_workspace() {
   residual_ = alloc(Shape{T, c.hidden_size}, dt);
   normed_ = alloc(Shape{T, c.hidden_size}, dt);
   qkv_ = alloc(Shape{T, qkv_width}, dt);
-  attn_ = alloc(Shape{T, static_cast<int64_t>(c.num_heads) * c.head_dim}, dt);
+  attn_ = alloc(Shape{T, shard_.q_rows()}, dt);
   proj_ = alloc(Shape{T, c.hidden_size}, dt);
-  gate_up_ = alloc(Shape{T, 2 * static_cast<int64_t>(c.intermediate_size)}, dt);
-  mlp_ = alloc(Shape{T, c.intermediate_size}, dt);
+  gate_up_ = alloc(Shape{T, 2 * shard_.ffn}, dt);
+  mlp_ = alloc(Shape{T, shard_.ffn}, dt);
   last_hidden_ = alloc(Shape{R, c.hidden_size}, dt);
   logits_ = alloc(Shape{R, c.vocab_size}, DType::kF32);
+  if (shard_.sharded()) local_logits_ = alloc(Shape{R, shard_.local_vocab()}, DType::kF32);
 }
 
 TensorView LlamaModel::forward(const backend::StepMeta& step, const backend::KvCache& kv) {
@@ -286,7 +330,10 @@ TensorView LlamaModel::forward(const backend::StepMeta& step, const backend::KvC
              proj = proj_.rows(0, T), gate_up = gate_up_.rows(0, T), mlp = mlp_.rows(0, T);
 
   if (observer_ != nullptr) {
+    XI_CHECK(!shard_.sharded()) << "activation observers run on one rank (no tensor parallelism)";
     forward_observed(step, kv);
+  } else if (shard_.sharded()) {
+    forward_sharded(step, kv);
   } else {
     // Each norm runs with the projection after it and the one before it (add_rms_norm_linear: on CUDA decode
     // steps the first adds itself into the residual and the second applies the norm, no kernel between),
@@ -312,7 +359,15 @@ TensorView LlamaModel::forward(const backend::StepMeta& step, const backend::KvC
   TensorView last = last_hidden_.rows(0, R), logits = logits_.rows(0, R);
   if (R == 0) return logits;
   backend_.gather_rows(step, h, last);
-  backend_.linear(last, lm_head_, logits);
+  if (shard_.sharded()) {  // vocabulary-parallel: this rank's columns, then every rank's
+    const TensorView local = local_logits_.rows(0, R);
+    backend_.linear(last, lm_head_, local);
+    std::vector<int64_t> offsets;
+    for (int r = 0; r <= shard_.tp_size; ++r) offsets.push_back(shard_.vocab_offset(r));
+    options_.comm->all_gather_columns(local, logits, offsets);
+  } else {
+    backend_.linear(last, lm_head_, logits);
+  }
   return logits;
 }
 
@@ -351,6 +406,39 @@ void LlamaModel::forward_observed(const backend::StepMeta& step, const backend::
     backend_.linear(mlp, w.down, proj);
   }
   backend_.add_rms_norm(x, proj, final_norm_, eps, h);
+}
+
+void LlamaModel::forward_sharded(const backend::StepMeta& step, const backend::KvCache& kv) {
+  // The fused chain of forward() adds the o / down projection into the residual inside one op; under tensor
+  // parallelism each rank holds only a partial sum of it, so the chain is split there: project, all-reduce
+  // the partials, then add + norm + the next column-parallel projection.
+  const ModelConfig& c = config_;
+  const ModelShard& s = shard_;
+  backend::Communicator& comm = *options_.comm;
+  const int64_t T = step.num_tokens;
+  const float eps = c.rms_norm_eps;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  TensorView x = residual_.rows(0, T), h = normed_.rows(0, T), qkv = qkv_.rows(0, T), attn = attn_.rows(0, T),
+             proj = proj_.rows(0, T), gate_up = gate_up_.rows(0, T), mlp = mlp_.rows(0, T);
+  backend_.embedding_weights(step, embed_, x);  // replicated table: every rank has the whole x
+  backend_.add_rms_norm_linear({x, {}, layers_[0].input_norm, eps, layers_[0].qkv, h, qkv, {}, {}, {}});
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& w = layers_[static_cast<size_t>(l)];
+    if (c.qk_norm) backend_.qk_norm(qkv, s.num_heads, s.num_kv_heads, s.head_dim, w.q_norm, w.k_norm, eps);
+    backend_.rope_paged_attention(step, qkv, s.num_heads, s.num_kv_heads, s.head_dim, cos_sin_, scale,
+                                  kv.layers[static_cast<size_t>(l)], attn);
+    backend_.linear(attn, w.o, proj);  // partial: this rank's heads
+    comm.all_reduce_sum(proj);
+    backend_.add_rms_norm_linear({x, proj, w.post_attention_norm, eps, w.gate_up, h, gate_up, mlp, {}, {}});
+    backend_.linear(mlp, w.down, proj);  // partial: this rank's ffn columns
+    comm.all_reduce_sum(proj);
+    if (l + 1 < c.num_layers) {
+      const LayerWeights& next = layers_[static_cast<size_t>(l) + 1];
+      backend_.add_rms_norm_linear({x, proj, next.input_norm, eps, next.qkv, h, qkv, {}, {}, {}});
+    } else {
+      backend_.add_rms_norm(x, proj, final_norm_, eps, h);
+    }
+  }
 }
 
 void LlamaModel::replace_layer(int l, const LayerWeights& w,

@@ -21,8 +21,10 @@
 #include <vector>
 
 #include "xinfer/backend/backend.h"
+#include "xinfer/backend/communicator.h"
 #include "xinfer/core/status.h"
 #include "xinfer/model/model_config.h"
+#include "xinfer/model/shard.h"
 
 namespace xinfer::model {
 
@@ -45,6 +47,11 @@ struct LoadOptions {
   // GGUF: dequantize every block-format weight at load even where the backend supports the format (the
   // float reference path of the quantized kernels; `xinfer logits --dequantize`).
   bool dequantize_gguf = false;
+  // Tensor parallelism (docs/tensor_parallel.md): this model is rank tp_rank of tp_size (ModelShard), and
+  // comm (one per rank, same order of collectives on every rank) joins the ranks; tp_size 1: no comm.
+  int tp_size = 1;
+  int tp_rank = 0;
+  backend::Communicator* comm = nullptr;
 };
 
 struct LayerWeights {
@@ -93,6 +100,8 @@ class LlamaModel {
   // with an observer set, forward() takes the unfused op path and copies each linear's input to the host
   // for it (slower; nullptr restores the fused path). The observer must outlive its use.
   void set_observer(ActivationObserver* observer) { observer_ = observer; }
+  // This rank's share of the model (ModelShard::whole() without tensor parallelism).
+  const ModelShard& shard() const { return shard_; }
   const LayerWeights& layer(int l) const { return layers_[static_cast<size_t>(l)]; }
   const backend::LinearWeights& embedding() const { return embed_; }
   const TensorView& final_norm() const { return final_norm_; }
@@ -108,6 +117,8 @@ class LlamaModel {
   void make_rope_table();                          // cos_sin_ for max_model_len_ positions
   void allocate_workspace();
   void forward_observed(const backend::StepMeta& step, const backend::KvCache& kv);  // the unfused path
+  // Tensor parallel layers: the o / down partials all-reduced before they enter the residual.
+  void forward_sharded(const backend::StepMeta& step, const backend::KvCache& kv);
 
   ModelConfig config_;
   backend::Backend& backend_;
@@ -128,6 +139,8 @@ class LlamaModel {
   TensorView residual_, normed_, qkv_, attn_, proj_, gate_up_, mlp_;
   TensorView last_hidden_;  // [max_logit_rows, H]
   TensorView logits_;       // [max_logit_rows, V]
+  ModelShard shard_;
+  TensorView local_logits_;  // tensor parallel: [max_logit_rows, shard_.local_vocab()] before the all-gather
 };
 
 }  // namespace xinfer::model

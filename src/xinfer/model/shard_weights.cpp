@@ -289,6 +289,12 @@ bool contains(const std::string& s, const char* part) { return s.find(part) != s
 }  // namespace
 
 ShardRole shard_role(const std::string& name) {
+  // GGUF names (gguf_config.h: blk.N.attn_q.weight, ..., output.weight)
+  if (contains(name, "attn_q.") || contains(name, "attn_k.") || contains(name, "attn_v.")) return ShardRole::kQkv;
+  if (contains(name, "ffn_gate.") || contains(name, "ffn_up.")) return ShardRole::kGateUp;
+  if (contains(name, "attn_output.") || contains(name, "ffn_down."))
+    return ends_with(name, ".bias") ? ShardRole::kRank0Only : ShardRole::kRowParallel;
+  if (name == "output.weight") return ShardRole::kVocabRows;
   if (contains(name, "q_proj") || contains(name, "k_proj") || contains(name, "v_proj")) return ShardRole::kQkv;
   if (contains(name, "gate_proj") || contains(name, "up_proj")) return ShardRole::kGateUp;
   if (contains(name, "o_proj") || contains(name, "down_proj"))
@@ -342,7 +348,7 @@ Result<ShardedLinear> shard_for_rank(const HostLinearView& w, ShardRole role, co
       return fuse({{s.ffn_begin, s.ffn_begin + s.ffn}, {I + s.ffn_begin, I + s.ffn_begin + s.ffn}});
     }
     case ShardRole::kRowParallel: {
-      const bool o = contains(name, "o_proj");
+      const bool o = contains(name, "o_proj") || contains(name, "attn_output");  // HF or GGUF name
       const int64_t k_total = o ? q_total : s.ffn * s.tp_size;
       if (w.k != k_total)
         return invalid_argument(name + ": " + std::to_string(w.k) + " input columns, expected " +

@@ -64,7 +64,7 @@ ShardedLinear dequantize_shard(const HostLinearView& w);
 // Face name: q/k/v_proj (weight or bias; already fused [q | k | v] by the loader) -> kQkv; gate/up_proj ->
 // kGateUp (fused [gate | up]); o/down_proj weight -> kRowParallel; o/down_proj bias -> kRank0Only (zeros on
 // the other ranks, so the all-reduce adds it once); lm_head -> kVocabRows; everything else (embedding, norms,
-// q/k norms) -> kReplicated.
+// q/k norms) -> kReplicated. GGUF names map the same way (attn_q/k/v, ffn_gate/up, attn_output/ffn_down, output).
 enum class ShardRole { kReplicated, kQkv, kGateUp, kRowParallel, kRank0Only, kVocabRows };
 ShardRole shard_role(const std::string& name);
 const char* shard_role_name(ShardRole r);
