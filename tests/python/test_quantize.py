@@ -1,0 +1,233 @@
+"""`xinfer quantize` on the bundled model, checked against tools/quantize_numpy_reference.py (written from the
+compressed-tensors definitions, nothing shared with xinfer):
+
+  - the written directory: config.json's quantization_config (quant_method, format, weights / input_activations
+    args, ignore), tensor names, dtypes and shapes of each compressed-tensors format;
+  - the quantizer: for the RTN schemes without smoothing, numpy's own RTN of the original (bf16) weights equals
+    the decompressed checkpoint (float32 rounding ties aside: at most one step, on a tiny share of elements);
+  - the model: xinfer's CPU logits of the written checkpoint (loaded by xinfer's compressed-tensors loader)
+    match the float64 numpy forward on the decompressed weights with per-token fake-quantized activations
+    for the W8A8 schemes, for RTN, SmoothQuant (fixed and searched alpha), GPTQ and partial layers;
+  - bad input: an already-quantized model, calibration text shorter than asked, an unknown scheme, an existing
+    --out without --overwrite (left untouched), and no temporary directory left behind.
+"""
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+import quantize_numpy_reference as ref  # noqa: E402
+
+BUNDLED = ROOT / "models" / "xinfer-tiny-shakespeare"
+MODULES = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+           "mlp.up_proj", "mlp.down_proj"]
+PROMPT = [0, 17, 301, 42, 9, 1200, 77, 5, 3000, 64, 11, 250]
+
+
+@pytest.fixture(scope="module")
+def calib(shared_dir):
+    return shared_dir / "corpora" / "tinyshakespeare" / "input.txt"
+
+
+def quantize(xinfer_bin, calib, out, *args, model=BUNDLED, check=True):
+    cmd = [str(xinfer_bin), "quantize", "--model", str(model), "--calib", str(calib), "--calib-samples", "4",
+           "--calib-len", "64", "--out", str(out), "--no-progress", *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if check:
+        assert p.returncode == 0, p.stderr[-3000:]
+    return p
+
+
+def xinfer_logits(xinfer_bin, model_dir, tmp_path):
+    out = tmp_path / "logits.safetensors"
+    p = subprocess.run([str(xinfer_bin), "logits", "--model", str(model_dir), "--backend", "cpu", "--prompt-ids",
+                        ",".join(map(str, PROMPT)), "--greedy-steps", "0", "--output", str(out), "--no-progress"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return ref.read_safetensors(out)["logits_0"].astype(np.float64)
+
+
+RTN_CASES = {
+    "w8a16": ["--scheme", "w8a16"],
+    "w4a16-g64": ["--scheme", "w4a16", "--group-size", "64"],
+    "w4a16-g32-zp": ["--scheme", "w4a16", "--group-size", "32", "--no-symmetric"],
+    "w8a8-int8-naive": ["--scheme", "w8a8-int8", "--alpha", "none"],
+    "w8a8-int8-naive-tensor": ["--scheme", "w8a8-int8", "--alpha", "none", "--weight-scales", "tensor"],
+    "w8a8-fp8-naive": ["--scheme", "w8a8-fp8", "--alpha", "none"],
+}
+OTHER_CASES = {
+    "w8a8-int8-sq0.5": ["--scheme", "w8a8-int8", "--alpha", "0.5"],
+    "w8a8-int8-search": ["--scheme", "w8a8-int8"],
+    "w8a8-fp8-search": ["--scheme", "w8a8-fp8"],
+    "w8a8-int8-gptq": ["--scheme", "w8a8-int8", "--method", "gptq"],
+    "w4a16-gptq-actorder": ["--scheme", "w4a16", "--group-size", "64", "--method", "gptq", "--act-order"],
+    "w8a8-int8-first3": ["--scheme", "w8a8-int8", "--quantized-layers", "first:3"],
+}
+EXPECT = {  # scheme -> (format, weight dtype name in the file, bits, type, activations)
+    "w8a16": ("pack-quantized", "weight_packed", 8, "int", None),
+    "w4a16": ("pack-quantized", "weight_packed", 4, "int", None),
+    "w8a8-int8": ("int-quantized", "weight", 8, "int", "int"),
+    "w8a8-fp8": ("float-quantized", "weight", 8, "float", "float"),
+}
+
+
+@pytest.fixture(scope="module")
+def written(xinfer_bin, calib, tmp_path_factory):
+    """Every case quantized once: name -> output directory."""
+    base = tmp_path_factory.mktemp("quantized")
+    out = {}
+    for name, args in {**RTN_CASES, **OTHER_CASES}.items():
+        quantize(xinfer_bin, calib, base / name, *args)
+        out[name] = base / name
+    return out
+
+
+def scheme_of(args):
+    return args[args.index("--scheme") + 1]
+
+
+@pytest.mark.parametrize("name", list(RTN_CASES) + list(OTHER_CASES))
+def test_config_and_tensors_follow_compressed_tensors(written, name):
+    args = {**RTN_CASES, **OTHER_CASES}[name]
+    fmt, wname, bits, typ, act = EXPECT[scheme_of(args)]
+    d = written[name]
+    cfg = json.loads((d / "config.json").read_text())
+    q = cfg["quantization_config"]
+    assert cfg["torch_dtype"] == "float32"
+    assert q["quant_method"] == "compressed-tensors" and q["format"] == fmt and q["quantization_status"] == "compressed"
+    g = q["config_groups"]["group_0"]
+    assert g["targets"] == ["Linear"]
+    w = g["weights"]
+    assert (w["num_bits"], w["type"], w["dynamic"]) == (bits, typ, False)
+    want_strategy = "group" if scheme_of(args) == "w4a16" else "tensor" if "tensor" in args else "channel"
+    assert w["strategy"] == want_strategy
+    if want_strategy == "group":
+        assert w["group_size"] == int(args[args.index("--group-size") + 1])
+    assert w["symmetric"] == ("--no-symmetric" not in args)
+    if "--act-order" in args:
+        assert w["actorder"] == "weight"
+    if act is None:
+        assert g["input_activations"] is None
+    else:
+        a = g["input_activations"]
+        assert (a["num_bits"], a["type"], a["strategy"], a["dynamic"]) == (8, act, "token", True)
+    first = 3 if "first:3" in args else 8
+    kept = [f"model.layers.{l}.{m}" for l in range(first, 8) for m in MODULES]
+    assert q["ignore"] == ["lm_head"] + kept
+    t = ref.read_safetensors(d / "model.safetensors", raw=True)
+    for l in range(8):
+        for m in MODULES:
+            p = f"model.layers.{l}.{m}"
+            if l >= first:
+                assert t[p + ".weight"][1] == "F32" and p + ".weight_scale" not in t
+                continue
+            arr, dt = t[p + "." + wname]
+            scale, sdt = t[p + ".weight_scale"]
+            assert sdt == "F32"
+            if fmt == "pack-quantized":
+                n, k = t[p + ".weight_shape"][0]
+                assert dt == "I32" and arr.shape == (n, -(-k // (32 // bits)))
+                assert scale.shape == ((n, k // w["group_size"]) if want_strategy == "group" else (n, 1))
+                if "--no-symmetric" in args:
+                    zp, zdt = t[p + ".weight_zero_point"]
+                    assert zdt == "I32" and zp.shape == (-(-n // (32 // bits)), scale.shape[1])
+                else:
+                    assert p + ".weight_zero_point" not in t
+            else:
+                assert dt == ("F8_E4M3" if typ == "float" else "I8")
+                assert scale.shape == ((1,) if want_strategy == "tensor" else (arr.shape[0], 1))
+    assert (d / "tokenizer.json").exists() and (d / "tokenizer_config.json").exists()
+    report = json.loads((d / "quantization_report.json").read_text())
+    assert len(report["layers"]) == 8 and report["quantized_layers"] == first
+
+
+@pytest.mark.parametrize("name", list(RTN_CASES))
+def test_rtn_equals_numpy_rtn_of_the_float_weights(written, name):
+    args = RTN_CASES[name]
+    ck = ref.Checkpoint(written[name])
+    w = ck.group["weights"]
+    orig = ref.read_safetensors(BUNDLED / "model.safetensors")
+    for l in range(8):
+        for m in MODULES:
+            key = f"model.layers.{l}.{m}.weight"
+            want = ref.rtn(orig[key], w["num_bits"], w["type"], w["strategy"], w.get("group_size"), w["symmetric"])
+            got = ck.w[key]
+            step = np.abs(want - got).max()
+            same = np.isclose(want, got, rtol=1e-6, atol=1e-12).mean()
+            assert same > 0.999, (key, same, step)
+            # a rounding tie decided differently moves one value by one quantization step at most
+            assert step <= np.abs(orig[key]).max() / (7 if w["num_bits"] == 4 else 127) * 1.01 + 1e-12, (key, step)
+
+
+@pytest.mark.parametrize("name", list(RTN_CASES) + list(OTHER_CASES))
+def test_xinfer_logits_match_numpy_reference(xinfer_bin, written, name, tmp_path):
+    ck = ref.Checkpoint(written[name])
+    want = ck.forward(PROMPT)
+    got = xinfer_logits(xinfer_bin, written[name], tmp_path)
+    scale = np.abs(want).max()
+    # W8A8: xinfer rounds activations in f32, numpy in f64; a value at a rounding boundary may go either
+    # way (one step of max|x_t| / 127), which moves logits by ~1e-3 of their range. Weight-only: f32 sums.
+    tol = 2e-2 if ck.group["input_activations"] else 1e-4
+    assert np.abs(got - want).max() <= tol * scale, (name, np.abs(got - want).max(), scale)
+    assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.9
+
+
+def test_quantized_is_close_to_the_float_model(written):
+    """The written W8A16 model stays near the float model (numpy, no xinfer involved)."""
+    base = ref.Checkpoint(BUNDLED)
+    q = ref.Checkpoint(written["w8a16"])
+    a, b = base.forward(PROMPT), q.forward(PROMPT)
+    assert np.abs(a - b).max() < 0.05 * np.abs(a).max()
+
+
+# --------------------------------------------------------------------------------------------------
+# Bad input
+
+
+def test_already_quantized_model_is_refused(xinfer_bin, calib, written, tmp_path):
+    p = quantize(xinfer_bin, calib, tmp_path / "again", "--scheme", "w8a16", model=written["w8a16"], check=False)
+    assert p.returncode != 0 and "already quantized" in p.stderr and "compressed-tensors" in p.stderr, p.stderr
+    assert not (tmp_path / "again").exists()
+
+
+def test_short_calibration_text_is_refused(xinfer_bin, tmp_path):
+    text = tmp_path / "short.txt"
+    text.write_text("To be, or not to be, that is the question.\n")
+    p = quantize(xinfer_bin, text, tmp_path / "out", "--scheme", "w8a16", check=False)
+    assert p.returncode != 0 and "fewer than asked" in p.stderr and "short.txt" in p.stderr, p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_scheme_is_refused(xinfer_bin, calib, tmp_path):
+    p = quantize(xinfer_bin, calib, tmp_path / "out", "--scheme", "w3a5", check=False)
+    assert p.returncode != 0 and "unknown --scheme 'w3a5'" in p.stderr and "w4a16" in p.stderr, p.stderr
+
+
+def test_existing_output_needs_overwrite(xinfer_bin, calib, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    p = quantize(xinfer_bin, calib, out, "--scheme", "w8a16", check=False)
+    assert p.returncode != 0 and "already exists" in p.stderr and "--overwrite" in p.stderr, p.stderr
+    assert (out / "keep.txt").read_text() == "mine" and not (out / "config.json").exists()
+    quantize(xinfer_bin, calib, out, "--scheme", "w8a16", "--overwrite")
+    assert (out / "config.json").exists() and not (out / "keep.txt").exists()
+    assert [x.name for x in tmp_path.iterdir()] == ["out"], "temporary directories left behind"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--scheme", "w8a16", "--alpha", "0.5"], "--alpha applies to the W8A8 schemes only"),
+    (["--scheme", "w8a8-int8", "--alpha", "1.5"], "--alpha must be search, none or a number in [0, 1]"),
+    (["--scheme", "w4a16", "--group-size", "48"], "--group-size must be 32, 64 or 128"),
+    (["--scheme", "w8a8-int8", "--quantized-layers", "first:99"], "--quantized-layers 'first:99'"),
+    (["--scheme", "w8a8-int8", "--method", "awq"], "--method must be rtn or gptq"),
+])
+def test_bad_flags_are_refused_before_any_work(xinfer_bin, calib, tmp_path, args, message):
+    p = quantize(xinfer_bin, calib, tmp_path / "out", *args, check=False)
+    assert p.returncode != 0 and message in p.stderr, p.stderr
+    assert not any(tmp_path.iterdir())

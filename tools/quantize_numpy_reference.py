@@ -1,0 +1,237 @@
+"""A numpy reader and float64 forward of the compressed-tensors checkpoints `xinfer quantize` writes: the
+reference its output is checked against (tests/python/test_quantize.py). Written from the published
+definitions, sharing nothing with xinfer:
+
+  - safetensors parsed by hand (F32, BF16, F16, I8, I32, I64, F8_E4M3);
+  - compressed-tensors decompression (compressed-tensors' QuantizationArgs / compressors): int-quantized
+    `weight` int8 and float-quantized `weight` e4m3 times `weight_scale` ([N, 1] channel, [1] tensor);
+    pack-quantized `weight_packed` int32 words holding 32 / b values of b bits, value + 2^(b-1), the first
+    column in the lowest bits, `weight_shape` (N, K), `weight_scale` [N, G], optional `weight_zero_point`
+    packed the same way along the rows; W = scale * (q - zero_point) per group of `group_size` columns;
+  - the Llama forward of transformers' modeling_llama (RMSNorm, rotate-half rope, GQA, SwiGLU) in float64,
+    where a linear whose config group has `input_activations` {strategy token, dynamic} sees its input
+    fake-quantized per token: int8 x ~ s round(x / s) clamped to +-127, s = max|x_t| / 127; fp8 x ~ s e4m3(x / s),
+    s = max|x_t| / 448 (e4m3 by round-to-nearest-even on the 3-bit mantissa, subnormals below 2^-6);
+  - RTN of float weights in the same conventions (rtn()), to check the quantizer itself.
+
+    python3 tools/quantize_numpy_reference.py --model OUT --ids 1,2,3 [--logits xinfer_logits.safetensors]
+"""
+import argparse
+import json
+import math
+import pathlib
+
+import numpy as np
+
+_DT = {"F32": "<f4", "F16": "<f2", "I8": "i1", "I32": "<i4", "I64": "<i8", "U8": "u1", "F8_E4M3": "u1"}
+
+
+def e4m3_to_float(bits: np.ndarray) -> np.ndarray:
+    b = bits.astype(np.int32)
+    sign = np.where(b & 0x80, -1.0, 1.0)
+    e = (b >> 3) & 0xF
+    m = b & 0x7
+    val = np.where(e == 0, m / 8.0 * 2.0 ** -6, (1 + m / 8.0) * 2.0 ** (e - 7))
+    val = np.where((b & 0x7F) == 0x7F, np.nan, val)
+    return sign * val
+
+
+def round_e4m3(x: np.ndarray) -> np.ndarray:
+    """Nearest e4m3 value (ties to even), saturating at +-448."""
+    a = np.abs(x)
+    e = np.floor(np.log2(np.where(a > 0, a, 1.0)))
+    e = np.clip(e, -6, 8)
+    step = 2.0 ** (e - 3)
+    q = np.round(a / step) * step
+    return np.sign(x) * np.minimum(q, 448.0)
+
+
+def read_safetensors(path: pathlib.Path, raw: bool = False) -> dict:
+    data = path.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = t["data_offsets"]
+        buf = data[8 + n + a:8 + n + b]
+        if t["dtype"] == "BF16":
+            x = (np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            x = np.frombuffer(buf, dtype=_DT[t["dtype"]])
+        out[name] = (x.reshape(t["shape"]), t["dtype"])
+    return out if raw else {k: v[0] for k, v in out.items()}
+
+
+def unpack(words: np.ndarray, bits: int, count: int, axis: int) -> np.ndarray:
+    """int32 words -> signed values along `axis` (1: columns, 0: rows), `count` of them."""
+    per = 32 // bits
+    u = words.view(np.uint32)
+    parts = [((u >> (bits * i)) & ((1 << bits) - 1)).astype(np.int64) for i in range(per)]
+    # value index = word index * per + i along the packed axis
+    full = np.stack(parts, axis=axis + 1)  # [R, C, per] (axis 1) or [R, per, C] (axis 0)
+    full = full.reshape(u.shape[0], -1) if axis == 1 else full.reshape(-1, u.shape[1])
+    full = full[:, :count] if axis == 1 else full[:count]
+    return full - (1 << (bits - 1))
+
+
+def expand_scale(scale: np.ndarray, n: int, k: int, group: int | None) -> np.ndarray:
+    s = scale.astype(np.float64).reshape(scale.shape[0], -1) if scale.size > 1 else np.full((n, 1), float(scale.reshape(-1)[0]))
+    if s.shape[1] == 1:
+        return np.broadcast_to(s, (n, k))
+    return np.repeat(s, group, axis=1)[:, :k]
+
+
+class Checkpoint:
+    """config.json + model.safetensors of a compressed-tensors (or dense) directory, decompressed to float64."""
+
+    def __init__(self, model_dir: pathlib.Path):
+        model_dir = pathlib.Path(model_dir)
+        self.c = json.loads((model_dir / "config.json").read_text())
+        self.raw = read_safetensors(model_dir / "model.safetensors", raw=True)
+        q = self.c.get("quantization_config")
+        self.q = q
+        self.group = q["config_groups"]["group_0"] if q else None
+        self.ignore = set(q["ignore"]) if q else set()
+        self.w = {}
+        self.quantized = set()
+        for name, (arr, dt) in self.raw.items():
+            if name.endswith((".weight_scale", ".weight_zero_point", ".weight_shape", ".weight_packed")):
+                continue
+            if name.endswith(".weight") and dt in ("I8", "F8_E4M3"):
+                continue
+            self.w[name] = arr.astype(np.float64)
+        for name in self.raw:
+            if name.endswith(".weight_scale"):
+                module = name[: -len(".weight_scale")]
+                self.w[module + ".weight"] = self.decompress(module)
+                self.quantized.add(module)
+
+    def decompress(self, module: str) -> np.ndarray:
+        wa = self.group["weights"]
+        fmt = self.q["format"]
+        scale = self.raw[module + ".weight_scale"][0]
+        gs = wa.get("group_size")
+        if fmt in ("int-quantized", "float-quantized"):
+            w, dt = self.raw[module + ".weight"]
+            vals = e4m3_to_float(w) if dt == "F8_E4M3" else w.astype(np.float64)
+            n, k = w.shape
+            zp = 0
+        else:
+            assert fmt == "pack-quantized", fmt
+            n, k = (int(v) for v in self.raw[module + ".weight_shape"][0])
+            bits = wa["num_bits"]
+            vals = unpack(self.raw[module + ".weight_packed"][0], bits, k, axis=1).astype(np.float64)
+            zp = 0
+            if module + ".weight_zero_point" in self.raw:
+                z = unpack(self.raw[module + ".weight_zero_point"][0], bits, n, axis=0)
+                zp = expand_scale(z.astype(np.float64), n, k, gs)
+        return expand_scale(scale, n, k, gs) * (vals - zp)
+
+    def act_mode(self, module: str) -> str | None:
+        if module not in self.quantized or not self.group or not self.group.get("input_activations"):
+            return None
+        a = self.group["input_activations"]
+        assert a["strategy"] == "token" and a["dynamic"], a
+        return a["type"]
+
+    def forward(self, ids) -> np.ndarray:
+        c, w = self.c, self.w
+        nh, nkv, eps = c["num_attention_heads"], c["num_key_value_heads"], c["rms_norm_eps"]
+        hd = c.get("head_dim") or c["hidden_size"] // nh
+        T = len(ids)
+        theta = (c.get("rope_parameters") or {}).get("rope_theta", c.get("rope_theta", 10000.0))
+        inv = 1.0 / (theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+
+        def lin(x, module):
+            mode = self.act_mode(module)
+            if mode is not None:
+                x = fake_quant_tokens(x, mode)
+            y = x @ w[module + ".weight"].T
+            return y + w[module + ".bias"] if module + ".bias" in w else y
+
+        def rms(x, g):
+            return g * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
+
+        def rot(x):
+            return np.concatenate([-x[..., hd // 2:], x[..., :hd // 2]], axis=-1)
+
+        ang = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]
+        cos, sin = np.cos(np.concatenate([ang, ang], -1))[:, None], np.sin(np.concatenate([ang, ang], -1))[:, None]
+        mask = np.triu(np.full((T, T), -np.inf), k=1)
+        x = w["model.embed_tokens.weight"][np.asarray(ids)]
+        for layer in range(c["num_hidden_layers"]):
+            p = f"model.layers.{layer}."
+            h = rms(x, w[p + "input_layernorm.weight"])
+            q = lin(h, p + "self_attn.q_proj").reshape(T, nh, hd)
+            k = lin(h, p + "self_attn.k_proj").reshape(T, nkv, hd)
+            v = lin(h, p + "self_attn.v_proj").reshape(T, nkv, hd)
+            q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
+            k, v = np.repeat(k, nh // nkv, axis=1), np.repeat(v, nh // nkv, axis=1)
+            s = np.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd) + mask
+            s = np.exp(s - s.max(-1, keepdims=True))
+            s /= s.sum(-1, keepdims=True)
+            x = x + lin(np.einsum("hqk,khd->qhd", s, v).reshape(T, nh * hd), p + "self_attn.o_proj")
+            h = rms(x, w[p + "post_attention_layernorm.weight"])
+            g = lin(h, p + "mlp.gate_proj")
+            x = x + lin(g / (1 + np.exp(-g)) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
+        x = rms(x, w["model.norm.weight"])
+        head = w["model.embed_tokens.weight"] if c.get("tie_word_embeddings") else w["lm_head.weight"]
+        return x @ head.T
+
+
+def fake_quant_tokens(x: np.ndarray, kind: str) -> np.ndarray:
+    amax = np.abs(x).max(-1, keepdims=True)
+    if kind == "int":
+        s = np.where(amax > 0, amax / 127.0, 1.0)
+        return np.clip(np.round(x / s), -127, 127) * s
+    s = np.where(amax > 0, amax / 448.0, 1.0)
+    return round_e4m3(x / s) * s
+
+
+def rtn(w: np.ndarray, bits: int, kind: str, strategy: str, group: int | None, symmetric: bool):
+    """Round-to-nearest of w [N, K] (float32 arithmetic, as the quantizer): returns the dequantized weights.
+    Symmetric: scale = max|block| / (2^(b-1) - 1), q in +-(2^(b-1) - 1); asymmetric: scale = (max(hi, 0) -
+    min(lo, 0)) / (2^b - 1), zero = clamp(-2^(b-1) - round(lo / scale)), q clamped to [-2^(b-1), 2^(b-1) - 1];
+    fp8: scale = max|block| / 448, q = e4m3(w / scale)."""
+    w = w.astype(np.float32)
+    n, k = w.shape
+    width = k if strategy == "channel" else group if strategy == "group" else None
+    blocks = w.reshape(1, n * k) if strategy == "tensor" else w.reshape(n, k // width, width).reshape(-1, width)
+    lo = np.minimum(blocks.min(-1, keepdims=True), 0)
+    hi = np.maximum(blocks.max(-1, keepdims=True), 0)
+    qmax = 2 ** (bits - 1) - 1
+    if kind == "float":
+        amax = np.maximum(-lo, hi)
+        s = np.where(amax > 0, amax / np.float32(448), np.float32(1)).astype(np.float32)
+        deq = s * round_e4m3((blocks / s).astype(np.float32)).astype(np.float32)
+    elif symmetric:
+        amax = np.maximum(-lo, hi)
+        s = np.where(amax > 0, amax / np.float32(qmax), np.float32(1)).astype(np.float32)
+        deq = s * np.clip(np.round(blocks / s), -qmax, qmax)
+    else:
+        s = np.where(hi - lo > 0, (hi - lo) / np.float32(2 ** bits - 1), np.float32(1)).astype(np.float32)
+        z = np.clip(-(qmax + 1) - np.round(lo / s), -(qmax + 1), qmax)
+        deq = s * (np.clip(np.round(blocks / s) + z, -(qmax + 1), qmax) - z)
+    return deq.reshape(n, k).astype(np.float64)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--ids", required=True, help="comma-separated token ids")
+    ap.add_argument("--logits", help="xinfer logits output (logits_0) to compare with")
+    a = ap.parse_args()
+    ck = Checkpoint(pathlib.Path(a.model))
+    ids = [int(t) for t in a.ids.split(",")]
+    ref = ck.forward(ids)
+    out = {"positions": len(ids), "max_abs_logit": float(np.abs(ref).max())}
+    if a.logits:
+        got = read_safetensors(pathlib.Path(a.logits))["logits_0"].astype(np.float64)
+        out["max_abs_diff"] = float(np.abs(got - ref[-got.shape[0]:]).max())
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
