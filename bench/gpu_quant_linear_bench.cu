@@ -1,16 +1,21 @@
 // The weight-only quantized linears of gpu_kernel_bench (kernels/gemm/quant_linear.h) at the Llama-3.1-8B
 // shapes (qkv 6144 x 4096, o 4096 x 4096, gate_up 28672 x 4096, down 4096 x 14336):
-//   - decode (m = 1, 4, 8): the quantized GEMV through CudaBackend::linear, bytes = the quantized weight
+//   - decode (m = 1, 4, 8): the quantized GEMV (both compiled occupancies, quant_linear.h QuantGemvConfig),
+//     timed as CUDA-graph replays of 20 calls (as decode steps run), bytes = the quantized weight
 //     (values + f32 scales + zero points) + x + y, against the copy bandwidth: the roofline of the quantized
-//     bytes; the bf16 linear of the same shape (tuned) next to it;
+//     bytes (one pass over them per launch of 8 rows) against the copy bandwidth;
 //   - m = 16, 32: the GEMV in launches of 8 rows against dequantize + bf16 GEMM (where the crossover is; GB/s
 //     of both on the same basis, one pass over the quantized bytes, so they compare by time);
-//   - prefill (m = 2048): dequantize + bf16 GEMM in TFLOP/s against the bf16 GEMM alone.
+//   - prefill (m = 2048): dequantize + bf16 GEMM in TFLOP/s against the bf16 GEMM alone;
+//   - W8A8-FP8 (per-token activation quantization + cuBLASLt FP8 GEMM, through CudaBackend::linear) at the same
+//     m: bytes = e4m3 weight + f32 scales + x + y; TFLOP/s at m = 2048 against the bf16 ceiling (FP8 dense
+//     peak is twice bf16's).
 // Checked first on every shape and format: the GEMV and the dequantize path agree (relative L2 < 1e-2 at
 // m = 1 and 8). Weights rotate among copies totalling >= 512 MiB so L2 (50 MB) does not serve them.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -68,6 +73,19 @@ QuantTensors make_weight(cuda::CudaBackend& be, const quant::WeightFormat& f, in
     zp = g->zero_point;
   }
   const bool channel = std::holds_alternative<quant::Int8ChannelFormat>(f);
+  if (std::holds_alternative<quant::W8A8Fp8Format>(f)) {  // e4m3 codes 0..125: finite, positive
+    t.w = be.allocate(DType::kFP8E4M3, Shape{n, k});
+    fill_bytes<<<1024, 256, 0, s>>>(static_cast<uint8_t*>(t.w.view.data), static_cast<size_t>(t.w.view.numel()), seed, 126);
+    t.scales = be.allocate(DType::kF32, Shape{n});
+    fill_scales<<<256, 256, 0, s>>>(static_cast<float*>(t.scales.view.data), static_cast<size_t>(n), seed + 1,
+                                    0.001f / std::sqrt(static_cast<float>(k)));
+    XI_CUDA_CHECK_LAUNCH();
+    t.lw.weight = t.w.view;
+    t.lw.scales = t.scales.view;
+    t.lw.format = f;
+    t.lw.k = k;
+    return t;
+  }
   const int64_t row_bytes = bits == 4 ? k / 2 : k;
   t.w = be.allocate(channel ? DType::kI8 : DType::kU8, Shape{n, row_bytes});
   fill_bytes<<<1024, 256, 0, s>>>(static_cast<uint8_t*>(t.w.view.data), static_cast<size_t>(t.w.view.numel()), seed, 256);
@@ -100,6 +118,21 @@ double rel_l2(cuda::CudaBackend& be, const TensorView& a, const TensorView& b) {
   return std::sqrt(e / std::max(nn, 1e-30));
 }
 
+// Per call: `ops` calls of fn(i) recorded in one CUDA graph, median of 5 replays (decode runs as graph replays,
+// so the host's launch cost is not in these figures).
+double time_graph_us(cudaStream_t stream, int ops, const std::function<void(int)>& fn) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  XI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  for (int i = 0; i < ops; ++i) fn(i);
+  XI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  XI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double t = cuda::time_on_stream(stream, 3, [&](int) { XI_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }) / ops;
+  XI_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  XI_CUDA_CHECK(cudaGraphDestroy(graph));
+  return t * 1e6;
+}
+
 void line(const std::string& what, double us, double amount, bool flops, double ceiling) {
   const double achieved = amount / (us * 1e-6) / (flops ? 1e12 : 1e9);
   std::printf("%-58s %9.1f us %8.1f %-7s %5.1f%%\n", what.c_str(), us, achieved, flops ? "TFLOP/s" : "GB/s",
@@ -119,12 +152,14 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
   const Shape8b shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
   const std::vector<QuantFormat> formats =
       quick ? std::vector<QuantFormat>{{"int4-g128", quant::IntGroupFormat{4, 128, false}},
-                                       {"int8-channel", quant::Int8ChannelFormat{}}}
+                                       {"int8-channel", quant::Int8ChannelFormat{}},
+                                       {"fp8", quant::W8A8Fp8Format{}}}
             : std::vector<QuantFormat>{{"int4-g128", quant::IntGroupFormat{4, 128, false}},
                                        {"int4-g128-zp", quant::IntGroupFormat{4, 128, true}},
                                        {"int4-g32-zp", quant::IntGroupFormat{4, 32, true}},
                                        {"int8-channel", quant::Int8ChannelFormat{}},
-                                       {"int8-g128", quant::IntGroupFormat{8, 128, false}}};
+                                       {"int8-g128", quant::IntGroupFormat{8, 128, false}},
+                                       {"fp8", quant::W8A8Fp8Format{}}};
   if (!quick) {  // the bf16 GEMM after dequantization runs the tuned choice (quick: cuBLASLt's heuristic)
     std::vector<cuda::GemmShape> gs;
     for (const Shape8b& sh : shapes) gs.push_back({sh.n, sh.k, false, false, 2048, false});
@@ -138,8 +173,9 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
     const QuantFormat& qf = formats[fi];
     for (const Shape8b& sh : shapes) {
       QuantTensors first = make_weight(be, qf.format, sh.n, sh.k, 100);
-      const cuda::QuantWeight q0 = be.quant_weight(first.lw);
-      const size_t qbytes = q0.bytes();
+      const bool fp8 = std::holds_alternative<quant::W8A8Fp8Format>(qf.format);
+      const cuda::QuantWeight q0 = fp8 ? cuda::QuantWeight{} : be.quant_weight(first.lw);
+      const size_t qbytes = fp8 ? static_cast<size_t>(sh.n) * sh.k + static_cast<size_t>(sh.n) * 4 : q0.bytes();
       const int copies = static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / qbytes, 1, 32));
       std::vector<QuantTensors> ws;
       ws.push_back(std::move(first));
@@ -149,6 +185,7 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
                                " k=" + std::to_string(sh.k);
       // Correctness: the GEMV against the dequantize path (bf16 weight, tuned GEMM) at m = 1 and 8.
       for (int m : {1, 8}) {
+        if (fp8) break;  // fp8: checked against the CPU oracle in quant_linear_test only
         auto x = be.allocate(DType::kBF16, Shape{m, sh.k});
         fill_bf16<<<256, 256, 0, s>>>(static_cast<__nv_bfloat16*>(x.view.data), static_cast<size_t>(x.view.numel()), 5);
         auto y1 = be.allocate(DType::kF32, Shape{m, sh.n});
@@ -169,12 +206,37 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
         auto y = be.allocate(DType::kBF16, Shape{m, sh.n});
         const double io = static_cast<double>(x.view.bytes() + y.view.bytes());
         const std::string what = base + " m=" + std::to_string(m);
+        if (fp8) {  // activation quantization + cuBLASLt FP8 GEMM, through CudaBackend::linear
+          be.linear(x.view, wi(0), y.view);  // grows the workspace before a recording
+          const double t = m >= 2048 ? 1e6 * cuda::time_on_stream(s, 5, [&](int i) { be.linear(x.view, wi(i), y.view); })
+                                     : time_graph_us(s, 20, [&](int i) { be.linear(x.view, wi(i), y.view); });
+          if (m >= 2048) {
+            line(what + " fp8 (vs the bf16 ceiling)", t, 2.0 * m * sh.n * sh.k, true, peak);
+          } else {
+            line(what + " fp8", t, static_cast<double>(qbytes) + io, false, bw);
+            if (m == 1) {
+              const double roof = (static_cast<double>(qbytes) + io) / (bw * 1e9) * 1e6;
+              char buf[256];
+              std::snprintf(buf, sizeof(buf), "m=1 %-13s %-8s roofline %6.1f us (%6.1f MB): fp8 %6.1f us (%5.1f%%)",
+                            qf.name, sh.name, roof, (static_cast<double>(qbytes) + io) / 1e6, t, 100 * roof / t);
+              summary.push_back(buf);
+              token_us[fi] += 32 * t;
+              token_roof[fi] += 32 * roof;
+            }
+          }
+          continue;
+        }
         if (m <= 32) {
-          const double t = 1e6 * cuda::time_on_stream(s, 20, [&](int i) {
-            const cuda::QuantWeight q = be.quant_weight(wi(i));
-            cuda::launch_quant_gemv({static_cast<const __nv_bfloat16*>(x.view.data), q, nullptr, y.view.data, false, m}, s);
-          });
-          line(what + " gemv", t, static_cast<double>(qbytes) + io, false, bw);
+          double t = 1e30;
+          for (int ctas : {2, 3}) {
+            const double tc = time_graph_us(s, 20, [&](int i) {
+              const cuda::QuantWeight q = be.quant_weight(wi(i));
+              cuda::launch_quant_gemv({static_cast<const __nv_bfloat16*>(x.view.data), q, nullptr, y.view.data, false, m},
+                                      s, cuda::QuantGemvConfig{ctas});
+            });
+            line(what + " gemv " + std::to_string(ctas) + " ctas/sm", tc, static_cast<double>(qbytes) + io, false, bw);
+            t = std::min(t, tc);
+          }
           if (m == 1) {
             const double roof = (static_cast<double>(qbytes) + io) / (bw * 1e9) * 1e6;
             char buf[256];

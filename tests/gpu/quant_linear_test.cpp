@@ -1,17 +1,20 @@
 // Weight-only quantized linears on CudaBackend (kernels/gemm/quant_linear.h, cuda_backend_quant.cpp) against
 // the CPU oracle quant::quantized_matmul on the same bf16-valued inputs:
-//  - the quantized GEMV (m <= 8; also m > 8 is tested through launch_quant_gemv directly, in launches of 8):
+//  - the quantized GEMV (m <= 16 through linear(), in launches of 8 rows; m up to 21 and both compiled
+//    occupancies through launch_quant_gemv directly):
 //    int4 per group 32 / 64 / 128 / 256 (symmetric and zero points), int8 per group 32 / 64 / 128 and int8
 //    per channel, n 1 / 7 / 33 / 4097, k 128..4224 incl. a partial last group, bias, bf16 and f32 out.
 //    f32 out with the scale applied in f32 (group % step == 0) is held to 1e-4 relative L2 (bf16 noise is 4e-3): the kernel's
 //    arithmetic is the oracle's up to summation order; folded scales (int4 g32 / g64, int8 g32) to 1e-2
 //    (one bf16 rounding of each weight);
-//  - the dequantize + bf16 GEMM path: m 9..61, and what the GEMV does not take at m = 1 (g_idx act-order, group
+//  - the dequantize + bf16 GEMM path: m 17..61, and what the GEMV does not take at m = 1 (g_idx act-order, group
 //    16, k % 128 != 0), against the oracle (bf16 weights: 1e-2);
 //  - the path counters say which path ran; the dequantized weight alone against quant::dequantize_matrix;
 //  - linears recorded in a CUDA graph (GEMV and workspace path) replay bit-identical to eager runs, and a
 //    recording that would grow the workspace fails cleanly and succeeds after end_capture() grew it;
-//  - supports(): the formats above yes, W8A8 and GGUF no; bad weights fail with the format named.
+//  - W8A8-FP8 (per-channel / per-tensor weight scales, dynamic / static activations) against the oracle: the
+//    activations quantize to the CPU's bits, so f32 outputs agree to 1e-3 (tensor-core FP8 accumulation);
+//  - supports(): the formats above yes, W8A8-INT8 and GGUF no; bad weights fail with the format named.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -161,7 +164,7 @@ TEST(QuantLinear, GemvMatchesCpuOracle) {
     for (const Shape2& s : shapes) {
       const bool bias = case_index % 2 == 0;
       QuantCase c = make_case(f, s.n, s.k, bias, false, rng);
-      for (int64_t m : {1, 2, 3, 5, 8}) {
+      for (int64_t m : {1, 2, 3, 5, 8, 13}) {
         const bool f32_out = (case_index + m) % 2 == 1;
         const double tol = f32_out && !folded(f) ? 1e-4 : 1e-2;
         const int64_t before = gpu().quant_gemvs();
@@ -179,14 +182,15 @@ TEST(QuantLinear, GemvInChunksOfEightRows) {
                         quant::WeightFormat{quant::Int8ChannelFormat{}}}) {
     QuantCase c = make_case(f, 77, 512, true, false, rng);
     const cuda::QuantWeight q = gpu().quant_weight(c.lw);
-    for (int64_t m : {9, 16, 21}) {
+    for (int64_t m : {9, 16, 21, 3}) {
+      const int ctas = m % 2 == 0 ? 2 : 3;  // both compiled variants (quant_linear.h QuantGemvConfig)
       const std::vector<float> x = random_bf16(static_cast<size_t>(m * c.k), rng);
       auto xd = gpu().upload(host_view(x, Shape{m, c.k}), DType::kBF16);
       auto yd = gpu().allocate(DType::kF32, Shape{m, c.n});
       poison(yd.view);
       cuda::launch_quant_gemv({static_cast<const __nv_bfloat16*>(xd.view.data), q,
                                static_cast<const __nv_bfloat16*>(c.lw.bias.data), yd.view.data, true, static_cast<int>(m)},
-                              gpu().stream());
+                              gpu().stream(), cuda::QuantGemvConfig{ctas});
       const Compare cmp = compare(download(gpu(), yd.view), oracle(c, x, m));
       EXPECT_EQ(cmp.nans, 0);
       EXPECT_LT(cmp.rel_l2, 1e-4) << name(c, m, true);
@@ -203,12 +207,13 @@ TEST(QuantLinear, DequantizePathMatchesCpuOracle) {
     std::vector<int64_t> ms;
   };
   const std::vector<Case> cases = {
-      {quant::IntGroupFormat{4, 128, true}, 257, 512, false, {9, 17, 61}},
-      {quant::IntGroupFormat{4, 32, false}, 64, 256, false, {12}},
+      {quant::IntGroupFormat{4, 128, true}, 257, 512, false, {17, 33, 61}},
+      {quant::IntGroupFormat{4, 32, false}, 64, 256, false, {20}},
       {quant::IntGroupFormat{8, 64, true}, 100, 384, false, {33}},
-      {quant::Int8ChannelFormat{}, 129, 256, false, {10, 40}},
+      {quant::Int8ChannelFormat{}, 129, 256, false, {18, 40}},
       {quant::IntGroupFormat{4, 128, true}, 96, 512, true, {1, 4, 20}},  // act-order: always this path
       {quant::IntGroupFormat{8, 128, false}, 31, 384, true, {1, 9}},
+      {quant::IntGroupFormat{4, 128, false}, 37, 520, false, {1, 17}},   // k % 8 == 0, not % 128: vector dequant
       {quant::IntGroupFormat{4, 16, true}, 50, 256, false, {1, 3}},      // group 16: no GEMV
       {quant::IntGroupFormat{4, 32, true}, 40, 96, false, {1, 2}},       // k % 128 != 0
       {quant::Int8ChannelFormat{}, 5, 72, false, {1}},                   // k % 64 != 0
@@ -228,7 +233,8 @@ TEST(QuantLinear, DequantizedWeightMatchesReference) {
   std::mt19937 rng(17);
   for (const auto& [f, act] : std::vector<std::pair<quant::WeightFormat, bool>>{
            {quant::IntGroupFormat{4, 128, true}, true}, {quant::IntGroupFormat{4, 64, false}, false},
-           {quant::IntGroupFormat{8, 32, true}, false}, {quant::Int8ChannelFormat{}, false}}) {
+           {quant::IntGroupFormat{8, 32, true}, false}, {quant::Int8ChannelFormat{}, false},
+           {quant::IntGroupFormat{4, 4, true}, false} /* group 4: the scalar kernel */}) {
     QuantCase c = make_case(f, 45, 256, false, act, rng);
     std::vector<float> ref(static_cast<size_t>(c.n * c.k));
     quant::dequantize_matrix(c.host(), ref.data());
@@ -268,7 +274,7 @@ TEST(QuantLinear, GraphReplayIsBitIdentical) {
     QuantCase* c;
     int64_t m;
   };
-  const std::vector<Run> runs = {{&big, 1}, {&big, 16}, {&small, 4}, {&act, 2}, {&small, 12}};
+  const std::vector<Run> runs = {{&big, 1}, {&big, 24}, {&small, 4}, {&act, 2}, {&small, 12}, {&small, 20}};
   std::vector<backend::DeviceTensor> xs, eager, graph;
   for (const Run& r : runs) {
     const std::vector<float> x = random_bf16(static_cast<size_t>(r.m * r.c->k), rng);
@@ -291,10 +297,10 @@ TEST(QuantLinear, GraphReplayIsBitIdentical) {
   // A weight larger than the workspace: the recording fails, end_capture() grows the workspace (the old
   // recording, made with the old workspace, is dropped at its next replay), the next recording succeeds.
   QuantCase huge = make_case(quant::IntGroupFormat{4, 128, true}, 1024, 2048, false, false, rng);
-  const std::vector<float> x = random_bf16(static_cast<size_t>(16 * huge.k), rng);
-  auto xd = gpu().upload(host_view(x, Shape{16, huge.k}), DType::kBF16);
-  auto yg = gpu().allocate(DType::kBF16, Shape{16, huge.n});
-  auto ye = gpu().allocate(DType::kBF16, Shape{16, huge.n});
+  const std::vector<float> x = random_bf16(static_cast<size_t>(24 * huge.k), rng);
+  auto xd = gpu().upload(host_view(x, Shape{24, huge.k}), DType::kBF16);
+  auto yg = gpu().allocate(DType::kBF16, Shape{24, huge.n});
+  auto ye = gpu().allocate(DType::kBF16, Shape{24, huge.n});
   gpu().begin_capture();
   gpu().linear(xd.view, huge.lw, yg.view);
   EXPECT_FALSE(gpu().end_capture(0x9a18));
@@ -309,12 +315,85 @@ TEST(QuantLinear, GraphReplayIsBitIdentical) {
   gpu().clear_graphs();
 }
 
+// W8A8-FP8: activations quantized per token (or with a static scale) bit-identically to the CPU oracle's, then
+// cuBLASLt's FP8 GEMM with per-token x per-channel (or per-tensor) scales.
+TEST(QuantLinear, Fp8MatchesCpuOracle) {
+  std::mt19937 rng(29);
+  std::uniform_int_distribution<int> byte(0, 255);
+  struct Case {
+    int64_t n, k;
+    bool per_channel;
+    quant::ActScaleMode act;
+  };
+  const std::vector<Case> cases = {{64, 256, true, quant::ActScaleMode::kDynamicPerToken},
+                                   {1008, 4096, true, quant::ActScaleMode::kDynamicPerToken},
+                                   {4096, 1024, false, quant::ActScaleMode::kDynamicPerToken},
+                                   {272, 512, true, quant::ActScaleMode::kStaticPerTensor},
+                                   {48, 128, false, quant::ActScaleMode::kStaticPerTensor}};
+  int64_t index = 0;
+  for (const Case& cs : cases) {
+    const quant::W8A8Fp8Format f{cs.per_channel, cs.act};
+    std::vector<uint8_t> w(static_cast<size_t>(cs.n * cs.k));
+    for (auto& b : w) {
+      b = static_cast<uint8_t>(byte(rng));
+      if ((b & 0x7f) == 0x7f) b ^= 1;  // no NaN codes
+    }
+    std::vector<float> scales(static_cast<size_t>(cs.per_channel ? cs.n : 1));
+    for (auto& v : scales) v = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / 100.0f / std::sqrt(float(cs.k));
+    const std::vector<float> input_scale = {3.0f / 448.0f};  // |x| past 3 saturates (N(0, 1) inputs)
+    std::vector<float> bias = random_bf16(static_cast<size_t>(cs.n), rng, 0.5f);
+    backend::LinearWeights lw;
+    std::vector<backend::DeviceTensor> owned;
+    auto keep = [&](backend::DeviceTensor t) {
+      owned.push_back(t);
+      return t.view;
+    };
+    lw.format = f;
+    lw.k = cs.k;
+    lw.weight = keep(gpu().upload(raw_view(w, DType::kFP8E4M3, Shape{cs.n, cs.k}), DType::kFP8E4M3));
+    lw.scales = keep(gpu().upload(raw_view(scales, DType::kF32, Shape{static_cast<int64_t>(scales.size())}), DType::kF32));
+    if (cs.act == quant::ActScaleMode::kStaticPerTensor)
+      lw.input_scale = keep(gpu().upload(raw_view(input_scale, DType::kF32, Shape{1}), DType::kF32));
+    const bool with_bias = index % 2 == 0;
+    if (with_bias) lw.bias = keep(gpu().upload(host_view(bias, Shape{cs.n}), DType::kBF16));
+    quant::QuantizedMatrix hm;
+    hm.format = f;
+    hm.n = cs.n;
+    hm.k = cs.k;
+    hm.weight = w.data();
+    hm.scales = scales.data();
+    hm.input_scale = cs.act == quant::ActScaleMode::kStaticPerTensor ? input_scale.data() : nullptr;
+    for (int64_t m : {1, 3, 8, 17, 128}) {
+      const bool f32_out = (index + m) % 2 == 1;
+      const std::vector<float> x = random_bf16(static_cast<size_t>(m * cs.k), rng);
+      std::vector<float> ref(static_cast<size_t>(m * cs.n));
+      quant::quantized_matmul(hm, x.data(), m, ref.data(), nullptr);
+      if (with_bias)
+        for (int64_t t = 0; t < m; ++t)
+          for (int64_t j = 0; j < cs.n; ++j) ref[static_cast<size_t>(t * cs.n + j)] += bias[static_cast<size_t>(j)];
+      auto xd = gpu().upload(host_view(x, Shape{m, cs.k}), DType::kBF16);
+      auto yd = gpu().allocate(f32_out ? DType::kF32 : DType::kBF16, Shape{m, cs.n});
+      poison(yd.view);
+      const int64_t before = gpu().fp8_gemms();
+      gpu().linear(xd.view, lw, yd.view);
+      EXPECT_EQ(gpu().fp8_gemms(), before + 1);
+      const Compare cmp = compare(download(gpu(), yd.view), ref);
+      const std::string what = quant::format_name(f) + " n=" + std::to_string(cs.n) + " k=" + std::to_string(cs.k) +
+                               " m=" + std::to_string(m) + (f32_out ? " f32" : " bf16");
+      EXPECT_EQ(cmp.nans, 0) << what;
+      EXPECT_LT(cmp.rel_l2, f32_out ? 1e-3 : 1e-2) << what << " (max abs " << cmp.max_abs << ")";
+      if (m == 17) std::printf("[ fp8 ] %s: rel L2 %.2e\n", what.c_str(), cmp.rel_l2);
+    }
+    ++index;
+  }
+}
+
 TEST(QuantLinear, SupportsAndBadWeights) {
   EXPECT_TRUE(gpu().supports(quant::IntGroupFormat{4, 128, true}));
   EXPECT_TRUE(gpu().supports(quant::IntGroupFormat{8, 32, false}));
   EXPECT_TRUE(gpu().supports(quant::Int8ChannelFormat{}));
   EXPECT_TRUE(gpu().supports(quant::DenseFormat{DType::kBF16}));
-  EXPECT_FALSE(gpu().supports(quant::W8A8Fp8Format{}));
+  EXPECT_TRUE(gpu().supports(quant::W8A8Fp8Format{}));
   EXPECT_FALSE(gpu().supports(quant::W8A8Int8Format{}));
   EXPECT_FALSE(gpu().supports(quant::GgufFormat{quant::GgufType::kQ4_0}));
   std::mt19937 rng(23);

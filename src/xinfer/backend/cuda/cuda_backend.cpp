@@ -16,6 +16,7 @@
 #include "xinfer/backend/cuda/kernels/elementwise/feed_tokens.h"
 #include "xinfer/backend/cuda/kernels/elementwise/gather_rows.h"
 #include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
+#include "xinfer/backend/cuda/kernels/gemm/cublaslt_fp8_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuning_cache.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemv.h"
@@ -76,6 +77,7 @@ CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
   gemm_.reset();
+  fp8_.reset();
   if (decode_ws_) cudaFree(decode_ws_);
   if (quant_ws_) cudaFree(quant_ws_);
   if (step_device_) cudaFree(step_device_);
@@ -298,7 +300,7 @@ void CudaBackend::begin_capture() {
   capturing_ = true;
   capture_failed_ = false;
   capture_ws_floats_ = 0;
-  capture_quant_ws_elems_ = 0;
+  capture_quant_ws_bytes_ = 0;
 }
 
 bool CudaBackend::end_capture(uint64_t key) {
@@ -309,7 +311,7 @@ bool CudaBackend::end_capture(uint64_t key) {
   if (capture_failed_) {
     if (graph) XI_CUDA_CHECK(cudaGraphDestroy(graph));
     if (capture_ws_floats_ > 0) decode_workspace(capture_ws_floats_);
-    if (capture_quant_ws_elems_ > 0) quant_workspace(capture_quant_ws_elems_);
+    if (capture_quant_ws_bytes_ > 0) quant_workspace(capture_quant_ws_bytes_);
     return false;
   }
   cudaGraphExec_t exec = nullptr;

@@ -4,6 +4,9 @@
 //   otherwise -> the weight dequantized to bf16 into a workspace, then the bf16 GEMM (GemmTuner::run, the
 //                tuner's choice for the shape): prefill in every format, and g_idx / odd group sizes at any m
 //                (one log line per weight description: a slower path).
+//   W8A8-FP8 (any m) -> each row of x quantized to e4m3 with its scale into the workspace, then cuBLASLt's
+//                FP8 GEMM with the per-token x per-channel scales (a per-tensor weight scale broadcast to a
+//                vector first); a shape cuBLASLt has no FP8 algorithm for fails naming layer shape and m.
 // The workspace (bf16, the largest n * k run so far) grows outside graph recordings; a recording that would
 // need it to grow fails (end_capture() grows it, the step runs eagerly), as for the decode workspace.
 #include <set>
@@ -11,8 +14,10 @@
 
 #include "xinfer/backend/cuda/cuda_backend.h"
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/gemm/cublaslt_fp8_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
+#include "xinfer/backend/cuda/kernels/quant/quantize_activations.h"
 #include "xinfer/core/logging.h"
 
 namespace xinfer::cuda {
@@ -38,7 +43,7 @@ bool CudaBackend::supports(const quant::WeightFormat& f) const {
     return true;
   if (const auto* g = std::get_if<quant::IntGroupFormat>(&f))
     return (g->bits == 4 || g->bits == 8) && g->group_size >= 1;
-  return false;
+  return std::holds_alternative<quant::W8A8Fp8Format>(f);
 }
 
 QuantWeight CudaBackend::quant_weight(const backend::LinearWeights& w) const {
@@ -79,22 +84,61 @@ QuantWeight CudaBackend::quant_weight(const backend::LinearWeights& w) const {
   return q;
 }
 
-__nv_bfloat16* CudaBackend::quant_workspace(size_t elems) {
-  if (elems > quant_ws_elems_) {
+void* CudaBackend::quant_workspace(size_t bytes) {
+  if (bytes > quant_ws_bytes_) {
     if (capturing_) {  // a synchronizing cudaMalloc cannot be recorded: fail this recording (see top)
       capture_failed_ = true;
-      capture_quant_ws_elems_ = std::max(capture_quant_ws_elems_, elems);
+      capture_quant_ws_bytes_ = std::max(capture_quant_ws_bytes_, bytes);
       return nullptr;
     }
     synchronize();
     if (quant_ws_) XI_CUDA_CHECK(cudaFree(quant_ws_));
-    quant_ws_elems_ = elems;
-    XI_CUDA_CHECK(cudaMalloc(&quant_ws_, elems * sizeof(__nv_bfloat16)));
+    quant_ws_bytes_ = bytes;
+    XI_CUDA_CHECK(cudaMalloc(&quant_ws_, bytes));
   }
-  return static_cast<__nv_bfloat16*>(quant_ws_);
+  return quant_ws_;
+}
+
+void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) {
+  const auto& f = std::get<quant::W8A8Fp8Format>(w.format);
+  const int64_t n = w.out_features(), k = w.in_features();
+  const int m = static_cast<int>(x.numel() / k);
+  const auto* wq = device_ptr<uint8_t>(w.weight, DType::kFP8E4M3, "weight", w);
+  XI_CHECK_EQ(w.weight.numel(), n * k) << "linear " << fmt(w) << ": weight elements vs [" << n << ", " << k << "]";
+  const auto* ws_in = device_ptr<float>(w.scales, DType::kF32, "scales", w);
+  XI_CHECK_EQ(w.scales.numel(), f.per_channel ? n : 1) << "linear " << fmt(w) << ": scales";
+  const float* input_scale = nullptr;
+  if (f.act == quant::ActScaleMode::kStaticPerTensor) {
+    input_scale = device_ptr<float>(w.input_scale, DType::kF32, "input_scale", w);
+    XI_CHECK_EQ(w.input_scale.numel(), 1) << "linear " << fmt(w) << ": input_scale";
+  }
+  XI_CHECK(x.dtype == DType::kBF16 && x.device == Device::kCuda) << "linear x must be a bf16 cuda tensor";
+  if (!w.bias.empty()) XI_CHECK(w.bias.dtype == DType::kBF16) << "linear bias must be bf16";
+  // Workspace: xq [m, k] e4m3 | x scales [m] | weight scales [n] (a per-tensor scale broadcast).
+  const size_t xq_bytes = (static_cast<size_t>(m) * k + 255) / 256 * 256;
+  const size_t xs_bytes = (static_cast<size_t>(m) * 4 + 255) / 256 * 256;
+  auto* ws = static_cast<uint8_t*>(quant_workspace(xq_bytes + xs_bytes + static_cast<size_t>(n) * 4));
+  if (ws == nullptr) return;  // recording failed (see top)
+  auto* xs = reinterpret_cast<float*>(ws + xq_bytes);
+  const float* w_scales = ws_in;
+  if (!f.per_channel) {
+    auto* wsv = reinterpret_cast<float*>(ws + xq_bytes + xs_bytes);
+    launch_broadcast_scale(ws_in, static_cast<int>(n), wsv, stream_);
+    w_scales = wsv;
+  }
+  launch_quantize_fp8_rows(static_cast<const __nv_bfloat16*>(x.data), m, static_cast<int>(k), input_scale, ws, xs,
+                           stream_);
+  if (!fp8_) fp8_ = std::make_unique<CublasLtFp8Gemm>();
+  const Fp8GemmArgs args{ws, xs, wq, w_scales, w.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(w.bias.data),
+                         out.data, out.dtype == DType::kF32, m, static_cast<int>(n), static_cast<int>(k)};
+  XI_CHECK(fp8_->supported(args)) << "linear " << fmt(w) << " [" << n << ", " << k << "] at " << m
+                                  << " rows: cuBLASLt has no FP8 algorithm (k and n must be multiples of 16)";
+  fp8_->run(args, stream_);
+  ++fp8_gemms_;
 }
 
 void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) {
+  if (std::holds_alternative<quant::W8A8Fp8Format>(w.format)) return fp8_linear(x, w, out);
   const QuantWeight q = quant_weight(w);
   const int m = static_cast<int>(x.numel() / q.k);
   XI_CHECK(x.dtype == DType::kBF16 && x.device == Device::kCuda) << "linear x must be a bf16 cuda tensor";
@@ -113,7 +157,7 @@ void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWei
       XI_LOG(INFO) << "cuda: no decode GEMV for " << describe(q)
                    << " (needs k % 128 (int4) / 64 (int8), group % 32, no g_idx): dequantize + bf16 GEMM";
   }
-  __nv_bfloat16* ws = quant_workspace(static_cast<size_t>(q.n) * q.k);
+  auto* ws = static_cast<__nv_bfloat16*>(quant_workspace(static_cast<size_t>(q.n) * q.k * sizeof(__nv_bfloat16)));
   if (ws == nullptr) return;  // recording failed (see top)
   launch_dequantize_weight(q, ws, stream_);
   gemm_->run({xp, ws, bias, out.data, y_f32, m, q.n, q.k}, stream_);

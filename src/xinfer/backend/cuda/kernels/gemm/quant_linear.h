@@ -66,10 +66,16 @@ struct QuantLinearArgs {
 
 std::string describe(const QuantWeight& w);  // "int4 g128 zp [4096, 4096]"
 
+// The GEMV's compiled variants: registers capped for 2 CTAs (16 warps) per SM (~95 registers, no spills) or
+// 3 (80 registers, a few bytes of spills); each lane keeps 4 steps of loads in flight (128 bytes).
+struct QuantGemvConfig {
+  int ctas_per_sm = 2;
+};
+
 // True if launch_quant_gemv takes this weight (see Requirements above; any m >= 1).
 bool quant_gemv_supports(const QuantWeight& w);
 // The GEMV (ceil(m / 8) launches). XI_CHECK-fails on unsupported arguments.
-void launch_quant_gemv(const QuantLinearArgs& a, cudaStream_t stream);
+void launch_quant_gemv(const QuantLinearArgs& a, cudaStream_t stream, QuantGemvConfig config = {});
 // dst[n, k] = the dequantized weight, rounded to bf16 (dst: [w.n, w.k]). Any layout above, incl. g_idx.
 void launch_dequantize_weight(const QuantWeight& w, __nv_bfloat16* dst, cudaStream_t stream);
 

@@ -1,0 +1,94 @@
+// A whole model with quantized linears on CudaBackend against the same model on CpuBackend (the oracle):
+// `--load-format dummy --quantization` weights (model/dummy_quantized.h: the same values on both backends) on
+// the synthetic head_dim-128 Llama (synthetic_model.h, hidden 256: every linear takes the quantized GEMV).
+// A 40-token prefill (m = 40: the dequantize + bf16 GEMM path), then 6 decode steps (m = 1: the GEMV), eagerly
+// and as CUDA-graph replays (ModelRunner GraphMode::kOn, one recording replayed); logits within rel L2 0.05
+// of the CPU's at every step (the dense dummy model's bound in engine_test), and the path counters show that
+// both quantized paths ran (fp8: the FP8 GEMM at every m; both backends quantize the activations per token).
+// w8a8-int8 is dequantized at load on CUDA (no INT8 GEMM yet) and not compared.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "synthetic_model.h"
+#include "xinfer/engine/model_runner.h"
+#include "xinfer/model/dummy_quantized.h"
+#include "xinfer/model/llama.h"
+
+namespace xinfer::gpu_test {
+namespace {
+
+struct StepLogits {
+  std::vector<std::vector<float>> steps;  // prefill, then each decode step: the last token's logits
+  std::string qkv_format;
+};
+
+StepLogits run_model(backend::Backend& be, const std::string& dir, const std::string& quantization,
+                     engine::GraphMode graphs) {
+  model::LoadOptions opt;
+  opt.max_tokens = 64;
+  opt.max_logit_rows = 1;
+  opt.show_progress = false;
+  opt.load_format = model::LoadFormat::kDummy;
+  opt.seed = 5;
+  opt.dummy_quantization = *model::parse_dummy_quantization(quantization);
+  auto m = model::LlamaModel::load(dir, be, opt);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  StepLogits out;
+  if (!m.ok()) return out;
+  out.qkv_format = quant::format_name((*m)->layer(0).qkv.format);
+  const model::ModelConfig& c = (*m)->config();
+  backend::KvCacheSpec spec{c.num_layers, 8, 16, c.num_kv_heads, c.head_dim, be.info().activation_dtype};
+  engine::ModelRunner runner(**m, be, spec, graphs);
+  std::vector<int32_t> ids(46);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37 + 11) % c.vocab_size);
+  const std::vector<int32_t> blocks = {1, 2, 3, 4};
+  engine::SequenceChunk prefill{std::span(ids).first(40), 0, blocks, true};
+  out.steps.push_back(runner.run(std::span(&prefill, 1)));
+  for (int32_t p = 40; p < 46; ++p) {
+    engine::SequenceChunk d{std::span(ids).subspan(static_cast<size_t>(p), 1), p, blocks, true};
+    out.steps.push_back(runner.run(std::span(&d, 1)));
+  }
+  return out;
+}
+
+TEST(QuantModel, DummyQuantizedModelMatchesCpu) {
+  SyntheticLlama spec;
+  spec.dir_prefix = "xinfer_quant_model";
+  const std::string dir = write_synthetic_llama(spec);
+  for (const char* q : {"w4a16", "w4a16-zp", "w8a16", "fp8"}) {
+    const bool fp8 = std::string(q) == "fp8";
+    const StepLogits ref = run_model(cpu(), dir, q, engine::GraphMode::kOff);
+    for (engine::GraphMode mode : {engine::GraphMode::kOff, engine::GraphMode::kOn}) {
+      const int64_t gemvs = gpu().quant_gemvs(), dequant = gpu().quant_dequant_gemms(), fp8s = gpu().fp8_gemms();
+      const StepLogits got = run_model(gpu(), dir, q, mode);
+      EXPECT_EQ(got.qkv_format, ref.qkv_format) << q << ": CUDA kept the format";
+      ASSERT_EQ(got.steps.size(), ref.steps.size()) << q;
+      for (size_t s = 0; s < ref.steps.size(); ++s) {
+        const Compare cmp = compare(got.steps[s], ref.steps[s]);
+        std::printf("[ quant ] %s %s step %zu: rel L2 %.4f\n", q, mode == engine::GraphMode::kOn ? "graphs" : "eager", s,
+                    cmp.rel_l2);
+        EXPECT_EQ(cmp.nans, 0) << q << " step " << s;
+        EXPECT_LT(cmp.rel_l2, 0.05) << q << " step " << s;
+      }
+      if (fp8) {
+        EXPECT_GE(gpu().fp8_gemms() - fp8s, 4 * spec.layers) << q << ": the FP8 GEMM ran";
+        continue;
+      }
+      EXPECT_GT(gpu().quant_dequant_gemms(), dequant) << q << ": the prefill ran the dequantize path";
+      if (mode == engine::GraphMode::kOff)
+        EXPECT_GE(gpu().quant_gemvs() - gemvs, 6 * 4 * spec.layers) << q << ": decode linears ran the GEMV";
+      else
+        EXPECT_GT(gpu().quant_gemvs(), gemvs) << q << ": the recording ran the GEMV";
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace xinfer::gpu_test
