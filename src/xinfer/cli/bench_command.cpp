@@ -45,6 +45,7 @@
 #include "xinfer/core/progress_bar.h"
 #include "xinfer/engine/engine.h"
 #include "xinfer/engine/sampling_params.h"
+#include "xinfer/model/dummy_quantized.h"
 #include "xinfer/model/preset_configs.h"
 
 namespace xinfer::cli {
@@ -216,7 +217,7 @@ RunResult run_batch(engine::Engine& eng, Shape2 shape, int n, uint64_t seed, con
 }
 
 int run_bench(int argc, char** argv) {
-  std::string model = "llama-3.1-8b", load_format, name, output_dir = "bench/results";
+  std::string model = "llama-3.1-8b", load_format, name, output_dir = "bench/results", quantization;
   int input_len = 128, output_len = 128, num_prompts = 0, num_iters = 5;
   bool all_shapes = false, latency = false, progress = true, ceilings = true;
   int64_t seed = 0;
@@ -240,6 +241,10 @@ int run_bench(int argc, char** argv) {
   flags.add("--model", &model, "model directory, or a built-in config (llama-3.1-8b, qwen2.5-7b, llama-3.1-70b)");
   flags.add("--load-format", &load_format, "auto (safetensors) or dummy (random weights); default: dummy for a "
                                            "built-in config, auto for a directory");
+  flags.add("--quantization", &quantization,
+            "with --load-format dummy: the decoder linears random in w4a16 (int4 g128), w4a16-zp, w8a16 (int8 per "
+            "channel), fp8 or w8a8-int8 (dynamic per-token activations) instead of bf16; a format the backend has "
+            "no kernel for is dequantized at load");
   flags.add("--input-len", &input_len, "prompt tokens per request (random ids)");
   flags.add("--output-len", &output_len, "generated tokens per request (ignore_eos)");
   flags.add("--all-shapes", &all_shapes, "run 128/128, 128/2048, 2048/128 and 2048/2048 (throughput mode)");
@@ -288,6 +293,12 @@ int run_bench(int argc, char** argv) {
   ec.model_dir = model;
   ec.load_format = *fmt;
   ec.dummy_seed = static_cast<uint64_t>(seed);
+  if (!quantization.empty()) {
+    if (*fmt != model::LoadFormat::kDummy) return fail("--quantization needs --load-format dummy");
+    auto q = model::parse_dummy_quantization(quantization);
+    if (!q.ok()) return fail(q.status().to_string());
+    ec.dummy_quantization = *q;
+  }
   if (ec.max_model_len == 0) ec.max_model_len = longest;  // 0: the longest input + output benchmarked
   ec.max_waiting = 1 << 20;
   ec.show_progress = progress;
@@ -317,7 +328,11 @@ int run_bench(int argc, char** argv) {
   // Bytes and flops of the model.
   const int64_t params = model::LlamaModel::parameter_count(mc);
   const int64_t embed_params = static_cast<int64_t>(mc.vocab_size) * mc.hidden_size;
-  const double dtype_b = static_cast<double>(plan.weight_bytes) / static_cast<double>(params);
+  // Bytes per element of the dense tensors (the embedding table, the KV cache): the average over the weights
+  // unless the linears are quantized (--quantization), where the activation dtype's.
+  const double dtype_b = quantization.empty()
+                             ? static_cast<double>(plan.weight_bytes) / static_cast<double>(params)
+                             : static_cast<double>(dtype_bytes(eng.backend().info().activation_dtype, 1));
   const double step_weight_bytes = static_cast<double>(plan.weight_bytes) -
                                    (mc.tie_word_embeddings ? 0.0 : static_cast<double>(embed_params) * dtype_b);
   const double kv_bytes_per_token = 2.0 * mc.num_layers * mc.num_kv_heads * mc.head_dim * dtype_b;
@@ -330,6 +345,7 @@ int run_bench(int argc, char** argv) {
     name = std::filesystem::path(model).lexically_normal().filename().string();
     if (name.empty()) name = "model";
     name += "_" + engine_flags.backend + (latency ? "_latency" : "_throughput");
+    if (!quantization.empty()) name += "_" + quantization;
     if (sampled) name += "_sampled";
   }
   json out;
@@ -337,6 +353,7 @@ int run_bench(int argc, char** argv) {
   out["model"] = model;
   out["model_config"] = mc.to_string();
   out["load_format"] = load_format;
+  if (!quantization.empty()) out["quantization"] = quantization;
   out["device"] = device;
   out["parameters"] = params;
   {

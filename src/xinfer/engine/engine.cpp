@@ -174,6 +174,7 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
   load.show_progress = config.show_progress;
   load.load_format = config.load_format;
   load.seed = config.dummy_seed;
+  load.dummy_quantization = config.dummy_quantization;
   // Ranks 1..tp-1 start on their own threads (backend, communicator) and load their shards meanwhile.
   std::unique_ptr<TensorParallelGroup> tp_group;
   if (tp > 1) {

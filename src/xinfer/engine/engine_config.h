@@ -35,6 +35,7 @@ struct EngineConfig {
   double gpu_memory_utilization = 0.90;
   model::LoadFormat load_format = model::LoadFormat::kAuto;  // kDummy: random weights, model may be a preset
   uint64_t dummy_seed = 0;
+  std::optional<quant::WeightFormat> dummy_quantization;  // dummy linears in this format (`--quantization`)
   int max_model_len = 0;                 // prompt + output per sequence; 0: see above
   // dtype of the KV blocks (kv_cache_dtype.h; `--kv-cache-dtype`): auto = the activation dtype.
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;

@@ -9,6 +9,7 @@
 #include "xinfer/core/logging.h"
 #include "xinfer/core/progress_bar.h"
 #include "xinfer/model/checkpoint_linear.h"
+#include "xinfer/model/dummy_quantized.h"
 #include "xinfer/model/gguf_config.h"
 #include "xinfer/model/gguf_file.h"
 #include "xinfer/model/preset_configs.h"
@@ -195,13 +196,21 @@ Status LlamaModel::load_weights(const std::string& dir) {
                  << (dummy ? " ignored (dummy weights are dense)" : "");
   auto linear = [&](const std::vector<std::pair<std::string, Shape>>& specs) -> Result<backend::LinearWeights> {
     backend::LinearWeights w;
-    if (dummy || !c.quantization.quantized()) {
+    if (dummy ? !options_.dummy_quantization : !c.quantization.quantized()) {
       XI_ASSIGN_OR_RETURN(w.weight, load(specs));
       return w;
     }
     std::vector<LinearPart> parts;
     for (const auto& [name, shape] : specs) parts.push_back({name.substr(0, name.size() - 7), shape[0]});
-    XI_ASSIGN_OR_RETURN(HostLinear host, read_checkpoint_linear(*files, c.quantization, parts, specs[0].second[1]));
+    HostLinear host;
+    if (dummy) {  // --quantization: random weights in that format
+      int64_t rows = 0;
+      for (const LinearPart& part : parts) rows += part.rows;
+      XI_ASSIGN_OR_RETURN(host, make_dummy_quantized_linear(*options_.dummy_quantization, rows, specs[0].second[1],
+                                                            options_.seed * 1000003u + dummy_index++));
+    } else {
+      XI_ASSIGN_OR_RETURN(host, read_checkpoint_linear(*files, c.quantization, parts, specs[0].second[1]));
+    }
     if (!host.note.empty() && logged.insert(host.note).second)
       XI_LOG(INFO) << "checkpoint: " << parts[0].module << " (and others like it): " << host.note;
     if (shard_.sharded()) {  // this rank's share, in the same format (shard_weights.h)

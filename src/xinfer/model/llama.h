@@ -17,6 +17,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,8 @@ struct LoadOptions {
   bool show_progress = true;  // progress bar while converting weights
   LoadFormat load_format = LoadFormat::kAuto;
   uint64_t seed = 0;          // dummy weights
+  // Dummy weights: the decoder linears random in this format (dummy_quantized.h) instead of dense.
+  std::optional<quant::WeightFormat> dummy_quantization;
   // GGUF: dequantize every block-format weight at load even where the backend supports the format (the
   // float reference path of the quantized kernels; `xinfer logits --dequantize`).
   bool dequantize_gguf = false;
