@@ -199,11 +199,11 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
   size_t kv_budget = config.kv_cache_memory;
   if (plan_memory) {
     const backend::BackendInfo before = be.info();
-    // From the checkpoint's formats (quantized linears at their packed size where the backend runs them),
-    // this rank's share.
+    // From the checkpoint's formats (quantized linears and GGUF blocks at their packed size where the
+    // backend runs them), this rank's share.
     const size_t weights_estimate = static_cast<size_t>(
-        static_cast<double>(model::checkpoint_weight_bytes(
-            mc, spec.dtype, [&](const quant::WeightFormat& f) { return be.supports(f); })) *
+        static_cast<double>(model::planned_weight_bytes(
+            config.model_dir, mc, spec.dtype, [&](const quant::WeightFormat& f) { return be.supports(f); })) *
         static_cast<double>(shard0.parameter_count(mc)) / static_cast<double>(model::LlamaModel::parameter_count(mc)));
     const double usable = config.gpu_memory_utilization * static_cast<double>(before.total_memory) -
                           static_cast<double>(before.total_memory - before.free_memory);

@@ -23,6 +23,8 @@
 #include <type_traits>
 
 #include "xinfer/core/logging.h"
+#include "xinfer/model/gguf_config.h"
+#include "xinfer/model/gguf_file.h"
 
 namespace xinfer::model {
 namespace {
@@ -601,6 +603,21 @@ size_t checkpoint_weight_bytes(const ModelConfig& c, DType dense_dtype,
   }
   total += dtype_bytes(dense_dtype, static_cast<size_t>(V * H + H));
   if (!c.tie_word_embeddings) total += bytes("lm_head", V, H);
+  return total;
+}
+
+size_t planned_weight_bytes(const std::string& model_path, const ModelConfig& c, DType dense_dtype,
+                            const std::function<bool(const quant::WeightFormat&)>& supported) {
+  if (!is_gguf_path(model_path)) return checkpoint_weight_bytes(c, dense_dtype, supported);
+  Result<GgufFile> file = GgufFile::open(model_path);
+  if (!file.ok()) return checkpoint_weight_bytes(c, dense_dtype, supported);
+  size_t total = 0;
+  for (const GgufTensorInfo& t : file->tensors()) {
+    const bool is_float = t.type == quant::GgufType::kF32 || t.type == quant::GgufType::kF16 ||
+                          t.type == quant::GgufType::kBF16;
+    const bool kept = t.ne.size() == 2 && !is_float && supported(quant::GgufFormat{t.type});
+    total += kept ? t.bytes : dtype_bytes(dense_dtype, static_cast<size_t>(t.numel()));
+  }
   return total;
 }
 

@@ -78,5 +78,10 @@ UploadedLinear upload_linear(backend::Backend& backend, const HostLinear& w, DTy
 // and an unquantized lm_head in `dense_dtype`. For the memory plan before loading.
 size_t checkpoint_weight_bytes(const ModelConfig& c, DType dense_dtype,
                                const std::function<bool(const quant::WeightFormat&)>& supported);
+// The same for whatever `model_path` is: a `.gguf` file (every tensor as load_gguf_weights puts it: block
+// formats kept where supported, the rest in `dense_dtype`), else checkpoint_weight_bytes(c, ...). A GGUF
+// that cannot be opened falls back to checkpoint_weight_bytes (the load reports the error).
+size_t planned_weight_bytes(const std::string& model_path, const ModelConfig& c, DType dense_dtype,
+                            const std::function<bool(const quant::WeightFormat&)>& supported);
 
 }  // namespace xinfer::model

@@ -548,3 +548,28 @@ TEST_F(BrokenCheckpoint, CompressedTensorsGIdx) {
 
 }  // namespace
 }  // namespace xinfer::model
+
+namespace xinfer::model {
+namespace {
+
+// The memory plan's estimate for a GGUF file: the block formats the CPU backend keeps, as loaded.
+TEST(PlannedWeightBytes, GgufFileAsLoaded) {
+  const char* src = std::getenv("XINFER_SOURCE_DIR");
+  const std::string path = std::string(src ? src : ".") + "/tests/unit/model/data/tiny_llama_q4_1.gguf";
+  cpu::CpuBackend backend{cpu::CpuBackendOptions{1}};
+  LoadOptions opts;
+  opts.show_progress = false;
+  opts.max_tokens = 16;
+  opts.max_logit_rows = 16;
+  auto m = LlamaModel::load(path, backend, opts);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto supported = [&](const quant::WeightFormat& f) { return backend.supports(f); };
+  EXPECT_EQ(planned_weight_bytes(path, (*m)->config(), DType::kF32, supported), (*m)->weight_bytes());
+  // A backend without block kernels: everything dense, as the loader dequantizes it.
+  auto dense_only = [](const quant::WeightFormat& f) { return std::holds_alternative<quant::DenseFormat>(f); };
+  EXPECT_EQ(planned_weight_bytes(path, (*m)->config(), DType::kF32, dense_only),
+            static_cast<size_t>(LlamaModel::parameter_count((*m)->config())) * 4);
+}
+
+}  // namespace
+}  // namespace xinfer::model
