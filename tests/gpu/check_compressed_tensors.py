@@ -1,7 +1,7 @@
 """The compressed-tensors package decompresses what `xinfer quantize` writes to the weights our numpy reader
 (tools/quantize_numpy_reference.py, written from the format's definitions) gets: for every directory given,
-ModelCompressor (the package's own entry point, as transformers and vLLM use it) decompresses the
-checkpoint into a float LlamaForCausalLM, and every decompressed linear weight must equal numpy's within
+transformers' compressed-tensors integration (CompressedTensorsConfig(run_compressed=False): the package's
+ModelCompressor.decompress_model) decompresses the checkpoint into a float LlamaForCausalLM, and every decompressed linear weight must equal numpy's within
 float32 rounding of scale * (q - zero). Needs torch and the compressed-tensors wheel (GPU machine; runs on
 its CPU). Prints one JSON line per directory and exits 1 on any mismatch.
 
@@ -18,17 +18,22 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
 import quantize_numpy_reference as ref  # noqa: E402
 
 
-def decompress_with_package(d: pathlib.Path) -> dict:
+def decompress_with_package(d: pathlib.Path):
+    """The package's decompression as transformers drives it (compressed-tensors 0.20: ModelCompressor built
+    from a CompressedTensorsConfig, decompress_model() after loading the compressed parameters)."""
     import compressed_tensors
-    from compressed_tensors.compressors import ModelCompressor
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, CompressedTensorsConfig
 
-    cfg = AutoConfig.from_pretrained(d)
-    qcfg = cfg.quantization_config
-    del cfg.quantization_config
-    model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
-    mc = ModelCompressor.from_compression_config(qcfg)
-    mc.decompress(model_path=str(d), model=model)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            d, dtype=torch.float32, quantization_config=CompressedTensorsConfig(run_compressed=False))
+    except Exception:  # older transformers: no run_compressed; decompress by hand
+        from compressed_tensors.compressors import ModelCompressor
+        from compressed_tensors.quantization import QuantizationConfig
+
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+        cfg = json.loads((d / "config.json").read_text())["quantization_config"]
+        ModelCompressor(quantization_config=QuantizationConfig.model_validate(cfg)).decompress_model(model)
     return {k: v.detach().to(torch.float64).numpy() for k, v in model.state_dict().items()}, compressed_tensors.__version__
 
 
