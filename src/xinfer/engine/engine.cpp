@@ -531,6 +531,7 @@ void Engine::add_request(Submission& s) {
   r.ignore_eos = g.sampling.ignore_eos;
   r.arrival_time = g.arrival_time;
   r.prompt_logits = g.prompt_logprobs.has_value();
+  r.group = g.group;
   const int num_prompt = static_cast<int>(g.prompt_ids.size());
   if (Status st = scheduler_->add(std::move(r)); !st.ok()) {
     finish_with_error(s, st);

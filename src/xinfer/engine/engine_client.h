@@ -37,6 +37,10 @@ struct GenerationRequest {
   // from the raw logits (no temperature, penalties or bias). Costs a logits row per prompt token and skips
   // the prefix cache for this prompt (sched::Request::prompt_logits).
   std::optional<int32_t> prompt_logprobs;
+  // Nonzero: the client request this one belongs to (the server gives a request's prompts x n choices one
+  // group): admission alternates between groups, so one client's batch does not hold others back
+  // (sched::Request::group). 0: a group of its own.
+  uint64_t group = 0;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };

@@ -20,6 +20,10 @@ struct Request {
   // prompt has been fed once (a cached position has no logits), and each prefill chunk carries one logits
   // row per token (ScheduledSeq::all_logits), bounded by the step's logits rows (scheduler.h).
   bool prompt_logits = false;
+  // Requests sharing a nonzero group (one client request's prompts x n choices) count as one entry of the
+  // waiting queue's reorder window (waiting_queue.h): admission alternates between clients instead of
+  // taking one client's whole batch first. 0: a group of its own.
+  uint64_t group = 0;
   double arrival_time = -1;             // < 0: the scheduler's clock at add()
 };
 

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 
 #include "xinfer/core/logging.h"
 #include "xinfer/tokenizer/utf8.h"
@@ -52,6 +53,7 @@ ApiError submit_error(const Status& s) {
 GenerationContext::GenerationContext(OpenAIServer* server, const ServedModel* model,
                                      std::shared_ptr<HttpExchange> exchange, GenerationSetup setup)
     : server_(server), model_(model), ex_(std::move(exchange)), setup_(std::move(setup)) {
+  group_ = std::hash<std::string>{}(setup_.id) | 1;  // nonzero: the choices share one admission slot
   const int n = setup_.options.n;
   choices_.resize(setup_.prompts.size() * static_cast<size_t>(n));
   for (size_t p = 0; p < setup_.prompts.size(); ++p) {
@@ -92,6 +94,7 @@ bool GenerationContext::submit_more() {
     }
     req.priority = setup_.options.priority;
     req.prompt_logprobs = setup_.prompt_top;
+    req.group = group_;
     req.rng_stream = static_cast<uint64_t>(c.index % setup_.options.n);
     // A choice submitted later queues as a new arrival: it does not overtake other clients' requests.
     req.arrival_time = now;

@@ -107,6 +107,7 @@ class GenerationContext : public std::enable_shared_from_this<GenerationContext>
   bool stream_started_ = false;  // SSE headers are out: errors become events
   size_t next_submit_ = 0;       // choices_[0, next_submit_) were submitted
   size_t in_flight_ = 0;         // submitted and not engine_done
+  uint64_t group_ = 0;           // engine group of every choice (nonzero, from the request id)
 };
 
 }  // namespace xinfer::server

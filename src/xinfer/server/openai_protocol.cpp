@@ -158,7 +158,7 @@ void read_common(Reader& r, bool chat, int vocab_size, GenerationOptions* o, boo
       *zero_max_tokens = true;
       v = 1;
     } else if (*v == 0 && !chat) {
-      r.fail("'max_tokens' must be at least 1 (0 is allowed only with 'echo': the prompt alone is returned)",
+      r.fail("'max_tokens' must be in [1, 1073741824], got 0 (0 only with 'echo': the prompt alone is returned)",
              max_key);
     }
     r.in_range(max_key, v, 1, 1 << 30);
