@@ -228,15 +228,17 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
         }
         if (m <= 32) {
           double t = 1e30;
-          for (int ctas : {2, 3}) {
-            const double tc = time_graph_us(s, 20, [&](int i) {
-              const cuda::QuantWeight q = be.quant_weight(wi(i));
-              cuda::launch_quant_gemv({static_cast<const __nv_bfloat16*>(x.view.data), q, nullptr, y.view.data, false, m},
-                                      s, cuda::QuantGemvConfig{ctas});
-            });
-            line(what + " gemv " + std::to_string(ctas) + " ctas/sm", tc, static_cast<double>(qbytes) + io, false, bw);
-            t = std::min(t, tc);
-          }
+          for (int ctas : {2, 3})
+            for (bool pdl : {false, true}) {
+              const double tc = time_graph_us(s, 20, [&](int i) {
+                const cuda::QuantWeight q = be.quant_weight(wi(i));
+                cuda::launch_quant_gemv({static_cast<const __nv_bfloat16*>(x.view.data), q, nullptr, y.view.data, false, m},
+                                        s, cuda::QuantGemvConfig{ctas, pdl});
+              });
+              line(what + " gemv " + std::to_string(ctas) + " ctas/sm" + (pdl ? " pdl" : ""), tc,
+                   static_cast<double>(qbytes) + io, false, bw);
+              t = std::min(t, tc);
+            }
           if (m == 1) {
             const double roof = (static_cast<double>(qbytes) + io) / (bw * 1e9) * 1e6;
             char buf[256];

@@ -3,7 +3,8 @@
 //  - the quantized GEMV (m <= 16 through linear(), in launches of 8 rows; m up to 21 and both compiled
 //    occupancies through launch_quant_gemv directly):
 //    int4 per group 32 / 64 / 128 / 256 (symmetric and zero points), int8 per group 32 / 64 / 128 and int8
-//    per channel, n 1 / 7 / 33 / 4097, k 128..4224 incl. a partial last group, bias, bf16 and f32 out.
+//    per channel, n 1 / 7 / 33 / 4097, k 128..4224 incl. a partial last group and a partial last step (k 192,
+//    576), bias, bf16 and f32 out.
 //    f32 out with the scale applied in f32 (group % step == 0) is held to 1e-4 relative L2 (bf16 noise is 4e-3): the kernel's
 //    arithmetic is the oracle's up to summation order; folded scales (int4 g32 / g64, int8 g32) to 1e-2
 //    (one bf16 rounding of each weight);
@@ -14,11 +15,13 @@
 //    recording that would grow the workspace fails cleanly and succeeds after end_capture() grew it;
 //  - W8A8-FP8 (per-channel / per-tensor weight scales, dynamic / static activations) against the oracle: the
 //    activations quantize to the CPU's bits, so f32 outputs agree to 1e-3 (tensor-core FP8 accumulation);
+//  - GGUF Q4_0 / Q8_0 rows repacked at load (model/gguf_repack.h) through these kernels vs the GGUF reference;
 //  - supports(): the formats above yes, W8A8-INT8 and GGUF no; bad weights fail with the format named.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -26,6 +29,8 @@
 
 #include "gpu_test_util.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
+#include "xinfer/model/gguf_repack.h"
+#include "xinfer/quant/gguf_types.h"
 #include "xinfer/quant/quantized_linear.h"
 
 namespace xinfer::gpu_test {
@@ -158,7 +163,8 @@ TEST(QuantLinear, GemvMatchesCpuOracle) {
   struct Shape2 {
     int64_t n, k;
   };
-  const std::vector<Shape2> shapes = {{1, 128}, {7, 256}, {33, 384}, {4097, 1024}, {130, 4224}};
+  // k 192 and 576 (SmolLM2's hidden size) end in a partial int4 step of 128 columns
+  const std::vector<Shape2> shapes = {{1, 128}, {7, 256}, {33, 384}, {4097, 1024}, {130, 4224}, {9, 192}, {65, 576}};
   int64_t case_index = 0;
   for (const auto& f : formats) {
     for (const Shape2& s : shapes) {
@@ -183,14 +189,15 @@ TEST(QuantLinear, GemvInChunksOfEightRows) {
     QuantCase c = make_case(f, 77, 512, true, false, rng);
     const cuda::QuantWeight q = gpu().quant_weight(c.lw);
     for (int64_t m : {9, 16, 21, 3}) {
-      const int ctas = m % 2 == 0 ? 2 : 3;  // both compiled variants (quant_linear.h QuantGemvConfig)
+      const int ctas = m % 2 == 0 ? 2 : 3;  // both compiled variants (quant_linear.h QuantGemvConfig), with and
+      const bool pdl = m > 10;              // without programmatic dependent launch
       const std::vector<float> x = random_bf16(static_cast<size_t>(m * c.k), rng);
       auto xd = gpu().upload(host_view(x, Shape{m, c.k}), DType::kBF16);
       auto yd = gpu().allocate(DType::kF32, Shape{m, c.n});
       poison(yd.view);
       cuda::launch_quant_gemv({static_cast<const __nv_bfloat16*>(xd.view.data), q,
                                static_cast<const __nv_bfloat16*>(c.lw.bias.data), yd.view.data, true, static_cast<int>(m)},
-                              gpu().stream(), cuda::QuantGemvConfig{ctas});
+                              gpu().stream(), cuda::QuantGemvConfig{ctas, pdl});
       const Compare cmp = compare(download(gpu(), yd.view), oracle(c, x, m));
       EXPECT_EQ(cmp.nans, 0);
       EXPECT_LT(cmp.rel_l2, 1e-4) << name(c, m, true);
@@ -215,7 +222,7 @@ TEST(QuantLinear, DequantizePathMatchesCpuOracle) {
       {quant::IntGroupFormat{8, 128, false}, 31, 384, true, {1, 9}},
       {quant::IntGroupFormat{4, 128, false}, 37, 520, false, {1, 17}},   // k % 8 == 0, not % 128: vector dequant
       {quant::IntGroupFormat{4, 16, true}, 50, 256, false, {1, 3}},      // group 16: no GEMV
-      {quant::IntGroupFormat{4, 32, true}, 40, 96, false, {1, 2}},       // k % 128 != 0
+      {quant::IntGroupFormat{4, 32, true}, 40, 80, false, {1, 2}},       // k % 32 != 0
       {quant::Int8ChannelFormat{}, 5, 72, false, {1}},                   // k % 64 != 0
   };
   for (const Case& cs : cases) {
@@ -385,6 +392,46 @@ TEST(QuantLinear, Fp8MatchesCpuOracle) {
       if (m == 17) std::printf("[ fp8 ] %s: rel L2 %.2e\n", what.c_str(), cmp.rel_l2);
     }
     ++index;
+  }
+}
+
+// GGUF Q4_0 / Q8_0 rows repacked at load (model/gguf_repack.h) run through the int kernels: against the float
+// reference of the original blocks (dequantize_gguf, f64 dot products), at m = 1 (GEMV) and 40 (dequantize
+// path); k 576 is SmolLM2's hidden size (a partial int4 step).
+TEST(QuantLinear, GgufRepackedRowsMatchTheGgufReference) {
+  std::mt19937 rng(31);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (quant::GgufType type : {quant::GgufType::kQ4_0, quant::GgufType::kQ8_0}) {
+    const int64_t n = 100, k = 576;
+    const size_t row_bytes = *quant::gguf_row_bytes(type, k), block = type == quant::GgufType::kQ4_0 ? 18 : 34;
+    std::vector<uint8_t> rows(static_cast<size_t>(n) * row_bytes);
+    for (auto& b : rows) b = static_cast<uint8_t>(byte(rng));
+    for (size_t off = 0; off < rows.size(); off += block) {
+      const f16 d = to_f16(std::uniform_real_distribution<float>(0.002f, 0.01f)(rng));
+      std::memcpy(rows.data() + off, &d.bits, 2);
+    }
+    std::vector<float> wf(static_cast<size_t>(n * k));
+    for (int64_t r = 0; r < n; ++r) ASSERT_TRUE(quant::dequantize_gguf(type, rows.data() + r * row_bytes, k, wf.data() + r * k).ok());
+    auto h = model::repack_gguf_rows(type, rows.data(), n, k);
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    model::UploadedLinear up = model::upload_linear(gpu(), *h, DType::kBF16);
+    for (int64_t m : {1, 40}) {
+      const std::vector<float> x = random_bf16(static_cast<size_t>(m * k), rng);
+      std::vector<float> ref(static_cast<size_t>(m * n));
+      for (int64_t t = 0; t < m; ++t)
+        for (int64_t j = 0; j < n; ++j) {
+          double acc = 0;
+          for (int64_t i = 0; i < k; ++i) acc += static_cast<double>(x[t * k + i]) * wf[j * k + i];
+          ref[static_cast<size_t>(t * n + j)] = static_cast<float>(acc);
+        }
+      auto xd = gpu().upload(host_view(x, Shape{m, k}), DType::kBF16);
+      auto yd = gpu().allocate(DType::kF32, Shape{m, n});
+      poison(yd.view);
+      gpu().linear(xd.view, up.weights, yd.view);
+      const Compare cmp = compare(download(gpu(), yd.view), ref);
+      EXPECT_EQ(cmp.nans, 0);
+      EXPECT_LT(cmp.rel_l2, 1e-2) << quant::gguf_type_name(type) << " m=" << m;
+    }
   }
 }
 

@@ -52,7 +52,7 @@
 // kernels/quant/quantize_activations.h, then cuBLASLt's FP8 GEMM with outer-vector scales,
 // kernels/gemm/cublaslt_fp8_gemm.h).
 // linear() runs up to kQuantGemvMaxRows (16) rows through the quantized tensor-core GEMV where it takes the weight
-// (k % 128 / 64, group % 32, no g_idx), otherwise it dequantizes the weight into a bf16 workspace and runs the
+// (k % 32 / 16, group % 32, no g_idx), otherwise it dequantizes the weight into a bf16 workspace and runs the
 // tuned bf16 GEMM (prefill, and the slower path for the rest). add_rms_norm_linear fuses dense linears only
 // (quantized ones run the composition). The workspace grows outside recordings only, like the decode one.
 //

@@ -5,6 +5,7 @@
 
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
+#include "xinfer/backend/cuda/kernels/pdl.cuh"
 
 namespace xinfer::cuda {
 namespace {
@@ -85,11 +86,13 @@ template <int kBits>
 __device__ __forceinline__ void load_step(const Params& p, const int (&row)[2], int step, int t, StepLoad& l) {
   using G = Geometry<kBits>;
   const int col = step * G::kStep + t * G::kLaneCols;
-  const int gi = col / p.group;
+  // The last step may end inside k (k % step != 0): lanes past k load nothing (their x reads as 0 too).
+  const bool in_k = col < p.k;
+  const int gi = in_k ? col / p.group : 0;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const size_t rb = static_cast<size_t>(row[r]) * G::kRowBytes(p.k);
-    l.w[r] = load_weights(p.w + rb + (kBits == 4 ? col / 2 : col));
+    l.w[r] = in_k ? load_weights(p.w + rb + (kBits == 4 ? col / 2 : col)) : make_uint4(0, 0, 0, 0);
     const size_t si = static_cast<size_t>(row[r]) * p.G + gi;
     l.s[r] = __ldg(p.scales + si);
     l.z[r] = p.zeros ? static_cast<int>(__ldg(p.zeros + si)) : p.sym_zero;
@@ -105,7 +108,7 @@ __device__ __forceinline__ void compute_step(const Params& p, const StepLoad& l,
   const int col = step * G::kStep + t * G::kLaneCols;
   float d[4] = {0.f, 0.f, 0.f, 0.f};
   float(&sum)[4] = kFold ? acc : d;
-  const bool live = g < p.m;
+  const bool live = g < p.m && col < p.k;  // x rows past m and columns past k are zeros
   const __nv_bfloat16* xrow = p.x + static_cast<size_t>(g) * p.k + col;
   if constexpr (kBits == 4) {
     uint4 xv[4];
@@ -181,17 +184,27 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) quant_gemv_kernel(Params
   const int g = lane / 4, t = lane % 4;
   const int n0 = static_cast<int>(blockIdx.x) * kTileRows;
   const int row[2] = {min(n0 + g, p.n - 1), min(n0 + g + 8, p.n - 1)};
-  const int steps = p.k / G::kStep;
+  const int steps = (p.k + G::kStep - 1) / G::kStep;
 
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int s = warp; s < steps; s += kBatch * kWarps) {
-    StepLoad l[kBatch];
+  StepLoad l[kBatch];
+  int s = warp;
+  // The first batch's weights are requested before pdl_wait() (PDL launches: they do not depend on earlier
+  // kernels), x only after it; the next kernel may launch once every CTA got here (pdl.cuh).
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u)
-      if (s + u * kWarps < steps) load_step<kBits>(p, row, s + u * kWarps, t, l[u]);
+  for (int u = 0; u < kBatch; ++u)
+    if (s + u * kWarps < steps) load_step<kBits>(p, row, s + u * kWarps, t, l[u]);
+  pdl_release();
+  pdl_wait();
+  while (s < steps) {
 #pragma unroll
     for (int u = 0; u < kBatch; ++u)
       if (s + u * kWarps < steps) compute_step<kBits, kFold>(p, l[u], s + u * kWarps, g, t, acc);
+    s += kBatch * kWarps;
+    if (s >= steps) break;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      if (s + u * kWarps < steps) load_step<kBits>(p, row, s + u * kWarps, t, l[u]);
   }
   // C fragment: acc[0], acc[1] = (row g, tokens 2t, 2t + 1); acc[2], acc[3] = (row g + 8, same tokens).
   red[warp][g][2 * t] = acc[0];
@@ -297,8 +310,8 @@ std::string describe(const QuantWeight& w) {
 
 bool quant_gemv_supports(const QuantWeight& w) {
   if (w.bits != 4 && w.bits != 8) return false;
-  const int step = w.bits == 4 ? 128 : 64;
-  if (w.n < 1 || w.k < step || w.k % step != 0 || w.g_idx != nullptr) return false;
+  const int lane_cols = w.bits == 4 ? 32 : 16;  // a lane's columns of a step: all in k or none
+  if (w.n < 1 || w.k < lane_cols || w.k % lane_cols != 0 || w.g_idx != nullptr) return false;
   if (w.is_signed) return w.bits == 8 && w.group_size == w.k && w.zeros == nullptr;
   return w.group_size >= 32 && w.group_size % 32 == 0;
 }
@@ -332,10 +345,11 @@ void launch_quant_gemv(const QuantLinearArgs& a, cudaStream_t stream, QuantGemvC
     auto launch = [&](auto bits, auto fold_c) {
       constexpr int kB = decltype(bits)::value;
       constexpr bool kF = decltype(fold_c)::value;
-      if (config.ctas_per_sm == 3)
-        quant_gemv_kernel<kB, kF, 3><<<grid, kThreads, 0, stream>>>(p);
+      auto* kernel = config.ctas_per_sm == 3 ? quant_gemv_kernel<kB, kF, 3> : quant_gemv_kernel<kB, kF, 2>;
+      if (config.pdl)
+        launch_pdl(kernel, grid, dim3(kThreads), 0, stream, p);
       else
-        quant_gemv_kernel<kB, kF, 2><<<grid, kThreads, 0, stream>>>(p);
+        kernel<<<grid, kThreads, 0, stream>>>(p);
     };
     using T = std::true_type;
     using F = std::false_type;

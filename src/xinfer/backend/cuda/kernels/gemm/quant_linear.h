@@ -25,8 +25,9 @@
 // extra bf16 rounding of each weight, as a bf16 checkpoint has). The 8 warps' partial tiles meet in
 // shared memory. No allocation, no synchronization: graph-capturable.
 //
-// Requirements (quant_gemv_supports): k % step == 0, group % 32 == 0 (int4) / group % 64 == 0 or 32
-// (int8), no g_idx, x 16-byte aligned. The dequantization kernel takes every layout above.
+// Requirements (quant_gemv_supports): k % 32 == 0 (int4) / k % 16 == 0 (int8) (a last partial step: lanes
+// past k load nothing and read x as zeros), group % 32 == 0, no g_idx, x 16-byte aligned. The dequantization
+// kernel takes every layout above.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -68,8 +69,11 @@ std::string describe(const QuantWeight& w);  // "int4 g128 zp [4096, 4096]"
 
 // The GEMV's compiled variants: registers capped for 2 CTAs (16 warps) per SM (~95 registers, no spills) or
 // 3 (80 registers, a few bytes of spills); each lane keeps 4 steps of loads in flight (128 bytes).
+// With pdl, the launch allows programmatic dependent launch (pdl.cuh): the first 4 steps of weights are
+// requested before pdl_wait(), x is read after it.
 struct QuantGemvConfig {
   int ctas_per_sm = 2;
+  bool pdl = false;
 };
 
 // True if launch_quant_gemv takes this weight (see Requirements above; any m >= 1).
