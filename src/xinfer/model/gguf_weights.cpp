@@ -10,6 +10,7 @@
 #include "xinfer/core/progress_bar.h"
 #include "xinfer/model/gguf_config.h"
 #include "xinfer/model/gguf_file.h"
+#include "xinfer/model/gguf_repack.h"
 #include "xinfer/model/llama.h"
 #include "xinfer/model/shard_weights.h"
 #include "xinfer/quant/gguf_types.h"
@@ -63,6 +64,29 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
       const int64_t src = p.permute_head_dim > 0 ? gguf_row_of_hf_row(hf_row, p.permute_head_dim) : hf_row;
       return t.data + static_cast<size_t>(src) * row_bytes;
     };
+    // No GGUF kernel on the backend but int4 / int8 ones (CUDA): Q4_0 / Q8_0 linears repacked exactly into
+    // int4 / int8 per group of 32 (gguf_repack.h); the embedding table stays a float table.
+    const std::optional<quant::IntGroupFormat> repacked = gguf_repack_format(type);
+    if (!vector && same && !options_.dequantize_gguf && !backend_.supports(packed) && repacked &&
+        backend_.supports(*repacked) && !shard_.sharded() && parts[0].name != gguf_tensor_name(-1, "token_embd")) {
+      XI_ASSIGN_OR_RETURN(size_t row_bytes, quant::gguf_row_bytes(type, k));
+      std::vector<uint8_t> gathered(static_cast<size_t>(rows) * row_bytes);
+      uint8_t* dst = gathered.data();
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const int64_t n = infos[i]->numel() / k;
+        for (int64_t r = 0; r < n; ++r, dst += row_bytes)
+          std::memcpy(dst, row_of(parts[i], *infos[i], r, row_bytes), row_bytes);
+      }
+      XI_ASSIGN_OR_RETURN(HostLinear h, repack_gguf_rows(type, gathered.data(), rows, k));
+      if (logged.insert(h.note).second)
+        XI_LOG(INFO) << h.note << " at load (" << backend_.info().name << " has no kernel for gguf("
+                     << gguf_type_name(type) << "))";
+      UploadedLinear up = upload_linear(backend_, h, dtype);
+      owned_.insert(owned_.end(), up.buffers.begin(), up.buffers.end());
+      weight_bytes_ += up.bytes;
+      for (const GgufTensorInfo* t : infos) progress.advance(1, static_cast<int64_t>(t->bytes));
+      return up.weights;
+    }
     if (!vector && same && !is_float_type(type) && !options_.dequantize_gguf && backend_.supports(packed)) {
       XI_ASSIGN_OR_RETURN(size_t row_bytes, quant::gguf_row_bytes(type, k));
       HostTensor host(DType::kU8, Shape{rows, static_cast<int64_t>(row_bytes)});
