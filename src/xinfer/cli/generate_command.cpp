@@ -1,10 +1,12 @@
 // `xinfer generate`: loads a model on the CPU backend and streams a completion of one prompt to stdout.
 // A single-sequence loop (prefill, then one token per step) over the same ModelRunner and Sampler the
 // serving engine uses; timing figures go to stderr.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "xinfer/cli/command.h"
@@ -13,6 +15,7 @@
 #include "xinfer/engine/backend_factory.h"
 #include "xinfer/engine/model_runner.h"
 #include "xinfer/engine/sampler.h"
+#include "xinfer/engine/tensor_parallel.h"
 #include "xinfer/model/gguf_tokenizer.h"
 #include "xinfer/model/llama.h"
 #include "xinfer/tokenizer/tokenizer.h"
@@ -65,6 +68,10 @@ int run_generate(int argc, char** argv) {
   flags.add("--ignore-eos", &ignore_eos, "keep generating past the end-of-sequence token");
   flags.add("--print-ids", &print_ids, "print generated token ids (one line, space separated) instead of text");
   flags.add("--threads", &threads, "CPU threads; 0 = all cores");
+  int tensor_parallel_size = 1;
+  flags.add("--tensor-parallel-size", &tensor_parallel_size,
+            "split the model over this many CPU ranks (threads sharing --threads); must divide the attention "
+            "heads and the FFN width");
   flags.add("--block-size", &block_size, "KV-cache block size in tokens");
   flags.add("--prefill-chunk", &prefill_chunk, "most prompt tokens per forward step");
   if (int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
@@ -81,14 +88,22 @@ int run_generate(int argc, char** argv) {
   sp.seed = seed;
   sp.ignore_eos = ignore_eos;
 
-  auto backend_or = engine::create_backend(engine::BackendKind::kCpu, threads);
+  if (tensor_parallel_size < 1) return fail(invalid_argument("--tensor-parallel-size must be >= 1"));
+  // Tensor parallelism: the ranks share the threads.
+  const int total_threads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  const int rank_threads = tensor_parallel_size > 1 ? std::max(1, total_threads / tensor_parallel_size) : threads;
+  auto backend_or = engine::create_backend(engine::BackendKind::kCpu, rank_threads);
   if (!backend_or.ok()) return fail(backend_or.status());
   backend::Backend& backend = **backend_or;
   model::LoadOptions load_opts;
   load_opts.max_tokens = prefill_chunk;
   load_opts.max_logit_rows = 1;
-  auto model = model::LlamaModel::load(model_dir, backend, load_opts);
-  if (!model.ok()) return fail(model.status());
+  auto tp_model = engine::load_tensor_parallel(model_dir, backend, load_opts, tensor_parallel_size,
+                                               engine::BackendKind::kCpu, [rank_threads](int) {
+                                                 return engine::create_backend(engine::BackendKind::kCpu, rank_threads);
+                                               });
+  if (!tp_model.ok()) return fail(tp_model.status());
+  std::unique_ptr<model::LlamaModel>* model = &tp_model->model;
   const model::ModelConfig& cfg = (*model)->config();
   XI_LOG(INFO) << "model: " << cfg.to_string();
   if (Status s = engine::validate(sp, cfg.vocab_size); !s.ok()) return fail(s);
@@ -120,8 +135,9 @@ int run_generate(int argc, char** argv) {
                              std::to_string((*model)->max_model_len())));
 
   backend::KvCacheSpec spec{cfg.num_layers, (total + block_size - 1) / block_size + 1, block_size,
-                            cfg.num_kv_heads, cfg.head_dim, DType::kF32};
+                            (*model)->shard().num_kv_heads, cfg.head_dim, DType::kF32};
   engine::ModelRunner runner(**model, backend, spec);
+  tp_model->attach(runner, spec);
   std::vector<int32_t> block_table;
   for (int b = 1; b < spec.num_blocks; ++b) block_table.push_back(b);  // block 0 is the null block
 

@@ -8,6 +8,7 @@
 #include "xinfer/backend/cpu/cpu_communicator.h"
 #include "xinfer/core/check.h"
 #include "xinfer/core/logging.h"
+#include "xinfer/engine/model_runner.h"
 #include "xinfer/model/shard.h"
 #if defined(XINFER_HAVE_CUDA)
 #include <cuda_runtime.h>
@@ -229,6 +230,35 @@ TensorParallelGroup::~TensorParallelGroup() {
   }
   for (auto& f : followers_)
     if (f->thread.joinable()) f->thread.join();
+}
+
+Result<TensorParallelModel> load_tensor_parallel(
+    const std::string& dir, backend::Backend& rank0, const model::LoadOptions& load, int tp_size, BackendKind kind,
+    std::function<Result<std::unique_ptr<backend::Backend>>(int rank)> make_backend) {
+  TensorParallelModel out;
+  model::LoadOptions mine = load;
+  if (tp_size > 1) {
+    XI_ASSIGN_OR_RETURN(model::ModelConfig mc, model::load_model_config(dir));
+    TensorParallelOptions o;
+    o.tp_size = tp_size;
+    o.backend = kind;
+    o.make_backend = std::move(make_backend);
+    o.model_dir = dir;
+    o.load = load;
+    XI_ASSIGN_OR_RETURN(out.group, TensorParallelGroup::start(o, mc, rank0));
+    mine.tp_size = tp_size;
+    mine.tp_rank = 0;
+    mine.comm = out.group->rank0_comm();
+  }
+  XI_ASSIGN_OR_RETURN(out.model, model::LlamaModel::load(dir, rank0, mine));
+  if (out.group) XI_RETURN_IF_ERROR(out.group->wait_loaded());
+  return out;
+}
+
+void TensorParallelModel::attach(ModelRunner& runner, const backend::KvCacheSpec& spec) {
+  if (!group) return;
+  group->allocate_kv(spec);
+  runner.set_followers(group.get());
 }
 
 }  // namespace xinfer::engine

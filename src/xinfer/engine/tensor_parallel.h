@@ -77,6 +77,19 @@ class TensorParallelGroup final : public StepFollowers {
   std::vector<std::unique_ptr<Follower>> followers_;
 };
 
+// For tools that drive a ModelRunner themselves (`xinfer generate`): `dir` loaded on `rank0` as rank 0 of
+// tp_size ranks (the others made by make_backend on their threads), with its group; tp_size 1: a plain load.
+// After making the runner (KV spec with model->shard().num_kv_heads), call attach().
+struct TensorParallelModel {
+  std::unique_ptr<TensorParallelGroup> group;  // null for tp_size 1
+  std::unique_ptr<model::LlamaModel> model;
+  // Allocates the followers' KV caches (the same spec) and hands the runner its followers.
+  void attach(class ModelRunner& runner, const backend::KvCacheSpec& spec);
+};
+Result<TensorParallelModel> load_tensor_parallel(
+    const std::string& dir, backend::Backend& rank0, const model::LoadOptions& load, int tp_size, BackendKind kind,
+    std::function<Result<std::unique_ptr<backend::Backend>>(int rank)> make_backend);
+
 // Rank 0's size checks alone (every rank's ModelShard; CUDA: enough GPUs), for callers that want the error
 // before making any backend.
 Status validate_tensor_parallel(const model::ModelConfig& config, int tp_size, BackendKind backend);

@@ -323,7 +323,7 @@ void LlamaModel::allocate_workspace() {
   mlp_ = alloc(Shape{T, shard_.ffn}, dt);
   last_hidden_ = alloc(Shape{R, c.hidden_size}, dt);
   logits_ = alloc(Shape{R, c.vocab_size}, DType::kF32);
-  if (shard_.sharded()) local_logits_ = alloc(Shape{R, shard_.local_vocab()}, DType::kF32);
+  if (options_.comm != nullptr) local_logits_ = alloc(Shape{R, shard_.local_vocab()}, DType::kF32);
 }
 
 TensorView LlamaModel::forward(const backend::StepMeta& step, const backend::KvCache& kv) {
@@ -341,7 +341,7 @@ TensorView LlamaModel::forward(const backend::StepMeta& step, const backend::KvC
   if (observer_ != nullptr) {
     XI_CHECK(!shard_.sharded()) << "activation observers run on one rank (no tensor parallelism)";
     forward_observed(step, kv);
-  } else if (shard_.sharded()) {
+  } else if (options_.comm != nullptr) {  // tensor parallel (or its code path with one rank)
     forward_sharded(step, kv);
   } else {
     // Each norm runs with the projection after it and the one before it (add_rms_norm_linear: on CUDA decode
@@ -368,7 +368,7 @@ TensorView LlamaModel::forward(const backend::StepMeta& step, const backend::KvC
   TensorView last = last_hidden_.rows(0, R), logits = logits_.rows(0, R);
   if (R == 0) return logits;
   backend_.gather_rows(step, h, last);
-  if (shard_.sharded()) {  // vocabulary-parallel: this rank's columns, then every rank's
+  if (options_.comm != nullptr) {  // vocabulary-parallel: this rank's columns, then every rank's
     const TensorView local = local_logits_.rows(0, R);
     backend_.linear(last, lm_head_, local);
     std::vector<int64_t> offsets;

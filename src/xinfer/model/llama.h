@@ -51,7 +51,8 @@ struct LoadOptions {
   // float reference path of the quantized kernels; `xinfer logits --dequantize`).
   bool dequantize_gguf = false;
   // Tensor parallelism (docs/tensor_parallel.md): this model is rank tp_rank of tp_size (ModelShard), and
-  // comm (one per rank, same order of collectives on every rank) joins the ranks; tp_size 1: no comm.
+  // comm (one per rank, same order of collectives on every rank) joins the ranks. tp_size 1: no comm, or a
+  // one-rank comm to run the tensor-parallel code path alone (tests: it must equal the plain path).
   int tp_size = 1;
   int tp_rank = 0;
   backend::Communicator* comm = nullptr;

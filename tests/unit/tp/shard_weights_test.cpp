@@ -6,6 +6,7 @@
 // (concat_shards) equal the stacked parts. Also: the ModelShard description's splits and its errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -114,6 +115,8 @@ std::vector<Case> cases() {
       {"w8a8-fp8-channel", W8A8Fp8Format{true, ActScaleMode::kDynamicPerToken}},
       {"w8a8-fp8-tensor-static", W8A8Fp8Format{false, ActScaleMode::kStaticPerTensor}},
       {"gguf-q8_0", GgufFormat{GgufType::kQ8_0}},
+      {"gguf-q4_1", GgufFormat{GgufType::kQ4_1}},
+      {"gguf-q4_0", GgufFormat{GgufType::kQ4_0}},
       {"gguf-q4_k", GgufFormat{GgufType::kQ4_K}},
   };
 }
@@ -392,6 +395,56 @@ TEST(ShardForRank, RowParallelPartialsSumToTheWholeProduct) {
   EXPECT_EQ(shard_role("model.layers.3.self_attn.o_proj.weight"), ShardRole::kRowParallel);
   EXPECT_EQ(shard_role("model.layers.3.input_layernorm.weight"), ShardRole::kReplicated);
   EXPECT_EQ(shard_role("model.embed_tokens.weight"), ShardRole::kReplicated);
+}
+
+}  // namespace
+}  // namespace xinfer::model
+
+namespace xinfer::model {
+namespace {
+
+// The CPU kernels (quant::quantized_matmul) on column shards: the partial products summed over ranks equal
+// the whole product up to f32 rounding (blocks / groups of x quantized the same way on every rank).
+TEST(ShardWeights, KernelPartialsSumToTheWholeProduct) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    std::mt19937 rng(9);
+    const int64_t n = 8, k = 768, rows = 3;
+    ShardedLinear w = make_linear(c, n, k, rng);
+    std::vector<float> x(static_cast<size_t>(rows * k));
+    for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+    std::vector<float> whole(static_cast<size_t>(rows * n)), sum(static_cast<size_t>(rows * n), 0.0f);
+    const HostLinearView wv = w.view();
+    if (std::holds_alternative<quant::DenseFormat>(w.format)) continue;  // cblas path, not quantized_matmul
+    quant::quantized_matmul(wv.matrix(), x.data(), rows, whole.data(), nullptr);
+    for (int r = 0; r < 3; ++r) {
+      Result<ShardedLinear> s = shard_cols(wv, 256 * r, 256 * (r + 1), "w");
+      ASSERT_TRUE(s.ok());
+      std::vector<float> xr(static_cast<size_t>(rows * 256)), part(static_cast<size_t>(rows * n));
+      for (int64_t t = 0; t < rows; ++t)
+        std::memcpy(&xr[static_cast<size_t>(t * 256)], &x[static_cast<size_t>(t * k + 256 * r)], 256 * sizeof(float));
+      if (std::holds_alternative<quant::DenseFormat>(s->format)) {  // the dequantized fallback: a float product
+        for (int64_t t = 0; t < rows; ++t)
+          for (int64_t j = 0; j < n; ++j) {
+            float acc = 0;
+            for (int64_t i = 0; i < 256; ++i) acc += xr[static_cast<size_t>(t * 256 + i)] * s->weight.data<float>()[j * 256 + i];
+            part[static_cast<size_t>(t * n + j)] = acc;
+          }
+      } else {
+        quant::quantized_matmul(s->view().matrix(), xr.data(), rows, part.data(), nullptr);
+      }
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+    }
+    double max_diff = 0, max_abs = 0;
+    for (size_t i = 0; i < sum.size(); ++i) {
+      max_diff = std::max(max_diff, static_cast<double>(std::fabs(sum[i] - whole[i])));
+      max_abs = std::max(max_abs, static_cast<double>(std::fabs(whole[i])));
+    }
+    // W8A8 with dynamic per-token activation scales: each rank quantizes its slice of the row with its own
+    // scale (as vLLM's row-parallel layers do), so TP differs from TP 1 by activation-quantization noise.
+    const bool dynamic_act = c.name == "w8a8-int8-dynamic" || c.name == "w8a8-fp8-channel";
+    EXPECT_LT(max_diff, (dynamic_act ? 5e-2 : 1e-4) * std::max(1.0, max_abs)) << "max |whole| " << max_abs;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,151 @@
+// Tensor parallelism on CUDA (docs/tensor_parallel.md), on the GPU machine:
+//  - NcclCommunicator with one rank: all_reduce_sum (bf16, f32) leaves the tensor as it is, all_gather_columns
+//    copies, barrier returns; NCCL_NVLS_ENABLE is 0 unless the environment set it;
+//  - the tensor-parallel code path with one NCCL rank (LlamaModel::forward_sharded: unfused o / down, all-reduce,
+//    all-gathered lm_head) equals the plain path on the golden models: greedy tokens identical over a prefill and
+//    16 decode steps, logits within bf16 tolerance (the plain path fuses the o / down GEMVs into the norm chain);
+//  - with two or more GPUs, an Engine at TP 2 gives TP 1's greedy tokens (skipped on one GPU).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "xinfer/engine/engine.h"
+#include "xinfer/engine/model_runner.h"
+#include "xinfer/model/llama.h"
+#if defined(XINFER_HAVE_NCCL)
+#include "xinfer/backend/cuda/nccl_communicator.h"
+#endif
+
+namespace xinfer::gpu_test {
+namespace {
+
+#if defined(XINFER_HAVE_NCCL)
+
+std::unique_ptr<cuda::NcclCommunicator> one_rank() {
+  auto id = cuda::NcclCommunicator::new_id();
+  XI_CHECK(id.ok()) << id.status().to_string();
+  auto c = cuda::NcclCommunicator::create(*id, 1, 0, 0, gpu().stream(), std::chrono::seconds(60));
+  XI_CHECK(c.ok()) << c.status().to_string();
+  return std::move(*c);
+}
+
+TEST(NcclCommunicator, OneRankCollectivesAreIdentities) {
+  auto comm = one_rank();
+  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
+  ASSERT_NE(nvls, nullptr);
+  std::mt19937 rng(1);
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    const std::vector<float> v = random_bf16(97 * 3, rng);
+    backend::DeviceTensor t = gpu().upload(host_view(v, Shape{97, 3}), dt);
+    comm->all_reduce_sum(t.view);
+    EXPECT_EQ(download(gpu(), t.view), v);
+    backend::DeviceTensor out = gpu().allocate(dt, Shape{97, 3});
+    poison(out.view);
+    const std::vector<int64_t> offsets{0, 3};
+    comm->all_gather_columns(t.view, out.view, offsets);
+    EXPECT_EQ(download(gpu(), out.view), v);
+  }
+  comm->barrier();
+}
+
+// Prefill of `prompt`, then `steps` greedy decodes; every step's logits row and the chosen tokens.
+struct Path {
+  std::vector<std::vector<float>> logits;
+  std::vector<int32_t> tokens;
+};
+Path run_path(model::LlamaModel& m, const std::vector<int32_t>& prompt, int steps) {
+  const model::ModelConfig& c = m.config();
+  backend::KvCacheSpec spec{c.num_layers, 17, 16, m.shard().num_kv_heads, c.head_dim, DType::kBF16};
+  engine::ModelRunner runner(m, gpu(), spec, engine::GraphMode::kOff);
+  std::vector<int32_t> blocks;
+  for (int b = 1; b <= 16; ++b) blocks.push_back(b);
+  Path p;
+  std::vector<int32_t> feed = prompt;
+  int32_t pos = 0;
+  for (int s = 0; s <= steps; ++s) {
+    engine::SequenceChunk chunk{feed, pos, blocks, true};
+    const std::vector<float>& logits = runner.run(std::span(&chunk, 1));
+    p.logits.push_back(logits);
+    pos += static_cast<int32_t>(feed.size());
+    const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    p.tokens.push_back(next);
+    feed = {next};
+  }
+  return p;
+}
+
+TEST(NcclCommunicator, OneRankTensorParallelPathEqualsThePlainPath) {
+  for (const std::string name : {"llama_gqa", "qwen2", "llama_tied"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = "tests/golden/" + name;
+    model::LoadOptions opt;
+    opt.max_tokens = 64;
+    opt.max_logit_rows = 8;
+    opt.max_model_len = 256;
+    opt.show_progress = false;
+    auto plain = model::LlamaModel::load(dir, gpu(), opt);
+    ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+    auto comm = one_rank();
+    model::LoadOptions tp_opt = opt;
+    tp_opt.comm = comm.get();  // tp_size 1: the sharded code path alone
+    auto tp = model::LlamaModel::load(dir, gpu(), tp_opt);
+    ASSERT_TRUE(tp.ok()) << tp.status().to_string();
+    const std::vector<int32_t> prompt{1, 17, 42, 99, 7, 3, 250, 11};
+    const Path a = run_path(**plain, prompt, 16), b = run_path(**tp, prompt, 16);
+    EXPECT_EQ(b.tokens, a.tokens);
+    double max_diff = 0, max_abs = 0;
+    for (size_t s = 0; s < a.logits.size(); ++s)
+      for (size_t i = 0; i < a.logits[s].size(); ++i) {
+        max_diff = std::max(max_diff, static_cast<double>(std::fabs(a.logits[s][i] - b.logits[s][i])));
+        max_abs = std::max(max_abs, static_cast<double>(std::fabs(a.logits[s][i])));
+      }
+    std::printf("%s: one-rank TP path vs plain: max |dlogit| %.3g (max |logit| %.3g)\n", name.c_str(), max_diff,
+                max_abs);
+    EXPECT_LT(max_diff, 0.05 * std::max(1.0, max_abs));
+  }
+}
+
+TEST(NcclCommunicator, TwoGpusTp2EqualsTp1) {
+  int devices = 0;
+  XI_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  if (devices < 2) GTEST_SKIP() << "one GPU: TP 2 needs two";
+  auto tokens = [](int tp) {
+    engine::EngineConfig c;
+    c.model_dir = "tests/golden/llama_gqa";
+    c.backend = engine::BackendKind::kCuda;
+    c.tensor_parallel_size = tp;
+    c.gpu_memory_utilization = 0.3;
+    c.max_model_len = 128;
+    auto e = engine::Engine::create(c);
+    XI_CHECK(e.ok()) << e.status().to_string();
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<int32_t> out;
+    bool done = false;
+    engine::GenerationRequest r;
+    r.request_id = "a";
+    r.prompt_ids = {1, 17, 42, 99, 7};
+    r.sampling.temperature = 0;
+    r.sampling.max_tokens = 24;
+    r.sampling.ignore_eos = true;
+    XI_CHECK((*e)->submit(r, [&](engine::RequestOutput o) {
+                 std::lock_guard<std::mutex> lock(mu);
+                 out.insert(out.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+                 done = done || o.finished;
+                 cv.notify_all();
+               }).ok());
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+    return out;
+  };
+  EXPECT_EQ(tokens(2), tokens(1));
+}
+
+#endif  // XINFER_HAVE_NCCL
+
+}  // namespace
+}  // namespace xinfer::gpu_test
