@@ -70,6 +70,32 @@ TEST(OpenAIProtocol, TypeAndRangeErrorsNameTheField) {
   }
 }
 
+TEST(OpenAIProtocol, EchoLogprobsAndPromptLogprobs) {
+  // lm-eval's loglikelihood request: echo + logprobs with max_tokens 0 (the prompt alone) or 1.
+  auto r = parse_completion_request(
+      json::parse(R"({"prompt": [[1, 2, 3], [4, 5]], "echo": true, "logprobs": 1, "max_tokens": 0})"), 10);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r)) << std::get<ApiError>(r).message;
+  const CompletionRequest& c = std::get<CompletionRequest>(r);
+  EXPECT_TRUE(c.echo && c.prompt_only);
+  EXPECT_EQ(c.options.sampling.max_tokens, 1);  // computed, then dropped
+  EXPECT_EQ(c.options.logprobs, LogprobsFormat::kCompletion);
+  EXPECT_EQ(c.options.sampling.logprobs, 1);
+  EXPECT_FALSE(c.options.prompt_logprobs.has_value());
+  r = parse_completion_request(json::parse(R"({"prompt": "x", "echo": true, "logprobs": 0, "max_tokens": 1})"), 10);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r));
+  EXPECT_FALSE(std::get<CompletionRequest>(r).prompt_only);
+  r = parse_completion_request(json::parse(R"({"prompt": "x", "prompt_logprobs": 20})"), 10);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r));
+  EXPECT_EQ(std::get<CompletionRequest>(r).options.prompt_logprobs, 20);
+  auto chat = parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 0})"), 10);
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(chat));
+  EXPECT_EQ(std::get<ChatRequest>(chat).options.prompt_logprobs, 0);
+  // max_tokens 0 is a completions echo feature only.
+  chat = parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})"), 10);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(chat));
+  EXPECT_EQ(std::get<ApiError>(chat).param, "max_tokens");
+}
+
 TEST(OpenAIProtocol, ChatMessagesAndLogprobs) {
   auto r = parse_chat_request(json::parse(R"({"messages": [{"role": "system", "content": "s"},
       {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
