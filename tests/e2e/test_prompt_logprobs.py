@@ -12,6 +12,7 @@ below is split into several all-logits chunks, and prefix caching stays on (prom
 """
 import json
 import subprocess
+import threading
 
 import numpy as np
 import openai
@@ -49,9 +50,12 @@ def lm_eval_parse(choice, ctxlen, generated=1):
     return sum(lps), all(lp == max(top.values()) for lp, top in zip(lps, tops))
 
 
-@pytest.fixture(scope="module")
-def tiny(xinfer_bin, tmp_path_factory):
-    s = Server(xinfer_bin, BUNDLED, tmp_path_factory.mktemp("plp") / "serve.log", "--max-num-seqs", "4")
+@pytest.fixture(scope="module", params=["sync", "async"])
+def tiny(request, xinfer_bin, tmp_path_factory):
+    # async: steps are pipelined (greedy rows launched behind the step in flight); a step with prompt rows
+    # must complete the one in flight first and run synchronously.
+    extra = ["--async-scheduling"] if request.param == "async" else []
+    s = Server(xinfer_bin, BUNDLED, tmp_path_factory.mktemp("plp") / "serve.log", "--max-num-seqs", "4", *extra)
     yield s
     assert s.stop() == 0
 
@@ -268,3 +272,34 @@ def test_chat_prompt_logprobs_on_the_response(tiny):
     assert len(plp) == j["usage"]["prompt_tokens"] and plp[0] is None
     assert all(1 <= len(e) <= 2 and all(v["logprob"] <= 0 for v in e.values()) for e in plp[1:])
     assert "prompt_logprobs" not in j["choices"][0]
+
+
+def test_prompt_logprobs_while_other_requests_decode(client, reference):
+    """Greedy generations from other threads keep decode rows (pipelined with --async-scheduling) in the
+    steps that carry the echo requests' prompt rows; the prompt logprobs are unchanged."""
+    stop = threading.Event()
+    errors = []
+
+    def generate():
+        try:
+            while not stop.is_set():
+                client.completions.create(model="xinfer-tiny-shakespeare", prompt="ROMEO:", max_tokens=24,
+                                          temperature=0, extra_body={"ignore_eos": True})
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=generate) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for ref in reference:
+            ids = ref["context_ids"] + ref["continuation_ids"]
+            r = client.completions.create(model="xinfer-tiny-shakespeare", prompt=ids, echo=True, logprobs=1,
+                                          max_tokens=1, temperature=0)
+            total, greedy = lm_eval_parse(r.choices[0], len(ref["context_ids"]))
+            assert abs(total - ref["logprob"]) < 1e-4 and greedy == ref["is_greedy"]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors
