@@ -86,9 +86,11 @@ template <int kBits>
 __device__ __forceinline__ void load_step(const Params& p, const int (&row)[2], int step, int t, StepLoad& l) {
   using G = Geometry<kBits>;
   const int col = step * G::kStep + t * G::kLaneCols;
-  // The last step may end inside k (k % step != 0): lanes past k load nothing (their x reads as 0 too).
+  // The last step may end inside k (k % step != 0): lanes past k load no weights (their x reads as 0 too),
+  // but they still scale their C columns (rows 2t, 2t + 1 of x) by the step's group scale (unfolded
+  // scales): their group is the step's first column's.
   const bool in_k = col < p.k;
-  const int gi = in_k ? col / p.group : 0;
+  const int gi = (in_k ? col : step * G::kStep) / p.group;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const size_t rb = static_cast<size_t>(row[r]) * G::kRowBytes(p.k);
