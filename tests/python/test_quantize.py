@@ -220,6 +220,14 @@ def test_existing_output_needs_overwrite(xinfer_bin, calib, tmp_path):
     assert [x.name for x in tmp_path.iterdir()] == ["out"], "temporary directories left behind"
 
 
+def test_group_size_that_divides_no_width_is_refused(xinfer_bin, calib, stories260k_dir, tmp_path):
+    """stories260K's ffn is 172 wide: no group of 32/64/128 divides it, and compressed-tensors refuses a
+    shorter last group, so the checkpoint would not load elsewhere."""
+    p = quantize(xinfer_bin, calib, tmp_path / "out", "--scheme", "w4a16", model=stories260k_dir, check=False)
+    assert p.returncode != 0 and "divides every linear input width (64, 64, 172)" in p.stderr, p.stderr
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("args, message", [
     (["--scheme", "w8a16", "--alpha", "0.5"], "--alpha applies to the W8A8 schemes only"),
     (["--scheme", "w8a8-int8", "--alpha", "1.5"], "--alpha must be search, none or a number in [0, 1]"),

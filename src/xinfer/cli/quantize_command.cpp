@@ -108,6 +108,10 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
   using compress::Granularity;
   using compress::LayerSelection;
   using compress::Scheme;
+  const int64_t widths[] = {m.config().hidden_size, static_cast<int64_t>(m.config().num_heads) * m.config().head_dim,
+                            m.config().intermediate_size};
+  bool w4_ok = true;
+  for (int64_t w : widths) w4_ok = w4_ok && w % base.scheme.group_size == 0;
   const std::vector<std::string> all = {"w8a8-naive", "sq-0.5-tensor", "sq-0.5-channel", "sq-search",
                                         "sq-search-partial", "sq-first-N", "sq-last-N", "sq-search-gptq",
                                         "fp8-naive", "fp8-sq", "w8a16", "w4a16-rtn", "w4a16-gptq"};
@@ -143,6 +147,11 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
   std::unique_ptr<compress::ModelQuantizer> q;
   std::string prepared;  // what q holds: rows differing only in the layer selection share it
   for (const std::string& row : rows) {
+    if (row.rfind("w4a16", 0) == 0 && !w4_ok) {
+      std::fprintf(stderr, "xinfer quantize: --table row %s skipped: no group size divides every input width\n",
+                   row.c_str());
+      continue;
+    }
     compress::QuantizeOptions o = base;
     o.gptq = false;
     o.smooth = true;
@@ -315,12 +324,16 @@ int run_quantize(int argc, char** argv) {
       return true;
     };
     while (g > 32 && !fits(g)) g /= 2;
-    if (!fits(g)) g = group_size;  // no candidate divides: the last group of a row is shorter
+    // compressed-tensors (0.20) refuses a group size that does not divide in_features ("tensor column
+    // shape must be divisible by the given group_size"), so a shorter last group would not load elsewhere.
+    if (!fits(g) && *scheme == compress::Scheme::kW4A16)
+      return fail(invalid_argument("--group-size: none of 128, 64, 32 (from " + std::to_string(group_size) +
+                                   " down) divides every linear input width (" + std::to_string(widths[0]) + ", " +
+                                   std::to_string(widths[1]) + ", " + std::to_string(widths[2]) +
+                                   "); compressed-tensors requires group_size to divide in_features"));
+    if (!fits(g)) g = group_size;  // the --table's w4a16 rows are then skipped
     if (*scheme == compress::Scheme::kW4A16 && g != group_size)
       XI_LOG(INFO) << "quantize: group size " << group_size << " does not divide every input width; using " << g;
-    else if (*scheme == compress::Scheme::kW4A16 && !fits(g))
-      XI_LOG(INFO) << "quantize: group size " << g << " does not divide every input width (" << widths[0] << ", "
-                   << widths[1] << ", " << widths[2] << "): the last group of those rows is shorter";
     qo.scheme.group_size = g;
   }
   if (max_ppl_increase >= 0) {
