@@ -220,8 +220,10 @@ Result<float> read_input_scale(const WeightFiles& files, const std::string& m) {
   if (files.contains(m + ".input_zero_point")) {
     XI_ASSIGN_OR_RETURN(TensorView z, files.get(m + ".input_zero_point"));
     std::vector<float> zf(static_cast<size_t>(z.numel()));
-    if (z.dtype == DType::kI8 || z.dtype == DType::kF32 || z.dtype == DType::kBF16 || z.dtype == DType::kF16)
-      convert_to_f32(z.dtype, z.data, zf.data(), zf.size());
+    if (z.dtype != DType::kI8 && z.dtype != DType::kF32 && z.dtype != DType::kBF16 && z.dtype != DType::kF16)
+      return unimplemented(where(files, m + ".input_zero_point") + ": dtype " + dtype_name(z.dtype) +
+                           " (supported: I8, F32, BF16, F16)");
+    convert_to_f32(z.dtype, z.data, zf.data(), zf.size());
     for (float v2 : zf)
       if (v2 != 0)
         return unimplemented(where(files, m + ".input_zero_point") + ": asymmetric activations are not supported");
@@ -275,7 +277,10 @@ Result<Part> read_ct(const WeightFiles& files, const CtScheme& s, const std::str
       const std::string zn = m + ".weight_zero_point";
       XI_ASSIGN_OR_RETURN(TensorView zt, files.get(zn));
       if (zt.dtype == DType::kI8) {  // unpacked signed zero points (older writers)
-        XI_ASSIGN_OR_RETURN(zt, get_tensor(files, zn, {Shape{n, groups}, Shape{n}}, {DType::kI8}));
+        // [N] only means one zero point per row: for groups the loop below reads N x G values.
+        XI_ASSIGN_OR_RETURN(zt, get_tensor(files, zn, groups == 1 ? std::vector<Shape>{Shape{n, 1}, Shape{n}}
+                                                                  : std::vector<Shape>{Shape{n, groups}},
+                                           {DType::kI8}));
         p.zeros.resize(static_cast<size_t>(n * groups));
         for (size_t i = 0; i < p.zeros.size(); ++i) p.zeros[i] = static_cast<uint8_t>(zt.as<const int8_t>()[i] + off);
       } else {  // packed along N: [ceil(N / per), G]
@@ -313,8 +318,11 @@ Result<Part> read_ct(const WeightFiles& files, const CtScheme& s, const std::str
       p.scales = std::move(scale);
       if (a.strategy == CtStrategy::kTensor) p.scales.assign(static_cast<size_t>(n), p.scales[0]);
       if (!a.symmetric) {
-        XI_ASSIGN_OR_RETURN(TensorView zt, get_tensor(files, m + ".weight_zero_point",
-                                                      {Shape{n, groups}, Shape{n}, Shape{1}}, {DType::kI8}));
+        // [N] and [1] only where they cover every (row, group): the loop below reads N x G values.
+        std::vector<Shape> zshapes = {Shape{n, groups}};
+        if (groups == 1) zshapes.push_back(Shape{n});
+        if (a.strategy == CtStrategy::kTensor) zshapes.push_back(Shape{1});
+        XI_ASSIGN_OR_RETURN(TensorView zt, get_tensor(files, m + ".weight_zero_point", zshapes, {DType::kI8}));
         p.zeros.resize(static_cast<size_t>(n * groups));
         for (size_t i = 0; i < p.zeros.size(); ++i)
           p.zeros[i] = static_cast<uint8_t>(zt.as<const int8_t>()[zt.numel() == 1 ? 0 : i] + off);

@@ -396,6 +396,15 @@ TEST_F(BrokenCheckpoint, PackedTensorOfTheWrongDtype) {
   EXPECT_EQ(s.message(), kQ0 + ".qweight in model.safetensors: dtype F32, expected I32");
 }
 
+TEST_F(BrokenCheckpoint, PerRowZeroPointsOnAGroupScheme) {
+  // An unpacked [N] zero point is one per row: with groups (here 2 per row) it would leave half the groups
+  // without one (and the unpacking would read past the tensor), so it is refused by shape.
+  make("ct_mixed_w4asym_w8", nullptr, [](auto& ts) { replace(ts, kQ0 + ".weight_zero_point", HostTensor(DType::kI8, Shape{64})); });
+  Status s = load();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), kQ0 + ".weight_zero_point in model.safetensors: expected shape [64, 2], found [64]");
+}
+
 TEST_F(BrokenCheckpoint, GIdxOfTheWrongLength) {
   make("gptq_w4_g32_actorder", nullptr, [](auto& ts) { replace(ts, kQ0 + ".g_idx", HostTensor(DType::kI32, Shape{63})); });
   Status s = load();
