@@ -52,7 +52,7 @@ int run_generate(int argc, char** argv) {
   FlagSet flags("xinfer generate",
                 "Generate a completion of one prompt on the CPU and stream it to stdout.\n"
                 "Example: xinfer generate --model DIR --prompt \"Once upon a time\" --max-tokens 64");
-  flags.add("--model", &model_dir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)");
+  flags.add("--model", &model_dir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json; quantized checkpoints too) or a .gguf file");
   flags.add("--prompt", &prompt, "prompt text (tokenized with the model's tokenizer.json)");
   flags.add("--prompt-ids", &prompt_ids, "prompt as comma-separated token ids instead of text");
   flags.add("--add-bos", &add_bos, "let the tokenizer add its special tokens (BOS) to --prompt");

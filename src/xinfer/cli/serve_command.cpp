@@ -90,7 +90,7 @@ int run_serve(int argc, char** argv) {
           ".\nSIGTERM or Ctrl-C drains: the listener closes (new connections are refused), idle keep-alive\n"
           "connections close, running requests finish (up to --drain-timeout), then exit 0.");
   flags.add("--model", &model_dir,
-            std::string("Hugging Face model directory (config.json, *.safetensors, tokenizer files); default: ") +
+            std::string("Hugging Face model directory (config.json, *.safetensors, tokenizer files; quantized checkpoints too) or a .gguf file; default: ") +
                 kDefaultModel + " of this checkout");
   flags.add("--load-format", &load_format,
             "auto (the model directory's safetensors) or dummy (random weights in the model's shapes, for "
