@@ -1,5 +1,6 @@
 // Round-to-nearest quantization of one linear's float weight W [N, K] (y = x W^T) into the integer and
-// FP8 schemes `xinfer quantize` writes, with the compressed-tensors conventions (quantization args):
+// FP8 schemes `xinfer quantize` writes, stored as compressed-tensors lays them out (quantization args):
+// scale and zero point are stored, so any rounding rule loads; ours are:
 //
 //   int, `bits` b, qmin = -2^(b-1), qmax = 2^(b-1) - 1; values q are signed and W ~= scale * (q - zero):
 //     symmetric:  scale = max|W_block| / qmax, zero = 0, q = clamp(round(W / scale), -qmax, qmax)
@@ -9,6 +10,10 @@
 // where a block is, by `granularity`: the whole tensor, one output row (channel), or `group_size`
 // consecutive input columns of one row (group; the last group of a row may be shorter). An all-zero block
 // gets scale 1 (its values are 0).
+// The symmetric rule is GPTQ's / AutoRound's max|W| / qmax (no clipping, the range -qmin is unused);
+// compressed-tensors' own observer (calculate_qparams) uses max|W| / ((qmax - qmin) / 2), i.e. / 7.5 for int4, and
+// clamps to [qmin, qmax]: a slightly finer step that clips +max|W| by half a step. Not the same rounding: the
+// RTN rows of PERF.md are ours, not llm-compressor's.
 //
 // Layout of a QuantizedWeight: q [N, K] (int8 values, or e4m3 bits), scales [N, G] (G = 1 per channel, G =
 // ceil(K / group_size) per group; [1] per tensor), zeros [N, G] like scales or empty when symmetric.
