@@ -139,8 +139,8 @@ double run_linear(QuantCase& c, int64_t m, bool f32_out, double tol, std::mt1993
   gpu().linear(xd.view, c.lw, yd.view);
   const std::vector<float> got = download(gpu(), yd.view), ref = oracle(c, x, m);
   Compare cmp = compare(got, ref);
-  if (cmp.rel_l2 >= tol && tol >= 1e-2) {
-    // bf16-level comparisons where the outputs cancel (e.g. n = 1): the error of bf16 weights scales with
+  if (cmp.rel_l2 >= tol && tol >= 1e-2 && c.n == 1) {
+    // bf16-level comparison of a single output column, which may cancel: the error of bf16 weights scales with
     // sum_k |x| |w|, so measure it against that instead of against the (small) outputs.
     std::vector<float> w(static_cast<size_t>(c.n * c.k));
     quant::dequantize_matrix(c.host(), w.data());
