@@ -58,19 +58,24 @@ def main():
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--id-high", type=int, default=49000, help="token ids drawn from [100, this)")
+    ap.add_argument("--xinfer-args", default="", help="extra flags for xinfer serve")
+    ap.add_argument("--only", choices=["xinfer", "llama.cpp"], default=None, help="run one server only")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     ctx = args.concurrency * (args.input_len + args.output_len + 16)
     servers = {
         "xinfer": f"{args.xinfer} serve --model {args.gguf} --port {{port}} --threads {args.threads} "
-                  f"--max-num-seqs {args.concurrency}",
+                  f"--max-num-seqs {args.concurrency} {args.xinfer_args}",
         "llama.cpp": f"{args.llama_server} -m {args.gguf} --port {{port}} -t {args.threads} -tb {args.threads} "
                      f"-np {args.concurrency} -c {ctx} --cont-batching --no-warmup",
     }
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, cmd in servers.items():
-            results[name] = run_one(name, cmd, args, tmp)
+            if args.only in (None, name):
+                results[name] = run_one(name, cmd, args, tmp)
+    if len(results) < 2:
+        return
     tok = {n: r["summary"]["output_throughput"] for n, r in results.items()}
     print(f"output tok/s at concurrency {args.concurrency}: xinfer {tok['xinfer']:.1f}, llama.cpp "
           f"{tok['llama.cpp']:.1f}, ratio {tok['xinfer'] / tok['llama.cpp']:.2f}x")
