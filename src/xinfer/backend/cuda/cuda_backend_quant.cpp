@@ -9,6 +9,7 @@
 //                vector first); a shape cuBLASLt has no FP8 algorithm for fails naming layer shape and m.
 // The workspace (bf16, the largest n * k run so far) grows outside graph recordings; a recording that would
 // need it to grow fails (end_capture() grows it, the step runs eagerly), as for the decode workspace.
+#include <mutex>
 #include <set>
 #include <string>
 
@@ -157,8 +158,15 @@ void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWei
     return;
   }
   if (m <= kQuantGemvMaxRows) {
+    // Once per process and shape; tensor-parallel ranks run this on their own threads.
+    static std::mutex logged_mutex;
     static std::set<std::string> logged;
-    if (logged.insert(describe(q)).second)
+    bool first;
+    {
+      std::lock_guard<std::mutex> lock(logged_mutex);
+      first = logged.insert(describe(q)).second;
+    }
+    if (first)
       XI_LOG(INFO) << "cuda: no decode GEMV for " << describe(q)
                    << " (needs k % 32 (int4) / 16 (int8), group % 32, no g_idx): dequantize + bf16 GEMM";
   }
