@@ -21,33 +21,12 @@
 namespace xinfer::engine::testing {
 namespace {
 
-struct Case {
-  std::string id;
-  std::vector<int32_t> prompt;
-  SamplingParams params;
-  std::vector<int32_t> expected;  // from transformers; empty: compare with the solo run
-};
-
 EngineConfig base_config(const std::string& dir) {
   EngineConfig c;
   c.model_dir = dir;
   c.threads = 2;
   c.kv_cache_memory = kv_bytes(dir, 16, 256);
   return c;
-}
-
-// Submits every case at once (concurrent) or one after the other (solo) and returns the streams.
-std::map<std::string, Collector::Stream> run_cases(Engine& engine, const std::vector<Case>& cases, bool solo) {
-  Collector c;
-  int submitted = 0;
-  for (const Case& k : cases) {
-    Status s = engine.submit(make_request(k.id, k.prompt, k.params), c.callback());
-    EXPECT_TRUE(s.ok()) << k.id << ": " << s.to_string();
-    ++submitted;
-    if (solo) c.wait_finished(submitted);
-  }
-  c.wait_finished(submitted);
-  return c.streams();
 }
 
 void expect_streams(const std::vector<Case>& cases, const std::map<std::string, Collector::Stream>& got,

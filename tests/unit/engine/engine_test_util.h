@@ -171,4 +171,27 @@ inline std::string case_id(const char* prefix, size_t i, int k) {
   return buf;
 }
 
+// One request of an equivalence test: its prompt and sampling, and the tokens it must produce (from
+// transformers), or empty: compare with the same case run alone.
+struct Case {
+  std::string id;
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  std::vector<int32_t> expected;
+};
+
+// Submits every case at once (concurrent) or one after the other (solo) and returns the streams.
+inline std::map<std::string, Collector::Stream> run_cases(Engine& engine, const std::vector<Case>& cases, bool solo) {
+  Collector c;
+  int submitted = 0;
+  for (const Case& k : cases) {
+    Status s = engine.submit(make_request(k.id, k.prompt, k.params), c.callback());
+    EXPECT_TRUE(s.ok()) << k.id << ": " << s.to_string();
+    ++submitted;
+    if (solo) c.wait_finished(submitted);
+  }
+  c.wait_finished(submitted);
+  return c.streams();
+}
+
 }  // namespace xinfer::engine::testing

@@ -26,13 +26,6 @@
 namespace xinfer::engine::testing {
 namespace {
 
-struct Case {
-  std::string id;
-  std::vector<int32_t> prompt;
-  SamplingParams params;
-  std::vector<int32_t> expected;  // transformers' greedy continuation, or empty: the TP 1 solo run's tokens
-};
-
 SamplingParams seeded(int max_tokens, int64_t seed) {
   SamplingParams p;
   p.temperature = 0.9f;
@@ -51,19 +44,6 @@ size_t kv_bytes_tp(const std::string& dir, int block_size, int num_blocks, int t
   XI_CHECK(shard.ok()) << shard.status().to_string();
   backend::KvCacheSpec spec{mc->num_layers, num_blocks, block_size, shard->num_kv_heads, mc->head_dim, DType::kF32};
   return spec.bytes_per_block() * static_cast<size_t>(num_blocks) * static_cast<size_t>(tp);
-}
-
-std::map<std::string, Collector::Stream> run_cases(Engine& engine, const std::vector<Case>& cases, bool solo) {
-  Collector c;
-  int submitted = 0;
-  for (const Case& k : cases) {
-    Status s = engine.submit(make_request(k.id, k.prompt, k.params), c.callback());
-    EXPECT_TRUE(s.ok()) << k.id << ": " << s.to_string();
-    ++submitted;
-    if (solo) c.wait_finished(submitted);
-  }
-  c.wait_finished(submitted);
-  return c.streams();
 }
 
 EngineConfig base_config(const std::string& dir, int tp) {
