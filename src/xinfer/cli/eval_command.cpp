@@ -17,6 +17,9 @@
 // JSON line per request on stdout, with the token ids used and the per-token log-probabilities.
 //
 //   xinfer eval loglik --model DIR --requests pairs.jsonl
+//
+// Both take --tensor-parallel-size N (CPU: N threads sharing --threads; CUDA: GPUs 0..N-1): each model (and the
+// --reference) is split over N ranks (engine::load_tensor_parallel); the other ranks run every window chunk.
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -37,6 +40,7 @@
 #include "xinfer/engine/backend_factory.h"
 #include "xinfer/engine/engine.h"
 #include "xinfer/engine/perplexity.h"
+#include "xinfer/engine/tensor_parallel.h"
 #include "xinfer/model/gguf_tokenizer.h"
 #include "xinfer/model/llama.h"
 #include "xinfer/model/model_config.h"
@@ -74,13 +78,51 @@ Status check_same_tokenizer(const tok::Tokenizer& a, const tok::Tokenizer& b,
 }
 
 struct LoadedModel {
-  std::unique_ptr<model::LlamaModel> model;
+  engine::TensorParallelModel tp;  // the model (rank 0) and, for tp > 1, its other ranks
   std::unique_ptr<engine::WindowLogits> windows;
 };
 
+// Checks every size of `tp_size` ranks for the models at `paths` (and, on CUDA, the GPU count) before any
+// backend or weight.
+Status validate_tp(const std::vector<model::ModelConfig>& configs, int tp_size, engine::BackendKind kind) {
+  if (tp_size < 1) return invalid_argument("--tensor-parallel-size must be >= 1");
+  for (const model::ModelConfig& c : configs) XI_RETURN_IF_ERROR(engine::validate_tensor_parallel(c, tp_size, kind));
+  return Status();
+}
+
+// `path` on `backend` as rank 0 of tp_size ranks (the others: backends of `kind` with `rank_threads` threads,
+// device r), prepared as the Engine does, with windows of ctx tokens in chunks of `chunk`.
+Result<LoadedModel> load_windows(const std::string& path, const model::ModelConfig& mc, backend::Backend& backend,
+                                 engine::BackendKind kind, int tp_size, int rank_threads, int ctx, int chunk,
+                                 int block_size, bool progress) {
+  model::LoadOptions opts;
+  opts.max_tokens = chunk;
+  opts.max_logit_rows = chunk;  // every row of a chunk may be scored
+  opts.max_model_len = ctx;
+  opts.show_progress = progress;
+  auto prepare = [=](backend::Backend& b, int rank) -> Status {
+    XI_ASSIGN_OR_RETURN(const model::ModelShard shard, model::ModelShard::make(mc, tp_size, rank));
+    engine::prepare_backend_for_model(b, mc, shard, chunk, chunk, 1, ctx, progress && rank == 0);
+    return Status();
+  };
+  XI_RETURN_IF_ERROR(prepare(backend, 0));
+  LoadedModel lm;
+  XI_ASSIGN_OR_RETURN(lm.tp, engine::load_tensor_parallel(
+                                 path, backend, opts, tp_size, kind,
+                                 [=](int rank) -> Result<std::unique_ptr<backend::Backend>> {
+                                   XI_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> b,
+                                                       engine::create_backend(kind, rank_threads, rank));
+                                   XI_RETURN_IF_ERROR(prepare(*b, rank));
+                                   return b;
+                                 }));
+  lm.windows = std::make_unique<engine::WindowLogits>(*lm.tp.model, backend, ctx, chunk, block_size, lm.tp.group.get());
+  if (lm.tp.group) lm.tp.group->allocate_kv(lm.windows->kv_spec());
+  return lm;
+}
+
 int run_ppl(int argc, char** argv) {
   std::string model_path, text_path, reference_path, backend_name = "cpu";
-  int ctx = 1024, prefill_chunk = 512, block_size = 16, threads = 0;
+  int ctx = 1024, prefill_chunk = 512, block_size = 16, threads = 0, tensor_parallel_size = 1;
   int64_t max_tokens = 0;
   std::optional<int64_t> stride_flag;  // unset: ctx
   bool as_json = false, progress = true, add_special = true;
@@ -112,6 +154,9 @@ int run_ppl(int argc, char** argv) {
   flags.add("--prefill-chunk", &prefill_chunk, "most tokens per forward step (a window runs in such chunks)");
   flags.add("--block-size", &block_size, "KV-cache block size in tokens");
   flags.add("--threads", &threads, "CPU backend threads; 0 = all cores");
+  flags.add("--tensor-parallel-size", &tensor_parallel_size,
+            "split each model over this many ranks (cpu: threads sharing --threads; cuda: GPUs 0..N-1); must "
+            "divide the attention heads and the FFN width");
   flags.add("--progress", &progress, "progress bars while loading and scoring (stderr)");
   if (int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
   auto fail = [](const Status& s) {
@@ -187,7 +232,9 @@ int run_ppl(int argc, char** argv) {
 
   auto kind = engine::parse_backend_kind(backend_name);
   if (!kind.ok()) return fail(kind.status());
-  auto backend_or = engine::create_backend(*kind, threads);
+  if (Status s = validate_tp(configs, tensor_parallel_size, *kind); !s.ok()) return fail(s);
+  const int rank_threads = engine::threads_per_rank(threads, tensor_parallel_size);
+  auto backend_or = engine::create_backend(*kind, rank_threads);
   if (!backend_or.ok()) return fail(backend_or.status());
   backend::Backend& backend = **backend_or;
 
@@ -195,20 +242,14 @@ int run_ppl(int argc, char** argv) {
   const auto t_load = Clock::now();
   std::vector<LoadedModel> models;
   for (size_t i = 0; i < paths.size(); ++i) {
-    model::LoadOptions opts;
-    opts.max_tokens = chunk;
-    opts.max_logit_rows = chunk;  // every row of a chunk may be scored
-    opts.max_model_len = ctx;
-    opts.show_progress = progress;
-    auto m = model::LlamaModel::load(paths[i], backend, opts);
-    if (!m.ok()) return fail(m.status());
-    XI_LOG(INFO) << (i == 0 ? "model: " : "reference: ") << (*m)->config().to_string() << " on "
-                 << backend.info().name;
-    engine::prepare_backend_for_model(backend, (*m)->config(), chunk, chunk, 1, ctx, progress);
-    LoadedModel lm;
-    lm.windows = std::make_unique<engine::WindowLogits>(**m, backend, ctx, chunk, block_size);
-    lm.model = std::move(*m);
-    models.push_back(std::move(lm));
+    auto lm = load_windows(paths[i], configs[i], backend, *kind, tensor_parallel_size, rank_threads, ctx, chunk,
+                           block_size, progress);
+    if (!lm.ok()) return fail(lm.status());
+    XI_LOG(INFO) << (i == 0 ? "model: " : "reference: ") << lm->tp.model->config().to_string() << " on "
+                 << backend.info().name << (tensor_parallel_size > 1 ? ", tensor_parallel_size " +
+                                                                          std::to_string(tensor_parallel_size)
+                                                                    : std::string());
+    models.push_back(std::move(*lm));
   }
   const double load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
 
@@ -226,6 +267,7 @@ int run_ppl(int argc, char** argv) {
     json j = {{"model", model_path},
               {"text", text_path},
               {"backend", backend.info().name},
+              {"tensor_parallel_size", tensor_parallel_size},
               {"ppl", res->ppl()},
               {"nll_sum", res->nll_sum},
               {"mean_nll", res->mean_nll()},
@@ -320,7 +362,7 @@ Result<LoglikRequest> parse_loglik_line(const std::string& line, int64_t line_no
 
 int run_loglik(int argc, char** argv) {
   std::string model_path, requests_path, backend_name = "cpu";
-  int prefill_chunk = 512, block_size = 16, threads = 0;
+  int prefill_chunk = 512, block_size = 16, threads = 0, tensor_parallel_size = 1;
   bool progress = true, add_special = true, token_logprobs = true;
   FlagSet flags(
       "xinfer eval loglik",
@@ -340,6 +382,9 @@ int run_loglik(int argc, char** argv) {
   flags.add("--prefill-chunk", &prefill_chunk, "most tokens per forward step");
   flags.add("--block-size", &block_size, "KV-cache block size in tokens");
   flags.add("--threads", &threads, "CPU backend threads; 0 = all cores");
+  flags.add("--tensor-parallel-size", &tensor_parallel_size,
+            "split the model over this many ranks (cpu: threads sharing --threads; cuda: GPUs 0..N-1); must "
+            "divide the attention heads and the FFN width");
   flags.add("--progress", &progress, "progress bar while loading (stderr)");
   if (int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
   auto fail = [](const Status& s) {
@@ -378,20 +423,17 @@ int run_loglik(int argc, char** argv) {
 
   auto kind = engine::parse_backend_kind(backend_name);
   if (!kind.ok()) return fail(kind.status());
-  auto backend_or = engine::create_backend(*kind, threads);
+  if (Status s = validate_tp({*config}, tensor_parallel_size, *kind); !s.ok()) return fail(s);
+  const int rank_threads = engine::threads_per_rank(threads, tensor_parallel_size);
+  auto backend_or = engine::create_backend(*kind, rank_threads);
   if (!backend_or.ok()) return fail(backend_or.status());
   backend::Backend& backend = **backend_or;
   const int ctx = static_cast<int>(std::max<int64_t>(longest, 2));
   const int chunk = std::min(prefill_chunk, ctx);
-  model::LoadOptions opts;
-  opts.max_tokens = chunk;
-  opts.max_logit_rows = chunk;
-  opts.max_model_len = ctx;
-  opts.show_progress = progress;
-  auto m = model::LlamaModel::load(model_path, backend, opts);
-  if (!m.ok()) return fail(m.status());
-  engine::prepare_backend_for_model(backend, (*m)->config(), chunk, chunk, 1, ctx, progress);
-  engine::WindowLogits windows(**m, backend, ctx, chunk, block_size);
+  auto lm = load_windows(model_path, *config, backend, *kind, tensor_parallel_size, rank_threads, ctx, chunk,
+                         block_size, progress);
+  if (!lm.ok()) return fail(lm.status());
+  engine::WindowLogits& windows = *lm->windows;
   const int V = windows.vocab_size();
 
   for (size_t i = 0; i < requests.size(); ++i) {

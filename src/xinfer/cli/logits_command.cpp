@@ -14,6 +14,9 @@
 // Greedy and forced steps go through engine::ModelRunner, as serving does (decode steps replay CUDA graphs
 // unless --enforce-eager; GEMM choices measured by engine::prepare_backend_for_model); the prompt logits come from LlamaModel::forward on plans that ask for every
 // row. Each request starts from an empty KV cache (blocks are reused, every read slot is written first).
+// --tensor-parallel-size N splits the model over N ranks (CPU: threads sharing --threads; CUDA: GPUs 0..N-1)
+// through engine::load_tensor_parallel: rank 0 runs here, the others follow every step (the prompt-logits
+// forwards too), and the logits are the all-gathered, whole-vocabulary rows.
 // Used by tests/gpu/check_8b_vs_transformers.py; also carried in the portable `xinfer-bench` binary.
 #include <algorithm>
 #include <chrono>
@@ -36,6 +39,7 @@
 #include "xinfer/engine/engine.h"
 #include "xinfer/engine/engine_config.h"
 #include "xinfer/engine/model_runner.h"
+#include "xinfer/engine/tensor_parallel.h"
 #include "xinfer/model/llama.h"
 #include "xinfer/model/safetensors.h"
 
@@ -131,6 +135,7 @@ class Outputs {
 int run_logits(int argc, char** argv) {
   std::string model_dir, backend_name = "cuda", prompt_ids, forced_ids, input, output = "logits.safetensors";
   int greedy_steps = 32, last_positions = 0, prefill_chunk = 512, block_size = 16, threads = 0;
+  int tensor_parallel_size = 1;
   bool enforce_eager = false, progress = true, dequantize = false;
   FlagSet flags("xinfer logits",
                 "Run token ids through a model; write prompt logits, a greedy continuation with its logits and\n"
@@ -149,6 +154,9 @@ int run_logits(int argc, char** argv) {
   flags.add("--block-size", &block_size, "KV-cache block size in tokens");
   flags.add("--enforce-eager", &enforce_eager, "run decode steps eagerly (no CUDA graphs)");
   flags.add("--threads", &threads, "CPU backend threads; 0 = all cores");
+  flags.add("--tensor-parallel-size", &tensor_parallel_size,
+            "split the model over this many ranks (cpu: threads sharing --threads; cuda: GPUs 0..N-1); must "
+            "divide the attention heads and the FFN width");
   flags.add("--progress", &progress, "progress bar while converting weights");
   flags.add("--dequantize", &dequantize,
             "GGUF: dequantize block-format weights at load (float reference of the quantized kernels)");
@@ -159,6 +167,7 @@ int run_logits(int argc, char** argv) {
   };
 
   if (model_dir.empty()) return fail(invalid_argument("--model is required"));
+  if (tensor_parallel_size < 1) return fail(invalid_argument("--tensor-parallel-size must be >= 1"));
   if (greedy_steps < 0 || last_positions < 0 || prefill_chunk <= 0 || block_size <= 0)
     return fail(invalid_argument("--greedy-steps and --last-positions must be >= 0, --prefill-chunk and "
                                  "--block-size > 0"));
@@ -188,7 +197,12 @@ int run_logits(int argc, char** argv) {
   }
   auto kind = engine::parse_backend_kind(backend_name);
   if (!kind.ok()) return fail(kind.status());
-  auto backend_or = engine::create_backend(*kind, threads);
+  auto cfg_or = model::load_model_config(model_dir);
+  if (!cfg_or.ok()) return fail(cfg_or.status());
+  // Every size (and, on CUDA, the GPU count) checked before any backend or weight.
+  if (Status s = engine::validate_tensor_parallel(*cfg_or, tensor_parallel_size, *kind); !s.ok()) return fail(s);
+  const int rank_threads = engine::threads_per_rank(threads, tensor_parallel_size);
+  auto backend_or = engine::create_backend(*kind, rank_threads);
   if (!backend_or.ok()) return fail(backend_or.status());
   backend::Backend& backend = **backend_or;
 
@@ -199,15 +213,28 @@ int run_logits(int argc, char** argv) {
   load_opts.max_logit_rows = prefill_chunk;  // every row of a prefill chunk may be asked for
   load_opts.max_model_len = (longest + block_size - 1) / block_size * block_size;
   load_opts.show_progress = progress;
-  auto cfg_or = model::load_model_config(model_dir);
-  if (!cfg_or.ok()) return fail(cfg_or.status());
   load_opts.max_model_len = std::min(load_opts.max_model_len, cfg_or->max_position_embeddings);
   if (longest > load_opts.max_model_len)
     return fail(out_of_range("a request needs " + std::to_string(longest) + " positions; the model has " +
                              std::to_string(cfg_or->max_position_embeddings)));
-  auto model_or = model::LlamaModel::load(model_dir, backend, load_opts);
-  if (!model_or.ok()) return fail(model_or.status());
-  model::LlamaModel& model = **model_or;
+  // As the Engine does (decode workspace, measured GEMM choices: each rank its own shapes), before any graph
+  // records.
+  auto prepare = [&, mc = *cfg_or](backend::Backend& b, int rank) -> Status {
+    XI_ASSIGN_OR_RETURN(const model::ModelShard shard, model::ModelShard::make(mc, tensor_parallel_size, rank));
+    engine::prepare_backend_for_model(b, mc, shard, prefill_chunk, prefill_chunk, 1, load_opts.max_model_len,
+                                      progress && rank == 0);
+    return Status();
+  };
+  if (Status s = prepare(backend, 0); !s.ok()) return fail(s);
+  auto tp_or = engine::load_tensor_parallel(
+      model_dir, backend, load_opts, tensor_parallel_size, *kind,
+      [&](int rank) -> Result<std::unique_ptr<backend::Backend>> {
+        XI_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> b, engine::create_backend(*kind, rank_threads, rank));
+        XI_RETURN_IF_ERROR(prepare(*b, rank));
+        return b;
+      });
+  if (!tp_or.ok()) return fail(tp_or.status());
+  model::LlamaModel& model = *tp_or->model;
   const model::ModelConfig& cfg = model.config();
   const int V = cfg.vocab_size;
   for (size_t i = 0; i < reqs.size(); ++i)
@@ -220,12 +247,14 @@ int run_logits(int argc, char** argv) {
                << std::chrono::duration<double>(Clock::now() - t_load).count() << " s";
 
   const int table_blocks = (longest + block_size - 1) / block_size;
-  const backend::KvCacheSpec spec{cfg.num_layers, table_blocks + 1, block_size, cfg.num_kv_heads, cfg.head_dim,
-                                  backend.info().activation_dtype};
-  // As the Engine does (decode workspace, measured GEMM choices), before any graph records.
-  engine::prepare_backend_for_model(backend, cfg, prefill_chunk, prefill_chunk, 1, load_opts.max_model_len, progress);
+  const backend::KvCacheSpec spec{cfg.num_layers, table_blocks + 1, block_size, model.shard().num_kv_heads,
+                                  cfg.head_dim, backend.info().activation_dtype};
   const backend::KvCache prefill_kv = backend.allocate_kv_cache(spec);
-  engine::ModelRunner runner(model, backend, spec, enforce_eager ? engine::GraphMode::kOff : engine::GraphMode::kOn);
+  const bool graphs = !enforce_eager && tensor_parallel_size == 1;  // graphs under TP: not yet
+  engine::ModelRunner runner(model, backend, spec, graphs ? engine::GraphMode::kOn : engine::GraphMode::kOff);
+  // Followers: one KV cache each serves both rank 0's prefill_kv and the runner's (every request writes each
+  // slot it reads first, in the same step order on every rank).
+  tp_or->attach(runner, spec);
   std::vector<int32_t> block_table;
   for (int b = 1; b <= table_blocks; ++b) block_table.push_back(b);  // block 0 is the null block
 
@@ -250,6 +279,7 @@ int run_logits(int argc, char** argv) {
         plan.logit_rows.push_back(i);
         positions.push_back(pos + i);
       }
+      if (tp_or->group) tp_or->group->launch(plan);
       const backend::StepMeta meta = backend.upload_step(plan);
       const TensorView dev = model.forward(meta, prefill_kv);
       if (plan.logit_rows.empty()) continue;
@@ -300,6 +330,7 @@ int run_logits(int argc, char** argv) {
   }
   const double run_s = std::chrono::duration<double>(Clock::now() - t_run).count();
   const json meta = {{"backend", backend.info().name}, {"model", model_dir}, {"config", cfg.to_string()},
+                     {"tensor_parallel_size", std::to_string(tensor_parallel_size)},
                      {"graphs", std::to_string(runner.graph_replays()) + " replays"}};
   if (Status s = out.write(output, meta); !s.ok()) return fail(s);
   XI_LOG(INFO) << reqs.size() << " requests in " << run_s << " s (" << runner.graph_captures() << " graph captures, "

@@ -23,14 +23,17 @@ Status usable_cuda_device() {
 #endif
 }
 
-Result<std::unique_ptr<backend::Backend>> create_backend(BackendKind kind, int threads) {
+Result<std::unique_ptr<backend::Backend>> create_backend(BackendKind kind, int threads, int device) {
   if (kind == BackendKind::kCpu)
     return std::unique_ptr<backend::Backend>(
         std::make_unique<cpu::CpuBackend>(cpu::CpuBackendOptions{threads}));
 #if defined(XINFER_HAVE_CUDA)
   XI_RETURN_IF_ERROR(usable_cuda_device());
-  return std::unique_ptr<backend::Backend>(std::make_unique<cuda::CudaBackend>());
+  cuda::CudaBackendOptions options;
+  options.device = device;
+  return std::unique_ptr<backend::Backend>(std::make_unique<cuda::CudaBackend>(options));
 #else
+  (void)device;
   return usable_cuda_device();  // UNIMPLEMENTED in this build
 #endif
 }

@@ -16,8 +16,9 @@ namespace xinfer::engine {
 // made.
 Status usable_cuda_device();
 
-// kCpu: a CpuBackend with `threads` threads (0: all cores). kCuda: a CudaBackend on device 0 with default
-// options; UNAVAILABLE when no CUDA device is usable, UNIMPLEMENTED in a build without CUDA.
-Result<std::unique_ptr<backend::Backend>> create_backend(BackendKind kind, int threads);
+// kCpu: a CpuBackend with `threads` threads (0: all cores). kCuda: a CudaBackend on `device` (a
+// tensor-parallel rank r: device r, made on the rank's own thread) with default options; UNAVAILABLE when no
+// CUDA device is usable, UNIMPLEMENTED in a build without CUDA.
+Result<std::unique_ptr<backend::Backend>> create_backend(BackendKind kind, int threads, int device = 0);
 
 }  // namespace xinfer::engine

@@ -60,8 +60,12 @@ Result<BackendBundle> make_backend(const EngineConfig& config, const model::Mode
       options.linear_fusion = config.fused_linears ? cuda::LinearFusion::kWhenGemv : cuda::LinearFusion::kOff;
       options.rope_attention_fusion = config.fused_rope_attention;
       auto gpu = std::make_unique<cuda::CudaBackend>(options);
-      prepare_backend_for_model(*gpu, mc, config.scheduler.max_num_batched_tokens, config.scheduler.max_num_seqs,
-                                config.scheduler.max_num_seqs, max_seq_len, config.show_progress);
+      // Rank `device`'s own shapes (its heads, its linears): validate_tensor_parallel has passed.
+      XI_ASSIGN_OR_RETURN(const model::ModelShard shard,
+                          model::ModelShard::make(mc, std::max(1, config.tensor_parallel_size), device));
+      prepare_backend_for_model(*gpu, mc, shard, config.scheduler.max_num_batched_tokens,
+                                config.scheduler.max_num_seqs, config.scheduler.max_num_seqs, max_seq_len,
+                                config.show_progress);
       b.backend = std::move(gpu);
       b.own_pool = std::make_unique<ThreadPool>(config.threads);
       b.sampler_pool = b.own_pool.get();
@@ -112,23 +116,28 @@ void append_token(RequestOutput& out, const SampleOutput& o, bool with_logprobs)
 
 void prepare_backend_for_model(backend::Backend& backend, const model::ModelConfig& mc, int max_tokens,
                                int max_logit_rows, int max_decode_seqs, int max_seq_len, bool show_progress) {
+  prepare_backend_for_model(backend, mc, model::ModelShard::whole(mc), max_tokens, max_logit_rows, max_decode_seqs,
+                            max_seq_len, show_progress);
+}
+
+void prepare_backend_for_model(backend::Backend& backend, const model::ModelConfig& mc, const model::ModelShard& shard,
+                               int max_tokens, int max_logit_rows, int max_decode_seqs, int max_seq_len,
+                               bool show_progress) {
 #if defined(XINFER_HAVE_CUDA)
   auto* gpu = dynamic_cast<cuda::CudaBackend*>(&backend);
   if (gpu == nullptr) return;
-  gpu->reserve_decode_workspace(max_decode_seqs, mc.num_heads, mc.num_kv_heads, mc.head_dim, max_seq_len);
-  // GEMM choices measured for the model's linears (model/llama.h: qkv, o, gate_up, down on up to a step's
-  // tokens; the lm_head, f32 logits, on up to one row per sequence) before any graph is recorded.
-  const int T = max_tokens, H = mc.hidden_size, I = mc.intermediate_size;
-  // qkv and gate_up read the residual through an RMSNorm (normed_input: decode rows may fold it in).
-  gpu->tune_linears({{(mc.num_heads + 2 * mc.num_kv_heads) * mc.head_dim, H, false, mc.attention_bias, T, true},
-                     {H, mc.num_heads * mc.head_dim, false, mc.o_bias, T, false},
-                     {2 * I, H, false, mc.mlp_bias, T, true},
-                     {H, I, false, mc.mlp_bias, T, false},
-                     {mc.vocab_size, H, true, false, max_logit_rows, false}},
-                    show_progress);
+  gpu->reserve_decode_workspace(max_decode_seqs, shard.num_heads, shard.num_kv_heads, shard.head_dim, max_seq_len);
+  // GEMM choices measured for this rank's linears (qkv, o, gate_up, down on up to a step's tokens; the
+  // lm_head, f32 logits, on up to one row per sequence) before any graph is recorded. qkv and gate_up read the
+  // residual through an RMSNorm (normed_input: decode rows may fold it in).
+  std::vector<cuda::GemmShape> shapes;
+  for (const model::LinearShape& l : shard.linear_shapes(mc))
+    shapes.push_back({static_cast<int>(l.n), static_cast<int>(l.k), l.lm_head, l.bias,
+                      l.lm_head ? max_logit_rows : max_tokens, l.normed_input});
+  gpu->tune_linears(shapes, show_progress);
 #else
-  (void)backend, (void)mc, (void)max_tokens, (void)max_logit_rows, (void)max_decode_seqs, (void)max_seq_len;
-  (void)show_progress;
+  (void)backend, (void)mc, (void)shard, (void)max_tokens, (void)max_logit_rows, (void)max_decode_seqs;
+  (void)max_seq_len, (void)show_progress;
 #endif
 }
 

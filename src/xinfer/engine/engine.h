@@ -53,6 +53,7 @@
 #include "xinfer/engine/sampler.h"
 #include "xinfer/engine/tensor_parallel.h"
 #include "xinfer/model/llama.h"
+#include "xinfer/model/shard.h"
 #include "xinfer/scheduler/scheduler.h"
 
 namespace xinfer::engine {
@@ -75,6 +76,11 @@ struct MemoryPlan {
 // same kernels as serving.
 void prepare_backend_for_model(backend::Backend& backend, const model::ModelConfig& mc, int max_tokens,
                                int max_logit_rows, int max_decode_seqs, int max_seq_len, bool show_progress);
+// The same for one tensor-parallel rank: its own linear shapes (ModelShard::linear_shapes) and local heads
+// (the split-KV workspace); the overload above is the unsharded model's (ModelShard::whole).
+void prepare_backend_for_model(backend::Backend& backend, const model::ModelConfig& mc, const model::ModelShard& shard,
+                               int max_tokens, int max_logit_rows, int max_decode_seqs, int max_seq_len,
+                               bool show_progress);
 
 class Engine final : public EngineClient {
  public:

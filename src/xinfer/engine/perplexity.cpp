@@ -70,8 +70,8 @@ double PerplexityResult::ppl() const {
 }
 
 WindowLogits::WindowLogits(model::LlamaModel& model, backend::Backend& backend, int ctx, int chunk,
-                           int block_size)
-    : model_(model), backend_(backend), ctx_(ctx), chunk_(chunk), block_size_(block_size) {
+                           int block_size, StepFollowers* followers)
+    : model_(model), backend_(backend), ctx_(ctx), chunk_(chunk), block_size_(block_size), followers_(followers) {
   XI_CHECK_GT(chunk, 0);
   XI_CHECK_GT(block_size, 0);
   XI_CHECK_LE(chunk, model.options().max_tokens);
@@ -79,9 +79,9 @@ WindowLogits::WindowLogits(model::LlamaModel& model, backend::Backend& backend, 
   XI_CHECK_LE(ctx, model.max_model_len());
   const model::ModelConfig& cfg = model.config();
   const int blocks = (ctx + block_size - 1) / block_size;
-  const backend::KvCacheSpec spec{cfg.num_layers,   blocks + 1,   block_size,
-                                  cfg.num_kv_heads, cfg.head_dim, backend.info().activation_dtype};
-  kv_ = backend.allocate_kv_cache(spec);
+  spec_ = backend::KvCacheSpec{cfg.num_layers,           blocks + 1,   block_size,
+                               model.shard().num_kv_heads, cfg.head_dim, backend.info().activation_dtype};
+  kv_ = backend.allocate_kv_cache(spec_);
   for (int b = 1; b <= blocks; ++b) block_table_.push_back(b);
 }
 
@@ -93,6 +93,7 @@ const std::vector<float>& WindowLogits::run(std::span<const int32_t> tokens, int
   const SequenceChunk seq{tokens, start_pos, block_table_, false};
   backend::StepPlan plan = ModelRunner::plan(std::span(&seq, 1), block_size_);
   for (int r = first_row; r < len; ++r) plan.logit_rows.push_back(r);
+  if (followers_ != nullptr) followers_->launch(plan);
   const backend::StepMeta meta = backend_.upload_step(plan);
   const TensorView dev = model_.forward(meta, kv_);
   logits_.resize(static_cast<size_t>(len - first_row) * static_cast<size_t>(vocab_size()));

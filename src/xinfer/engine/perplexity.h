@@ -25,6 +25,7 @@
 
 #include "xinfer/backend/backend.h"
 #include "xinfer/core/status.h"
+#include "xinfer/engine/step_followers.h"
 #include "xinfer/model/llama.h"
 
 namespace xinfer::engine {
@@ -48,13 +49,17 @@ int32_t argmax_first(std::span<const float> logits);
 
 // Runs one model over windows: prefill chunks of at most `chunk` tokens into its own KV cache, returning the
 // logits rows asked for. The model must have been loaded with max_tokens >= chunk, max_logit_rows >= chunk
-// and max_model_len >= ctx.
+// and max_model_len >= ctx. Tensor parallelism: `model` is rank 0's shard (the KV cache holds its local kv
+// heads) and `followers` (the other ranks, whose KV caches the caller allocated with kv_spec()) run every
+// chunk's plan too.
 class WindowLogits {
  public:
-  WindowLogits(model::LlamaModel& model, backend::Backend& backend, int ctx, int chunk, int block_size);
+  WindowLogits(model::LlamaModel& model, backend::Backend& backend, int ctx, int chunk, int block_size,
+               StepFollowers* followers = nullptr);
 
   int vocab_size() const { return model_.config().vocab_size; }
   int chunk() const { return chunk_; }
+  const backend::KvCacheSpec& kv_spec() const { return spec_; }
   // tokens: [len], window positions [start_pos, start_pos + len), len <= chunk; positions < start_pos must
   // have been fed by earlier calls since the window began at position 0. Returns logits [len - first_row, V]
   // of rows first_row .. len - 1 (none when first_row == len), valid until the next call.
@@ -64,6 +69,8 @@ class WindowLogits {
   model::LlamaModel& model_;
   backend::Backend& backend_;
   int ctx_, chunk_, block_size_;
+  StepFollowers* followers_;
+  backend::KvCacheSpec spec_;
   backend::KvCache kv_;
   std::vector<int32_t> block_table_;  // 1 .. blocks (block 0 is the null block)
   std::vector<float> logits_;

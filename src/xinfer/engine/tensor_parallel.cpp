@@ -1,5 +1,6 @@
 #include "xinfer/engine/tensor_parallel.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -48,6 +49,12 @@ struct TensorParallelGroup::Follower {
   cuda::NcclId nccl_id;
 #endif
 };
+
+int threads_per_rank(int threads, int tp_size) {
+  if (tp_size <= 1) return threads;
+  const int total = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, total / tp_size);
+}
 
 Status validate_tensor_parallel(const model::ModelConfig& config, int tp_size, BackendKind backend) {
   for (int r = 0; r < tp_size; ++r) XI_RETURN_IF_ERROR(model::ModelShard::make(config, tp_size, r).status());

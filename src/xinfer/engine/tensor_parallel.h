@@ -90,6 +90,10 @@ Result<TensorParallelModel> load_tensor_parallel(
     const std::string& dir, backend::Backend& rank0, const model::LoadOptions& load, int tp_size, BackendKind kind,
     std::function<Result<std::unique_ptr<backend::Backend>>(int rank)> make_backend);
 
+// CPU threads of each rank when tp_size ranks share `threads` (0: all cores): the ranks split the cores; a
+// single rank keeps `threads` as given.
+int threads_per_rank(int threads, int tp_size);
+
 // Rank 0's size checks alone (every rank's ModelShard; CUDA: enough GPUs), for callers that want the error
 // before making any backend.
 Status validate_tensor_parallel(const model::ModelConfig& config, int tp_size, BackendKind backend);

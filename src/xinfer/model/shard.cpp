@@ -68,6 +68,15 @@ int64_t ModelShard::parameter_count(const ModelConfig& c) const {
   return vocab * H + lm_head + layer * c.num_layers + H;
 }
 
+std::vector<LinearShape> ModelShard::linear_shapes(const ModelConfig& c) const {
+  const bool first = rank == 0;  // row-parallel biases are added once, on rank 0
+  return {{"qkv", qkv_rows(), hidden, c.attention_bias, true, false},
+          {"o", hidden, o_cols(), c.o_bias && first, false, false},
+          {"gate_up", 2 * ffn, hidden, c.mlp_bias, true, false},
+          {"down", hidden, ffn, c.mlp_bias && first, false, false},
+          {"lm_head", local_vocab(), hidden, false, false, true}};
+}
+
 std::string ModelShard::to_string() const {
   std::ostringstream os;
   os << "tp " << tp_size << "/rank " << rank << ": heads " << num_heads << " [" << head_begin << ", "

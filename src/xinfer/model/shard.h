@@ -20,11 +20,22 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "xinfer/core/status.h"
 #include "xinfer/model/model_config.h"
 
 namespace xinfer::model {
+
+// One linear of a rank's decoder layers (or its lm_head) as the GEMM tuner and the workspaces see it: the
+// weight is [n, k] (y[m, n] = x[m, k] W^T).
+struct LinearShape {
+  const char* name = "";      // "qkv", "o", "gate_up", "down", "lm_head"
+  int64_t n = 0, k = 0;
+  bool bias = false;          // this rank adds a bias (row-parallel linears: rank 0 only)
+  bool normed_input = false;  // reads the residual through an RMSNorm (qkv, gate_up)
+  bool lm_head = false;       // f32 logits, on up to max_logit_rows rows (the others: up to a step's tokens)
+};
 
 struct ModelShard {
   int tp_size = 1;
@@ -58,6 +69,9 @@ struct ModelShard {
   // Parameters this rank holds (embedding and norms replicated, biases of row-parallel linears counted on
   // rank 0 only): the basis of the memory plan's weight estimate.
   int64_t parameter_count(const ModelConfig& c) const;
+  // This rank's linears, in forward order: qkv [qkv_rows, H], o [H, o_cols], gate_up [2 ffn, H],
+  // down [H, ffn], lm_head [local_vocab, H] (the shapes LlamaModel loads; the tuner measures these).
+  std::vector<LinearShape> linear_shapes(const ModelConfig& c) const;
   // "tp 3/rank 1: heads 3 [3, 6), kv heads 1 [1, 2), ffn 512 [512, 1024), vocab [16384, 32768)"
   std::string to_string() const;
 };

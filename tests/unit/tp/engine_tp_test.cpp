@@ -221,6 +221,30 @@ TEST(TpLogits, WithinFloatToleranceOfTp1) {
   }
 }
 
+// The loaded linears of a rank have exactly the shapes its ModelShard gives the tuner and the workspaces.
+TEST(TpShard, LoadedLinearsHaveTheShardsShapes) {
+  for (const std::string name : {"qwen2", "llama_tied"}) {
+    for (int tp : {1, 2, 4}) {
+      SCOPED_TRACE(name + " tp " + std::to_string(tp));
+      Ranks r = make_ranks(golden_dir(name), tp, 4, 17);
+      const model::ModelConfig& c = r.model->config();
+      const std::vector<model::LinearShape> shapes = r.model->shard().linear_shapes(c);
+      ASSERT_EQ(shapes.size(), 5u);
+      for (int l = 0; l < c.num_layers; ++l) {
+        const model::LayerWeights& w = r.model->layer(l);
+        const backend::LinearWeights* lin[] = {&w.qkv, &w.o, &w.gate_up, &w.down};
+        for (size_t i = 0; i < 4; ++i) {
+          EXPECT_EQ(lin[i]->out_features(), shapes[i].n) << shapes[i].name;
+          EXPECT_EQ(lin[i]->in_features(), shapes[i].k) << shapes[i].name;
+          EXPECT_EQ(!lin[i]->bias.empty(), shapes[i].bias) << shapes[i].name;
+        }
+      }
+      EXPECT_EQ(r.model->lm_head().out_features(), shapes[4].n);
+      EXPECT_EQ(r.model->lm_head().in_features(), shapes[4].k);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // SmolLM2 (GGUF, Q4_1 linears / Q8_0 embedding; 9 heads, 3 kv heads, FFN 1536).
 

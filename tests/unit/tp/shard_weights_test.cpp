@@ -263,6 +263,42 @@ TEST(ModelShard, SplitsHeadsFfnAndVocab) {
   EXPECT_EQ(total, whole + 2 * replicated);
 }
 
+// The tuner's and the workspaces' shapes come from the shard: column-parallel linears split N, row-parallel ones
+// K (their biases on rank 0 only), the lm_head the vocabulary; over the ranks they add up to the whole model's.
+TEST(ModelShard, LinearShapesAreTheRanksShares) {
+  ModelConfig c = smollm2_like();
+  c.attention_bias = c.o_bias = c.mlp_bias = true;
+  const std::vector<LinearShape> whole = ModelShard::whole(c).linear_shapes(c);
+  ASSERT_EQ(whole.size(), 5u);
+  EXPECT_EQ(whole[0].n, (9 + 2 * 3) * 64);  // qkv
+  EXPECT_EQ(whole[3].k, 1536);              // down
+  std::vector<int64_t> n_sum(5, 0), k_sum(5, 0);
+  for (int r = 0; r < 3; ++r) {
+    const std::vector<LinearShape> l = ModelShard::make(c, 3, r)->linear_shapes(c);
+    ASSERT_EQ(l.size(), 5u);
+    EXPECT_STREQ(l[0].name, "qkv");
+    EXPECT_EQ(l[0].n, (3 + 2) * 64);
+    EXPECT_EQ(l[0].k, 576);
+    EXPECT_TRUE(l[0].bias && l[0].normed_input);
+    EXPECT_EQ(l[1].n, 576);  // o: row-parallel
+    EXPECT_EQ(l[1].k, 3 * 64);
+    EXPECT_EQ(l[1].bias, r == 0);
+    EXPECT_EQ(l[2].n, 2 * 512);  // gate_up
+    EXPECT_TRUE(l[2].normed_input);
+    EXPECT_EQ(l[3].k, 512);  // down
+    EXPECT_EQ(l[3].bias, r == 0);
+    EXPECT_TRUE(l[4].lm_head);
+    EXPECT_EQ(l[4].n, 16384);
+    for (size_t i = 0; i < 5; ++i) {
+      n_sum[i] += l[i].n;
+      k_sum[i] += l[i].k;
+    }
+  }
+  for (size_t i : {size_t{2}, size_t{4}}) EXPECT_EQ(n_sum[i], whole[i].n) << whole[i].name;  // gate_up, lm_head
+  for (size_t i : {size_t{1}, size_t{3}}) EXPECT_EQ(k_sum[i], whole[i].k) << whole[i].name;  // o, down
+  EXPECT_EQ(n_sum[0], whole[0].n);  // qkv: 3 kv heads on 3 ranks, none replicated
+}
+
 TEST(ModelShard, BadSizesAreClearErrors) {
   const ModelConfig c = smollm2_like();
   Result<ModelShard> two = ModelShard::make(c, 2, 0);
