@@ -99,7 +99,10 @@ Result<compress::ModelDirContents> tokenizer_files(const std::string& model_path
 //   sq-search-gptq     sq-search with GPTQ weights
 //   fp8-naive, fp8-sq  w8a8-fp8 without / with the alpha search
 //   w8a16              int8 per channel RTN
-//   w4a16-rtn, w4a16-gptq  int4 per group (symmetric), RTN / GPTQ
+//   fp8-sq-gptq        fp8-sq with GPTQ (error-compensated) FP8 weights
+//   w4a16-rtn, w4a16-gptq  int4 per group (symmetric), RTN / GPTQ (Hessians as --gptq-hessians, default
+//                      true-sequential); w4a16-gptq-float: Hessians of the float model; -actorder: act-order
+// GPTQ rows take --damp and --act-order from the command line (the -float / -actorder rows override theirs).
 int run_table(const std::string& spec, const compress::QuantizeOptions& base, double max_ppl_increase,
               model::LlamaModel& m, backend::Backend& backend, const std::vector<std::vector<int32_t>>& windows,
               const compress::QuantizeHooks& hooks, engine::WindowLogits& runner, engine::WindowLogits& ref_runner,
@@ -114,7 +117,8 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
   for (int64_t w : widths) w4_ok = w4_ok && w % base.scheme.group_size == 0;
   const std::vector<std::string> all = {"w8a8-naive", "sq-0.5-tensor", "sq-0.5-channel", "sq-search",
                                         "sq-search-partial", "sq-first-N", "sq-last-N", "sq-search-gptq",
-                                        "fp8-naive", "fp8-sq", "w8a16", "w4a16-rtn", "w4a16-gptq"};
+                                        "fp8-naive", "fp8-sq", "fp8-sq-gptq", "w8a16", "w4a16-rtn", "w4a16-gptq",
+                                        "w4a16-gptq-float", "w4a16-gptq-actorder"};
   std::vector<std::string> rows;
   if (spec == "all") {
     rows = all;
@@ -140,7 +144,8 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
   std::fflush(stdout);
 
   compress::QuantizeOptions calib_opts = base;
-  calib_opts.gptq = true;  // Hessians for the GPTQ rows
+  calib_opts.gptq = true;  // the float model's Hessians for the *-float GPTQ rows
+  calib_opts.gptq_sequential = false;
   compress::ModelQuantizer calibrator(m, backend, calib_opts);
   if (Status s = calibrator.calibrate(windows, hooks); !s.ok()) return 1;
   int searched_n = -1;
@@ -165,7 +170,9 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
                       : row == "w8a16"         ? Scheme::kW8A16
                       : row.rfind("w4a16", 0) == 0 ? Scheme::kW4A16
                                                    : Scheme::kW8A8Int8;
-    if (row == "sq-search-gptq" || row == "w4a16-gptq") o.gptq = true;
+    if (row == "sq-search-gptq" || row == "fp8-sq-gptq" || row.rfind("w4a16-gptq", 0) == 0) o.gptq = true;
+    if (row == "w4a16-gptq-float") o.gptq_sequential = false;
+    if (row == "w4a16-gptq-actorder") o.gptq_options.act_order = true;
     if (row == "sq-search-partial") {
       o.selection.mode = LayerSelection::Mode::kSearch;
       o.selection.max_ppl_increase = max_ppl_increase;
@@ -180,7 +187,10 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
     }
     const std::string key = std::string(compress::scheme_name(o.scheme.scheme)) + (o.smooth ? "s" : "n") +
                             (o.smooth_options.alpha ? std::to_string(*o.smooth_options.alpha) : "search") +
-                            compress::granularity_name(o.scheme.weight_granularity) + (o.gptq ? "gptq" : "rtn");
+                            compress::granularity_name(o.scheme.weight_granularity) +
+                            (o.gptq ? std::string("gptq") + (o.gptq_sequential ? "seq" : "float") +
+                                          (o.gptq_options.act_order ? "act" : "")
+                                    : std::string("rtn"));
     if (!q || key != prepared) {
       if (q) q->restore();
       q = std::make_unique<compress::ModelQuantizer>(m, backend, o);
@@ -232,7 +242,7 @@ int run_quantize(int argc, char** argv) {
   int group_size = 128, eval_ctx = 512, threads = 0;
   double max_ppl_increase = -1, damp = 0.01;
   bool overwrite = false, act_order = false, symmetric = true, progress = true;
-  std::string table_rows;
+  std::string table_rows, gptq_hessians = "sequential";
   FlagSet flags("xinfer quantize",
                 "Quantize a float model into a compressed-tensors checkpoint, on the CPU.\n"
                 "Schemes: w8a8-int8 (SmoothQuant: int8 per-channel weights, dynamic per-token int8 activations),\n"
@@ -249,6 +259,9 @@ int run_quantize(int argc, char** argv) {
   flags.add("--method", &method, "rtn (round to nearest) or gptq");
   flags.add("--act-order", &act_order, "GPTQ: columns in decreasing Hessian diagonal order (static groups)");
   flags.add("--damp", &damp, "GPTQ: dampening, fraction of the mean Hessian diagonal");
+  flags.add("--gptq-hessians", &gptq_hessians,
+            "GPTQ: sequential (each linear's Hessian from the outputs of the already-quantized earlier linears "
+            "and layers, run on the host) or float (all from the float model's calibration pass)");
   flags.add("--group-size", &group_size,
             "w4a16 group size (32, 64, 128); halved until it divides every input width (else a shorter last group)");
   flags.add("--symmetric", &symmetric, "w4a16: symmetric (--no-symmetric: zero points)");
@@ -285,6 +298,8 @@ int run_quantize(int argc, char** argv) {
     if (Status s = compress::check_output_dir(out, overwrite); !s.ok()) return fail(s);
   if (method != "rtn" && method != "gptq")
     return fail(invalid_argument("--method must be rtn or gptq, got '" + method + "'"));
+  if (gptq_hessians != "sequential" && gptq_hessians != "float")
+    return fail(invalid_argument("--gptq-hessians must be sequential or float, got '" + gptq_hessians + "'"));
   if (weight_scales != "channel" && weight_scales != "tensor")
     return fail(invalid_argument("--weight-scales must be channel or tensor, got '" + weight_scales + "'"));
   if (calib_samples <= 0 || calib_len < 2) return fail(invalid_argument("--calib-samples must be > 0 and --calib-len >= 2"));
@@ -297,6 +312,7 @@ int run_quantize(int argc, char** argv) {
   qo.gptq = method == "gptq";
   qo.gptq_options.act_order = act_order;
   qo.gptq_options.damp = damp;
+  qo.gptq_sequential = gptq_hessians == "sequential";
   qo.max_sample_rows = sample_rows;
   qo.progress = progress;
   if (alpha == "none") {

@@ -47,11 +47,15 @@ class CalibrationCollector : public model::ActivationObserver {
   }
   // Bytes the statistics will take (for the memory check before calibration).
   static size_t planned_bytes(const model::ModelConfig& config, const CalibrationOptions& options);
+  // The calibration windows observed (token ids), kept for true-sequential GPTQ.
+  void set_windows(std::vector<std::vector<int32_t>> w) { windows_ = std::move(w); }
+  const std::vector<std::vector<int32_t>>& windows() const { return windows_; }
 
  private:
   CalibrationOptions options_;
   std::vector<SiteStats> stats_;  // [layer * kNumSites + site]
   std::vector<float> scratch_;
+  std::vector<std::vector<int32_t>> windows_;
 };
 
 }  // namespace xinfer::compress

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "xinfer/compress/host_forward.h"
 #include "xinfer/core/check.h"
 #include "xinfer/core/logging.h"
 #include "xinfer/core/progress_bar.h"
@@ -16,16 +17,23 @@ ModelQuantizer::ModelQuantizer(model::LlamaModel& model, backend::Backend& backe
 
 Status ModelQuantizer::calibrate(const std::vector<std::vector<int32_t>>& windows, const QuantizeHooks& hooks) {
   CalibrationOptions co;
-  co.hessian = options_.gptq;
+  co.hessian = options_.gptq && !options_.gptq_sequential;
   co.max_sample_rows = options_.max_sample_rows;
   for (const auto& w : windows) co.expected_tokens += static_cast<int64_t>(w.size());
-  const size_t need = CalibrationCollector::planned_bytes(model_.config(), co);
+  size_t need = CalibrationCollector::planned_bytes(model_.config(), co);
+  if (options_.gptq && options_.gptq_sequential) {  // host_layer_forward's activations of every window at once
+    const model::ModelConfig& c = model_.config();
+    const int64_t per_token = 3 * c.hidden_size + (static_cast<int64_t>(c.num_heads) + 2 * c.num_kv_heads) * c.head_dim +
+                              static_cast<int64_t>(c.num_heads) * c.head_dim + 3 * static_cast<int64_t>(c.intermediate_size);
+    need += static_cast<size_t>(co.expected_tokens * per_token) * sizeof(float);
+  }
   const size_t free_bytes = backend_.info().free_memory;
   if (free_bytes > 0 && need > free_bytes)
     return resource_exhausted("calibration statistics need " + std::to_string(need >> 20) + " MiB but only " +
                               std::to_string(free_bytes >> 20) + " MiB are free (fewer --calib-samples rows kept, or "
                               "--method rtn without the Hessians)");
   calib_ = std::make_shared<CalibrationCollector>(model_.config(), co);
+  calib_->set_windows(windows);
   model_.set_observer(calib_.get());
   ProgressBar bar("Calibrating", static_cast<int64_t>(windows.size()), "windows", options_.progress);
   for (const auto& w : windows) {
@@ -77,7 +85,7 @@ double final_site_error(const model::ModelConfig& c, const HostLinear& original,
 
 Status ModelQuantizer::prepare() {
   XI_CHECK(calib_ != nullptr) << "prepare() before calibrate()";
-  if (options_.gptq && calib_->stats(0, model::LinearSite::kQkv).hessian.empty())
+  if (options_.gptq && !options_.gptq_sequential && calib_->stats(0, model::LinearSite::kQkv).hessian.empty())
     return invalid_argument("GPTQ needs a calibration with Hessians");
   const model::ModelConfig& c = model_.config();
   const int L = c.num_layers;
@@ -88,8 +96,21 @@ Status ModelQuantizer::prepare() {
   modules_.assign(static_cast<size_t>(L), {});
   smooth_results_.assign(static_cast<size_t>(L), {});
   site_errors_.assign(static_cast<size_t>(L), {});
+  const bool sequential = options_.gptq && options_.gptq_sequential;
+  std::vector<int64_t> window_lens;
+  std::vector<float> hidden;  // [T, H]: the calibration windows' residual stream at layer l's input
+  if (sequential) {
+    if (calib_->windows().empty()) return invalid_argument("true-sequential GPTQ needs the calibration windows");
+    for (const auto& w : calib_->windows()) window_lens.push_back(static_cast<int64_t>(w.size()));
+    const int64_t longest = *std::max_element(window_lens.begin(), window_lens.end());
+    if (c.sliding_window && *c.sliding_window < longest)
+      return invalid_argument("true-sequential GPTQ runs full attention; the model's sliding_window " +
+                              std::to_string(*c.sliding_window) + " is shorter than a calibration window (" +
+                              std::to_string(longest) + " tokens): use shorter --calib-len");
+    hidden = embed_calibration();
+  }
   ProgressBar bar(smooth ? (options_.smooth_options.alpha ? "Smoothing + quantizing" : "Alpha search + quantizing")
-                         : "Quantizing",
+                         : (sequential ? "GPTQ (true-sequential)" : "Quantizing"),
                   L, "layers", options_.progress);
   for (int l = 0; l < L; ++l) {
     XI_ASSIGN_OR_RETURN(original_[static_cast<size_t>(l)], copy_layer(backend_, model_, l));
@@ -99,7 +120,30 @@ Status ModelQuantizer::prepare() {
       smooth_results_[static_cast<size_t>(l)] =
           smooth_layer(c, work, *calib_, l, options_.scheme, options_.smooth_options, &factors);
     std::vector<QuantizedWeight>& mods = modules_[static_cast<size_t>(l)];
-    for (int m = 0; m < kNumModules; ++m) {
+    if (sequential) {
+      // True-sequential GPTQ: the (smoothed) layer runs on the host over the calibration hidden states;
+      // each site's modules are quantized from the Hessian of the input it actually gets, and the site
+      // then runs with those weights (dequantized), so the next site and the next layer see them.
+      mods.assign(static_cast<size_t>(kNumModules), QuantizedWeight{});
+      std::array<std::vector<float>, kNumSites> deq;
+      auto hook = [&](model::LinearSite site, const float* x, int64_t rows, int64_t k) -> const float* {
+        std::vector<double> h(static_cast<size_t>(k * k), 0.0);
+        add_outer_products(x, rows, k, h);
+        const HostLinear& lin = linear_of(work, site);
+        std::vector<float>& d = deq[static_cast<size_t>(site)];
+        d.assign(static_cast<size_t>(lin.n * k), 0.0f);
+        for (int m = 0; m < kNumModules; ++m) {
+          const ModuleRows mr = module_rows(c, m);
+          if (mr.site != site) continue;
+          const std::vector<float> w = module_weight(c, work, m);
+          mods[static_cast<size_t>(m)] = quantize_gptq(w.data(), mr.rows, k, h.data(), args, options_.gptq_options);
+          mods[static_cast<size_t>(m)].dequantize(&d[static_cast<size_t>(mr.row_begin * k)]);
+        }
+        return d.data();
+      };
+      host_layer_forward(c, work, window_lens, hidden, hook, activation_quant(options_.scheme.scheme));
+    }
+    for (int m = 0; m < kNumModules && !sequential; ++m) {
       const ModuleRows mr = module_rows(c, m);
       const std::vector<float> w = module_weight(c, work, m);
       const int64_t k = linear_of(work, mr.site).k;
@@ -128,6 +172,19 @@ Status ModelQuantizer::prepare() {
   bar.finish();
   applied_.assign(static_cast<size_t>(L), false);
   return Status();
+}
+
+std::vector<float> ModelQuantizer::embed_calibration() const {
+  const backend::LinearWeights& embed = model_.embedding();
+  XI_CHECK(embed.dense()) << "true-sequential GPTQ needs a dense embedding table (load the model dequantized)";
+  const int64_t H = model_.config().hidden_size;
+  std::vector<float> hidden;
+  for (const auto& w : calib_->windows())
+    for (int32_t t : w) {
+      hidden.resize(hidden.size() + static_cast<size_t>(H));
+      backend_.to_host_f32(embed.weight.rows(t, t + 1), &hidden[hidden.size() - static_cast<size_t>(H)]);
+    }
+  return hidden;
 }
 
 void ModelQuantizer::apply_layer(int l, bool quantized) {
@@ -253,6 +310,11 @@ nlohmann::ordered_json ModelQuantizer::report() const {
   nlohmann::ordered_json r;
   r["scheme"] = scheme_name(options_.scheme.scheme);
   r["method"] = options_.gptq ? "gptq" : "rtn";
+  if (options_.gptq) {
+    r["gptq_hessians"] = options_.gptq_sequential ? "true-sequential" : "float-model";
+    r["gptq_damp"] = options_.gptq_options.damp;
+    r["gptq_act_order"] = options_.gptq_options.act_order;
+  }
   r["weight_strategy"] = granularity_name(weight_args(options_.scheme).granularity);
   if (options_.scheme.scheme == Scheme::kW4A16) {
     r["group_size"] = options_.scheme.group_size;

@@ -4,7 +4,10 @@
 //   1. calibrate(): forward over the calibration windows with a CalibrationCollector observing every linear
 //   2. prepare():   per layer, a host copy of the original weights; for W8A8 with smoothing, SmoothQuant
 //                   factors (fixed alpha or searched per group) folded into a second copy; every module
-//                   quantized (RTN or GPTQ on the smoothed weights, H' = diag(1/s) H diag(1/s))
+//                   quantized: RTN, or GPTQ on the smoothed weights, true-sequential by default (the layer
+//                   run on the host from the calibration windows' hidden states, each linear quantized from
+//                   its input's Hessian before the next linear runs; the next layer's input is this
+//                   layer's quantized output), or from the float pass's Hessians, H' = diag(1/s) H diag(1/s)
 //   3. select():    the layers to quantize (layer_selection.h); sensitivity and the search measure the
 //                   held-out PPL through `Hooks::heldout_ppl` with candidate layers swapped in place
 //                   (LlamaModel::replace_layer)
@@ -39,6 +42,9 @@ struct QuantizeOptions {
   SchemeOptions scheme;
   bool gptq = false;
   GptqOptions gptq_options;
+  // GPTQ's true-sequential order: each linear's Hessian from the inputs produced by the already-quantized
+  // earlier linears (host_forward.h); false: every Hessian from the float model's calibration pass.
+  bool gptq_sequential = true;
   bool smooth = true;  // W8A8 only
   SmoothOptions smooth_options;
   LayerSelection selection;
@@ -82,6 +88,8 @@ class ModelQuantizer {
 
  private:
   void apply_layer(int l, bool quantized);
+  // Hidden states [T, H] of the calibration windows after the embedding (true-sequential GPTQ's input).
+  std::vector<float> embed_calibration() const;
 
   model::LlamaModel& model_;
   backend::Backend& backend_;
