@@ -217,6 +217,38 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("  weight bytes per forward: %.1f MB\n", static_cast<double>(model_bytes) / 1e6);
+  // Prefill: the decoder linears (no lm_head: a prefill computes logits for its last token only) at many
+  // rows, the register-tiled GEMM against the GEMV kernel (rows in tiles of 4), 1 thread, by process CPU
+  // time (what the kernel takes on an idle core; the machine is shared). GMAC/s counts the multiply-adds of
+  // the integer products (rows x N x K per linear).
+  {
+    ThreadPool pool(1);
+    int64_t macs_per_row = 0;
+    for (const Shape& s : layer) macs_per_row += 30 * s.n * s.k;
+    std::printf("\nSmolLM2-135M decoder linears at prefill rows, 1 thread, CPU time (GEMM from 8 rows by default):\n");
+    for (int64_t rows : {4, 8, 16, 32, 128}) {
+      std::vector<float> x(static_cast<size_t>(rows * 1536)), y(static_cast<size_t>(rows * 1536));
+      std::mt19937 xr(3);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (float& v : x) v = normal(xr);
+      double ms[2];
+      for (int gemm = 0; gemm < 2; ++gemm) {
+        xq::set_gguf_gemm_min_rows(gemm ? 1 : int64_t{1} << 40);
+        double cpu = 0;
+        seconds_per_call(
+            [&] {
+              for (size_t i = 0; i + 1 < model.size(); ++i)
+                xq::quantized_matmul(model[i]->m, x.data(), rows, y.data(), &pool);
+            },
+            quick ? 0.3 : 1.0, &cpu);
+        ms[gemm] = 1e3 * cpu;
+      }
+      xq::set_gguf_gemm_min_rows(8);
+      std::printf("  rows %3lld: GEMV %.2f ms (%.1f GMAC/s), GEMM %.2f ms (%.1f GMAC/s): %.2fx\n",
+                  static_cast<long long>(rows), ms[0], static_cast<double>(macs_per_row * rows) / ms[0] / 1e6,
+                  ms[1], static_cast<double>(macs_per_row * rows) / ms[1] / 1e6, ms[0] / ms[1]);
+    }
+  }
   // The decode calls quantized_matmul 211 times per token: the pool's wake-up cost counts 211 times.
   {
     ThreadPool pool(2);

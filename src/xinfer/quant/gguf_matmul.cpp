@@ -26,35 +26,6 @@ namespace {
 
 constexpr int kTile = 4;  // activation rows per pass over a weight row
 
-// Activation rows quantized to 8-bit blocks of 32. qs: [rows, k]  ds: [rows, k / 32, 2] = (d, s) pairs, side
-// by side so that one 8-byte load and one multiply give both (wd * d, wm * s) products of a block.
-struct Q8Rows {
-  int64_t blocks = 0;
-  std::vector<int8_t> qs;
-  std::vector<float> ds;
-};
-
-void quantize_rows_q8(const float* x, int64_t rows, int64_t k, Q8Rows* out) {
-  out->blocks = k / 32;
-  out->qs.resize(static_cast<size_t>(rows * k));
-  out->ds.resize(static_cast<size_t>(rows * out->blocks * 2));
-  for (int64_t i = 0; i < rows * out->blocks; ++i) {
-    const float* xb = x + i * 32;
-    int8_t* qb = out->qs.data() + i * 32;
-    float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
-    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    int sum = 0;
-    for (int j = 0; j < 32; ++j) {
-      const int q = static_cast<int>(std::nearbyint(xb[j] * id));  // |q| <= 127 by construction
-      qb[j] = static_cast<int8_t>(q);
-      sum += q;
-    }
-    out->ds[static_cast<size_t>(2 * i)] = d;
-    out->ds[static_cast<size_t>(2 * i + 1)] = d * static_cast<float>(sum);
-  }
-}
-
 float half_at(const uint8_t* p) {
   uint16_t bits;
   std::memcpy(&bits, p, 2);
@@ -226,6 +197,70 @@ DotFn pick(int r, bool simd) {
 }
 
 }  // namespace
+
+namespace {
+
+void quantize_block_portable(const float* xb, int8_t* qb, float* ds) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
+  const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  int sum = 0;
+  for (int j = 0; j < 32; ++j) {
+    const int q = static_cast<int>(std::nearbyint(xb[j] * id));  // |q| <= 127 by construction
+    qb[j] = static_cast<int8_t>(q);
+    sum += q;
+  }
+  ds[0] = d;
+  ds[1] = d * static_cast<float>(sum);
+}
+
+#if defined(__x86_64__)
+// Bit-identical to the portable block: the same float products, and _mm256_cvtps_epi32 rounds to nearest
+// even under the default MXCSR as std::nearbyint does under the default rounding mode.
+__attribute__((target("avx2,fma"))) void quantize_block_avx2(const float* xb, int8_t* qb, float* ds) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 v[4];
+  __m256 m = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(xb + 8 * i);
+    m = _mm256_max_ps(m, _mm256_and_ps(v[i], abs_mask));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float amax = _mm_cvtss_f32(m4);
+  const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  const __m256 idv = _mm256_set1_ps(id);
+  __m256i q[4];
+  for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], idv));
+  __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+  __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+  // packs work per 128-bit lane: (0..3, 8..11, 4..7, 12..15) per 16, then bytes in lane order; permute back.
+  const __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
+  const __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb),
+                      _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  ds[0] = d;
+  ds[1] = d * static_cast<float>(_mm_cvtsi128_si32(s4));
+}
+#endif
+
+}  // namespace
+
+void quantize_rows_q8(const float* x, int64_t rows, int64_t k, Q8Rows* out) {
+  out->blocks = k / 32;
+  out->qs.resize(static_cast<size_t>(rows * k));
+  out->ds.resize(static_cast<size_t>(rows * out->blocks * 2));
+  auto* block = quantize_block_portable;
+#if defined(__x86_64__)
+  if (simd_enabled()) block = quantize_block_avx2;
+#endif
+  for (int64_t i = 0; i < rows * out->blocks; ++i) {
+    block(x + i * 32, out->qs.data() + i * 32, out->ds.data() + 2 * i);
+  }
+}
 
 bool gguf_matmul(const GgufFormat& f, const QuantizedMatrix& w, const float* x, int64_t rows, float* y,
                  ThreadPool* pool) {

@@ -19,6 +19,7 @@ namespace xinfer::quant {
 namespace {
 
 std::atomic<int> g_force_portable{-1};  // -1: not yet read from the environment
+std::atomic<int64_t> g_gemm_min_rows{detail::kGemmMinRows};
 
 int group_count(const IntGroupFormat& f, int64_t k) {
   return static_cast<int>((k + f.group_size - 1) / f.group_size);
@@ -28,6 +29,10 @@ int group_count(const IntGroupFormat& f, int64_t k) {
 
 void set_force_portable(bool portable) {
   g_force_portable.store(portable ? 1 : 0);
+}
+
+void set_gguf_gemm_min_rows(int64_t rows) {
+  g_gemm_min_rows.store(rows);
 }
 
 bool simd_enabled() {
@@ -159,6 +164,7 @@ void quantized_matmul(const QuantizedMatrix& w, const float* x, int64_t rows, fl
   XI_CHECK(cpu_supports(w.format)) << format_name(w.format);
   if (rows <= 0 || w.n <= 0) return;
   if (const auto* g = std::get_if<GgufFormat>(&w.format)) {
+    if (rows >= g_gemm_min_rows.load(std::memory_order_relaxed) && detail::gguf_gemm(*g, w, x, rows, y, pool)) return;
     if (detail::gguf_matmul(*g, w, x, rows, y, pool)) return;
   }
   if (simd_enabled() && detail::int_matmul_avx2(w, x, rows, y, pool)) return;

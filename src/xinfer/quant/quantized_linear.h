@@ -9,7 +9,8 @@
 //   w8a8-fp8:   x[t] quantized to e4m3 with scale max|x_t|/448 (dynamic) or *input_scale (static)
 //   gguf:       x[t] quantized to 8-bit blocks of 32 (scale max|x|/127 per block, plus the block's sum
 //               for the min terms of Q4_1/Q5_1), then integer dot products per block, as llama.cpp does.
-//               Q8_0/Q4_0/Q4_1 have dedicated kernels; other GGUF types dequantize a row at a time.
+//               Q8_0/Q4_0/Q4_1 have dedicated kernels (a GEMV, and from 8 rows a register-tiled GEMM);
+//               other GGUF types dequantize a row at a time.
 // Each kernel has a portable path and an AVX2+FMA path (compiled with target attributes and chosen at run
 // time, so the binary runs on any x86-64). XINFER_QUANT_PORTABLE=1 in the environment, or
 // set_force_portable(true), forces the portable paths. Work is split over output rows on `pool` if given;
@@ -44,5 +45,8 @@ bool cpu_supports(const WeightFormat& f);  // true for every format above
 // environment variable XINFER_QUANT_PORTABLE (set and not "0": forced).
 void set_force_portable(bool portable);
 bool simd_enabled();  // true when the AVX2+FMA paths run (CPU has them and portable is not forced)
+// Benchmarking: GGUF Q8_0/Q4_0/Q4_1 calls with at least this many rows take the register-tiled GEMM
+// (gguf_gemm.cpp), fewer the GEMV kernel; the default (8) was measured with bench/quant_kernel_bench.
+void set_gguf_gemm_min_rows(int64_t rows);
 
 }  // namespace xinfer::quant

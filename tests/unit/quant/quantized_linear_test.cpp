@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "xinfer/quant/gguf_matmul.h"  // detail::quantize_rows_q8
 #include "xinfer/quant/quantized_linear.h"
 
 namespace xinfer::quant {
@@ -245,6 +246,81 @@ TEST_P(QuantizedMatmul, MatchesFloatMatmulOnDequantizedWeights) {
       }
     }
   }
+}
+
+// The register-tiled GEMM (rows >= 8 for Q8_0 / Q4_0 / Q4_1) on shapes that exercise its edges: column
+// groups of 8 with 1..7 columns left over, row tiles of 4 with 1..3 left, K in more than one panel chunk
+// (64 blocks: k = 4160 is 2 chunks + 2 blocks), against the float matmul on the dequantized weights and
+// against the GEMV path on the same input (same integer block sums: float summation order only).
+TEST_P(QuantizedMatmul, GgufGemmEdgesMatchFloatAndGemv) {
+  std::mt19937 rng(4321);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  ThreadPool pool(2);
+  for (GgufType t : {GgufType::kQ8_0, GgufType::kQ4_0, GgufType::kQ4_1}) {
+    for (int64_t n : {1, 8, 13, 41}) {
+      for (int64_t k : {int64_t{32}, int64_t{96}, int64_t{4160}}) {
+        Weights w = make_weights(GgufFormat{t}, n, k, false, rng);
+        std::vector<float> wf(static_cast<size_t>(n * k));
+        dequantize_matrix(w.m, wf.data());
+        for (int64_t rows : {8, 9, 14, 35}) {
+          SCOPED_TRACE(std::string(gguf_type_name(t)) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                       " rows=" + std::to_string(rows));
+          std::vector<float> x(static_cast<size_t>(rows * k));
+          for (float& v : x) v = normal(rng);
+          x[static_cast<size_t>(k)] = -4.0f;
+          std::vector<float> y(static_cast<size_t>(rows * n), NAN), y1(y.size(), NAN);
+          quantized_matmul(w.m, x.data(), rows, y.data(), &pool);
+          quantized_matmul(w.m, x.data(), rows, y1.data(), nullptr);
+          int bad = 0;
+          for (int64_t r = 0; r < rows; ++r) {
+            const float* xr = &x[static_cast<size_t>(r * k)];
+            // The GEMV path (one row at a time) computes the same block sums.
+            std::vector<float> yv(static_cast<size_t>(n));
+            quantized_matmul(w.m, xr, 1, yv.data(), nullptr);
+            for (int64_t j = 0; j < n; ++j) {
+              const float* wr = &wf[static_cast<size_t>(j * k)];
+              double ref = 0.0, abs_sum = 0.0;
+              for (int64_t i = 0; i < k; ++i) {
+                ref += static_cast<double>(xr[i]) * wr[i];
+                abs_sum += std::fabs(static_cast<double>(xr[i]) * wr[i]);
+              }
+              const double tol = (static_cast<double>(k) * 0x1p-23 + 1e-6) * abs_sum +
+                                 1.001 * activation_bound(GgufFormat{t}, xr, wr, k, 0.0) + 1e-30;
+              const float got = y[static_cast<size_t>(r * n + j)];
+              if (!(std::fabs(got - ref) <= tol) && bad++ < 3) {
+                ADD_FAILURE() << "y[" << r << "," << j << "] = " << got << ", reference " << ref << ", tol " << tol;
+              }
+              EXPECT_EQ(got, y1[static_cast<size_t>(r * n + j)]);
+              EXPECT_NEAR(got, yv[static_cast<size_t>(j)], (static_cast<double>(k) * 0x1p-23 + 1e-6) * abs_sum + 1e-30);
+            }
+          }
+          ASSERT_EQ(bad, 0);
+        }
+      }
+    }
+  }
+}
+
+// The AVX2 activation quantizer is bit-identical to the portable one (the GEMV, the GEMM and llama.cpp's
+// reference all round x / d to nearest even), including ties and all-zero blocks.
+TEST(QuantizeRowsQ8, SimdBitIdenticalToPortable) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t rows = 3, k = 96;
+  std::vector<float> x(static_cast<size_t>(rows * k));
+  for (float& v : x) v = normal(rng);
+  for (int j = 0; j < 32; ++j) x[static_cast<size_t>(j)] = 127.0f - 0.5f * static_cast<float>(j);  // ties: d = 1
+  for (int j = 32; j < 64; ++j) x[static_cast<size_t>(j)] = 0.0f;
+  detail::Q8Rows simd, portable;
+  set_force_portable(false);
+  detail::quantize_rows_q8(x.data(), rows, k, &simd);
+  set_force_portable(true);
+  detail::quantize_rows_q8(x.data(), rows, k, &portable);
+  set_force_portable(false);
+  EXPECT_EQ(simd.qs, portable.qs);
+  EXPECT_EQ(simd.ds, portable.ds);
+  EXPECT_EQ(portable.qs[1], 126);  // 126.5 -> 126 (even)
+  EXPECT_EQ(portable.qs[3], 126);  // 125.5 -> 126
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, QuantizedMatmul, ::testing::Values(false, true),
