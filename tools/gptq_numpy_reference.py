@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""GPTQ reference in numpy, written from the paper (Frantar et al., 2022, "GPTQ: Accurate Post-Training
+Quantization for Generative Pre-trained Transformers", Algorithm 1 and Section 3), and the golden cases that
+tests/unit/compress/gptq_reference_test.cpp checks `compress::quantize_gptq` against.
+
+Algorithm 1 (lazy batch updates, Cholesky form), W [n, k], H = 2 X^T X / m [k, k], block size B:
+    dead inputs: H_jj == 0 -> H_jj = 1, W[:, j] = 0
+    H += damp * mean(diag H) * I                      (Section 3, "Step 3: Cholesky reformulation")
+    U = Cholesky(H^-1)^T (upper, H^-1 = U^T U)
+    for i = 0, B, 2B, ...:
+        for j = i .. i + B - 1:
+            Q[:, j] = quant(W[:, j])
+            E[:, j - i] = (W[:, j] - Q[:, j]) / U_jj
+            W[:, j:i+B] -= E[:, j - i] U_j,j:i+B
+        W[:, i+B:] -= E U_i:i+B,i+B:
+Grouping (the paper's "fine-grained grouping"): a group's scale/zero from the current (error-updated) W
+when its first column is reached. Act-order ("desc_act", GPTQ's repository): columns in decreasing H_jj,
+parameters taken from the original W (static groups, original column order). The factor 2/m and the
+positive scale of H do not change the result (damp is relative, U enters only as ratios).
+
+Quantizer (compress/weight_quantizer.h): symmetric scale = max|W_block| / qmax, q = clamp(round(w / s),
+-qmax, qmax); asymmetric lo = min(W_block, 0), hi = max(W_block, 0), s = (hi - lo) / (2^b - 1),
+z = clamp(qmin - round(lo / s)), q = clamp(round(w / s) + z, qmin, qmax). Rounding half to even.
+
+The weight updates run in float32 (as GPTQ's torch code does), the Cholesky factors in float64 then cast.
+Usage: python3 tools/gptq_numpy_reference.py tests/golden/gptq/cases.json
+"""
+import json
+import sys
+
+import numpy as np
+
+
+def block_params(w_block, bits, symmetric):
+    qmax = 2 ** (bits - 1) - 1
+    qmin = -(2 ** (bits - 1))
+    lo = np.minimum(w_block.min(axis=1), 0).astype(np.float32)
+    hi = np.maximum(w_block.max(axis=1), 0).astype(np.float32)
+    if symmetric:
+        amax = np.maximum(-lo, hi)
+        scale = np.where(amax > 0, amax / np.float32(qmax), np.float32(1)).astype(np.float32)
+        zero = np.zeros_like(scale, dtype=np.int64)
+    else:
+        rng = hi - lo
+        scale = np.where(rng > 0, rng / np.float32(2 ** bits - 1), np.float32(1)).astype(np.float32)
+        zero = np.clip(qmin - np.round(lo / scale).astype(np.int64), qmin, qmax)
+    return scale, zero
+
+
+def quant(col, scale, zero, bits, symmetric):
+    qmax = 2 ** (bits - 1) - 1
+    lo = -qmax if symmetric else -(2 ** (bits - 1))
+    q = np.clip(np.round(col / scale).astype(np.int64) + zero, lo, qmax)
+    return q, (scale * (q - zero).astype(np.float32)).astype(np.float32)
+
+
+def gptq(w, h, bits, group, symmetric, block, damp, act_order):
+    n, k = w.shape
+    w = w.astype(np.float32).copy()
+    h = h.astype(np.float64).copy()
+    dead = np.diag(h) == 0
+    h[dead, dead] = 1
+    w[:, dead] = 0
+    gs = group if group > 0 else k
+    ngroups = (k + gs - 1) // gs
+    scales = np.zeros((n, ngroups), np.float32)
+    zeros = np.zeros((n, ngroups), np.int64)
+    static = group <= 0 or act_order
+    if static:  # parameters up front from W (dead columns zeroed)
+        for g in range(ngroups):
+            scales[:, g], zeros[:, g] = block_params(w[:, g * gs:(g + 1) * gs], bits, symmetric)
+    perm = np.argsort(-np.diag(h), kind="stable") if act_order else np.arange(k)
+    hp = h[np.ix_(perm, perm)]
+    hp[np.diag_indices(k)] += damp * np.mean(np.diag(hp))
+    hinv = np.linalg.inv(hp)
+    u = np.linalg.cholesky(hinv).T.astype(np.float32)  # upper, hinv = u^T u
+    wp = w[:, perm].copy()
+    q = np.zeros((n, k), np.int64)
+    for i1 in range(0, k, block):
+        i2 = min(k, i1 + block)
+        err = np.zeros((n, i2 - i1), np.float32)
+        for j in range(i1, i2):
+            orig = perm[j]
+            g = orig // gs
+            if not static and orig % gs == 0:
+                scales[:, g], zeros[:, g] = block_params(wp[:, j:j + gs], bits, symmetric)
+            q[:, orig], deq = quant(wp[:, j], scales[:, g], zeros[:, g], bits, symmetric)
+            e = (wp[:, j] - deq) / u[j, j]
+            err[:, j - i1] = e
+            wp[:, j:i2] -= np.outer(e, u[j, j:i2]).astype(np.float32)
+        wp[:, i2:] -= (err @ u[i1:i2, i2:]).astype(np.float32)
+    return q, scales, zeros
+
+
+def main():
+    rng = np.random.default_rng(2022)
+    n, k, m = 8, 64, 256
+    basis = rng.standard_normal((6, k))
+    x = (rng.standard_normal((m, 6)) * 0.5) @ basis + 0.3 * rng.standard_normal((m, k))
+    x[:, ::11] *= 5.0  # outlier channels
+    x[:, 7] = 0.0      # a dead input
+    h = 2.0 * x.T @ x / m
+    w = (0.05 * rng.standard_normal((n, k))).astype(np.float32)
+    cases = []
+    for bits, group, symmetric, block, act_order, damp in [
+            (4, 0, True, 32, False, 0.01),    # per channel, 2 lazy blocks
+            (4, 16, True, 48, False, 0.01),   # groups inside and across blocks
+            (4, 16, False, 8, False, 0.1),    # zero points, larger damp
+            (4, 16, True, 32, True, 0.01),    # act-order, static groups
+            (8, 0, True, 64, False, 0.01)]:   # int8 channel, one block covering all columns
+        q, s, z = gptq(w, h, bits, group, symmetric, block, damp, act_order)
+        deq = np.zeros_like(w)
+        gs = group if group > 0 else k
+        for c in range(k):
+            deq[:, c] = s[:, c // gs] * (q[:, c] - z[:, c // gs])
+        d = (w - deq).astype(np.float64)
+        out_err = float(np.einsum("ri,ij,rj->", d, h, d))  # sum_r d_r H d_r^T
+        cases.append({"bits": bits, "group_size": group, "symmetric": symmetric, "block_size": block,
+                      "act_order": act_order, "damp": damp, "q": q.flatten().tolist(),
+                      "scales": s.flatten().tolist(), "zeros": z.flatten().tolist(), "output_error": out_err})
+    out = {"n": n, "k": k, "m": m, "w": w.flatten().tolist(), "hessian": h.flatten().tolist(),
+           "cases": cases,
+           "made_by": "tools/gptq_numpy_reference.py (numpy " + np.__version__ + ")"}
+    with open(sys.argv[1], "w") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()
