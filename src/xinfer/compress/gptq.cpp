@@ -1,5 +1,7 @@
 #include "xinfer/compress/gptq.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -7,61 +9,31 @@
 
 #include "xinfer/core/check.h"
 
+extern "C" {  // LAPACK (OpenBLAS ships it): Cholesky factorization and inverse of a symmetric PD matrix
+void dpotrf_(const char* uplo, const int* n, double* a, const int* lda, int* info);
+void dpotri_(const char* uplo, const int* n, double* a, const int* lda, int* info);
+}
+
 namespace xinfer::compress {
 namespace {
 
-// In place: a [k, k] symmetric positive definite -> its lower Cholesky factor L (a = L L^T) in the lower
-// triangle (the upper one is left as it was). False when a pivot is not positive.
-bool cholesky_lower(std::vector<double>& a, int64_t k) {
-  for (int64_t j = 0; j < k; ++j) {
-    double* aj = &a[static_cast<size_t>(j * k)];
-    double d = aj[j];
-    for (int64_t p = 0; p < j; ++p) d -= aj[p] * aj[p];
-    if (!(d > 0)) return false;
-    const double ljj = std::sqrt(d);
-    aj[j] = ljj;
-    for (int64_t i = j + 1; i < k; ++i) {
-      const double* ai = &a[static_cast<size_t>(i * k)];
-      double s = ai[j];
-      for (int64_t p = 0; p < j; ++p) s -= ai[p] * aj[p];
-      a[static_cast<size_t>(i * k + j)] = s / ljj;
-    }
-  }
-  return true;
-}
-
-// U (upper, row-major [k, k], f32) with H^-1 = U^T U: H = L L^T, H^-1 = L^-T L^-1, then U = C^T with C the
-// lower Cholesky factor of H^-1.
+// U (upper, row-major [k, k], f32) with H^-1 = U^T U, by LAPACK (OpenBLAS): H = L L^T (dpotrf), H^-1 from
+// it (dpotri), then U = the upper Cholesky factor of H^-1 (dpotrf again), as GPTQ's torch code does
+// (cholesky, cholesky_inverse, cholesky(upper=True)). LAPACK is column-major: a symmetric row-major array is
+// the same matrix, and its column-major lower triangle is the row-major upper one, so "L" calls leave a
+// row-major upper R with A = R^T R.
 std::vector<float> inverse_cholesky_upper(std::vector<double> h, int64_t k) {
-  XI_CHECK(cholesky_lower(h, k)) << "GPTQ: the damped Hessian is not positive definite";
-  // linv_t[j][i] = (L^-1)[i][j], i >= j: column j of L^-1 by forward substitution L x = e_j.
-  std::vector<double> linv_t(static_cast<size_t>(k * k), 0.0);
-  std::vector<double> x(static_cast<size_t>(k));
-  for (int64_t j = 0; j < k; ++j) {
-    double* out = &linv_t[static_cast<size_t>(j * k)];
-    for (int64_t i = j; i < k; ++i) {
-      const double* li = &h[static_cast<size_t>(i * k)];
-      double s = i == j ? 1.0 : 0.0;
-      for (int64_t p = j; p < i; ++p) s -= li[p] * out[p];
-      out[i] = s / li[i];
-    }
-  }
-  // H^-1[i][j] = sum_{p >= max(i, j)} L^-1[p][i] L^-1[p][j] = linv_t[i] . linv_t[j] over p >= max(i, j).
-  std::vector<double> hinv(static_cast<size_t>(k * k));
-  for (int64_t i = 0; i < k; ++i) {
-    const double* a = &linv_t[static_cast<size_t>(i * k)];
-    for (int64_t j = 0; j <= i; ++j) {
-      const double* b = &linv_t[static_cast<size_t>(j * k)];
-      double s = 0;
-      for (int64_t p = i; p < k; ++p) s += a[p] * b[p];
-      hinv[static_cast<size_t>(i * k + j)] = s;
-      hinv[static_cast<size_t>(j * k + i)] = s;
-    }
-  }
-  XI_CHECK(cholesky_lower(hinv, k)) << "GPTQ: H^-1 is not positive definite";
+  const int n = static_cast<int>(k);
+  int info = 0;
+  dpotrf_("L", &n, h.data(), &n, &info);
+  XI_CHECK(info == 0) << "GPTQ: the damped Hessian is not positive definite (LAPACK dpotrf info " << info << ")";
+  dpotri_("L", &n, h.data(), &n, &info);
+  XI_CHECK(info == 0) << "GPTQ: the damped Hessian is singular (LAPACK dpotri info " << info << ")";
+  dpotrf_("L", &n, h.data(), &n, &info);
+  XI_CHECK(info == 0) << "GPTQ: H^-1 is not positive definite (LAPACK dpotrf info " << info << ")";
   std::vector<float> u(static_cast<size_t>(k * k), 0.0f);
   for (int64_t i = 0; i < k; ++i)
-    for (int64_t j = 0; j <= i; ++j) u[static_cast<size_t>(j * k + i)] = static_cast<float>(hinv[static_cast<size_t>(i * k + j)]);
+    for (int64_t j = i; j < k; ++j) u[static_cast<size_t>(i * k + j)] = static_cast<float>(h[static_cast<size_t>(i * k + j)]);
   return u;
 }
 
@@ -135,18 +107,10 @@ QuantizedWeight quantize_gptq(const float* w_in, int64_t n, int64_t k, const dou
         for (int64_t j = col + 1; j < i2; ++j) wr[j] -= e * urow[j];
       }
     }
-    if (i2 < k) {  // W[:, i2:] -= E[:, :cnt] U[i1:i2, i2:]
-      for (int64_t r = 0; r < n; ++r) {
-        float* wr = &wp[static_cast<size_t>(r * k)];
-        const float* er = &err[static_cast<size_t>(r * bs)];
-        for (int64_t i = 0; i < cnt; ++i) {
-          const float e = er[i];
-          if (e == 0) continue;
-          const float* urow = &u[static_cast<size_t>((i1 + i) * k)];
-          for (int64_t j = i2; j < k; ++j) wr[j] -= e * urow[j];
-        }
-      }
-    }
+    if (i2 < k)  // W[:, i2:] -= E[:, :cnt] U[i1:i2, i2:]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), static_cast<int>(k - i2),
+                  static_cast<int>(cnt), -1.0f, err.data(), static_cast<int>(bs), &u[static_cast<size_t>(i1 * k + i2)],
+                  static_cast<int>(k), 1.0f, &wp[static_cast<size_t>(i2)], static_cast<int>(k));
   }
   return out;
 }
