@@ -28,6 +28,10 @@ std::chrono::steady_clock::duration seconds(double s) {
 
 constexpr size_t kWatchBytes = 4096;
 constexpr size_t kMaxPipelinedBytes = 1 << 20;
+// Beast reads a body in pieces of max(512, free capacity of the read buffer), up to 64 KiB: a buffer left
+// at its header size read a 2.7 MB body 512 bytes to 1 KB at a time (~2,700 reads, 55-100 ms of I/O
+// thread). Bodies larger than a header get this much capacity first (64 KiB reads), given back afterwards.
+constexpr size_t kBodyReadBytes = 64 * 1024;
 
 }  // namespace
 
@@ -221,6 +225,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   }
 
   void read_body() {
+    const auto length = parser_->content_length();
+    if ((!length || *length > kWatchBytes) && buffer_.capacity() < kBodyReadBytes) buffer_.reserve(kBodyReadBytes);
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
@@ -228,6 +234,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_read(beast::error_code ec) {
     if (closed_ || read_failed(ec)) return;
     stream_.expires_never();
+    if (buffer_.capacity() > kWatchBytes && buffer_.size() <= kWatchBytes) buffer_.shrink_to_fit();
     http::request<http::string_body> msg = parser_->release();
     parser_.reset();
     HttpRequest req;
