@@ -6,7 +6,11 @@
 //   build/<dir>/bench/serving_sim [--concurrency 256] [--num-prompts 1024] [--warmup 256] [--input-len 128]
 //       [--output-len 128] [--steady] [scheduler flags: --max-num-batched-tokens N
 //       --prefill-tokens-per-decode X --min-prefill-budget N --decode-interval N --min-decode-interval N
-//       --max-decode-interval N --max-num-seqs N --reorder-window N] [--sweep]
+//       --max-decode-interval N --max-num-seqs N --reorder-window N] [--sweep] [--mix] [--no-groups]
+//
+// --client-delay S (default 0.0005): seconds from a finish to the client's next send; --step-scale X scales
+// the step-time model (another card, another host). --mix prints what the measured steps carried (share with prefill, decode rows and prefill tokens per step,
+// admissions); --no-groups sends group-0 requests (the server gives every HTTP request its own group).
 //
 // Step-time model (h200-8b: Llama-3.1-8B bf16 on one H200, fitted to docs/PERF.md's measurements: batch-1
 // decode 4.05 ms, 2048-token prefill 46.5 ms, 256-sequence decode ~10.3 ms):
@@ -21,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -42,11 +47,35 @@ struct Options {
   int input_len = 128;
   int output_len = 128;
   double client_delay_s = 0.0005;
+  double step_scale = 1.0;  // --step-scale: every step's modelled time times this (card-to-card spread)
   // false (serve_bench.py --warmup): the warm-up requests finish before the measured ones start, so the
   // measured run opens with `concurrency` simultaneous requests. true (serve_bench.py --warmup-overlap): one
   // closed loop of warmup + num_prompts requests, the first `warmup` sent not measured: steady state.
   bool steady = false;
+  // true (as the server): every request is its own nonzero Request::group (the server gives each HTTP
+  // request one); false: group 0. Built against a scheduler without groups (-DSERVING_SIM_NO_GROUPS): off.
+  bool groups = true;
+  bool show_mix = false;  // --mix: print the measured steps' composition too
   SchedulerConfig sched;
+};
+
+// What the measured phase's steps carried: the composition that decides the ITL distribution.
+struct StepMix {
+  int64_t steps = 0, with_prefill = 0, admissions = 0, decode_rows = 0, prefill_tokens = 0;
+  int64_t by_prefill[4] = {0, 0, 0, 0};  // steps with 0, 1-127, 128-255, >= 256 prefill tokens
+  void add(const ScheduledStep& step) {
+    int64_t prefill = 0, decodes = 0;
+    for (const auto& q : step.seqs) {
+      if (q.is_decode()) ++decodes;
+      else prefill += q.num_tokens();
+    }
+    ++steps;
+    with_prefill += prefill > 0;
+    decode_rows += decodes;
+    prefill_tokens += prefill;
+    admissions += step.metrics.num_admitted;
+    ++by_prefill[prefill == 0 ? 0 : prefill < 128 ? 1 : prefill < 256 ? 2 : 3];
+  }
 };
 
 // Seconds one forward of `step` takes on the modelled device.
@@ -73,6 +102,8 @@ double percentile(std::vector<double> v, double q) {
 
 struct Result {
   double ttft_p50, ttft_p99, itl_p50, itl_p99, tok_s, duration_s;
+  StepMix mix;
+  double itl_p25, itl_p40, itl_p60, itl_p75, itl_mean;
 };
 
 // Runs `n` requests at `concurrency` from time `t` (advanced); returns the figures of the requests sent after
@@ -84,6 +115,8 @@ Result run_phase(Scheduler& s, double& t, const Options& o, int n, uint64_t& nex
   double start = t;
   const uint64_t first_measured = next_id + static_cast<uint64_t>(skip);
   int64_t output_tokens = 0;
+  StepMix mix;
+  bool measuring = skip == 0;
   auto send = [&](double when) {
     Request r;
     r.id = next_id++;
@@ -92,9 +125,13 @@ Result run_phase(Scheduler& s, double& t, const Options& o, int n, uint64_t& nex
     r.max_new_tokens = o.output_len;
     r.ignore_eos = true;
     r.arrival_time = when;
+#ifndef SERVING_SIM_NO_GROUPS
+    if (o.groups) r.group = r.id + 1;
+#endif
     if (r.id == first_measured) {
       start = when;
       output_tokens = 0;
+      measuring = true;
     }
     if (!s.add(r).ok()) std::abort();
     ++sent;
@@ -108,13 +145,14 @@ Result run_phase(Scheduler& s, double& t, const Options& o, int n, uint64_t& nex
       send_times.pop_front();
     }
     ScheduledStep step = s.schedule();
-    const double dt = step_time_s(step);
+    const double dt = step_time_s(step) * o.step_scale;
     if (dt == 0) {  // idle: jump to the next send
       if (send_times.empty()) std::abort();
       t = send_times.front();
       continue;
     }
     t += dt;
+    if (measuring) mix.add(step);
     out.token_ids.assign(static_cast<size_t>(step.num_sampling), 5);
     output_tokens += step.num_sampling;
     for (const FinishedRequest& f : s.update(out)) {
@@ -131,7 +169,9 @@ Result run_phase(Scheduler& s, double& t, const Options& o, int n, uint64_t& nex
   }
   const double dur = t - start;
   return {percentile(ttft, 0.5), percentile(ttft, 0.99), percentile(itl, 0.5), percentile(itl, 0.99),
-          static_cast<double>(output_tokens) / dur, dur};
+          static_cast<double>(output_tokens) / dur, dur, mix,
+          percentile(itl, 0.25), percentile(itl, 0.40), percentile(itl, 0.60), percentile(itl, 0.75),
+          itl.empty() ? 0.0 : std::accumulate(itl.begin(), itl.end(), 0.0) / static_cast<double>(itl.size())};
 }
 
 Result simulate(const Options& o) {
@@ -148,6 +188,18 @@ void print(const char* label, const Options& o, const Result& r) {
   std::printf("%-44s c=%-4d tok/s %8.0f  TTFT p50 %7.1f p99 %7.1f ms (%.2fx)  ITL p50 %6.2f p99 %6.2f ms (%.2fx)\n",
               label, o.concurrency, r.tok_s, r.ttft_p50 * 1e3, r.ttft_p99 * 1e3, r.ttft_p99 / r.ttft_p50,
               r.itl_p50 * 1e3, r.itl_p99 * 1e3, r.itl_p99 / r.itl_p50);
+  if (!o.show_mix) return;
+  const StepMix& m = r.mix;
+  const double n = static_cast<double>(std::max<int64_t>(1, m.steps));
+  std::printf("    steps %lld: %.1f%% with prefill, %.1f decode rows and %.1f prefill tokens a step, %.2f admissions a step;"
+              " prefill tokens 0 / 1-127 / 128-255 / >=256: %.1f / %.1f / %.1f / %.1f%% of steps\n",
+              static_cast<long long>(m.steps), 100.0 * static_cast<double>(m.with_prefill) / n,
+              static_cast<double>(m.decode_rows) / n, static_cast<double>(m.prefill_tokens) / n,
+              static_cast<double>(m.admissions) / n, 100.0 * static_cast<double>(m.by_prefill[0]) / n,
+              100.0 * static_cast<double>(m.by_prefill[1]) / n, 100.0 * static_cast<double>(m.by_prefill[2]) / n,
+              100.0 * static_cast<double>(m.by_prefill[3]) / n);
+  std::printf("    ITL p25 / p40 / p50 / p60 / p75 %.2f / %.2f / %.2f / %.2f / %.2f ms, mean %.2f ms\n", r.itl_p25 * 1e3,
+              r.itl_p40 * 1e3, r.itl_p50 * 1e3, r.itl_p60 * 1e3, r.itl_p75 * 1e3, r.itl_mean * 1e3);
 }
 
 bool take_int(int& i, int argc, char** argv, const char* name, int& v) {
@@ -180,10 +232,20 @@ int main(int argc, char** argv) {
         take_int(i, argc, argv, "--max-decode-interval", c.max_decode_interval) ||
         take_int(i, argc, argv, "--max-num-seqs", c.max_num_seqs) ||
         take_int(i, argc, argv, "--reorder-window", c.reorder_window) ||
-        take_int(i, argc, argv, "--num-blocks", c.num_blocks))
+        take_int(i, argc, argv, "--num-blocks", c.num_blocks) ||
+        take_double(i, argc, argv, "--client-delay", o.client_delay_s) ||
+        take_double(i, argc, argv, "--step-scale", o.step_scale))
       continue;
     if (std::strcmp(argv[i], "--steady") == 0) {
       o.steady = true;
+      continue;
+    }
+    if (std::strcmp(argv[i], "--mix") == 0) {
+      o.show_mix = true;
+      continue;
+    }
+    if (std::strcmp(argv[i], "--no-groups") == 0) {
+      o.groups = false;
       continue;
     }
     if (std::strcmp(argv[i], "--sweep") == 0) {
