@@ -192,50 +192,32 @@ def test_reused_connection_ttft_matches_a_new_connection(start_server, model_nam
     # is printed, not asserted: the http.client pair above is the guard.
 
 
-def test_hostile_bodies_do_not_delay_other_streams(start_server, model_name):
-    s = start_server("--max-num-seqs", "64")
-    stop = threading.Event()
-    errors = []
-
-    def background_stream():  # long streams keep the engine busy
-        while not stop.is_set():
-            try:
-                stream_ttft_fresh(s.port, model_name)
-            except Exception as e:  # noqa: BLE001
-                errors.append(e)
-
-    def attacker(body):
-        while not stop.is_set():
-            status, _, data = s.request("POST", "/v1/completions", body)
-            if status != 400:
-                errors.append((status, data[:200]))
-
-    def probe(n):
-        return [stream_ttft_fresh(s.port, model_name) for _ in range(n)]
-
-    workers = [threading.Thread(target=background_stream) for _ in range(16)]
-    for w in workers:
-        w.start()
-    time.sleep(0.5)
-    base = probe(20)
-    bodies = [deep_body().encode(), many_keys_body().encode()]
-    attackers = [threading.Thread(target=attacker, args=(b,)) for b in bodies]
-    for a in attackers:
-        a.start()
-    time.sleep(0.2)
-    under_attack = probe(20)
-    stop.set()
-    for t in workers + attackers:
-        t.join()
-    b, a = statistics.median(base), statistics.median(under_attack)
-    print(f"probe TTFT median: {b * 1e3:.2f} ms before, {a * 1e3:.2f} ms with hostile bodies")
-    assert not errors, errors[:3]
-    # On a 2-core machine the attackers' loops, this process's 16 client threads (one GIL) and the CPU
-    # backend's forward share both cores, so the probe's median moves by ~25 ms from CPU contention alone
-    # (measured on an idle machine: 8.6 -> 34 ms). What the server must not do is stall others behind a
-    # parse (before the bounded parser: 13.5 s behind one 100,000-key body): 100 ms is far below that and
-    # far above the contention. The few-milliseconds target is for a server whose engine is not CPU-bound.
-    assert a - b < 0.100, (base, under_attack)
+def test_hostile_bodies_do_not_delay_other_streams(xinfer_bin, model_dir, tmp_path):
+    """bench/hostile_load.py at 32 streams (PERF.md has the 300-stream run): windows without and with a
+    100,000-level and a 100,000-key body sent together every 0.5 s. Every stream request completes, every
+    hostile body gets its 400, and the server CPU a hostile pair costs at normal priority (what the engine's
+    threads compete with on a busy machine) stays small: the body is read on an io thread (~2.5 ms for the
+    pair), checked and parsed on the nice +10 thread (~7.5 ms); all on the io threads it was ~7.5-11 ms."""
+    import importlib.util
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("hostile_load", root / "bench/hostile_load.py")
+    hl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hl)
+    out = tmp_path / "hostile.json"
+    rc = hl.main(["--xinfer", str(xinfer_bin), "--model", str(model_dir), "--streams", "32", "--windows", "4",
+                  "--window-s", "1.5", "--warmup-s", "1", "--server-args", "--max-num-seqs 64 --threads 2",
+                  "--json", str(out)])
+    r = json.loads(out.read_text())
+    assert rc == 0, r
+    assert r["stream_failed"] == 0 and r["hostile_not_400"] == 0 and r["hostile_sent"] >= 4, r
+    assert r["ttft"]["without"]["n"] >= 20 and r["ttft"]["with"]["n"] >= 20, r
+    cost = {int(k): v for k, v in r["pair_cpu_ms_by_nice"].items()}
+    assert cost.get(10, 0) > 0, cost        # the parse ran on the low-priority thread
+    assert cost.get(0, 0) < 5.0, cost       # 0.5 ms granularity (10 ms ticks over 20 pairs)
+    # On 2 cores the client, the attacker and the CPU forward share both cores: TTFT moves by tens of ms
+    # from contention alone. A parse that stalled others (13.5 s before the bounded parser) fails this.
+    assert r["diff_p50_ms"] < 100, r
 
 
 VLLM_NAMES = ["vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",

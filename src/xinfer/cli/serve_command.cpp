@@ -74,6 +74,7 @@ int run_serve(int argc, char** argv) {
   std::string load_format = "auto", tokenizer_dir;
   int port = 8000, max_connections = 1024, server_threads = 4;
   int64_t max_body_bytes = 8 << 20;
+  int64_t low_priority_body_bytes = 64 * 1024;
   std::string metrics_prefix = "xinfer";
   server::OpenAIServerOptions so;
   double keep_alive_timeout = 30, drain_timeout = 30;
@@ -114,6 +115,10 @@ int run_serve(int argc, char** argv) {
   flags.add("--drain-timeout", &drain_timeout, "seconds in-flight requests may run after SIGTERM before abort");
   flags.add("--server-threads", &server_threads,
             "HTTP I/O threads (request parsing and tokenization run on them; one slow request holds one)");
+  flags.add("--low-priority-body-bytes", &low_priority_body_bytes,
+            "requests with a body of at least this many bytes are parsed and tokenized one at a time on a "
+            "background thread at nice +10, so multi-megabyte bodies take CPU the engine leaves (0: on the "
+            "I/O threads)");
   flags.add(
       "--max-request-tokens", &so.max_request_tokens,
       "most tokens one request may generate over all its choices (choices x max_tokens; unset max_tokens "
@@ -138,6 +143,7 @@ int run_serve(int argc, char** argv) {
   if (port < 0 || port > 65535) return fail("--port must be in [0, 65535]");
   if (max_body_bytes <= 0 || max_connections <= 0 || server_threads <= 0)
     return fail("--max-body-bytes, --max-connections and --server-threads must be positive");
+  if (low_priority_body_bytes < 0) return fail("--low-priority-body-bytes must be >= 0");
   if (so.max_request_tokens <= 0 || so.max_request_logprobs <= 0 || so.max_choices_in_flight <= 0)
     return fail("--max-request-tokens, --max-request-logprobs and --max-choices-in-flight must be positive");
   if (auto p = server::parse_metrics_prefix(metrics_prefix)) {
@@ -192,6 +198,7 @@ int run_serve(int argc, char** argv) {
   ho.max_connections = max_connections;
   ho.keep_alive_timeout_s = keep_alive_timeout;
   ho.threads = server_threads;
+  ho.low_priority_body_bytes = static_cast<size_t>(low_priority_body_bytes);
   server::HttpServer http(ho, [&api](server::HttpRequest req, std::shared_ptr<server::HttpExchange> ex) {
     api.handle(std::move(req), std::move(ex));
   });
@@ -240,7 +247,8 @@ int run_serve(int argc, char** argv) {
                << ", " << so.json_limits.max_object_keys << " keys per object; per request "
                << so.max_request_tokens << " generated tokens, " << so.max_request_logprobs
                << " logprob entries, " << so.max_choices_in_flight << " choices in flight; "
-               << max_connections << " connections, " << server_threads << " I/O threads, keep-alive "
+               << max_connections << " connections, " << server_threads << " I/O threads (bodies from "
+               << low_priority_body_bytes << " bytes on the low-priority thread), keep-alive "
                << keep_alive_timeout << " s; api key " << (api_key.empty() ? "off" : "on")
                << "; filter rules " << (rules ? std::to_string(rules->size()) : std::string("none"));
   api.set_model(std::move(served));

@@ -1,8 +1,14 @@
 #include "xinfer/server/http_server.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <sstream>
@@ -41,10 +47,14 @@ const char* http_status_text(int status) {
 }
 
 struct HttpServer::Impl {
-  explicit Impl(int threads) : ioc(threads), acceptor(net::make_strand(ioc)), guard(net::make_work_guard(ioc)) {}
+  explicit Impl(int threads)
+      : ioc(threads), acceptor(net::make_strand(ioc)), guard(net::make_work_guard(ioc)), low_priority_ioc(1),
+        low_priority_guard(net::make_work_guard(low_priority_ioc)) {}
   net::io_context ioc;
   tcp::acceptor acceptor;
   net::executor_work_guard<net::io_context::executor_type> guard;
+  net::io_context low_priority_ioc;  // handlers of large bodies, one at a time
+  net::executor_work_guard<net::io_context::executor_type> low_priority_guard;
   std::atomic<bool> accepting{false};
   std::atomic<bool> draining{false};
   std::mutex mu;
@@ -254,12 +264,22 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     current_ = std::make_shared<HttpExchange>(shared_from_this());
     start_watch();
     std::shared_ptr<HttpExchange> ex = current_;
-    try {
-      (*handler_)(std::move(req), ex);
-    } catch (const std::exception& e) {
-      XI_LOG(ERROR) << "http handler threw: " << e.what();
-      respond(ex.get(), 500, "application/json",
-              R"({"error":{"message":"internal error","type":"server_error","param":null,"code":null}})", {});
+    const bool low_priority =
+        options_->low_priority_body_bytes > 0 && req.body.size() >= options_->low_priority_body_bytes;
+    // The exchange is thread-safe: the handler may run on any thread.
+    auto run = [handler = handler_, req = std::move(req), ex]() mutable {
+      try {
+        (*handler)(std::move(req), ex);
+      } catch (const std::exception& e) {
+        XI_LOG(ERROR) << "http handler threw: " << e.what();
+        ex->respond(500, "application/json",
+                    R"({"error":{"message":"internal error","type":"server_error","param":null,"code":null}})");
+      }
+    };
+    if (low_priority) {
+      net::post(impl_->low_priority_ioc, std::move(run));
+    } else {
+      run();
     }
   }
 
@@ -482,6 +502,13 @@ Status HttpServer::start() {
   impl_->accepting = true;
   do_accept(impl_.get(), &options_, &handler_, &open_connections_, &rejected_connections_);
   for (int i = 0; i < std::max(1, options_.threads); ++i) threads_.emplace_back([this] { impl_->ioc.run(); });
+  low_priority_thread_ = std::thread([this] {
+    // Linux: the nice value of this thread alone (NPTL threads are scheduled as tasks). Raising it needs no
+    // privilege; if it fails, the thread still keeps large bodies off the io threads.
+    if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), options_.low_priority_nice) != 0)
+      XI_LOG(WARN) << "could not lower the priority of the large-body thread: " << std::strerror(errno);
+    impl_->low_priority_ioc.run();
+  });
   return Status::ok_status();
 }
 
@@ -506,8 +533,11 @@ void HttpServer::stop() {
   impl_->accepting = false;
   impl_->guard.reset();
   impl_->ioc.stop();
+  impl_->low_priority_guard.reset();
+  impl_->low_priority_ioc.stop();
   for (auto& t : threads_) t.join();
   threads_.clear();
+  if (low_priority_thread_.joinable()) low_priority_thread_.join();
 }
 
 }  // namespace xinfer::server
