@@ -57,7 +57,7 @@ def decode_bytes(path):
     return total + (0 if has_output else embd)
 
 
-def llama_cpp_figures(path, threads, prefill_len, decode_len, reps):
+def llama_cpp_figures(path, threads, prefill_len, decode_len, reps, figures):
     import llama_cpp
     from llama_cpp import Llama
 
@@ -125,27 +125,34 @@ def llama_cpp_figures(path, threads, prefill_len, decode_len, reps):
 
     out = {}
     for name, fn in (("prefill", run_prefill), ("decode", run_decode), ("batch8", run_batch)):
+        if name not in figures:
+            out[name] = float("nan")
+            continue
         fn()
         out[name] = statistics.median(fn() for _ in range(reps))
     return out
 
 
-def xinfer_figures(xinfer, path, threads, prefill_len, decode_len, reps):
+def xinfer_figures(xinfer, path, threads, prefill_len, decode_len, reps, figures):
     out = {}
     with tempfile.TemporaryDirectory() as d:
         base = [xinfer, "bench", "--backend", "cpu", "--model", path, "--threads", str(threads), "--no-progress",
                 "--no-ceilings", "--output-dir", d, "--max-model-len", "2048"]
-        subprocess.run(base + ["--latency", "--input-len", str(prefill_len), "--output-len", "2", "--num-iters",
-                               str(reps), "--name", "prefill"], check=True, capture_output=True)
-        subprocess.run(base + ["--latency", "--input-len", "16", "--output-len", str(decode_len), "--num-iters",
-                               str(reps), "--name", "decode"], check=True, capture_output=True)
-        subprocess.run(base + ["--input-len", "16", "--output-len", str(decode_len), "--num-prompts", "8",
-                               "--max-num-seqs", "8", "--name", "batch8"], check=True, capture_output=True)
-        res = {n: json.load(open(os.path.join(d, n + ".json")))["results"][0] for n in ("prefill", "decode", "batch8")}
+        runs = {
+            "prefill": ["--latency", "--input-len", str(prefill_len), "--output-len", "2", "--num-iters", str(reps)],
+            "decode": ["--latency", "--input-len", "16", "--output-len", str(decode_len), "--num-iters", str(reps)],
+            "batch8": ["--input-len", "16", "--output-len", str(decode_len), "--num-prompts", "8",
+                       "--max-num-seqs", "8"],
+        }
+        for name in figures:
+            subprocess.run(base + runs[name] + ["--name", name], check=True, capture_output=True)
+        res = {n: json.load(open(os.path.join(d, n + ".json")))["results"][0] for n in figures}
     out["raw"] = res
-    out["prefill"] = prefill_len / (res["prefill"]["ttft_ms"]["p50"] / 1e3)
-    out["decode"] = 1e3 / res["decode"]["itl_ms"]["p50"]
-    out["batch8"] = 8e3 / res["batch8"]["itl_ms"]["p50"]  # 8 sequences decoding together: one step per token
+    nan = float("nan")
+    out["prefill"] = prefill_len / (res["prefill"]["ttft_ms"]["p50"] / 1e3) if "prefill" in res else nan
+    out["decode"] = 1e3 / res["decode"]["itl_ms"]["p50"] if "decode" in res else nan
+    # 8 sequences decoding together: one step per token
+    out["batch8"] = 8e3 / res["batch8"]["itl_ms"]["p50"] if "batch8" in res else nan
     return out
 
 
@@ -158,6 +165,10 @@ def main():
     ap.add_argument("--decode-len", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-llama-cpp", action="store_true", help="skip the peer")
+    ap.add_argument("--figures", default="prefill,decode,batch8",
+                    help="comma-separated subset of prefill,decode,batch8 (default: all)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run both engines this many times, alternating (the figures of each round are printed)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
 
@@ -167,25 +178,36 @@ def main():
     print(f"memory bandwidth (numpy copy, read + write): {bw:.1f} GB/s; one decode step reads "
           f"{step_bytes / 1e6:.1f} MB -> roofline {roof:.0f} tok/s at batch 1, {8 * roof:.0f} at batch 8",
           flush=True)
-    rows = {}
-    if not args.no_llama_cpp:
-        rows["llama.cpp"] = llama_cpp_figures(args.gguf, args.threads, args.prefill_len, args.decode_len, args.reps)
-    if args.xinfer:
-        rows["xinfer"] = xinfer_figures(args.xinfer, args.gguf, args.threads, args.prefill_len, args.decode_len,
-                                        args.reps)
-    print(f"\n{'engine':<10} {'prefill tok/s':>14} {'decode tok/s':>13} {'of roofline':>12} {'batch 8 tok/s':>14}")
-    for name, r in rows.items():
-        print(f"{name:<10} {r['prefill']:>14.1f} {r['decode']:>13.1f} {r['decode'] / roof:>11.0%} "
-              f"{r['batch8']:>14.1f}")
-    if "llama.cpp" in rows and "xinfer" in rows:
-        x, l = rows["xinfer"], rows["llama.cpp"]
-        print(f"{'ratio':<10} {x['prefill'] / l['prefill']:>13.2f}x {x['decode'] / l['decode']:>12.2f}x "
-              f"{'':>12} {x['batch8'] / l['batch8']:>13.2f}x")
+    figures = [f for f in args.figures.split(",") if f]
+    for f in figures:
+        if f not in ("prefill", "decode", "batch8"):
+            ap.error(f"unknown figure {f!r}")
+    all_rounds = []
+    for rnd in range(args.rounds):
+        rows = {}
+        if not args.no_llama_cpp:
+            rows["llama.cpp"] = llama_cpp_figures(args.gguf, args.threads, args.prefill_len, args.decode_len,
+                                                  args.reps, figures)
+        if args.xinfer:
+            rows["xinfer"] = xinfer_figures(args.xinfer, args.gguf, args.threads, args.prefill_len,
+                                            args.decode_len, args.reps, figures)
+        all_rounds.append(rows)
+        load = os.getloadavg()[0]
+        print(f"\nround {rnd + 1} (load average {load:.2f})")
+        print(f"{'engine':<10} {'prefill tok/s':>14} {'decode tok/s':>13} {'of roofline':>12} {'batch 8 tok/s':>14}")
+        for name, r in rows.items():
+            print(f"{name:<10} {r['prefill']:>14.1f} {r['decode']:>13.1f} {r['decode'] / roof:>11.0%} "
+                  f"{r['batch8']:>14.1f}")
+        if "llama.cpp" in rows and "xinfer" in rows:
+            x, l = rows["xinfer"], rows["llama.cpp"]
+            print(f"{'ratio':<10} {x['prefill'] / l['prefill']:>13.2f}x {x['decode'] / l['decode']:>12.2f}x "
+                  f"{'':>12} {x['batch8'] / l['batch8']:>13.2f}x", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"bandwidth_gbs": bw, "decode_step_bytes": step_bytes, "roofline_tok_s": roof,
-                       "threads": args.threads, "engines": {k: {kk: vv for kk, vv in v.items() if kk != "raw"}
-                                                             for k, v in rows.items()}}, f, indent=2)
+                       "threads": args.threads,
+                       "rounds": [{k: {kk: vv for kk, vv in v.items() if kk != "raw"} for k, v in rows.items()}
+                                  for rows in all_rounds]}, f, indent=2)
     return 0
 
 

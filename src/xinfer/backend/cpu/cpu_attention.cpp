@@ -1,13 +1,66 @@
 // Paged causal attention on the CPU: one task per (token, q head). Reads K/V for every position of the
 // token's sequence up to and including its own position through the block table, so the same code
 // serves prefill chunks (which also see cached prefix blocks) and decodes.
+//
+// Precision (the CPU backend is the oracle): scores q.k in f32, the softmax weights exp(score - max) and
+// the weighted sum of V in double. The AVX2+FMA path (when quant::simd_enabled(), i.e. the CPU has it and
+// XINFER_QUANT_PORTABLE is not set) computes the same quantities with 8-lane f32 dot products and 4-lane
+// double accumulation; only the summation order differs from the portable loops.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "xinfer/backend/cpu/cpu_backend.h"
+#include "xinfer/quant/quantized_linear.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace xinfer::cpu {
+namespace {
+
+float dot_portable(const float* q, const float* k, int n) {
+  float dot = 0;
+  for (int d = 0; d < n; ++d) dot += q[d] * k[d];
+  return dot;
+}
+
+// acc[d] += p * v[d]
+void axpy_portable(double p, const float* v, double* acc, int n) {
+  for (int d = 0; d < n; ++d) acc[d] += p * v[d];
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) float dot_avx2(const float* q, const float* k, int n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int d = 0;
+  for (; d + 16 <= n; d += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(k + d + 8), s1);
+  }
+  for (; d + 8 <= n; d += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), s0);
+  s0 = _mm256_add_ps(s0, s1);
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+  float dot = _mm_cvtss_f32(s4);
+  for (; d < n; ++d) dot += q[d] * k[d];
+  return dot;
+}
+
+__attribute__((target("avx2,fma"))) void axpy_avx2(double p, const float* v, double* acc, int n) {
+  const __m256d pv = _mm256_set1_pd(p);
+  int d = 0;
+  for (; d + 4 <= n; d += 4) {
+    const __m256d x = _mm256_cvtps_pd(_mm_loadu_ps(v + d));
+    _mm256_storeu_pd(acc + d, _mm256_fmadd_pd(pv, x, _mm256_loadu_pd(acc + d)));
+  }
+  for (; d < n; ++d) acc[d] += p * v[d];
+}
+#endif
+
+}  // namespace
 
 void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView& qkv, int num_heads,
                                  int num_kv_heads, int head_dim, float scale, const backend::LayerKvCache& cache,
@@ -24,6 +77,14 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
   for (int s = 0; s < step.num_seqs; ++s)
     for (int t = step.query_start_loc[s]; t < step.query_start_loc[s + 1]; ++t) seq_of[static_cast<size_t>(t)] = s;
 
+  auto* dot = dot_portable;
+  auto* axpy = axpy_portable;
+#if defined(__x86_64__)
+  if (quant::simd_enabled()) {
+    dot = dot_avx2;
+    axpy = axpy_avx2;
+  }
+#endif
   const int64_t tasks = static_cast<int64_t>(step.num_tokens) * num_heads;
   pool_->parallel_for(0, tasks, [&](int64_t b, int64_t e) {
     std::vector<float> scores;
@@ -44,10 +105,9 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
       for (int j = 0; j < n; ++j) {
         const int64_t block = table[j / block_size];
         const float* k = cache.k.as<float>() + ((block * num_kv_heads + kvh) * block_size + j % block_size) * head_dim;
-        float dot = 0;
-        for (int d = 0; d < head_dim; ++d) dot += q[d] * k[d];
-        scores[static_cast<size_t>(j)] = dot * scale;
-        max_score = std::max(max_score, dot * scale);
+        const float sc = dot(q, k, head_dim) * scale;
+        scores[static_cast<size_t>(j)] = sc;
+        max_score = std::max(max_score, sc);
       }
       double denom = 0;
       std::fill(acc.begin(), acc.end(), 0.0);
@@ -56,7 +116,7 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
         denom += p;
         const int64_t block = table[j / block_size];
         const float* v = cache.v.as<float>() + ((block * num_kv_heads + kvh) * block_size + j % block_size) * head_dim;
-        for (int d = 0; d < head_dim; ++d) acc[static_cast<size_t>(d)] += p * v[d];
+        axpy(p, v, acc.data(), head_dim);
       }
       float* o = out.as<float>() + t * static_cast<int64_t>(num_heads) * head_dim + static_cast<int64_t>(h) * head_dim;
       for (int d = 0; d < head_dim; ++d) o[d] = static_cast<float>(acc[static_cast<size_t>(d)] / denom);
