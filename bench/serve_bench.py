@@ -15,7 +15,9 @@ inter-token gaps, --slo-tpot on its TPOT; milliseconds). Output tokens are the s
 Load: --concurrency N keeps N requests in flight (fixed concurrency); --request-rate R sends requests as a
 Poisson process of R requests/s (exponential gaps, seeded; "inf": all at once), optionally capped by
 --max-concurrency. Prompts: --prompt-type ids (random token ids in [--id-low, --id-high): no two prompts
-share a prefix, so the prefix cache does not help) or text (random words from a small built-in vocabulary;
+share a prefix, so the prefix cache does not help; --warmup requests get prompts of their own, and the summary
+reports the server's prefix-cache hits during the run, since a second run with the same --seed on the same
+server is served from the cache) or text (random words from a small built-in vocabulary;
 length in words, usage.prompt_tokens reports the tokens); lengths --input-len / --output-len, each drawn
 uniformly from [L * (1 - r), L * (1 + r)] with --random-range-ratio r > 0 (fixed when 0). --ignore-eos
 makes every request produce exactly its output length. Connections are kept alive and reused (one per
@@ -121,9 +123,9 @@ def lengths(n, mean, ratio, rng):
     return [rng.randint(lo, hi) for _ in range(n)]
 
 
-def make_requests(args, rng):
-    """The request bodies (dicts), in send order."""
-    n = args.num_prompts
+def make_requests(args, rng, n=None):
+    """The request bodies (dicts), in send order: n (default --num-prompts) of them."""
+    n = args.num_prompts if n is None else n
     ins = lengths(n, args.input_len, args.random_range_ratio, rng)
     outs = lengths(n, args.output_len, args.random_range_ratio, rng)
     bodies = []
@@ -366,15 +368,16 @@ class Progress:
             sys.stderr.flush()
 
 
-async def run_load(args, bodies, host, port, progress=True):
+async def run_load(args, bodies, host, port, progress=True, warm=()):
+    """Sends `warm` (not measured, all at once), then `bodies` (measured)."""
     path = "/v1/chat/completions" if args.endpoint == "chat" else "/v1/completions"
     chat = args.endpoint == "chat"
     keep_alive = not args.no_keep_alive
     pool = Pool(host, port, keep_alive)
 
-    if args.warmup > 0:
-        warm = [dict(b) for b in bodies[:args.warmup]]
-        await asyncio.gather(*[one_request(pool, path, b, -1, chat, keep_alive, args.timeout) for b in warm])
+    if warm:
+        await asyncio.gather(*[one_request(pool, path, dict(b), -1, chat, keep_alive, args.timeout) for b in warm])
+    cache_before = prefix_cache_tokens(host, port)
 
     bar = Progress(len(bodies), progress)
     records = [None] * len(bodies)
@@ -416,7 +419,34 @@ async def run_load(args, bodies, host, port, progress=True):
     pool.close()
     for r in records:
         r["start_s"] -= t_start
+    cache_after = prefix_cache_tokens(host, port)
+    if cache_before and cache_after:
+        args.prefix_cache = {"hit_tokens": cache_after[0] - cache_before[0],
+                             "queried_tokens": cache_after[1] - cache_before[1]}
     return records, duration
+
+
+def prefix_cache_tokens(host, port):
+    """(hit, queried) prompt tokens of the server's prefix cache so far, from /metrics (xinfer's or vLLM's
+    names); None when the server does not report them."""
+    try:
+        status, text = http_get(host, port, "/metrics")
+    except OSError:
+        return None
+    if status != 200:
+        return None
+    found = {}
+    for line in text.decode("utf-8", "replace").splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        name = line.split("{")[0].split(" ")[0]
+        for key in ("hits", "queries"):
+            if name.endswith(f"prefix_cache_{key}_total") or name.endswith(f"prefix_cache_{key}"):
+                try:
+                    found.setdefault(key, float(line.rsplit(" ", 1)[1]))
+                except ValueError:
+                    pass
+    return (found["hits"], found["queries"]) if len(found) == 2 else None
 
 
 # ----------------------------------------------------------------------------------------------- server
@@ -496,13 +526,16 @@ def parse_args(argv=None):
                    help="token-id prompts: ids below this (default: 1000, enough for every vocabulary we serve)")
     p.add_argument("--ignore-eos", action="store_true", help="every request generates exactly max_tokens")
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--warmup", type=int, default=0, help="requests sent (and not measured) before the run")
+    p.add_argument("--warmup", type=int, default=0,
+                   help="requests sent (and not measured) before the run, all at once, with prompts of their own")
     p.add_argument("--timeout", type=float, default=600, help="seconds per request")
     p.add_argument("--no-keep-alive", action="store_true", help="a new connection per request")
     p.add_argument("--slo-ttft", type=float, default=None, help="goodput: TTFT SLO (ms)")
     p.add_argument("--slo-itl", type=float, default=None, help="goodput: SLO on every inter-token gap (ms)")
     p.add_argument("--slo-tpot", type=float, default=None, help="goodput: SLO on each request's TPOT (ms)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="prompts and lengths; runs against one server with the same seed send the same prompts, "
+                        "which its prefix cache then serves (the summary reports the hit rate)")
     p.add_argument("--json", default=None, help="write configuration + summary to this file")
     p.add_argument("--per-request", action="store_true", help="with --json: every request's record too")
     p.add_argument("--label", default=None, help="free text stored in the JSON")
@@ -545,6 +578,12 @@ def print_summary(s, out=sys.stdout):
         print(f"goodput: {s['good_requests']}/{s['completed']} requests within SLO "
               f"(ttft {slo['ttft_ms']} ms, itl {slo['itl_ms']} ms, tpot {slo['tpot_ms']} ms): "
               f"{s['goodput_requests_per_s']:.2f} req/s, {s['goodput_output_tokens_per_s']:.1f} tok/s", file=out)
+    pc = s.get("prefix_cache")
+    if pc and pc["queried_tokens"] > 0:
+        print(f"prefix cache during the run: {pc['hit_tokens']:.0f} of {pc['queried_tokens']:.0f} prompt tokens "
+              f"hit ({100 * pc['hit_tokens'] / pc['queried_tokens']:.1f}%)"
+              + (" -- the same prompts were sent before (same --seed on this server?)"
+                 if pc["hit_tokens"] > 0.05 * pc["queried_tokens"] else ""), file=out)
     for e in s["errors"]:
         print(f"  error: {e}", file=out)
 
@@ -566,14 +605,20 @@ def main(argv=None):
             data = json.loads(models).get("data") or []
             args.model = data[0]["id"] if data else None
         rng = random.Random(args.seed)
-        bodies = make_requests(args, rng)
-        records, duration = asyncio.run(run_load(args, bodies, host, port, progress=not args.no_progress))
+        # Warm-up prompts are drawn after the measured ones: measured prompts depend on --seed alone, and none
+        # is in the server's prefix cache because a warm-up request computed it.
+        every = make_requests(args, rng, args.num_prompts + args.warmup)
+        bodies, warm = every[:args.num_prompts], every[args.num_prompts:]
+        args.prefix_cache = None
+        records, duration = asyncio.run(run_load(args, bodies, host, port, progress=not args.no_progress,
+                                                 warm=warm))
     finally:
         stop_server(proc)
     summary = summarize(records, duration, args.slo_ttft, args.slo_itl, args.slo_tpot)
+    summary["prefix_cache"] = args.prefix_cache
     print_summary(summary)
     if args.json:
-        config = {k: v for k, v in vars(args).items() if k not in ("json",)}
+        config = {k: v for k, v in vars(args).items() if k not in ("json", "prefix_cache")}
         if config.get("request_rate") == math.inf:
             config["request_rate"] = "inf"
         result = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "config": config, "summary": summary}

@@ -218,7 +218,8 @@ def test_percentiles_match_planned_delays(fake, tmp_path):
         assert isinstance(body["prompt"], list) and len(body["prompt"]) == 12
         assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
         assert body["ignore_eos"] is True and body["max_tokens"] == out_len and body["model"] == "fake-model"
-    assert srv.connections <= 3, "one keep-alive connection for sequential requests (+ two /v1/models GETs)"
+    assert srv.connections <= 5, ("one keep-alive connection for sequential requests (+ two /v1/models GETs, "
+                                  "two /metrics GETs)")
 
 
 def test_every_request_accounted_for_with_failures(fake, tmp_path):
@@ -289,7 +290,8 @@ def test_all_at_once_and_no_keep_alive(fake, tmp_path):
     res = run_bench(tmp_path, srv.port, "--request-rate", "inf", "--num-prompts", "20", "--output-len", "2",
                     "--no-keep-alive")
     assert res["summary"]["completed"] == 20
-    assert srv.connections == 22, "a new connection per request (and two /v1/models GETs: ready, model id)"
+    assert srv.connections == 24, ("a new connection per request (and two /v1/models GETs: ready, model id; "
+                                   "two /metrics GETs: prefix-cache hits before and after)")
     assert max(r["start_s"] for r in res["requests"]) < 0.2, "inf: all sent at once"
 
 
@@ -348,3 +350,18 @@ def test_serve_preset_needs_a_tokenizer(xinfer_bin):
     r = subprocess.run([str(xinfer_bin), "serve", "--load-format", "bogus"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 1 and "bogus" in r.stderr, r.stderr
+
+
+def test_warmup_prompts_are_not_the_measured_ones(fake, tmp_path):
+    """Warm-up requests used to be copies of the first measured ones, whose prompts the server's prefix cache
+    then served (c=256 on the H200: the burst's 256 prompts cached). Now they have prompts of their own, and
+    the measured prompts are those of a run without warm-up (same --seed)."""
+    srv = fake(lambda k, j: (0.001, 0.001, "ok"))
+    args = ["--concurrency", "4", "--num-prompts", "8", "--input-len", "16", "--output-len", "2", "--seed", "5"]
+    run_bench(tmp_path, srv.port, *args, "--warmup", "4")
+    warm = [tuple(b["prompt"]) for _, b in srv.received[:4]]
+    measured = [tuple(b["prompt"]) for _, b in srv.received[4:]]
+    assert len(measured) == 8 and not set(warm) & set(measured)
+    srv.received.clear()
+    run_bench(tmp_path, srv.port, *args)
+    assert sorted(tuple(b["prompt"]) for _, b in srv.received) == sorted(measured)
