@@ -2,7 +2,7 @@
 """Others' TTFT under load, with and without hostile bodies (issue 13's check), in one run.
 
 N streaming clients (default 300) keep one /v1/completions request each in flight (closed loop, keep-alive
-connections, bench/serve_bench.py's client). The run is cut into windows of --window-s seconds that
+connections, bench/serve_bench.py's client). The run is cut into windows of about --window-s seconds that
 alternate: without hostile bodies, then with them, and so on (alternating cancels drift: the KV cache
 filling, the machine's other load). In a "with" window a separate process sends, at the same time, a body
 nested --levels deep and a body of --keys distinct unknown keys (one connection each; the bounded parser
@@ -24,10 +24,12 @@ Exit status 1 when a stream request failed or a hostile body was not answered wi
 """
 import argparse
 import asyncio
+import bisect
 import json
 import multiprocessing as mp
 import os
 import pathlib
+import random
 import socket
 import statistics
 import subprocess
@@ -140,13 +142,13 @@ async def run_streams(args, host, port, t_start, on, server_pid):
             "ignore_eos": True, "stream": True, "temperature": 0}
     pool = serve_bench.Pool(host, port, True)
     records = []
-    t_end = t_start + args.windows * args.window_s
+    t_end = t_start + args.edges[-1]
     cpu = {0: 0.0, 1: 0.0}
 
     async def switcher():
         last_cpu = cpu_seconds(server_pid) if server_pid else 0.0
         for w in range(args.windows):
-            edge = t_start + w * args.window_s
+            edge = t_start + args.edges[w]
             await asyncio.sleep(max(0.0, edge - time.perf_counter()))
             if server_pid and w > 0:
                 c = cpu_seconds(server_pid)
@@ -168,7 +170,12 @@ async def run_streams(args, host, port, t_start, on, server_pid):
     return records, cpu
 
 
-def classify(records, t_start, window_s, windows, hostile):
+def window_of(t, edges):
+    """Index of the window [edges[w], edges[w + 1]) holding t; -1 before, len(edges) - 1 after."""
+    return bisect.bisect_right(edges, t) - 1
+
+
+def classify(records, t_start, edges, hostile):
     """TTFTs (seconds) of the stream requests by what they met: "without" (sent in a window without hostile
     bodies, none in flight meanwhile), "with" (sent in a window with them), "exposed" (those of "with" that
     waited for their first token while a hostile body was in flight: sent before its answer, first token
@@ -182,8 +189,8 @@ def classify(records, t_start, window_s, windows, hostile):
             continue
         sent = r["start_s"] - t_start
         first = sent + r["ttft_s"]
-        w = int(sent // window_s)
-        if sent < 0 or w >= windows or int(first // window_s) != w:
+        w = window_of(sent, edges)
+        if w < 0 or w >= len(edges) - 1 or window_of(first, edges) != w:
             continue  # warm-up, or its first token came in another window
         a, b = r["start_s"], r["start_s"] + r["ttft_s"]
         exposed = any(h0 < b and a < h1 for h0, h1 in spans)
@@ -224,12 +231,19 @@ def parse_args(argv=None):
     p.add_argument("--hostile-interval-s", type=float, default=0.5,
                    help="a pair of hostile bodies every this many seconds in a 'with' window (0: back to back)")
     p.add_argument("--timeout", type=float, default=120)
+    p.add_argument("--seed", type=int, default=0, help="window lengths")
     p.add_argument("--json", help="write the figures here")
     a = p.parse_args(argv)
     if (a.base_url is None) == (a.xinfer is None):
         p.error("give exactly one of --base-url and --xinfer")
     if a.windows < 2:
         p.error("--windows must be >= 2 (one of each kind)")
+    # Window lengths vary (0.5-1.5x, seeded): a closed loop of equal requests runs in waves, and windows of
+    # one length could fall in step with them (every "without" window on a wave's quiet part).
+    rng = random.Random(a.seed)
+    a.edges = [0.0]
+    for _ in range(a.windows):
+        a.edges.append(a.edges[-1] + a.window_s * rng.uniform(0.5, 1.5))
     return a
 
 
@@ -267,10 +281,11 @@ def main(argv=None):
         serve_bench.stop_server(proc)
         tmp.cleanup()
 
-    kinds, failed = classify(records, t_start, args.window_s, args.windows, hostile)
-    n_kind = {k: sum(1 for w in range(args.windows) if w % 2 == k) for k in (0, 1)}
+    kinds, failed = classify(records, t_start, args.edges, hostile)
+    span = {k: sum(args.edges[w + 1] - args.edges[w] for w in range(args.windows) if w % 2 == k) for k in (0, 1)}
     rows = {}
     print(f"{args.streams} streams, {args.max_tokens} tokens each, {args.windows} windows of {args.window_s:g} s "
+          f"(+-50%, seeded) "
           f"alternating without / with hostile bodies (a {args.levels}-level and a {args.keys}-key body at once, "
           + (f"a pair every {args.hostile_interval_s:g} s)" if args.hostile_interval_s > 0 else "back to back)"))
     for name, label in (("without", "without hostile bodies"), ("with", "with hostile bodies"),
@@ -282,7 +297,7 @@ def main(argv=None):
                 f"{rows[name]['ttft_p99_ms']:8.1f}  mean {rows[name]['ttft_mean_ms']:8.1f} ms")
         if proc and name != "exposed":
             k = 1 if name == "with" else 0
-            rows[name]["server_cores"] = cpu[k] / (n_kind[k] * args.window_s)
+            rows[name]["server_cores"] = cpu[k] / span[k]
             line += f"  server CPU {rows[name]['server_cores']:.2f} cores"
         print(line)
     d50 = rows["with"]["ttft_p50_ms"] - rows["without"]["ttft_p50_ms"]
@@ -294,7 +309,7 @@ def main(argv=None):
     if cost is not None:
         print("  server CPU per hostile pair, idle server (20 pairs): " +
               ", ".join(f"{v:.1f} ms on threads at nice {n}" for n, v in cost.items()) +
-              " (the part at nice 0 is what the engine's threads compete with)")
+              " (the part not at nice 10 is what the engine's threads compete with)")
     bad_hostile = [h for h in hostile if h[1] != 400]
     for kind in ("deep", "keys"):
         took = sorted((h[3] - h[2]) * 1e3 for h in hostile if h[0] == kind and h[1] == 400)
@@ -306,7 +321,7 @@ def main(argv=None):
         print(f"  hostile {h[0]} answered {h[1]}")
     if args.json:
         out = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "config": {k: v for k, v in vars(args).items() if k != "json"},
+               "config": {k: v for k, v in vars(args).items() if k not in ("json", "edges")},
                "ttft": rows, "diff_p50_ms": d50, "diff_p99_ms": d99, "exposed_diff_p50_ms": e50,
                "exposed_diff_p99_ms": e99,
                "stream_requests": len(records), "stream_failed": len(failed),

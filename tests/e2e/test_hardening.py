@@ -217,7 +217,7 @@ def test_hostile_bodies_do_not_delay_other_streams(xinfer_bin, model_dir, tmp_pa
     assert cost.get(0, 0) < 5.0, cost       # 0.5 ms granularity (10 ms ticks over 20 pairs)
     # On 2 cores the client, the attacker and the CPU forward share both cores: TTFT moves by tens of ms
     # from contention alone. A parse that stalled others (13.5 s before the bounded parser) fails this.
-    assert r["diff_p50_ms"] < 100, r
+    assert r["diff_p50_ms"] < 150, r
 
 
 VLLM_NAMES = ["vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
