@@ -15,7 +15,9 @@ Algorithm 1 (lazy batch updates, Cholesky form), W [n, k], H = 2 X^T X / m [k, k
         W[:, i+B:] -= E U_i:i+B,i+B:
 Grouping (the paper's "fine-grained grouping"): a group's scale/zero from the current (error-updated) W
 when its first column is reached. Act-order ("desc_act", GPTQ's repository): columns in decreasing H_jj,
-parameters taken from the original W (static groups, original column order). The factor 2/m and the
+with either static groups (parameters taken from the original W, original column order: GPTQ's
+--static-groups, llm-compressor's actorder "weight") or groups of consecutive columns in the permuted
+order (AutoGPTQ's desc_act, actorder "group"), recorded as g_idx[col] = position in the order // gs. The factor 2/m and the
 positive scale of H do not change the result (damp is relative, U enters only as ratios).
 
 Quantizer (compress/weight_quantizer.h): symmetric scale = max|W_block| / qmax, q = clamp(round(w / s),
@@ -54,7 +56,7 @@ def quant(col, scale, zero, bits, symmetric):
     return q, (scale * (q - zero).astype(np.float32)).astype(np.float32)
 
 
-def gptq(w, h, bits, group, symmetric, block, damp, act_order):
+def gptq(w, h, bits, group, symmetric, block, damp, act_order, static_groups=True):
     n, k = w.shape
     w = w.astype(np.float32).copy()
     h = h.astype(np.float64).copy()
@@ -65,7 +67,7 @@ def gptq(w, h, bits, group, symmetric, block, damp, act_order):
     ngroups = (k + gs - 1) // gs
     scales = np.zeros((n, ngroups), np.float32)
     zeros = np.zeros((n, ngroups), np.int64)
-    static = group <= 0 or act_order
+    static = group <= 0 or (act_order and static_groups)
     if static:  # parameters up front from W (dead columns zeroed)
         for g in range(ngroups):
             scales[:, g], zeros[:, g] = block_params(w[:, g * gs:(g + 1) * gs], bits, symmetric)
@@ -74,6 +76,12 @@ def gptq(w, h, bits, group, symmetric, block, damp, act_order):
     hp[np.diag_indices(k)] += damp * np.mean(np.diag(hp))
     hinv = np.linalg.inv(hp)
     u = np.linalg.cholesky(hinv).T.astype(np.float32)  # upper, hinv = u^T u
+    # act-order without static groups (desc_act / actorder "group"): groups of consecutive permuted
+    # columns, g_idx[col] = position of col in the permutation // gs
+    g_idx = np.arange(k) // gs
+    if act_order and not static:
+        g_idx = np.empty(k, np.int64)
+        g_idx[perm] = np.arange(k) // gs
     wp = w[:, perm].copy()
     q = np.zeros((n, k), np.int64)
     for i1 in range(0, k, block):
@@ -81,15 +89,15 @@ def gptq(w, h, bits, group, symmetric, block, damp, act_order):
         err = np.zeros((n, i2 - i1), np.float32)
         for j in range(i1, i2):
             orig = perm[j]
-            g = orig // gs
-            if not static and orig % gs == 0:
+            g = g_idx[orig]
+            if not static and j % gs == 0:
                 scales[:, g], zeros[:, g] = block_params(wp[:, j:j + gs], bits, symmetric)
             q[:, orig], deq = quant(wp[:, j], scales[:, g], zeros[:, g], bits, symmetric)
             e = (wp[:, j] - deq) / u[j, j]
             err[:, j - i1] = e
             wp[:, j:i2] -= np.outer(e, u[j, j:i2]).astype(np.float32)
         wp[:, i2:] -= (err @ u[i1:i2, i2:]).astype(np.float32)
-    return q, scales, zeros
+    return q, scales, zeros, g_idx
 
 
 def main():
@@ -102,21 +110,23 @@ def main():
     h = 2.0 * x.T @ x / m
     w = (0.05 * rng.standard_normal((n, k))).astype(np.float32)
     cases = []
-    for bits, group, symmetric, block, act_order, damp in [
-            (4, 0, True, 32, False, 0.01),    # per channel, 2 lazy blocks
-            (4, 16, True, 48, False, 0.01),   # groups inside and across blocks
-            (4, 16, False, 8, False, 0.1),    # zero points, larger damp
-            (4, 16, True, 32, True, 0.01),    # act-order, static groups
-            (8, 0, True, 64, False, 0.01)]:   # int8 channel, one block covering all columns
-        q, s, z = gptq(w, h, bits, group, symmetric, block, damp, act_order)
+    for bits, group, symmetric, block, act_order, damp, static_groups in [
+            (4, 0, True, 32, False, 0.01, True),    # per channel, 2 lazy blocks
+            (4, 16, True, 48, False, 0.01, True),   # groups inside and across blocks
+            (4, 16, False, 8, False, 0.1, True),    # zero points, larger damp
+            (4, 16, True, 32, True, 0.01, True),    # act-order, static groups
+            (4, 16, True, 24, True, 0.01, False),   # act-order, groups in act order (g_idx)
+            (8, 0, True, 64, False, 0.01, True)]:   # int8 channel, one block covering all columns
+        q, s, z, g_idx = gptq(w, h, bits, group, symmetric, block, damp, act_order, static_groups)
         deq = np.zeros_like(w)
-        gs = group if group > 0 else k
         for c in range(k):
-            deq[:, c] = s[:, c // gs] * (q[:, c] - z[:, c // gs])
+            deq[:, c] = s[:, g_idx[c]] * (q[:, c] - z[:, g_idx[c]])
         d = (w - deq).astype(np.float64)
         out_err = float(np.einsum("ri,ij,rj->", d, h, d))  # sum_r d_r H d_r^T
         cases.append({"bits": bits, "group_size": group, "symmetric": symmetric, "block_size": block,
-                      "act_order": act_order, "damp": damp, "q": q.flatten().tolist(),
+                      "act_order": act_order, "static_groups": static_groups,
+                      "g_idx": g_idx.tolist() if act_order and not static_groups else [],
+                      "damp": damp, "q": q.flatten().tolist(),
                       "scales": s.flatten().tolist(), "zeros": z.flatten().tolist(), "output_error": out_err})
     out = {"n": n, "k": k, "m": m, "w": w.flatten().tolist(), "hessian": h.flatten().tolist(),
            "cases": cases,

@@ -76,10 +76,13 @@ def unpack(words: np.ndarray, bits: int, count: int, axis: int) -> np.ndarray:
     return full - (1 << (bits - 1))
 
 
-def expand_scale(scale: np.ndarray, n: int, k: int, group: int | None) -> np.ndarray:
+def expand_scale(scale: np.ndarray, n: int, k: int, group: int | None, g_idx: np.ndarray | None = None) -> np.ndarray:
+    """[n, G] (or [1]) per-block values -> [n, k]; column c reads group g_idx[c] if given, else c // group."""
     s = scale.astype(np.float64).reshape(scale.shape[0], -1) if scale.size > 1 else np.full((n, 1), float(scale.reshape(-1)[0]))
     if s.shape[1] == 1:
         return np.broadcast_to(s, (n, k))
+    if g_idx is not None:
+        return s[:, g_idx.astype(np.int64)]
     return np.repeat(s, group, axis=1)[:, :k]
 
 
@@ -97,7 +100,7 @@ class Checkpoint:
         self.w = {}
         self.quantized = set()
         for name, (arr, dt) in self.raw.items():
-            if name.endswith((".weight_scale", ".weight_zero_point", ".weight_shape", ".weight_packed")):
+            if name.endswith((".weight_scale", ".weight_zero_point", ".weight_shape", ".weight_packed", ".weight_g_idx")):
                 continue
             if name.endswith(".weight") and dt in ("I8", "F8_E4M3"):
                 continue
@@ -124,9 +127,11 @@ class Checkpoint:
             bits = wa["num_bits"]
             vals = unpack(self.raw[module + ".weight_packed"][0], bits, k, axis=1).astype(np.float64)
             zp = 0
+            g_idx = self.raw[module + ".weight_g_idx"][0] if module + ".weight_g_idx" in self.raw else None
             if module + ".weight_zero_point" in self.raw:
                 z = unpack(self.raw[module + ".weight_zero_point"][0], bits, n, axis=0)
-                zp = expand_scale(z.astype(np.float64), n, k, gs)
+                zp = expand_scale(z.astype(np.float64), n, k, gs, g_idx)
+            return expand_scale(scale, n, k, gs, g_idx) * (vals - zp)
         return expand_scale(scale, n, k, gs) * (vals - zp)
 
     def act_mode(self, module: str) -> str | None:

@@ -66,6 +66,9 @@ OTHER_CASES = {
     "w8a8-fp8-search": ["--scheme", "w8a8-fp8"],
     "w8a8-int8-gptq": ["--scheme", "w8a8-int8", "--method", "gptq"],
     "w4a16-gptq-actorder": ["--scheme", "w4a16", "--group-size", "64", "--method", "gptq", "--act-order"],
+    "w4a16-gptq-actorder-gidx": ["--scheme", "w4a16", "--group-size", "32", "--no-symmetric", "--method", "gptq",
+                                 "--act-order", "--no-static-groups"],
+    "w4a16-gptq-float": ["--scheme", "w4a16", "--group-size", "64", "--method", "gptq", "--gptq-hessians", "float"],
     "w8a8-int8-first3": ["--scheme", "w8a8-int8", "--quantized-layers", "first:3"],
 }
 EXPECT = {  # scheme -> (format, weight dtype name in the file, bits, type, activations)
@@ -110,7 +113,7 @@ def test_config_and_tensors_follow_compressed_tensors(written, name):
         assert w["group_size"] == int(args[args.index("--group-size") + 1])
     assert w["symmetric"] == ("--no-symmetric" not in args)
     if "--act-order" in args:
-        assert w["actorder"] == "weight"
+        assert w["actorder"] == ("group" if "--no-static-groups" in args else "weight")
     if act is None:
         assert g["input_activations"] is None
     else:
@@ -133,6 +136,12 @@ def test_config_and_tensors_follow_compressed_tensors(written, name):
                 n, k = t[p + ".weight_shape"][0]
                 assert dt == "I32" and arr.shape == (n, -(-k // (32 // bits)))
                 assert scale.shape == ((n, k // w["group_size"]) if want_strategy == "group" else (n, 1))
+                if "--no-static-groups" in args:  # act-order groups: g_idx, a permutation of the group ids
+                    gi, gdt = t[p + ".weight_g_idx"]
+                    assert gdt == "I32" and gi.shape == (k,)
+                    assert (np.bincount(gi, minlength=scale.shape[1]) == w["group_size"]).all()
+                else:
+                    assert p + ".weight_g_idx" not in t
                 if "--no-symmetric" in args:
                     zp, zdt = t[p + ".weight_zero_point"]
                     assert zdt == "I32" and zp.shape == (-(-n // (32 // bits)), scale.shape[1])

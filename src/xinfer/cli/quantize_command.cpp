@@ -102,6 +102,7 @@ Result<compress::ModelDirContents> tokenizer_files(const std::string& model_path
 //   fp8-sq-gptq        fp8-sq with GPTQ (error-compensated) FP8 weights
 //   w4a16-rtn, w4a16-gptq  int4 per group (symmetric), RTN / GPTQ (Hessians as --gptq-hessians, default
 //                      true-sequential); w4a16-gptq-float: Hessians of the float model; -actorder: act-order
+//                      with static groups; -actorder-gidx: act-order groups with g_idx
 // GPTQ rows take --damp and --act-order from the command line (the -float / -actorder rows override theirs).
 int run_table(const std::string& spec, const compress::QuantizeOptions& base, double max_ppl_increase,
               model::LlamaModel& m, backend::Backend& backend, const std::vector<std::vector<int32_t>>& windows,
@@ -118,7 +119,7 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
   const std::vector<std::string> all = {"w8a8-naive", "sq-0.5-tensor", "sq-0.5-channel", "sq-search",
                                         "sq-search-partial", "sq-first-N", "sq-last-N", "sq-search-gptq",
                                         "fp8-naive", "fp8-sq", "fp8-sq-gptq", "w8a16", "w4a16-rtn", "w4a16-gptq",
-                                        "w4a16-gptq-float", "w4a16-gptq-actorder"};
+                                        "w4a16-gptq-float", "w4a16-gptq-actorder", "w4a16-gptq-actorder-gidx"};
   std::vector<std::string> rows;
   if (spec == "all") {
     rows = all;
@@ -172,7 +173,8 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
                                                    : Scheme::kW8A8Int8;
     if (row == "sq-search-gptq" || row == "fp8-sq-gptq" || row.rfind("w4a16-gptq", 0) == 0) o.gptq = true;
     if (row == "w4a16-gptq-float") o.gptq_sequential = false;
-    if (row == "w4a16-gptq-actorder") o.gptq_options.act_order = true;
+    if (row.rfind("w4a16-gptq-actorder", 0) == 0) o.gptq_options.act_order = true;
+    if (row == "w4a16-gptq-actorder-gidx") o.gptq_options.static_groups = false;
     if (row == "sq-search-partial") {
       o.selection.mode = LayerSelection::Mode::kSearch;
       o.selection.max_ppl_increase = max_ppl_increase;
@@ -189,7 +191,8 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
                             (o.smooth_options.alpha ? std::to_string(*o.smooth_options.alpha) : "search") +
                             compress::granularity_name(o.scheme.weight_granularity) +
                             (o.gptq ? std::string("gptq") + (o.gptq_sequential ? "seq" : "float") +
-                                          (o.gptq_options.act_order ? "act" : "")
+                                          (o.gptq_options.act_order ? "act" : "") +
+                                          (o.gptq_options.static_groups ? "" : "gidx")
                                     : std::string("rtn"));
     if (!q || key != prepared) {
       if (q) q->restore();
@@ -241,6 +244,7 @@ int run_quantize(int argc, char** argv) {
   int64_t calib_samples = 32, calib_len = 256, heldout_tokens = 1024, eval_tokens = 2048, sample_rows = 256;
   int group_size = 128, eval_ctx = 512, threads = 0;
   double max_ppl_increase = -1, damp = 0.01;
+  bool static_groups = true;
   bool overwrite = false, act_order = false, symmetric = true, progress = true;
   std::string table_rows, gptq_hessians = "sequential";
   FlagSet flags("xinfer quantize",
@@ -258,6 +262,9 @@ int run_quantize(int argc, char** argv) {
   flags.add("--overwrite", &overwrite, "replace --out if it exists");
   flags.add("--method", &method, "rtn (round to nearest) or gptq");
   flags.add("--act-order", &act_order, "GPTQ: columns in decreasing Hessian diagonal order (static groups)");
+  flags.add("--static-groups", &static_groups,
+            "GPTQ --act-order with groups: parameters from the original weights in column order (actorder "
+            "\"weight\"); --no-static-groups: groups in act order, written with g_idx (actorder \"group\")");
   flags.add("--damp", &damp, "GPTQ: dampening, fraction of the mean Hessian diagonal");
   flags.add("--gptq-hessians", &gptq_hessians,
             "GPTQ: sequential (each linear's Hessian from the outputs of the already-quantized earlier linears "
@@ -312,6 +319,7 @@ int run_quantize(int argc, char** argv) {
   qo.gptq = method == "gptq";
   qo.gptq_options.act_order = act_order;
   qo.gptq_options.damp = damp;
+  qo.gptq_options.static_groups = static_groups;
   qo.gptq_sequential = gptq_hessians == "sequential";
   qo.max_sample_rows = sample_rows;
   qo.progress = progress;

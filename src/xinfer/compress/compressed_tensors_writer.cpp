@@ -21,7 +21,7 @@ const char* compression_format(Scheme s) {
   return "?";
 }
 
-nlohmann::ordered_json quantization_config(const SchemeOptions& scheme, bool act_order,
+nlohmann::ordered_json quantization_config(const SchemeOptions& scheme, const char* actorder,
                                            const std::vector<std::string>& ignore) {
   const WeightQuantArgs a = weight_args(scheme);
   nlohmann::ordered_json w = {{"num_bits", a.bits},
@@ -35,7 +35,7 @@ nlohmann::ordered_json quantization_config(const SchemeOptions& scheme, bool act
                               {"actorder", nullptr},
                               {"block_structure", nullptr}};
   if (a.granularity == Granularity::kGroup) w["group_size"] = a.group_size;
-  if (act_order) w["actorder"] = "weight";
+  if (actorder != nullptr) w["actorder"] = actorder;
   nlohmann::ordered_json in = nullptr;
   if (quantizes_activations(scheme.scheme))
     in = {{"num_bits", 8},
@@ -82,6 +82,7 @@ void add_quantized_module(SafetensorsWriter& st, const std::string& prefix, cons
   const int64_t shape[2] = {n, k};
   st.add(prefix + ".weight_shape", DType::kI64, Shape{2}, shape);
   st.add(prefix + ".weight_scale", DType::kF32, scale_shape, q.scales.data());
+  if (!q.g_idx.empty()) st.add(prefix + ".weight_g_idx", DType::kI32, Shape{k}, q.g_idx.data());
   if (!q.zeros.empty()) {
     const int64_t zrows = (n + per - 1) / per;
     std::vector<uint32_t> zp(static_cast<size_t>(zrows * g), 0);

@@ -38,7 +38,8 @@ namespace xinfer::compress {
 
 const char* compression_format(Scheme s);  // "int-quantized", "float-quantized", "pack-quantized"
 
-nlohmann::ordered_json quantization_config(const SchemeOptions& scheme, bool act_order,
+// actorder: nullptr (none), "weight" (static groups) or "group" (g_idx written per module).
+nlohmann::ordered_json quantization_config(const SchemeOptions& scheme, const char* actorder,
                                            const std::vector<std::string>& ignore);
 
 // Adds `prefix`.weight / weight_scale / ... for one module (prefix e.g. "model.layers.3.self_attn.q_proj").

@@ -51,7 +51,7 @@ QuantizedWeight quantize_gptq(const float* w_in, int64_t n, int64_t k, const dou
     }
   // Parameters taken up front (channel, tensor, and groups under act-order) come from W after the dead
   // columns are zeroed, as GPTQ's quantizer.find_params does.
-  const bool dynamic_groups = args.granularity == Granularity::kGroup && !opt.act_order;
+  const bool dynamic_groups = args.granularity == Granularity::kGroup && (!opt.act_order || !opt.static_groups);
   QuantizedWeight out = compute_qparams(w.data(), n, k, args);
   out.q.assign(static_cast<size_t>(n * k), 0);
 
@@ -71,6 +71,10 @@ QuantizedWeight quantize_gptq(const float* w_in, int64_t n, int64_t k, const dou
   mean_diag /= static_cast<double>(k);
   for (int64_t i = 0; i < k; ++i) hp[static_cast<size_t>(i * k + i)] += opt.damp * mean_diag;
   const std::vector<float> u = inverse_cholesky_upper(std::move(hp), k);
+  if (dynamic_groups && opt.act_order) {  // groups of consecutive permuted columns
+    out.g_idx.resize(static_cast<size_t>(k));
+    for (int64_t c = 0; c < k; ++c) out.g_idx[static_cast<size_t>(perm[static_cast<size_t>(c)])] = static_cast<int32_t>(c / args.group_size);
+  }
   std::vector<float> wp(static_cast<size_t>(n * k));
   for (int64_t r = 0; r < n; ++r)
     for (int64_t c = 0; c < k; ++c) wp[static_cast<size_t>(r * k + c)] = w[static_cast<size_t>(r * k + perm[c])];
@@ -81,9 +85,10 @@ QuantizedWeight quantize_gptq(const float* w_in, int64_t n, int64_t k, const dou
     const int64_t i2 = std::min(k, i1 + bs), cnt = i2 - i1;
     for (int64_t i = 0; i < cnt; ++i) {
       const int64_t col = i1 + i, orig = perm[static_cast<size_t>(col)];
-      if (dynamic_groups && orig % args.group_size == 0) {
-        // This group's parameters from the current weights of its columns (contiguous: no permutation).
-        const int64_t width = std::min<int64_t>(args.group_size, k - orig), g = orig / args.group_size;
+      if (dynamic_groups && col % args.group_size == 0) {
+        // This group's parameters from the current weights of its columns (contiguous in the processing
+        // order: columns col .. col + width - 1 of wp).
+        const int64_t width = std::min<int64_t>(args.group_size, k - col), g = col / args.group_size;
         std::vector<float> block(static_cast<size_t>(n * width));
         for (int64_t r = 0; r < n; ++r)
           for (int64_t c = 0; c < width; ++c) block[static_cast<size_t>(r * width + c)] = wp[static_cast<size_t>(r * k + col + c)];

@@ -132,6 +132,10 @@ backend::LinearWeights pack_linear(Uploader& up, const HostLinear& lin, const st
     }
     w.weight = up.put(packed.data(), DType::kU8, Shape{n, (k + 1) / 2});
     w.scales = up.put(scales.data(), DType::kF32, Shape{n, g});
+    if (!parts[0]->g_idx.empty()) {  // act-order groups: one g_idx for the fused matrix (its parts share H)
+      for (const QuantizedWeight* p : parts) XI_CHECK(p->g_idx == parts[0]->g_idx) << "fused modules with different g_idx";
+      w.g_idx = up.put(parts[0]->g_idx.data(), DType::kI32, Shape{k});
+    }
     if (!zeros.empty()) w.zeros = up.put(zeros.data(), DType::kU8, Shape{n, g});
     return w;
   }

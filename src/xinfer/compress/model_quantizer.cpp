@@ -314,6 +314,7 @@ nlohmann::ordered_json ModelQuantizer::report() const {
     r["gptq_hessians"] = options_.gptq_sequential ? "true-sequential" : "float-model";
     r["gptq_damp"] = options_.gptq_options.damp;
     r["gptq_act_order"] = options_.gptq_options.act_order;
+    if (options_.gptq_options.act_order) r["gptq_static_groups"] = options_.gptq_options.static_groups;
   }
   r["weight_strategy"] = granularity_name(weight_args(options_.scheme).granularity);
   if (options_.scheme.scheme == Scheme::kW4A16) {
@@ -385,7 +386,10 @@ Status ModelQuantizer::write(const std::string& out, bool overwrite, nlohmann::o
   }
   config["torch_dtype"] = "float32";
   if (config.contains("dtype")) config["dtype"] = "float32";
-  config["quantization_config"] = quantization_config(options_.scheme, options_.gptq && options_.gptq_options.act_order, ignore);
+  const char* actorder = !options_.gptq || !options_.gptq_options.act_order ? nullptr
+                         : options_.gptq_options.static_groups || options_.scheme.scheme != Scheme::kW4A16 ? "weight"
+                                                                                                           : "group";
+  config["quantization_config"] = quantization_config(options_.scheme, actorder, ignore);
   ModelDirContents contents = extra;
   contents.config = config;
   return write_model_dir(out, overwrite, st, contents);

@@ -49,8 +49,12 @@ struct QuantizedWeight {
   std::vector<int8_t> q;       // [n, k]: int values, or e4m3 bit patterns
   std::vector<float> scales;   // [n, groups()] ([1] per tensor)
   std::vector<int8_t> zeros;   // like scales, or empty (symmetric)
+  std::vector<int32_t> g_idx;  // [k] group of each input column (GPTQ act-order "group"), or empty: col / group
   int64_t groups() const;      // scale columns per row: 1 (tensor / channel) or ceil(k / group_size)
-  int64_t group_of(int64_t col) const { return args.granularity == Granularity::kGroup ? col / args.group_size : 0; }
+  int64_t group_of(int64_t col) const {
+    if (args.granularity != Granularity::kGroup) return 0;
+    return g_idx.empty() ? col / args.group_size : g_idx[static_cast<size_t>(col)];
+  }
   float scale(int64_t row, int64_t col) const;
   int zero(int64_t row, int64_t col) const;
   // out: [n, k] = scale * (q - zero) (int) or scale * e4m3(q) (fp8)

@@ -1,6 +1,7 @@
 // quantize_gptq against a numpy GPTQ written from the paper's Algorithm 1 (tools/gptq_numpy_reference.py ->
 // tests/golden/gptq/cases.json): lazy-batch blocks smaller than K (2 blocks, groups inside and across
-// blocks), per channel and per group, zero points, damp 0.1, act-order with static groups, int8; a dead
+// blocks), per channel and per group, zero points, damp 0.1, act-order with static groups and with groups in
+// act order (g_idx), int8; a dead
 // input column. The reference updates in f32 as we do, so the integer values agree (a rounding flip near a
 // .5 boundary is allowed in at most 1% of them) and the output error sum_r d_r H d_r^T within 1%.
 #include <cmath>
@@ -42,9 +43,10 @@ TEST(GptqReference, MatchesNumpyAlgorithm1) {
     GptqOptions o;
     o.block_size = c["block_size"];
     o.act_order = c["act_order"];
+    o.static_groups = c["static_groups"];
     o.damp = c["damp"];
     const std::string name = "bits " + std::to_string(a.bits) + " group " + std::to_string(group) + " block " +
-                             std::to_string(o.block_size) + (o.act_order ? " act-order" : "") +
+                             std::to_string(o.block_size) + (o.act_order ? (o.static_groups ? " act-order" : " act-order g_idx") : "") +
                              (a.symmetric ? "" : " zero points");
     const QuantizedWeight q = quantize_gptq(w.data(), n, k, h.data(), a, o);
     const std::vector<int64_t> ref_q = c["q"].get<std::vector<int64_t>>();
@@ -55,6 +57,7 @@ TEST(GptqReference, MatchesNumpyAlgorithm1) {
     const std::vector<float> ref_s = c["scales"].get<std::vector<float>>();
     ASSERT_EQ(ref_s.size(), q.scales.size()) << name;
     for (size_t i = 0; i < ref_s.size(); ++i) EXPECT_NEAR(q.scales[i], ref_s[i], 1e-6f * std::fabs(ref_s[i]) + 1e-9f) << name;
+    EXPECT_EQ(std::vector<int64_t>(q.g_idx.begin(), q.g_idx.end()), c["g_idx"].get<std::vector<int64_t>>()) << name;
     if (!a.symmetric) {
       EXPECT_EQ(std::vector<int64_t>(q.zeros.begin(), q.zeros.end()), c["zeros"].get<std::vector<int64_t>>()) << name;
     }
