@@ -68,6 +68,16 @@ def test_greedy_completions_and_chat_equal_tp1(start_server, tp1, tp):
     assert s2.choices[0].text == s1.choices[0].text
 
 
+def test_async_scheduling_tp2_equals_tp1(start_server, tp1):
+    """Pipelined greedy steps: each feeds the ids the step in flight sampled, which rank 0 broadcasts."""
+    server = start_server("--tensor-parallel-size", "2", "--max-num-batched-tokens", "16", "--async-scheduling")
+    assert "async_scheduling=1" in pathlib.Path(server.log_path).read_text()
+    c = client_for(server)
+    want = completions(tp1, PROMPTS)
+    assert completions(c, PROMPTS) == want
+    assert completions(c, PROMPTS, parallel=True) == want
+
+
 def test_sizes_that_do_not_divide_the_heads_are_refused(xinfer_bin, model_dir, tmp_path):
     r = subprocess.run([str(xinfer_bin), "serve", "--model", str(model_dir), "--port", "0", "--threads", "2",
                         "--tensor-parallel-size", "3"], capture_output=True, text=True, timeout=60)

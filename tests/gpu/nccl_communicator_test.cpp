@@ -4,11 +4,16 @@
 //  - the tensor-parallel code path with one NCCL rank (LlamaModel::forward_sharded: unfused o / down, all-reduce,
 //    all-gathered lm_head) equals the plain path on the golden models: greedy tokens identical over a prefill and
 //    16 decode steps, logits within bf16 tolerance (the plain path fuses the o / down GEMVs into the norm chain);
-//  - with two or more GPUs, an Engine at TP 2 gives TP 1's greedy tokens (skipped on one GPU).
+//  - CUDA graphs under the tensor-parallel code path (one NCCL rank: its all-reduces and the logits all-gather are
+//    real NCCL calls, recorded into the decode graphs): replaying equals the padded eager steps bit for bit and
+//    the plain path's greedy tokens;
+//  - with two or more GPUs, an Engine at TP 2 gives TP 1's greedy tokens, with graphs and asynchronous scheduling
+//    (the default) and eagerly (skipped on one GPU).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -46,9 +51,18 @@ TEST(NcclCommunicator, OneRankCollectivesAreIdentities) {
     backend::DeviceTensor out = gpu().allocate(dt, Shape{97, 3});
     poison(out.view);
     const std::vector<int64_t> offsets{0, 3};
+    comm->reserve_all_gather(97, offsets, dt);
     comm->all_gather_columns(t.view, out.view, offsets);
     EXPECT_EQ(download(gpu(), out.view), v);
   }
+  std::vector<int32_t> ids(37);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i * 7 + 1);
+  backend::DeviceTensor d = gpu().allocate(DType::kI32, Shape{37});
+  XI_CUDA_CHECK(cudaMemcpy(d.view.data, ids.data(), d.view.bytes(), cudaMemcpyHostToDevice));
+  comm->broadcast(d.view, 0);
+  std::vector<int32_t> back(37);
+  gpu().to_host_raw(d.view, back.data());
+  EXPECT_EQ(back, ids);
   comm->barrier();
 }
 
@@ -57,10 +71,11 @@ struct Path {
   std::vector<std::vector<float>> logits;
   std::vector<int32_t> tokens;
 };
-Path run_path(model::LlamaModel& m, const std::vector<int32_t>& prompt, int steps) {
+Path run_path(model::LlamaModel& m, const std::vector<int32_t>& prompt, int steps,
+              engine::GraphMode graphs = engine::GraphMode::kOff, int64_t* replays = nullptr) {
   const model::ModelConfig& c = m.config();
   backend::KvCacheSpec spec{c.num_layers, 17, 16, m.shard().num_kv_heads, c.head_dim, DType::kBF16};
-  engine::ModelRunner runner(m, gpu(), spec, engine::GraphMode::kOff);
+  engine::ModelRunner runner(m, gpu(), spec, graphs);
   std::vector<int32_t> blocks;
   for (int b = 1; b <= 16; ++b) blocks.push_back(b);
   Path p;
@@ -75,6 +90,7 @@ Path run_path(model::LlamaModel& m, const std::vector<int32_t>& prompt, int step
     p.tokens.push_back(next);
     feed = {next};
   }
+  if (replays != nullptr) *replays = runner.graph_replays();
   return p;
 }
 
@@ -109,15 +125,67 @@ TEST(NcclCommunicator, OneRankTensorParallelPathEqualsThePlainPath) {
   }
 }
 
+TEST(NcclCommunicator, OneRankGraphsUnderTheTensorParallelPathReplayTheEagerSteps) {
+  for (const std::string name : {"llama_gqa", "qwen2"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = "tests/golden/" + name;
+    model::LoadOptions opt;
+    opt.max_tokens = 64;
+    opt.max_logit_rows = 8;
+    opt.max_model_len = 256;
+    opt.show_progress = false;
+    auto plain = model::LlamaModel::load(dir, gpu(), opt);
+    ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+    auto comm = one_rank();
+    model::LoadOptions tp_opt = opt;
+    tp_opt.comm = comm.get();
+    auto tp = model::LlamaModel::load(dir, gpu(), tp_opt);
+    ASSERT_TRUE(tp.ok()) << tp.status().to_string();
+    const std::vector<int32_t> prompt{1, 17, 42, 99, 7, 3, 250, 11};
+    int64_t replays = 0;
+    const Path eager = run_path(**tp, prompt, 16, engine::GraphMode::kPaddedEager);
+    const Path graphs = run_path(**tp, prompt, 16, engine::GraphMode::kOn, &replays);
+    const Path ref = run_path(**plain, prompt, 16);
+    EXPECT_EQ(replays, 16) << "every decode step replays a recording";
+    EXPECT_EQ(graphs.tokens, eager.tokens);
+    EXPECT_EQ(graphs.logits, eager.logits) << "a replay must equal the padded eager step bit for bit";
+    EXPECT_EQ(graphs.tokens, ref.tokens) << "greedy tokens of the plain path";
+  }
+}
+
+// More ranks than GPUs: refused from config.json alone (a directory without weights), naming the count.
+TEST(NcclCommunicator, MoreRanksThanGpusFailBeforeAnyWeightIsRead) {
+  int devices = 0;
+  XI_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "tp_config_only";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file("tests/golden/llama_gqa/config.json", dir / "config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  engine::EngineConfig c;
+  c.model_dir = dir.string();
+  c.backend = engine::BackendKind::kCuda;
+  c.tensor_parallel_size = devices < 2 ? 2 : 4;  // llama_gqa: 4 heads
+  if (c.tensor_parallel_size <= devices) GTEST_SKIP() << devices << " GPUs: no size of llama_gqa exceeds them";
+  auto e = engine::Engine::create(c);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().to_string().find("tensor_parallel_size " + std::to_string(c.tensor_parallel_size) + " needs " +
+                                        std::to_string(c.tensor_parallel_size) + " GPUs (one rank per GPU); this "
+                                        "machine has " + std::to_string(devices) + " visible"),
+            std::string::npos)
+      << e.status().to_string();
+}
+
 TEST(NcclCommunicator, TwoGpusTp2EqualsTp1) {
   int devices = 0;
   XI_CUDA_CHECK(cudaGetDeviceCount(&devices));
   if (devices < 2) GTEST_SKIP() << "one GPU: TP 2 needs two";
-  auto tokens = [](int tp) {
+  auto tokens = [](int tp, bool eager = false) {
     engine::EngineConfig c;
     c.model_dir = "tests/golden/llama_gqa";
     c.backend = engine::BackendKind::kCuda;
     c.tensor_parallel_size = tp;
+    c.enable_cuda_graphs = !eager;
+    c.async_scheduling = !eager;
     c.gpu_memory_utilization = 0.3;
     c.max_model_len = 128;
     auto e = engine::Engine::create(c);
@@ -142,7 +210,9 @@ TEST(NcclCommunicator, TwoGpusTp2EqualsTp1) {
     cv.wait(lock, [&] { return done; });
     return out;
   };
-  EXPECT_EQ(tokens(2), tokens(1));
+  const std::vector<int32_t> one = tokens(1);
+  EXPECT_EQ(tokens(2), one) << "graphs + async scheduling";
+  EXPECT_EQ(tokens(2, /*eager=*/true), one) << "eager";
 }
 
 #endif  // XINFER_HAVE_NCCL

@@ -12,7 +12,8 @@
 //
 // Layouts: all_reduce_sum works on any contiguous tensor (elementwise). all_gather_columns gathers a
 // [R, C_r] tensor of every rank into [R, C] (C = sum of C_r) with rank r's columns at
-// [col_offsets[r], col_offsets[r + 1]): the layout of a vocabulary-parallel lm_head's logits.
+// [col_offsets[r], col_offsets[r + 1]): the layout of a vocabulary-parallel lm_head's logits. broadcast copies
+// root's tensor (any dtype, e.g. the i32 ids a pipelined step feeds on the device) into every rank's.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,14 @@ class Communicator {
   // the same on every rank. in and out do not overlap.
   virtual void all_gather_columns(const TensorView& in, const TensorView& out,
                                   std::span<const int64_t> col_offsets) = 0;
+  // x[...] = x[...] of rank `root`, in place on every other rank. x: any contiguous tensor, the same shape and
+  // dtype on every rank.
+  virtual void broadcast(const TensorView& x, int root) = 0;
+  // Makes room for all_gather_columns of up to `max_rows` rows with these offsets and dtype, so that later
+  // calls (in CUDA graph recordings too) never allocate. Call it once, before any recording.
+  virtual void reserve_all_gather(int64_t max_rows, std::span<const int64_t> col_offsets, DType dtype) {
+    (void)max_rows, (void)col_offsets, (void)dtype;
+  }
   // Returns once every rank has called it (and, on devices, once the work queued before it on every rank
   // has been ordered before the work queued after it).
   virtual void barrier() = 0;

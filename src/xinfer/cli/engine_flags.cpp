@@ -12,7 +12,7 @@ void EngineFlags::add_to(FlagSet& flags) {
   flags.add("--tensor-parallel-size", &config.tensor_parallel_size,
             "split the model over this many ranks (CUDA: one per GPU; CPU: threads sharing the cores and "
             "--kv-cache-memory); must divide the attention heads and the FFN width (e.g. 3 for SmolLM2's 9 "
-            "heads); graphs and async scheduling are off when > 1");
+            "heads)");
   flags.add("--kv-cache-memory", &kv_cache_memory,
             "memory for KV-cache blocks on the CPU backend (host RAM), e.g. 512MiB, 4GiB");
   flags.add("--kv-cache-dtype", &kv_cache_dtype,

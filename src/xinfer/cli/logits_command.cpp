@@ -250,8 +250,7 @@ int run_logits(int argc, char** argv) {
   const backend::KvCacheSpec spec{cfg.num_layers, table_blocks + 1, block_size, model.shard().num_kv_heads,
                                   cfg.head_dim, backend.info().activation_dtype};
   const backend::KvCache prefill_kv = backend.allocate_kv_cache(spec);
-  const bool graphs = !enforce_eager && tensor_parallel_size == 1;  // graphs under TP: not yet
-  engine::ModelRunner runner(model, backend, spec, graphs ? engine::GraphMode::kOn : engine::GraphMode::kOff);
+  engine::ModelRunner runner(model, backend, spec, enforce_eager ? engine::GraphMode::kOff : engine::GraphMode::kOn);
   // Followers: one KV cache each serves both rank 0's prefill_kv and the runner's (every request writes each
   // slot it reads first, in the same step order on every rank).
   tp_or->attach(runner, spec);

@@ -161,13 +161,7 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
   const int longest = config.max_model_len > 0 ? config.max_model_len : max_pos;
   // Tensor parallelism: every size checked before any backend or weight (docs/tensor_parallel.md).
   const int tp = config.tensor_parallel_size;
-  if (tp > 1) {
-    XI_RETURN_IF_ERROR(validate_tensor_parallel(mc, tp, config.backend));
-    if (config.enable_cuda_graphs || config.async_scheduling.value_or(false))
-      XI_LOG(INFO) << "engine: tensor_parallel_size " << tp << ": CUDA graphs and asynchronous scheduling are off";
-    config.enable_cuda_graphs = false;
-    config.async_scheduling = false;
-  }
+  if (tp > 1) XI_RETURN_IF_ERROR(validate_tensor_parallel(mc, tp, config.backend));
   XI_ASSIGN_OR_RETURN(model::ModelShard shard0, model::ModelShard::make(mc, tp, 0));
   XI_ASSIGN_OR_RETURN(BackendBundle bundle, make_backend(config, mc, longest));
   backend::Backend& be = *bundle.backend;

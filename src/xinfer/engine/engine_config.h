@@ -79,7 +79,8 @@ struct EngineConfig {
   // Tensor parallelism (docs/tensor_parallel.md): the model split over this many ranks, one per GPU on CUDA
   // (threads of this process on the CPU, kv_cache_memory then shared by all ranks). Must divide the attention
   // heads and the FFN width; the kv heads are replicated when fewer. CUDA graphs and asynchronous scheduling
-  // are off when > 1 (`--tensor-parallel-size`).
+  // work on every rank (each records its own graphs; rank 0 broadcasts the ids a pipelined step feeds)
+  // (`--tensor-parallel-size`).
   int tensor_parallel_size = 1;
   // Policy and limits; num_blocks and max_model_len are overwritten by create().
   sched::SchedulerConfig scheduler;

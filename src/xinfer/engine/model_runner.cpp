@@ -127,31 +127,45 @@ bool ModelRunner::graph_shape(std::span<const SequenceChunk> chunks, int* bucket
   return true;
 }
 
-backend::StepMeta ModelRunner::upload(backend::StepPlan& p) {
-  if (followers_ != nullptr) {  // tensor parallel: the other ranks run the same step
-    XI_CHECK(graph_mode_ != GraphMode::kOn) << "graphs are off under tensor parallelism";
-    followers_->launch(p);
+backend::StepMeta ModelRunner::upload(backend::StepPlan& p, uint64_t graph_key) {
+  const GreedyFlight* prev = nullptr;
+  if (!p.token_sources.empty()) {
+    XI_CHECK(!greedy_flights_.empty()) << "a chunk feeds a token but no greedy step is in flight";
+    prev = &greedy_flights_.back();
+    for (int32_t& r : p.token_sources) {
+      if (r < 0) continue;
+      XI_CHECK_LT(static_cast<size_t>(r), prev->sample_rows.size())
+          << "token source beyond the previous step's samples";
+      r = prev->sample_rows[static_cast<size_t>(r)];
+    }
   }
-  if (p.token_sources.empty()) return backend_.upload_step(p);
-  XI_CHECK(!greedy_flights_.empty()) << "a chunk feeds a token but no greedy step is in flight";
-  const GreedyFlight& prev = greedy_flights_.back();
-  for (int32_t& r : p.token_sources) {
-    if (r < 0) continue;
-    XI_CHECK_LT(static_cast<size_t>(r), prev.sample_rows.size())
-        << "token source beyond the previous step's samples";
-    r = prev.sample_rows[static_cast<size_t>(r)];
+  if (followers_ != nullptr) {  // tensor parallel: the other ranks run the same step (step_followers.h)
+    FollowerStep step;
+    step.graph_key = graph_key;
+    if (prev != nullptr) {
+      step.feed_buffer = prev->buffer;
+      step.feed_rows = prev->rows;
+    }
+    followers_->launch(p, step);
+    if (prev != nullptr) {  // the in-flight step's ids, sampled here only: to every rank's same buffer
+      backend::Communicator* comm = model_.options().comm;
+      XI_CHECK(comm != nullptr) << "tensor parallel followers need the model's communicator";
+      comm->broadcast(ids_device_[prev->buffer].view.rows(0, prev->rows), 0);
+    }
   }
   const backend::StepMeta meta = backend_.upload_step(p);
-  backend_.feed_tokens(meta, ids_device_[prev.buffer].view);
+  if (prev != nullptr) backend_.feed_tokens(meta, ids_device_[prev->buffer].view);
   return meta;
 }
 
 TensorView ModelRunner::forward_padded(std::span<const SequenceChunk> chunks, int bucket, int width) {
   backend::StepPlan p = padded_decode_plan(chunks, kv_spec_.block_size, bucket, width);
-  const backend::StepMeta meta = upload(p);
+  const uint64_t key = graph_mode_ == GraphMode::kOn ? (graph_owner_ << 40) | (static_cast<uint64_t>(bucket) << 24) |
+                                                           static_cast<uint32_t>(width)
+                                                     : 0;
+  const backend::StepMeta meta = upload(p, key);
   TensorView logits;
   if (graph_mode_ == GraphMode::kOn) {
-    const uint64_t key = (graph_owner_ << 40) | (static_cast<uint64_t>(bucket) << 24) | static_cast<uint32_t>(width);
     auto it = graph_logits_.find(key);
     if (it != graph_logits_.end() && backend_.replay(key)) {
       logits = it->second;
@@ -181,7 +195,7 @@ TensorView ModelRunner::forward(std::span<const SequenceChunk> chunks, bool* pad
   *padded = graph_shape(chunks, &bucket, &width);
   if (*padded) return forward_padded(chunks, bucket, width);
   backend::StepPlan p = plan(chunks, kv_spec_.block_size);
-  const backend::StepMeta meta = upload(p);
+  const backend::StepMeta meta = upload(p, 0);
   return model_.forward(meta, kv_);
 }
 

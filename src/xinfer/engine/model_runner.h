@@ -27,6 +27,11 @@
 // step's token ids after the metadata upload and before the forward (or the graph replay). The sampled ids
 // and their host copies are double-buffered, and finish_greedy() waits only for the oldest step's copy (a
 // fence).
+//
+// Tensor parallelism (set_followers): every step's plan goes to the other ranks first, with the graph key of a
+// recorded step (each rank records and replays its own graph of it) and, for a step that feeds device tokens,
+// the ids buffer to receive: rank 0 broadcasts the in-flight step's sampled ids (Communicator::broadcast of
+// LoadOptions::comm) before its upload, so every rank feeds the same tokens (step_followers.h).
 #pragma once
 
 #include <cstdint>
@@ -109,8 +114,8 @@ class ModelRunner {
   int vocab_size() const { return model_.config().vocab_size; }
   model::LlamaModel& model() { return model_; }
   void set_graph_mode(GraphMode mode) { graph_mode_ = mode; }
-  // Tensor parallelism: the other ranks, handed every step's plan before this rank's forward (nullptr: none).
-  // Graphs stay off and no step may feed device tokens while followers are set.
+  // Tensor parallelism: the other ranks, handed every step's plan before this rank's forward (nullptr: none);
+  // the model must have been loaded with its communicator (LoadOptions::comm).
   void set_followers(StepFollowers* followers) { followers_ = followers; }
   GraphMode graph_mode() const { return graph_mode_; }
   int64_t graph_captures() const { return graph_captures_; }  // recordings made
@@ -130,8 +135,9 @@ class ModelRunner {
   // of the last started greedy step.
   TensorView forward(std::span<const SequenceChunk> chunks, bool* padded);
   TensorView forward_padded(std::span<const SequenceChunk> chunks, int bucket, int width);
-  // Uploads plan `p` (token sources mapped to device rows of the last started greedy step) and feeds them.
-  backend::StepMeta upload(backend::StepPlan& p);
+  // Uploads plan `p` (token sources mapped to device rows of the last started greedy step) and feeds them;
+  // followers get the plan first (graph_key: the recording the step replays, 0: eager).
+  backend::StepMeta upload(backend::StepPlan& p, uint64_t graph_key);
 
   model::LlamaModel& model_;
   backend::Backend& backend_;

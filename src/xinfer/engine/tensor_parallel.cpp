@@ -32,6 +32,7 @@ struct TensorParallelGroup::Follower {
   struct Job {
     enum Kind { kStep, kKv, kStop } kind = kStep;
     backend::StepPlan plan;
+    FollowerStep step;
     backend::KvCacheSpec spec;
   };
   std::deque<Job> jobs;
@@ -45,6 +46,7 @@ struct TensorParallelGroup::Follower {
   std::unique_ptr<backend::Backend> backend;
   std::unique_ptr<model::LlamaModel> model;
   backend::KvCache kv;
+  backend::DeviceTensor ids[2];  // the ids rank 0's ModelRunner sampled, received for steps that feed them
 #if defined(XINFER_HAVE_CUDA) && defined(XINFER_HAVE_NCCL)
   cuda::NcclId nccl_id;
 #endif
@@ -56,21 +58,26 @@ int threads_per_rank(int threads, int tp_size) {
   return std::max(1, total / tp_size);
 }
 
-Status validate_tensor_parallel(const model::ModelConfig& config, int tp_size, BackendKind backend) {
+Status validate_tensor_parallel(const model::ModelConfig& config, int tp_size, BackendKind backend,
+                                std::optional<int> visible_gpus) {
   for (int r = 0; r < tp_size; ++r) XI_RETURN_IF_ERROR(model::ModelShard::make(config, tp_size, r).status());
-  if (backend == BackendKind::kCuda && tp_size > 1) {
+  if (backend != BackendKind::kCuda || tp_size <= 1) return Status();
+  if (!visible_gpus) {
 #if defined(XINFER_HAVE_CUDA)
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
-    if (tp_size > devices)
-      return invalid_argument("tensor_parallel_size " + std::to_string(tp_size) + " needs " +
-                              std::to_string(tp_size) + " GPUs (one rank per GPU); this machine has " +
-                              std::to_string(devices) + " visible (CUDA_VISIBLE_DEVICES)");
-#if !defined(XINFER_HAVE_NCCL)
-    return unimplemented("tensor parallelism on CUDA needs NCCL: this xinfer was built without nccl.h");
-#endif
+    visible_gpus = devices;
+#else
+    return unimplemented("tensor parallelism on CUDA: this xinfer was built without the CUDA backend");
 #endif
   }
+  if (tp_size > *visible_gpus)
+    return invalid_argument("tensor_parallel_size " + std::to_string(tp_size) + " needs " + std::to_string(tp_size) +
+                            " GPUs (one rank per GPU); this machine has " + std::to_string(*visible_gpus) +
+                            " visible (CUDA_VISIBLE_DEVICES)");
+#if defined(XINFER_HAVE_CUDA) && !defined(XINFER_HAVE_NCCL)
+  return unimplemented("tensor parallelism on CUDA needs NCCL: this xinfer was built without nccl.h");
+#endif
   return Status();
 }
 
@@ -146,6 +153,8 @@ void TensorParallelGroup::follower_main(Follower& f, const TensorParallelOptions
     if (st.ok()) {
       f.backend->synchronize();
       f.report = RankReport{f.rank, f.backend->info(), f.model->weight_bytes(), f.model->shard().to_string()};
+      const int64_t rows = std::max(f.model->options().max_logit_rows, ModelRunner::kMaxGraphBatch);
+      for (backend::DeviceTensor& t : f.ids) t = f.backend->allocate(DType::kI32, Shape{rows});
     }
   }
   f.cv.notify_all();
@@ -160,6 +169,7 @@ void TensorParallelGroup::follower_main(Follower& f, const TensorParallelOptions
     if (job.kind == Follower::Job::kStop) break;
     XI_CHECK(st.ok()) << "tensor parallel rank " << f.rank << " got work after failing to load";
     if (job.kind == Follower::Job::kKv) {
+      if (f.backend->supports_graphs()) f.backend->clear_graphs();  // recordings point at the old cache
       f.kv = backend::KvCache{};
       f.kv = f.backend->allocate_kv_cache(job.spec);
       {
@@ -169,10 +179,38 @@ void TensorParallelGroup::follower_main(Follower& f, const TensorParallelOptions
       f.cv.notify_all();
       continue;
     }
-    const backend::StepMeta meta = f.backend->upload_step(job.plan);
-    f.model->forward(meta, f.kv);  // logits discarded: rank 0 samples
+    run_step(f, job.plan, job.step);
   }
-  if (f.backend) f.backend->synchronize();
+  if (f.backend) {
+    f.backend->synchronize();
+    f.backend->clear_graphs();  // before the model and KV cache they point at go
+  }
+}
+
+void TensorParallelGroup::run_step(Follower& f, const backend::StepPlan& plan, const FollowerStep& step) {
+  const TensorView fed = step.feed_buffer >= 0 ? f.ids[step.feed_buffer].view : TensorView{};
+  if (step.feed_rows > 0) {
+    XI_CHECK(step.feed_buffer == 0 || step.feed_buffer == 1) << "ids buffer " << step.feed_buffer;
+    f.comm->broadcast(fed.rows(0, step.feed_rows), 0);
+  }
+  const backend::StepMeta meta = f.backend->upload_step(plan);
+  if (!plan.token_sources.empty()) {
+    XI_CHECK(!fed.empty()) << "tensor parallel rank " << f.rank << ": a step feeds tokens but names no ids buffer";
+    f.backend->feed_tokens(meta, fed);
+  }
+  // Logits discarded: rank 0 samples. Recording runs nothing; the replay (or the eager fallback) runs the step.
+  if (step.graph_key == 0 || !f.backend->supports_graphs()) {
+    f.model->forward(meta, f.kv);
+    return;
+  }
+  if (f.backend->replay(step.graph_key)) return;
+  f.backend->begin_capture();
+  f.model->forward(meta, f.kv);
+  if (f.backend->end_capture(step.graph_key)) {
+    XI_CHECK(f.backend->replay(step.graph_key)) << "a fresh recording must replay";
+  } else {
+    f.model->forward(meta, f.kv);  // recording failed (a workspace had to grow): run eagerly
+  }
 }
 
 Status TensorParallelGroup::wait_loaded() {
@@ -211,12 +249,12 @@ void TensorParallelGroup::allocate_kv(const backend::KvCacheSpec& spec) {
   }
 }
 
-void TensorParallelGroup::launch(const backend::StepPlan& plan) {
-  XI_CHECK(plan.token_sources.empty()) << "tensor parallel followers cannot feed device tokens";
+void TensorParallelGroup::launch(const backend::StepPlan& plan, const FollowerStep& step) {
   for (auto& f : followers_) {
     Follower::Job job;
     job.kind = Follower::Job::kStep;
     job.plan = plan;
+    job.step = step;
     {
       std::lock_guard<std::mutex> lock(f->mu);
       f->jobs.push_back(std::move(job));

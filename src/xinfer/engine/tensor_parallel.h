@@ -4,8 +4,9 @@
 // loaded its shard of the weights (model::ModelShard) and then runs one job at a time from its queue:
 //
 //   allocate_kv(spec)  -> its KV cache: the same block count as rank 0, its own (local) kv heads
-//   launch(plan)       -> upload_step(plan) + forward(): the same step as rank 0, meeting it at every
-//                         all-reduce / all-gather; its logits are discarded (rank 0 samples)
+//   launch(plan, step) -> (receive fed ids) + upload_step(plan) + forward(), replaying or recording its own CUDA
+//                         graph of step.graph_key: the same step as rank 0, meeting it at every all-reduce /
+//                         all-gather (step_followers.h); its logits are discarded (rank 0 samples)
 //   (destructor)       -> stop, join
 //
 // The scheduler, the sampler and every host decision exist once, on rank 0: followers see only step plans, in
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,12 +67,13 @@ class TensorParallelGroup final : public StepFollowers {
   std::vector<RankReport> follower_reports() const;  // after wait_loaded()
   // Allocates every follower's KV cache (on its thread); returns when all are allocated.
   void allocate_kv(const backend::KvCacheSpec& spec);
-  void launch(const backend::StepPlan& plan) override;
+  void launch(const backend::StepPlan& plan, const FollowerStep& step = {}) override;
 
  private:
   struct Follower;
   TensorParallelGroup() = default;
   static void follower_main(Follower& f, const TensorParallelOptions& options);
+  static void run_step(Follower& f, const backend::StepPlan& plan, const FollowerStep& step);
 
   TensorParallelOptions options_;
   std::unique_ptr<backend::Communicator> rank0_comm_;
@@ -95,7 +98,9 @@ Result<TensorParallelModel> load_tensor_parallel(
 int threads_per_rank(int threads, int tp_size);
 
 // Rank 0's size checks alone (every rank's ModelShard; CUDA: enough GPUs), for callers that want the error
-// before making any backend.
-Status validate_tensor_parallel(const model::ModelConfig& config, int tp_size, BackendKind backend);
+// before making any backend or reading any weight. visible_gpus: the CUDA device count to check against; unset:
+// cudaGetDeviceCount() (a build without CUDA: UNIMPLEMENTED for tp_size > 1 on CUDA). Tests inject it.
+Status validate_tensor_parallel(const model::ModelConfig& config, int tp_size, BackendKind backend,
+                                std::optional<int> visible_gpus = std::nullopt);
 
 }  // namespace xinfer::engine

@@ -323,7 +323,13 @@ void LlamaModel::allocate_workspace() {
   mlp_ = alloc(Shape{T, shard_.ffn}, dt);
   last_hidden_ = alloc(Shape{R, c.hidden_size}, dt);
   logits_ = alloc(Shape{R, c.vocab_size}, DType::kF32);
-  if (options_.comm != nullptr) local_logits_ = alloc(Shape{R, shard_.local_vocab()}, DType::kF32);
+  if (options_.comm != nullptr) {
+    local_logits_ = alloc(Shape{R, shard_.local_vocab()}, DType::kF32);
+    // The logits all-gather's buffers, sized once for every step (graph recordings keep their addresses).
+    std::vector<int64_t> offsets;
+    for (int r = 0; r <= shard_.tp_size; ++r) offsets.push_back(shard_.vocab_offset(r));
+    options_.comm->reserve_all_gather(R, offsets, DType::kF32);
+  }
 }
 
 TensorView LlamaModel::forward(const backend::StepMeta& step, const backend::KvCache& kv) {
@@ -338,10 +344,9 @@ TensorView LlamaModel::forward(const backend::StepMeta& step, const backend::KvC
   TensorView x = residual_.rows(0, T), h = normed_.rows(0, T), qkv = qkv_.rows(0, T), attn = attn_.rows(0, T),
              proj = proj_.rows(0, T), gate_up = gate_up_.rows(0, T), mlp = mlp_.rows(0, T);
 
-  if (observer_ != nullptr) {
-    XI_CHECK(!shard_.sharded()) << "activation observers run on one rank (no tensor parallelism)";
+  if (observer_ != nullptr && options_.comm == nullptr) {
     forward_observed(step, kv);
-  } else if (options_.comm != nullptr) {  // tensor parallel (or its code path with one rank)
+  } else if (options_.comm != nullptr) {  // tensor parallel (or its code path with one rank); observed there too
     forward_sharded(step, kv);
   } else {
     // Each norm runs with the projection after it and the one before it (add_rms_norm_linear: on CUDA decode
@@ -429,16 +434,29 @@ void LlamaModel::forward_sharded(const backend::StepMeta& step, const backend::K
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   TensorView x = residual_.rows(0, T), h = normed_.rows(0, T), qkv = qkv_.rows(0, T), attn = attn_.rows(0, T),
              proj = proj_.rows(0, T), gate_up = gate_up_.rows(0, T), mlp = mlp_.rows(0, T);
+  // An observer here sees each linear's input after the fused op that made it (the same values): the whole
+  // normed rows for qkv and gate_up (replicated on every rank), this rank's columns for o and down.
+  std::vector<float> host;
+  auto observe = [&](int l, LinearSite site, const TensorView& in) {
+    if (observer_ == nullptr) return;
+    host.resize(static_cast<size_t>(in.numel()));
+    backend_.to_host_f32(in, host.data());
+    observer_->observe(l, site, host.data(), T, in.shape[1]);
+  };
   backend_.embedding_weights(step, embed_, x);  // replicated table: every rank has the whole x
   backend_.add_rms_norm_linear({x, {}, layers_[0].input_norm, eps, layers_[0].qkv, h, qkv, {}, {}, {}});
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[static_cast<size_t>(l)];
+    observe(l, LinearSite::kQkv, h);
     if (c.qk_norm) backend_.qk_norm(qkv, s.num_heads, s.num_kv_heads, s.head_dim, w.q_norm, w.k_norm, eps);
     backend_.rope_paged_attention(step, qkv, s.num_heads, s.num_kv_heads, s.head_dim, cos_sin_, scale,
                                   kv.layers[static_cast<size_t>(l)], attn);
+    observe(l, LinearSite::kO, attn);
     backend_.linear(attn, w.o, proj);  // partial: this rank's heads
     comm.all_reduce_sum(proj);
     backend_.add_rms_norm_linear({x, proj, w.post_attention_norm, eps, w.gate_up, h, gate_up, mlp, {}, {}});
+    observe(l, LinearSite::kGateUp, h);
+    observe(l, LinearSite::kDown, mlp);
     backend_.linear(mlp, w.down, proj);  // partial: this rank's ffn columns
     comm.all_reduce_sum(proj);
     if (l + 1 < c.num_layers) {

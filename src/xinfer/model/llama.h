@@ -102,7 +102,9 @@ class LlamaModel {
 
   // Calibration and quantization search (compress/), a narrow in-memory API:
   // with an observer set, forward() takes the unfused op path and copies each linear's input to the host
-  // for it (slower; nullptr restores the fused path). The observer must outlive its use.
+  // for it (slower; nullptr restores the fused path). The observer must outlive its use. Under tensor
+  // parallelism (LoadOptions::comm) the sharded path keeps its ops and reports this rank's inputs: whole rows
+  // for qkv / gate_up, the rank's columns for o / down (calibration itself runs on one rank).
   void set_observer(ActivationObserver* observer) { observer_ = observer; }
   // This rank's share of the model (ModelShard::whole() without tensor parallelism).
   const ModelShard& shard() const { return shard_; }

@@ -1,7 +1,7 @@
 // CpuCommunicator: all_reduce_sum equals the sequential f32 sum in rank order (the definition, computed here
 // independently) and is bit-identical on every rank; all_gather_columns places each rank's columns; N = 1..4
 // ranks on awkward sizes (1, 7, 97, 4097 elements; rank shares of 0 columns); repeated collectives reuse the
-// group; a rank that never arrives fails with a message naming the missing rank.
+// group; broadcast copies the root's i32 tensor to every rank; a rank that never arrives fails with a message naming the missing rank.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -72,6 +72,24 @@ TEST(CpuCommunicator, AllGatherColumnsPlacesEveryRanksColumns) {
         for (int64_t j = 0; j < cols; ++j)
           ASSERT_EQ(out[static_cast<size_t>(i * cols + j)], static_cast<float>(i * 1000 + j)) << "rank " << r;
     });
+  }
+}
+
+TEST(CpuCommunicator, BroadcastCopiesTheRootsTensorToEveryRank) {
+  for (int n = 1; n <= 4; ++n) {
+    for (int root = 0; root < n; ++root) {
+      SCOPED_TRACE("ranks " + std::to_string(n) + " root " + std::to_string(root));
+      auto comms = CpuCommunicator::create_group(n);
+      on_ranks(n, [&](int r) {
+        for (int round = 0; round < 2; ++round) {  // i32, as the fed ids of a pipelined step
+          std::vector<int32_t> ids(37);
+          for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(r * 1000 + round * 100 + i);
+          comms[static_cast<size_t>(r)]->broadcast(TensorView{ids.data(), DType::kI32, Shape{37}, Device::kCpu}, root);
+          for (size_t i = 0; i < ids.size(); ++i)
+            ASSERT_EQ(ids[i], static_cast<int32_t>(root * 1000 + round * 100 + i)) << "rank " << r;
+        }
+      });
+    }
   }
 }
 

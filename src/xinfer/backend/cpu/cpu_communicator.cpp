@@ -108,4 +108,19 @@ void CpuCommunicator::all_gather_columns(const TensorView& in, const TensorView&
   if (n > 1) g.arrive_and_wait(rank_, "all_gather_columns (read)");  // inputs stay valid until all copied
 }
 
+void CpuCommunicator::broadcast(const TensorView& x, int root) {
+  const int n = size();
+  XI_CHECK(root >= 0 && root < n) << "broadcast: root " << root << " of " << n;
+  if (n == 1) return;
+  CpuCommGroup& g = *group_;
+  g.slots_[static_cast<size_t>(rank_)].in = x;
+  g.arrive_and_wait(rank_, "broadcast (publish)");
+  const TensorView& src = g.slots_[static_cast<size_t>(root)].in;
+  XI_CHECK(src.dtype == x.dtype && src.numel() == x.numel())
+      << "broadcast: rank " << rank_ << " has " << x.shape << " " << dtype_name(x.dtype) << ", root " << root
+      << " " << src.shape << " " << dtype_name(src.dtype);
+  if (rank_ != root && x.numel() > 0) std::memcpy(x.data, src.data, x.bytes());
+  g.arrive_and_wait(rank_, "broadcast (read)");  // root's tensor stays valid until every rank has copied it
+}
+
 }  // namespace xinfer::cpu

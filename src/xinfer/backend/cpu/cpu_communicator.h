@@ -9,7 +9,8 @@
 // writes it into every rank's tensor; a last barrier keeps the scratch and the tensors stable until every
 // rank is done. The order of the additions is the same for every element whoever computes it, so all ranks
 // get the same bits, and the result is that of a sequential sum in rank order.
-// all_gather_columns: each rank copies every rank's columns into its own out.
+// all_gather_columns: each rank copies every rank's columns into its own out. broadcast: the other ranks copy
+// root's tensor, then a barrier keeps it stable until all have.
 // A rank that waits longer than the group's timeout at a barrier aborts (XI_CHECK) naming the collective,
 // the ranks that arrived and the timeout: a rank that died or diverged never hangs the others silently.
 #pragma once
@@ -66,6 +67,7 @@ class CpuCommunicator final : public backend::Communicator {
   void all_reduce_sum(const TensorView& x) override;
   void all_gather_columns(const TensorView& in, const TensorView& out,
                           std::span<const int64_t> col_offsets) override;
+  void broadcast(const TensorView& x, int root) override;
   void barrier() override { group_->arrive_and_wait(rank_, "barrier"); }
 
  private:

@@ -28,6 +28,7 @@ struct NcclApi {
   decltype(&ncclCommDestroy) comm_destroy = nullptr;
   decltype(&ncclAllReduce) all_reduce = nullptr;
   decltype(&ncclAllGather) all_gather = nullptr;
+  decltype(&ncclBroadcast) broadcast = nullptr;
   decltype(&ncclGetErrorString) get_error_string = nullptr;
   std::string error;  // why loading failed; empty when loaded
 };
@@ -54,6 +55,7 @@ const NcclApi& nccl() {
     sym(a.comm_destroy, "ncclCommDestroy");
     sym(a.all_reduce, "ncclAllReduce");
     sym(a.all_gather, "ncclAllGather");
+    sym(a.broadcast, "ncclBroadcast");
     sym(a.get_error_string, "ncclGetErrorString");
     return a;
   }();
@@ -167,8 +169,9 @@ void NcclCommunicator::wait_enqueued(int result, const char* what) {
                              << nccl_error(r);
 }
 
+// One rank too goes through NCCL (the tensor-parallel code path alone, in tests: its collectives are then
+// recorded into and replayed from CUDA graphs on one GPU as on several).
 void NcclCommunicator::all_reduce_sum(const TensorView& x) {
-  if (size_ == 1) return;
   wait_enqueued(nccl().all_reduce(x.data, x.data, static_cast<size_t>(x.numel()), nccl_dtype(x.dtype), ncclSum,
                                   static_cast<ncclComm_t>(comm_), stream_),
                 "ncclAllReduce");
@@ -186,23 +189,11 @@ void NcclCommunicator::all_gather_columns(const TensorView& in, const TensorView
   for (int r = 0; r < size_; ++r) max_share = std::max(max_share, col_offsets[r + 1] - col_offsets[r]);
   const int64_t mine = col_offsets[rank_ + 1] - col_offsets[rank_];
   XI_CHECK_EQ(in.numel(), rows * mine);
-  if (size_ == 1) {
-    XI_CUDA_CHECK(cudaMemcpyAsync(out.data, in.data, in.bytes(), cudaMemcpyDeviceToDevice, stream_));
-    return;
-  }
   const size_t share_bytes = static_cast<size_t>(rows * max_share) * elem;
-  const size_t need = share_bytes * static_cast<size_t>(size_ + 1);  // [size] gathered + my padded send
-  if (need > staging_bytes_) {
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    XI_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
-    XI_CHECK(capturing == cudaStreamCaptureStatusNone)
-        << "all_gather_columns: staging buffer must grow to " << need << " bytes during a graph capture "
-        << "(run one eager step of this size first)";
-    XI_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (staging_ != nullptr) XI_CUDA_CHECK(cudaFree(staging_));
-    XI_CUDA_CHECK(cudaMalloc(&staging_, need));
-    staging_bytes_ = need;
-  }
+  grow_staging(share_bytes * static_cast<size_t>(size_ + 1));  // [size] gathered + my padded send
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  XI_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
+  if (capturing != cudaStreamCaptureStatusNone) recorded_ = true;
   auto* gathered = static_cast<uint8_t*>(staging_);
   uint8_t* send = gathered + share_bytes * static_cast<size_t>(size_);
   // My share padded to [rows, max_share].
@@ -220,6 +211,35 @@ void NcclCommunicator::all_gather_columns(const TensorView& in, const TensorView
                                     static_cast<size_t>(max_share) * elem, static_cast<size_t>(w) * elem,
                                     static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, stream_));
   }
+}
+
+void NcclCommunicator::grow_staging(size_t need) {
+  if (need <= staging_bytes_) return;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  XI_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
+  XI_CHECK(capturing == cudaStreamCaptureStatusNone)
+      << "all_gather_columns: staging buffer must grow to " << need << " bytes during a graph capture "
+      << "(reserve_all_gather() was not called for this size)";
+  XI_CHECK(!recorded_) << "all_gather_columns: staging buffer must grow to " << need << " bytes after a graph "
+                       << "recorded its address (reserve_all_gather() was not called for this size)";
+  XI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (staging_ != nullptr) XI_CUDA_CHECK(cudaFree(staging_));
+  XI_CUDA_CHECK(cudaMalloc(&staging_, need));
+  staging_bytes_ = need;
+}
+
+void NcclCommunicator::reserve_all_gather(int64_t max_rows, std::span<const int64_t> col_offsets, DType dtype) {
+  XI_CHECK_EQ(static_cast<int>(col_offsets.size()), size_ + 1);
+  int64_t max_share = 0;
+  for (int r = 0; r < size_; ++r) max_share = std::max(max_share, col_offsets[r + 1] - col_offsets[r]);
+  grow_staging(static_cast<size_t>(max_rows * max_share) * dtype_bytes(dtype, 1) * static_cast<size_t>(size_ + 1));
+}
+
+void NcclCommunicator::broadcast(const TensorView& x, int root) {
+  XI_CHECK(root >= 0 && root < size_) << "broadcast: root " << root << " of " << size_;
+  if (x.numel() == 0) return;
+  wait_enqueued(nccl().broadcast(x.data, x.data, x.bytes(), ncclUint8, root, static_cast<ncclComm_t>(comm_), stream_),
+                "ncclBroadcast");
 }
 
 void NcclCommunicator::barrier() {

@@ -14,7 +14,9 @@
 //
 // all_reduce_sum: ncclAllReduce(sum) in place, in the tensor's dtype (bf16 / f16 / f32); NCCL's ring and
 // tree algorithms give every rank the same bits. all_gather_columns: ncclAllGather of equal padded shares
-// into a staging buffer [size, R, max share], then one cudaMemcpy2DAsync per rank into the columns of out.
+// into a staging buffer [size, R, max share], then one cudaMemcpy2DAsync per rank into the columns of out; the
+// buffer is sized by reserve_all_gather() before any recording (recordings keep its address: it never moves
+// afterwards). broadcast: ncclBroadcast of the bytes, in place.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -53,12 +55,15 @@ class NcclCommunicator final : public backend::Communicator {
   void all_reduce_sum(const TensorView& x) override;
   void all_gather_columns(const TensorView& in, const TensorView& out,
                           std::span<const int64_t> col_offsets) override;
+  void broadcast(const TensorView& x, int root) override;
+  void reserve_all_gather(int64_t max_rows, std::span<const int64_t> col_offsets, DType dtype) override;
   // An all-reduce of one float (NCCL has no barrier), then a stream synchronization.
   void barrier() override;
 
  private:
   NcclCommunicator(void* comm, int size, int rank, int device, cudaStream_t stream);
   void wait_enqueued(int result, const char* what);  // polls a non-blocking call until it is queued
+  void grow_staging(size_t need);  // outside recordings only, and never after one used the buffer
 
   void* comm_;  // ncclComm_t
   int size_, rank_, device_;
@@ -66,6 +71,7 @@ class NcclCommunicator final : public backend::Communicator {
   std::chrono::milliseconds timeout_{std::chrono::minutes(2)};
   void* staging_ = nullptr;  // all_gather_columns: [size, R, max share] bytes, grown outside graph capture
   size_t staging_bytes_ = 0;
+  bool recorded_ = false;  // a graph recording holds staging_'s address
   float* barrier_word_ = nullptr;
 };
 
