@@ -537,4 +537,45 @@ Result<const GgufTensorInfo*> GgufFile::tensor(const std::string& name, const Sh
   return t;
 }
 
+Result<GgufTensorInfo> GgufFile::tensor_rows(const std::string& name, int64_t r0, int64_t r1) const {
+  const GgufTensorInfo* t = find_tensor(name);
+  if (!t)
+    return not_found(path() + ": tensor '" + name + "' not found (" + std::to_string(impl_->tensors.size()) +
+                     " tensors)");
+  const int64_t n = t->ne.back();
+  if (r0 < 0 || r1 < r0 || r1 > n)
+    return invalid_argument(path() + ": tensor '" + name + "': field 'rows': [" + std::to_string(r0) + ", " +
+                            std::to_string(r1) + ") outside [0, " + std::to_string(n) + ")");
+  const size_t row_bytes = t->bytes / static_cast<size_t>(n);  // n > 0 and bytes = n * row bytes (open())
+  GgufTensorInfo out = *t;
+  out.ne.back() = r1 - r0;
+  out.bytes = row_bytes * static_cast<size_t>(r1 - r0);
+  out.data = t->data + row_bytes * static_cast<size_t>(r0);
+  return out;
+}
+
+Result<HostTensor> GgufFile::read_cols(const std::string& name, int64_t c0, int64_t c1) const {
+  const GgufTensorInfo* t = find_tensor(name);
+  if (!t)
+    return not_found(path() + ": tensor '" + name + "' not found (" + std::to_string(impl_->tensors.size()) +
+                     " tensors)");
+  const std::string what = path() + ": tensor '" + name + "': field 'cols': ";
+  if (t->ne.size() != 2) return invalid_argument(what + "a column slice needs a 2-D tensor, found " + t->shape().to_string());
+  const int64_t k = t->ne[0], n = t->ne[1], blk = quant::gguf_block_elems(t->type);
+  if (c0 < 0 || c1 < c0 || c1 > k)
+    return invalid_argument(what + "[" + std::to_string(c0) + ", " + std::to_string(c1) + ") outside [0, " +
+                            std::to_string(k) + ")");
+  if (c0 % blk != 0 || (c1 % blk != 0 && c1 != k))
+    return invalid_argument(what + "[" + std::to_string(c0) + ", " + std::to_string(c1) + ") does not fall on " +
+                            quant::gguf_type_name(t->type) + " block boundaries (" + std::to_string(blk) +
+                            " columns)");
+  const size_t bb = static_cast<size_t>(quant::gguf_block_bytes(t->type));
+  const size_t row_bytes = t->bytes / static_cast<size_t>(n);
+  const size_t b0 = static_cast<size_t>(c0 / blk) * bb, len = static_cast<size_t>((c1 - c0) / blk) * bb;
+  HostTensor out(DType::kU8, Shape{n, static_cast<int64_t>(len)});
+  for (int64_t r = 0; r < n; ++r)
+    std::memcpy(out.data<uint8_t>() + static_cast<size_t>(r) * len, t->data + static_cast<size_t>(r) * row_bytes + b0, len);
+  return out;
+}
+
 }  // namespace xinfer::model

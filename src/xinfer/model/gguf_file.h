@@ -16,6 +16,10 @@
 //   "m.gguf: tensor 'blk.0.attn_q.weight': field 'type': unknown GGUF tensor type 99"
 //
 // Tensor data pointers stay valid while the GgufFile lives; the mapping is PROT_READ (never write).
+//
+// Slices (a tensor-parallel rank's part) read only their own bytes: tensor_rows() describes rows [r0, r1)
+// of the outermost row-major dim in place (no copy; only those rows' pages are ever read from disk);
+// read_cols() copies whole blocks of columns of a 2-D tensor row by row.
 #pragma once
 
 #include <cstdint>
@@ -116,6 +120,14 @@ class GgufFile {
   // NOT_FOUND "FILE: tensor 'x' not found (N tensors)"; INVALID_ARGUMENT "FILE: tensor 'x': field 'shape':
   // expected [576, 1536], found [1536, 576]" (row-major shapes).
   Result<const GgufTensorInfo*> tensor(const std::string& name, const Shape& expected) const;
+  // Rows [r0, r1) of the outermost row-major dim (ne[n_dims - 1]) of tensor `name`: an info whose ne, bytes
+  // and data describe just those rows (offset stays the whole tensor's). NOT_FOUND as tensor();
+  // INVALID_ARGUMENT "FILE: tensor 'x': field 'rows': [r0, r1) outside [0, N)".
+  Result<GgufTensorInfo> tensor_rows(const std::string& name, int64_t r0, int64_t r1) const;
+  // Columns [c0, c1) of the 2-D tensor `name` (row-major [N, K], K = ne[0]) as raw bytes [N, row bytes of the
+  // slice] (kU8): c0 and c1 must fall on block boundaries of its type (or c1 == K), INVALID_ARGUMENT
+  // "FILE: tensor 'x': field 'cols': ..." otherwise.
+  Result<HostTensor> read_cols(const std::string& name, int64_t c0, int64_t c1) const;
 
  private:
   friend Result<GgufFile> parse_gguf(const void* data, size_t size, const std::string& file_name);

@@ -367,6 +367,52 @@ Result<TensorView> WeightFiles::get(const std::string& name, const Shape& expect
   return v;
 }
 
+Result<TensorView> WeightFiles::get_rows(const std::string& name, int64_t r0, int64_t r1) const {
+  XI_ASSIGN_OR_RETURN(TensorView v, get(name));
+  const int64_t n = v.shape.rank() > 0 ? v.shape[0] : 0;
+  if (v.shape.rank() == 0 || r0 < 0 || r1 < r0 || r1 > n)
+    return invalid_argument(name + " in " + file_of(name) + ": field 'rows': [" + std::to_string(r0) + ", " +
+                            std::to_string(r1) + ") outside [0, " + std::to_string(n) + ") of shape " +
+                            v.shape.to_string());
+  const size_t row_bytes = n == 0 ? 0 : v.bytes() / static_cast<size_t>(n);
+  if (row_bytes * static_cast<size_t>(n) != v.bytes())  // i4 rows of an odd width
+    return unimplemented(name + " in " + file_of(name) + ": field 'rows': rows of " + dtype_name(v.dtype) +
+                         " shape " + v.shape.to_string() + " are not whole bytes");
+  v.data = static_cast<uint8_t*>(v.data) + static_cast<size_t>(r0) * row_bytes;
+  const Shape& s = v.shape;
+  const int64_t m = r1 - r0;
+  switch (s.rank()) {
+    case 1: v.shape = Shape{m}; break;
+    case 2: v.shape = Shape{m, s[1]}; break;
+    case 3: v.shape = Shape{m, s[1], s[2]}; break;
+    case 4: v.shape = Shape{m, s[1], s[2], s[3]}; break;
+    default: v.shape = Shape{m, s[1], s[2], s[3], s[4]}; break;
+  }
+  return v;
+}
+
+Result<HostTensor> WeightFiles::read_cols(const std::string& name, int64_t c0, int64_t c1) const {
+  XI_ASSIGN_OR_RETURN(TensorView v, get(name));
+  if (v.shape.rank() != 2)
+    return invalid_argument(name + " in " + file_of(name) + ": field 'cols': a column slice needs a 2-D tensor, found " +
+                            v.shape.to_string());
+  const int64_t n = v.shape[0], k = v.shape[1];
+  if (c0 < 0 || c1 < c0 || c1 > k)
+    return invalid_argument(name + " in " + file_of(name) + ": field 'cols': [" + std::to_string(c0) + ", " +
+                            std::to_string(c1) + ") outside [0, " + std::to_string(k) + ")");
+  const int bits = dtype_bits(v.dtype);
+  if ((c0 * bits) % 8 != 0 || (c1 * bits) % 8 != 0 || (k * bits) % 8 != 0)
+    return unimplemented(name + " in " + file_of(name) + ": field 'cols': [" + std::to_string(c0) + ", " +
+                         std::to_string(c1) + ") of " + dtype_name(v.dtype) + " is not byte-aligned");
+  HostTensor out(v.dtype, Shape{n, c1 - c0});
+  const size_t row_bytes = static_cast<size_t>(k * bits / 8), b0 = static_cast<size_t>(c0 * bits / 8),
+               len = static_cast<size_t>((c1 - c0) * bits / 8);
+  const auto* src = static_cast<const uint8_t*>(v.data);
+  auto* dst = out.data<uint8_t>();
+  for (int64_t r = 0; r < n; ++r) std::memcpy(dst + static_cast<size_t>(r) * len, src + r * row_bytes + b0, len);
+  return out;
+}
+
 std::vector<std::string> WeightFiles::names() const {
   std::vector<std::string> out;
   out.reserve(impl_->entries.size());

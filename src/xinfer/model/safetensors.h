@@ -15,6 +15,11 @@
 //
 // Views returned by get() point into PROT_READ mappings: they are valid while the WeightFiles lives and
 // must never be written through (that faults). Device is always kCpu.
+//
+// Slices (a tensor-parallel rank's part of a tensor) read only their own bytes: get_rows() is a view of
+// rows [r0, r1) of dim 0 (no copy; only the pages of those rows are ever read from disk); read_cols()
+// copies columns [c0, c1) of a 2-D tensor row by row (the bytes of the other columns are not copied, but
+// rows narrower than a page are paged in whole).
 #pragma once
 
 #include <memory>
@@ -46,6 +51,13 @@ class WeightFiles {
   Result<TensorView> get(const std::string& name) const;
   // As get(), plus INVALID_ARGUMENT "NAME in FILE: expected shape [64, 64], found [64, 32]".
   Result<TensorView> get(const std::string& name, const Shape& expected) const;
+  // Rows [r0, r1) of dim 0 of tensor `name`: shape [r1 - r0, dims 1..]. NOT_FOUND as get(); INVALID_ARGUMENT
+  // "NAME in FILE: field 'rows': [r0, r1) outside [0, N)" (also for a 0-d tensor).
+  Result<TensorView> get_rows(const std::string& name, int64_t r0, int64_t r1) const;
+  // Columns [c0, c1) of the 2-D tensor `name` [N, K], copied: [N, c1 - c0]. INVALID_ARGUMENT for another rank
+  // or a range outside [0, K) ("field 'cols'"); UNIMPLEMENTED for sub-byte dtypes (i4) unless the range is
+  // byte-aligned (c0 and c1 even).
+  Result<HostTensor> read_cols(const std::string& name, int64_t c0, int64_t c1) const;
   std::vector<std::string> names() const;  // sorted
   size_t num_tensors() const;
   size_t total_bytes() const;                           // sum of all tensors' data bytes

@@ -10,6 +10,7 @@
 
 #include "xinfer/model/gguf_config.h"
 #include "xinfer/model/gguf_file.h"
+#include "xinfer/quant/gguf_types.h"
 
 namespace xinfer::model {
 namespace {
@@ -158,6 +159,61 @@ TEST(GgufFile, RejectsBadMagicVersionAndDims) {
   std::memcpy(t.data() + at, &dims, 4);
   EXPECT_EQ(parse_gguf(t.data(), t.size(), "t.gguf").status().message(),
             "t.gguf: tensor 'blk.0.attn_q.weight': field 'n_dims': 7 (expected 1 to 4)");
+}
+
+// Slices of the fixture's tensors (written by the gguf package): rows and whole blocks of columns read in
+// place equal the same part of the whole tensor, dequantized with the reference-checked dequantizer.
+TEST(GgufFileSlices, RowsAndBlockColumnsEqualTheWholeTensor) {
+  const std::string img = fixture();
+  Result<GgufFile> f = parse_gguf(img.data(), img.size(), "tiny.gguf");
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  for (const char* name : {"blk.0.attn_q.weight", "token_embd.weight", "blk.1.ffn_down.weight"}) {
+    SCOPED_TRACE(name);
+    const GgufTensorInfo* t = f->find_tensor(name);
+    ASSERT_NE(t, nullptr);
+    const int64_t k = t->ne[0], n = t->ne[1];
+    const size_t row_bytes = *quant::gguf_row_bytes(t->type, k);
+    std::vector<float> whole(static_cast<size_t>(n * k));
+    for (int64_t r = 0; r < n; ++r)
+      XI_CHECK_OK(quant::dequantize_gguf(t->type, t->data + r * row_bytes, k, whole.data() + r * k));
+    for (auto [r0, r1] : std::vector<std::pair<int64_t, int64_t>>{{0, n}, {5, 6}, {n / 3, n - 1}}) {
+      Result<GgufTensorInfo> s = f->tensor_rows(name, r0, r1);
+      ASSERT_TRUE(s.ok()) << s.status().to_string();
+      EXPECT_EQ(s->shape(), (Shape{r1 - r0, k}));
+      EXPECT_EQ(s->bytes, row_bytes * static_cast<size_t>(r1 - r0));
+      std::vector<float> got(static_cast<size_t>(k));
+      for (int64_t r = r0; r < r1; ++r) {
+        XI_CHECK_OK(quant::dequantize_gguf(s->type, s->data + (r - r0) * row_bytes, k, got.data()));
+        ASSERT_EQ(std::memcmp(got.data(), whole.data() + r * k, got.size() * sizeof(float)), 0) << "row " << r;
+      }
+    }
+    const int64_t blk = quant::gguf_block_elems(t->type);
+    for (auto [c0, c1] : std::vector<std::pair<int64_t, int64_t>>{{0, k}, {blk, 2 * blk}, {k - blk, k}}) {
+      Result<HostTensor> c = f->read_cols(name, c0, c1);
+      ASSERT_TRUE(c.ok()) << c.status().to_string();
+      const int64_t w = c1 - c0;
+      ASSERT_EQ(c->shape(), (Shape{n, static_cast<int64_t>(*quant::gguf_row_bytes(t->type, w))}));
+      std::vector<float> got(static_cast<size_t>(w));
+      for (int64_t r = 0; r < n; ++r) {
+        XI_CHECK_OK(quant::dequantize_gguf(t->type, c->data<uint8_t>() + r * c->shape()[1], w, got.data()));
+        ASSERT_EQ(std::memcmp(got.data(), whole.data() + r * k + c0, got.size() * sizeof(float)), 0) << "row " << r;
+      }
+    }
+  }
+}
+
+TEST(GgufFileSlices, BadRangesNameFileTensorAndField) {
+  const std::string img = fixture();
+  Result<GgufFile> f = parse_gguf(img.data(), img.size(), "tiny.gguf");
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->tensor_rows("token_embd.weight", 0, 97).status().message(),
+            "tiny.gguf: tensor 'token_embd.weight': field 'rows': [0, 97) outside [0, 96)");
+  EXPECT_EQ(f->read_cols("token_embd.weight", 16, 64).status().message(),
+            "tiny.gguf: tensor 'token_embd.weight': field 'cols': [16, 64) does not fall on Q8_0 block boundaries "
+            "(32 columns)");
+  EXPECT_EQ(f->read_cols("blk.1.ffn_norm.weight", 0, 8).status().message(),
+            "tiny.gguf: tensor 'blk.1.ffn_norm.weight': field 'cols': a column slice needs a 2-D tensor, found [64]");
+  EXPECT_EQ(f->tensor_rows("nope", 0, 1).status().code(), StatusCode::kNotFound);
 }
 
 TEST(GgufConfig, QkRowPermutationInvertsTheConverters) {

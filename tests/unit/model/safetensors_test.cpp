@@ -185,6 +185,103 @@ TEST(WeightFiles, OpenDoesNotReadTensorData) {
   EXPECT_LT(n, resident.size() / 64) << n << " of " << resident.size() << " pages were read by open()";
 }
 
+// ---- slices (tensor-parallel ranks read only their part) ----
+
+TEST(WeightFilesSlices, RowsAndColumnsOfPythonWrittenFile) {
+  const char* src = std::getenv("XINFER_SOURCE_DIR");
+  const std::string fixture = std::string(src ? src : ".") + "/tests/unit/model/data/python_written.safetensors";
+  TempDir dir;
+  std::filesystem::copy_file(fixture, dir.file("model.safetensors"));
+  Result<WeightFiles> w = WeightFiles::open(dir.path());
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  // Values from make_python_fixture.py's docstring.
+  Result<TensorView> r = w->get_rows("a.f32", 1, 2);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->shape, (Shape{1, 3}));
+  EXPECT_EQ(to_floats(*r), (std::vector<float>{0.5f, 1, 1.5f}));
+  EXPECT_EQ(to_floats(*w->get_rows("b.bf16", 1, 3)), (std::vector<float>{-2, 0.15625f}));
+  EXPECT_EQ(w->get_rows("a.f32", 2, 2)->shape, (Shape{0, 3}));
+  Result<HostTensor> c = w->read_cols("a.f32", 1, 3);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->shape(), (Shape{2, 2}));
+  EXPECT_EQ(to_floats(c->view()), (std::vector<float>{-0.5f, 0, 1, 1.5f}));
+  EXPECT_EQ(to_floats(w->read_cols("c.f16", 0, 1)->view()), (std::vector<float>{65504, 6.103515625e-05f}));
+}
+
+TEST(WeightFilesSlices, ShardedModelSlicesEqualTheWholeTensor) {
+  TempDir dir;
+  HostTensor a = iota_f32(Shape{37, 29}, 0.5f), b = converted(iota_f32(Shape{12, 8}), DType::kBF16);
+  XI_CHECK_OK(write_safetensors(dir.file("model-00001-of-00002.safetensors"), {{"a", a.view()}}, json()));
+  XI_CHECK_OK(write_safetensors(dir.file("model-00002-of-00002.safetensors"), {{"b", b.view()}}, json()));
+  write_bytes(dir.file("model.safetensors.index.json"),
+              json{{"weight_map", {{"a", "model-00001-of-00002.safetensors"},
+                                   {"b", "model-00002-of-00002.safetensors"}}}}.dump());
+  Result<WeightFiles> w = WeightFiles::open(dir.path());
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  for (auto [r0, r1] : std::vector<std::pair<int64_t, int64_t>>{{0, 37}, {0, 1}, {13, 29}, {36, 37}}) {
+    TensorView v = *w->get_rows("a", r0, r1);
+    ASSERT_EQ(v.shape, (Shape{r1 - r0, 29}));
+    for (int64_t i = 0; i < v.numel(); ++i) ASSERT_EQ(v.as<float>()[i], 0.5f * static_cast<float>(r0 * 29 + i));
+  }
+  for (auto [c0, c1] : std::vector<std::pair<int64_t, int64_t>>{{0, 29}, {3, 4}, {10, 29}}) {
+    Result<HostTensor> tr = w->read_cols("a", c0, c1);
+    ASSERT_TRUE(tr.ok()) << tr.status().to_string();
+    const HostTensor& t = *tr;
+    ASSERT_EQ(t.shape(), (Shape{37, c1 - c0}));
+    for (int64_t r = 0; r < 37; ++r)
+      for (int64_t c = c0; c < c1; ++c)
+        ASSERT_EQ(t.data<float>()[r * (c1 - c0) + c - c0], 0.5f * static_cast<float>(r * 29 + c));
+  }
+  EXPECT_EQ(to_floats(*w->get_rows("b", 11, 12)), (std::vector<float>{88, 89, 90, 91, 92, 93, 94, 95}));
+  EXPECT_EQ(to_floats(w->read_cols("b", 6, 8)->view())[23], 95.0f);
+}
+
+TEST(WeightFilesSlices, BadRangesNameTensorFileAndField) {
+  TempDir dir;
+  write_small_model(dir);
+  Result<WeightFiles> w = WeightFiles::open(dir.path());
+  ASSERT_TRUE(w.ok());
+  const std::string q = "model.layers.0.self_attn.q_proj.weight";
+  Result<TensorView> r = w->get_rows(q, 3, 65);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), q + " in model.safetensors: field 'rows': [3, 65) outside [0, 64) of shape [64, 32]");
+  EXPECT_THAT(w->get_rows(q, 5, 4).status().message(), HasSubstr("field 'rows': [5, 4)"));
+  EXPECT_THAT(w->read_cols(q, 0, 33).status().message(), HasSubstr("field 'cols': [0, 33) outside [0, 32)"));
+  EXPECT_THAT(w->read_cols("model.norm.weight", 0, 1).status().message(),
+              HasSubstr("model.norm.weight in model.safetensors: field 'cols': a column slice needs a 2-D tensor"));
+  EXPECT_EQ(w->get_rows("nope", 0, 1).status().code(), StatusCode::kNotFound);
+}
+
+TEST(WeightFilesSlices, RowsReadOnlyTheirPages) {
+  // A 64 MiB [1024, 65536] tensor in a sparse file: reading rows [512, 528) pages in those 16 rows only.
+  TempDir dir;
+  constexpr int64_t kRows = 1024, kCols = 65536, kBytes = kRows * kCols;
+  std::string image = raw_safetensors({{"big", tensor_entry("U8", {kRows, kCols}, 0, kBytes)}}, "");
+  write_bytes(dir.file("model.safetensors"), image);
+  std::filesystem::resize_file(dir.file("model.safetensors"), image.size() + kBytes);
+  Result<WeightFiles> w = WeightFiles::open(dir.path());
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  TensorView rows = *w->get_rows("big", 512, 528);
+  ASSERT_EQ(rows.shape, (Shape{16, kCols}));
+  uint64_t sum = 0;
+  for (int64_t i = 0; i < rows.numel(); ++i) sum += rows.as<uint8_t>()[i];
+  EXPECT_EQ(sum, 0u);
+  TensorView whole = *w->get("big");
+  EXPECT_EQ(static_cast<const uint8_t*>(rows.data), static_cast<const uint8_t*>(whole.data) + 512 * kCols);
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  auto begin = reinterpret_cast<uintptr_t>(whole.data) / page * page;
+  const size_t len = static_cast<size_t>(kBytes) - page;
+  std::vector<unsigned char> resident((len + page - 1) / page);
+  ASSERT_EQ(::mincore(reinterpret_cast<void*>(begin), len, resident.data()), 0);
+  size_t n = 0;
+  for (unsigned char r : resident) n += r & 1;
+  const size_t slice_pages = static_cast<size_t>(16 * kCols) / page;
+  // Read-ahead may page in a neighbourhood of the slice, never most of the tensor.
+  EXPECT_LT(n, slice_pages + resident.size() / 8) << n << " of " << resident.size() << " pages resident";
+  EXPECT_GE(n, slice_pages / 2);
+}
+
 // ---- bad input: one test per failure mode ----
 
 TEST(WeightFilesErrors, MissingWeights) {
