@@ -156,6 +156,48 @@ def xinfer_figures(xinfer, path, threads, prefill_len, decode_len, reps, figures
     return out
 
 
+def cpu_time_prefill(path, xinfer, prefill_len, reps):
+    """CPU seconds per prefill of one prompt at 1 thread, both engines: on a shared, loaded machine the CPU
+    time of a single-threaded run is what it would take on an idle core (wall clock is not, and llama.cpp's
+    spinning threads collapse under contention). llama.cpp: time.process_time() around llm.eval (median of
+    `reps`); xinfer: the children's rusage of `bench --latency` with 1 + 10 iterations minus that with 1
+    (loading, KV allocation and the warm-up cancel)."""
+    import resource
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=path, n_threads=1, n_threads_batch=1, n_ctx=max(512, 2 * prefill_len), n_batch=512,
+                verbose=False)
+    rng = np.random.default_rng(0)
+
+    def ids():
+        return [int(x) for x in rng.integers(100, llm.n_vocab() - 100, prefill_len)]
+
+    llm.reset()
+    llm.eval(ids())
+    times = []
+    for _ in range(reps):
+        llm.reset()
+        p = ids()
+        c = time.process_time()
+        llm.eval(p)
+        times.append(time.process_time() - c)
+    llama_s = statistics.median(times)
+
+    def child_cpu(iters):
+        with tempfile.TemporaryDirectory() as d:
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run([xinfer, "bench", "--backend", "cpu", "--model", path, "--threads", "1", "--no-progress",
+                            "--no-ceilings", "--output-dir", d, "--max-model-len", str(max(512, 2 * prefill_len)),
+                            "--kv-cache-memory", "64MiB", "--latency", "--input-len", str(prefill_len),
+                            "--output-len", "1", "--num-iters", str(iters), "--name", "p"],
+                           check=True, capture_output=True)
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
+
+    xinfer_s = (child_cpu(11) - child_cpu(1)) / 10
+    return llama_s, xinfer_s
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gguf", required=True)
@@ -170,7 +212,16 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="run both engines this many times, alternating (the figures of each round are printed)")
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--cpu-time-prefill", action="store_true",
+                    help="only: prefill CPU time per prompt at 1 thread, both engines (for a loaded machine)")
     args = ap.parse_args()
+    if args.cpu_time_prefill:
+        for rnd in range(args.rounds):
+            l, x = cpu_time_prefill(args.gguf, args.xinfer, args.prefill_len, args.reps)
+            print(f"round {rnd + 1} (load average {os.getloadavg()[0]:.2f}): prefill {args.prefill_len} tokens, "
+                  f"1 thread, CPU time: llama.cpp {l * 1e3:.1f} ms ({args.prefill_len / l:.1f} tok/s per core), "
+                  f"xinfer {x * 1e3:.1f} ms ({args.prefill_len / x:.1f} tok/s per core): {l / x:.2f}x", flush=True)
+        return 0
 
     bw = measure_bandwidth_gbs()
     step_bytes = decode_bytes(args.gguf)
