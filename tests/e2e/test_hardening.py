@@ -54,20 +54,39 @@ def test_many_keys_is_fast(server):
     assert status == 200 and json.loads(data)["usage"]["completion_tokens"] == 2
 
 
+def server_cpu_s(pid, nice=None):
+    """utime + stime of a process's threads (those at `nice` only, if given), seconds (10 ms ticks)."""
+    import os
+    total = 0.0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if nice is None or int(fields[16]) == nice:
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def test_large_body_is_read_in_large_pieces(server):
     """Beast reads a body in pieces the size of the read buffer's free capacity (at least 512 bytes): left at
-    its header size, a 4 MB body took ~4,000 reads, ~100 ms of an I/O thread (25 ms per MB), before the
-    parser saw it (the 100,000-key body's 400 came after ~70 ms). With 64 KiB of capacity first: ~4 ms per
-    MB. This body is refused at its 12th byte, so the time is the read (+ the UTF-8 check)."""
+    its header size, a 4 MB body took thousands of reads, 76 ms of server CPU at normal priority (wall ~100
+    ms), before the parser saw it. With 64 KiB of capacity first: 4.5-7 ms (the UTF-8 check and the parse,
+    ~5 ms more, run on the nice +10 thread). This body is refused at its 12th byte. Server CPU, not wall
+    time: the 2-core machine's other load does not move it much."""
     body = b'{"prompt": x' + b" " * (4 << 20)
-    took = []
-    for _ in range(9):
+    pid = server.proc.pid
+    before, took = server_cpu_s(pid, nice=0), []
+    for _ in range(10):
         t0 = time.perf_counter()
         status, _, data = server.request("POST", "/v1/completions", body)
         took.append(time.perf_counter() - t0)
         assert_openai_error(data, status, 400, "not valid JSON")
-    print(f"4 MB body refused in {statistics.median(took) * 1e3:.1f} ms (median of 9)")
-    assert statistics.median(took) < 0.050, took
+    cpu_ms = (server_cpu_s(pid, nice=0) - before) / 10 * 1e3
+    print(f"4 MB body refused in {statistics.median(took) * 1e3:.1f} ms (median of 10), {cpu_ms:.1f} ms of "
+          "server CPU at normal priority each")
+    assert cpu_ms < 20, (cpu_ms, took)
 
 
 def test_api_key_checked_before_the_body(start_server):
@@ -197,7 +216,7 @@ def test_hostile_bodies_do_not_delay_other_streams(xinfer_bin, model_dir, tmp_pa
     100,000-level and a 100,000-key body sent together every 0.5 s. Every stream request completes, every
     hostile body gets its 400, and the server CPU a hostile pair costs at normal priority (what the engine's
     threads compete with on a busy machine) stays small: the body is read on an io thread (~2.5 ms for the
-    pair), checked and parsed on the nice +10 thread (~7.5 ms); all on the io threads it was ~7.5-11 ms."""
+    pair), checked and parsed on the nice +10 thread (~4-7.5 ms); all on the io threads it was ~7.5-11.5 ms."""
     import importlib.util
     import pathlib
     root = pathlib.Path(__file__).resolve().parents[2]
@@ -213,8 +232,10 @@ def test_hostile_bodies_do_not_delay_other_streams(xinfer_bin, model_dir, tmp_pa
     assert r["stream_failed"] == 0 and r["hostile_not_400"] == 0 and r["hostile_sent"] >= 4, r
     assert r["ttft"]["without"]["n"] >= 20 and r["ttft"]["with"]["n"] >= 20, r
     cost = {int(k): v for k, v in r["pair_cpu_ms_by_nice"].items()}
-    assert cost.get(10, 0) > 0, cost        # the parse ran on the low-priority thread
-    assert cost.get(0, 0) < 5.0, cost       # 0.5 ms granularity (10 ms ticks over 20 pairs)
+    # The check and the parse ran on the low-priority thread: most of the pair's CPU (measured 4-7.5 of
+    # 6-12 ms, the rest the read; all of it at normal priority before). 0.5 ms granularity (10 ms ticks).
+    assert cost.get(10, 0) >= 0.4 * sum(cost.values()), cost
+    assert cost.get(0, 0) < 8.0, cost
     # On 2 cores the client, the attacker and the CPU forward share both cores: TTFT moves by tens of ms
     # from contention alone. A parse that stalled others (13.5 s before the bounded parser) fails this.
     assert r["diff_p50_ms"] < 150, r
