@@ -1,14 +1,15 @@
 // The weight-only quantized linears of gpu_kernel_bench (kernels/gemm/quant_linear.h) at the Llama-3.1-8B
 // shapes (qkv 6144 x 4096, o 4096 x 4096, gate_up 28672 x 4096, down 4096 x 14336):
-//   - decode (m = 1, 4, 8): the quantized GEMV (both compiled occupancies, quant_linear.h QuantGemvConfig),
+//   - decode (m = 1, 4, 8): the quantized GEMV (each compiled schedule, quant_linear.h QuantGemvConfig; the
+//     backend's default marked *),
 //     timed as CUDA-graph replays of 20 calls (as decode steps run), bytes = the quantized weight
 //     (values + f32 scales + zero points) + x + y, against the copy bandwidth: the roofline of the quantized
 //     bytes (one pass over them per launch of 8 rows) against the copy bandwidth;
 //   - m = 16, 32: the GEMV in launches of 8 rows against dequantize + bf16 GEMM (where the crossover is; GB/s
 //     of both on the same basis, one pass over the quantized bytes, so they compare by time);
 //   - prefill (m = 2048): dequantize + bf16 GEMM in TFLOP/s against the bf16 GEMM alone;
-//   - W8A8-FP8 (per-token activation quantization + cuBLASLt FP8 GEMM, through CudaBackend::linear) at the same
-//     m: bytes = e4m3 weight + f32 scales + x + y; TFLOP/s at m = 2048 against the bf16 ceiling (FP8 dense
+//   - W8A8-FP8: our FP8 GEMV alone (m <= 16, each pipelined schedule, on e4m3 x), then per-token activation
+//     quantization + FP8 GEMV (m <= 16) / cuBLASLt FP8 GEMM through CudaBackend::linear at the same m: bytes = e4m3 weight + f32 scales + x + y; TFLOP/s at m = 2048 against the bf16 ceiling (FP8 dense
 //     peak is twice bf16's).
 // Checked first on every shape and format: the GEMV and the dequantize path agree (relative L2 < 1e-2 at
 // m = 1 and 8). Weights rotate among copies totalling >= 512 MiB so L2 (50 MB) does not serve them.
@@ -140,6 +141,24 @@ void line(const std::string& what, double us, double amount, bool flops, double 
   std::fflush(stdout);
 }
 
+// The GEMV schedules compared (quant_linear.h QuantGemvConfig), all with PDL as the backend launches them
+// (cudaq-3: PDL was faster in 14 of 16 int rows). Int: the batch schedule at 2 / 3 CTAs per SM and wide, one
+// pipelined reference (cudaq-1: the pipelined ones were slower on every int shape); FP8 (pipelined only).
+std::vector<cuda::QuantGemvConfig> gemv_configs(int m) {
+  std::vector<cuda::QuantGemvConfig> out;
+  if (m < 16) out.push_back({3, true, 0, false, false, false});
+  out.push_back({2, true, 0, false, false, false});
+  out.push_back({2, true, 0, false, true, false});
+  if (m < 16) out.push_back({3, true, 0, false, false, true});
+  out.push_back({2, true, 0, false, false, true});
+  out.push_back({2, true, 0, false, true, true});
+  out.push_back({2, true, 8, false, false, false});
+  return out;
+}
+std::vector<cuda::QuantGemvConfig> fp8_gemv_configs() {
+  return {{2, true, 4, false, false}, {3, true, 4, false, false}, {2, true, 8, false, false}, {2, true, 8, true, false}};
+}
+
 }  // namespace
 
 // Prints the rows described at the top; returns the m = 1 summary lines (roofline ratio per shape and format).
@@ -206,14 +225,32 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
         auto y = be.allocate(DType::kBF16, Shape{m, sh.n});
         const double io = static_cast<double>(x.view.bytes() + y.view.bytes());
         const std::string what = base + " m=" + std::to_string(m);
-        if (fp8) {  // activation quantization + cuBLASLt FP8 GEMM, through CudaBackend::linear
+        if (fp8 && m <= 16) {  // our FP8 GEMV alone on e4m3 x (the quantization pre-pass not included)
+          auto xq = be.allocate(DType::kFP8E4M3, Shape{m, sh.k});
+          fill_bytes<<<256, 256, 0, s>>>(static_cast<uint8_t*>(xq.view.data), static_cast<size_t>(xq.view.numel()), 3, 126);
+          auto xs = be.allocate(DType::kF32, Shape{m});
+          fill_scales<<<1, 256, 0, s>>>(static_cast<float*>(xs.view.data), static_cast<size_t>(m), 4, 0.01f);
+          XI_CUDA_CHECK_LAUNCH();
+          const double fio = static_cast<double>(xq.view.bytes() + y.view.bytes());
+          for (const cuda::QuantGemvConfig& c : fp8_gemv_configs()) {
+            const double tc = time_graph_us(s, 20, [&](int i) {
+              const backend::LinearWeights& lw = wi(i);
+              cuda::launch_fp8_gemv({static_cast<const uint8_t*>(xq.view.data), static_cast<const float*>(xs.view.data),
+                                     static_cast<const uint8_t*>(lw.weight.data), static_cast<const float*>(lw.scales.data),
+                                     true, nullptr, y.view.data, false, m, sh.n, sh.k},
+                                    s, c);
+            });
+            line(what + " fp8 gemv " + cuda::to_string(c), tc, static_cast<double>(qbytes) + fio, false, bw);
+          }
+        }
+        if (fp8) {  // activation quantization + our FP8 GEMV (m <= 16) / cuBLASLt FP8 GEMM, through CudaBackend::linear
           be.linear(x.view, wi(0), y.view);  // grows the workspace before a recording
           const double t = m >= 2048 ? 1e6 * cuda::time_on_stream(s, 5, [&](int i) { be.linear(x.view, wi(i), y.view); })
                                      : time_graph_us(s, 20, [&](int i) { be.linear(x.view, wi(i), y.view); });
           if (m >= 2048) {
             line(what + " fp8 (vs the bf16 ceiling)", t, 2.0 * m * sh.n * sh.k, true, peak);
           } else {
-            line(what + " fp8", t, static_cast<double>(qbytes) + io, false, bw);
+            line(what + " fp8 linear (quantize x + gemv/gemm)", t, static_cast<double>(qbytes) + io, false, bw);
             if (m == 1) {
               const double roof = (static_cast<double>(qbytes) + io) / (bw * 1e9) * 1e6;
               char buf[256];
@@ -228,17 +265,21 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
         }
         if (m <= 32) {
           double t = 1e30;
-          for (int ctas : {2, 3})
-            for (bool pdl : {false, true}) {
-              const double tc = time_graph_us(s, 20, [&](int i) {
-                const cuda::QuantWeight q = be.quant_weight(wi(i));
-                cuda::launch_quant_gemv({static_cast<const __nv_bfloat16*>(x.view.data), q, nullptr, y.view.data, false, m},
-                                        s, cuda::QuantGemvConfig{ctas, pdl});
-              });
-              line(what + " gemv " + std::to_string(ctas) + " ctas/sm" + (pdl ? " pdl" : ""), tc,
-                   static_cast<double>(qbytes) + io, false, bw);
-              t = std::min(t, tc);
-            }
+          const cuda::QuantGemvConfig chosen = cuda::quant_gemv_default_config(q0, true);
+          for (const cuda::QuantGemvConfig& c : gemv_configs(m)) {
+            if (c.sum_x && q0.group_size % (q0.bits == 4 ? 128 : 64) != 0) continue;  // sum_x: unfolded scales
+            const double tc = time_graph_us(s, 20, [&](int i) {
+              const cuda::QuantWeight q = be.quant_weight(wi(i));
+              cuda::launch_quant_gemv({static_cast<const __nv_bfloat16*>(x.view.data), q, nullptr, y.view.data, false, m},
+                                      s, c);
+            });
+            const bool is_default = c.stages == chosen.stages && c.ctas_per_sm == chosen.ctas_per_sm &&
+                                    c.persistent == chosen.persistent && c.wide == chosen.wide &&
+                                    c.sum_x == chosen.sum_x;
+            line(what + " gemv " + cuda::to_string(c) + (is_default ? " *" : ""), tc, static_cast<double>(qbytes) + io,
+                 false, bw);
+            t = std::min(t, tc);
+          }
           if (m == 1) {
             const double roof = (static_cast<double>(qbytes) + io) / (bw * 1e9) * 1e6;
             char buf[256];

@@ -222,6 +222,119 @@ TEST(QuantLinear, GemvInChunksOfEightRows) {
   }
 }
 
+// Every compiled schedule of the GEMV (batch 2 / 3 CTAs per SM, wide, sum_x; pipelined 4 x 3, 4 x 2, 8 x 2, persistent)
+// against the oracle, directly through launch_quant_gemv: shapes with a partial last tile (n 33, 4097), a
+// partial last step (k 576), warps without steps (k 192: 2 int4 steps for 8 warps), long rows (k 14336) and
+// more tiles than a persistent grid has CTAs (n 4097 on a small grid is not forced: the H200 has 132 SMs, so
+// n 70000 = 4375 tiles loops ~11-17 times per CTA).
+TEST(QuantLinear, GemvSchedulesMatchCpuOracle) {
+  std::mt19937 rng(23);
+  const std::vector<cuda::QuantGemvConfig> configs = {
+      {2, true, 0, false, false}, {3, true, 4, false, false}, {2, false, 4, false, false}, {2, true, 8, false, false},
+      {3, false, 4, true, false}, {2, true, 4, true, false},  {2, true, 8, true, false},   {2, true, 0, false, true},
+      {2, false, 0, false, true}, {3, true, 0, false, false}, {2, true, 0, false, false, true},
+      {3, false, 0, false, false, true}, {2, true, 0, false, true, true}};
+  struct Case {
+    quant::WeightFormat f;
+    int64_t n, k;
+  };
+  const std::vector<Case> cases = {{quant::IntGroupFormat{4, 128, false}, 33, 576},
+                                   {quant::IntGroupFormat{4, 128, true}, 4097, 1024},
+                                   {quant::IntGroupFormat{4, 32, true}, 70, 192},
+                                   {quant::IntGroupFormat{4, 64, false}, 70000, 256},
+                                   {quant::IntGroupFormat{4, 128, true}, 48, 14336},
+                                   {quant::Int8ChannelFormat{}, 4097, 576},
+                                   {quant::Int8ChannelFormat{}, 70000, 128},
+                                   {quant::IntGroupFormat{8, 64, true}, 130, 4224},
+                                   {quant::IntGroupFormat{8, 32, false}, 9, 192}};
+  for (const Case& cs : cases) {
+    QuantCase c = make_case(cs.f, cs.n, cs.k, cs.n % 2 == 0, false, rng);
+    const cuda::QuantWeight q = gpu().quant_weight(c.lw);
+    const double tol = folded(cs.f) ? 1e-2 : 1e-4;
+    for (size_t ci = 0; ci < configs.size(); ++ci) {
+      if (configs[ci].sum_x && folded(cs.f)) continue;  // sum_x: unfolded scales only
+      const int64_t m = std::vector<int64_t>{1, 5, 8, 3, 11, 1, 2, 1, 13, 4, 1, 7, 12}[ci];
+      const std::vector<float> x = random_bf16(static_cast<size_t>(m * c.k), rng);
+      auto xd = gpu().upload(host_view(x, Shape{m, c.k}), DType::kBF16);
+      auto yd = gpu().allocate(DType::kF32, Shape{m, c.n});
+      poison(yd.view);
+      cuda::launch_quant_gemv({static_cast<const __nv_bfloat16*>(xd.view.data), q,
+                               c.lw.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(c.lw.bias.data),
+                               yd.view.data, true, static_cast<int>(m)},
+                              gpu().stream(), configs[ci]);
+      const Compare cmp = compare(download(gpu(), yd.view), oracle(c, x, m));
+      const std::string what = name(c, m, true) + " " + cuda::to_string(configs[ci]);
+      EXPECT_EQ(cmp.nans, 0) << what << ": unwritten outputs";
+      EXPECT_LT(cmp.rel_l2, tol) << what;
+    }
+  }
+}
+
+// The FP8 GEMV alone (launch_fp8_gemv) in each pipelined schedule, on e4m3 x and weights made on the host: against
+// f64 dot products of the decoded values times both scales (the products are exact, so f32 accumulation
+// should land near 1e-6).
+TEST(QuantLinear, Fp8GemvSchedulesMatchReference) {
+  std::mt19937 rng(37);
+  std::uniform_int_distribution<int> byte(0, 255);
+  auto code = [&] {
+    uint8_t b = static_cast<uint8_t>(byte(rng));
+    if ((b & 0x7f) == 0x7f) b ^= 1;  // no NaN codes
+    return b;
+  };
+  std::vector<double> decoded(256);
+  for (int b = 0; b < 256; ++b) decoded[static_cast<size_t>(b)] = to_float(fp8_e4m3{static_cast<uint8_t>(b)});
+  const std::vector<cuda::QuantGemvConfig> configs = {
+      {3, true, 4, false}, {2, false, 4, false}, {2, true, 8, false}, {2, true, 8, true}, {3, true, 4, true}};
+  struct Case {
+    int n, k;
+    bool per_channel;
+  };
+  const std::vector<Case> cases = {{33, 576, true}, {4097, 1024, false}, {48, 14336, true}, {70000, 128, true},
+                                   {7, 16, false}};
+  for (const Case& cs : cases) {
+    std::vector<uint8_t> w(static_cast<size_t>(cs.n) * cs.k);
+    for (auto& b : w) b = code();
+    std::vector<float> ws(cs.per_channel ? cs.n : 1);
+    for (auto& v : ws) v = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / std::sqrt(float(cs.k));
+    std::vector<float> bias = random_bf16(static_cast<size_t>(cs.n), rng, 0.5f);
+    auto wd = gpu().upload(raw_view(w, DType::kFP8E4M3, Shape{cs.n, cs.k}), DType::kFP8E4M3);
+    auto wsd = gpu().upload(raw_view(ws, DType::kF32, Shape{static_cast<int64_t>(ws.size())}), DType::kF32);
+    auto bd = gpu().upload(host_view(bias, Shape{cs.n}), DType::kBF16);
+    for (size_t ci = 0; ci < configs.size(); ++ci) {
+      const int m = std::vector<int>{1, 8, 3, 13, 2}[ci];
+      std::vector<uint8_t> xq(static_cast<size_t>(m) * cs.k);
+      for (auto& b : xq) b = code();
+      std::vector<float> xs(static_cast<size_t>(m));
+      for (auto& v : xs) v = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / 448.0f;
+      auto xqd = gpu().upload(raw_view(xq, DType::kFP8E4M3, Shape{m, cs.k}), DType::kFP8E4M3);
+      auto xsd = gpu().upload(raw_view(xs, DType::kF32, Shape{m}), DType::kF32);
+      auto yd = gpu().allocate(DType::kF32, Shape{m, cs.n});
+      poison(yd.view);
+      const bool with_bias = ci % 2 == 0;
+      cuda::launch_fp8_gemv({static_cast<const uint8_t*>(xqd.view.data), static_cast<const float*>(xsd.view.data),
+                             static_cast<const uint8_t*>(wd.view.data), static_cast<const float*>(wsd.view.data),
+                             cs.per_channel, with_bias ? static_cast<const __nv_bfloat16*>(bd.view.data) : nullptr,
+                             yd.view.data, true, m, cs.n, cs.k},
+                            gpu().stream(), configs[ci]);
+      std::vector<float> ref(static_cast<size_t>(m) * cs.n);
+      for (int t = 0; t < m; ++t)
+        for (int j = 0; j < cs.n; ++j) {
+          double acc = 0;
+          for (int i = 0; i < cs.k; ++i)
+            acc += decoded[xq[static_cast<size_t>(t) * cs.k + i]] * decoded[w[static_cast<size_t>(j) * cs.k + i]];
+          acc *= static_cast<double>(xs[t]) * ws[cs.per_channel ? j : 0];
+          if (with_bias) acc += bias[j];
+          ref[static_cast<size_t>(t) * cs.n + j] = static_cast<float>(acc);
+        }
+      const Compare cmp = compare(download(gpu(), yd.view), ref);
+      const std::string what = "fp8 gemv n=" + std::to_string(cs.n) + " k=" + std::to_string(cs.k) + " m=" +
+                               std::to_string(m) + (cs.per_channel ? " channel " : " tensor ") + cuda::to_string(configs[ci]);
+      EXPECT_EQ(cmp.nans, 0) << what << ": unwritten outputs";
+      EXPECT_LT(cmp.rel_l2, 1e-5) << what;
+    }
+  }
+}
+
 TEST(QuantLinear, DequantizePathMatchesCpuOracle) {
   std::mt19937 rng(13);
   struct Case {
@@ -340,7 +453,7 @@ TEST(QuantLinear, GraphReplayIsBitIdentical) {
 }
 
 // W8A8-FP8: activations quantized per token (or with a static scale) bit-identically to the CPU oracle's, then
-// cuBLASLt's FP8 GEMM with per-token x per-channel (or per-tensor) scales.
+// our FP8 GEMV (m <= 16) or cuBLASLt's FP8 GEMM with per-token x per-channel (or per-tensor) scales.
 TEST(QuantLinear, Fp8MatchesCpuOracle) {
   std::mt19937 rng(29);
   std::uniform_int_distribution<int> byte(0, 255);
@@ -398,9 +511,12 @@ TEST(QuantLinear, Fp8MatchesCpuOracle) {
       auto xd = gpu().upload(host_view(x, Shape{m, cs.k}), DType::kBF16);
       auto yd = gpu().allocate(f32_out ? DType::kF32 : DType::kBF16, Shape{m, cs.n});
       poison(yd.view);
-      const int64_t before = gpu().fp8_gemms();
+      const int64_t before = gpu().fp8_gemms(), before_gemv = gpu().fp8_gemvs();
       gpu().linear(xd.view, lw, yd.view);
-      EXPECT_EQ(gpu().fp8_gemms(), before + 1);
+      if (m <= cuda::kQuantGemvMaxRows)  // decode rows: our FP8 GEMV; else cuBLASLt's FP8 GEMM
+        EXPECT_EQ(gpu().fp8_gemvs(), before_gemv + 1);
+      else
+        EXPECT_EQ(gpu().fp8_gemms(), before + 1);
       const Compare cmp = compare(download(gpu(), yd.view), ref);
       const std::string what = quant::format_name(f) + " n=" + std::to_string(cs.n) + " k=" + std::to_string(cs.k) +
                                " m=" + std::to_string(m) + (f32_out ? " f32" : " bf16");

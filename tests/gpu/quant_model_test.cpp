@@ -65,7 +65,7 @@ TEST(QuantModel, DummyQuantizedModelMatchesCpu) {
     const bool fp8 = std::string(q) == "fp8";
     const StepLogits ref = run_model(cpu(), dir, q, engine::GraphMode::kOff);
     for (engine::GraphMode mode : {engine::GraphMode::kOff, engine::GraphMode::kOn}) {
-      const int64_t gemvs = gpu().quant_gemvs(), dequant = gpu().quant_dequant_gemms(), fp8s = gpu().fp8_gemms();
+      const int64_t gemvs = gpu().quant_gemvs(), dequant = gpu().quant_dequant_gemms(), fp8s = gpu().fp8_gemms() + gpu().fp8_gemvs();
       const StepLogits got = run_model(gpu(), dir, q, mode);
       EXPECT_EQ(got.qkv_format, ref.qkv_format) << q << ": CUDA kept the format";
       ASSERT_EQ(got.steps.size(), ref.steps.size()) << q;
@@ -77,7 +77,7 @@ TEST(QuantModel, DummyQuantizedModelMatchesCpu) {
         EXPECT_LT(cmp.rel_l2, 0.05) << q << " step " << s;
       }
       if (fp8) {
-        EXPECT_GE(gpu().fp8_gemms() - fp8s, 4 * spec.layers) << q << ": the FP8 GEMM ran";
+        EXPECT_GE(gpu().fp8_gemms() + gpu().fp8_gemvs() - fp8s, 4 * spec.layers) << q << ": the FP8 GEMM / GEMV ran";
         continue;
       }
       EXPECT_GT(gpu().quant_dequant_gemms(), dequant) << q << ": the prefill ran the dequantize path";

@@ -526,6 +526,10 @@ void CudaBackend::add_rms_norm_linear(const backend::NormLinearArgs& a) {
     if (!a.delta_linear.bias.empty()) XI_CHECK_EQ(a.delta_linear.bias.numel(), k);
   }
   if (!a.delta.empty()) XI_CHECK_EQ(a.delta.numel(), a.residual.numel());
+  if (quant_fused_chain(a)) {  // quantized linears (cuda_backend_quant.cpp)
+    ++fused_linears_;
+    return;
+  }
   const std::optional<FusedLinearPlan> plan = fused_linear_plan(a);
   if (!plan) return Backend::add_rms_norm_linear(a);
   if (plan->producer) launch_gemv(producer_args(a), *plan->producer, stream_, kProducerFusion);

@@ -208,6 +208,7 @@ class CudaBackend final : public backend::Backend {
   int64_t quant_gemvs() const { return quant_gemvs_; }
   int64_t quant_dequant_gemms() const { return quant_dequant_gemms_; }
   int64_t fp8_gemms() const { return fp8_gemms_; }  // W8A8-FP8 linears (activation quantization + FP8 GEMM)
+  int64_t fp8_gemvs() const { return fp8_gemvs_; }  // W8A8-FP8 decode linears (quantization + our FP8 GEMV)
   // The device view of a quantized LinearWeights (checks dtypes and sizes, naming the format).
   QuantWeight quant_weight(const backend::LinearWeights& w) const;
 
@@ -228,6 +229,9 @@ class CudaBackend final : public backend::Backend {
 
   void quantized_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out);
   void fp8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out);
+  // add_rms_norm_linear on weight-only quantized linears as two GEMVs (the producer adds into the residual,
+  // the consumer folds the norm and the SwiGLU); false (nothing run) where that chain does not apply.
+  bool quant_fused_chain(const backend::NormLinearArgs& a);
   // The quantized linears' workspace (dequantized weights, quantized activations), at least `bytes` long;
   // nullptr while recording a graph that would have to grow it (the recording is failed).
   void* quant_workspace(size_t bytes);
@@ -274,7 +278,7 @@ class CudaBackend final : public backend::Backend {
   size_t decode_ws_floats_ = 0;
   void* quant_ws_ = nullptr;  // dequantized weights (bf16) or quantized activations, grown on demand
   size_t quant_ws_bytes_ = 0;
-  int64_t quant_gemvs_ = 0, quant_dequant_gemms_ = 0, fp8_gemms_ = 0;
+  int64_t quant_gemvs_ = 0, quant_dequant_gemms_ = 0, fp8_gemms_ = 0, fp8_gemvs_ = 0;
   std::unique_ptr<CublasLtFp8Gemm> fp8_;  // created at the first W8A8-FP8 linear
 
   // Graphs. The signature of a step: what a recording bakes in (array sizes fix the offsets in the step

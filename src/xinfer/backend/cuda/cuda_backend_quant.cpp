@@ -4,7 +4,8 @@
 //   otherwise -> the weight dequantized to bf16 into a workspace, then the bf16 GEMM (GemmTuner::run, the
 //                tuner's choice for the shape): prefill in every format, and g_idx / odd group sizes at any m
 //                (one log line per weight description: a slower path).
-//   W8A8-FP8 (any m) -> each row of x quantized to e4m3 with its scale into the workspace, then cuBLASLt's
+//   W8A8-FP8 (any m) -> each row of x quantized to e4m3 with its scale into the workspace, then for
+//                m <= kQuantGemvMaxRows our FP8 GEMV (quant_linear.h launch_fp8_gemv), else cuBLASLt's
 //                FP8 GEMM with the per-token x per-channel scales (a per-tensor weight scale broadcast to a
 //                vector first); a shape cuBLASLt has no FP8 algorithm for fails naming layer shape and m.
 // The workspace (bf16, the largest n * k run so far) grows outside graph recordings; a recording that would
@@ -121,21 +122,77 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
   auto* ws = static_cast<uint8_t*>(quant_workspace(xq_bytes + xs_bytes + static_cast<size_t>(n) * 4));
   if (ws == nullptr) return;  // recording failed (see top)
   auto* xs = reinterpret_cast<float*>(ws + xq_bytes);
+  launch_quantize_fp8_rows(static_cast<const __nv_bfloat16*>(x.data), m, static_cast<int>(k), input_scale, ws, xs,
+                           stream_);
+  const auto* bias = w.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(w.bias.data);
+  if (m <= kQuantGemvMaxRows && fp8_gemv_supports(static_cast<int>(n), static_cast<int>(k))) {
+    // Decode rows: our FP8 GEMV (cuBLASLt's FP8 GEMM reached 24-55% of the bandwidth at m = 1; this 50-86%).
+    const QuantGemvConfig config = fp8_gemv_default_config(static_cast<int>(n), static_cast<int>(k), options_.gemv_pdl);
+    launch_fp8_gemv({ws, xs, wq, ws_in, f.per_channel, bias, out.data, out.dtype == DType::kF32, m,
+                     static_cast<int>(n), static_cast<int>(k)},
+                    stream_, config);
+    ++fp8_gemvs_;
+    return;
+  }
   const float* w_scales = ws_in;
   if (!f.per_channel) {
     auto* wsv = reinterpret_cast<float*>(ws + xq_bytes + xs_bytes);
     launch_broadcast_scale(ws_in, static_cast<int>(n), wsv, stream_);
     w_scales = wsv;
   }
-  launch_quantize_fp8_rows(static_cast<const __nv_bfloat16*>(x.data), m, static_cast<int>(k), input_scale, ws, xs,
-                           stream_);
   if (!fp8_) fp8_ = std::make_unique<CublasLtFp8Gemm>();
-  const Fp8GemmArgs args{ws, xs, wq, w_scales, w.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(w.bias.data),
-                         out.data, out.dtype == DType::kF32, m, static_cast<int>(n), static_cast<int>(k)};
+  const Fp8GemmArgs args{ws, xs, wq, w_scales, bias, out.data, out.dtype == DType::kF32, m, static_cast<int>(n), static_cast<int>(k)};
   XI_CHECK(fp8_->supported(args)) << "linear " << fmt(w) << " [" << n << ", " << k << "] at " << m
                                   << " rows: cuBLASLt has no FP8 algorithm (k and n must be multiples of 16)";
   fp8_->run(args, stream_);
   ++fp8_gemms_;
+}
+
+bool CudaBackend::quant_fused_chain(const backend::NormLinearArgs& a) {
+  // Only with LinearFusion::kAlways: on the H200 the chain made batch-1 decode slower than the composition
+  // (cudaq-2, 8B: w4a16 ITL 2.985 vs 2.583 ms, w8a16 3.576 vs 3.433 ms), so the default runs the composition.
+  if (linear_fusion_ != LinearFusion::kAlways) return false;
+  auto int_quant = [](const backend::LinearWeights& w) {
+    return std::holds_alternative<quant::IntGroupFormat>(w.format) ||
+           std::holds_alternative<quant::Int8ChannelFormat>(w.format);
+  };
+  if (!int_quant(a.linear) || (!a.delta_x.empty() && !int_quant(a.delta_linear))) return false;
+  if (!a.delta.empty() && a.delta_x.empty()) return false;  // a delta given as input needs an add of its own
+  if (a.out.dtype != DType::kBF16 || a.residual.dtype != DType::kBF16 || a.residual.device != Device::kCuda) return false;
+  const QuantWeight q = quant_weight(a.linear);
+  const int m = static_cast<int>(a.residual.numel() / q.k);
+  auto* residual = static_cast<__nv_bfloat16*>(a.residual.data);
+  if (m < 1 || m > 8 || !quant_gemv_supports(q) || reinterpret_cast<uintptr_t>(residual) % 16 != 0) return false;
+  const bool swiglu = !a.act_out.empty() && a.act_out.dtype == DType::kBF16 && q.n % 2 == 0;
+  QuantGemvConfig config = quant_gemv_default_config(q, options_.gemv_pdl);
+  config.ctas_per_sm = 2;  // the normed kernels spill at 3 CTAs per SM (ptxas: up to 308 bytes)
+  config.sum_x = false;
+  const QuantGemvFusion consumer{false, static_cast<const __nv_bfloat16*>(a.norm_weight.data), a.eps,
+                                 swiglu ? static_cast<__nv_bfloat16*>(a.act_out.data) : nullptr};
+  if (a.norm_weight.dtype != DType::kBF16 || !quant_gemv_fusion_supports(q, m, consumer, config)) return false;
+  QuantWeight qd;
+  QuantGemvConfig producer_config;
+  const QuantGemvFusion producer{true, nullptr, 0.0f, nullptr};
+  if (!a.delta_x.empty()) {
+    qd = quant_weight(a.delta_linear);
+    if (!quant_gemv_supports(qd) || reinterpret_cast<uintptr_t>(a.delta_x.data) % 16 != 0 ||
+        a.delta_x.dtype != DType::kBF16)
+      return false;
+    producer_config = QuantGemvConfig{2, options_.gemv_pdl, 8, false, false, false};  // add_to_y: pipelined
+    if (!quant_gemv_fusion_supports(qd, m, producer, producer_config)) return false;
+  }
+  auto bias_of = [](const backend::LinearWeights& w) {
+    return w.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(w.bias.data);
+  };
+  if (!a.delta_x.empty()) {
+    launch_quant_gemv({static_cast<const __nv_bfloat16*>(a.delta_x.data), qd, bias_of(a.delta_linear), residual, false, m},
+                      stream_, producer_config, producer);
+    ++quant_gemvs_;
+  }
+  launch_quant_gemv({residual, q, bias_of(a.linear), a.out.data, false, m}, stream_, config, consumer);
+  ++quant_gemvs_;
+  if (!a.act_out.empty() && !swiglu) silu_mul(a.out, a.act_out);
+  return true;
 }
 
 void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) {
@@ -148,12 +205,7 @@ void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWei
   const bool y_f32 = out.dtype == DType::kF32;
   const auto* xp = static_cast<const __nv_bfloat16*>(x.data);
   if (m <= kQuantGemvMaxRows && quant_gemv_supports(q) && reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
-    // 3 CTAs per SM where that measured faster (H200, cudaq-2: qkv 9.3 vs 10.1 us, gate_up 30.5 vs 32.1 us at
-    // int4 m = 1; o and down, with fewer rows or a longer k, were faster at 2).
-    QuantGemvConfig config;
-    config.ctas_per_sm = q.n >= 6144 && q.k <= 4096 ? 3 : 2;
-    config.pdl = options_.gemv_pdl;
-    launch_quant_gemv({xp, q, bias, out.data, y_f32, m}, stream_, config);
+    launch_quant_gemv({xp, q, bias, out.data, y_f32, m}, stream_, quant_gemv_default_config(q, options_.gemv_pdl));
     ++quant_gemvs_;
     return;
   }

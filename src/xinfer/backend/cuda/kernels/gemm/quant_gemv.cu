@@ -4,230 +4,129 @@
 #include <type_traits>
 
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/gemm/quant_gemv_math.cuh"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
 #include "xinfer/backend/cuda/kernels/pdl.cuh"
 
 namespace xinfer::cuda {
+using namespace quant_gemv;
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr int kTileRows = 16;  // weight rows per CTA (one mma M tile)
-constexpr int kTileTokens = 8;  // rows of x per launch (one mma N tile)
 // Steps a warp loads before it computes any of them: 4 x 2 rows x 16 bytes = 128 bytes per lane in flight
 // (a first version kept 2 steps in flight and double-buffered them in registers: 38% of the int4 roofline
 // at batch 1, latency-bound).
 constexpr int kBatch = 4;
+constexpr int kMaxSumSteps = 512;  // kSumX: k up to 65536 (int4) / 32768 (int8)
 
-struct Params {
-  const __nv_bfloat16* x;     // [m, k]
-  const uint8_t* w;           // [n, row_bytes]
-  const float* scales;        // [n, G]
-  const uint8_t* zeros;       // [n, G] or nullptr
-  const __nv_bfloat16* bias;  // [n] or nullptr
-  void* y;                    // [m, n]
-  bool y_f32;
-  int m, n, k, group, G;
-  uint32_t sign_xor;  // 0x80808080 for i8 values (-> u8 = v + 128, zero 128), else 0
-  int sym_zero;       // the zero point of symmetric weights
-};
-
-// Weights are read once: past L1, 256-byte L2 lines (as gemv.cu).
-__device__ __forceinline__ uint4 load_weights(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint4 load_x(const __nv_bfloat16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
-
-__device__ __forceinline__ uint32_t bf16x2_sub(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  uint32_t d;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
-
-// d += A[16 x 16] * B[16 x 8] (bf16 in, f32 accumulate), the standard m16n8k16 fragments.
-__device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                    uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// One step's loads of one lane: 16 bytes of weight rows g and g + 8, and their group's scale and zero.
-struct StepLoad {
-  uint4 w[2];
-  float s[2];
-  int z[2];
-};
-
-template <int kBits>
-struct Geometry {
-  static constexpr int kStep = kBits == 4 ? 128 : 64;        // columns of k per warp step
-  static constexpr int kLaneCols = kStep / 4;                 // consecutive columns per lane per step
-  static constexpr int kRowBytes(int k) { return kBits == 4 ? k / 2 : k; }
-};
-
-template <int kBits>
+template <Kind kKind>
 __device__ __forceinline__ void load_step(const Params& p, const int (&row)[2], int step, int t, StepLoad& l) {
-  using G = Geometry<kBits>;
-  const int col = step * G::kStep + t * G::kLaneCols;
-  // The last step may end inside k (k % step != 0): lanes past k load no weights (their x reads as 0 too),
-  // but they still scale their C columns (rows 2t, 2t + 1 of x) by the step's group scale (unfolded
-  // scales): their group is the step's first column's.
+  using G = Geometry<kKind>;
+  const int col = lane_col<kKind>(step, t);
   const bool in_k = col < p.k;
-  const int gi = (in_k ? col : step * G::kStep) / p.group;
+  const int gi = lane_group<kKind>(p, step, col);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const size_t rb = static_cast<size_t>(row[r]) * G::kRowBytes(p.k);
-    l.w[r] = in_k ? load_weights(p.w + rb + (kBits == 4 ? col / 2 : col)) : make_uint4(0, 0, 0, 0);
+    const size_t rb = static_cast<size_t>(row[r]) * G::row_bytes(p.k);
+    l.w[r] = in_k ? load_weights(p.w + rb + (kKind == Kind::kInt4 ? col / 2 : col)) : make_uint4(0, 0, 0, 0);
     const size_t si = static_cast<size_t>(row[r]) * p.G + gi;
     l.s[r] = __ldg(p.scales + si);
     l.z[r] = p.zeros ? static_cast<int>(__ldg(p.zeros + si)) : p.sym_zero;
   }
 }
 
-// One step: the lane's 32 (int4) or 16 (int8) columns of rows g, g + 8 times x rows 0..7 into acc
-// (kFold: the scale is in the bf16 weights; else the step is scaled in f32 here).
-template <int kBits, bool kFold>
-__device__ __forceinline__ void compute_step(const Params& p, const StepLoad& l, int step, int g, int t,
-                                             float (&acc)[4]) {
-  using G = Geometry<kBits>;
-  const int col = step * G::kStep + t * G::kLaneCols;
-  float d[4] = {0.f, 0.f, 0.f, 0.f};
-  float(&sum)[4] = kFold ? acc : d;
-  const bool live = g < p.m && col < p.k;  // x rows past m and columns past k are zeros
-  const __nv_bfloat16* xrow = p.x + static_cast<size_t>(g) * p.k + col;
-  if constexpr (kBits == 4) {
-    uint4 xv[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) xv[i] = live ? load_x(xrow + i * 8) : make_uint4(0, 0, 0, 0);
-    uint32_t zz[2], ss[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      zz[r] = (0x4300u | static_cast<uint32_t>(l.z[r])) * 0x00010001u;  // bf16 128 + z, both halves
-      if constexpr (kFold) ss[r] = pack_bf16x2(l.s[r], l.s[r]);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      // Nibbles e0..e7 of word i (columns i * 8 + 0..7): pairs (e0, e4), (e1, e5), (e2, e6), (e3, e7).
-      uint32_t a[2][4];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const uint32_t wd = r == 0 ? (&l.w[0].x)[i] : (&l.w[1].x)[i];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          uint32_t v = bf16x2_sub(((wd >> (4 * j)) & 0x000F000Fu) | 0x43004300u, zz[r]);
-          if constexpr (kFold) v = bf16x2_mul(v, ss[r]);
-          a[r][j] = v;
-        }
-      }
-      const uint32_t x01 = (&xv[i].x)[0], x23 = (&xv[i].x)[1], x45 = (&xv[i].x)[2], x67 = (&xv[i].x)[3];
-      const uint32_t x04 = __byte_perm(x01, x45, 0x5410), x15 = __byte_perm(x01, x45, 0x7632);
-      const uint32_t x26 = __byte_perm(x23, x67, 0x5410), x37 = __byte_perm(x23, x67, 0x7632);
-      mma(sum, a[0][0], a[1][0], a[0][1], a[1][1], x04, x15);
-      mma(sum, a[0][2], a[1][2], a[0][3], a[1][3], x26, x37);
-    }
-  } else {
-    uint4 xv[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) xv[i] = live ? load_x(xrow + i * 8) : make_uint4(0, 0, 0, 0);
-    float zf[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) zf[r] = 8388608.0f + static_cast<float>(l.z[r]);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      // Bytes e0..e3 of word i (columns i * 4 + 0..3) -> bf16 pairs (e0, e1), (e2, e3) through f32.
-      uint32_t a[2][2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const uint32_t wd = ((r == 0 ? (&l.w[0].x)[i] : (&l.w[1].x)[i])) ^ p.sign_xor;
-        float f[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          f[j] = __uint_as_float(__byte_perm(wd, 0x4B000000u, 0x7650 + j)) - zf[r];
-          if constexpr (kFold) f[j] *= l.s[r];
-        }
-        a[r][0] = pack_bf16x2(f[0], f[1]);
-        a[r][1] = pack_bf16x2(f[2], f[3]);
-      }
-      const uint32_t x01 = (&xv[i / 2].x)[(i % 2) * 2], x23 = (&xv[i / 2].x)[(i % 2) * 2 + 1];
-      mma(sum, a[0][0], a[1][0], a[0][1], a[1][1], x01, x23);
-    }
-  }
-  if constexpr (!kFold) {
-    acc[0] = fmaf(d[0], l.s[0], acc[0]);
-    acc[1] = fmaf(d[1], l.s[0], acc[1]);
-    acc[2] = fmaf(d[2], l.s[1], acc[2]);
-    acc[3] = fmaf(d[3], l.s[1], acc[3]);
-  }
-}
-
-// grid: ceil(n / 16) CTAs of 8 warps; see quant_linear.h.
-template <int kBits, bool kFold, int kMinBlocks>
+// grid: tile_count(n) CTAs of 8 warps, or half that (kWide: 32 rows per CTA, each lane's 4 rows g, g + 8,
+// g + 16, g + 24 share one load of x per step: two mma tiles per x fragment); see quant_linear.h.
+// kNormed: x = rms_norm(residual) * norm_weight on the way in (QuantGemvFusion).
+// kSumX: compute_step_sum_x (the zero point and the magic taken off with x's per-step column sums, computed
+// by the CTA after pdl_wait() into sx[step][token]; at most kMaxSumSteps steps).
+template <Kind kKind, bool kFold, int kMinBlocks, bool kNormed, bool kWide, bool kSumX>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) quant_gemv_kernel(Params p) {
-  using G = Geometry<kBits>;
-  __shared__ float red[kWarps][kTileRows][kTileTokens];
+  using G = Geometry<kKind>;
+  static_assert(!kSumX || (!kFold && !kNormed), "sum_x: unfolded scales, x as given");
+  constexpr int kHalves = kWide ? 2 : 1;             // 16-row tiles per CTA
+  constexpr int kSteps = kWide ? kBatch / 2 : kBatch;  // steps in flight per lane (same bytes either way)
+  __shared__ float red[kHalves][kWarps][kTileRows][kTileTokens];
+  __shared__ float ss_red[kHalves][kWarps][kTileTokens];
+  __shared__ __align__(8) float sx[kSumX ? kMaxSumSteps : 1][kTileTokens];
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, t = lane % 4;
-  const int n0 = static_cast<int>(blockIdx.x) * kTileRows;
-  const int row[2] = {min(n0 + g, p.n - 1), min(n0 + g + 8, p.n - 1)};
+  // The plain kernels (no norm) take no fusion: the SwiGLU and add_to_y branches are compiled out of them
+  // (quant_gemv_fusion_supports; the pipelined kernels take add_to_y).
+  constexpr bool kFusion = kNormed;
+  const int tiles = tile_count(p.n, kFusion && p.swiglu_out != nullptr);
+  int tile[kHalves], row[kHalves][2];
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) {
+    tile[h] = min(static_cast<int>(blockIdx.x) * kHalves + h, tiles - 1);  // a missing last half: a copy of the
+    row[h][0] = tile_row<kFusion>(p, tile[h], g, 0);                       // previous tile, not stored
+    row[h][1] = tile_row<kFusion>(p, tile[h], g, 1);
+  }
   const int steps = (p.k + G::kStep - 1) / G::kStep;
 
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  StepLoad l[kBatch];
+  float acc[kHalves][4] = {};
+  float ss = 0.f;
+  StepLoad l[kSteps][kHalves];
   int s = warp;
   // The first batch's weights are requested before pdl_wait() (PDL launches: they do not depend on earlier
   // kernels), x only after it; the next kernel may launch once every CTA got here (pdl.cuh).
 #pragma unroll
-  for (int u = 0; u < kBatch; ++u)
-    if (s + u * kWarps < steps) load_step<kBits>(p, row, s + u * kWarps, t, l[u]);
+  for (int u = 0; u < kSteps; ++u)
+    if (s + u * kWarps < steps)
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) load_step<kKind>(p, row[h], s + u * kWarps, t, l[u][h]);
   pdl_release();
   pdl_wait();
+  if constexpr (kSumX) {
+    // sx[step][token] = sum of x[token] over the step's columns: 8 columns per thread, the kStep / 8 threads
+    // of a step (consecutive lanes) reduced by shuffles in a fixed order; tokens >= m get 0.
+    constexpr int kChunks = G::kStep / 8;
+    const int tid = static_cast<int>(threadIdx.x), span = steps * G::kStep;
+    for (int tok = 0; tok < kTileTokens; ++tok)
+      for (int base = 0; base < span; base += kThreads * 8) {
+        const int col = base + tid * 8;
+        float v = 0.f;
+        if (tok < p.m && col < p.k) {
+          const uint4 c = load_x16(p.x + static_cast<size_t>(tok) * p.k + col);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const uint32_t w = (&c.x)[j];
+            v += __uint_as_float(w << 16) + __uint_as_float(w & 0xffff0000u);
+          }
+        }
+#pragma unroll
+        for (int o = 1; o < kChunks; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane % kChunks == 0 && col < span) sx[col / G::kStep][tok] = v;
+      }
+    __syncthreads();
+  }
   while (s < steps) {
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u)
-      if (s + u * kWarps < steps) compute_step<kBits, kFold>(p, l[u], s + u * kWarps, g, t, acc);
-    s += kBatch * kWarps;
+    for (int u = 0; u < kSteps; ++u)
+      if (s + u * kWarps < steps) {
+        uint4 xv[4];
+        load_x_step<kKind>(p, s + u * kWarps, g, t, xv);
+        if constexpr (kNormed) normalize_x_step<kKind>(p, s + u * kWarps, t, xv, ss);
+        if constexpr (kSumX) {
+          const float2 sxs = *reinterpret_cast<const float2*>(&sx[s + u * kWarps][2 * t]);
+#pragma unroll
+          for (int h = 0; h < kHalves; ++h) compute_step_sum_x<kKind>(p, l[u][h], xv, sxs, acc[h]);
+        } else {
+#pragma unroll
+          for (int h = 0; h < kHalves; ++h) compute_step<kKind, kFold>(p, l[u][h], xv, acc[h]);
+        }
+      }
+    s += kSteps * kWarps;
     if (s >= steps) break;
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u)
-      if (s + u * kWarps < steps) load_step<kBits>(p, row, s + u * kWarps, t, l[u]);
-  }
-  // C fragment: acc[0], acc[1] = (row g, tokens 2t, 2t + 1); acc[2], acc[3] = (row g + 8, same tokens).
-  red[warp][g][2 * t] = acc[0];
-  red[warp][g][2 * t + 1] = acc[1];
-  red[warp][g + 8][2 * t] = acc[2];
-  red[warp][g + 8][2 * t + 1] = acc[3];
-  __syncthreads();
-  const int tid = static_cast<int>(threadIdx.x);
-  if (tid < kTileRows * kTileTokens) {
-    const int r = tid % kTileRows, tok = tid / kTileRows, n = n0 + r;
-    if (tok < p.m && n < p.n) {
-      float v = 0.f;
+    for (int u = 0; u < kSteps; ++u)
+      if (s + u * kWarps < steps)
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) v += red[w][r][tok];
-      if (p.bias) v += __bfloat162float(p.bias[n]);
-      const size_t i = static_cast<size_t>(tok) * p.n + n;
-      if (p.y_f32)
-        static_cast<float*>(p.y)[i] = v;
-      else
-        static_cast<__nv_bfloat16*>(p.y)[i] = __float2bfloat16(v);
-    }
+        for (int h = 0; h < kHalves; ++h) load_step<kKind>(p, row[h], s + u * kWarps, t, l[u][h]);
+  }
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) {
+    if (h > 0 && static_cast<int>(blockIdx.x) * kHalves + h >= tiles) break;  // uniform across the CTA
+    finish_tile<kKind, kNormed, kFusion>(p, red[h], ss_red[h], tile[h], warp, lane, acc[h], ss);
   }
 }
 
@@ -318,48 +217,183 @@ bool quant_gemv_supports(const QuantWeight& w) {
   return w.group_size >= 32 && w.group_size % 32 == 0;
 }
 
-void launch_quant_gemv(const QuantLinearArgs& a, cudaStream_t stream, QuantGemvConfig config) {
-  XI_CHECK(config.ctas_per_sm == 2 || config.ctas_per_sm == 3) << "quant GEMV: ctas_per_sm " << config.ctas_per_sm;
-  const QuantWeight& w = a.w;
-  XI_CHECK(quant_gemv_supports(w)) << "quant GEMV: unsupported weight " << describe(w);
-  XI_CHECK(a.m >= 1) << "quant GEMV: m " << a.m;
-  XI_CHECK(reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(w.w) % 16 == 0)
-      << "quant GEMV: x and the weight must be 16-byte aligned";
+std::string to_string(const QuantGemvConfig& c) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%s%d%s%s %d ctas/sm%s%s", c.stages > 0 ? "pipe" : "batch", c.stages,
+                c.wide ? " wide" : "", c.sum_x ? " sumx" : "", c.ctas_per_sm, c.persistent ? " persistent" : "",
+                c.pdl ? " pdl" : "");
+  return buf;
+}
+
+QuantGemvConfig quant_gemv_default_config(const QuantWeight& w, bool pdl) {
+  // The batch schedule: the pipelined one measured slower on every int shape of the 8B model (H200,
+  // cudaq-1: int4 gate_up 35.7 vs 30.5 us, int8 o 10.5 vs 7.3 us; the int GEMVs are bound by their
+  // dequantization instructions, not by the loads in flight). Per shape (cudaq-1 / cudaq-2, m = 1):
+  // wide tiles for the widest (gate_up: int4 27.8 vs 30.5 us, int8 37.7 vs 41.8 us), 3 CTAs per SM for
+  // n >= 6144 with k <= 4096 (qkv 7.8 vs 8.5 us), 2 otherwise (o, down).
+  QuantGemvConfig c;
+  c.pdl = pdl;
+  if (w.k <= 4096 && w.n >= 16384) {
+    c.wide = true;
+  } else {
+    c.ctas_per_sm = w.n >= 6144 && w.k <= 4096 ? 3 : 2;
+  }
+  return c;
+}
+
+QuantGemvConfig fp8_gemv_default_config(int n, int k, bool pdl) {
+  // H200, cudaq-1 (m = 1): 8 stages for n <= 4096 (o 7.2 vs 7.9 us, down 22.9 vs 25.0 us), 4 stages at 2
+  // CTAs per SM for the wide ones (qkv 8.8 vs 11.4 us, gate_up 32.0 vs 35.5 us).
+  QuantGemvConfig c;
+  c.pdl = pdl;
+  c.stages = n <= 4096 ? 8 : 4;
+  c.ctas_per_sm = 2;
+  (void)k;
+  return c;
+}
+
+namespace {
+
+Params base_params(const QuantWeight& w, const __nv_bfloat16* bias, bool y_f32) {
   Params p{};
   p.w = w.w;
   p.scales = w.scales;
   p.zeros = w.zeros;
-  p.bias = a.bias;
-  p.y_f32 = a.y_f32;
+  p.bias = bias;
+  p.y_f32 = y_f32;
   p.n = w.n;
   p.k = w.k;
   p.group = w.group_size;
   p.G = w.groups();
   p.sign_xor = w.is_signed ? 0x80808080u : 0u;
   p.sym_zero = w.bits == 4 ? 8 : 128;
+  return p;
+}
+
+// One launch of <= 8 rows of x in the configured schedule.
+void launch_rows(Kind kind, bool fold, const Params& p, const QuantGemvConfig& config, cudaStream_t stream) {
+  if (config.stages > 0) return launch_pipelined(kind, fold, p, config, stream);
+  XI_CHECK(kind != Kind::kFp8) << "quant GEMV: the FP8 GEMV runs the pipelined schedule only (stages 4 or 8)";
+  const int tiles = tile_count(p.n, p.swiglu_out != nullptr);
+  const dim3 grid(config.wide ? (tiles + 1) / 2 : tiles);
+  const bool normed = p.norm_weight != nullptr;
+  auto launch = [&](auto kind_c, auto fold_c) {
+    constexpr Kind kK = decltype(kind_c)::value;
+    constexpr bool kF = decltype(fold_c)::value;
+    void (*kernel)(Params) = nullptr;
+    if constexpr (!kF) {
+      if (config.sum_x) {
+        XI_CHECK(!normed) << "quant GEMV: sum_x with the folded norm is not compiled";
+        if (config.wide)
+          kernel = quant_gemv_kernel<kK, false, 2, false, true, true>;
+        else if (config.ctas_per_sm == 3)
+          kernel = quant_gemv_kernel<kK, false, 3, false, false, true>;
+        else
+          kernel = quant_gemv_kernel<kK, false, 2, false, false, true>;
+      }
+    }
+    XI_CHECK(kernel != nullptr || !config.sum_x) << "quant GEMV: sum_x needs unfolded scales (group % step == 0)";
+    if (kernel == nullptr) {
+      if (config.wide)
+        kernel = normed ? quant_gemv_kernel<kK, kF, 2, true, true, false> : quant_gemv_kernel<kK, kF, 2, false, true, false>;
+      else if (config.ctas_per_sm == 3)
+        kernel = normed ? quant_gemv_kernel<kK, kF, 3, true, false, false> : quant_gemv_kernel<kK, kF, 3, false, false, false>;
+      else
+        kernel = normed ? quant_gemv_kernel<kK, kF, 2, true, false, false> : quant_gemv_kernel<kK, kF, 2, false, false, false>;
+    }
+    if (config.pdl)
+      launch_pdl(kernel, grid, dim3(kThreads), 0, stream, p);
+    else
+      kernel<<<grid, kThreads, 0, stream>>>(p);
+  };
+  using T = std::true_type;
+  using F = std::false_type;
+  using K4 = std::integral_constant<Kind, Kind::kInt4>;
+  using K8 = std::integral_constant<Kind, Kind::kInt8>;
+  if (kind == Kind::kInt4)
+    fold ? launch(K4{}, T{}) : launch(K4{}, F{});
+  else
+    fold ? launch(K8{}, T{}) : launch(K8{}, F{});
+  XI_CUDA_CHECK_LAUNCH();
+}
+
+void check_config(const QuantGemvConfig& c) {
+  XI_CHECK(c.ctas_per_sm == 2 || c.ctas_per_sm == 3) << "quant GEMV: ctas_per_sm " << c.ctas_per_sm;
+  XI_CHECK(c.stages == 0 || c.stages == 4 || c.stages == 8) << "quant GEMV: stages " << c.stages;
+  XI_CHECK(!c.wide || (c.stages == 0 && c.ctas_per_sm == 2)) << "quant GEMV: wide tiles: batch schedule, 2 CTAs per SM";
+  XI_CHECK(!c.sum_x || c.stages == 0) << "quant GEMV: sum_x: batch schedule only";
+}
+
+}  // namespace
+
+bool quant_gemv_fusion_supports(const QuantWeight& w, int m, const QuantGemvFusion& f, const QuantGemvConfig& c) {
+  const bool any = f.add_to_y || f.norm_weight || f.swiglu_out;
+  if (!any) return true;
+  if (m < 1 || m > kTileTokens || (f.add_to_y && f.norm_weight)) return false;
+  if (f.add_to_y && c.stages == 0) return false;  // the plain batch kernels have no fused epilogue
+  if (f.swiglu_out && (f.norm_weight == nullptr || w.n % 2 != 0)) return false;
+  if (f.norm_weight && c.stages > 0 && !((c.stages == 4 && c.ctas_per_sm == 3) || (c.stages == 8 && c.ctas_per_sm == 2)))
+    return false;
+  return f.norm_weight == nullptr || reinterpret_cast<uintptr_t>(f.norm_weight) % 16 == 0;
+}
+
+void launch_quant_gemv(const QuantLinearArgs& a, cudaStream_t stream, QuantGemvConfig config,
+                       const QuantGemvFusion& fusion) {
+  check_config(config);
+  const QuantWeight& w = a.w;
+  XI_CHECK(quant_gemv_supports(w)) << "quant GEMV: unsupported weight " << describe(w);
+  XI_CHECK(a.m >= 1) << "quant GEMV: m " << a.m;
+  XI_CHECK(reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(w.w) % 16 == 0)
+      << "quant GEMV: x and the weight must be 16-byte aligned";
+  XI_CHECK(!config.sum_x || (!fold_scale(w) && (w.k + (w.bits == 4 ? 127 : 63)) / (w.bits == 4 ? 128 : 64) <= kMaxSumSteps))
+      << "quant GEMV: sum_x needs unfolded scales and at most " << kMaxSumSteps << " steps (" << describe(w) << ")";
+  XI_CHECK(config.stages == 0 || w.zeros == nullptr || reinterpret_cast<uintptr_t>(w.zeros) % 4 == 0)
+      << "quant GEMV: the pipelined schedule needs 4-byte aligned zero points (" << describe(w) << ")";
+  XI_CHECK(quant_gemv_fusion_supports(w, a.m, fusion, config) && (!a.y_f32 || (!fusion.add_to_y && !fusion.norm_weight)))
+      << "quant GEMV: unsupported fusion for " << describe(w) << " at m " << a.m << ", " << to_string(config)
+      << " (one fusion, bf16 y, m <= 8, pipelined; the norm at 4 x 3 or 8 x 2; SwiGLU with the norm, even n)";
+  Params p = base_params(w, a.bias, a.y_f32);
+  p.add_to_y = fusion.add_to_y;
+  p.norm_weight = fusion.norm_weight;
+  p.eps = fusion.eps;
+  p.swiglu_out = fusion.swiglu_out;
+  const Kind kind = w.bits == 4 ? Kind::kInt4 : Kind::kInt8;
   const bool fold = fold_scale(w);
-  const dim3 grid((w.n + kTileRows - 1) / kTileRows);
   const size_t y_row = static_cast<size_t>(w.n) * (a.y_f32 ? 4 : 2);
   for (int m0 = 0; m0 < a.m; m0 += kTileTokens) {
     p.x = a.x + static_cast<size_t>(m0) * w.k;
     p.y = static_cast<char*>(a.y) + m0 * y_row;
     p.m = std::min(kTileTokens, a.m - m0);
-    auto launch = [&](auto bits, auto fold_c) {
-      constexpr int kB = decltype(bits)::value;
-      constexpr bool kF = decltype(fold_c)::value;
-      auto* kernel = config.ctas_per_sm == 3 ? quant_gemv_kernel<kB, kF, 3> : quant_gemv_kernel<kB, kF, 2>;
-      if (config.pdl)
-        launch_pdl(kernel, grid, dim3(kThreads), 0, stream, p);
-      else
-        kernel<<<grid, kThreads, 0, stream>>>(p);
-    };
-    using T = std::true_type;
-    using F = std::false_type;
-    if (w.bits == 4)
-      fold ? launch(std::integral_constant<int, 4>{}, T{}) : launch(std::integral_constant<int, 4>{}, F{});
-    else
-      fold ? launch(std::integral_constant<int, 8>{}, T{}) : launch(std::integral_constant<int, 8>{}, F{});
-    XI_CUDA_CHECK_LAUNCH();
+    launch_rows(kind, fold, p, config, stream);
+  }
+}
+
+bool fp8_gemv_supports(int n, int k) { return n >= 1 && k >= 16 && k % 16 == 0; }
+
+void launch_fp8_gemv(const Fp8GemvArgs& a, cudaStream_t stream, QuantGemvConfig config) {
+  check_config(config);
+  XI_CHECK(config.stages > 0) << "FP8 GEMV: the pipelined schedule only (stages 4 or 8)";
+  XI_CHECK(fp8_gemv_supports(a.n, a.k)) << "FP8 GEMV: unsupported [" << a.n << ", " << a.k << "] (k % 16 == 0)";
+  XI_CHECK(a.m >= 1) << "FP8 GEMV: m " << a.m;
+  XI_CHECK(reinterpret_cast<uintptr_t>(a.xq) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0)
+      << "FP8 GEMV: x and the weight must be 16-byte aligned";
+  Params p{};
+  p.w = a.w;
+  p.scales = a.w_scales;
+  p.per_channel = a.per_channel;
+  p.bias = a.bias;
+  p.y_f32 = a.y_f32;
+  p.n = a.n;
+  p.k = a.k;
+  p.group = a.k;
+  p.G = 1;
+  const size_t y_row = static_cast<size_t>(a.n) * (a.y_f32 ? 4 : 2);
+  for (int m0 = 0; m0 < a.m; m0 += kTileTokens) {
+    p.xq = a.xq + static_cast<size_t>(m0) * a.k;
+    p.xs = a.x_scales + m0;
+    p.y = static_cast<char*>(a.y) + m0 * y_row;
+    p.m = std::min(kTileTokens, a.m - m0);
+    launch_rows(Kind::kFp8, false, p, config, stream);
   }
 }
 

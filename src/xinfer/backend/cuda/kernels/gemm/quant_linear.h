@@ -67,19 +67,73 @@ struct QuantLinearArgs {
 
 std::string describe(const QuantWeight& w);  // "int4 g128 zp [4096, 4096]"
 
-// The GEMV's compiled variants: registers capped for 2 CTAs (16 warps) per SM (~95 registers, no spills) or
-// 3 (80 registers, a few bytes of spills); each lane keeps 4 steps of loads in flight (128 bytes).
-// With pdl, the launch allows programmatic dependent launch (pdl.cuh): the first 4 steps of weights are
+// How the GEMV runs (the compiled variants; quant_gemv_default_config picks per shape).
+//   stages 0: the batch schedule (quant_gemv.cu): each lane loads 4 steps of weights into registers, then
+//             computes them; ctas_per_sm 2 (~95 registers) or 3 (80 registers, a few bytes of spills).
+//   stages 4 / 8: the pipelined schedule (quant_gemv_pipelined.cu): a cp.async ring of that many steps per
+//             warp in shared memory (1.5 KB a step), stages - 1 in flight while one is computed; compiled for
+//             4 x 3 CTAs per SM (56 KB each), 4 x 2 and 8 x 2 (104 KB). Zero points must be 4-byte aligned.
+//   persistent (pipelined): min(tiles, SMs x ctas_per_sm) CTAs loop over the 16-row tiles, each warp's ring
+//             running on across tiles.
+// With pdl, the launch allows programmatic dependent launch (pdl.cuh): the first steps of weights are
 // requested before pdl_wait(), x is read after it.
+//   wide (batch, 2 CTAs per SM): 32 rows per CTA, each lane's 4 rows share one load of x per step (2 steps
+//             in flight instead of 4: the same bytes), fewer x loads and permutes per weight.
+//   sum_x (batch, unfolded scales, no folded norm, k <= 512 steps): weights enter the mma as exact magic + u
+//             (no per-weight subtract; int8 split into nibbles), the magic and zero point come off per step
+//             with x's column sums (computed by each CTA): fewer dequantization instructions per weight.
 struct QuantGemvConfig {
   int ctas_per_sm = 2;
   bool pdl = false;
+  int stages = 0;
+  bool persistent = false;
+  bool wide = false;
+  bool sum_x = false;
+};
+std::string to_string(const QuantGemvConfig& c);  // "pipe4 3 ctas/sm pdl"
+// The backend's choice for this weight / FP8 shape (H200 measurements: docs/PERF.md "Quantized linears").
+QuantGemvConfig quant_gemv_default_config(const QuantWeight& w, bool pdl);
+QuantGemvConfig fp8_gemv_default_config(int n, int k, bool pdl);
+
+// The fused decode chain (CudaBackend::add_rms_norm_linear on quantized linears; as gemv.h GemvFusion does
+// for bf16): one per launch, bf16 y, m <= 8; every batch configuration, the pipelined one at 4 x 3 and 8 x 2.
+//   add_to_y     y[m, n] = bf16(y + bf16(x @ W^T + bias)): the residual add of the linear that makes delta;
+//   norm_weight  [k]: the linear reads x = residual and applies rms_norm(x) * norm_weight on its way in
+//                (each x * norm_weight product rounded to bf16, 1 / rms applied to the dot products);
+//   swiglu_out   [m, n / 2] (with norm_weight, even n): CTAs pair gate row j with up row n / 2 + j and
+//                also store silu(gate) * up from the two bf16 outputs (y is still written in full).
+struct QuantGemvFusion {
+  bool add_to_y = false;
+  const __nv_bfloat16* norm_weight = nullptr;
+  float eps = 0.0f;
+  __nv_bfloat16* swiglu_out = nullptr;
 };
 
 // True if launch_quant_gemv takes this weight (see Requirements above; any m >= 1).
 bool quant_gemv_supports(const QuantWeight& w);
+// True if launch_quant_gemv takes this weight, these rows and fusion with `config`.
+bool quant_gemv_fusion_supports(const QuantWeight& w, int m, const QuantGemvFusion& f, const QuantGemvConfig& config);
 // The GEMV (ceil(m / 8) launches). XI_CHECK-fails on unsupported arguments.
-void launch_quant_gemv(const QuantLinearArgs& a, cudaStream_t stream, QuantGemvConfig config = {});
+void launch_quant_gemv(const QuantLinearArgs& a, cudaStream_t stream, QuantGemvConfig config = {},
+                       const QuantGemvFusion& fusion = {});
+
+// W8A8-FP8 decode GEMV: y[m, n] = (xq[m, k] . w[n, k]) * x_scales[m] * w_scales[n or 0] (+ bias[n]), xq and w
+// e4m3 (the activations quantized per token beforehand: quantize_activations.h), converted exactly to f16
+// for the tensor cores (mma m16n8k16, f32 accumulation): the oracle's products, summed in another order.
+// The pipelined schedule's tile and ring (int8's geometry: steps of 64 columns); ceil(m / 8) launches.
+struct Fp8GemvArgs {
+  const uint8_t* xq = nullptr;          // [m, k] e4m3
+  const float* x_scales = nullptr;      // [m]
+  const uint8_t* w = nullptr;           // [n, k] e4m3
+  const float* w_scales = nullptr;      // [n] (per_channel) or [1]
+  bool per_channel = true;
+  const __nv_bfloat16* bias = nullptr;  // [n] or nullptr
+  void* y = nullptr;                    // [m, n], bf16 or f32 (y_f32)
+  bool y_f32 = false;
+  int m = 0, n = 0, k = 0;
+};
+bool fp8_gemv_supports(int n, int k);  // k % 16 == 0
+void launch_fp8_gemv(const Fp8GemvArgs& a, cudaStream_t stream, QuantGemvConfig config);
 // dst[n, k] = the dequantized weight, rounded to bf16 (dst: [w.n, w.k]). Any layout above, incl. g_idx.
 void launch_dequantize_weight(const QuantWeight& w, __nv_bfloat16* dst, cudaStream_t stream);
 
