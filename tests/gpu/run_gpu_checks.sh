@@ -102,12 +102,13 @@ serve_sweep() {  # serve_sweep SUFFIX [extra serve flags...]
   "$BIN/xinfer" serve --backend cuda --model llama-3.1-8b --load-format dummy --tokenizer "$TOK" --port "$port" \
     --max-num-seqs 256 ${SERVE_ARGS:-} "$@" > "$LOG/serve${suffix}.log" 2>&1 &
   local pid=$!
+  # A seed per concurrency: the server's prefix cache must not serve one run's prompts to the next.
   for c in ${SERVE_CONCURRENCY:-1 16 64 256}; do
     local n=$(( c * 4 < 64 ? 64 : c * 4 ))
     [ "$c" = 1 ] && n=32
     timeout 300 python3 bench/serve_bench.py --base-url "http://127.0.0.1:$port" --server-timeout 240 \
       --concurrency "$c" --num-prompts "$n" --warmup "$c" --input-len 128 --output-len 128 --ignore-eos \
-      --id-high 128000 --no-progress --label "llama-3.1-8b dummy, cuda, c=$c${suffix}" \
+      --id-high 128000 --no-progress --seed "$((1000 + c))" --label "llama-3.1-8b dummy, cuda, c=$c${suffix}" \
       --json "$LOG/results/serve_8b_c${c}${suffix}.json" ${SERVE_BENCH_ARGS:-} > "$LOG/serve_bench_c${c}${suffix}.log" 2>&1
     echo "c=$c$suffix: rc $?" >> "$LOG/serve_rc.txt"
   done
