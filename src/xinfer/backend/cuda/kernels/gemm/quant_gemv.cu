@@ -228,16 +228,13 @@ std::string to_string(const QuantGemvConfig& c) {
 QuantGemvConfig quant_gemv_default_config(const QuantWeight& w, bool pdl) {
   // The batch schedule: the pipelined one measured slower on every int shape of the 8B model (H200,
   // cudaq-1: int4 gate_up 35.7 vs 30.5 us, int8 o 10.5 vs 7.3 us; the int GEMVs are bound by their
-  // dequantization instructions, not by the loads in flight). Per shape (cudaq-1 / cudaq-2, m = 1):
-  // wide tiles for the widest (gate_up: int4 27.8 vs 30.5 us, int8 37.7 vs 41.8 us), 3 CTAs per SM for
-  // n >= 6144 with k <= 4096 (qkv 7.8 vs 8.5 us), 2 otherwise (o, down).
+  // dequantization instructions, not by the loads in flight). Per shape (cudaq-2 / cudaq-3, m = 1 and 8):
+  // wide tiles for n >= 6144 with k <= 4096 (gate_up: int4 27.3 vs 31.8 us, int8 37.7 vs 45.1 us; qkv:
+  // int4 7.6 vs 8.2 us at 3 CTAs per SM, int8 10.7 vs 11.5 us), 2 CTAs per SM otherwise (o, down: wide
+  // tiles leave SMs idle there, 128 CTAs for n = 4096).
   QuantGemvConfig c;
   c.pdl = pdl;
-  if (w.k <= 4096 && w.n >= 16384) {
-    c.wide = true;
-  } else {
-    c.ctas_per_sm = w.n >= 6144 && w.k <= 4096 ? 3 : 2;
-  }
+  c.wide = w.n >= 6144 && w.k <= 4096;
   return c;
 }
 
