@@ -2,13 +2,14 @@
 reference its output is checked against (tests/python/test_quantize.py). Written from the published
 definitions, sharing nothing with xinfer:
 
-  - safetensors parsed by hand (F32, BF16, F16, I8, I32, I64, F8_E4M3);
+  - safetensors parsed by hand (F32, BF16, F16, I8, I32, I64, F8_E4M3; tools/numpy_llama.py);
   - compressed-tensors decompression (compressed-tensors' QuantizationArgs / compressors): int-quantized
     `weight` int8 and float-quantized `weight` e4m3 times `weight_scale` ([N, 1] channel, [1] tensor);
     pack-quantized `weight_packed` int32 words holding 32 / b values of b bits, value + 2^(b-1), the first
     column in the lowest bits, `weight_shape` (N, K), `weight_scale` [N, G], optional `weight_zero_point`
     packed the same way along the rows; W = scale * (q - zero_point) per group of `group_size` columns;
-  - the Llama forward of transformers' modeling_llama (RMSNorm, rotate-half rope, GQA, SwiGLU) in float64,
+  - the Llama forward of transformers' modeling_llama (RMSNorm, rotate-half rope, GQA, SwiGLU) in float64
+    (tools/numpy_llama.py),
     where a linear whose config group has `input_activations` {strategy token, dynamic} sees its input
     fake-quantized per token: int8 x ~ s round(x / s) clamped to +-127, s = max|x_t| / 127; fp8 x ~ s e4m3(x / s),
     s = max|x_t| / 448 (e4m3 by round-to-nearest-even on the 3-bit mantissa, subnormals below 2^-6);
@@ -18,12 +19,12 @@ definitions, sharing nothing with xinfer:
 """
 import argparse
 import json
-import math
 import pathlib
 
 import numpy as np
 
-_DT = {"F32": "<f4", "F16": "<f2", "I8": "i1", "I32": "<i4", "I64": "<i8", "U8": "u1", "F8_E4M3": "u1"}
+import numpy_llama  # the shared reader and float64 Llama forward (same directory)
+
 
 
 def e4m3_to_float(bits: np.ndarray) -> np.ndarray:
@@ -47,20 +48,7 @@ def round_e4m3(x: np.ndarray) -> np.ndarray:
 
 
 def read_safetensors(path: pathlib.Path, raw: bool = False) -> dict:
-    data = path.read_bytes()
-    n = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8:8 + n])
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = t["data_offsets"]
-        buf = data[8 + n + a:8 + n + b]
-        if t["dtype"] == "BF16":
-            x = (np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
-        else:
-            x = np.frombuffer(buf, dtype=_DT[t["dtype"]])
-        out[name] = (x.reshape(t["shape"]), t["dtype"])
+    out = numpy_llama.read_safetensors_raw(path)
     return out if raw else {k: v[0] for k, v in out.items()}
 
 
@@ -142,12 +130,7 @@ class Checkpoint:
         return a["type"]
 
     def forward(self, ids) -> np.ndarray:
-        c, w = self.c, self.w
-        nh, nkv, eps = c["num_attention_heads"], c["num_key_value_heads"], c["rms_norm_eps"]
-        hd = c.get("head_dim") or c["hidden_size"] // nh
-        T = len(ids)
-        theta = (c.get("rope_parameters") or {}).get("rope_theta", c.get("rope_theta", 10000.0))
-        inv = 1.0 / (theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+        w = self.w
 
         def lin(x, module):
             mode = self.act_mode(module)
@@ -156,34 +139,7 @@ class Checkpoint:
             y = x @ w[module + ".weight"].T
             return y + w[module + ".bias"] if module + ".bias" in w else y
 
-        def rms(x, g):
-            return g * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
-
-        def rot(x):
-            return np.concatenate([-x[..., hd // 2:], x[..., :hd // 2]], axis=-1)
-
-        ang = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]
-        cos, sin = np.cos(np.concatenate([ang, ang], -1))[:, None], np.sin(np.concatenate([ang, ang], -1))[:, None]
-        mask = np.triu(np.full((T, T), -np.inf), k=1)
-        x = w["model.embed_tokens.weight"][np.asarray(ids)]
-        for layer in range(c["num_hidden_layers"]):
-            p = f"model.layers.{layer}."
-            h = rms(x, w[p + "input_layernorm.weight"])
-            q = lin(h, p + "self_attn.q_proj").reshape(T, nh, hd)
-            k = lin(h, p + "self_attn.k_proj").reshape(T, nkv, hd)
-            v = lin(h, p + "self_attn.v_proj").reshape(T, nkv, hd)
-            q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
-            k, v = np.repeat(k, nh // nkv, axis=1), np.repeat(v, nh // nkv, axis=1)
-            s = np.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd) + mask
-            s = np.exp(s - s.max(-1, keepdims=True))
-            s /= s.sum(-1, keepdims=True)
-            x = x + lin(np.einsum("hqk,khd->qhd", s, v).reshape(T, nh * hd), p + "self_attn.o_proj")
-            h = rms(x, w[p + "post_attention_layernorm.weight"])
-            g = lin(h, p + "mlp.gate_proj")
-            x = x + lin(g / (1 + np.exp(-g)) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
-        x = rms(x, w["model.norm.weight"])
-        head = w["model.embed_tokens.weight"] if c.get("tie_word_embeddings") else w["lm_head.weight"]
-        return x @ head.T
+        return numpy_llama.llama_forward(self.c, w, ids, lin)
 
 
 def fake_quant_tokens(x: np.ndarray, kind: str) -> np.ndarray:

@@ -3,7 +3,8 @@
 The reference is written here from the published definitions, independent of xinfer: token ids from the
 Hugging Face `tokenizers` package (Tokenizer.encode(text), special tokens added as by default), a float64
 Llama forward (transformers' modeling_llama semantics: RMSNorm, rotate-half rope with default or llama3
-frequencies, GQA, SwiGLU, tied or separate lm_head) on the safetensors weights (bf16 widened exactly), and the
+frequencies, GQA, SwiGLU, tied or separate lm_head; tools/numpy_llama.py, shared with the quantize reference)
+on the safetensors weights (bf16 widened exactly), and the
 sliding-window loop of transformers' perplexity guide: windows of ctx tokens starting every stride tokens,
 the labels of tokens an earlier window scored set to -100, labels shifted by one inside each window, the
 loop stopping at the first window that reaches the end; ppl = exp(sum of nll / number of scored labels).
@@ -18,12 +19,15 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+import numpy_llama  # noqa: E402  the float64 reader and Llama forward shared with quantize_numpy_reference
 BUNDLED = ROOT / "models" / "xinfer-tiny-shakespeare"
 GQA = ROOT / "tests" / "golden" / "llama_gqa"
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json"]
@@ -34,83 +38,17 @@ REL = 1e-4
 # Reference
 
 
-def read_safetensors(path: pathlib.Path) -> dict[str, np.ndarray]:
-    data = path.read_bytes()
-    n = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8:8 + n])
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = t["data_offsets"]
-        raw = data[8 + n + a:8 + n + b]
-        if t["dtype"] == "BF16":
-            x = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
-        elif t["dtype"] in ("F32", "F16"):
-            x = np.frombuffer(raw, dtype="<f4" if t["dtype"] == "F32" else "<f2")
-        else:
-            raise ValueError(f"{name}: dtype {t['dtype']}")
-        out[name] = x.reshape(t["shape"]).astype(np.float64)
-    return out
-
-
-def inv_frequencies(config: dict, hd: int) -> np.ndarray:
-    rope = config.get("rope_parameters") or dict(config.get("rope_scaling") or {}, rope_theta=config.get("rope_theta"))
-    inv = 1.0 / (rope["rope_theta"] ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
-    kind = rope.get("rope_type", "default")
-    if kind == "default":
-        return inv
-    assert kind == "llama3", kind
-    factor, lo, hi = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
-    old = rope["original_max_position_embeddings"]
-    wavelen = 2 * math.pi / inv
-    scaled = np.where(wavelen > old / lo, inv / factor, inv)
-    smooth = (old / wavelen - lo) / (hi - lo)
-    medium = (wavelen >= old / hi) & (wavelen <= old / lo)
-    return np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
+read_safetensors = numpy_llama.read_float_safetensors  # F32 / F16 / BF16 only: anything else is refused
 
 
 class Llama:
     def __init__(self, model_dir: pathlib.Path):
         self.c = json.loads((model_dir / "config.json").read_text())
         self.w = read_safetensors(model_dir / "model.safetensors")
-        c = self.c
-        self.hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
-        self.inv = inv_frequencies(c, self.hd)
 
     def forward(self, ids) -> np.ndarray:
         """ids [T] at positions 0..T-1 -> logits [T, V], float64."""
-        c, w, hd, T = self.c, self.w, self.hd, len(ids)
-        nh, nkv, eps = c["num_attention_heads"], c["num_key_value_heads"], c["rms_norm_eps"]
-
-        def rms(x, g):
-            return g * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
-
-        def rot(x):
-            return np.concatenate([-x[..., hd // 2:], x[..., :hd // 2]], axis=-1)
-
-        ang = np.arange(T, dtype=np.float64)[:, None] * self.inv[None, :]
-        cos, sin = np.cos(np.concatenate([ang, ang], -1))[:, None], np.sin(np.concatenate([ang, ang], -1))[:, None]
-        mask = np.triu(np.full((T, T), -np.inf), k=1)
-        x = w["model.embed_tokens.weight"][np.asarray(ids)]
-        for layer in range(c["num_hidden_layers"]):
-            p = f"model.layers.{layer}."
-            h = rms(x, w[p + "input_layernorm.weight"])
-            q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(T, nh, hd)
-            k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(T, nkv, hd)
-            v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(T, nkv, hd)
-            q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
-            k, v = np.repeat(k, nh // nkv, axis=1), np.repeat(v, nh // nkv, axis=1)
-            s = np.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd) + mask
-            s = np.exp(s - s.max(-1, keepdims=True))
-            s /= s.sum(-1, keepdims=True)
-            x = x + np.einsum("hqk,khd->qhd", s, v).reshape(T, nh * hd) @ w[p + "self_attn.o_proj.weight"].T
-            h = rms(x, w[p + "post_attention_layernorm.weight"])
-            g = h @ w[p + "mlp.gate_proj.weight"].T
-            x = x + (g / (1 + np.exp(-g)) * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
-        x = rms(x, w["model.norm.weight"])
-        head = w["model.embed_tokens.weight"] if c.get("tie_word_embeddings") else w["lm_head.weight"]
-        return x @ head.T
+        return numpy_llama.llama_forward(self.c, self.w, ids)
 
 
 def log_softmax(z: np.ndarray) -> np.ndarray:
