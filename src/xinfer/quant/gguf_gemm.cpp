@@ -34,7 +34,7 @@ namespace {
 
 constexpr int kCols = 8;             // weight rows (output columns) per micro-kernel
 constexpr int kRows = 4;             // activation rows per micro-kernel
-constexpr int64_t kChunkBlocks = 64;  // blocks of K per panel: 64 * 320 B = 20 KB
+constexpr int64_t kChunkBlocks = kGemmChunkBlocks;  // blocks of K per panel: 64 * 320 B = 20 KB
 constexpr int kPanelBlockBytes = 8 * 32 + 2 * 8 * 4;  // w[8][32] + d[8] + m[8]
 
 float half_at(const uint8_t* p) {

@@ -35,6 +35,9 @@ bool gguf_matmul(const GgufFormat& f, const QuantizedMatrix& w, const float* x, 
 // Rows from which quantized_matmul takes gguf_gemm (measured with bench/quant_kernel_bench: below it the
 // per-call panel packing costs more than the tiling saves).
 constexpr int64_t kGemmMinRows = 8;
+// Blocks of K per pass in both kernels: y = the first chunk's sums, y += the later chunks' (the GEMM's panel
+// is L1-resident at 64 blocks). Shared so the GEMV and the GEMM order their float additions alike.
+constexpr int64_t kGemmChunkBlocks = 64;
 bool gguf_gemm(const GgufFormat& f, const QuantizedMatrix& w, const float* x, int64_t rows, float* y,
                ThreadPool* pool);
 // AVX2 only (call when simd_enabled()): int per-group without g_idx (group a multiple of 32), int8 per
