@@ -142,16 +142,17 @@ void line(const std::string& what, double us, double amount, bool flops, double 
 }
 
 // The GEMV schedules compared (quant_linear.h QuantGemvConfig), all with PDL as the backend launches them
-// (cudaq-3: PDL was faster in 14 of 16 int rows). Int: the batch schedule at 2 / 3 CTAs per SM and wide, one
-// pipelined reference (cudaq-1: the pipelined ones were slower on every int shape); FP8 (pipelined only).
+// (cudaq-3: PDL was faster in 14 of 16 int rows). Int: the batch schedule at 2 / 3 CTAs per SM and wide, the
+// same with f16_x (int8), one pipelined reference (cudaq-1: the pipelined ones were slower on every int
+// shape; cudaq-3: sum_x 1.4-1.9x slower, no longer timed); FP8 (pipelined only).
 std::vector<cuda::QuantGemvConfig> gemv_configs(int m) {
   std::vector<cuda::QuantGemvConfig> out;
   if (m < 16) out.push_back({3, true, 0, false, false, false});
   out.push_back({2, true, 0, false, false, false});
   out.push_back({2, true, 0, false, true, false});
-  if (m < 16) out.push_back({3, true, 0, false, false, true});
-  out.push_back({2, true, 0, false, false, true});
-  out.push_back({2, true, 0, false, true, true});
+  if (m < 16) out.push_back({3, true, 0, false, false, false, true});
+  out.push_back({2, true, 0, false, false, false, true});
+  out.push_back({2, true, 0, false, true, false, true});
   out.push_back({2, true, 8, false, false, false});
   return out;
 }
@@ -268,6 +269,7 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
           const cuda::QuantGemvConfig chosen = cuda::quant_gemv_default_config(q0, true);
           for (const cuda::QuantGemvConfig& c : gemv_configs(m)) {
             if (c.sum_x && q0.group_size % (q0.bits == 4 ? 128 : 64) != 0) continue;  // sum_x: unfolded scales
+            if (c.f16_x && (q0.bits != 8 || q0.group_size % 64 != 0)) continue;    // f16_x: unfolded int8
             const double tc = time_graph_us(s, 20, [&](int i) {
               const cuda::QuantWeight q = be.quant_weight(wi(i));
               cuda::launch_quant_gemv({static_cast<const __nv_bfloat16*>(x.view.data), q, nullptr, y.view.data, false, m},
@@ -275,7 +277,7 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
             });
             const bool is_default = c.stages == chosen.stages && c.ctas_per_sm == chosen.ctas_per_sm &&
                                     c.persistent == chosen.persistent && c.wide == chosen.wide &&
-                                    c.sum_x == chosen.sum_x;
+                                    c.sum_x == chosen.sum_x && c.f16_x == chosen.f16_x;
             line(what + " gemv " + cuda::to_string(c) + (is_default ? " *" : ""), tc, static_cast<double>(qbytes) + io,
                  false, bw);
             t = std::min(t, tc);

@@ -222,7 +222,8 @@ TEST(QuantLinear, GemvInChunksOfEightRows) {
   }
 }
 
-// Every compiled schedule of the GEMV (batch 2 / 3 CTAs per SM, wide, sum_x; pipelined 4 x 3, 4 x 2, 8 x 2, persistent)
+// Every compiled schedule of the GEMV (batch 2 / 3 CTAs per SM, wide, sum_x, f16_x; pipelined 4 x 3, 4 x 2, 8 x 2,
+// persistent)
 // against the oracle, directly through launch_quant_gemv: shapes with a partial last tile (n 33, 4097), a
 // partial last step (k 576), warps without steps (k 192: 2 int4 steps for 8 warps), long rows (k 14336) and
 // more tiles than a persistent grid has CTAs (n 4097 on a small grid is not forced: the H200 has 132 SMs, so
@@ -233,7 +234,8 @@ TEST(QuantLinear, GemvSchedulesMatchCpuOracle) {
       {2, true, 0, false, false}, {3, true, 4, false, false}, {2, false, 4, false, false}, {2, true, 8, false, false},
       {3, false, 4, true, false}, {2, true, 4, true, false},  {2, true, 8, true, false},   {2, true, 0, false, true},
       {2, false, 0, false, true}, {3, true, 0, false, false}, {2, true, 0, false, false, true},
-      {3, false, 0, false, false, true}, {2, true, 0, false, true, true}};
+      {3, false, 0, false, false, true}, {2, true, 0, false, true, true}, {2, true, 0, false, false, false, true},
+      {3, true, 0, false, false, false, true}, {2, false, 0, false, true, false, true}};
   struct Case {
     quant::WeightFormat f;
     int64_t n, k;
@@ -253,7 +255,8 @@ TEST(QuantLinear, GemvSchedulesMatchCpuOracle) {
     const double tol = folded(cs.f) ? 1e-2 : 1e-4;
     for (size_t ci = 0; ci < configs.size(); ++ci) {
       if (configs[ci].sum_x && folded(cs.f)) continue;  // sum_x: unfolded scales only
-      const int64_t m = std::vector<int64_t>{1, 5, 8, 3, 11, 1, 2, 1, 13, 4, 1, 7, 12}[ci];
+      if (configs[ci].f16_x && (folded(cs.f) || q.bits != 8)) continue;  // f16_x: unfolded int8 only
+      const int64_t m = std::vector<int64_t>{1, 5, 8, 3, 11, 1, 2, 1, 13, 4, 1, 7, 12, 1, 6, 9}[ci];
       const std::vector<float> x = random_bf16(static_cast<size_t>(m * c.k), rng);
       auto xd = gpu().upload(host_view(x, Shape{m, c.k}), DType::kBF16);
       auto yd = gpu().allocate(DType::kF32, Shape{m, c.n});

@@ -39,10 +39,13 @@ __device__ __forceinline__ void load_step(const Params& p, const int (&row)[2], 
 // kNormed: x = rms_norm(residual) * norm_weight on the way in (QuantGemvFusion).
 // kSumX: compute_step_sum_x (the zero point and the magic taken off with x's per-step column sums, computed
 // by the CTA after pdl_wait() into sx[step][token]; at most kMaxSumSteps steps).
-template <Kind kKind, bool kFold, int kMinBlocks, bool kNormed, bool kWide, bool kSumX>
+// kMath: 0 compute_step; 1 (kSumX) compute_step_sum_x; 2 (f16_x) compute_step_int8_f16.
+template <Kind kKind, bool kFold, int kMinBlocks, bool kNormed, bool kWide, int kMath>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) quant_gemv_kernel(Params p) {
   using G = Geometry<kKind>;
-  static_assert(!kSumX || (!kFold && !kNormed), "sum_x: unfolded scales, x as given");
+  constexpr bool kSumX = kMath == 1;
+  static_assert(kMath == 0 || (!kFold && !kNormed), "sum_x / f16_x: unfolded scales, x as given");
+  static_assert(kMath != 2 || kKind == Kind::kInt8, "f16_x: int8 weights");
   constexpr int kHalves = kWide ? 2 : 1;             // 16-row tiles per CTA
   constexpr int kSteps = kWide ? kBatch / 2 : kBatch;  // steps in flight per lane (same bytes either way)
   __shared__ float red[kHalves][kWarps][kTileRows][kTileTokens];
@@ -106,7 +109,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) quant_gemv_kernel(Params
         uint4 xv[4];
         load_x_step<kKind>(p, s + u * kWarps, g, t, xv);
         if constexpr (kNormed) normalize_x_step<kKind>(p, s + u * kWarps, t, xv, ss);
-        if constexpr (kSumX) {
+        if constexpr (kMath == 2) {
+          uint32_t xh[8];
+#pragma unroll
+          for (int j = 0; j < 8; ++j) xh[j] = bf16x2_to_f16x2((&xv[j / 4].x)[j % 4]);
+#pragma unroll
+          for (int h = 0; h < kHalves; ++h) compute_step_int8_f16(p, l[u][h], xh, acc[h]);
+        } else if constexpr (kSumX) {
           const float2 sxs = *reinterpret_cast<const float2*>(&sx[s + u * kWarps][2 * t]);
 #pragma unroll
           for (int h = 0; h < kHalves; ++h) compute_step_sum_x<kKind>(p, l[u][h], xv, sxs, acc[h]);
@@ -220,7 +229,7 @@ bool quant_gemv_supports(const QuantWeight& w) {
 std::string to_string(const QuantGemvConfig& c) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%s%d%s%s %d ctas/sm%s%s", c.stages > 0 ? "pipe" : "batch", c.stages,
-                c.wide ? " wide" : "", c.sum_x ? " sumx" : "", c.ctas_per_sm, c.persistent ? " persistent" : "",
+                c.wide ? " wide" : "", c.sum_x ? " sumx" : c.f16_x ? " f16x" : "", c.ctas_per_sm, c.persistent ? " persistent" : "",
                 c.pdl ? " pdl" : "");
   return buf;
 }
@@ -282,21 +291,33 @@ void launch_rows(Kind kind, bool fold, const Params& p, const QuantGemvConfig& c
       if (config.sum_x) {
         XI_CHECK(!normed) << "quant GEMV: sum_x with the folded norm is not compiled";
         if (config.wide)
-          kernel = quant_gemv_kernel<kK, false, 2, false, true, true>;
+          kernel = quant_gemv_kernel<kK, false, 2, false, true, 1>;
         else if (config.ctas_per_sm == 3)
-          kernel = quant_gemv_kernel<kK, false, 3, false, false, true>;
+          kernel = quant_gemv_kernel<kK, false, 3, false, false, 1>;
         else
-          kernel = quant_gemv_kernel<kK, false, 2, false, false, true>;
+          kernel = quant_gemv_kernel<kK, false, 2, false, false, 1>;
+      }
+      if constexpr (kK == Kind::kInt8) {
+        if (config.f16_x) {
+          XI_CHECK(!normed) << "quant GEMV: f16_x with the folded norm is not compiled";
+          if (config.wide)
+            kernel = quant_gemv_kernel<kK, false, 2, false, true, 2>;
+          else if (config.ctas_per_sm == 3)
+            kernel = quant_gemv_kernel<kK, false, 3, false, false, 2>;
+          else
+            kernel = quant_gemv_kernel<kK, false, 2, false, false, 2>;
+        }
       }
     }
-    XI_CHECK(kernel != nullptr || !config.sum_x) << "quant GEMV: sum_x needs unfolded scales (group % step == 0)";
+    XI_CHECK(kernel != nullptr || (!config.sum_x && !config.f16_x))
+        << "quant GEMV: sum_x needs unfolded scales (group % step == 0); f16_x unfolded int8";
     if (kernel == nullptr) {
       if (config.wide)
-        kernel = normed ? quant_gemv_kernel<kK, kF, 2, true, true, false> : quant_gemv_kernel<kK, kF, 2, false, true, false>;
+        kernel = normed ? quant_gemv_kernel<kK, kF, 2, true, true, 0> : quant_gemv_kernel<kK, kF, 2, false, true, 0>;
       else if (config.ctas_per_sm == 3)
-        kernel = normed ? quant_gemv_kernel<kK, kF, 3, true, false, false> : quant_gemv_kernel<kK, kF, 3, false, false, false>;
+        kernel = normed ? quant_gemv_kernel<kK, kF, 3, true, false, 0> : quant_gemv_kernel<kK, kF, 3, false, false, 0>;
       else
-        kernel = normed ? quant_gemv_kernel<kK, kF, 2, true, false, false> : quant_gemv_kernel<kK, kF, 2, false, false, false>;
+        kernel = normed ? quant_gemv_kernel<kK, kF, 2, true, false, 0> : quant_gemv_kernel<kK, kF, 2, false, false, 0>;
     }
     if (config.pdl)
       launch_pdl(kernel, grid, dim3(kThreads), 0, stream, p);
@@ -319,6 +340,7 @@ void check_config(const QuantGemvConfig& c) {
   XI_CHECK(c.stages == 0 || c.stages == 4 || c.stages == 8) << "quant GEMV: stages " << c.stages;
   XI_CHECK(!c.wide || (c.stages == 0 && c.ctas_per_sm == 2)) << "quant GEMV: wide tiles: batch schedule, 2 CTAs per SM";
   XI_CHECK(!c.sum_x || c.stages == 0) << "quant GEMV: sum_x: batch schedule only";
+  XI_CHECK(!c.f16_x || (c.stages == 0 && !c.sum_x)) << "quant GEMV: f16_x: batch schedule only, not with sum_x";
 }
 
 }  // namespace
@@ -344,6 +366,8 @@ void launch_quant_gemv(const QuantLinearArgs& a, cudaStream_t stream, QuantGemvC
       << "quant GEMV: x and the weight must be 16-byte aligned";
   XI_CHECK(!config.sum_x || (!fold_scale(w) && (w.k + (w.bits == 4 ? 127 : 63)) / (w.bits == 4 ? 128 : 64) <= kMaxSumSteps))
       << "quant GEMV: sum_x needs unfolded scales and at most " << kMaxSumSteps << " steps (" << describe(w) << ")";
+  XI_CHECK(!config.f16_x || (w.bits == 8 && !fold_scale(w)))
+      << "quant GEMV: f16_x needs int8 with unfolded scales (" << describe(w) << ")";
   XI_CHECK(config.stages == 0 || w.zeros == nullptr || reinterpret_cast<uintptr_t>(w.zeros) % 4 == 0)
       << "quant GEMV: the pipelined schedule needs 4-byte aligned zero points (" << describe(w) << ")";
   XI_CHECK(quant_gemv_fusion_supports(w, a.m, fusion, config) && (!a.y_f32 || (!fusion.add_to_y && !fusion.norm_weight)))

@@ -286,6 +286,44 @@ __device__ __forceinline__ void compute_step_sum_x(const Params& p, const StepLo
   acc[3] = fmaf(fmaf(-c[1], sx.y, d[3]), l.s[1], acc[3]);
 }
 
+// The f16 variant of compute_step for int8 with unfolded scales (QuantGemvConfig::f16_x): each byte pair
+// becomes f16 1024 + u with one PRMT, one f16x2 subtract of 1024 + z gives u - z exactly, and x is converted
+// to f16 once per step (exact for |x| in f16's normal range, 6.1e-5 .. 65504; saturating past it), so the
+// mma runs f16 x f16 -> f32 with ~2 instructions per weight pair instead of ~5.
+__device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t v) {
+  uint32_t d;
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(__uint_as_float(v & 0xffff0000u)), "f"(__uint_as_float(v << 16)));
+  return d;
+}
+__device__ __forceinline__ uint32_t f16x2_sub(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+// xh: x's 16 columns of this step as 8 f16 pairs (bf16x2_to_f16x2 of the loaded words, shared by all rows).
+__device__ __forceinline__ void compute_step_int8_f16(const Params& p, const StepLoad& l, const uint32_t (&xh)[8],
+                                                      float (&acc)[4]) {
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+  uint32_t zz[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) zz[r] = (0x6400u | static_cast<uint32_t>(l.z[r])) * 0x00010001u;  // f16 1024 + z
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint32_t a[2][2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t wd = (&l.w[r].x)[i] ^ p.sign_xor;
+      a[r][0] = f16x2_sub(__byte_perm(wd, 0x64646464u, 0x5140), zz[r]);  // (u0, u1) - z
+      a[r][1] = f16x2_sub(__byte_perm(wd, 0x64646464u, 0x5342), zz[r]);  // (u2, u3) - z
+    }
+    mma_f16(d, a[0][0], a[1][0], a[0][1], a[1][1], xh[2 * i], xh[2 * i + 1]);
+  }
+  acc[0] = fmaf(d[0], l.s[0], acc[0]);
+  acc[1] = fmaf(d[1], l.s[0], acc[1]);
+  acc[2] = fmaf(d[2], l.s[1], acc[2]);
+  acc[3] = fmaf(d[3], l.s[1], acc[3]);
+}
+
 // The epilogue's value of output (row n, token tok) from its f32 dot product v: kFp8's scales, the norm's
 // 1 / rms (inv_rms, 1 without it), bias; stored (or added into y, p.add_to_y: the residual's bf16 sum as
 // add_rms_norm forms it). Returns the stored bf16 value of the linear's output (the SwiGLU's input).

@@ -89,6 +89,7 @@ struct QuantGemvConfig {
   bool persistent = false;
   bool wide = false;
   bool sum_x = false;
+  bool f16_x = false;  // int8, unfolded scales, batch: bytes -> f16 1024 + u by PRMT, x to f16 per step
 };
 std::string to_string(const QuantGemvConfig& c);  // "pipe4 3 ctas/sm pdl"
 // The backend's choice for this weight / FP8 shape (H200 measurements: docs/PERF.md "Quantized linears").
