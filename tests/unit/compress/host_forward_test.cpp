@@ -3,8 +3,6 @@
 // the inputs the model's observer sees (Hessians x^T x within f32 rounding), and the last layer's output
 // normed by the final norm gives the model's logits. A hook's returned weights are the ones used.
 #include <cmath>
-#include <cstdlib>
-#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -12,36 +10,16 @@
 #include "xinfer/compress/calibration.h"
 #include "xinfer/compress/host_forward.h"
 #include "xinfer/compress/host_layer.h"
-#include "xinfer/engine/backend_factory.h"
+#include "bundled_model_fixture.h"
 #include "xinfer/engine/perplexity.h"
 #include "xinfer/model/llama.h"
 
 namespace xinfer::compress {
 namespace {
 
-std::string bundled_model() {
-  const char* src = std::getenv("XINFER_SOURCE_DIR");
-  return std::string(src ? src : ".") + "/models/xinfer-tiny-shakespeare";
-}
-
-struct Fixture {
-  std::unique_ptr<backend::Backend> backend;
-  std::unique_ptr<model::LlamaModel> model;
-  std::unique_ptr<engine::WindowLogits> runner;
+struct Fixture : test_support::BundledModel {
   std::vector<std::vector<int32_t>> windows;
   Fixture() {
-    auto b = engine::create_backend(engine::BackendKind::kCpu, 1);
-    EXPECT_TRUE(b.ok()) << b.status().to_string();
-    backend = std::move(*b);
-    model::LoadOptions o;
-    o.max_tokens = 64;
-    o.max_logit_rows = 64;
-    o.max_model_len = 64;
-    o.show_progress = false;
-    auto m = model::LlamaModel::load(bundled_model(), *backend, o);
-    EXPECT_TRUE(m.ok()) << m.status().to_string();
-    model = std::move(*m);
-    runner = std::make_unique<engine::WindowLogits>(*model, *backend, 64, 64, 16);
     for (int len : {40, 23}) {
       std::vector<int32_t> w;
       for (int i = 0; i < len; ++i) w.push_back((i * 7919 + 13 * len) % model->config().vocab_size);

@@ -3,9 +3,7 @@
 // rounding, both for the calibrated factors and for random ones spread over 4 decades. Also: the observed
 // (unfused) forward gives the fused forward's logits, and the observer sees every linear's input.
 #include <cmath>
-#include <cstdlib>
 #include <random>
-#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -13,36 +11,16 @@
 #include "xinfer/compress/calibration.h"
 #include "xinfer/compress/host_layer.h"
 #include "xinfer/compress/smooth_quant.h"
-#include "xinfer/engine/backend_factory.h"
+#include "bundled_model_fixture.h"
 #include "xinfer/engine/perplexity.h"
 #include "xinfer/model/llama.h"
 
 namespace xinfer::compress {
 namespace {
 
-std::string bundled_model() {
-  const char* src = std::getenv("XINFER_SOURCE_DIR");
-  return std::string(src ? src : ".") + "/models/xinfer-tiny-shakespeare";
-}
-
-struct Fixture {
-  std::unique_ptr<backend::Backend> backend;
-  std::unique_ptr<model::LlamaModel> model;
-  std::unique_ptr<engine::WindowLogits> runner;
+struct Fixture : test_support::BundledModel {
   std::vector<int32_t> tokens;
   Fixture() {
-    auto b = engine::create_backend(engine::BackendKind::kCpu, 1);
-    EXPECT_TRUE(b.ok()) << b.status().to_string();
-    backend = std::move(*b);
-    model::LoadOptions o;
-    o.max_tokens = 64;
-    o.max_logit_rows = 64;
-    o.max_model_len = 64;
-    o.show_progress = false;
-    auto m = model::LlamaModel::load(bundled_model(), *backend, o);
-    EXPECT_TRUE(m.ok()) << m.status().to_string();
-    model = std::move(*m);
-    runner = std::make_unique<engine::WindowLogits>(*model, *backend, 64, 64, 16);
     for (int i = 0; i < 48; ++i) tokens.push_back((i * 7919 + 13) % model->config().vocab_size);
   }
   std::vector<float> logits() { return runner->run(tokens, 0, 0); }
