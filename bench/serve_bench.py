@@ -14,7 +14,9 @@ inter-token gaps, --slo-tpot on its TPOT; milliseconds). Output tokens are the s
 
 Load: --concurrency N keeps N requests in flight (fixed concurrency); --request-rate R sends requests as a
 Poisson process of R requests/s (exponential gaps, seeded; "inf": all at once), optionally capped by
---max-concurrency. Prompts: --prompt-type ids (random token ids in [--id-low, --id-high): no two prompts
+--max-concurrency. --warmup W sends W requests first, all at once, and waits for them; with --warmup-overlap
+they open the same closed loop instead, so the measured requests see the steady state rather than a burst of
+N simultaneous prompts at their start (with identical lengths that burst persists as waves). Prompts: --prompt-type ids (random token ids in [--id-low, --id-high): no two prompts
 share a prefix, so the prefix cache does not help; --warmup requests get prompts of their own, and the summary
 reports the server's prefix-cache hits during the run, since a second run with the same --seed on the same
 server is served from the cache) or text (random words from a small built-in vocabulary;
@@ -369,35 +371,47 @@ class Progress:
 
 
 async def run_load(args, bodies, host, port, progress=True, warm=()):
-    """Sends `warm` (not measured, all at once), then `bodies` (measured)."""
+    """Sends `warm` (not measured), then `bodies` (measured). Without args.warmup_overlap the warm-up requests
+    go all at once and finish before the measured run starts (which then opens with `concurrency`
+    simultaneous requests); with it (fixed concurrency only) warm-up and measured requests form one closed
+    loop whose first len(warm) requests are not measured, so the measured ones see the steady state. The
+    measured duration starts at the first measured request's send."""
     path = "/v1/chat/completions" if args.endpoint == "chat" else "/v1/completions"
     chat = args.endpoint == "chat"
     keep_alive = not args.no_keep_alive
     pool = Pool(host, port, keep_alive)
+    overlap = bool(warm) and getattr(args, "warmup_overlap", False)
 
-    if warm:
-        await asyncio.gather(*[one_request(pool, path, dict(b), -1, chat, keep_alive, args.timeout) for b in warm])
+    async def send_warm(b):
+        await one_request(pool, path, dict(b), -1, chat, keep_alive, args.timeout)
+
+    if warm and not overlap:
+        await asyncio.gather(*[send_warm(b) for b in warm])
     cache_before = prefix_cache_tokens(host, port)
 
     bar = Progress(len(bodies), progress)
     records = [None] * len(bodies)
-    t_start = time.perf_counter()
+    t_start = None if overlap else time.perf_counter()
 
     async def send(i):
+        nonlocal t_start
+        if t_start is None:
+            t_start = time.perf_counter()
         records[i] = await one_request(pool, path, bodies[i], i, chat, keep_alive, args.timeout)
         bar.update(records[i])
 
     if args.request_rate is None:  # fixed concurrency: N workers take the next request
-        next_i = 0
+        queue = ([-1 - w for w in range(len(warm))] if overlap else []) + list(range(len(bodies)))
+        next_q = 0
 
         async def worker():
-            nonlocal next_i
-            while next_i < len(bodies):
-                i = next_i
-                next_i += 1
-                await send(i)
+            nonlocal next_q
+            while next_q < len(queue):
+                i = queue[next_q]
+                next_q += 1
+                await (send_warm(warm[-1 - i]) if i < 0 else send(i))
 
-        await asyncio.gather(*[worker() for _ in range(min(args.concurrency, len(bodies)))])
+        await asyncio.gather(*[worker() for _ in range(min(args.concurrency, len(queue)))])
     else:  # Poisson arrivals
         rng = random.Random(args.seed + 1)
         sem = asyncio.Semaphore(args.max_concurrency) if args.max_concurrency else None
@@ -419,6 +433,8 @@ async def run_load(args, bodies, host, port, progress=True, warm=()):
     pool.close()
     for r in records:
         r["start_s"] -= t_start
+    if overlap:  # the run ends with the last measured request, not with a warm-up request still in flight
+        duration = max(r["start_s"] + (r["e2e_s"] or 0.0) for r in records)
     cache_after = prefix_cache_tokens(host, port)
     if cache_before and cache_after:
         args.prefix_cache = {"hit_tokens": cache_after[0] - cache_before[0],
@@ -528,6 +544,11 @@ def parse_args(argv=None):
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--warmup", type=int, default=0,
                    help="requests sent (and not measured) before the run, all at once, with prompts of their own")
+    p.add_argument("--warmup-overlap", action="store_true",
+                   help="fixed concurrency: the --warmup requests open the same closed loop as the measured ones "
+                        "instead of running before it, so the measurement starts in the steady state (no burst "
+                        "of --concurrency simultaneous prompts at its start); prefix-cache hits then include "
+                        "the warm-up requests'")
     p.add_argument("--timeout", type=float, default=600, help="seconds per request")
     p.add_argument("--no-keep-alive", action="store_true", help="a new connection per request")
     p.add_argument("--slo-ttft", type=float, default=None, help="goodput: TTFT SLO (ms)")
@@ -548,6 +569,8 @@ def parse_args(argv=None):
         args.concurrency = 1
     if args.concurrency is not None and args.concurrency < 1:
         p.error("--concurrency must be >= 1")
+    if args.warmup_overlap and (args.request_rate is not None or args.warmup < 1):
+        p.error("--warmup-overlap needs --concurrency (not --request-rate) and --warmup >= 1")
     if args.request_rate is not None and not args.request_rate > 0:
         p.error("--request-rate must be > 0")
     if args.num_prompts < 1 or args.input_len < 1 or args.output_len < 1:

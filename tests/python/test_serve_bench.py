@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -371,3 +372,34 @@ def test_warmup_prompts_are_not_the_measured_ones(fake, tmp_path):
     srv.received.clear()
     run_bench(tmp_path, srv.port, *args)
     assert sorted(tuple(b["prompt"]) for _, b in srv.received) == sorted(measured)
+
+
+def test_warmup_overlap_measures_the_steady_state(fake, tmp_path):
+    """--warmup-overlap: warm-up and measured requests form one closed loop, the first --warmup ones not
+    measured; a measured request is sent as soon as a worker frees up, while other warm-up requests are still in
+    flight (without it, the measured run starts only after every warm-up request finished)."""
+    arrivals = []
+
+    def plan(k, j):
+        arrivals.append((k, time.perf_counter()))
+        return (0.005 if k == 0 or k >= 4 else 0.6), 0.001, "ok"
+
+    srv = fake(plan)
+    args = ["--concurrency", "4", "--warmup", "4", "--num-prompts", "4", "--input-len", "8", "--output-len", "2"]
+    res = run_bench(tmp_path, srv.port, *args, "--warmup-overlap")
+    t = dict(arrivals)
+    assert len(t) == 8 and res["summary"]["completed"] == 4 and len(res["requests"]) == 4
+    warm = {tuple(b["prompt"]) for _, b in srv.received[:4]}
+    assert not warm & {tuple(b["prompt"]) for _, b in srv.received[4:]}
+    # Measured requests 4..7 all arrived while warm-up requests 1..3 (0.6 s each) were in flight, one after the
+    # other on the worker that finished warm-up request 0.
+    assert max(t[k] for k in range(4, 8)) - t[0] < 0.45, sorted(t.items())
+    assert res["summary"]["duration_s"] < 0.45, "ends with the last measured request"
+    arrivals.clear()
+    srv.received.clear()
+    run_bench(tmp_path, srv.port, *args)
+    t = dict(arrivals)
+    assert min(t[k] for k in range(4, 8)) - t[0] >= 0.6, "without it: after every warm-up request finished"
+    with pytest.raises(SystemExit):
+        serve_bench.parse_args(["--base-url", "http://x:1", "--request-rate", "5", "--warmup", "4",
+                                "--warmup-overlap"])
