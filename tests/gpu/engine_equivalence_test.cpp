@@ -30,6 +30,10 @@
 // CPU's), as util * total - memory in use after loading - graph reserve. engine_with_kv_blocks() learns the
 // memory in use from one engine's MemoryPlan and sets util so that the next engine gets the wanted blocks.
 //
+// Quantized (issue 16): the same check on the synthetic model quantized to W4A16 and W8A8-FP8 by `xinfer
+// quantize`'s pipeline (a compressed-tensors checkpoint both backends load in its format), with graphs + async
+// and eagerly.
+//
 // Output: one "[ equiv ]" line per configuration (requests, exact matches, partings with the boosts each
 // token needed, preemptions, prefill steps, decode-only steps, prefix hits, KV blocks). With graphs every
 // decode-only step (<= 512 sequences) replays a recording (ModelRunner; the first of a key records it, then
@@ -40,8 +44,10 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -51,9 +57,12 @@
 #include "../unit/engine/engine_test_util.h"
 #include "gpu_test_util.h"
 #include "synthetic_model.h"
+#include "xinfer/compress/model_quantizer.h"
+#include "xinfer/compress/scheme.h"
 #include "xinfer/engine/device_sampling.h"
 #include "xinfer/engine/engine.h"
 #include "xinfer/engine/model_runner.h"
+#include "xinfer/engine/perplexity.h"
 #include "xinfer/engine/sampler.h"
 #include "xinfer/model/llama.h"
 #include "xinfer/model/model_config.h"
@@ -154,9 +163,9 @@ std::vector<Case> make_cases(int vocab) {
   return cases;
 }
 
-engine::EngineConfig base_config() {
+engine::EngineConfig base_config(const std::string& dir) {
   engine::EngineConfig c;
-  c.model_dir = model_dir();
+  c.model_dir = dir;
   c.backend = engine::BackendKind::kCuda;
   c.threads = 4;
   c.max_model_len = kMaxModelLen;
@@ -165,8 +174,8 @@ engine::EngineConfig base_config() {
   return c;
 }
 
-size_t kv_bytes_per_block() {
-  auto mc = model::load_model_config(model_dir());
+size_t kv_bytes_per_block(const std::string& dir) {
+  auto mc = model::load_model_config(dir);
   XI_CHECK(mc.ok()) << mc.status().to_string();
   return backend::KvCacheSpec{mc->num_layers, 0, kBlockSize, mc->num_kv_heads, mc->head_dim, DType::kBF16}
       .bytes_per_block();
@@ -181,7 +190,7 @@ struct SizedEngine {
   int tries = 0;
 };
 SizedEngine engine_with_kv_blocks(engine::EngineConfig c, int lo, int hi) {
-  const double bpb = static_cast<double>(kv_bytes_per_block());
+  const double bpb = static_cast<double>(kv_bytes_per_block(c.model_dir));
   const double target = 0.5 * (lo + hi);
   size_t free_b = 0, total_b = 0;
   XI_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -240,15 +249,16 @@ std::vector<std::vector<int32_t>> run_cases(engine::Engine& eng, const std::vect
   return out;
 }
 
-// The CPU model (f32): last-position logits of a sequence, prefilled from position 0 in one forward.
+// The CPU model (f32 activations; a quantized checkpoint's linears in their formats, the CPU backend being
+// their oracle): last-position logits of a sequence, prefilled from position 0 in one forward.
 class CpuReference {
  public:
-  CpuReference() {
+  explicit CpuReference(const std::string& dir) {
     model::LoadOptions opt;
     opt.max_tokens = kMaxModelLen;
     opt.max_logit_rows = 1;
     opt.show_progress = false;
-    auto m = model::LlamaModel::load(model_dir(), cpu(), opt);
+    auto m = model::LlamaModel::load(dir, cpu(), opt);
     XI_CHECK(m.ok()) << m.status().to_string();
     model_ = std::move(m).value();
     const model::ModelConfig& c = model_->config();
@@ -363,9 +373,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-TEST(EngineEquivalenceOnCuda, BatchedChunkedPreemptedEqualsSolo) {
+// The check of the file comment for the model in `dir`, batched in each (graphs, async) configuration.
+void check_batched_equals_solo(const std::string& dir, const std::vector<std::pair<bool, bool>>& configs) {
   (void)gpu();  // the shared backend exists before any memory is measured
-  CpuReference ref;
+  CpuReference ref(dir);
   const std::vector<Case> cases = make_cases(ref.vocab());
   int64_t prompt_tokens = 0;
   size_t longest = 0;
@@ -380,7 +391,7 @@ TEST(EngineEquivalenceOnCuda, BatchedChunkedPreemptedEqualsSolo) {
   std::vector<std::vector<int32_t>> solo;
   {
     const auto t0 = std::chrono::steady_clock::now();
-    engine::EngineConfig c = base_config();
+    engine::EngineConfig c = base_config(dir);
     c.enable_cuda_graphs = false;
     c.async_scheduling = false;
     c.scheduler.enable_prefix_caching = false;
@@ -396,12 +407,11 @@ TEST(EngineEquivalenceOnCuda, BatchedChunkedPreemptedEqualsSolo) {
                 cases.size(), kChunkTokens, (*eng)->memory_plan().num_blocks, seconds_since(t0));
   }
 
-  for (const auto& [graphs, async] :
-       {std::pair{true, false}, std::pair{false, false}, std::pair{true, true}, std::pair{false, true}}) {
+  for (const auto& [graphs, async] : configs) {
     const std::string what = std::string(graphs ? "graphs" : "eager") + (async ? "+async" : "");
     SCOPED_TRACE(what);
     const auto t0 = std::chrono::steady_clock::now();
-    engine::EngineConfig c = base_config();
+    engine::EngineConfig c = base_config(dir);
     c.enable_cuda_graphs = graphs;
     c.async_scheduling = async;
     SizedEngine sized = engine_with_kv_blocks(c, kMinBlocks, kMaxBlocks);
@@ -457,6 +467,60 @@ TEST(EngineEquivalenceOnCuda, BatchedChunkedPreemptedEqualsSolo) {
         static_cast<long long>(st.async_steps), static_cast<long long>(st.prefix_hit_tokens), num_blocks,
         sized.tries, setup_s, run_s);
   }
+}
+
+TEST(EngineEquivalenceOnCuda, BatchedChunkedPreemptedEqualsSolo) {
+  check_batched_equals_solo(model_dir(), {{true, false}, {false, false}, {true, true}, {false, true}});
+}
+
+// The synthetic model quantized by `xinfer quantize`'s pipeline (compress::ModelQuantizer on the CPU backend:
+// calibration over 8 random 64-token windows, RTN, every layer) and written as a compressed-tensors
+// checkpoint, which both backends load in that format (CUDA: the quantized GEMV at m <= 16, the FP8 GEMM /
+// dequantize + bf16 GEMM past it, i.e. other kernels for batched and solo rows). One per scheme, removed at exit.
+const std::string& quantized_model_dir(compress::Scheme scheme) {
+  static std::map<compress::Scheme, TempModel> dirs;
+  TempModel& t = dirs[scheme];
+  if (!t.dir.empty()) return t.dir;
+  constexpr int kCtx = 64;
+  model::LoadOptions opt;
+  opt.max_tokens = kCtx;
+  opt.max_logit_rows = kCtx;
+  opt.max_model_len = kCtx;
+  opt.show_progress = false;
+  auto m = model::LlamaModel::load(model_dir(), cpu(), opt);
+  XI_CHECK(m.ok()) << m.status().to_string();
+  engine::WindowLogits runner(**m, cpu(), kCtx, kCtx, kBlockSize);
+  compress::QuantizeHooks hooks;
+  hooks.forward = [&](std::span<const int32_t> w) { runner.run(w, 0, static_cast<int>(w.size())); };
+  std::mt19937 rng(77);
+  std::vector<std::vector<int32_t>> windows(8, std::vector<int32_t>(kCtx));
+  for (auto& w : windows)
+    for (auto& x : w) x = 3 + static_cast<int32_t>(rng() % static_cast<unsigned>((*m)->config().vocab_size - 3));
+  compress::QuantizeOptions qo;
+  qo.scheme.scheme = scheme;
+  qo.progress = false;
+  compress::ModelQuantizer q(**m, cpu(), qo);
+  XI_CHECK_OK(q.calibrate(windows, hooks));
+  XI_CHECK_OK(q.prepare());
+  XI_CHECK_OK(q.select(hooks));
+  std::ifstream f(model_dir() + "/config.json");
+  const nlohmann::ordered_json config = nlohmann::ordered_json::parse(f);
+  t.dir = model_dir() + "_" + compress::scheme_name(scheme);
+  XI_CHECK_OK(q.write(t.dir, /*overwrite=*/true, config, compress::ModelDirContents{}));
+  return t.dir;
+}
+
+// Issue 16: batched, chunked and preempted generation equals single-request generation in W4A16 (int4, group
+// 128, symmetric) and W8A8-FP8 (e4m3 per-channel weights, activations quantized per token) too. The same
+// margin: the paths differ by their kernels' accumulation order and bf16 rounding, as in bf16; weights are
+// the same codes on both (FP8's per-token activation quantization sees the same bf16 row either way, unless
+// that row itself differs by rounding upstream).
+TEST(EngineEquivalenceOnCuda, QuantizedW4a16BatchedEqualsSolo) {
+  check_batched_equals_solo(quantized_model_dir(compress::Scheme::kW4A16), {{true, true}, {false, false}});
+}
+
+TEST(EngineEquivalenceOnCuda, QuantizedFp8BatchedEqualsSolo) {
+  check_batched_equals_solo(quantized_model_dir(compress::Scheme::kW8A8Fp8), {{true, true}, {false, false}});
 }
 
 }  // namespace
