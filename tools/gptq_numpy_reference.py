@@ -23,6 +23,11 @@ positive scale of H do not change the result (damp is relative, U enters only as
 Quantizer (compress/weight_quantizer.h): symmetric scale = max|W_block| / qmax, q = clamp(round(w / s),
 -qmax, qmax); asymmetric lo = min(W_block, 0), hi = max(W_block, 0), s = (hi - lo) / (2^b - 1),
 z = clamp(qmin - round(lo / s)), q = clamp(round(w / s) + z, qmin, qmax). Rounding half to even.
+MSE clipping (GPTQ's Quantizer.find_params with mse=True: grid 100, maxshrink 0.8): per block row, the range
+is shrunk to p lo, p hi for p = 1 - i / 100, i = 0 .. 79, the quantizer above built from the shrunk range,
+and the p with the smallest error kept (strictly smaller: the first, largest p wins ties). GPTQ's error is
+sum |w - deq|^2.4; ours, as compress/weight_quantizer.h defines it, sum_c H_cc (w_c - deq_c)^2 with the
+Hessian's undamped diagonal (after the dead-input fix).
 
 The weight updates run in float32 (as GPTQ's torch code does), the Cholesky factors in float64 then cast.
 Usage: python3 tools/gptq_numpy_reference.py tests/golden/gptq/cases.json
@@ -33,11 +38,31 @@ import sys
 import numpy as np
 
 
-def block_params(w_block, bits, symmetric):
-    qmax = 2 ** (bits - 1) - 1
-    qmin = -(2 ** (bits - 1))
+def block_params(w_block, bits, symmetric, col_weights=None):
     lo = np.minimum(w_block.min(axis=1), 0).astype(np.float32)
     hi = np.maximum(w_block.max(axis=1), 0).astype(np.float32)
+    if col_weights is None:
+        return range_params(lo, hi, bits, symmetric)
+    best_err = np.full(lo.shape, np.inf)
+    best_s, best_z = range_params(lo, hi, bits, symmetric)
+    for i in range(80):
+        p = np.float32(1) - np.float32(i) / np.float32(100)
+        s, z = range_params((p * lo).astype(np.float32), (p * hi).astype(np.float32), bits, symmetric)
+        _, deq = quant(w_block, s[:, None], z[:, None], bits, symmetric)
+        d = w_block.astype(np.float64) - deq.astype(np.float64)
+        err = (d * d * col_weights[None, :]).sum(axis=1)
+        better = err < best_err
+        best_err = np.where(better, err, best_err)
+        best_s = np.where(better, s, best_s)
+        best_z = np.where(better, z, best_z)
+    return best_s, best_z
+
+
+def range_params(lo, hi, bits, symmetric):
+    qmax = 2 ** (bits - 1) - 1
+    qmin = -(2 ** (bits - 1))
+    lo = np.minimum(lo, 0).astype(np.float32)
+    hi = np.maximum(hi, 0).astype(np.float32)
     if symmetric:
         amax = np.maximum(-lo, hi)
         scale = np.where(amax > 0, amax / np.float32(qmax), np.float32(1)).astype(np.float32)
@@ -56,13 +81,15 @@ def quant(col, scale, zero, bits, symmetric):
     return q, (scale * (q - zero).astype(np.float32)).astype(np.float32)
 
 
-def gptq(w, h, bits, group, symmetric, block, damp, act_order, static_groups=True):
+def gptq(w, h, bits, group, symmetric, block, damp, act_order, static_groups=True, mse=False):
     n, k = w.shape
     w = w.astype(np.float32).copy()
     h = h.astype(np.float64).copy()
     dead = np.diag(h) == 0
     h[dead, dead] = 1
     w[:, dead] = 0
+    diag = np.diag(h).copy()
+    cw = (lambda cols: diag[cols]) if mse else (lambda cols: None)
     gs = group if group > 0 else k
     ngroups = (k + gs - 1) // gs
     scales = np.zeros((n, ngroups), np.float32)
@@ -70,7 +97,8 @@ def gptq(w, h, bits, group, symmetric, block, damp, act_order, static_groups=Tru
     static = group <= 0 or (act_order and static_groups)
     if static:  # parameters up front from W (dead columns zeroed)
         for g in range(ngroups):
-            scales[:, g], zeros[:, g] = block_params(w[:, g * gs:(g + 1) * gs], bits, symmetric)
+            scales[:, g], zeros[:, g] = block_params(w[:, g * gs:(g + 1) * gs], bits, symmetric,
+                                                     cw(np.arange(g * gs, min(k, (g + 1) * gs))))
     perm = np.argsort(-np.diag(h), kind="stable") if act_order else np.arange(k)
     hp = h[np.ix_(perm, perm)]
     hp[np.diag_indices(k)] += damp * np.mean(np.diag(hp))
@@ -91,7 +119,7 @@ def gptq(w, h, bits, group, symmetric, block, damp, act_order, static_groups=Tru
             orig = perm[j]
             g = g_idx[orig]
             if not static and j % gs == 0:
-                scales[:, g], zeros[:, g] = block_params(wp[:, j:j + gs], bits, symmetric)
+                scales[:, g], zeros[:, g] = block_params(wp[:, j:j + gs], bits, symmetric, cw(perm[j:j + gs]))
             q[:, orig], deq = quant(wp[:, j], scales[:, g], zeros[:, g], bits, symmetric)
             e = (wp[:, j] - deq) / u[j, j]
             err[:, j - i1] = e
@@ -110,21 +138,25 @@ def main():
     h = 2.0 * x.T @ x / m
     w = (0.05 * rng.standard_normal((n, k))).astype(np.float32)
     cases = []
-    for bits, group, symmetric, block, act_order, damp, static_groups in [
-            (4, 0, True, 32, False, 0.01, True),    # per channel, 2 lazy blocks
-            (4, 16, True, 48, False, 0.01, True),   # groups inside and across blocks
-            (4, 16, False, 8, False, 0.1, True),    # zero points, larger damp
-            (4, 16, True, 32, True, 0.01, True),    # act-order, static groups
-            (4, 16, True, 24, True, 0.01, False),   # act-order, groups in act order (g_idx)
-            (8, 0, True, 64, False, 0.01, True)]:   # int8 channel, one block covering all columns
-        q, s, z, g_idx = gptq(w, h, bits, group, symmetric, block, damp, act_order, static_groups)
+    for bits, group, symmetric, block, act_order, damp, static_groups, mse in [
+            (4, 0, True, 32, False, 0.01, True, False),    # per channel, 2 lazy blocks
+            (4, 16, True, 48, False, 0.01, True, False),   # groups inside and across blocks
+            (4, 16, False, 8, False, 0.1, True, False),    # zero points, larger damp
+            (4, 16, True, 32, True, 0.01, True, False),    # act-order, static groups
+            (4, 16, True, 24, True, 0.01, False, False),   # act-order, groups in act order (g_idx)
+            (8, 0, True, 64, False, 0.01, True, False),    # int8 channel, one block covering all columns
+            (4, 16, True, 48, False, 0.01, True, True),    # MSE clip: groups from the updated W
+            (4, 16, True, 32, True, 0.01, True, True),     # MSE clip, act-order, static groups
+            (4, 16, False, 24, True, 0.01, False, True),   # MSE clip, zero points, g_idx groups
+            (4, 0, True, 32, False, 0.01, True, True)]:    # MSE clip per channel
+        q, s, z, g_idx = gptq(w, h, bits, group, symmetric, block, damp, act_order, static_groups, mse)
         deq = np.zeros_like(w)
         for c in range(k):
             deq[:, c] = s[:, g_idx[c]] * (q[:, c] - z[:, g_idx[c]])
         d = (w - deq).astype(np.float64)
         out_err = float(np.einsum("ri,ij,rj->", d, h, d))  # sum_r d_r H d_r^T
         cases.append({"bits": bits, "group_size": group, "symmetric": symmetric, "block_size": block,
-                      "act_order": act_order, "static_groups": static_groups,
+                      "act_order": act_order, "static_groups": static_groups, "mse_clip": mse,
                       "g_idx": g_idx.tolist() if act_order and not static_groups else [],
                       "damp": damp, "q": q.flatten().tolist(),
                       "scales": s.flatten().tolist(), "zeros": z.flatten().tolist(), "output_error": out_err})

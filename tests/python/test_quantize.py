@@ -70,6 +70,9 @@ OTHER_CASES = {
                                  "--act-order", "--no-static-groups"],
     "w4a16-gptq-float": ["--scheme", "w4a16", "--group-size", "64", "--method", "gptq", "--gptq-hessians", "float"],
     "w8a8-int8-first3": ["--scheme", "w8a8-int8", "--quantized-layers", "first:3"],
+    "w4a16-g64-mse": ["--scheme", "w4a16", "--group-size", "64", "--weight-clip", "mse"],
+    "w4a16-gptq-actorder-mse": ["--scheme", "w4a16", "--group-size", "64", "--method", "gptq", "--act-order",
+                                "--weight-clip", "mse"],
 }
 EXPECT = {  # scheme -> (format, weight dtype name in the file, bits, type, activations)
     "w8a16": ("pack-quantized", "weight_packed", 8, "int", None),
@@ -114,6 +117,7 @@ def test_config_and_tensors_follow_compressed_tensors(written, name):
     assert w["symmetric"] == ("--no-symmetric" not in args)
     if "--act-order" in args:
         assert w["actorder"] == ("group" if "--no-static-groups" in args else "weight")
+    assert w["observer"] == ("mse" if "mse" in args else "minmax")
     if act is None:
         assert g["input_activations"] is None
     else:

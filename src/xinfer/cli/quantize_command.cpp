@@ -4,6 +4,7 @@
 //
 //   xinfer quantize --model M --scheme w8a8-int8 --calib FILE --out DIR [--alpha search|A|none]
 //                   [--weight-scales channel|tensor] [--method rtn|gptq] [--act-order] [--group-size G]
+//                   [--weight-clip minmax|mse]
 //                   [--quantized-layers all|N|first:N|last:N|LIST | --max-ppl-increase P]
 //                   [--eval-text FILE --eval-tokens N] [--report FILE] [--overwrite]
 //
@@ -102,7 +103,9 @@ Result<compress::ModelDirContents> tokenizer_files(const std::string& model_path
 //   fp8-sq-gptq        fp8-sq with GPTQ (error-compensated) FP8 weights
 //   w4a16-rtn, w4a16-gptq  int4 per group (symmetric), RTN / GPTQ (Hessians as --gptq-hessians, default
 //                      true-sequential); w4a16-gptq-float: Hessians of the float model; -actorder: act-order
-//                      with static groups; -actorder-gidx: act-order groups with g_idx
+//                      with static groups; -actorder-gidx: act-order groups with g_idx; w4a16-rtn-mse,
+//                      w4a16-gptq-mse, w4a16-gptq-actorder-mse: the same with the MSE clip search of the
+//                      group scales (weight_quantizer.h)
 // GPTQ rows take --damp and --act-order from the command line (the -float / -actorder rows override theirs).
 int run_table(const std::string& spec, const compress::QuantizeOptions& base, double max_ppl_increase,
               model::LlamaModel& m, backend::Backend& backend, const std::vector<std::vector<int32_t>>& windows,
@@ -119,7 +122,8 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
   const std::vector<std::string> all = {"w8a8-naive", "sq-0.5-tensor", "sq-0.5-channel", "sq-search",
                                         "sq-search-partial", "sq-first-N", "sq-last-N", "sq-search-gptq",
                                         "fp8-naive", "fp8-sq", "fp8-sq-gptq", "w8a16", "w4a16-rtn", "w4a16-gptq",
-                                        "w4a16-gptq-float", "w4a16-gptq-actorder", "w4a16-gptq-actorder-gidx"};
+                                        "w4a16-gptq-float", "w4a16-gptq-actorder", "w4a16-gptq-actorder-gidx",
+                                        "w4a16-rtn-mse", "w4a16-gptq-mse", "w4a16-gptq-actorder-mse"};
   std::vector<std::string> rows;
   if (spec == "all") {
     rows = all;
@@ -137,7 +141,11 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
   po.ctx = eval_ctx;
   po.stride = eval_ctx;
   po.show_progress = progress;
-  auto base_res = engine::evaluate_perplexity(ref_runner, nullptr, eval_ids, po);
+  // The reference's scored logits rows are kept (up to 4 GiB: 21k tokens of a 49k vocabulary) so that
+  // each row runs only its own model; the figures equal those with the reference run again.
+  const bool keep_ref = static_cast<double>(eval_ids.size()) * ref_runner.vocab_size() * sizeof(float) <= 4.0 * (1ull << 30);
+  engine::RecordedLogits ref_logits;
+  auto base_res = engine::evaluate_perplexity(ref_runner, nullptr, eval_ids, po, keep_ref ? &ref_logits : nullptr);
   if (!base_res.ok()) return 1;
   json table = json::array();
   table.push_back({{"row", "baseline"}, {"ppl", base_res->ppl()}, {"tokens_scored", base_res->tokens_scored}});
@@ -175,6 +183,7 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
     if (row == "w4a16-gptq-float") o.gptq_sequential = false;
     if (row.rfind("w4a16-gptq-actorder", 0) == 0) o.gptq_options.act_order = true;
     if (row == "w4a16-gptq-actorder-gidx") o.gptq_options.static_groups = false;
+    o.scheme.mse_clip = row.size() > 4 && row.compare(row.size() - 4, 4, "-mse") == 0;
     if (row == "sq-search-partial") {
       o.selection.mode = LayerSelection::Mode::kSearch;
       o.selection.max_ppl_increase = max_ppl_increase;
@@ -189,7 +198,7 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
     }
     const std::string key = std::string(compress::scheme_name(o.scheme.scheme)) + (o.smooth ? "s" : "n") +
                             (o.smooth_options.alpha ? std::to_string(*o.smooth_options.alpha) : "search") +
-                            compress::granularity_name(o.scheme.weight_granularity) +
+                            compress::granularity_name(o.scheme.weight_granularity) + (o.scheme.mse_clip ? "mse" : "") +
                             (o.gptq ? std::string("gptq") + (o.gptq_sequential ? "seq" : "float") +
                                           (o.gptq_options.act_order ? "act" : "") +
                                           (o.gptq_options.static_groups ? "" : "gidx")
@@ -204,7 +213,8 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
       q->set_selection(o.selection);
     }
     if (Status s = q->select(hooks); !s.ok()) return 1;
-    auto r = engine::evaluate_perplexity(runner, &ref_runner, eval_ids, po);
+    auto r = keep_ref ? engine::evaluate_perplexity(runner, nullptr, eval_ids, po, nullptr, &ref_logits)
+                      : engine::evaluate_perplexity(runner, &ref_runner, eval_ids, po);
     if (!r.ok()) return 1;
     const json rep = q->report();
     if (row == "sq-search-partial") searched_n = rep["quantized_layers"].get<int>();
@@ -240,7 +250,7 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
 
 int run_quantize(int argc, char** argv) {
   std::string model_path, scheme_name = "w8a8-int8", calib_path, out, method = "rtn", alpha = "search",
-                          weight_scales = "channel", layers_spec = "all", report_path, eval_path;
+                          weight_scales = "channel", weight_clip = "minmax", layers_spec = "all", report_path, eval_path;
   int64_t calib_samples = 32, calib_len = 256, heldout_tokens = 1024, eval_tokens = 2048, sample_rows = 256;
   int group_size = 128, eval_ctx = 512, threads = 0;
   double max_ppl_increase = -1, damp = 0.01;
@@ -274,6 +284,9 @@ int run_quantize(int argc, char** argv) {
   flags.add("--symmetric", &symmetric, "w4a16: symmetric (--no-symmetric: zero points)");
   flags.add("--alpha", &alpha, "W8A8 smoothing: search (per group, grid 0.05), a fixed alpha in [0, 1], or none");
   flags.add("--weight-scales", &weight_scales, "W8A8 weight scales: channel or tensor");
+  flags.add("--weight-clip", &weight_clip,
+            "integer weight scales: minmax (the block's max) or mse (clip ratio per block searched, minimising "
+            "the squared error weighted by the calibration inputs' sum x^2 per column)");
   flags.add("--quantized-layers", &layers_spec, "all | N (least sensitive) | first:N | last:N | LIST (0,3,5-9)");
   flags.add("--max-ppl-increase", &max_ppl_increase,
             "percent: quantize the most layers (least sensitive first) within this held-out PPL increase");
@@ -307,6 +320,10 @@ int run_quantize(int argc, char** argv) {
     return fail(invalid_argument("--method must be rtn or gptq, got '" + method + "'"));
   if (gptq_hessians != "sequential" && gptq_hessians != "float")
     return fail(invalid_argument("--gptq-hessians must be sequential or float, got '" + gptq_hessians + "'"));
+  if (weight_clip != "minmax" && weight_clip != "mse")
+    return fail(invalid_argument("--weight-clip must be minmax or mse, got '" + weight_clip + "'"));
+  if (weight_clip == "mse" && *scheme == compress::Scheme::kW8A8Fp8)
+    return fail(invalid_argument("--weight-clip mse applies to the integer schemes (w8a8-fp8 weights are e4m3)"));
   if (weight_scales != "channel" && weight_scales != "tensor")
     return fail(invalid_argument("--weight-scales must be channel or tensor, got '" + weight_scales + "'"));
   if (calib_samples <= 0 || calib_len < 2) return fail(invalid_argument("--calib-samples must be > 0 and --calib-len >= 2"));
@@ -316,6 +333,7 @@ int run_quantize(int argc, char** argv) {
   qo.scheme.scheme = *scheme;
   qo.scheme.weight_granularity = weight_scales == "tensor" ? compress::Granularity::kTensor : compress::Granularity::kChannel;
   qo.scheme.symmetric = symmetric;
+  qo.scheme.mse_clip = weight_clip == "mse";
   qo.gptq = method == "gptq";
   qo.gptq_options.act_order = act_order;
   qo.gptq_options.damp = damp;

@@ -39,6 +39,7 @@ CalibrationCollector::CalibrationCollector(const model::ModelConfig& config, con
       SiteStats& st = stats_[static_cast<size_t>(l * kNumSites + s)];
       st.k = site_width(config, s);
       st.channel_max.assign(static_cast<size_t>(st.k), 0.0f);
+      st.channel_sq.assign(static_cast<size_t>(st.k), 0.0);
       if (options_.hessian) st.hessian.assign(static_cast<size_t>(st.k * st.k), 0.0);
     }
 }
@@ -47,7 +48,7 @@ size_t CalibrationCollector::planned_bytes(const model::ModelConfig& config, con
   size_t bytes = 0;
   for (int s = 0; s < kNumSites; ++s) {
     const auto k = static_cast<size_t>(site_width(config, s));
-    bytes += k * 4 + k * static_cast<size_t>(options.max_sample_rows) * 4 + (options.hessian ? k * k * 8 : 0);
+    bytes += k * 12 + k * static_cast<size_t>(options.max_sample_rows) * 4 + (options.hessian ? k * k * 8 : 0);
   }
   return bytes * static_cast<size_t>(config.num_layers);
 }
@@ -57,7 +58,10 @@ void CalibrationCollector::observe(int layer, model::LinearSite site, const floa
   XI_CHECK_EQ(cols, st.k) << "layer " << layer << " " << model::linear_site_name(site);
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * cols;
-    for (int64_t j = 0; j < cols; ++j) st.channel_max[static_cast<size_t>(j)] = std::max(st.channel_max[static_cast<size_t>(j)], std::fabs(row[j]));
+    for (int64_t j = 0; j < cols; ++j) {
+      st.channel_max[static_cast<size_t>(j)] = std::max(st.channel_max[static_cast<size_t>(j)], std::fabs(row[j]));
+      st.channel_sq[static_cast<size_t>(j)] += static_cast<double>(row[j]) * row[j];
+    }
   }
   // Rows t with t * want / expected crossing an integer are kept: `want` rows spread over the expected tokens.
   const int64_t want = options_.max_sample_rows;

@@ -2,6 +2,7 @@
 // (model::ActivationObserver) over calibration windows:
 //
 //   channel_max [K]   max over all calibration tokens of |x[t, j]| (SmoothQuant's max|X_j|)
+//   channel_sq [K]    sum over all calibration tokens of x[t, j]^2 (the Hessian's diagonal; MSE clip weights)
 //   hessian [K, K]    sum over tokens of x_t x_t^T, in double (GPTQ's H up to the factor 2/m)
 //   samples [m, K]    up to `max_sample_rows` input rows, taken evenly over the tokens (error of candidate
 //                     quantizations in the alpha search)
@@ -24,6 +25,7 @@ struct SiteStats {
   int64_t k = 0;
   int64_t tokens = 0;
   std::vector<float> channel_max;  // [k]
+  std::vector<double> channel_sq;  // [k]
   std::vector<double> hessian;     // [k, k] or empty (not collected)
   std::vector<float> samples;      // [sample_rows, k]
   int64_t sample_rows() const { return k ? static_cast<int64_t>(samples.size()) / k : 0; }

@@ -30,7 +30,7 @@ nlohmann::ordered_json quantization_config(const SchemeOptions& scheme, const ch
                               {"strategy", granularity_name(a.granularity)},
                               {"group_size", nullptr},
                               {"dynamic", false},
-                              {"observer", "minmax"},
+                              {"observer", a.mse_clip ? "mse" : "minmax"},
                               {"observer_kwargs", nlohmann::ordered_json::object()},
                               {"actorder", nullptr},
                               {"block_structure", nullptr}};

@@ -52,7 +52,10 @@ QuantizedWeight quantize_gptq(const float* w_in, int64_t n, int64_t k, const dou
   // Parameters taken up front (channel, tensor, and groups under act-order) come from W after the dead
   // columns are zeroed, as GPTQ's quantizer.find_params does.
   const bool dynamic_groups = args.granularity == Granularity::kGroup && (!opt.act_order || !opt.static_groups);
-  QuantizedWeight out = compute_qparams(w.data(), n, k, args);
+  // MSE clip search (args.mse_clip) weighs each column by H_jj (undamped): its share of the output error.
+  std::vector<double> diag(static_cast<size_t>(k));
+  for (int64_t j = 0; j < k; ++j) diag[static_cast<size_t>(j)] = h[static_cast<size_t>(j * k + j)];
+  QuantizedWeight out = compute_qparams(w.data(), n, k, args, diag.data());
   out.q.assign(static_cast<size_t>(n * k), 0);
 
   std::vector<int64_t> perm(static_cast<size_t>(k));
@@ -90,11 +93,13 @@ QuantizedWeight quantize_gptq(const float* w_in, int64_t n, int64_t k, const dou
         // order: columns col .. col + width - 1 of wp).
         const int64_t width = std::min<int64_t>(args.group_size, k - col), g = col / args.group_size;
         std::vector<float> block(static_cast<size_t>(n * width));
+        std::vector<double> block_diag(static_cast<size_t>(width));
+        for (int64_t c = 0; c < width; ++c) block_diag[static_cast<size_t>(c)] = diag[static_cast<size_t>(perm[static_cast<size_t>(col + c)])];
         for (int64_t r = 0; r < n; ++r)
           for (int64_t c = 0; c < width; ++c) block[static_cast<size_t>(r * width + c)] = wp[static_cast<size_t>(r * k + col + c)];
         WeightQuantArgs ga = args;
         ga.granularity = Granularity::kChannel;
-        const QuantizedWeight p = compute_qparams(block.data(), n, width, ga);
+        const QuantizedWeight p = compute_qparams(block.data(), n, width, ga, block_diag.data());
         for (int64_t r = 0; r < n; ++r) {
           out.scales[static_cast<size_t>(r * out.groups() + g)] = p.scales[static_cast<size_t>(r)];
           if (!out.zeros.empty()) out.zeros[static_cast<size_t>(r * out.groups() + g)] = p.zeros[static_cast<size_t>(r)];

@@ -11,6 +11,8 @@
 //   U = upper Cholesky factor of H^-1 (H^-1 = U^T U); per block of `block_size` columns, column i:
 //     q_i = quant(w_i); e = (w_i - deq(q_i)) / U_ii; w_j -= e U_ij for the block's j > i;
 //   then the later blocks: W[:, i2:] -= E U[i1:i2, i2:].
+// With args.mse_clip, every block's parameters (up front or at its first column) come from the MSE clip
+// search of weight_quantizer.h with column weights H_jj (undamped, after the dead-input fix).
 // The result has the same layout and conventions as quantize_rtn (weight_quantizer.h).
 #pragma once
 

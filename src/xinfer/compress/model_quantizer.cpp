@@ -156,7 +156,12 @@ Status ModelQuantizer::prepare() {
             for (int64_t j = 0; j < k; ++j) h[static_cast<size_t>(i * k + j)] /= static_cast<double>(s[static_cast<size_t>(i)]) * s[static_cast<size_t>(j)];
         mods.push_back(quantize_gptq(w.data(), mr.rows, k, h.data(), args, options_.gptq_options));
       } else {
-        mods.push_back(quantize_rtn(w.data(), mr.rows, k, args));
+        // MSE clip weights: sum_t x_tj^2 of the input this linear gets (x / s when smoothed).
+        std::vector<double> cw = calib_->stats(l, mr.site).channel_sq;
+        const std::vector<float>& s = factors[static_cast<size_t>(mr.site)];
+        if (!s.empty())
+          for (int64_t j = 0; j < k; ++j) cw[static_cast<size_t>(j)] /= static_cast<double>(s[static_cast<size_t>(j)]) * s[static_cast<size_t>(j)];
+        mods.push_back(quantize_rtn(w.data(), mr.rows, k, args, cw.data()));
       }
     }
     for (int s = 0; s < kNumSites; ++s) {
@@ -317,6 +322,7 @@ nlohmann::ordered_json ModelQuantizer::report() const {
     if (options_.gptq_options.act_order) r["gptq_static_groups"] = options_.gptq_options.static_groups;
   }
   r["weight_strategy"] = granularity_name(weight_args(options_.scheme).granularity);
+  r["weight_clip"] = weight_args(options_.scheme).mse_clip ? "mse" : "minmax";
   if (options_.scheme.scheme == Scheme::kW4A16) {
     r["group_size"] = options_.scheme.group_size;
     r["symmetric"] = options_.scheme.symmetric;

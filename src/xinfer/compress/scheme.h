@@ -30,6 +30,7 @@ struct SchemeOptions {
   Granularity weight_granularity = Granularity::kChannel;  // W8A8: channel or tensor (--weight-scales)
   int group_size = 128;   // w4a16
   bool symmetric = true;  // w4a16
+  bool mse_clip = false;  // integer weights: clip ratio per block searched (WeightQuantArgs::mse_clip)
 };
 WeightQuantArgs weight_args(const SchemeOptions& o);
 quant::WeightFormat xinfer_format(const SchemeOptions& o);

@@ -63,9 +63,46 @@ void block_params(float lo, float hi, const WeightQuantArgs& a, float* scale, in
   }
 }
 
+// Block parameters of rows [0, rows) x columns [c0, c1) of w (row stride k): block_params of the block's
+// min / max, or with args.mse_clip of the shrunk range with the smallest weighted squared error.
+void choose_block_params(const float* w, int64_t rows, int64_t k, int64_t c0, int64_t c1, const double* col_w,
+                         const WeightQuantArgs& a, float* scale, int* zero) {
+  float lo = 0, hi = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = c0; c < c1; ++c) {
+      lo = std::min(lo, w[r * k + c]);
+      hi = std::max(hi, w[r * k + c]);
+    }
+  block_params(lo, hi, a, scale, zero);
+  if (!a.mse_clip || a.is_float || (lo == 0 && hi == 0)) return;
+  constexpr int kGrid = 100, kSteps = 80;  // p = 1 - i / kGrid, i < kSteps (GPTQ: grid 100, maxshrink 0.8)
+  double best = -1;
+  for (int i = 0; i < kSteps; ++i) {
+    const float p = 1.0f - static_cast<float>(i) / kGrid;
+    float s;
+    int z;
+    block_params(p * lo, p * hi, a, &s, &z);
+    double err = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = c0; c < c1; ++c) {
+        float deq;
+        const float x = w[r * k + c];
+        quantize_value(x, s, z, a, &deq);
+        const double d = static_cast<double>(x) - deq;
+        err += (col_w ? col_w[c] : 1.0) * d * d;
+      }
+    if (best < 0 || err < best) {
+      best = err;
+      *scale = s;
+      *zero = z;
+    }
+  }
+}
+
 }  // namespace
 
-QuantizedWeight compute_qparams(const float* w, int64_t n, int64_t k, const WeightQuantArgs& args) {
+QuantizedWeight compute_qparams(const float* w, int64_t n, int64_t k, const WeightQuantArgs& args,
+                                const double* col_weights) {
   XI_CHECK(args.granularity != Granularity::kGroup || args.group_size > 0) << "group size " << args.group_size;
   QuantizedWeight out;
   out.n = n;
@@ -73,14 +110,9 @@ QuantizedWeight compute_qparams(const float* w, int64_t n, int64_t k, const Weig
   out.args = args;
   const bool zp = !args.is_float && !args.symmetric;
   if (args.granularity == Granularity::kTensor) {
-    float lo = 0, hi = 0;
-    for (int64_t i = 0; i < n * k; ++i) {
-      lo = std::min(lo, w[i]);
-      hi = std::max(hi, w[i]);
-    }
     float s;
     int z;
-    block_params(lo, hi, args, &s, &z);
+    choose_block_params(w, n, k, 0, k, col_weights, args, &s, &z);
     out.scales = {s};
     if (zp) out.zeros = {static_cast<int8_t>(z)};
     return out;
@@ -91,15 +123,9 @@ QuantizedWeight compute_qparams(const float* w, int64_t n, int64_t k, const Weig
   if (zp) out.zeros.resize(static_cast<size_t>(n * g));
   for (int64_t r = 0; r < n; ++r)
     for (int64_t j = 0; j < g; ++j) {
-      float lo = 0, hi = 0;
-      const int64_t c1 = std::min(k, (j + 1) * width);
-      for (int64_t c = j * width; c < c1; ++c) {
-        lo = std::min(lo, w[r * k + c]);
-        hi = std::max(hi, w[r * k + c]);
-      }
       float s;
       int z;
-      block_params(lo, hi, args, &s, &z);
+      choose_block_params(w + r * k, 1, k, j * width, std::min(k, (j + 1) * width), col_weights, args, &s, &z);
       out.scales[static_cast<size_t>(r * g + j)] = s;
       if (zp) out.zeros[static_cast<size_t>(r * g + j)] = static_cast<int8_t>(z);
     }
@@ -120,8 +146,9 @@ int8_t quantize_value(float x, float scale, int zero, const WeightQuantArgs& a, 
   return static_cast<int8_t>(q);
 }
 
-QuantizedWeight quantize_rtn(const float* w, int64_t n, int64_t k, const WeightQuantArgs& args) {
-  QuantizedWeight out = compute_qparams(w, n, k, args);
+QuantizedWeight quantize_rtn(const float* w, int64_t n, int64_t k, const WeightQuantArgs& args,
+                             const double* col_weights) {
+  QuantizedWeight out = compute_qparams(w, n, k, args, col_weights);
   out.q.resize(static_cast<size_t>(n * k));
   float deq;
   for (int64_t r = 0; r < n; ++r)

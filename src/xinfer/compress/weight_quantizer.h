@@ -10,6 +10,14 @@
 // where a block is, by `granularity`: the whole tensor, one output row (channel), or `group_size`
 // consecutive input columns of one row (group; the last group of a row may be shorter). An all-zero block
 // gets scale 1 (its values are 0).
+//
+// MSE clipping (`mse_clip`, int only; GPTQ's Quantizer(mse=True) / llm-compressor's MSE observer): the
+// block's range is shrunk by a ratio p before the rule above (lo, hi -> p lo, p hi), p = 1 - i / 100 for i =
+// 0 .. 79 (p from 1 down to 0.21), and the p with the smallest error E(p) = sum_c h_c (w_c - deq_p(w_c))^2 over
+// the block is kept (ties: the larger p, so p = 1 = plain RTN wins unless clipping is strictly better). h_c
+// are column weights [k] (e.g. the calibration Hessian's diagonal sum_t x_tc^2, which makes E the output
+// error of the block's columns with cross terms ignored), or 1 when none are given. GPTQ's reference uses
+// |w - deq|^2.4 unweighted; ours is the squared error the output sees.
 // The symmetric rule is GPTQ's / AutoRound's max|W| / qmax (no clipping, the range -qmin is unused);
 // compressed-tensors' own observer (calculate_qparams) uses max|W| / ((qmax - qmin) / 2), i.e. / 7.5 for int4, and
 // clamps to [qmin, qmax]: a slightly finer step that clips +max|W| by half a step. Not the same rounding: the
@@ -39,6 +47,7 @@ struct WeightQuantArgs {
   Granularity granularity = Granularity::kChannel;
   int group_size = 0;           // kGroup only
   bool symmetric = true;        // int only; fp8 is always symmetric
+  bool mse_clip = false;        // int only: the clip ratio per block searched (above)
   int qmin() const { return -(1 << (bits - 1)); }
   int qmax() const { return (1 << (bits - 1)) - 1; }
 };
@@ -62,11 +71,14 @@ struct QuantizedWeight {
 };
 
 // Scales (and zero points) for the blocks of w: [n, k], shaped as QuantizedWeight says; q left empty.
-QuantizedWeight compute_qparams(const float* w, int64_t n, int64_t k, const WeightQuantArgs& args);
+// col_weights: [k] (h_c >= 0 of the MSE clip search) or nullptr (all 1); unused without args.mse_clip.
+QuantizedWeight compute_qparams(const float* w, int64_t n, int64_t k, const WeightQuantArgs& args,
+                                const double* col_weights = nullptr);
 // One value with the block's parameters: returns q; `deq` receives its dequantized value.
 int8_t quantize_value(float x, float scale, int zero, const WeightQuantArgs& args, float* deq);
-// RTN: compute_qparams then quantize every element. w: [n, k]
-QuantizedWeight quantize_rtn(const float* w, int64_t n, int64_t k, const WeightQuantArgs& args);
+// RTN: compute_qparams then quantize every element. w: [n, k]; col_weights as compute_qparams.
+QuantizedWeight quantize_rtn(const float* w, int64_t n, int64_t k, const WeightQuantArgs& args,
+                             const double* col_weights = nullptr);
 
 enum class ActQuant { kNone, kInt8PerToken, kFp8PerToken };
 // x: [rows, k], rounded in place per row as the CPU W8A8 kernels do (kNone: unchanged).

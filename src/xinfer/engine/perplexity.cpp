@@ -106,18 +106,32 @@ const std::vector<float>& WindowLogits::run(std::span<const int32_t> tokens, int
 
 Result<PerplexityResult> evaluate_perplexity(WindowLogits& model, WindowLogits* reference,
                                              std::span<const int32_t> tokens,
-                                             const PerplexityOptions& options) {
+                                             const PerplexityOptions& options, RecordedLogits* record,
+                                             const RecordedLogits* recorded_reference) {
   XI_ASSIGN_OR_RETURN(std::vector<ScoreWindow> windows,
                       plan_score_windows(static_cast<int64_t>(tokens.size()), options.ctx, options.stride));
   if (reference) {
     XI_CHECK_EQ(reference->vocab_size(), model.vocab_size());
     XI_CHECK_EQ(reference->chunk(), model.chunk());
   }
+  XI_CHECK(reference == nullptr || recorded_reference == nullptr) << "a reference model or a recording, not both";
   const int V = model.vocab_size();
   const int chunk = model.chunk();
+  if (recorded_reference) {
+    int64_t scored = 0;
+    for (const ScoreWindow& w : windows) scored += w.end - w.first_target;
+    if (recorded_reference->vocab != V || recorded_reference->positions() != scored)
+      return invalid_argument("recorded reference logits: vocabulary " + std::to_string(recorded_reference->vocab) +
+                              " x " + std::to_string(recorded_reference->positions()) + " positions, expected " +
+                              std::to_string(V) + " x " + std::to_string(scored));
+  }
+  if (record) {
+    record->vocab = V;
+    record->rows.clear();
+  }
   PerplexityResult res;
   res.windows = static_cast<int64_t>(windows.size());
-  res.has_reference = reference != nullptr;
+  res.has_reference = reference != nullptr || recorded_reference != nullptr;
   if (options.keep_token_logprobs)
     res.token_logprobs.assign(tokens.size(), std::numeric_limits<double>::quiet_NaN());
   ProgressBar bar("Scoring windows", res.windows, "windows", options.show_progress);
@@ -139,9 +153,12 @@ Result<PerplexityResult> evaluate_perplexity(WindowLogits& model, WindowLogits* 
         res.nll_sum -= lp;
         ++res.tokens_scored;
         if (options.keep_token_logprobs) res.token_logprobs[static_cast<size_t>(target)] = lp;
-        if (ref_rows) {
+        if (record) record->rows.insert(record->rows.end(), row.begin(), row.end());
+        if (ref_rows || recorded_reference) {
           const auto ref =
-              std::span(*ref_rows).subspan(static_cast<size_t>(r - row0) * V, static_cast<size_t>(V));
+              ref_rows ? std::span(*ref_rows).subspan(static_cast<size_t>(r - row0) * V, static_cast<size_t>(V))
+                       : std::span(recorded_reference->rows)
+                             .subspan(static_cast<size_t>(res.tokens_scored - 1) * V, static_cast<size_t>(V));
           res.kl_sum += kl_divergence(ref, row);
           res.top1_agree += argmax_first(ref) == argmax_first(row) ? 1 : 0;
         }

@@ -100,11 +100,25 @@ struct PerplexityResult {
   double top1() const { return tokens_scored ? static_cast<double>(top1_agree) / tokens_scored : 0.0; }
 };
 
+// A model's logits rows at the scored positions of one evaluation, kept so that several models can be
+// compared with one reference without running it again (the accuracy table of `xinfer quantize`).
+// rows: [scored positions, vocab], in scoring order (windows in order, targets in order).
+struct RecordedLogits {
+  int64_t vocab = 0;
+  std::vector<float> rows;
+  int64_t positions() const { return vocab ? static_cast<int64_t>(rows.size()) / vocab : 0; }
+};
+
 // Scores `tokens` (ids below both models' vocab) with `model` and, when `reference` is not null, compares
-// it against `reference` (same vocabulary size, same chunk) on the same positions. Errors: those of
-// plan_score_windows.
+// it against `reference` (same vocabulary size, same chunk) on the same positions. `record` (optional)
+// receives `model`'s scored rows; `recorded_reference` (optional, instead of `reference`) is the reference
+// as recorded by an earlier call on the same tokens and options: the result equals the one with the
+// reference model run again. Errors: those of plan_score_windows; INVALID_ARGUMENT when the recording's
+// vocabulary or position count does not match.
 Result<PerplexityResult> evaluate_perplexity(WindowLogits& model, WindowLogits* reference,
                                              std::span<const int32_t> tokens,
-                                             const PerplexityOptions& options);
+                                             const PerplexityOptions& options,
+                                             RecordedLogits* record = nullptr,
+                                             const RecordedLogits* recorded_reference = nullptr);
 
 }  // namespace xinfer::engine

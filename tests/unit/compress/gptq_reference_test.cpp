@@ -1,8 +1,8 @@
 // quantize_gptq against a numpy GPTQ written from the paper's Algorithm 1 (tools/gptq_numpy_reference.py ->
 // tests/golden/gptq/cases.json): lazy-batch blocks smaller than K (2 blocks, groups inside and across
 // blocks), per channel and per group, zero points, damp 0.1, act-order with static groups and with groups in
-// act order (g_idx), int8; a dead
-// input column. The reference updates in f32 as we do, so the integer values agree (a rounding flip near a
+// act order (g_idx), int8, and the MSE clip search of the group / channel scales (weighted by H_jj;
+// groups from the updated W, act-order static, g_idx with zero points, per channel); a dead input column. The reference updates in f32 as we do, so the integer values agree (a rounding flip near a
 // .5 boundary is allowed in at most 1% of them) and the output error sum_r d_r H d_r^T within 1%.
 #include <cmath>
 #include <cstdio>
@@ -37,6 +37,7 @@ TEST(GptqReference, MatchesNumpyAlgorithm1) {
     WeightQuantArgs a;
     a.bits = c["bits"];
     a.symmetric = c["symmetric"];
+    a.mse_clip = c.value("mse_clip", false);
     const int group = c["group_size"];
     a.granularity = group > 0 ? Granularity::kGroup : Granularity::kChannel;
     a.group_size = group;
@@ -47,7 +48,7 @@ TEST(GptqReference, MatchesNumpyAlgorithm1) {
     o.damp = c["damp"];
     const std::string name = "bits " + std::to_string(a.bits) + " group " + std::to_string(group) + " block " +
                              std::to_string(o.block_size) + (o.act_order ? (o.static_groups ? " act-order" : " act-order g_idx") : "") +
-                             (a.symmetric ? "" : " zero points");
+                             (a.symmetric ? "" : " zero points") + (a.mse_clip ? " mse clip" : "");
     const QuantizedWeight q = quantize_gptq(w.data(), n, k, h.data(), a, o);
     const std::vector<int64_t> ref_q = c["q"].get<std::vector<int64_t>>();
     int64_t differ = 0;

@@ -2,6 +2,7 @@
 #include "xinfer/compress/weight_quantizer.h"
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -25,6 +26,68 @@ TEST(WeightQuantizer, SymmetricInt4PerGroup) {
   const std::vector<int8_t> want = {7, -4, 1, 0, 7, 7, -1, 2};  // -3.5 -> -4 (ties to even), 1.5 -> 2
   EXPECT_EQ(q.q, want);
   EXPECT_TRUE(q.zeros.empty());
+}
+
+TEST(WeightQuantizer, MseClipSearchesTheWeightedError) {
+  // One int4 group {1.0, 0.45, 0.45, 0.45}. Max-abs scale 1/7: the 0.45s land on 3/7 = 0.4286 (error
+  // 3 x 0.0214^2 = 1.4e-3, the 1.0 exact); any clip ratio p < 1 rounds 1.0 to p (error >= 0.01 from p = 0.9,
+  // and p in (0.9, 1) leaves the 0.45s off the grid): unweighted, p = 1 stays. With the 1.0's column weight
+  // 0 only the 0.45s count: the first grid ratio representing them exactly is p = 0.63 (scale 0.09, q = 5).
+  const std::vector<float> w = {1.0f, 0.45f, 0.45f, 0.45f};
+  WeightQuantArgs a;
+  a.bits = 4;
+  a.granularity = Granularity::kGroup;
+  a.group_size = 4;
+  a.mse_clip = true;
+  EXPECT_FLOAT_EQ(quantize_rtn(w.data(), 1, 4, a).scales[0], 1.0f / 7.0f);
+  const std::vector<double> ones = {1, 1, 1, 1}, skip_first = {0, 1, 1, 1};
+  EXPECT_FLOAT_EQ(quantize_rtn(w.data(), 1, 4, a, ones.data()).scales[0], 1.0f / 7.0f);
+  const QuantizedWeight q = quantize_rtn(w.data(), 1, 4, a, skip_first.data());
+  EXPECT_NEAR(q.scales[0], 0.09f, 1e-7f);
+  EXPECT_EQ(q.q, (std::vector<int8_t>{7, 5, 5, 5}));  // 1.0 clipped to 7 x 0.09 = 0.63
+  a.mse_clip = false;
+  EXPECT_FLOAT_EQ(quantize_rtn(w.data(), 1, 4, a, skip_first.data()).scales[0], 1.0f / 7.0f);  // weights unused
+}
+
+TEST(WeightQuantizer, MseClipNeverWorseThanMaxAbs) {
+  // Random groups with heavy-tailed values, random column weights: the searched scale's weighted error is
+  // at most the max-abs one (p = 1 is a candidate), and strictly smaller somewhere.
+  const int64_t n = 16, k = 128;
+  std::vector<float> w(static_cast<size_t>(n * k));
+  std::vector<double> cw(static_cast<size_t>(k));
+  uint32_t state = 12345;
+  auto uniform = [&]() {
+    state = state * 1664525u + 1013904223u;
+    return (state >> 8) / 16777216.0;
+  };
+  for (auto& v : w) v = static_cast<float>((uniform() - 0.5) * std::pow(uniform() + 0.05, -1.5));
+  for (auto& v : cw) v = uniform() * 4;
+  for (bool symmetric : {true, false}) {
+    WeightQuantArgs a;
+    a.bits = 4;
+    a.granularity = Granularity::kGroup;
+    a.group_size = 32;
+    a.symmetric = symmetric;
+    const QuantizedWeight plain = quantize_rtn(w.data(), n, k, a, cw.data());
+    a.mse_clip = true;
+    const QuantizedWeight mse = quantize_rtn(w.data(), n, k, a, cw.data());
+    std::vector<float> dp(w.size()), dm(w.size());
+    plain.dequantize(dp.data());
+    mse.dequantize(dm.data());
+    int better = 0;
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t g = 0; g < k / 32; ++g) {
+        double ep = 0, em = 0;
+        for (int64_t c = g * 32; c < (g + 1) * 32; ++c) {
+          const size_t i = static_cast<size_t>(r * k + c);
+          ep += cw[static_cast<size_t>(c)] * (w[i] - dp[i]) * (w[i] - dp[i]);
+          em += cw[static_cast<size_t>(c)] * (w[i] - dm[i]) * (w[i] - dm[i]);
+        }
+        EXPECT_LE(em, ep * (1 + 1e-12)) << "row " << r << " group " << g;
+        better += em < ep;
+      }
+    EXPECT_GT(better, 0) << (symmetric ? "symmetric" : "zero points");
+  }
 }
 
 TEST(WeightQuantizer, AsymmetricInt4ZeroPoint) {
