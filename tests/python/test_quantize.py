@@ -247,8 +247,38 @@ def test_group_size_that_divides_no_width_is_refused(xinfer_bin, calib, stories2
     (["--scheme", "w4a16", "--group-size", "48"], "--group-size must be 32, 64 or 128"),
     (["--scheme", "w8a8-int8", "--quantized-layers", "first:99"], "--quantized-layers 'first:99'"),
     (["--scheme", "w8a8-int8", "--method", "awq"], "--method must be rtn or gptq"),
+    (["--scheme", "w4a16", "--weight-clip", "max"], "--weight-clip must be minmax or mse"),
+    (["--scheme", "w8a8-fp8", "--weight-clip", "mse"], "--weight-clip mse applies to the integer schemes"),
 ])
 def test_bad_flags_are_refused_before_any_work(xinfer_bin, calib, tmp_path, args, message):
     p = quantize(xinfer_bin, calib, tmp_path / "out", *args, check=False)
     assert p.returncode != 0 and message in p.stderr, p.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_table_rows_equal_single_runs(xinfer_bin, calib, tmp_path):
+    """`--table` (one calibration, the reference's logits recorded once) gives each row the figures of a single
+    `--eval-text` run of the same quantization (the reference model run alongside); its per-window PPL
+    increases and their paired standard error are consistent with the totals."""
+    ev = ["--eval-text", str(calib), "--eval-tokens", "640", "--eval-ctx", "128", "--heldout-tokens", "128"]
+    cmd = [str(xinfer_bin), "quantize", "--model", str(BUNDLED), "--calib", str(calib), "--calib-samples", "4",
+           "--calib-len", "64", "--group-size", "64", "--no-progress", *ev]
+    p = subprocess.run(cmd + ["--table", "w4a16-rtn,w4a16-rtn-mse"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = {r["row"]: r for r in map(json.loads, p.stdout.splitlines())}
+    base = rows["baseline"]["ppl"]
+    for name, extra in [("w4a16-rtn", []), ("w4a16-rtn-mse", ["--weight-clip", "mse"])]:
+        row = rows[name]
+        one = subprocess.run(cmd + ["--scheme", "w4a16", "--out", str(tmp_path / name), *extra],
+                             capture_output=True, text=True, timeout=600)
+        assert one.returncode == 0, one.stderr[-3000:]
+        e = json.loads((tmp_path / name / "quantization_report.json").read_text())["eval"]
+        assert e["baseline_ppl"] == pytest.approx(base, rel=1e-12)
+        for k in ["ppl", "kl", "top1"]:
+            assert row[k] == pytest.approx(e[k], rel=1e-12, abs=1e-15), (name, k, row[k], e[k])
+        assert row["ppl_increase_percent"] == pytest.approx(100 * (row["ppl"] / base - 1), rel=1e-9)
+        w = np.array(row["window_ppl_increase_percent"])
+        assert len(w) == 5 and row["ppl_increase_se_percent"] > 0
+        # windows of equal length: the total's log-PPL increase is the mean of the windows' ones
+        total = 100 * (np.exp(np.log1p(w / 100).mean()) - 1)
+        assert total == pytest.approx(row["ppl_increase_percent"], rel=1e-6, abs=1e-9)

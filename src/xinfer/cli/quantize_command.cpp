@@ -14,6 +14,7 @@
 // the in-memory result (exactly the weights written) against the unquantized model (PPL, KL, top-1) on the
 // first --eval-tokens tokens of another text, windows of --eval-ctx. stdout: one JSON summary line.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -141,12 +142,26 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
   po.ctx = eval_ctx;
   po.stride = eval_ctx;
   po.show_progress = progress;
+  po.keep_token_logprobs = true;  // per-window figures: the spread of a row's PPL increase over the windows
+  auto plan = engine::plan_score_windows(static_cast<int64_t>(eval_ids.size()), po.ctx, po.stride);
+  if (!plan.ok()) return 1;
+  // Mean NLL of each window's scored tokens.
+  auto window_nll = [&](const engine::PerplexityResult& r) {
+    std::vector<double> out;
+    for (const engine::ScoreWindow& w : *plan) {
+      double s = 0;
+      for (int64_t t = w.first_target; t < w.end; ++t) s -= r.token_logprobs[static_cast<size_t>(t)];
+      out.push_back(s / static_cast<double>(w.end - w.first_target));
+    }
+    return out;
+  };
   // The reference's scored logits rows are kept (up to 4 GiB: 21k tokens of a 49k vocabulary) so that
   // each row runs only its own model; the figures equal those with the reference run again.
   const bool keep_ref = static_cast<double>(eval_ids.size()) * ref_runner.vocab_size() * sizeof(float) <= 4.0 * (1ull << 30);
   engine::RecordedLogits ref_logits;
   auto base_res = engine::evaluate_perplexity(ref_runner, nullptr, eval_ids, po, keep_ref ? &ref_logits : nullptr);
   if (!base_res.ok()) return 1;
+  const std::vector<double> base_nll = window_nll(*base_res);
   json table = json::array();
   table.push_back({{"row", "baseline"}, {"ppl", base_res->ppl()}, {"tokens_scored", base_res->tokens_scored}});
   std::printf("%s\n", table.back().dump().c_str());
@@ -227,6 +242,21 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
                  {"quantized_layers", rep["quantized_layers"]},
                  {"decoder_linear_flops_quantized", rep["decoder_linear_flops_quantized"]},
                  {"all_linear_flops_quantized", rep["all_linear_flops_quantized"]}};
+    {
+      // Paired over windows: d_w = the row's mean NLL - the baseline's in window w; the PPL increase's
+      // standard error (percent) ~ 100 exp(mean d) std(d) / sqrt(W) (windows equally long up to the last).
+      const std::vector<double> nll = window_nll(*r);
+      const size_t W = nll.size();
+      std::vector<double> d(W);
+      double mean = 0;
+      for (size_t i = 0; i < W; ++i) mean += (d[i] = nll[i] - base_nll[i]) / static_cast<double>(W);
+      double var = 0;
+      for (double x : d) var += (x - mean) * (x - mean) / static_cast<double>(W > 1 ? W - 1 : 1);
+      line["ppl_increase_se_percent"] = W > 1 ? 100.0 * std::exp(mean) * std::sqrt(var / static_cast<double>(W)) : 0.0;
+      json wi = json::array();
+      for (double x : d) wi.push_back(100.0 * (std::exp(x) - 1.0));
+      line["window_ppl_increase_percent"] = wi;
+    }
     if (rep.contains("heldout_selected_ppl")) line["heldout_ppl_increase_percent"] =
         100.0 * (rep["heldout_selected_ppl"].get<double>() / rep["heldout_baseline_ppl"].get<double>() - 1.0);
     std::vector<int> kept;
