@@ -1,43 +1,44 @@
 #!/usr/bin/env python3
-"""Others' TTFT under load, with and without hostile bodies (issue 13's check), in one run.
+"""Others' TTFT under load, with and without hostile bodies (issue 13's check), measured by a C++ client.
 
-N streaming clients (default 300) keep one /v1/completions request each in flight (closed loop, keep-alive
-connections, bench/serve_bench.py's client). The run is cut into windows of about --window-s seconds that
-alternate: without hostile bodies, then with them, and so on (alternating cancels drift: the KV cache
-filling, the machine's other load). In a "with" window a separate process sends, at the same time, a body
-nested --levels deep and a body of --keys distinct unknown keys (one connection each; the bounded parser
-answers both with a 400), a pair every --hostile-interval-s seconds (0: the next pair as soon as both are
-answered: a flood). A stream request counts in the window it was sent in, if its first token came in that
-window too; "exposed" are the requests of "with" windows that waited for their first token while a hostile
-body was in flight. Printed: TTFT p50 / p99 / mean per kind and the differences to "without", the hostile
-requests answered (all must be 400), the server's CPU use per window kind (cores, from /proc when this
-script started the server), the server CPU one hostile pair costs on an idle server split by the nice value
-of the threads that spent it, and every failed request. On a machine with few cores the client, the attacker
-and the server share them: the server's CPU figure tells how much of a difference is the server's.
+The instrument is bench/hostile_load_client (built with the benchmarks; one epoll thread, ~5% of a core for
+300 streams), so that it takes little of the 2 cores it measures; the attacker is its own process at nice 19.
+N streaming connections (default 300) keep one /v1/completions request each in flight (closed loop,
+keep-alive, --max-tokens tokens, ignore_eos). A run is cut into --windows windows of --window-s seconds
+(+-50%, seeded) that alternate: without hostile bodies, then with them. In a "with" window the attacker sends
+at once a --levels-deep body and a --keys-key body (one connection each; the bounded parser answers 400), a
+pair every --hostile-interval-s seconds from the window's start.
 
-  # start a server (stories260K converted from ../shared/models by tools/convert_llama2c.py by default)
-  python3 bench/hostile_load.py --xinfer build/cpu-release/src/xinfer/cli/xinfer --streams 300
-  # against a running one
-  python3 bench/hostile_load.py --base-url http://127.0.0.1:8000 --streams 300
+Which requests a pair can delay: "exposed" are those of "with" windows that waited for their first token
+while a hostile body was in flight (sent before its answer, first token after it was sent). That choice
+favours long TTFTs (a longer wait overlaps a pair more often), so they are compared with "sham-exposed"
+requests of the "without" windows: those overlapping the same schedule of pairs (same offsets from the
+window's start, the real pairs' durations) where no pair was sent. A request counts only when its first token
+came in the window it was sent in. Printed per run and pooled over --runs runs: TTFT p50 / p90 / p99 per kind,
+exposed - sham with a 95% bootstrap interval over windows (windows resampled with replacement, each kind
+separately) for p50 and p90, the p99 difference per run (its spread over runs is its uncertainty); the
+server's CPU by thread (name, nice; ns from /proc/PID/task/*/schedstat) per hostile pair on the idle server
+and under load (with - without windows), the client's and the attacker's CPU, the load average.
+
+  python3 bench/hostile_load.py --xinfer build/srv/src/xinfer/cli/xinfer --streams 300 --windows 40 --runs 3
+  python3 bench/hostile_load.py --base-url http://127.0.0.1:8000 --client build/srv/bench/hostile_load_client
 
 Exit status 1 when a stream request failed or a hostile body was not answered with a 400.
 """
 import argparse
-import asyncio
-import bisect
 import json
-import multiprocessing as mp
 import os
 import pathlib
 import random
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.parse
+
+import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import serve_bench  # noqa: E402
@@ -54,8 +55,7 @@ def many_keys_body(n):
 
 
 def post_raw(host, port, body, timeout=60.0):
-    """One POST on a new connection; returns (status, seconds until the whole answer was read)."""
-    t0 = time.perf_counter()
+    """One POST on a new connection; returns the status."""
     with socket.create_connection((host, port), timeout=timeout) as s:
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\n"
                   b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
@@ -65,142 +65,207 @@ def post_raw(host, port, body, timeout=60.0):
             if not chunk:
                 break
             data += chunk
-    status = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/") else -1
-    return status, time.perf_counter() - t0
+    return int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/") else -1
 
 
-def attacker_main(host, port, levels, keys, interval_s, on, stop, results):
-    """Separate process: while `on` is set, sends the deep and the wide body at the same time (one connection
-    each), then the next pair `interval_s` after the last one started (0: as soon as both are answered)."""
-    bodies = {"deep": deep_body(levels), "keys": many_keys_body(keys)}
-
-    def one(kind, out):
-        t0 = time.perf_counter()
-        try:
-            status, _ = post_raw(host, port, bodies[kind])
-        except OSError as e:
-            status = f"{type(e).__name__}: {e}"
-        out.append((kind, status, t0, time.perf_counter()))
-
-    while not stop.is_set():
-        if not on.wait(0.02):
-            continue
-        start = time.perf_counter()
-        out = []
-        pair = [threading.Thread(target=one, args=(k, out)) for k in bodies]
-        for t in pair:
-            t.start()
-        for t in pair:
-            t.join()
-        for r in out:
-            results.put(r)
-        time.sleep(max(0.0, start + interval_s - time.perf_counter()))
-
-
-def cpu_seconds(pid):
-    """utime + stime of a process (all its threads), seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def thread_cpu_by_nice(pid):
-    """{nice value: utime + stime seconds} over the threads of a process."""
+def thread_cpu_ns(pid):
+    """{(thread name, nice): CPU ns} over the threads of a process (schedstat: ns, not 10 ms ticks)."""
     out = {}
     for task in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{task}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+                stat = f.read()
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                ns = int(f.read().split()[0])
         except OSError:
             continue  # the thread ended
-        nice = int(fields[16])
-        out[nice] = out.get(nice, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        nice = int(stat.rsplit(")", 1)[1].split()[16])
+        out[(comm, nice)] = out.get((comm, nice), 0) + ns
     return out
 
 
+def cpu_diff(after, before):
+    return {k: after.get(k, 0) - before.get(k, 0) for k in set(after) | set(before)}
+
+
+def group_name(key):
+    return f"{key[0]}@nice{key[1]}"
+
+
 def pair_cpu_cost(host, port, pid, levels, keys, pairs):
-    """Server CPU per hostile pair sent to an otherwise idle server, by thread nice value (ms)."""
+    """Server CPU per hostile pair sent to an otherwise idle server, by thread (ms)."""
     bodies = [deep_body(levels), many_keys_body(keys)]
-    before = thread_cpu_by_nice(pid)
+    post_raw(host, port, bodies[1])  # first use: page faults of the buffers, not counted
+    before = thread_cpu_ns(pid)
     for _ in range(pairs):
         ts = [threading.Thread(target=post_raw, args=(host, port, b)) for b in bodies]
         for t in ts:
             t.start()
         for t in ts:
             t.join()
-    after = thread_cpu_by_nice(pid)
-    return {n: (after.get(n, 0.0) - before.get(n, 0.0)) * 1e3 / pairs for n in sorted(set(after) | set(before))}
+    d = cpu_diff(thread_cpu_ns(pid), before)
+    return {group_name(k): v / 1e6 / pairs for k, v in sorted(d.items()) if v}
 
 
-def pct(v, q):
-    return serve_bench.percentile(v, q) if v else float("nan")
+def read_tsv(path):
+    lines = pathlib.Path(path).read_text().splitlines()
+    head = lines[0].split("\t")
+    return [dict(zip(head, line.split("\t"))) for line in lines[1:] if line]
 
 
-async def run_streams(args, host, port, t_start, on, server_pid):
-    """Closed loop of args.streams streams until the last window ends; switches `on` at window edges."""
+def wait_rusage(proc, timeout_s):
+    """Waits for a child started by subprocess; returns (exit status, CPU seconds it used)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return proc.returncode, ru.ru_utime + ru.ru_stime
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    return -9, float("nan")
+
+
+def run_once(args, host, port, server_pid, run, tmp):
+    """One run: windows, the stream client, the attacker, /proc samples at the window edges."""
+    rng = random.Random(args.seed * 1000 + run)
+    edges = [0.0]
+    for _ in range(args.windows):
+        edges.append(edges[-1] + args.window_s * rng.uniform(0.5, 1.5))
     body = {"model": args.model_name, "prompt": args.prompt, "max_tokens": args.max_tokens,
             "ignore_eos": True, "stream": True, "temperature": 0}
-    pool = serve_bench.Pool(host, port, True)
-    records = []
-    t_end = t_start + args.edges[-1]
-    cpu = {0: 0.0, 1: 0.0}
-
-    async def switcher():
-        last_cpu = cpu_seconds(server_pid) if server_pid else 0.0
-        for w in range(args.windows):
-            edge = t_start + args.edges[w]
-            await asyncio.sleep(max(0.0, edge - time.perf_counter()))
-            if server_pid and w > 0:
-                c = cpu_seconds(server_pid)
-                cpu[(w - 1) % 2] += c - last_cpu
-                last_cpu = c
-            (on.set if w % 2 == 1 else on.clear)()
-        await asyncio.sleep(max(0.0, t_end - time.perf_counter()))
+    body_file = pathlib.Path(tmp) / "body.json"
+    body_file.write_text(json.dumps(body))
+    streams_out, attack_out = pathlib.Path(tmp) / f"streams{run}.tsv", pathlib.Path(tmp) / f"attack{run}.tsv"
+    now = time.monotonic_ns()
+    t_streams = now + int(0.3e9)
+    t_start = t_streams + int(args.warmup_s * 1e9)
+    t_end = t_start + int(edges[-1] * 1e9)
+    common = ["--host", host, "--port", str(port)]
+    client = subprocess.Popen([args.client, "streams", *common, "--streams", str(args.streams), "--body-file",
+                               str(body_file), "--start-ns", str(t_streams), "--end-ns", str(t_end),
+                               "--drain-s", str(args.timeout), "--ramp-s", str(args.ramp_s),
+                               "--think-ms", str(args.think_ms), "--seed", str(args.seed * 1000 + run),
+                               "--out", str(streams_out)])
+    attacker = subprocess.Popen([args.client, "attack", *common, "--start-ns", str(t_start), "--edges",
+                                 ",".join(f"{e:.6f}" for e in edges), "--interval-s", str(args.hostile_interval_s),
+                                 "--levels", str(args.levels), "--keys", str(args.keys), "--nice", "19",
+                                 "--out", str(attack_out)])
+    samples = []  # server thread CPU at each window edge
+    for e in edges:
+        target = t_start + int(e * 1e9)
+        while (d := target - time.monotonic_ns()) > 0:
+            time.sleep(d / 1e9)
         if server_pid:
-            cpu[(args.windows - 1) % 2] += cpu_seconds(server_pid) - last_cpu
-        on.clear()
-
-    async def worker(i):
-        while time.perf_counter() < t_end:
-            rec = await serve_bench.one_request(pool, "/v1/completions", dict(body), i, False, True, args.timeout)
-            records.append(rec)
-
-    await asyncio.gather(switcher(), *[worker(i) for i in range(args.streams)])
-    pool.close()
-    return records, cpu
-
-
-def window_of(t, edges):
-    """Index of the window [edges[w], edges[w + 1]) holding t; -1 before, len(edges) - 1 after."""
-    return bisect.bisect_right(edges, t) - 1
+            samples.append((time.monotonic_ns(), thread_cpu_ns(server_pid)))
+    rc_a, cpu_a = wait_rusage(attacker, args.timeout + 60)
+    rc_c, cpu_c = wait_rusage(client, args.timeout + 60)
+    if rc_a or rc_c:
+        raise RuntimeError(f"hostile_load_client exited {rc_c} (streams) / {rc_a} (attack)")
+    streams = [{k: int(v) for k, v in r.items()} for r in read_tsv(streams_out)]
+    hostile = [{"kind": r["kind"], "start": int(r["start_ns"]), "end": int(r["end_ns"]), "status": int(r["status"])}
+               for r in read_tsv(attack_out)]
+    return {"edges": edges, "t_start": t_start, "streams": streams, "hostile": hostile, "samples": samples,
+            "client_cpu_s": cpu_c, "attacker_cpu_s": cpu_a, "span_s": edges[-1]}
 
 
-def classify(records, t_start, edges, hostile):
-    """TTFTs (seconds) of the stream requests by what they met: "without" (sent in a window without hostile
-    bodies, none in flight meanwhile), "with" (sent in a window with them), "exposed" (those of "with" that
-    waited for their first token while a hostile body was in flight: sent before its answer, first token
-    after it was sent). A request counts only if its first token came in the window it was sent in. Also
-    returns the failed records."""
-    spans = sorted((h[2], h[3]) for h in hostile)
-    out = {"without": [], "with": [], "exposed": []}
-    failed = [r for r in records if not r["ok"]]
-    for r in records:
-        if not r["ok"] or r["ttft_s"] is None:
+def classify(run):
+    """Per window: TTFTs (ms) of all its requests and of those exposed to a (real or sham) hostile body."""
+    edges, t0 = run["edges"], run["t_start"]
+    bounds = [t0 + int(e * 1e9) for e in edges]
+    real = sorted((h["start"], h["end"]) for h in run["hostile"])
+    # Sham pairs: each "without" window gets the next ("with") window's hostile bodies at the same offsets
+    # from the window's start with the same durations (the attacker at nice 19 starts some pairs late).
+    sham = []
+    for h in run["hostile"]:
+        w = int(np.searchsorted(bounds, h["start"], side="right")) - 1
+        if w < 1 or w % 2 == 0 or w >= len(bounds) - 1:
             continue
-        sent = r["start_s"] - t_start
-        first = sent + r["ttft_s"]
-        w = window_of(sent, edges)
-        if w < 0 or w >= len(edges) - 1 or window_of(first, edges) != w:
-            continue  # warm-up, or its first token came in another window
-        a, b = r["start_s"], r["start_s"] + r["ttft_s"]
-        exposed = any(h0 < b and a < h1 for h0, h1 in spans)
-        if w % 2:
-            out["with"].append(r["ttft_s"])
-            if exposed:
-                out["exposed"].append(r["ttft_s"])
-        elif not exposed:  # a pair sent just before the window began may still be in flight
-            out["without"].append(r["ttft_s"])
-    return out, failed
+        t = bounds[w - 1] + (h["start"] - bounds[w])
+        if t < bounds[w]:
+            sham.append((t, t + h["end"] - h["start"]))
+    sham.sort()
+    windows = [{"with": w % 2 == 1, "all": [], "exposed": []} for w in range(len(edges) - 1)]
+
+    def overlaps(spans, a, b):
+        # spans sorted by start; any (s, e) with s < b and a < e
+        lo, hi = 0, len(spans)
+        while lo < hi:  # first span starting at or after b
+            mid = (lo + hi) // 2
+            if spans[mid][0] < b:
+                lo = mid + 1
+            else:
+                hi = mid
+        return any(spans[j][1] > a for j in range(max(0, lo - 8), lo))
+
+    failed = 0
+    for r in run["streams"]:
+        if not r["ok"] or r["first_ns"] == 0:
+            failed += 1
+            continue
+        a, b = r["start_ns"], r["first_ns"]
+        w = np.searchsorted(bounds, a, side="right") - 1
+        if w < 0 or w >= len(windows) or not bounds[w] <= b < bounds[w + 1]:
+            continue
+        ttft = (b - a) / 1e6
+        win = windows[w]
+        if win["with"]:
+            win["all"].append(ttft)
+            if overlaps(real, a, b):
+                win["exposed"].append(ttft)
+        elif not overlaps(real, a, b):  # a pair sent just before the window began may still be in flight
+            win["all"].append(ttft)
+            if overlaps(sham, a, b):
+                win["exposed"].append(ttft)
+    return windows, failed
+
+
+def pooled(windows, with_, part):
+    v = [t for w in windows if w["with"] == with_ for t in w[part]]
+    return np.array(v)
+
+
+def bootstrap_diff(windows, part, qs, n_boot, seed):
+    """95% intervals of percentile(with windows' `part`) - percentile(without windows' `part`), windows
+    resampled with replacement within each kind."""
+    rng = np.random.default_rng(seed)
+    w_with = [np.array(w[part]) for w in windows if w["with"]]
+    w_wo = [np.array(w[part]) for w in windows if not w["with"]]
+    out = {q: [] for q in qs}
+    for _ in range(n_boot):
+        a = np.concatenate([w_with[i] for i in rng.integers(0, len(w_with), len(w_with))])
+        b = np.concatenate([w_wo[i] for i in rng.integers(0, len(w_wo), len(w_wo))])
+        if len(a) == 0 or len(b) == 0:
+            continue
+        pa, pb = np.percentile(a, qs), np.percentile(b, qs)
+        for q, x, y in zip(qs, pa, pb):
+            out[q].append(x - y)
+    return {q: (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))) if v else (float("nan"),) * 2
+            for q, v in out.items()}
+
+
+def load_cpu(run, interval_s):
+    """Server CPU by thread in "with" vs "without" windows: ms per second of each, and per pair sent."""
+    s = run["samples"]
+    if not s:
+        return None
+    tot = {True: {}, False: {}}
+    span = {True: 0.0, False: 0.0}
+    for w in range(len(s) - 1):
+        kind = w % 2 == 1
+        span[kind] += (s[w + 1][0] - s[w][0]) / 1e9
+        for k, v in cpu_diff(s[w + 1][1], s[w][1]).items():
+            tot[kind][k] = tot[kind].get(k, 0) + v
+    pairs = sum(1 for h in run["hostile"] if h["kind"] == "keys")
+    out = {}
+    for k in sorted(set(tot[True]) | set(tot[False])):
+        with_rate = tot[True].get(k, 0) / 1e6 / span[True]
+        wo_rate = tot[False].get(k, 0) / 1e6 / span[False]
+        out[group_name(k)] = {"ms_per_s_with": with_rate, "ms_per_s_without": wo_rate,
+                              "ms_per_pair": (with_rate - wo_rate) * span[True] / pairs if pairs else float("nan")}
+    return out
 
 
 def convert_stories260k(out_dir):
@@ -215,42 +280,54 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--base-url", help="a running server (else --xinfer starts one)")
+    p.add_argument("--server-pid", type=int, help="with --base-url: the server's pid, for its CPU by thread")
     p.add_argument("--xinfer", help="xinfer binary: started as `serve` on a free port, stopped at the end")
+    p.add_argument("--client", help="hostile_load_client binary (default: bench/ of --xinfer's build dir)")
     p.add_argument("--model", help="with --xinfer: model directory (default: stories260K, converted)")
     p.add_argument("--server-args", default="--max-num-seqs 512",
                    help="with --xinfer: extra serve flags (default: every stream runs at once)")
     p.add_argument("--server-log", help="with --xinfer: file for the server's output")
     p.add_argument("--streams", type=int, default=300)
-    p.add_argument("--windows", type=int, default=6, help="alternating windows, the first without hostile bodies")
-    p.add_argument("--window-s", type=float, default=3.0)
+    p.add_argument("--windows", type=int, default=40, help="alternating windows per run, the first without")
+    p.add_argument("--window-s", type=float, default=1.5)
+    p.add_argument("--runs", type=int, default=1, help="repeated runs on the same server (p99's spread)")
     p.add_argument("--warmup-s", type=float, default=2.0, help="load before the first window (not counted)")
+    p.add_argument("--ramp-s", type=float, default=1.0, help="the streams' first requests spread over this")
+    p.add_argument("--think-ms", type=float, default=10.0,
+                   help="pause between a stream's requests, uniform in [0, this] (keeps the streams out of step)")
     p.add_argument("--max-tokens", type=int, default=32, help="tokens per stream request (ignore_eos)")
     p.add_argument("--prompt", default="Once upon a time")
     p.add_argument("--levels", type=int, default=100000, help="nesting depth of the deep body")
     p.add_argument("--keys", type=int, default=100000, help="distinct unknown keys of the wide body")
-    p.add_argument("--hostile-interval-s", type=float, default=0.5,
-                   help="a pair of hostile bodies every this many seconds in a 'with' window (0: back to back)")
+    p.add_argument("--hostile-interval-s", type=float, default=0.5, help="a pair every this many seconds")
+    p.add_argument("--idle-pairs", type=int, default=20, help="pairs sent to the idle server for its CPU cost")
+    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
     p.add_argument("--timeout", type=float, default=120)
     p.add_argument("--seed", type=int, default=0, help="window lengths")
     p.add_argument("--json", help="write the figures here")
     a = p.parse_args(argv)
     if (a.base_url is None) == (a.xinfer is None):
         p.error("give exactly one of --base-url and --xinfer")
-    if a.windows < 2:
-        p.error("--windows must be >= 2 (one of each kind)")
-    # Window lengths vary (0.5-1.5x, seeded): a closed loop of equal requests runs in waves, and windows of
-    # one length could fall in step with them (every "without" window on a wave's quiet part).
-    rng = random.Random(a.seed)
-    a.edges = [0.0]
-    for _ in range(a.windows):
-        a.edges.append(a.edges[-1] + a.window_s * rng.uniform(0.5, 1.5))
+    if a.windows < 4 or a.windows % 2:
+        p.error("--windows must be even and >= 4")
+    if a.client is None:
+        if a.xinfer is None:
+            p.error("--client is needed with --base-url")
+        a.client = str(pathlib.Path(a.xinfer).resolve().parents[3] / "bench/hostile_load_client")
+    if not os.access(a.client, os.X_OK):
+        p.error(f"{a.client} is not an executable: build the target hostile_load_client (or pass --client)")
     return a
+
+
+def pct(v, q):
+    return float(np.percentile(v, q)) if len(v) else float("nan")
 
 
 def main(argv=None):
     args = parse_args(argv)
     proc = None
     tmp = tempfile.TemporaryDirectory(prefix="hostile_load_")
+    load_before = os.getloadavg()
     try:
         if args.xinfer:
             model = args.model or str(convert_stories260k(pathlib.Path(tmp.name) / "stories260K"))
@@ -258,78 +335,92 @@ def main(argv=None):
             cmd = f"{args.xinfer} serve --model {model} --port {port} {args.server_args}"
             proc, cmd = serve_bench.start_server(cmd, port, args.server_log)
             print(f"started: {cmd}", file=sys.stderr)
+            server_pid = proc.pid
         else:
             u = urllib.parse.urlparse(args.base_url)
             host, port = u.hostname, u.port or 80
+            server_pid = args.server_pid
         serve_bench.wait_ready(host, port, proc, 120)
         _, models = serve_bench.http_get(host, port, "/v1/models")
         args.model_name = json.loads(models)["data"][0]["id"]
-
-        cost = pair_cpu_cost(host, port, proc.pid, args.levels, args.keys, 20) if proc else None
-        on, stop, results = mp.Event(), mp.Event(), mp.Queue()
-        attacker = mp.Process(target=attacker_main,
-                              args=(host, port, args.levels, args.keys, args.hostile_interval_s, on, stop, results))
-        attacker.start()
-        t_start = time.perf_counter() + args.warmup_s
-        records, cpu = asyncio.run(run_streams(args, host, port, t_start, on, proc.pid if proc else None))
-        stop.set()
-        attacker.join(timeout=args.timeout)
-        hostile = []
-        while not results.empty():
-            hostile.append(results.get())
+        idle = pair_cpu_cost(host, port, server_pid, args.levels, args.keys, args.idle_pairs) if server_pid else None
+        runs = [run_once(args, host, port, server_pid, r, tmp.name) for r in range(args.runs)]
     finally:
         serve_bench.stop_server(proc)
         tmp.cleanup()
+    load_after = os.getloadavg()
 
-    kinds, failed = classify(records, t_start, args.edges, hostile)
-    span = {k: sum(args.edges[w + 1] - args.edges[w] for w in range(args.windows) if w % 2 == k) for k in (0, 1)}
-    rows = {}
-    print(f"{args.streams} streams, {args.max_tokens} tokens each, {args.windows} windows of {args.window_s:g} s "
-          f"(+-50%, seeded) "
-          f"alternating without / with hostile bodies (a {args.levels}-level and a {args.keys}-key body at once, "
-          + (f"a pair every {args.hostile_interval_s:g} s)" if args.hostile_interval_s > 0 else "back to back)"))
-    for name, label in (("without", "without hostile bodies"), ("with", "with hostile bodies"),
-                        ("exposed", "  of which exposed")):
-        v = [t * 1e3 for t in kinds[name]]
-        rows[name] = {"n": len(v), "ttft_p50_ms": pct(v, 50), "ttft_p99_ms": pct(v, 99),
-                      "ttft_mean_ms": statistics.fmean(v) if v else float("nan")}
-        line = (f"  {label:<23} {len(v):6d} requests  TTFT p50 {rows[name]['ttft_p50_ms']:8.1f}  p99 "
-                f"{rows[name]['ttft_p99_ms']:8.1f}  mean {rows[name]['ttft_mean_ms']:8.1f} ms")
-        if proc and name != "exposed":
-            k = 1 if name == "with" else 0
-            rows[name]["server_cores"] = cpu[k] / span[k]
-            line += f"  server CPU {rows[name]['server_cores']:.2f} cores"
-        print(line)
-    d50 = rows["with"]["ttft_p50_ms"] - rows["without"]["ttft_p50_ms"]
-    d99 = rows["with"]["ttft_p99_ms"] - rows["without"]["ttft_p99_ms"]
-    e50 = rows["exposed"]["ttft_p50_ms"] - rows["without"]["ttft_p50_ms"]
-    e99 = rows["exposed"]["ttft_p99_ms"] - rows["without"]["ttft_p99_ms"]
-    print(f"  difference (with - without): p50 {d50:+.1f} ms, p99 {d99:+.1f} ms; "
-          f"(exposed - without): p50 {e50:+.1f} ms, p99 {e99:+.1f} ms")
-    if cost is not None:
-        print("  server CPU per hostile pair, idle server (20 pairs): " +
-              ", ".join(f"{v:.1f} ms on threads at nice {n}" for n, v in cost.items()) +
-              " (the part not at nice 10 is what the engine's threads compete with)")
-    bad_hostile = [h for h in hostile if h[1] != 400]
+    qs = [50, 90, 99]
+    all_windows, per_run, failed_total = [], [], 0
+    print(f"{args.streams} streams x {args.max_tokens} tokens; {args.runs} run(s) of {args.windows} windows of "
+          f"{args.window_s:g} s (+-50%) alternating without / with a {args.levels}-level + {args.keys}-key pair "
+          f"every {args.hostile_interval_s:g} s; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after")
+    for r, run in enumerate(runs):
+        windows, failed = classify(run)
+        failed_total += failed
+        all_windows += windows
+        row = {"failed": failed, "client_cores": run["client_cpu_s"] / (run["span_s"] + args.warmup_s),
+               "attacker_cpu_s": run["attacker_cpu_s"], "server_cpu_under_load": load_cpu(run, args.hostile_interval_s)}
+        for name, with_, part in (("without", False, "all"), ("sham", False, "exposed"), ("with", True, "all"),
+                                  ("exposed", True, "exposed")):
+            v = pooled(windows, with_, part)
+            row[name] = {"n": len(v), **{f"p{q}": pct(v, q) for q in qs}, "mean": float(v.mean()) if len(v) else None}
+        row["exposed_minus_sham"] = {f"p{q}": row["exposed"][f"p{q}"] - row["sham"][f"p{q}"] for q in qs}
+        row["with_minus_without"] = {f"p{q}": row["with"][f"p{q}"] - row["without"][f"p{q}"] for q in qs}
+        per_run.append(row)
+        print(f" run {r}: client {row['client_cores']:.3f} cores, attacker {run['attacker_cpu_s']:.2f} s CPU, "
+              f"{failed} failed")
+        for name in ("without", "sham", "with", "exposed"):
+            x = row[name]
+            print(f"   {name:<8} {x['n']:6d} requests  TTFT p50 {x['p50']:7.1f}  p90 {x['p90']:7.1f}  "
+                  f"p99 {x['p99']:7.1f} ms")
+        print("   exposed - sham: " + ", ".join(f"p{q} {row['exposed_minus_sham'][f'p{q}']:+.1f}" for q in qs) +
+              " ms; with - without: " + ", ".join(f"p{q} {row['with_minus_without'][f'p{q}']:+.1f}" for q in qs))
+    pooled_rows = {}
+    for name, with_, part in (("without", False, "all"), ("sham", False, "exposed"), ("with", True, "all"),
+                              ("exposed", True, "exposed")):
+        v = pooled(all_windows, with_, part)
+        pooled_rows[name] = {"n": len(v), **{f"p{q}": pct(v, q) for q in qs}}
+    ci_exposed = bootstrap_diff(all_windows, "exposed", [50, 90], args.bootstrap, args.seed)
+    ci_with = bootstrap_diff(all_windows, "all", [50, 90], args.bootstrap, args.seed + 1)
+    d = {f"p{q}": pooled_rows["exposed"][f"p{q}"] - pooled_rows["sham"][f"p{q}"] for q in qs}
+    dw = {f"p{q}": pooled_rows["with"][f"p{q}"] - pooled_rows["without"][f"p{q}"] for q in qs}
+    p99s = [r["exposed_minus_sham"]["p99"] for r in per_run]
+    print(f" pooled over {len(all_windows)} windows: exposed {pooled_rows['exposed']['n']} vs sham "
+          f"{pooled_rows['sham']['n']} requests: p50 {d['p50']:+.1f} ms [95% {ci_exposed[50][0]:+.1f}, "
+          f"{ci_exposed[50][1]:+.1f}], p90 {d['p90']:+.1f} ms [{ci_exposed[90][0]:+.1f}, {ci_exposed[90][1]:+.1f}]; "
+          f"with - without p50 {dw['p50']:+.1f} [{ci_with[50][0]:+.1f}, {ci_with[50][1]:+.1f}], p90 {dw['p90']:+.1f} "
+          f"[{ci_with[90][0]:+.1f}, {ci_with[90][1]:+.1f}]")
+    print(" exposed - sham p99 per run: " + ", ".join(f"{x:+.1f}" for x in p99s) + " ms")
+    if idle:
+        print(" server CPU per hostile pair, idle server: " + ", ".join(f"{k} {v:.2f} ms" for k, v in idle.items()))
+    for r, row in enumerate(per_run):
+        lc = row["server_cpu_under_load"]
+        if lc:
+            print(f" run {r} server CPU per pair under load (with - without windows): " +
+                  ", ".join(f"{k} {v['ms_per_pair']:+.2f} ms" for k, v in lc.items() if k.startswith("xi-http")) +
+                  "; all threads ms/s without " + f"{sum(v['ms_per_s_without'] for v in lc.values()):.0f}")
+    hostile = [h for run in runs for h in run["hostile"]]
+    bad = [h for h in hostile if h["status"] != 400]
     for kind in ("deep", "keys"):
-        took = sorted((h[3] - h[2]) * 1e3 for h in hostile if h[0] == kind and h[1] == 400)
-        print(f"  hostile {kind:<4}: {sum(1 for h in hostile if h[0] == kind)} sent, {len(took)} answered 400, "
-              f"answer p50 {pct(took, 50):.1f} ms, max {max(took) if took else float('nan'):.1f} ms")
-    for r in failed[:5]:
-        print(f"  failed stream request: {r['error']}")
-    for h in bad_hostile[:5]:
-        print(f"  hostile {h[0]} answered {h[1]}")
+        took = [(h["end"] - h["start"]) / 1e6 for h in hostile if h["kind"] == kind and h["status"] == 400]
+        print(f" hostile {kind}: {sum(h['kind'] == kind for h in hostile)} sent, {len(took)} answered 400, "
+              f"p50 {pct(took, 50):.1f} ms, max {max(took) if took else float('nan'):.1f} ms")
+    for h in bad[:5]:
+        print(f" hostile {h['kind']} answered {h['status']}")
     if args.json:
         out = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "config": {k: v for k, v in vars(args).items() if k not in ("json", "edges")},
-               "ttft": rows, "diff_p50_ms": d50, "diff_p99_ms": d99, "exposed_diff_p50_ms": e50,
-               "exposed_diff_p99_ms": e99,
-               "stream_requests": len(records), "stream_failed": len(failed),
-               "hostile_sent": len(hostile), "hostile_not_400": len(bad_hostile),
-               "pair_cpu_ms_by_nice": cost, "loadavg": os.getloadavg()}
+               "config": {k: v for k, v in vars(args).items() if k != "json"},
+               "runs": per_run, "pooled": pooled_rows, "exposed_minus_sham": d,
+               "exposed_minus_sham_ci95": {f"p{q}": ci_exposed[q] for q in ci_exposed},
+               "with_minus_without": dw, "with_minus_without_ci95": {f"p{q}": ci_with[q] for q in ci_with},
+               "exposed_minus_sham_p99_per_run": p99s, "pair_cpu_ms_idle": idle,
+               "stream_requests": sum(len(run["streams"]) for run in runs), "stream_failed": failed_total,
+               "hostile_sent": len(hostile), "hostile_not_400": len(bad),
+               "loadavg_before": load_before, "loadavg_after": load_after}
         pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         pathlib.Path(args.json).write_text(json.dumps(out, indent=1))
-    return 1 if failed or bad_hostile or not hostile else 0
+    return 1 if failed_total or bad or not hostile else 0
 
 
 if __name__ == "__main__":

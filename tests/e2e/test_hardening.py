@@ -54,39 +54,103 @@ def test_many_keys_is_fast(server):
     assert status == 200 and json.loads(data)["usage"]["completion_tokens"] == 2
 
 
-def server_cpu_s(pid, nice=None):
-    """utime + stime of a process's threads (those at `nice` only, if given), seconds (10 ms ticks)."""
+def server_thread_cpu_ms(pid, name):
+    """CPU time (ms, from schedstat: ns resolution) of a process's threads called `name`."""
     import os
-    total = 0.0
+    total = 0
     for task in os.listdir(f"/proc/{pid}/task"):
         try:
-            with open(f"/proc/{pid}/task/{task}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/task/{task}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                ns = int(f.read().split()[0])
         except OSError:
             continue
-        if nice is None or int(fields[16]) == nice:
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+        if comm == name:
+            total += ns
+    return total / 1e6
 
 
-def test_large_body_is_read_in_large_pieces(server):
-    """Beast reads a body in pieces the size of the read buffer's free capacity (at least 512 bytes): left at
-    its header size, a 4 MB body took thousands of reads, 76 ms of server CPU at normal priority (wall ~100
-    ms), before the parser saw it. With 64 KiB of capacity first: 4.5-7 ms (the UTF-8 check and the parse,
-    ~5 ms more, run on the nice +10 thread). This body is refused at its 12th byte. Server CPU, not wall
-    time: the 2-core machine's other load does not move it much."""
+def raw_exchange(sock, head, body=b"", chunks=None):
+    """Sends one request on `sock` (body whole, or as chunked coding from `chunks`), returns (status, body)."""
+    if chunks is not None:
+        body = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+    sock.sendall(head + body)
+    return read_response(sock)
+
+
+def read_response(sock):
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(65536)
+        assert chunk, buf
+        buf += chunk
+    head, rest = buf.split(b"\r\n\r\n", 1)
+    status = int(head.split(b" ", 2)[1])
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        assert chunk
+        rest += chunk
+    return status, rest[:length]
+
+
+def test_large_body_is_read_off_the_io_threads(server):
+    """A body of >= --low-priority-body-bytes (or chunked) is read on the nice +10 thread: the socket moves
+    to that thread's reactor once the headers say so, and the io threads (which compete with the engine at
+    normal priority) spend only the headers and the answer on it. A 4 MB body cost them 76 ms with the read
+    buffer at header size, 4.5-7 ms with 64 KiB reads on the io thread; read elsewhere, ~0.1-0.4 ms. This body is
+    refused at its 12th byte (the UTF-8 check and the parse also run on the nice +10 thread). CPU time of
+    the threads by name (schedstat), not wall time: the machine's other load does not inflate it."""
     body = b'{"prompt": x' + b" " * (4 << 20)
     pid = server.proc.pid
-    before, took = server_cpu_s(pid, nice=0), []
+    server.request("POST", "/v1/completions", body)  # first use: page faults of the buffers
+    io0, bg0 = server_thread_cpu_ms(pid, "xi-http-io"), server_thread_cpu_ms(pid, "xi-http-bg")
     for _ in range(10):
-        t0 = time.perf_counter()
         status, _, data = server.request("POST", "/v1/completions", body)
-        took.append(time.perf_counter() - t0)
         assert_openai_error(data, status, 400, "not valid JSON")
-    cpu_ms = (server_cpu_s(pid, nice=0) - before) / 10 * 1e3
-    print(f"4 MB body refused in {statistics.median(took) * 1e3:.1f} ms (median of 10), {cpu_ms:.1f} ms of "
-          "server CPU at normal priority each")
-    assert cpu_ms < 20, (cpu_ms, took)
+    io = (server_thread_cpu_ms(pid, "xi-http-io") - io0) / 10
+    bg = (server_thread_cpu_ms(pid, "xi-http-bg") - bg0) / 10
+    print(f"4 MB body: {io:.2f} ms of io-thread CPU, {bg:.2f} ms on the low-priority thread, each")
+    assert io < 1.5 and bg > io, (io, bg)
+
+
+def test_bodies_read_elsewhere_keep_the_connection(server, model_name):
+    """The socket comes back to its io thread after a body read on the low-priority thread: on one keep-alive
+    connection a large body, a small request, a chunked body, `Expect: 100-continue` with a large body, then a
+    chunked body past --max-body-bytes (413, read there too) are each answered in turn."""
+    def head(length=None, extra=b""):
+        size = b"Transfer-Encoding: chunked\r\n" if length is None else b"Content-Length: %d\r\n" % length
+        return b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n" + extra + size + b"\r\n"
+
+    large = json.dumps({"model": model_name, "prompt": "Once", "max_tokens": 2, "user": "u" * 200000}).encode()
+    small = json.dumps({"model": model_name, "prompt": "Once", "max_tokens": 2}).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    for _ in range(2):
+        status, data = raw_exchange(sock, head(len(large)), large)
+        assert status == 200 and json.loads(data)["usage"]["completion_tokens"] == 2, data
+        status, data = raw_exchange(sock, head(len(small)), small)
+        assert status == 200, data
+    status, data = raw_exchange(sock, head(), chunks=[large[:70000], large[70000:70001], large[70001:]])
+    assert status == 200 and json.loads(data)["usage"]["completion_tokens"] == 2, data
+    sock.sendall(head(len(large), b"Expect: 100-continue\r\n"))
+    got = b""
+    while b"\r\n\r\n" not in got:
+        got += sock.recv(4096)
+    assert got.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), got
+    status, data = raw_exchange(sock, b"", large)
+    assert status == 200, data
+    over = b" " * (1 << 20)
+    sock.sendall(head())
+    try:
+        for _ in range(9):  # 9 MiB in 1 MiB chunks, past the default 8 MiB limit
+            sock.sendall(b"%x\r\n%s\r\n" % (len(over), over))
+    except OSError:
+        pass  # the server answered and closed before the end
+    status, data = read_response(sock)
+    assert_openai_error(data, status, 413, "exceeds the limit")
+    sock.close()
+    assert server.request("POST", "/v1/completions", small)[0] == 200
 
 
 def test_api_key_checked_before_the_body(start_server):
@@ -212,33 +276,35 @@ def test_reused_connection_ttft_matches_a_new_connection(start_server, model_nam
 
 
 def test_hostile_bodies_do_not_delay_other_streams(xinfer_bin, model_dir, tmp_path):
-    """bench/hostile_load.py at 32 streams (PERF.md has the 300-stream run): windows without and with a
-    100,000-level and a 100,000-key body sent together every 0.5 s. Every stream request completes, every
-    hostile body gets its 400, and the server CPU a hostile pair costs at normal priority (what the engine's
-    threads compete with on a busy machine) stays small: the body is read on an io thread (~2.5 ms for the
-    pair), checked and parsed on the nice +10 thread (~4-7.5 ms); all on the io threads it was ~7.5-11.5 ms."""
+    """bench/hostile_load.py at 32 streams (PERF.md has the 300-stream runs): its C++ client, windows without
+    and with a 100,000-level and a 100,000-key body sent together every 0.5 s by an attacker at nice 19.
+    Every stream request completes and every hostile body gets its 400. What bounds the delay a pair can
+    cause the engine (whose threads run at normal priority) is the CPU the pair takes at normal priority:
+    the io threads' share, measured per thread (schedstat) on the idle server: ~0.7 ms per pair with the body
+    read on the nice +10 thread (2.5-4 ms when the io thread read it, 7.5-11.5 ms when it also parsed it).
+    Wall-clock TTFT percentiles of a shared 2-core machine are printed, and only a stall (seconds, as the
+    unbounded parser's 13.5 s) fails them."""
     import importlib.util
     import pathlib
     root = pathlib.Path(__file__).resolve().parents[2]
+    client = xinfer_bin.parents[3] / "bench/hostile_load_client"
+    if not client.exists():
+        pytest.fail(f"{client} not built: build the target hostile_load_client (scripts/test.sh builds all)")
     spec = importlib.util.spec_from_file_location("hostile_load", root / "bench/hostile_load.py")
     hl = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hl)
     out = tmp_path / "hostile.json"
-    rc = hl.main(["--xinfer", str(xinfer_bin), "--model", str(model_dir), "--streams", "32", "--windows", "4",
-                  "--window-s", "1.5", "--warmup-s", "1", "--server-args", "--max-num-seqs 64 --threads 2",
-                  "--json", str(out)])
+    rc = hl.main(["--xinfer", str(xinfer_bin), "--client", str(client), "--model", str(model_dir), "--streams", "32",
+                  "--windows", "8", "--window-s", "1.0", "--warmup-s", "1", "--bootstrap", "200",
+                  "--server-args", "--max-num-seqs 64 --threads 2", "--json", str(out)])
     r = json.loads(out.read_text())
     assert rc == 0, r
-    assert r["stream_failed"] == 0 and r["hostile_not_400"] == 0 and r["hostile_sent"] >= 4, r
-    assert r["ttft"]["without"]["n"] >= 20 and r["ttft"]["with"]["n"] >= 20, r
-    cost = {int(k): v for k, v in r["pair_cpu_ms_by_nice"].items()}
-    # The check and the parse ran on the low-priority thread: most of the pair's CPU (measured 4-7.5 of
-    # 6-12 ms, the rest the read; all of it at normal priority before). 0.5 ms granularity (10 ms ticks).
-    assert cost.get(10, 0) >= 0.4 * sum(cost.values()), cost
-    assert cost.get(0, 0) < 8.0, cost
-    # On 2 cores the client, the attacker and the CPU forward share both cores: TTFT moves by tens of ms
-    # from contention alone. A parse that stalled others (13.5 s before the bounded parser) fails this.
-    assert r["diff_p50_ms"] < 150, r
+    assert r["stream_failed"] == 0 and r["hostile_not_400"] == 0 and r["hostile_sent"] >= 8, r
+    assert r["pooled"]["without"]["n"] >= 20 and r["pooled"]["with"]["n"] >= 20, r
+    cost = r["pair_cpu_ms_idle"]
+    io, bg = cost.get("xi-http-io@nice0", 0.0), cost.get("xi-http-bg@nice10", 0.0)
+    assert io < 2.0 and bg > io, cost
+    assert r["with_minus_without"]["p50"] < 1000, r
 
 
 VLLM_NAMES = ["vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",

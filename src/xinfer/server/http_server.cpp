@@ -1,5 +1,6 @@
 #include "xinfer/server/http_server.h"
 
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -237,12 +238,72 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void read_body() {
     const auto length = parser_->content_length();
     if ((!length || *length > kWatchBytes) && buffer_.capacity() < kBodyReadBytes) buffer_.reserve(kBodyReadBytes);
+    const size_t large = options_->low_priority_body_bytes;
+    if (large > 0 && (parser_->chunked() || (length && *length >= large))) return read_body_elsewhere();
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
 
+  // A large (or chunked: length unknown) body is read on the low-priority thread, not here: the socket
+  // leaves this io_context's reactor (release) for the low-priority one's, so every recv of the body, Beast's
+  // parse of it and the copy into the string run at nice +low_priority_nice and the io thread spends
+  // microseconds on the request (read here, a 2.7 MB body cost it 2.5-3 ms on an idle server and more
+  // under load, in smaller pieces). Until on_body_elsewhere, only the low-priority thread touches parser_
+  // and buffer_; the strand's own state (closed_, keep_alive_) may change meanwhile (a drain) and is read
+  // when the socket comes back.
+  void read_body_elsewhere() {
+    stream_.expires_never();  // its timer would close the socket once it is ours again
+    beast::error_code ec;
+    protocol_ = stream_.socket().local_endpoint(ec).protocol();
+    const int fd = ec ? -1 : stream_.socket().release(ec);
+    if (ec) return close();
+    net::post(impl_->low_priority_ioc, [self = shared_from_this(), fd] {
+      auto bg = std::make_shared<beast::tcp_stream>(tcp::socket(self->impl_->low_priority_ioc));
+      beast::error_code aec;
+      bg->socket().assign(self->protocol_, fd, aec);
+      if (aec) {
+        ::close(fd);
+        return self->come_back(-1, aec);
+      }
+      bg->expires_after(seconds(self->options_->keep_alive_timeout_s));
+      http::async_read(*bg, self->buffer_, *self->parser_, [self, bg](beast::error_code rec, size_t) {
+        bg->expires_never();
+        beast::error_code ignored;
+        const int back = bg->socket().is_open() ? bg->socket().release(ignored) : -1;  // closed on a timeout
+        self->come_back(back, rec);
+      });
+    });
+  }
+
+  // Low-priority thread: hands the socket (fd, -1 if it was closed) and the read's result to the strand.
+  void come_back(int fd, beast::error_code ec) {
+    net::dispatch(executor(), [self = shared_from_this(), fd, ec] { self->on_body_elsewhere(fd, ec); });
+  }
+
+  void on_body_elsewhere(int fd, beast::error_code ec) {
+    if (fd < 0) return close();
+    if (closed_) {  // closed meanwhile (a drain): the socket is ours to close
+      ::close(fd);
+      return;
+    }
+    beast::error_code aec;
+    stream_.socket().assign(protocol_, fd, aec);
+    if (aec) {
+      ::close(fd);
+      return close();
+    }
+    if (read_failed(ec)) return;
+    dispatch_request(/*read_elsewhere=*/true);
+  }
+
   void on_read(beast::error_code ec) {
     if (closed_ || read_failed(ec)) return;
+    dispatch_request(/*read_elsewhere=*/false);
+  }
+
+  // The request is read: hand it to the handler, on this io thread or on the low-priority thread (a body
+  // read there, or one that turned out large).
+  void dispatch_request(bool read_elsewhere) {
     stream_.expires_never();
     if (buffer_.capacity() > kWatchBytes && buffer_.size() <= kWatchBytes) buffer_.shrink_to_fit();
     http::request<http::string_body> msg = parser_->release();
@@ -264,8 +325,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     current_ = std::make_shared<HttpExchange>(shared_from_this());
     start_watch();
     std::shared_ptr<HttpExchange> ex = current_;
-    const bool low_priority =
-        options_->low_priority_body_bytes > 0 && req.body.size() >= options_->low_priority_body_bytes;
+    const bool low_priority = read_elsewhere || (options_->low_priority_body_bytes > 0 &&
+                                                 req.body.size() >= options_->low_priority_body_bytes);
     // The exchange is thread-safe: the handler may run on any thread.
     auto run = [handler = handler_, req = std::move(req), ex]() mutable {
       try {
@@ -396,6 +457,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool writing_ = false, watching_ = false, want_read_ = false, last_queued_ = false;
   bool keep_alive_ = true, streaming_ = false, closed_ = false, lingering_ = false;
   bool http10_ = false, head_ = false;  // of the current request
+  tcp::endpoint::protocol_type protocol_ = tcp::v4();  // of the socket, while its body is read elsewhere
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -501,8 +563,15 @@ Status HttpServer::start() {
   bound_port_ = acc.local_endpoint().port();
   impl_->accepting = true;
   do_accept(impl_.get(), &options_, &handler_, &open_connections_, &rejected_connections_);
-  for (int i = 0; i < std::max(1, options_.threads); ++i) threads_.emplace_back([this] { impl_->ioc.run(); });
+  // Named threads (`ps -L`, /proc/PID/task/*/comm): bench/hostile_load.py splits the server's CPU by them.
+  for (int i = 0; i < std::max(1, options_.threads); ++i) {
+    threads_.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "xi-http-io");
+      impl_->ioc.run();
+    });
+  }
   low_priority_thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "xi-http-bg");
     // Linux: the nice value of this thread alone (NPTL threads are scheduled as tasks). Raising it needs no
     // privilege; if it fails, the thread still keeps large bodies off the io threads.
     if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), options_.low_priority_nice) != 0)
