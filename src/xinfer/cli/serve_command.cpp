@@ -116,9 +116,9 @@ int run_serve(int argc, char** argv) {
   flags.add("--server-threads", &server_threads,
             "HTTP I/O threads (request parsing and tokenization run on them; one slow request holds one)");
   flags.add("--low-priority-body-bytes", &low_priority_body_bytes,
-            "requests with a body of at least this many bytes are parsed and tokenized one at a time on a "
-            "background thread at nice +10, so multi-megabyte bodies take CPU the engine leaves (0: on the "
-            "I/O threads)");
+            "requests with a body of at least this many bytes (and chunked ones) are read on a background "
+            "thread at nice +10 and parsed and tokenized there one at a time, so multi-megabyte bodies take "
+            "CPU the engine leaves (0: on the I/O threads)");
   flags.add(
       "--max-request-tokens", &so.max_request_tokens,
       "most tokens one request may generate over all its choices (choices x max_tokens; unset max_tokens "
