@@ -15,8 +15,8 @@ favours long TTFTs (a longer wait overlaps a pair more often), so they are compa
 requests of the "without" windows: those overlapping the same schedule of pairs (same offsets from the
 window's start, the real pairs' durations) where no pair was sent. A request counts only when its first token
 came in the window it was sent in. Printed per run and pooled over --runs runs: TTFT p50 / p90 / p99 per kind,
-exposed - sham with a 95% bootstrap interval over windows (windows resampled with replacement, each kind
-separately) for p50 and p90, the p99 difference per run (its spread over runs is its uncertainty); the
+exposed - sham with a 95% bootstrap interval over windows (blocks of two adjacent windows, one of each
+kind, resampled with replacement) for p50 and p90, the p99 difference per run (its spread over runs is its uncertainty); the
 server's CPU by thread (name, nice; ns from /proc/PID/task/*/schedstat) per hostile pair on the idle server
 and under load (with - without windows), the client's and the attacker's CPU, the load average.
 
@@ -228,19 +228,19 @@ def pooled(windows, with_, part):
 
 
 def bootstrap_diff(windows, part, qs, n_boot, seed):
-    """95% intervals of percentile(with windows' `part`) - percentile(without windows' `part`), windows
-    resampled with replacement within each kind."""
+    """95% intervals of percentile(with windows' `part`) - percentile(without windows' `part`). The unit
+    resampled (with replacement) is a block of two adjacent windows, one of each kind (2k, 2k + 1): slow
+    drift of the machine's load moves both halves of a block alike, so it cancels in the difference."""
     rng = np.random.default_rng(seed)
-    w_with = [np.array(w[part]) for w in windows if w["with"]]
-    w_wo = [np.array(w[part]) for w in windows if not w["with"]]
+    blocks = [(np.array(windows[k][part]), np.array(windows[k + 1][part])) for k in range(0, len(windows) - 1, 2)]
     out = {q: [] for q in qs}
     for _ in range(n_boot):
-        a = np.concatenate([w_with[i] for i in rng.integers(0, len(w_with), len(w_with))])
-        b = np.concatenate([w_wo[i] for i in rng.integers(0, len(w_wo), len(w_wo))])
-        if len(a) == 0 or len(b) == 0:
+        pick = rng.integers(0, len(blocks), len(blocks))
+        wo = np.concatenate([blocks[i][0] for i in pick])
+        wi = np.concatenate([blocks[i][1] for i in pick])
+        if len(wi) == 0 or len(wo) == 0:
             continue
-        pa, pb = np.percentile(a, qs), np.percentile(b, qs)
-        for q, x, y in zip(qs, pa, pb):
+        for q, x, y in zip(qs, np.percentile(wi, qs), np.percentile(wo, qs)):
             out[q].append(x - y)
     return {q: (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))) if v else (float("nan"),) * 2
             for q, v in out.items()}
