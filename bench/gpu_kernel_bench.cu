@@ -12,7 +12,8 @@
 //
 // Timing: CUDA events around `reps` launches after warm-up, median of 5 such runs. Inputs are random
 // (never zeros); small working sets rotate among several copies so L2 does not serve them.
-//   usage: gpu_kernel_bench [--quick] [--quant]   (--quant: the ceilings and the quantized linears only)
+//   usage: gpu_kernel_bench [--quick] [--quant] [--w8a8]   (--quant: the ceilings and the quantized linears only;
+//          --w8a8: the ceilings and W8A8 INT8 vs FP8 GEMMs / GEMVs only, gpu_w8a8_gemm_bench.cu)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -32,6 +33,7 @@
 
 namespace xinfer::bench {
 std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, double peak, bool quick);
+void bench_w8a8(cuda::CudaBackend& be, double bw, double peak, bool quick);  // gpu_w8a8_gemm_bench.cu
 namespace {
 
 __global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
@@ -575,7 +577,7 @@ void bench_decode_layer(cuda::CudaBackend& be, double bw) {
   be.set_linear_fusion(saved_fusion);
 }
 
-int run(bool quick, bool quant_only) {
+int run(bool quick, bool quant_only, bool w8a8_only) {
   cuda::CudaBackend be;
   const auto info = be.info();
   std::printf("device: %s, %d SMs, %.1f / %.1f GiB free\n", info.name.c_str(), be.num_sms(),
@@ -588,6 +590,10 @@ int run(bool quick, bool quant_only) {
   const double bw = ceil.copy_gbs, peak = ceil.bf16_gemm_tflops;
   std::printf("ceiling: d2d copy %.0f GB/s (read + write)\n", bw);
   std::printf("ceiling: cuBLASLt bf16 GEMM 8192^3 %.0f TFLOP/s (random data)\n", peak);
+  if (w8a8_only) {
+    bench_w8a8(be, bw, peak, quick);
+    return 0;
+  }
   if (quant_only) {
     bench_quant_linears(be, bw, peak, quick);
     return 0;
@@ -702,16 +708,18 @@ int run(bool quick, bool quant_only) {
 }  // namespace xinfer::bench
 
 int main(int argc, char** argv) {
-  bool quick = false, quant_only = false;
+  bool quick = false, quant_only = false, w8a8_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--quant") == 0) {
       quant_only = true;
+    } else if (std::strcmp(argv[i], "--w8a8") == 0) {
+      w8a8_only = true;
     } else {
-      std::fprintf(stderr, "usage: gpu_kernel_bench [--quick] [--quant]\n");
+      std::fprintf(stderr, "usage: gpu_kernel_bench [--quick] [--quant] [--w8a8]\n");
       return 2;
     }
   }
-  return xinfer::bench::run(quick, quant_only);
+  return xinfer::bench::run(quick, quant_only, w8a8_only);
 }

@@ -16,7 +16,8 @@
 //  - W8A8-FP8 (per-channel / per-tensor weight scales, dynamic / static activations) against the oracle: the
 //    activations quantize to the CPU's bits, so f32 outputs agree to 1e-3 (tensor-core FP8 accumulation);
 //  - GGUF Q4_0 / Q8_0 rows repacked at load (model/gguf_repack.h) through these kernels vs the GGUF reference;
-//  - supports(): the formats above yes, W8A8-INT8 and GGUF no; bad weights fail with the format named.
+//  - supports(): the formats above and W8A8-INT8 (quant_w8a8_int8_test.cpp) yes, GGUF no; bad weights fail
+//    with the format named.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -577,7 +578,7 @@ TEST(QuantLinear, SupportsAndBadWeights) {
   EXPECT_TRUE(gpu().supports(quant::Int8ChannelFormat{}));
   EXPECT_TRUE(gpu().supports(quant::DenseFormat{DType::kBF16}));
   EXPECT_TRUE(gpu().supports(quant::W8A8Fp8Format{}));
-  EXPECT_FALSE(gpu().supports(quant::W8A8Int8Format{}));
+  EXPECT_TRUE(gpu().supports(quant::W8A8Int8Format{}));  // quant_w8a8_int8_test.cpp
   EXPECT_FALSE(gpu().supports(quant::GgufFormat{quant::GgufType::kQ4_0}));
   std::mt19937 rng(23);
   QuantCase c = make_case(quant::IntGroupFormat{4, 128, true}, 16, 256, false, false, rng);

@@ -4,8 +4,8 @@
 // A 40-token prefill (m = 40: the dequantize + bf16 GEMM path), then 6 decode steps (m = 1: the GEMV), eagerly
 // and as CUDA-graph replays (ModelRunner GraphMode::kOn, one recording replayed); logits within rel L2 0.05
 // of the CPU's at every step (the dense dummy model's bound in engine_test), and the path counters show that
-// both quantized paths ran (fp8: the FP8 GEMM at every m; both backends quantize the activations per token).
-// w8a8-int8 is dequantized at load on CUDA (no INT8 GEMM yet) and not compared.
+// both quantized paths ran (fp8: the FP8 GEMM at every m; both backends quantize the activations per token;
+// w8a8-int8: the cuBLASLt int8 GEMM for the prefill, the int8 GEMV for decode, activations per token).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -61,11 +61,12 @@ TEST(QuantModel, DummyQuantizedModelMatchesCpu) {
   SyntheticLlama spec;
   spec.dir_prefix = "xinfer_quant_model";
   const std::string dir = write_synthetic_llama(spec);
-  for (const char* q : {"w4a16", "w4a16-zp", "w8a16", "fp8"}) {
-    const bool fp8 = std::string(q) == "fp8";
+  for (const char* q : {"w4a16", "w4a16-zp", "w8a16", "fp8", "w8a8-int8"}) {
+    const bool fp8 = std::string(q) == "fp8", int8 = std::string(q) == "w8a8-int8";
     const StepLogits ref = run_model(cpu(), dir, q, engine::GraphMode::kOff);
     for (engine::GraphMode mode : {engine::GraphMode::kOff, engine::GraphMode::kOn}) {
       const int64_t gemvs = gpu().quant_gemvs(), dequant = gpu().quant_dequant_gemms(), fp8s = gpu().fp8_gemms() + gpu().fp8_gemvs();
+      const int64_t int8_gemms = gpu().int8_gemms(), int8_gemvs = gpu().int8_gemvs();
       const StepLogits got = run_model(gpu(), dir, q, mode);
       EXPECT_EQ(got.qkv_format, ref.qkv_format) << q << ": CUDA kept the format";
       ASSERT_EQ(got.steps.size(), ref.steps.size()) << q;
@@ -78,6 +79,11 @@ TEST(QuantModel, DummyQuantizedModelMatchesCpu) {
       }
       if (fp8) {
         EXPECT_GE(gpu().fp8_gemms() + gpu().fp8_gemvs() - fp8s, 4 * spec.layers) << q << ": the FP8 GEMM / GEMV ran";
+        continue;
+      }
+      if (int8) {
+        EXPECT_GE(gpu().int8_gemms() - int8_gemms, 4 * spec.layers) << q << ": the prefill ran the int8 GEMM";
+        EXPECT_GT(gpu().int8_gemvs(), int8_gemvs) << q << ": decode ran the int8 GEMV";
         continue;
       }
       EXPECT_GT(gpu().quant_dequant_gemms(), dequant) << q << ": the prefill ran the dequantize path";

@@ -17,6 +17,7 @@
 #include "xinfer/backend/cuda/kernels/elementwise/gather_rows.h"
 #include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_fp8_gemm.h"
+#include "xinfer/backend/cuda/kernels/gemm/cublaslt_int8_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuning_cache.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemv.h"

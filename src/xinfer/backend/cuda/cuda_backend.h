@@ -50,7 +50,8 @@
 // dense, int8 per channel and int4 / int8 per group (any group size, zero points, g_idx), in the CPU layout,
 // and W8A8-FP8 (per-channel or per-tensor weight scales, dynamic per-token or static activation scales:
 // kernels/quant/quantize_activations.h, then cuBLASLt's FP8 GEMM with outer-vector scales,
-// kernels/gemm/cublaslt_fp8_gemm.h).
+// kernels/gemm/cublaslt_fp8_gemm.h), and W8A8-INT8 (int8 activations per token or static, then our int8
+// GEMV for m <= 16 or cuBLASLt's int8 GEMM with int32 sums and our scale epilogue, cublaslt_int8_gemm.h).
 // linear() runs up to kQuantGemvMaxRows (16) rows through the quantized tensor-core GEMV where it takes the weight
 // (k % 32 / 16, group % 32, no g_idx), otherwise it dequantizes the weight into a bf16 workspace and runs the
 // tuned bf16 GEMM (prefill, and the slower path for the rest). add_rms_norm_linear fuses dense linears only
@@ -80,6 +81,7 @@ namespace xinfer::cuda {
 
 class GemmTuner;
 class CublasLtFp8Gemm;
+class CublasLtInt8Gemm;
 
 // The most decodes a step may have for rope_paged_attention to run fused (see above).
 inline constexpr int kMaxFusedRopeDecodes = 128;
@@ -209,6 +211,8 @@ class CudaBackend final : public backend::Backend {
   int64_t quant_dequant_gemms() const { return quant_dequant_gemms_; }
   int64_t fp8_gemms() const { return fp8_gemms_; }  // W8A8-FP8 linears (activation quantization + FP8 GEMM)
   int64_t fp8_gemvs() const { return fp8_gemvs_; }  // W8A8-FP8 decode linears (quantization + our FP8 GEMV)
+  int64_t int8_gemms() const { return int8_gemms_; }  // W8A8-INT8 linears (quantization + cuBLASLt int8 GEMM)
+  int64_t int8_gemvs() const { return int8_gemvs_; }  // W8A8-INT8 decode linears (quantization + int8 GEMV)
   // The device view of a quantized LinearWeights (checks dtypes and sizes, naming the format).
   QuantWeight quant_weight(const backend::LinearWeights& w) const;
 
@@ -229,6 +233,7 @@ class CudaBackend final : public backend::Backend {
 
   void quantized_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out);
   void fp8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out);
+  void int8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out);
   // add_rms_norm_linear on weight-only quantized linears as two GEMVs (the producer adds into the residual,
   // the consumer folds the norm and the SwiGLU); false (nothing run) where that chain does not apply.
   bool quant_fused_chain(const backend::NormLinearArgs& a);
@@ -278,8 +283,9 @@ class CudaBackend final : public backend::Backend {
   size_t decode_ws_floats_ = 0;
   void* quant_ws_ = nullptr;  // dequantized weights (bf16) or quantized activations, grown on demand
   size_t quant_ws_bytes_ = 0;
-  int64_t quant_gemvs_ = 0, quant_dequant_gemms_ = 0, fp8_gemms_ = 0, fp8_gemvs_ = 0;
-  std::unique_ptr<CublasLtFp8Gemm> fp8_;  // created at the first W8A8-FP8 linear
+  int64_t quant_gemvs_ = 0, quant_dequant_gemms_ = 0, fp8_gemms_ = 0, fp8_gemvs_ = 0, int8_gemms_ = 0, int8_gemvs_ = 0;
+  std::unique_ptr<CublasLtFp8Gemm> fp8_;    // created at the first W8A8-FP8 linear
+  std::unique_ptr<CublasLtInt8Gemm> int8_;  // created at the first W8A8-INT8 linear with m > 16
 
   // Graphs. The signature of a step: what a recording bakes in (array sizes fix the offsets in the step
   // buffer; scalars fix launch shapes).

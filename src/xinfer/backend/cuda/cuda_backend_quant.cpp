@@ -8,6 +8,10 @@
 //                m <= kQuantGemvMaxRows our FP8 GEMV (quant_linear.h launch_fp8_gemv), else cuBLASLt's
 //                FP8 GEMM with the per-token x per-channel scales (a per-tensor weight scale broadcast to a
 //                vector first); a shape cuBLASLt has no FP8 algorithm for fails naming layer shape and m.
+//   W8A8-INT8 (any m) -> each row of x quantized to int8 with its scale (SmoothQuant's symmetric per-token or
+//                static codes, the oracle's bits), then for m <= kQuantGemvMaxRows our int8 GEMV
+//                (launch_w8a8_int8_gemv: int8 mma, int32 sums), else cuBLASLt's int8 GEMM into an int32
+//                workspace in chunks of rows plus our scale epilogue (cublaslt_int8_gemm.h kInt32Epilogue).
 // The workspace (bf16, the largest n * k run so far) grows outside graph recordings; a recording that would
 // need it to grow fails (end_capture() grows it, the step runs eagerly), as for the decode workspace.
 #include <mutex>
@@ -17,6 +21,7 @@
 #include "xinfer/backend/cuda/cuda_backend.h"
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_fp8_gemm.h"
+#include "xinfer/backend/cuda/kernels/gemm/cublaslt_int8_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
 #include "xinfer/backend/cuda/kernels/quant/quantize_activations.h"
@@ -45,7 +50,7 @@ bool CudaBackend::supports(const quant::WeightFormat& f) const {
     return true;
   if (const auto* g = std::get_if<quant::IntGroupFormat>(&f))
     return (g->bits == 4 || g->bits == 8) && g->group_size >= 1;
-  return std::holds_alternative<quant::W8A8Fp8Format>(f);
+  return std::holds_alternative<quant::W8A8Fp8Format>(f) || std::holds_alternative<quant::W8A8Int8Format>(f);
 }
 
 QuantWeight CudaBackend::quant_weight(const backend::LinearWeights& w) const {
@@ -148,6 +153,51 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
   ++fp8_gemms_;
 }
 
+void CudaBackend::int8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) {
+  const auto& f = std::get<quant::W8A8Int8Format>(w.format);
+  const int64_t n = w.out_features(), k = w.in_features();
+  const int m = static_cast<int>(x.numel() / k);
+  const auto* wq = device_ptr<int8_t>(w.weight, DType::kI8, "weight", w);
+  XI_CHECK_EQ(w.weight.numel(), n * k) << "linear " << fmt(w) << ": weight elements vs [" << n << ", " << k << "]";
+  const auto* w_scales = device_ptr<float>(w.scales, DType::kF32, "scales", w);
+  XI_CHECK_EQ(w.scales.numel(), n) << "linear " << fmt(w) << ": scales (per channel)";
+  const float* input_scale = nullptr;
+  if (f.act == quant::ActScaleMode::kStaticPerTensor) {
+    input_scale = device_ptr<float>(w.input_scale, DType::kF32, "input_scale", w);
+    XI_CHECK_EQ(w.input_scale.numel(), 1) << "linear " << fmt(w) << ": input_scale";
+  }
+  XI_CHECK(x.dtype == DType::kBF16 && x.device == Device::kCuda) << "linear x must be a bf16 cuda tensor";
+  if (!w.bias.empty()) XI_CHECK(w.bias.dtype == DType::kBF16) << "linear bias must be bf16";
+  const auto* bias = w.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(w.bias.data);
+  const int ni = static_cast<int>(n), ki = static_cast<int>(k);
+  const bool gemv = m <= kQuantGemvMaxRows && fp8_gemv_supports(ni, ki);
+  if (!gemv && !int8_) int8_ = std::make_unique<CublasLtInt8Gemm>();
+  // Workspace: xq [m, k] i8 | x scales [m] | (GEMM) int32 sums [chunk rows, n].
+  const size_t xq_bytes = (static_cast<size_t>(m) * k + 255) / 256 * 256;
+  const size_t xs_bytes = (static_cast<size_t>(m) * 4 + 255) / 256 * 256;
+  const size_t acc_bytes = gemv ? 0 : int8_->acc_bytes(m, ni);
+  auto* ws = static_cast<uint8_t*>(quant_workspace(xq_bytes + xs_bytes + acc_bytes));
+  if (ws == nullptr) return;  // recording failed (see top)
+  auto* xq = reinterpret_cast<int8_t*>(ws);
+  auto* xs = reinterpret_cast<float*>(ws + xq_bytes);
+  launch_quantize_int8_rows(static_cast<const __nv_bfloat16*>(x.data), m, ki, input_scale, xq, xs, stream_);
+  const bool y_f32 = out.dtype == DType::kF32;
+  if (gemv) {
+    const QuantGemvConfig config = fp8_gemv_default_config(ni, ki, options_.gemv_pdl);
+    launch_w8a8_int8_gemv({ws, xs, reinterpret_cast<const uint8_t*>(wq), w_scales, true, bias, out.data, y_f32, m, ni, ki},
+                          stream_, config);
+    ++int8_gemvs_;
+    return;
+  }
+  const Int8GemmArgs args{xq, xs, wq, w_scales, bias, out.data, y_f32, m, ni, ki,
+                          reinterpret_cast<int32_t*>(ws + xq_bytes + xs_bytes)};
+  XI_CHECK(int8_->supported(args, Int8GemmMode::kInt32Epilogue))
+      << "linear " << fmt(w) << " [" << n << ", " << k << "] at " << m
+      << " rows: cuBLASLt has no int8 algorithm (k and n must be multiples of 4)";
+  int8_->run(args, stream_, Int8GemmMode::kInt32Epilogue);
+  ++int8_gemms_;
+}
+
 bool CudaBackend::quant_fused_chain(const backend::NormLinearArgs& a) {
   // Only with LinearFusion::kAlways: on the H200 the chain made batch-1 decode slower than the composition
   // (cudaq-2, 8B: w4a16 ITL 2.985 vs 2.583 ms, w8a16 3.576 vs 3.433 ms), so the default runs the composition.
@@ -197,6 +247,7 @@ bool CudaBackend::quant_fused_chain(const backend::NormLinearArgs& a) {
 
 void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) {
   if (std::holds_alternative<quant::W8A8Fp8Format>(w.format)) return fp8_linear(x, w, out);
+  if (std::holds_alternative<quant::W8A8Int8Format>(w.format)) return int8_linear(x, w, out);
   const QuantWeight q = quant_weight(w);
   const int m = static_cast<int>(x.numel() / q.k);
   XI_CHECK(x.dtype == DType::kBF16 && x.device == Device::kCuda) << "linear x must be a bf16 cuda tensor";

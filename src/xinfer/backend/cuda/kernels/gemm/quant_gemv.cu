@@ -279,7 +279,7 @@ Params base_params(const QuantWeight& w, const __nv_bfloat16* bias, bool y_f32) 
 // One launch of <= 8 rows of x in the configured schedule.
 void launch_rows(Kind kind, bool fold, const Params& p, const QuantGemvConfig& config, cudaStream_t stream) {
   if (config.stages > 0) return launch_pipelined(kind, fold, p, config, stream);
-  XI_CHECK(kind != Kind::kFp8) << "quant GEMV: the FP8 GEMV runs the pipelined schedule only (stages 4 or 8)";
+  XI_CHECK(!is_w8a8(kind)) << "quant GEMV: the W8A8 GEMVs run the pipelined schedule only (stages 4 or 8)";
   const int tiles = tile_count(p.n, p.swiglu_out != nullptr);
   const dim3 grid(config.wide ? (tiles + 1) / 2 : tiles);
   const bool normed = p.norm_weight != nullptr;
@@ -391,13 +391,17 @@ void launch_quant_gemv(const QuantLinearArgs& a, cudaStream_t stream, QuantGemvC
 
 bool fp8_gemv_supports(int n, int k) { return n >= 1 && k >= 16 && k % 16 == 0; }
 
-void launch_fp8_gemv(const Fp8GemvArgs& a, cudaStream_t stream, QuantGemvConfig config) {
+namespace {
+
+void launch_w8a8_gemv(Kind kind, const Fp8GemvArgs& a, cudaStream_t stream, QuantGemvConfig config) {
+  const char* what = kind == Kind::kFp8 ? "FP8 GEMV" : "W8A8-INT8 GEMV";
   check_config(config);
-  XI_CHECK(config.stages > 0) << "FP8 GEMV: the pipelined schedule only (stages 4 or 8)";
-  XI_CHECK(fp8_gemv_supports(a.n, a.k)) << "FP8 GEMV: unsupported [" << a.n << ", " << a.k << "] (k % 16 == 0)";
-  XI_CHECK(a.m >= 1) << "FP8 GEMV: m " << a.m;
+  XI_CHECK(config.stages > 0) << what << ": the pipelined schedule only (stages 4 or 8)";
+  XI_CHECK(fp8_gemv_supports(a.n, a.k)) << what << ": unsupported [" << a.n << ", " << a.k << "] (k % 16 == 0)";
+  XI_CHECK(a.m >= 1) << what << ": m " << a.m;
+  XI_CHECK(kind == Kind::kFp8 || a.per_channel) << what << ": per-channel weight scales only";
   XI_CHECK(reinterpret_cast<uintptr_t>(a.xq) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0)
-      << "FP8 GEMV: x and the weight must be 16-byte aligned";
+      << what << ": x and the weight must be 16-byte aligned";
   Params p{};
   p.w = a.w;
   p.scales = a.w_scales;
@@ -414,8 +418,18 @@ void launch_fp8_gemv(const Fp8GemvArgs& a, cudaStream_t stream, QuantGemvConfig 
     p.xs = a.x_scales + m0;
     p.y = static_cast<char*>(a.y) + m0 * y_row;
     p.m = std::min(kTileTokens, a.m - m0);
-    launch_rows(Kind::kFp8, false, p, config, stream);
+    launch_rows(kind, false, p, config, stream);
   }
+}
+
+}  // namespace
+
+void launch_fp8_gemv(const Fp8GemvArgs& a, cudaStream_t stream, QuantGemvConfig config) {
+  launch_w8a8_gemv(Kind::kFp8, a, stream, config);
+}
+
+void launch_w8a8_int8_gemv(const Fp8GemvArgs& a, cudaStream_t stream, QuantGemvConfig config) {
+  launch_w8a8_gemv(Kind::kW8A8Int8, a, stream, config);
 }
 
 void launch_dequantize_weight(const QuantWeight& w, __nv_bfloat16* dst, cudaStream_t stream) {

@@ -24,15 +24,18 @@ constexpr int kTileRows = 16;   // weight rows per CTA tile (one mma M tile)
 constexpr int kTileTokens = 8;  // rows of x per launch (one mma N tile)
 
 // What the weight bytes are: int4 nibbles, int8 bytes (u8 - zero, or i8 via sign_xor), e4m3 (W8A8-FP8: x is
-// e4m3 too, both converted exactly to f16).
-enum class Kind { kInt4, kInt8, kFp8 };
+// e4m3 too, both converted exactly to f16), i8 with i8 x (W8A8-INT8: int8 mma m16n8k32, exact int32 sums over
+// all of k; the C fragments hold int32 bits in the f32 registers).
+enum class Kind { kInt4, kInt8, kFp8, kW8A8Int8 };
+// The W8A8 kinds: x quantized beforehand (p.xq, p.xs), no per-step scales, the scales applied per output.
+__host__ __device__ constexpr bool is_w8a8(Kind k) { return k == Kind::kFp8 || k == Kind::kW8A8Int8; }
 
 struct Params {
   const __nv_bfloat16* x;     // [m, k] (kInt4 / kInt8)
-  const uint8_t* xq;          // [m, k] e4m3 (kFp8)
-  const float* xs;            // [m] f32 per-token scales (kFp8)
+  const uint8_t* xq;          // [m, k] e4m3 (kFp8) / i8 (kW8A8Int8)
+  const float* xs;            // [m] f32 per-token scales (kFp8, kW8A8Int8)
   const uint8_t* w;           // [n, row_bytes]
-  const float* scales;        // [n, G] (kFp8: [n] per channel or [1])
+  const float* scales;        // [n, G] (kFp8: [n] per channel or [1]; kW8A8Int8: [n])
   const uint8_t* zeros;       // [n, G] or nullptr
   const __nv_bfloat16* bias;  // [n] or nullptr
   void* y;                    // [m, n]
@@ -120,6 +123,19 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1,
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// d += A[16 x 32] * B[32 x 8], s8 in, s32 accumulate (kW8A8Int8): d holds int32 bits in f32 registers.
+__device__ __forceinline__ void mma_s8(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                       uint32_t b1) {
+  int c[4] = {__float_as_int(d[0]), __float_as_int(d[1]), __float_as_int(d[2]), __float_as_int(d[3])};
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) d[i] = __int_as_float(c[i]);
+}
+
 // One step's operands of one lane: 16 bytes of weight rows g and g + 8, their group's scale and zero.
 struct StepLoad {
   uint4 w[2];
@@ -147,7 +163,7 @@ __device__ __forceinline__ void load_x_step(const Params& p, int step, int g, in
   const bool live = g < p.m && col < p.k;
 #pragma unroll
   for (int i = 0; i < G::kXVecs; ++i) {
-    if constexpr (kKind == Kind::kFp8)
+    if constexpr (is_w8a8(kKind))
       xv[i] = live ? load_x16(p.xq + static_cast<size_t>(g) * p.k + col) : make_uint4(0, 0, 0, 0);
     else
       xv[i] = live ? load_x16(p.x + static_cast<size_t>(g) * p.k + col + i * 8) : make_uint4(0, 0, 0, 0);
@@ -161,7 +177,7 @@ template <Kind kKind, bool kFold>
 __device__ __forceinline__ void compute_step(const Params& p, const StepLoad& l, const uint4 (&xv)[4],
                                              float (&acc)[4]) {
   float d[4] = {0.f, 0.f, 0.f, 0.f};
-  constexpr bool kDirect = kFold || kKind == Kind::kFp8;
+  constexpr bool kDirect = kFold || is_w8a8(kKind);
   float(&sum)[4] = kDirect ? acc : d;
   if constexpr (kKind == Kind::kInt4) {
     uint32_t zz[2], ss[2];
@@ -212,6 +228,15 @@ __device__ __forceinline__ void compute_step(const Params& p, const StepLoad& l,
       }
       const uint32_t x01 = (&xv[i / 2].x)[(i % 2) * 2], x23 = (&xv[i / 2].x)[(i % 2) * 2 + 1];
       mma(sum, a[0][0], a[1][0], a[0][1], a[1][1], x01, x23);
+    }
+  } else if constexpr (kKind == Kind::kW8A8Int8) {
+    // Words 0, 1 and 2, 3 of the lane's 16 bytes as one k32 mma each: A's k slots 4t..4t+3 (a0 / a1: rows g,
+    // g + 8) and 16+4t.. (a2 / a3) take the same 8 columns as B's b0 / b1 from x row g (columns free, as above).
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t w00 = (&l.w[0].x)[2 * i], w01 = (&l.w[0].x)[2 * i + 1];
+      const uint32_t w10 = (&l.w[1].x)[2 * i], w11 = (&l.w[1].x)[2 * i + 1];
+      mma_s8(sum, w00, w10, w01, w11, (&xv[0].x)[2 * i], (&xv[0].x)[2 * i + 1]);
     }
   } else {
     // e4m3 word i (columns i * 4 + 0..3) -> f16 pairs (e0, e1), (e2, e3), weights and x alike.
@@ -330,7 +355,7 @@ __device__ __forceinline__ void compute_step_int8_f16(const Params& p, const Ste
 // kFusion false: no fusion possible (the plain batch kernels: those branches compiled out).
 template <Kind kKind, bool kFusion = true>
 __device__ __forceinline__ float store_output(const Params& p, int n, int tok, float v, float inv_rms = 1.0f) {
-  if constexpr (kKind == Kind::kFp8) v *= __ldg(p.scales + (p.per_channel ? n : 0)) * __ldg(p.xs + tok);
+  if constexpr (is_w8a8(kKind)) v *= __ldg(p.scales + (p.per_channel ? n : 0)) * __ldg(p.xs + tok);
   const float b = p.bias ? __bfloat162float(p.bias[n]) : 0.0f;
   v = kFusion && p.norm_weight ? __fmaf_rn(v, inv_rms, b) : __fadd_rn(v, b);
   const size_t i = static_cast<size_t>(tok) * p.n + n;
@@ -416,8 +441,15 @@ __device__ __forceinline__ void finish_tile(const Params& p, float (&rb)[kWarps]
     const int r = tid % kTileRows, tok = tid / kTileRows, n = tile * kTileRows + r;
     if (tok < p.m && n < p.n) {
       float v = 0.f;
+      if constexpr (kKind == Kind::kW8A8Int8) {  // exact int32 sums of the warps' int32 partial dots
+        int32_t iv = 0;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) v += rb[w][r][tok];
+        for (int w = 0; w < kWarps; ++w) iv += __float_as_int(rb[w][r][tok]);
+        v = static_cast<float>(iv);
+      } else {
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) v += rb[w][r][tok];
+      }
       store_output<kKind, kFusion>(p, n, tok, v, inv_rms(tok));
     }
   }

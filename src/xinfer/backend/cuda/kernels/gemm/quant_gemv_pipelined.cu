@@ -80,7 +80,7 @@ __device__ __forceinline__ void issue(const Params& p, Slot& slot, int tile, int
     const int row = tile_row(p, tile, g, r);
     const uint8_t* wrow = p.w + static_cast<size_t>(row) * G::row_bytes(p.k);
     cp_async16(&slot.w[r][lane], in_k ? wrow + (kKind == Kind::kInt4 ? col / 2 : col) : wrow, in_k ? 16 : 0);
-    if constexpr (kKind != Kind::kFp8) {
+    if constexpr (!is_w8a8(kKind)) {
       const size_t si = static_cast<size_t>(row) * p.G + gi;
       cp_async4(&slot.s[r][lane], p.scales + si, 4);
       if (p.zeros) {
@@ -95,7 +95,7 @@ __device__ __forceinline__ void issue(const Params& p, Slot& slot, int tile, int
 template <Kind kKind, bool kFold, int kStages, int kMinBlocks, bool kNormed>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) quant_gemv_pipelined_kernel(Params p) {
   using G = Geometry<kKind>;
-  static_assert(!kNormed || kKind != Kind::kFp8, "the norm folds into bf16 x only");
+  static_assert(!kNormed || !is_w8a8(kKind), "the norm folds into bf16 x only");
   extern __shared__ __align__(16) unsigned char smem[];
   auto* red = reinterpret_cast<float(*)[kWarps][kTileRows][kTileTokens]>(smem);  // [2][kWarps][16][8]
   auto* ss_red = reinterpret_cast<float(*)[kWarps][kTileTokens]>(smem + kRedFloats * sizeof(float));  // [2][kWarps][8]
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) quant_gemv_pipelined_ker
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         l.w[r] = sl.w[r][lane];
-        if constexpr (kKind != Kind::kFp8) {
+        if constexpr (!is_w8a8(kKind)) {
           l.s[r] = sl.s[r][lane];
           if (p.zeros) {
             const int gi = lane_group<kKind>(p, step, lane_col<kKind>(step, t));
@@ -202,7 +202,7 @@ void launch_typed(const Params& p, const QuantGemvConfig& c, cudaStream_t stream
 template <Kind kKind, bool kFold>
 void dispatch_stages(const Params& p, const QuantGemvConfig& c, cudaStream_t stream) {
   const bool normed = p.norm_weight != nullptr;
-  if constexpr (kKind != Kind::kFp8) {
+  if constexpr (!is_w8a8(kKind)) {
     if (normed && c.stages == 4 && c.ctas_per_sm == 3) return launch_typed<kKind, kFold, 4, 3, true>(p, c, stream);
     if (normed && c.stages == 8 && c.ctas_per_sm == 2) return launch_typed<kKind, kFold, 8, 2, true>(p, c, stream);
   }
@@ -225,6 +225,8 @@ void launch_pipelined(Kind kind, bool fold, const Params& p, const QuantGemvConf
       return fold ? dispatch_stages<Kind::kInt8, true>(p, c, stream) : dispatch_stages<Kind::kInt8, false>(p, c, stream);
     case Kind::kFp8:
       return dispatch_stages<Kind::kFp8, false>(p, c, stream);
+    case Kind::kW8A8Int8:
+      return dispatch_stages<Kind::kW8A8Int8, false>(p, c, stream);
   }
 }
 

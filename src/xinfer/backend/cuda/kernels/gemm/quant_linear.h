@@ -133,8 +133,13 @@ struct Fp8GemvArgs {
   bool y_f32 = false;
   int m = 0, n = 0, k = 0;
 };
-bool fp8_gemv_supports(int n, int k);  // k % 16 == 0
+bool fp8_gemv_supports(int n, int k);  // k % 16 == 0 (the W8A8-INT8 GEMV's requirement too)
 void launch_fp8_gemv(const Fp8GemvArgs& a, cudaStream_t stream, QuantGemvConfig config);
+// W8A8-INT8 decode GEMV (SmoothQuant's format): the same arguments with xq [m, k] and w [n, k] i8 and [n]
+// weight scales; the FP8 GEMV's schedule with no conversion at all: the bytes go straight into int8 mma
+// m16n8k32 (s32 accumulation, exact over all of k and the 8 warps), then y = f32(w_scales[n] * x_scales[t]) *
+// f32(dot) (+ bias): with f32 y and no bias, the CPU oracle's bits (quant/int_matmul.cpp run_w8a8_int8).
+void launch_w8a8_int8_gemv(const Fp8GemvArgs& a, cudaStream_t stream, QuantGemvConfig config);
 // dst[n, k] = the dequantized weight, rounded to bf16 (dst: [w.n, w.k]). Any layout above, incl. g_idx.
 void launch_dequantize_weight(const QuantWeight& w, __nv_bfloat16* dst, cudaStream_t stream);
 

@@ -1,0 +1,304 @@
+// gpu_kernel_bench --w8a8: the W8A8 linears at the Llama-3.1-8B shapes (qkv 6144 x 4096, o 4096 x 4096,
+// gate_up 28672 x 4096, down 4096 x 14336), INT8 against FP8 in the same run:
+//   - GEMMs, m = 128, 512, 2048, 8192, on quantized x (random codes; the quantization pre-pass not included),
+//     TFLOP/s against the measured bf16 ceiling (FP8 / INT8 dense peaks are twice bf16's):
+//       fp8   cuBLASLt e4m3 with outer-vector scales (cublaslt_fp8_gemm.h, the heuristic's first algorithm);
+//       int8  cuBLASLt int8 -> int32 + our scale epilogue (cublaslt_int8_gemm.h kInt32Epilogue), with the
+//             heuristic's first algorithm and the best of its (up to 8) algorithms by measurement, with the
+//             default 64 MiB int32 chunks and with one unchunked call; the int8 GEMM alone (no epilogue:
+//             its int32 output bytes written once), and kOuterVec where cuBLASLt offers it;
+//     then both whole linears through CudaBackend::linear (quantize x + GEMM) at m = 2048;
+//   - decode GEMVs, m = 1 and 8: our FP8 GEMV and our int8 GEMV alone on quantized x in each pipelined
+//     schedule (the backend's default marked *), GB/s of weight + scales + x + y against the copy ceiling,
+//     timed as CUDA-graph replays of 20 calls with the weights rotated past L2; then linear() at m = 1.
+// Checked first per shape: int8 GEMM modes agree with each other and the int8 GEMV with the GEMM at m = 8
+// (relative L2 < 1e-5; the kernel tests hold them to the oracle's bits).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "xinfer/backend/cuda/cuda_backend.h"
+#include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/device_ceilings.h"
+#include "xinfer/backend/cuda/kernels/gemm/cublaslt_fp8_gemm.h"
+#include "xinfer/backend/cuda/kernels/gemm/cublaslt_int8_gemm.h"
+#include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
+
+namespace xinfer::bench {
+namespace {
+
+__device__ uint32_t hash32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+// fp8: e4m3 codes 0..125 with a random sign (finite); int8: -127..127.
+__global__ void fill_codes(uint8_t* p, size_t n, uint32_t seed, bool fp8) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const uint32_t h = hash32(static_cast<uint32_t>(i) * 2654435761u ^ seed);
+    p[i] = fp8 ? static_cast<uint8_t>((h % 126) | (h & 0x80000000u ? 0x80 : 0)) : static_cast<uint8_t>(static_cast<int>(h % 255) - 127);
+  }
+}
+__global__ void fill_pos(float* p, size_t n, uint32_t seed, float scale) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    p[i] = scale * (0.5f + static_cast<float>(hash32(static_cast<uint32_t>(i) ^ seed) & 0xffff) / 65536.0f);
+}
+__global__ void fill_bf16_pm1(__nv_bfloat16* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    p[i] = __float2bfloat16(static_cast<float>(hash32(static_cast<uint32_t>(i) ^ seed) & 0xffff) / 32768.0f - 1.0f);
+}
+
+double rel_l2(cuda::CudaBackend& be, const TensorView& a, const TensorView& b) {
+  std::vector<float> x(static_cast<size_t>(a.numel())), y(static_cast<size_t>(b.numel()));
+  be.to_host_f32(a, x.data());
+  be.to_host_f32(b, y.data());
+  double e = 0, nn = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    e += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+    nn += static_cast<double>(y[i]) * y[i];
+  }
+  return std::sqrt(e / std::max(nn, 1e-30));
+}
+
+double graph_us(cudaStream_t stream, int ops, const std::function<void(int)>& fn) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  XI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  for (int i = 0; i < ops; ++i) fn(i);
+  XI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  XI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double t = cuda::time_on_stream(stream, 3, [&](int) { XI_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }) / ops;
+  XI_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  XI_CUDA_CHECK(cudaGraphDestroy(graph));
+  return t * 1e6;
+}
+
+void row(const std::string& what, double us, double amount, bool flops, double ceiling) {
+  const double achieved = amount / (us * 1e-6) / (flops ? 1e12 : 1e9);
+  std::printf("%-66s %9.1f us %8.1f %-7s %5.1f%%\n", what.c_str(), us, achieved, flops ? "TFLOP/s" : "GB/s",
+              100.0 * achieved / ceiling);
+  std::fflush(stdout);
+}
+
+struct W8 {  // one weight in both formats: e4m3 and int8 codes, [n] scales
+  backend::DeviceTensor fp8, int8, scales;
+  backend::LinearWeights lw_fp8, lw_int8;
+};
+W8 make_w8(cuda::CudaBackend& be, int n, int k, uint32_t seed) {
+  W8 w;
+  cudaStream_t s = be.stream();
+  w.fp8 = be.allocate(DType::kFP8E4M3, Shape{n, k});
+  w.int8 = be.allocate(DType::kI8, Shape{n, k});
+  w.scales = be.allocate(DType::kF32, Shape{n});
+  fill_codes<<<1024, 256, 0, s>>>(static_cast<uint8_t*>(w.fp8.view.data), static_cast<size_t>(n) * k, seed, true);
+  fill_codes<<<1024, 256, 0, s>>>(static_cast<uint8_t*>(w.int8.view.data), static_cast<size_t>(n) * k, seed, false);
+  fill_pos<<<64, 256, 0, s>>>(static_cast<float*>(w.scales.view.data), static_cast<size_t>(n), seed + 1,
+                              0.01f / std::sqrt(static_cast<float>(k)));
+  XI_CUDA_CHECK_LAUNCH();
+  w.lw_fp8.format = quant::W8A8Fp8Format{};
+  w.lw_fp8.weight = w.fp8.view;
+  w.lw_fp8.scales = w.scales.view;
+  w.lw_fp8.k = k;
+  w.lw_int8.format = quant::W8A8Int8Format{};
+  w.lw_int8.weight = w.int8.view;
+  w.lw_int8.scales = w.scales.view;
+  w.lw_int8.k = k;
+  return w;
+}
+
+}  // namespace
+
+void bench_w8a8(cuda::CudaBackend& be, double bw, double peak, bool quick) {
+  cudaStream_t s = be.stream();
+  struct Shape8b {
+    const char* name;
+    int n, k;
+  };
+  const Shape8b shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
+  cuda::CublasLtFp8Gemm fp8;
+  cuda::CublasLtInt8Gemm int8;
+  std::vector<std::string> summary;
+  for (const Shape8b& sh : shapes) {
+    const std::string base = std::string(sh.name) + " n=" + std::to_string(sh.n) + " k=" + std::to_string(sh.k);
+    W8 w = make_w8(be, sh.n, sh.k, 100);
+    // ---- GEMMs ----
+    for (int m : quick ? std::vector<int>{128, 2048, 8192} : std::vector<int>{128, 512, 2048, 8192}) {
+      const double flop = 2.0 * m * sh.n * sh.k;
+      auto xq8 = be.allocate(DType::kFP8E4M3, Shape{m, sh.k});
+      auto xi8 = be.allocate(DType::kI8, Shape{m, sh.k});
+      auto xs = be.allocate(DType::kF32, Shape{m});
+      fill_codes<<<1024, 256, 0, s>>>(static_cast<uint8_t*>(xq8.view.data), static_cast<size_t>(m) * sh.k, 7, true);
+      fill_codes<<<1024, 256, 0, s>>>(static_cast<uint8_t*>(xi8.view.data), static_cast<size_t>(m) * sh.k, 7, false);
+      fill_pos<<<64, 256, 0, s>>>(static_cast<float*>(xs.view.data), static_cast<size_t>(m), 8, 0.01f);
+      XI_CUDA_CHECK_LAUNCH();
+      auto y = be.allocate(DType::kBF16, Shape{m, sh.n});
+      auto y2 = be.allocate(DType::kBF16, Shape{m, sh.n});
+      auto acc = be.allocate(DType::kI32, Shape{m, sh.n});  // unchunked size (the chunked calls use its front)
+      const std::string what = base + " m=" + std::to_string(m);
+      const int reps = m >= 2048 ? 5 : 20;
+      const cuda::Fp8GemmArgs fa{static_cast<const uint8_t*>(xq8.view.data), static_cast<const float*>(xs.view.data),
+                                 static_cast<const uint8_t*>(w.fp8.view.data), static_cast<const float*>(w.scales.view.data),
+                                 nullptr, y.view.data, false, m, sh.n, sh.k};
+      double t_fp8 = 0;
+      if (fp8.supported(fa)) {
+        t_fp8 = 1e6 * cuda::time_on_stream(s, reps, [&](int) { fp8.run(fa, s); });
+        row(what + " fp8 cuBLASLt (ceiling for int8)", t_fp8, flop, true, peak);
+      }
+      cuda::Int8GemmArgs ia{static_cast<const int8_t*>(xi8.view.data), static_cast<const float*>(xs.view.data),
+                            static_cast<const int8_t*>(w.int8.view.data), static_cast<const float*>(w.scales.view.data),
+                            nullptr, y2.view.data, false, m, sh.n, sh.k, static_cast<int32_t*>(acc.view.data)};
+      double best_int8 = 1e30;
+      for (const size_t acc_cap : {size_t{64} << 20, size_t{1} << 40}) {
+        int8.set_max_acc_bytes(acc_cap);
+        const std::string cap = acc_cap == (size_t{64} << 20) ? "64MiB chunks" : "unchunked";
+        if (!int8.supported(ia, cuda::Int8GemmMode::kInt32Epilogue)) {
+          std::printf("%s int8 (%s): cuBLASLt has no algorithm\n", what.c_str(), cap.c_str());
+          continue;
+        }
+        const int algos = int8.algo_count(ia, cuda::Int8GemmMode::kInt32Epilogue);
+        double best = 1e30;
+        int best_i = 0;
+        for (int a = 0; a < algos; ++a) {
+          int8.set_algo(ia, cuda::Int8GemmMode::kInt32Epilogue, a);
+          const double t = 1e6 * cuda::time_on_stream(s, reps, [&](int) { int8.run(ia, s); });
+          if (a == 0) row(what + " int8+epilogue " + cap + " heuristic #0", t, flop, true, peak);
+          if (t < best) {
+            best = t;
+            best_i = a;
+          }
+        }
+        row(what + " int8+epilogue " + cap + " best of " + std::to_string(algos) + " (#" + std::to_string(best_i) + ")",
+            best, flop, true, peak);
+        best_int8 = std::min(best_int8, best);
+        int8.set_algo(ia, cuda::Int8GemmMode::kInt32Epilogue, 0);
+      }
+      int8.set_max_acc_bytes(size_t{64} << 20);
+      {  // the epilogue alone on the unchunked int32 sums: its bytes (int32 read + bf16 write)
+        const double t = 1e6 * cuda::time_on_stream(s, reps, [&](int) {
+          cuda::launch_int8_scale_epilogue(static_cast<const int32_t*>(acc.view.data), ia.x_scales, ia.w_scales, nullptr,
+                                           y2.view.data, false, m, sh.n, s);
+        });
+        row(what + " int8 epilogue alone (int32 -> bf16)", t, 6.0 * m * sh.n, false, bw);
+      }
+      if (int8.supported(ia, cuda::Int8GemmMode::kOuterVec)) {
+        const double t = 1e6 * cuda::time_on_stream(s, reps, [&](int) { int8.run(ia, s, cuda::Int8GemmMode::kOuterVec); });
+        row(what + " int8 cuBLASLt outer-vec scales (one call)", t, flop, true, peak);
+        best_int8 = std::min(best_int8, t);
+        if (t_fp8 > 0) {
+          fp8.run(fa, s);
+          auto y3 = be.allocate(DType::kBF16, Shape{m, sh.n});
+          int8.run(ia, s);
+          const cuda::Int8GemmArgs io{ia.xq, ia.x_scales, ia.wq, ia.w_scales, nullptr, y3.view.data, false, m, sh.n, sh.k, nullptr};
+          int8.run(io, s, cuda::Int8GemmMode::kOuterVec);
+          const double e = rel_l2(be, y3.view, y2.view);
+          if (!(e < 1e-2)) std::printf("CHECK FAILED: %s int8 outer-vec vs int32+epilogue rel L2 %.3g\n", what.c_str(), e);
+        }
+      } else {
+        std::printf("%s int8 outer-vec scales: cuBLASLt offers no algorithm\n", what.c_str());
+      }
+      if (t_fp8 > 0 && best_int8 < 1e30) {
+        char buf[256];
+        std::snprintf(buf, sizeof(buf), "%-8s m=%-5d fp8 %8.1f us  int8 best %8.1f us  int8/fp8 time %.3f", sh.name, m,
+                      t_fp8, best_int8, best_int8 / t_fp8);
+        summary.push_back(buf);
+      }
+      if (m == 2048) {  // the whole linears (quantize x + GEMM) through the backend
+        auto x = be.allocate(DType::kBF16, Shape{m, sh.k});
+        fill_bf16_pm1<<<256, 256, 0, s>>>(static_cast<__nv_bfloat16*>(x.view.data), static_cast<size_t>(x.view.numel()), 9);
+        be.linear(x.view, w.lw_fp8, y.view);
+        be.linear(x.view, w.lw_int8, y2.view);
+        const double tf = 1e6 * cuda::time_on_stream(s, reps, [&](int) { be.linear(x.view, w.lw_fp8, y.view); });
+        const double ti = 1e6 * cuda::time_on_stream(s, reps, [&](int) { be.linear(x.view, w.lw_int8, y2.view); });
+        row(what + " fp8 linear() (quantize + GEMM)", tf, flop, true, peak);
+        row(what + " int8 linear() (quantize + GEMM + epilogue)", ti, flop, true, peak);
+      }
+    }
+    // ---- decode GEMVs ----
+    const size_t wbytes = static_cast<size_t>(sh.n) * sh.k + static_cast<size_t>(sh.n) * 4;
+    const int copies = static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / wbytes, 1, 24));
+    std::vector<W8> ws;
+    for (int c = 0; c < copies; ++c) ws.push_back(make_w8(be, sh.n, sh.k, 200 + 7 * c));
+    for (int m : {1, 8}) {
+      auto xq8 = be.allocate(DType::kFP8E4M3, Shape{m, sh.k});
+      auto xi8 = be.allocate(DType::kI8, Shape{m, sh.k});
+      auto xs = be.allocate(DType::kF32, Shape{m});
+      fill_codes<<<64, 256, 0, s>>>(static_cast<uint8_t*>(xq8.view.data), static_cast<size_t>(m) * sh.k, 3, true);
+      fill_codes<<<64, 256, 0, s>>>(static_cast<uint8_t*>(xi8.view.data), static_cast<size_t>(m) * sh.k, 3, false);
+      fill_pos<<<1, 256, 0, s>>>(static_cast<float*>(xs.view.data), static_cast<size_t>(m), 4, 0.01f);
+      XI_CUDA_CHECK_LAUNCH();
+      auto y = be.allocate(DType::kBF16, Shape{m, sh.n});
+      const double bytes = static_cast<double>(wbytes) + m * sh.k + 2.0 * m * sh.n;
+      const std::string what = base + " m=" + std::to_string(m);
+      const cuda::QuantGemvConfig chosen = cuda::fp8_gemv_default_config(sh.n, sh.k, true);
+      const std::vector<cuda::QuantGemvConfig> configs = {
+          {2, true, 4, false, false}, {3, true, 4, false, false}, {2, true, 8, false, false}, {2, true, 8, true, false}};
+      if (m == 8) {  // check: the int8 GEMV against the int8 GEMM (both exact int32 sums)
+        auto yg = be.allocate(DType::kF32, Shape{m, sh.n});
+        auto ye = be.allocate(DType::kF32, Shape{m, sh.n});
+        auto acc = be.allocate(DType::kI32, Shape{m, sh.n});
+        cuda::launch_w8a8_int8_gemv({static_cast<const uint8_t*>(xi8.view.data), static_cast<const float*>(xs.view.data),
+                                     static_cast<const uint8_t*>(ws[0].int8.view.data),
+                                     static_cast<const float*>(ws[0].scales.view.data), true, nullptr, yg.view.data, true, m,
+                                     sh.n, sh.k},
+                                    s, chosen);
+        int8.run({static_cast<const int8_t*>(xi8.view.data), static_cast<const float*>(xs.view.data),
+                  static_cast<const int8_t*>(ws[0].int8.view.data), static_cast<const float*>(ws[0].scales.view.data),
+                  nullptr, ye.view.data, true, m, sh.n, sh.k, static_cast<int32_t*>(acc.view.data)},
+                 s);
+        const double e = rel_l2(be, yg.view, ye.view);
+        if (!(e < 1e-5)) std::printf("CHECK FAILED: %s int8 GEMV vs int8 GEMM rel L2 %.3g\n", what.c_str(), e);
+      }
+      double best_f = 1e30, best_i = 1e30;
+      for (const cuda::QuantGemvConfig& c : configs) {
+        const bool is_default = c.stages == chosen.stages && c.ctas_per_sm == chosen.ctas_per_sm && c.persistent == chosen.persistent;
+        const double tf = graph_us(s, 20, [&](int i) {
+          const W8& wi = ws[static_cast<size_t>(i % copies)];
+          cuda::launch_fp8_gemv({static_cast<const uint8_t*>(xq8.view.data), static_cast<const float*>(xs.view.data),
+                                 static_cast<const uint8_t*>(wi.fp8.view.data), static_cast<const float*>(wi.scales.view.data),
+                                 true, nullptr, y.view.data, false, m, sh.n, sh.k},
+                                s, c);
+        });
+        const double ti = graph_us(s, 20, [&](int i) {
+          const W8& wi = ws[static_cast<size_t>(i % copies)];
+          cuda::launch_w8a8_int8_gemv({static_cast<const uint8_t*>(xi8.view.data), static_cast<const float*>(xs.view.data),
+                                       static_cast<const uint8_t*>(wi.int8.view.data),
+                                       static_cast<const float*>(wi.scales.view.data), true, nullptr, y.view.data, false, m,
+                                       sh.n, sh.k},
+                                      s, c);
+        });
+        row(what + " fp8 gemv " + cuda::to_string(c) + (is_default ? " *" : ""), tf, bytes, false, bw);
+        row(what + " int8 gemv " + cuda::to_string(c) + (is_default ? " *" : ""), ti, bytes, false, bw);
+        best_f = std::min(best_f, tf);
+        best_i = std::min(best_i, ti);
+      }
+      const double roof = bytes / (bw * 1e9) * 1e6;
+      char buf[256];
+      std::snprintf(buf, sizeof(buf), "%-8s m=%d gemv roofline %6.1f us: fp8 best %6.1f us (%5.1f%%), int8 best %6.1f us (%5.1f%%)",
+                    sh.name, m, roof, best_f, 100 * roof / best_f, best_i, 100 * roof / best_i);
+      summary.push_back(buf);
+      if (m == 1) {  // quantize x + GEMV through the backend
+        auto x = be.allocate(DType::kBF16, Shape{m, sh.k});
+        fill_bf16_pm1<<<16, 256, 0, s>>>(static_cast<__nv_bfloat16*>(x.view.data), static_cast<size_t>(x.view.numel()), 9);
+        be.linear(x.view, ws[0].lw_fp8, y.view);
+        be.linear(x.view, ws[0].lw_int8, y.view);
+        const double tf = graph_us(s, 20, [&](int i) { be.linear(x.view, ws[static_cast<size_t>(i % copies)].lw_fp8, y.view); });
+        const double ti = graph_us(s, 20, [&](int i) { be.linear(x.view, ws[static_cast<size_t>(i % copies)].lw_int8, y.view); });
+        row(what + " fp8 linear() (quantize + gemv)", tf, bytes, false, bw);
+        row(what + " int8 linear() (quantize + gemv)", ti, bytes, false, bw);
+      }
+    }
+  }
+  std::printf("\n==== W8A8 summary (ceilings: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s) ====\n", bw, peak);
+  for (const std::string& l : summary) std::printf("%s\n", l.c_str());
+}
+
+}  // namespace xinfer::bench

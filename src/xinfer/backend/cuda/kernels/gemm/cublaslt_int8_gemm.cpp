@@ -1,0 +1,159 @@
+#include "xinfer/backend/cuda/kernels/gemm/cublaslt_int8_gemm.h"
+
+#include <algorithm>
+#include <string>
+
+#include "xinfer/backend/cuda/cuda_check.h"
+
+namespace xinfer::cuda {
+
+struct CublasLtInt8Gemm::Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  std::vector<cublasLtMatmulAlgo_t> algos;  // the heuristic's, best first
+  int chosen = 0;
+  ~Plan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+namespace {
+
+std::string shape_text(const Int8GemmArgs& g, Int8GemmMode mode) {
+  return std::string("int8 GEMM (") + to_string(mode) + ") m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) +
+         " k=" + std::to_string(g.k) + (g.y_f32 ? " f32 out" : " bf16 out") + (g.bias ? " +bias" : "");
+}
+
+}  // namespace
+
+const char* to_string(Int8GemmMode mode) {
+  return mode == Int8GemmMode::kInt32Epilogue ? "int32+epilogue" : "outer-vec scales";
+}
+
+CublasLtInt8Gemm::CublasLtInt8Gemm(size_t workspace_bytes, size_t max_acc_bytes)
+    : workspace_bytes_(workspace_bytes), max_acc_bytes_(max_acc_bytes) {
+  XI_CUBLAS_CHECK(cublasLtCreate(&handle_));
+  XI_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+}
+
+CublasLtInt8Gemm::~CublasLtInt8Gemm() {
+  plans_.clear();
+  if (workspace_) cudaFree(workspace_);
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+int CublasLtInt8Gemm::chunk_rows(int n) const {
+  const size_t rows = max_acc_bytes_ / (static_cast<size_t>(std::max(n, 1)) * 4);
+  return static_cast<int>(std::clamp<size_t>(rows / 64 * 64, 64, size_t{1} << 30));
+}
+
+size_t CublasLtInt8Gemm::acc_bytes(int m, int n) const {
+  return static_cast<size_t>(std::min(m, chunk_rows(n))) * static_cast<size_t>(n) * 4;
+}
+
+CublasLtInt8Gemm::Plan& CublasLtInt8Gemm::plan_for(Int8GemmMode mode, int rows, const Int8GemmArgs& g) {
+  const Key key{static_cast<int>(mode), rows, g.n, g.k, g.y_f32, g.bias != nullptr};
+  if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
+  auto plan = std::make_unique<Plan>();
+  const bool outer = mode == Int8GemmMode::kOuterVec;
+  XI_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32I, outer ? CUDA_R_32F : CUDA_R_32I));
+  const cublasOperation_t trans = CUBLAS_OP_T, no_trans = CUBLAS_OP_N;
+  XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)));
+  XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &no_trans, sizeof(no_trans)));
+  cudaDataType_t d_type = CUDA_R_32I;
+  if (outer) {
+    const int32_t vec = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &vec, sizeof(vec)));
+    XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec, sizeof(vec)));
+    const void* placeholder = workspace_;  // scale pointers are per call; the heuristic sees the mode
+    XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder,
+                                                   sizeof(placeholder)));
+    XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder,
+                                                   sizeof(placeholder)));
+    if (g.bias) {
+      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+      const cudaDataType_t bias_type = CUDA_R_16BF;
+      XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+      XI_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+    }
+    d_type = g.y_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  }
+  XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_8I, g.k, g.n, g.k));   // w^T
+  XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_8I, g.k, rows, g.k));  // x^T
+  XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, d_type, g.n, rows, g.n));
+  XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, d_type, g.n, rows, g.n));     // y^T (or acc^T)
+  cublasLtMatmulPreference_t pref = nullptr;
+  XI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  XI_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
+                                                       sizeof(workspace_bytes_)));
+  cublasLtMatmulHeuristicResult_t results[kMaxAlgos] = {};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, plan->op, plan->a, plan->b, plan->c, plan->d, pref,
+                                                           kMaxAlgos, results, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    for (int i = 0; i < found; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) plan->algos.push_back(results[i].algo);
+  return *plans_.emplace(key, std::move(plan)).first->second;
+}
+
+bool CublasLtInt8Gemm::supported(const Int8GemmArgs& g, Int8GemmMode mode) {
+  if (g.m < 1 || g.n < 1 || g.k < 1 || g.k % 4 != 0 || g.n % 4 != 0) return false;
+  const int rows = mode == Int8GemmMode::kInt32Epilogue ? std::min(g.m, chunk_rows(g.n)) : g.m;
+  if (plan_for(mode, rows, g).algos.empty()) return false;
+  if (mode == Int8GemmMode::kInt32Epilogue && g.m % rows != 0) return !plan_for(mode, g.m % rows, g).algos.empty();
+  return true;
+}
+
+int CublasLtInt8Gemm::algo_count(const Int8GemmArgs& g, Int8GemmMode mode) {
+  const int rows = mode == Int8GemmMode::kInt32Epilogue ? std::min(g.m, chunk_rows(g.n)) : g.m;
+  return static_cast<int>(plan_for(mode, rows, g).algos.size());
+}
+
+void CublasLtInt8Gemm::set_algo(const Int8GemmArgs& g, Int8GemmMode mode, int index) {
+  const int rows = mode == Int8GemmMode::kInt32Epilogue ? std::min(g.m, chunk_rows(g.n)) : g.m;
+  Plan& plan = plan_for(mode, rows, g);
+  XI_CHECK(index >= 0 && index < static_cast<int>(plan.algos.size()))
+      << "cuBLASLt: algorithm " << index << " of " << plan.algos.size() << " for " << shape_text(g, mode);
+  plan.chosen = index;
+}
+
+void CublasLtInt8Gemm::run(const Int8GemmArgs& g, cudaStream_t stream, Int8GemmMode mode) {
+  XI_CHECK(g.k % 4 == 0 && g.n % 4 == 0) << "cuBLASLt: " << shape_text(g, mode) << " needs k and n multiples of 4";
+  if (mode == Int8GemmMode::kOuterVec) {
+    Plan& plan = plan_for(mode, g.m, g);
+    XI_CHECK(!plan.algos.empty()) << "cuBLASLt: no algorithm for " << shape_text(g, mode);
+    XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.w_scales,
+                                                   sizeof(g.w_scales)));
+    XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.x_scales,
+                                                   sizeof(g.x_scales)));
+    if (g.bias)
+      XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+    const float alpha = 1.0f, beta = 0.0f;
+    XI_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.op, &alpha, g.wq, plan.a, g.xq, plan.b, &beta, g.y, plan.c, g.y,
+                                   plan.d, &plan.algos[static_cast<size_t>(plan.chosen)], workspace_, workspace_bytes_,
+                                   stream));
+    return;
+  }
+  XI_CHECK(g.acc != nullptr) << "cuBLASLt: " << shape_text(g, mode) << " needs its int32 workspace";
+  const int chunk = chunk_rows(g.n);
+  const size_t y_row = static_cast<size_t>(g.n) * (g.y_f32 ? 4 : 2);
+  const int32_t alpha = 1, beta = 0;
+  for (int m0 = 0; m0 < g.m; m0 += chunk) {
+    const int rows = std::min(chunk, g.m - m0);
+    Plan& plan = plan_for(mode, rows, g);
+    XI_CHECK(!plan.algos.empty()) << "cuBLASLt: no algorithm for " << shape_text(g, mode) << " (" << rows << " rows)";
+    XI_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.op, &alpha, g.wq, plan.a, g.xq + static_cast<size_t>(m0) * g.k, plan.b,
+                                   &beta, g.acc, plan.c, g.acc, plan.d, &plan.algos[static_cast<size_t>(plan.chosen)],
+                                   workspace_, workspace_bytes_, stream));
+    launch_int8_scale_epilogue(g.acc, g.x_scales + m0, g.w_scales, g.bias, static_cast<char*>(g.y) + m0 * y_row,
+                               g.y_f32, rows, g.n, stream);
+  }
+}
+
+}  // namespace xinfer::cuda

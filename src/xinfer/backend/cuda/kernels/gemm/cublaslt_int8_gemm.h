@@ -1,0 +1,83 @@
+// W8A8-INT8 GEMMs (SmoothQuant's format) through cuBLASLt's integer tensor cores:
+//   y[m, n] = (sx[m] sw[n]) * (xq[m, k] . wq[n, k]) (+ bias[n]),  xq, wq int8, exact int32 accumulation,
+// y bf16 or f32. The scale is applied as the CPU oracle does (quant/int_matmul.cpp run_w8a8_int8):
+// f32(sw[n] * sx[m]) * f32(dot), then + bias, so with f32 output and no bias the result is the oracle's bits.
+// Two ways to run it (Int8GemmMode):
+//   kInt32Epilogue  cuBLASLt int8 x int8 -> int32 (CUBLAS_COMPUTE_32I, scale type 32I, alpha 1, beta 0) into
+//                   the caller's int32 workspace acc [rows, n], then our epilogue kernel (scales, bias, the
+//                   bf16 / f32 store). m runs in chunks of chunk_rows(n) rows so acc stays at most
+//                   max_acc_bytes (default 64 MiB: the workspace does not grow with the batch; part of it
+//                   is still in L2 when the epilogue reads it back).
+//   kOuterVec       one cuBLASLt call with A / B CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F (the FP8 path's
+//                   per-channel x per-token scaling), compute 32I, scale type 32F, bias epilogue, bf16 / f32 D:
+//                   only where the heuristic offers an algorithm for it (supported()).
+// Layout as the FP8 GEMM (cublaslt_fp8_gemm.h): row-major y = x w^T is column-major y^T = w x^T, A = w
+// transposed ("TN", the layout the IMMA kernels take), k and n multiples of 4 (16-byte rows wanted).
+// Plans (descriptors and the heuristic's algorithms, up to kMaxAlgos) are cached per (mode, rows, n, k, out
+// dtype, bias); the first algorithm runs unless set_algo() picked another (the bench times each).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+namespace xinfer::cuda {
+
+struct Int8GemmArgs {
+  const int8_t* xq;           // [m, k]
+  const float* x_scales;      // [m]
+  const int8_t* wq;           // [n, k]
+  const float* w_scales;      // [n]
+  const __nv_bfloat16* bias;  // [n] or nullptr
+  void* y;                    // [m, n] bf16 or f32
+  bool y_f32;
+  int m, n, k;
+  int32_t* acc;               // kInt32Epilogue: [chunk_rows(n), n] int32 workspace (CublasLtInt8Gemm::acc_bytes)
+};
+
+enum class Int8GemmMode { kInt32Epilogue, kOuterVec };
+const char* to_string(Int8GemmMode mode);
+
+// y[m, n] = f32(w_scales[j] * x_scales[t]) * f32(acc[t, j]) (+ bias[j]), stored bf16 or f32.
+// acc: [m, n] int32   x_scales: [m]   w_scales: [n]   bias: [n] or nullptr   y: [m, n]
+void launch_int8_scale_epilogue(const int32_t* acc, const float* x_scales, const float* w_scales,
+                                const __nv_bfloat16* bias, void* y, bool y_f32, int m, int n, cudaStream_t stream);
+
+class CublasLtInt8Gemm {
+ public:
+  static constexpr int kMaxAlgos = 8;
+  explicit CublasLtInt8Gemm(size_t workspace_bytes = 32u << 20, size_t max_acc_bytes = 64u << 20);
+  ~CublasLtInt8Gemm();
+  CublasLtInt8Gemm(const CublasLtInt8Gemm&) = delete;
+  CublasLtInt8Gemm& operator=(const CublasLtInt8Gemm&) = delete;
+
+  // Rows of one kInt32Epilogue call (a multiple of 64, at least 64) and the acc bytes it needs for m rows.
+  int chunk_rows(int n) const;
+  size_t acc_bytes(int m, int n) const;
+  void set_max_acc_bytes(size_t bytes) { max_acc_bytes_ = bytes; }
+
+  bool supported(const Int8GemmArgs& args, Int8GemmMode mode);
+  // XI_CHECK-fails naming the shape when unsupported.
+  void run(const Int8GemmArgs& args, cudaStream_t stream, Int8GemmMode mode = Int8GemmMode::kInt32Epilogue);
+  // The heuristic's algorithms for this call's (first chunk's) shape, and which one run() takes (bench).
+  int algo_count(const Int8GemmArgs& args, Int8GemmMode mode);
+  void set_algo(const Int8GemmArgs& args, Int8GemmMode mode, int index);
+
+ private:
+  struct Plan;
+  using Key = std::tuple<int, int, int, int, bool, bool>;  // mode, rows, n, k, y_f32, bias
+  Plan& plan_for(Int8GemmMode mode, int rows, const Int8GemmArgs& args);
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_;
+  size_t max_acc_bytes_;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace xinfer::cuda

@@ -1,0 +1,326 @@
+// W8A8-INT8 (SmoothQuant's format) on CudaBackend against the CPU oracle quant::quantized_matmul:
+//  - the activation quantizer (launch_quantize_int8_rows, dynamic per token and static per tensor, a zero
+//    row, k 1..4096): the oracle quantizes x through an identity W8A8-INT8 weight (scale 1), whose output is
+//    exactly s_t * q[t, i]; the GPU's codes times its scales must be those bits, |q| <= 127, and the dynamic
+//    scale the published max |x_t| / 127;
+//  - the int8 GEMV alone (launch_w8a8_int8_gemv, every pipelined schedule) on awkward shapes (n 1 / 33 / 100,
+//    k 16 / 80 / 1040: partial last steps) against an exact int64 reference of the dot products;
+//  - linear() at m <= 16 (GEMV) and m > 16 (cuBLASLt int8 -> int32 + epilogue, rows in chunks: chunk_rows
+//    forced small once) against the oracle: f32 out without bias is the oracle's bits where the oracle runs its
+//    exact integer kernel (AVX2, k % 32 == 0), else 1e-5 relative L2; bf16 out 1e-2;
+//  - the outer-vector-scaled cuBLASLt mode where this cuBLASLt offers it (printed either way);
+//  - recorded in a CUDA graph, both paths replay the eager bits; supports() says yes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "xinfer/backend/cuda/kernels/gemm/cublaslt_int8_gemm.h"
+#include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
+#include "xinfer/backend/cuda/kernels/quant/quantize_activations.h"
+#include "xinfer/quant/quantized_linear.h"
+
+namespace xinfer::gpu_test {
+namespace {
+
+template <typename T>
+TensorView raw(const std::vector<T>& v, DType dt, const Shape& s) {
+  return TensorView{const_cast<T*>(v.data()), dt, s, Device::kCpu};
+}
+
+template <typename T>
+std::vector<T> download_raw(const TensorView& t) {
+  std::vector<T> out(static_cast<size_t>(t.numel()));
+  gpu().to_host_raw(t, out.data());
+  return out;
+}
+
+TEST(W8A8Int8, QuantizerMatchesCpuOracle) {
+  std::mt19937 rng(41);
+  for (const bool dynamic : {true, false}) {
+    for (const int64_t k : {1, 7, 100, 576, 4096}) {
+      const int64_t m = 5;
+      std::vector<float> x = random_bf16(static_cast<size_t>(m * k), rng, 2.0f);
+      std::fill(x.begin() + 2 * k, x.begin() + 3 * k, 0.0f);  // row 2: all zeros (scale 0, codes 0)
+      const std::vector<float> input_scale = {3.0f / 127.0f};  // |x| past 3 clamps
+      // Oracle: an identity W8A8-INT8 weight with unit scales gives y[t, i] = s_t * q[t, i] exactly.
+      std::vector<int8_t> eye(static_cast<size_t>(k * k), 0);
+      for (int64_t i = 0; i < k; ++i) eye[static_cast<size_t>(i * k + i)] = 1;
+      const std::vector<float> ones(static_cast<size_t>(k), 1.0f);
+      quant::QuantizedMatrix hm;
+      hm.format = quant::W8A8Int8Format{dynamic ? quant::ActScaleMode::kDynamicPerToken : quant::ActScaleMode::kStaticPerTensor};
+      hm.n = k;
+      hm.k = k;
+      hm.weight = eye.data();
+      hm.scales = ones.data();
+      hm.input_scale = dynamic ? nullptr : input_scale.data();
+      std::vector<float> ref(static_cast<size_t>(m * k));
+      quant::quantized_matmul(hm, x.data(), m, ref.data(), nullptr);
+
+      auto xd = gpu().upload(host_view(x, Shape{m, k}), DType::kBF16);
+      auto qd = gpu().allocate(DType::kI8, Shape{m, k});
+      auto sd = gpu().allocate(DType::kF32, Shape{m});
+      auto isd = gpu().upload(raw(input_scale, DType::kF32, Shape{1}), DType::kF32);
+      poison(qd.view);
+      poison(sd.view);
+      cuda::launch_quantize_int8_rows(static_cast<const __nv_bfloat16*>(xd.view.data), static_cast<int>(m),
+                                      static_cast<int>(k), dynamic ? nullptr : static_cast<const float*>(isd.view.data),
+                                      static_cast<int8_t*>(qd.view.data), static_cast<float*>(sd.view.data), gpu().stream());
+      const std::vector<int8_t> q = download_raw<int8_t>(qd.view);
+      const std::vector<float> s = download(gpu(), sd.view);
+      const std::string what = std::string(dynamic ? "dynamic" : "static") + " k=" + std::to_string(k);
+      size_t bad = 0;
+      for (int64_t t = 0; t < m; ++t) {
+        float amax = 0.0f;
+        for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(x[static_cast<size_t>(t * k + i)]));
+        const float want_s = dynamic ? amax / 127.0f : input_scale[0];
+        EXPECT_EQ(s[static_cast<size_t>(t)], want_s) << what << " row " << t;
+        for (int64_t i = 0; i < k; ++i) {
+          const int8_t c = q[static_cast<size_t>(t * k + i)];
+          EXPECT_GE(c, -127) << what;
+          if (s[static_cast<size_t>(t)] * static_cast<float>(c) != ref[static_cast<size_t>(t * k + i)] && bad++ < 3)
+            ADD_FAILURE() << what << " row " << t << " col " << i << ": code " << int(c) << " x scale "
+                          << s[static_cast<size_t>(t)] << " vs the oracle's " << ref[static_cast<size_t>(t * k + i)];
+        }
+      }
+      EXPECT_EQ(bad, 0u) << what;
+    }
+  }
+}
+
+// Random int8 weights with per-channel scales and an int8 x with per-token scales, as device tensors.
+struct Int8Case {
+  int64_t n = 0, k = 0;
+  std::vector<int8_t> w;
+  std::vector<float> scales, bias;
+  std::vector<backend::DeviceTensor> owned;
+  backend::LinearWeights lw;
+};
+Int8Case make_int8_case(int64_t n, int64_t k, quant::ActScaleMode act, bool with_bias, std::mt19937& rng) {
+  Int8Case c;
+  c.n = n;
+  c.k = k;
+  std::uniform_int_distribution<int> v(-128, 127);
+  c.w.resize(static_cast<size_t>(n * k));
+  for (auto& b : c.w) b = static_cast<int8_t>(v(rng));
+  c.scales.resize(static_cast<size_t>(n));
+  for (auto& s : c.scales) s = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / 127.0f / std::sqrt(float(k));
+  auto keep = [&](backend::DeviceTensor t) {
+    c.owned.push_back(t);
+    return t.view;
+  };
+  c.lw.format = quant::W8A8Int8Format{act};
+  c.lw.k = k;
+  c.lw.weight = keep(gpu().upload(raw(c.w, DType::kI8, Shape{n, k}), DType::kI8));
+  c.lw.scales = keep(gpu().upload(raw(c.scales, DType::kF32, Shape{n}), DType::kF32));
+  if (act == quant::ActScaleMode::kStaticPerTensor) {
+    const std::vector<float> is = {3.0f / 127.0f};
+    c.lw.input_scale = keep(gpu().upload(raw(is, DType::kF32, Shape{1}), DType::kF32));
+  }
+  if (with_bias) {
+    c.bias = random_bf16(static_cast<size_t>(n), rng, 0.5f);
+    c.lw.bias = keep(gpu().upload(host_view(c.bias, Shape{n}), DType::kBF16));
+  }
+  return c;
+}
+
+TEST(W8A8Int8, GemvSchedulesMatchExactReference) {
+  std::mt19937 rng(43);
+  std::uniform_int_distribution<int> v(-127, 127);
+  struct Shape2 {
+    int n, k;
+  };
+  for (const Shape2 sh : {Shape2{1, 16}, Shape2{33, 80}, Shape2{100, 1040}, Shape2{4096, 512}}) {
+    for (int m : {1, 3, 8, 13}) {
+      std::vector<int8_t> w(static_cast<size_t>(sh.n) * sh.k), x(static_cast<size_t>(m) * sh.k);
+      for (auto& b : w) b = static_cast<int8_t>(v(rng) - (v(rng) > 120 ? 1 : 0));  // -128 appears too
+      for (auto& b : x) b = static_cast<int8_t>(v(rng));
+      std::vector<float> ws(static_cast<size_t>(sh.n)), xs(static_cast<size_t>(m));
+      for (auto& s : ws) s = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) * 1e-3f;
+      for (auto& s : xs) s = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) * 1e-2f;
+      std::vector<float> ref(static_cast<size_t>(m) * sh.n);
+      for (int t = 0; t < m; ++t)
+        for (int j = 0; j < sh.n; ++j) {
+          int64_t dot = 0;
+          for (int i = 0; i < sh.k; ++i)
+            dot += int64_t{w[static_cast<size_t>(j) * sh.k + i]} * x[static_cast<size_t>(t) * sh.k + i];
+          ref[static_cast<size_t>(t) * sh.n + j] = ws[static_cast<size_t>(j)] * xs[static_cast<size_t>(t)] * static_cast<float>(dot);
+        }
+      auto wd = gpu().upload(raw(w, DType::kI8, Shape{sh.n, sh.k}), DType::kI8);
+      auto xd = gpu().upload(raw(x, DType::kI8, Shape{m, sh.k}), DType::kI8);
+      auto wsd = gpu().upload(raw(ws, DType::kF32, Shape{sh.n}), DType::kF32);
+      auto xsd = gpu().upload(raw(xs, DType::kF32, Shape{m}), DType::kF32);
+      auto yd = gpu().allocate(DType::kF32, Shape{m, sh.n});
+      const std::vector<cuda::QuantGemvConfig> configs = {
+          {2, false, 4, false, false}, {3, true, 4, false, false}, {2, true, 8, false, false}, {2, true, 8, true, false}};
+      for (const cuda::QuantGemvConfig& c : configs) {
+        poison(yd.view);
+        cuda::launch_w8a8_int8_gemv({static_cast<const uint8_t*>(xd.view.data), static_cast<const float*>(xsd.view.data),
+                                     static_cast<const uint8_t*>(wd.view.data), static_cast<const float*>(wsd.view.data),
+                                     true, nullptr, yd.view.data, true, m, sh.n, sh.k},
+                                    gpu().stream(), c);
+        const std::vector<float> got = download(gpu(), yd.view);
+        size_t bad = 0;
+        for (size_t i = 0; i < got.size(); ++i) bad += got[i] != ref[i];  // exact int32 sums, the same f32 scaling
+        EXPECT_EQ(bad, 0u) << "int8 gemv n=" << sh.n << " k=" << sh.k << " m=" << m << " " << cuda::to_string(c)
+                           << " (first: " << got[0] << " vs " << ref[0] << ")";
+      }
+    }
+  }
+}
+
+TEST(W8A8Int8, LinearMatchesCpuOracle) {
+  std::mt19937 rng(47);
+  struct Case {
+    int64_t n, k;
+    quant::ActScaleMode act;
+  };
+  const std::vector<Case> cases = {{64, 256, quant::ActScaleMode::kDynamicPerToken},
+                                   {1008, 4096, quant::ActScaleMode::kDynamicPerToken},
+                                   {4096, 1024, quant::ActScaleMode::kDynamicPerToken},
+                                   {272, 528, quant::ActScaleMode::kStaticPerTensor},
+                                   {48, 128, quant::ActScaleMode::kStaticPerTensor}};
+  int64_t index = 0;
+  for (const Case& cs : cases) {
+    const bool with_bias = index % 2 == 1;
+    Int8Case c = make_int8_case(cs.n, cs.k, cs.act, with_bias, rng);
+    quant::QuantizedMatrix hm;
+    hm.format = c.lw.format;
+    hm.n = cs.n;
+    hm.k = cs.k;
+    hm.weight = c.w.data();
+    hm.scales = c.scales.data();
+    const std::vector<float> is = {3.0f / 127.0f};
+    hm.input_scale = cs.act == quant::ActScaleMode::kStaticPerTensor ? is.data() : nullptr;
+    for (int64_t m : {1, 5, 8, 16, 17, 130, 333}) {
+      for (const bool f32_out : {true, false}) {
+        const std::vector<float> x = random_bf16(static_cast<size_t>(m * cs.k), rng);
+        std::vector<float> ref(static_cast<size_t>(m * cs.n));
+        quant::quantized_matmul(hm, x.data(), m, ref.data(), nullptr);
+        if (with_bias)
+          for (int64_t t = 0; t < m; ++t)
+            for (int64_t j = 0; j < cs.n; ++j) {
+              float& r = ref[static_cast<size_t>(t * cs.n + j)];
+              r = r + c.bias[static_cast<size_t>(j)];
+            }
+        auto xd = gpu().upload(host_view(x, Shape{m, cs.k}), DType::kBF16);
+        auto yd = gpu().allocate(f32_out ? DType::kF32 : DType::kBF16, Shape{m, cs.n});
+        poison(yd.view);
+        const int64_t gemms = gpu().int8_gemms(), gemvs = gpu().int8_gemvs();
+        gpu().linear(xd.view, c.lw, yd.view);
+        if (m <= cuda::kQuantGemvMaxRows)
+          EXPECT_EQ(gpu().int8_gemvs(), gemvs + 1);
+        else
+          EXPECT_EQ(gpu().int8_gemms(), gemms + 1);
+        const std::vector<float> got = download(gpu(), yd.view);
+        const std::string what = quant::format_name(c.lw.format) + " n=" + std::to_string(cs.n) + " k=" +
+                                 std::to_string(cs.k) + " m=" + std::to_string(m) + (f32_out ? " f32" : " bf16") +
+                                 (with_bias ? " bias" : "");
+        const Compare cmp = compare(got, ref);
+        EXPECT_EQ(cmp.nans, 0) << what;
+        EXPECT_LT(cmp.rel_l2, f32_out ? 1e-5 : 1e-2) << what << " (max abs " << cmp.max_abs << ")";
+        if (f32_out && quant::simd_enabled() && cs.k % 32 == 0) {  // the oracle's exact integer kernel
+          size_t bad = 0;
+          for (size_t i = 0; i < got.size(); ++i) bad += got[i] != ref[i];
+          EXPECT_EQ(bad, 0u) << what << ": not the oracle's bits";
+        }
+      }
+    }
+    ++index;
+  }
+}
+
+// The GEMM directly, in both modes, with the rows split into chunks of 64 (chunk_rows forced small).
+TEST(W8A8Int8, GemmModesAndChunks) {
+  std::mt19937 rng(53);
+  const int n = 256, k = 512, m = 200;
+  Int8Case c = make_int8_case(n, k, quant::ActScaleMode::kDynamicPerToken, true, rng);
+  std::uniform_int_distribution<int> v(-127, 127);
+  std::vector<int8_t> x(static_cast<size_t>(m) * k);
+  for (auto& b : x) b = static_cast<int8_t>(v(rng));
+  std::vector<float> xs(static_cast<size_t>(m));
+  for (auto& s : xs) s = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) * 1e-2f;
+  std::vector<float> ref(static_cast<size_t>(m) * n);
+  for (int t = 0; t < m; ++t)
+    for (int j = 0; j < n; ++j) {
+      int64_t dot = 0;
+      for (int i = 0; i < k; ++i) dot += int64_t{c.w[static_cast<size_t>(j) * k + i]} * x[static_cast<size_t>(t) * k + i];
+      const float r = c.scales[static_cast<size_t>(j)] * xs[static_cast<size_t>(t)] * static_cast<float>(dot);
+      ref[static_cast<size_t>(t) * n + j] = r + c.bias[static_cast<size_t>(j)];
+    }
+  auto xd = gpu().upload(raw(x, DType::kI8, Shape{m, k}), DType::kI8);
+  auto xsd = gpu().upload(raw(xs, DType::kF32, Shape{m}), DType::kF32);
+  auto yd = gpu().allocate(DType::kF32, Shape{m, n});
+  auto acc = gpu().allocate(DType::kI32, Shape{m, n});
+  cuda::CublasLtInt8Gemm gemm(32u << 20, size_t{64} * n * 4);
+  ASSERT_EQ(gemm.chunk_rows(n), 64);
+  for (const cuda::Int8GemmMode mode : {cuda::Int8GemmMode::kInt32Epilogue, cuda::Int8GemmMode::kOuterVec}) {
+    const cuda::Int8GemmArgs args{static_cast<const int8_t*>(xd.view.data), static_cast<const float*>(xsd.view.data),
+                                  static_cast<const int8_t*>(c.lw.weight.data), static_cast<const float*>(c.lw.scales.data),
+                                  static_cast<const __nv_bfloat16*>(c.lw.bias.data), yd.view.data, true, m, n, k,
+                                  static_cast<int32_t*>(acc.view.data)};
+    const bool ok = gemm.supported(args, mode);
+    std::printf("[ int8 ] cuBLASLt %s: %s (%d algorithms)\n", cuda::to_string(mode), ok ? "supported" : "no algorithm",
+                ok ? gemm.algo_count(args, mode) : 0);
+    if (mode == cuda::Int8GemmMode::kInt32Epilogue) {
+      ASSERT_TRUE(ok);
+    }
+    if (!ok) continue;
+    poison(yd.view);
+    gemm.run(args, gpu().stream(), mode);
+    const std::vector<float> got = download(gpu(), yd.view);
+    const Compare cmp = compare(got, ref);
+    EXPECT_EQ(cmp.nans, 0) << cuda::to_string(mode);
+    EXPECT_LT(cmp.rel_l2, 1e-6) << cuda::to_string(mode) << " (max abs " << cmp.max_abs << ")";
+    if (mode == cuda::Int8GemmMode::kInt32Epilogue) {
+      size_t bad = 0;
+      for (size_t i = 0; i < got.size(); ++i) bad += got[i] != ref[i];
+      EXPECT_EQ(bad, 0u) << "int32 + epilogue: the reference's bits";
+    }
+  }
+}
+
+TEST(W8A8Int8, GraphReplayIsBitIdentical) {
+  EXPECT_TRUE(gpu().supports(quant::W8A8Int8Format{}));
+  EXPECT_TRUE(gpu().supports(quant::W8A8Int8Format{quant::ActScaleMode::kStaticPerTensor}));
+  std::mt19937 rng(59);
+  Int8Case c = make_int8_case(512, 1024, quant::ActScaleMode::kDynamicPerToken, true, rng);
+  std::vector<backend::DeviceTensor> xs, eager, graph;
+  const std::vector<int64_t> ms = {4, 40, 16};
+  for (int64_t m : ms) {
+    const std::vector<float> x = random_bf16(static_cast<size_t>(m * c.k), rng);
+    xs.push_back(gpu().upload(host_view(x, Shape{m, c.k}), DType::kBF16));
+    eager.push_back(gpu().allocate(DType::kBF16, Shape{m, c.n}));
+    graph.push_back(gpu().allocate(DType::kBF16, Shape{m, c.n}));
+  }
+  for (size_t i = 0; i < ms.size(); ++i) gpu().linear(xs[i].view, c.lw, eager[i].view);  // grows the workspace
+  backend::StepPlan p;
+  p.token_ids = {0};
+  p.positions = {0};
+  p.slot_mapping = {-1};
+  p.query_start_loc = {0, 1};
+  p.seq_lens = {1};
+  p.block_tables = {0};
+  p.max_blocks_per_seq = 1;
+  p.max_seq_len = 1;
+  p.logit_rows = {0};
+  gpu().upload_step(p);
+  gpu().begin_capture();
+  for (size_t i = 0; i < ms.size(); ++i) gpu().linear(xs[i].view, c.lw, graph[i].view);
+  ASSERT_TRUE(gpu().end_capture(0x1a88));
+  for (int rep = 0; rep < 2; ++rep) {
+    for (auto& g : graph) poison(g.view);
+    ASSERT_TRUE(gpu().replay(0x1a88));
+    for (size_t i = 0; i < ms.size(); ++i)
+      expect_same_bits(graph[i].view, eager[i].view, "w8a8-int8 m=" + std::to_string(ms[i]) + " replay " + std::to_string(rep));
+  }
+  gpu().clear_graphs();
+}
+
+}  // namespace
+}  // namespace xinfer::gpu_test
