@@ -21,6 +21,7 @@ server's CPU by thread (name, nice; ns from /proc/PID/task/*/schedstat) per host
 and under load (with - without windows), the client's and the attacker's CPU, the load average.
 
   python3 bench/hostile_load.py --xinfer build/srv/src/xinfer/cli/xinfer --streams 300 --windows 40 --runs 3
+  python3 bench/hostile_load.py --xinfer build/srv/src/xinfer/cli/xinfer --streams 300 --windows 40 --aa  # A/A
   python3 bench/hostile_load.py --base-url http://127.0.0.1:8000 --client build/srv/bench/hostile_load_client
 
 Exit status 1 when a stream request failed or a hostile body was not answered with a 400.
@@ -149,10 +150,10 @@ def run_once(args, host, port, server_pid, run, tmp):
                                "--drain-s", str(args.timeout), "--ramp-s", str(args.ramp_s),
                                "--think-ms", str(args.think_ms), "--seed", str(args.seed * 1000 + run),
                                "--out", str(streams_out)])
-    attacker = subprocess.Popen([args.client, "attack", *common, "--start-ns", str(t_start), "--edges",
-                                 ",".join(f"{e:.6f}" for e in edges), "--interval-s", str(args.hostile_interval_s),
-                                 "--levels", str(args.levels), "--keys", str(args.keys), "--nice", "19",
-                                 "--out", str(attack_out)])
+    attacker = None if args.aa else subprocess.Popen(
+        [args.client, "attack", *common, "--start-ns", str(t_start), "--edges", ",".join(f"{e:.6f}" for e in edges),
+         "--interval-s", str(args.hostile_interval_s), "--levels", str(args.levels), "--keys", str(args.keys),
+         "--nice", "19", "--out", str(attack_out)])
     samples = []  # server thread CPU at each window edge
     for e in edges:
         target = t_start + int(e * 1e9)
@@ -160,13 +161,22 @@ def run_once(args, host, port, server_pid, run, tmp):
             time.sleep(d / 1e9)
         if server_pid:
             samples.append((time.monotonic_ns(), thread_cpu_ns(server_pid)))
-    rc_a, cpu_a = wait_rusage(attacker, args.timeout + 60)
+    rc_a, cpu_a = wait_rusage(attacker, args.timeout + 60) if attacker else (0, 0.0)
     rc_c, cpu_c = wait_rusage(client, args.timeout + 60)
     if rc_a or rc_c:
         raise RuntimeError(f"hostile_load_client exited {rc_c} (streams) / {rc_a} (attack)")
     streams = [{k: int(v) for k, v in r.items()} for r in read_tsv(streams_out)]
-    hostile = [{"kind": r["kind"], "start": int(r["start_ns"]), "end": int(r["end_ns"]), "status": int(r["status"])}
-               for r in read_tsv(attack_out)]
+    if attacker:
+        hostile = [{"kind": r["kind"], "start": int(r["start_ns"]), "end": int(r["end_ns"]),
+                    "status": int(r["status"])} for r in read_tsv(attack_out)]
+    else:  # --aa: nothing is sent; the "with" windows get the attack's schedule as pretend pairs
+        hostile = []
+        for w in range(1, len(edges) - 1, 2):
+            t, w1 = t_start + int(edges[w] * 1e9), t_start + int(edges[w + 1] * 1e9)
+            while t < w1:
+                hostile += [{"kind": "deep", "start": t, "end": t + int(15e6), "status": 400},
+                            {"kind": "keys", "start": t, "end": t + int(40e6), "status": 400}]
+                t += int(args.hostile_interval_s * 1e9)
     return {"edges": edges, "t_start": t_start, "streams": streams, "hostile": hostile, "samples": samples,
             "client_cpu_s": cpu_c, "attacker_cpu_s": cpu_a, "span_s": edges[-1]}
 
@@ -301,6 +311,9 @@ def parse_args(argv=None):
     p.add_argument("--keys", type=int, default=100000, help="distinct unknown keys of the wide body")
     p.add_argument("--hostile-interval-s", type=float, default=0.5, help="a pair every this many seconds")
     p.add_argument("--idle-pairs", type=int, default=20, help="pairs sent to the idle server for its CPU cost")
+    p.add_argument("--aa", action="store_true",
+                   help="A/A run: no hostile bodies; the 'with' windows get pretend pairs (15 / 40 ms) on the same "
+                        "schedule, so 'exposed - sham' shows what the machine resolves when nothing is sent")
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
     p.add_argument("--timeout", type=float, default=120)
     p.add_argument("--seed", type=int, default=0, help="window lengths")
@@ -404,7 +417,7 @@ def main(argv=None):
     bad = [h for h in hostile if h["status"] != 400]
     for kind in ("deep", "keys"):
         took = [(h["end"] - h["start"]) / 1e6 for h in hostile if h["kind"] == kind and h["status"] == 400]
-        print(f" hostile {kind}: {sum(h['kind'] == kind for h in hostile)} sent, {len(took)} answered 400, "
+        print(f" hostile {kind}{' (pretend: --aa)' if args.aa else ''}: {sum(h['kind'] == kind for h in hostile)} sent, {len(took)} answered 400, "
               f"p50 {pct(took, 50):.1f} ms, max {max(took) if took else float('nan'):.1f} ms")
     for h in bad[:5]:
         print(f" hostile {h['kind']} answered {h['status']}")
