@@ -4,9 +4,10 @@
 //     TFLOP/s against the measured bf16 ceiling (FP8 / INT8 dense peaks are twice bf16's):
 //       fp8   cuBLASLt e4m3 with outer-vector scales (cublaslt_fp8_gemm.h, the heuristic's first algorithm);
 //       int8  cuBLASLt int8 -> int32 + our scale epilogue (cublaslt_int8_gemm.h kInt32Epilogue), with the
-//             heuristic's first algorithm and the best of its (up to 8) algorithms by measurement, with the
-//             default 64 MiB int32 chunks and with one unchunked call; the int8 GEMM alone (no epilogue:
-//             its int32 output bytes written once), and kOuterVec where cuBLASLt offers it;
+//             heuristic's first algorithm and the best of its (up to 8) algorithms by measurement, with int32
+//             chunks of 16 / 32 MiB (the sums can stay in the 50 MB L2 between the GEMM and the epilogue),
+//             64 MiB (the default) and one unchunked call; the epilogue alone, and kOuterVec where cuBLASLt
+//             offers it;
 //     then both whole linears through CudaBackend::linear (quantize x + GEMM) at m = 2048;
 //   - decode GEMVs, m = 1 and 8: our FP8 GEMV and our int8 GEMV alone on quantized x in each pipelined
 //     schedule (the backend's default marked *), GB/s of weight + scales + x + y against the copy ceiling,
@@ -157,9 +158,10 @@ void bench_w8a8(cuda::CudaBackend& be, double bw, double peak, bool quick) {
                             static_cast<const int8_t*>(w.int8.view.data), static_cast<const float*>(w.scales.view.data),
                             nullptr, y2.view.data, false, m, sh.n, sh.k, static_cast<int32_t*>(acc.view.data)};
       double best_int8 = 1e30;
-      for (const size_t acc_cap : {size_t{64} << 20, size_t{1} << 40}) {
+      for (const size_t acc_cap : {size_t{16} << 20, size_t{32} << 20, size_t{64} << 20, size_t{1} << 40}) {
         int8.set_max_acc_bytes(acc_cap);
-        const std::string cap = acc_cap == (size_t{64} << 20) ? "64MiB chunks" : "unchunked";
+        const std::string cap =
+            acc_cap > (size_t{1} << 32) ? "unchunked" : std::to_string(acc_cap >> 20) + "MiB chunks";
         if (!int8.supported(ia, cuda::Int8GemmMode::kInt32Epilogue)) {
           std::printf("%s int8 (%s): cuBLASLt has no algorithm\n", what.c_str(), cap.c_str());
           continue;
