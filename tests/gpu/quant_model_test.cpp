@@ -6,10 +6,15 @@
 // of the CPU's at every step (the dense dummy model's bound in engine_test), and the path counters show that
 // both quantized paths ran (fp8: the FP8 GEMM at every m; both backends quantize the activations per token;
 // w8a8-int8: the cuBLASLt int8 GEMM for the prefill, the int8 GEMV for decode, activations per token).
+// The tiny W8A8 goldens of tests/golden/checkpoints (ct_w8a8_int8: static-activation channel weights on
+// attention, per-tensor weights with dynamic activations on the MLP; ct_fp8) on CUDA: the 8-token golden
+// prompt (m = 8: the W8A8 GEMVs) against transformers' logits with vLLM-style activation quantization (rel L2
+// within the bf16 models' 0.05), and the prompt repeated to 40 tokens (m = 40: the GEMMs) against the CPU.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <numeric>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,6 +24,7 @@
 #include "xinfer/engine/model_runner.h"
 #include "xinfer/model/dummy_quantized.h"
 #include "xinfer/model/llama.h"
+#include "xinfer/model/safetensors.h"
 
 namespace xinfer::gpu_test {
 namespace {
@@ -94,6 +100,60 @@ TEST(QuantModel, DummyQuantizedModelMatchesCpu) {
     }
   }
   std::filesystem::remove_all(dir);
+}
+
+// The prompt's logits (every row) of a checkpoint directory on `be`.
+std::vector<float> checkpoint_logits(backend::Backend& be, const std::string& dir, const std::vector<int32_t>& prompt) {
+  model::LoadOptions opt;
+  opt.max_tokens = 64;
+  opt.max_logit_rows = 64;
+  opt.show_progress = false;
+  auto m = model::LlamaModel::load(dir, be, opt);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  if (!m.ok()) return {};
+  const model::ModelConfig& c = (*m)->config();
+  backend::KvCacheSpec spec{c.num_layers, 16, 4, c.num_kv_heads, c.head_dim, be.info().activation_dtype};
+  std::vector<int32_t> table(15);
+  std::iota(table.begin(), table.end(), 1);
+  const std::vector<engine::SequenceChunk> chunks = {{prompt, 0, table, true}};
+  backend::StepPlan plan = engine::ModelRunner::plan(chunks, 4);
+  plan.logit_rows.resize(prompt.size());
+  std::iota(plan.logit_rows.begin(), plan.logit_rows.end(), 0);
+  backend::KvCache kv = be.allocate_kv_cache(spec);
+  return download(be, (*m)->forward(be.upload_step(plan), kv));
+}
+
+TEST(QuantModel, W8a8GoldenCheckpoints) {
+  for (const char* name : {"ct_w8a8_int8", "ct_fp8"}) {
+    const std::string dir = std::string("tests/golden/checkpoints/") + name;
+    auto golden = model::WeightFiles::open_file(dir + "/golden.safetensors");
+    ASSERT_TRUE(golden.ok()) << golden.status().to_string();
+    auto floats = [&](const char* t) {
+      TensorView v = *golden->get(t);
+      std::vector<float> out(static_cast<size_t>(v.numel()));
+      convert_to_f32(v.dtype, v.data, out.data(), out.size());
+      return out;
+    };
+    TensorView pv = *golden->get("prompt");
+    const std::vector<int32_t> prompt(pv.as<int32_t>(), pv.as<int32_t>() + pv.numel());
+    const int64_t int8_gemvs = gpu().int8_gemvs(), fp8_gemvs = gpu().fp8_gemvs();
+    const std::vector<float> got = checkpoint_logits(gpu(), dir, prompt);
+    const Compare vs_quant = compare(got, floats("logits")), vs_float = compare(got, floats("logits_float"));
+    std::printf("[ quant ] %s golden prompt on cuda: rel L2 %.4f vs transformers (activations quantized), %.4f vs "
+                "unquantized activations\n", name, vs_quant.rel_l2, vs_float.rel_l2);
+    EXPECT_EQ(vs_quant.nans, 0) << name;
+    EXPECT_LT(vs_quant.rel_l2, kDefaultLogitTol) << name;
+    EXPECT_GT(gpu().int8_gemvs() + gpu().fp8_gemvs(), int8_gemvs + fp8_gemvs) << name << ": the W8A8 GEMV ran";
+    std::vector<int32_t> longer;
+    for (int r = 0; r < 5; ++r) longer.insert(longer.end(), prompt.begin(), prompt.end());
+    const int64_t int8_gemms = gpu().int8_gemms(), fp8_gemms = gpu().fp8_gemms();
+    const std::vector<float> g40 = checkpoint_logits(gpu(), dir, longer);
+    EXPECT_GT(gpu().int8_gemms() + gpu().fp8_gemms(), int8_gemms + fp8_gemms) << name << ": the W8A8 GEMM ran";
+    const Compare c40 = compare(g40, checkpoint_logits(cpu(), dir, longer));
+    std::printf("[ quant ] %s 40-token prompt: cuda vs cpu rel L2 %.4f\n", name, c40.rel_l2);
+    EXPECT_EQ(c40.nans, 0) << name;
+    EXPECT_LT(c40.rel_l2, kDefaultLogitTol) << name;
+  }
 }
 
 }  // namespace
