@@ -66,21 +66,24 @@ CublasLtInt8Gemm::Plan& CublasLtInt8Gemm::plan_for(Int8GemmMode mode, int rows, 
   XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &no_trans, sizeof(no_trans)));
   cudaDataType_t d_type = CUDA_R_32I;
   if (outer) {
+    // A cuBLASLt that refuses an attribute for int8 has no algorithm for this mode (no plan, not a failure).
+    bool ok = true;
+    auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* v, size_t n) {
+      ok = ok && cublasLtMatmulDescSetAttribute(plan->op, attr, v, n) == CUBLAS_STATUS_SUCCESS;
+    };
     const int32_t vec = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-    XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &vec, sizeof(vec)));
-    XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec, sizeof(vec)));
+    set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &vec, sizeof(vec));
+    set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec, sizeof(vec));
     const void* placeholder = workspace_;  // scale pointers are per call; the heuristic sees the mode
-    XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder,
-                                                   sizeof(placeholder)));
-    XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder,
-                                                   sizeof(placeholder)));
+    set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder, sizeof(placeholder));
+    set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder, sizeof(placeholder));
     if (g.bias) {
       const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
       const cudaDataType_t bias_type = CUDA_R_16BF;
-      XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-      XI_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+      set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
+      set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type));
     }
+    if (!ok) return *plans_.emplace(key, std::move(plan)).first->second;
     d_type = g.y_f32 ? CUDA_R_32F : CUDA_R_16BF;
   }
   XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_8I, g.k, g.n, g.k));   // w^T
