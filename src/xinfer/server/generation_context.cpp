@@ -69,6 +69,7 @@ GenerationContext::GenerationContext(OpenAIServer* server, const ServedModel* mo
       // start at the prompt's first token.
       c.text_offset = echo_logprobs() ? 0 : static_cast<int64_t>(tok::count_codepoints(tok::utf8_lossy(c.text)));
       if (setup_.options.logprobs == LogprobsFormat::kCompletion) {
+        c.offsets.emplace(*model_->tokenizer, setup_.options.skip_special_tokens, setup_.prompts[p].ids);
         c.logprobs = json{{"tokens", json::array()}, {"token_logprobs", json::array()},
                           {"top_logprobs", json::array()}, {"text_offset", json::array()}};
       } else if (setup_.options.logprobs == LogprobsFormat::kChat) {
@@ -194,8 +195,10 @@ json GenerationContext::logprob_delta(Choice& c, const engine::RequestOutput& ou
     top[s] = finite_logprob(lp.logprob);
     for (const auto& [id, v] : lp.top) top[token_text(id)] = finite_logprob(v);
     d["top_logprobs"].push_back(std::move(top));
-    d["text_offset"].push_back(c.text_offset);
-    c.text_offset += static_cast<int64_t>(tok::count_codepoints(tok::utf8_lossy(s)));
+    // Where the token is in the text, not the sum of the tokens' texts alone (token_offsets.h says why).
+    const TokenOffsets::Step step = c.offsets->push(lp.token);
+    d["text_offset"].push_back(c.text_offset + step.start);
+    c.text_offset += step.width;
   }
   return d;
 }
@@ -206,19 +209,25 @@ json GenerationContext::prompt_logprob_delta(Choice& c, const engine::RequestOut
   const size_t k = static_cast<size_t>(setup_.options.sampling.logprobs.value_or(0));
   json d{{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
          {"text_offset", json::array()}};
-  // Offsets line up with the echoed text (c.text is still the prompt alone): a token whose text is next in it
-  // starts there; a special token the tokenizer added (a BOS) that the text lacks has width 0; any other
-  // mismatch (a decoding that differs alone and in context) advances by its own length.
+  // Offsets line up with the echoed text (c.text is still the prompt alone): each token's place in the text
+  // the prompt decodes to in context (token_offsets.h), special tokens skipped, so a special token the
+  // tokenizer added (a BOS) that the text lacks has width 0; one whose literal is next in the text (a chat
+  // template's) spans it.
   const std::string& text = c.text;
-  size_t at = 0;
+  TokenOffsets offsets(t, /*skip_special_tokens=*/true);
+  size_t at = 0;  // bytes of `text` accounted for
   for (size_t i = 0; i < ids.size(); ++i) {
     const std::string s = t.decode(std::span<const int32_t>(&ids[i], 1), /*skip_special=*/false);
     d["tokens"].push_back(s);
-    d["text_offset"].push_back(c.text_offset);
-    const bool next_in_text = at <= text.size() && text.compare(at, s.size(), s) == 0;
-    if (next_in_text || !t.is_special(ids[i])) {
+    const TokenOffsets::Step step = offsets.push(ids[i]);
+    if (t.is_special(ids[i]) && !s.empty() && at <= text.size() && text.compare(at, s.size(), s) == 0) {
+      d["text_offset"].push_back(c.text_offset);
+      c.text_offset += static_cast<int64_t>(tok::count_codepoints(s));
       at += s.size();
-      c.text_offset += static_cast<int64_t>(tok::count_codepoints(tok::utf8_lossy(s)));
+    } else {
+      d["text_offset"].push_back(c.text_offset + step.start);
+      c.text_offset += step.width;
+      at += step.added.size();
     }
     if (i == 0 || i - 1 >= out.prompt_logprobs.size()) {  // nothing predicts the first token
       d["token_logprobs"].push_back(nullptr);

@@ -23,6 +23,7 @@
 #include "xinfer/engine/engine_client.h"
 #include "xinfer/server/http_server.h"
 #include "xinfer/server/openai_protocol.h"
+#include "xinfer/server/token_offsets.h"
 #include "xinfer/server/openai_server.h"
 #include "xinfer/server/output_filter.h"
 #include "xinfer/tokenizer/tokenizer.h"
@@ -65,6 +66,7 @@ class GenerationContext : public std::enable_shared_from_this<GenerationContext>
     std::string text;
     int num_tokens = 0;
     int64_t text_offset = 0;  // completions logprobs: offset (code points) of the next token's text
+    std::optional<TokenOffsets> offsets;  // completions logprobs: the generated tokens' text_offset
     nlohmann::ordered_json logprobs;  // accumulated (non-stream)
     nlohmann::ordered_json prompt_logprobs;  // vLLM's prompt_logprobs list (options.prompt_logprobs)
     bool prompt_seen = false;                // the first engine output (carrying prompt logprobs) arrived
