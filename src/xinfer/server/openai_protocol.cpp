@@ -307,12 +307,18 @@ std::optional<ApiError> read_model(Reader& r, std::string* model) {
 }  // namespace
 
 std::variant<json, ApiError> parse_json_body(const std::string& body, const JsonLimits& limits) {
-  if (!tok::is_valid_utf8(body)) {
-    return bad_request("request body is not valid UTF-8 (at byte " + std::to_string(tok::valid_utf8_prefix(body)) +
-                       ")");
-  }
+  // nlohmann's lexer takes only well-formed UTF-8 (RFC 3629) inside strings and ASCII outside them, so a
+  // body that parses is valid UTF-8, and one past a limit was valid up to where the parse stopped. The
+  // whole-body UTF-8 scan (a byte loop: ~20% of the CPU a 2.7 MB body of 100,000 keys costs before its 400)
+  // runs only on a syntax error, to say which byte is not UTF-8.
   auto parsed = parse_bounded_json(body, limits);
-  if (auto* message = std::get_if<std::string>(&parsed)) return bad_request(std::move(*message));
+  if (auto* message = std::get_if<std::string>(&parsed)) {
+    if (message->rfind("request body is not valid JSON", 0) == 0 && !tok::is_valid_utf8(body)) {
+      return bad_request("request body is not valid UTF-8 (at byte " +
+                         std::to_string(tok::valid_utf8_prefix(body)) + ")");
+    }
+    return bad_request(std::move(*message));
+  }
   json& j = std::get<json>(parsed);
   if (!j.is_object()) return bad_request("request body must be a JSON object");
   return std::move(j);

@@ -124,6 +124,18 @@ TEST(OpenAIProtocol, JsonBodyAndErrorShape) {
   ASSERT_TRUE(std::holds_alternative<ApiError>(bad_utf8));
   EXPECT_NE(std::get<ApiError>(bad_utf8).message.find("UTF-8"), std::string::npos);
   EXPECT_TRUE(std::holds_alternative<json>(parse_json_body(R"({"a": "\u00e9"})")));
+  // The UTF-8 scan runs only after a syntax error; the lexer refuses every ill-formed sequence inside a
+  // string (overlong, surrogate, past U+10FFFF, truncated) and any non-ASCII byte outside one.
+  for (const char* bad : {"{\"a\": \"\xc0\x80\"}", "{\"a\": \"\xed\xa0\x80\"}", "{\"a\": \"\xf4\x90\x80\x80\"}",
+                          "{\"a\": \"\xe6\x97\"}", "{\"a\": 1}\xff"}) {
+    auto r = parse_json_body(bad);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << bad;
+    EXPECT_NE(std::get<ApiError>(r).message.find("not valid UTF-8"), std::string::npos) << bad;
+  }
+  EXPECT_TRUE(std::holds_alternative<json>(parse_json_body("{\"a\": \"\xe6\x97\xa5 \xf0\x9f\x99\x82\"}")));
+  auto misplaced = parse_json_body("{\"a\"\xc3\xa9: 1}");  // valid UTF-8, not JSON
+  ASSERT_TRUE(std::holds_alternative<ApiError>(misplaced));
+  EXPECT_NE(std::get<ApiError>(misplaced).message.find("not valid JSON"), std::string::npos);
   json e = json::parse(bad_request("nope", "x").body());
   EXPECT_EQ(e["error"]["message"], "nope");
   EXPECT_EQ(e["error"]["type"], "invalid_request_error");
