@@ -153,6 +153,26 @@ def test_bodies_read_elsewhere_keep_the_connection(server, model_name):
     assert server.request("POST", "/v1/completions", small)[0] == 200
 
 
+def test_drain_closes_a_connection_whose_body_is_read_elsewhere(start_server):
+    """SIGTERM while a large body is half sent: the connection (its socket on the low-priority thread's
+    reactor) closes at once, as one whose body an io thread reads, and the server exits 0 (before the drain
+    cancelled that read, the connection stayed open until the body's timeout and the exit waited 5 s)."""
+    import signal
+    s = start_server()
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 1000000\r\n\r\n" + b" " * 100000)
+    time.sleep(0.3)
+    t0 = time.perf_counter()
+    s.proc.send_signal(signal.SIGTERM)
+    assert sock.recv(1000) == b""
+    closed_after = time.perf_counter() - t0
+    assert s.proc.wait(timeout=30) == 0
+    exited_after = time.perf_counter() - t0
+    sock.close()
+    assert closed_after < 2.0 and exited_after < 4.0, (closed_after, exited_after)
+
+
 def test_api_key_checked_before_the_body(start_server):
     s = start_server("--api-key", "sekret")
     for route in ROUTES:

@@ -248,23 +248,23 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // leaves this io_context's reactor (release) for the low-priority one's, so every recv of the body, Beast's
   // parse of it and the copy into the string run at nice +low_priority_nice and the io thread spends
   // microseconds on the request (read here, a 2.7 MB body cost it 2.5-3 ms on an idle server and more
-  // under load, in smaller pieces). Until on_body_elsewhere, only the low-priority thread touches parser_
-  // and buffer_; the strand's own state (closed_, keep_alive_) may change meanwhile (a drain) and is read
-  // when the socket comes back.
+  // under load, in smaller pieces). Until on_body_elsewhere, only the low-priority thread touches parser_,
+  // buffer_ and the socket; the strand's own state (closed_, keep_alive_) may change meanwhile (a drain:
+  // close() then cancels the read there) and is read when the socket comes back.
   void read_body_elsewhere() {
     stream_.expires_never();  // its timer would close the socket once it is ours again
     beast::error_code ec;
     protocol_ = stream_.socket().local_endpoint(ec).protocol();
     const int fd = ec ? -1 : stream_.socket().release(ec);
     if (ec) return close();
-    net::post(impl_->low_priority_ioc, [self = shared_from_this(), fd] {
-      auto bg = std::make_shared<beast::tcp_stream>(tcp::socket(self->impl_->low_priority_ioc));
-      beast::error_code aec;
-      bg->socket().assign(self->protocol_, fd, aec);
-      if (aec) {
-        ::close(fd);
-        return self->come_back(-1, aec);
-      }
+    auto bg = std::make_shared<beast::tcp_stream>(tcp::socket(impl_->low_priority_ioc));
+    bg->socket().assign(protocol_, fd, ec);
+    if (ec) {
+      ::close(fd);
+      return close();
+    }
+    elsewhere_ = bg;  // close() (a drain) cancels the read through it
+    net::post(impl_->low_priority_ioc, [self = shared_from_this(), bg] {
       bg->expires_after(seconds(self->options_->keep_alive_timeout_s));
       http::async_read(*bg, self->buffer_, *self->parser_, [self, bg](beast::error_code rec, size_t) {
         bg->expires_never();
@@ -281,6 +281,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   }
 
   void on_body_elsewhere(int fd, beast::error_code ec) {
+    elsewhere_.reset();
     if (fd < 0) return close();
     if (closed_) {  // closed meanwhile (a drain): the socket is ours to close
       ::close(fd);
@@ -435,6 +436,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void close() {
     if (closed_) return;
     closed_ = true;
+    if (auto bg_stream = elsewhere_.lock()) {  // the body is read on the low-priority thread: stop that read
+      net::post(impl_->low_priority_ioc, [bg = std::move(bg_stream)] {
+        beast::error_code ignored;
+        bg->socket().cancel(ignored);
+      });
+    }
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.socket().close(ignored);
@@ -458,6 +465,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool keep_alive_ = true, streaming_ = false, closed_ = false, lingering_ = false;
   bool http10_ = false, head_ = false;  // of the current request
   tcp::endpoint::protocol_type protocol_ = tcp::v4();  // of the socket, while its body is read elsewhere
+  // The socket meanwhile, on the low-priority reactor. Weak: the read's handler owns it, so it never outlives
+  // the low-priority io_context (destroyed before the io threads' one).
+  std::weak_ptr<beast::tcp_stream> elsewhere_;
 };
 
 // ---------------------------------------------------------------------------------------------------------
