@@ -115,6 +115,29 @@ def test_large_body_is_read_off_the_io_threads(server):
     assert io < 1.5 and bg > io, (io, bg)
 
 
+def test_oversized_body_is_drained_off_the_io_threads(server):
+    """A 20 MB body past --max-body-bytes (8 MiB) is answered 413 from its headers; the lingering close then
+    reads and drops what the client still sends so that it reads the answer (no reset). That drain ran on
+    the io thread, 4 KiB at a time: 37 ms of its CPU per such body. Now 64 KiB there, the rest on the nice
+    +10 thread."""
+    pid = server.proc.pid
+    body = b" " * (20 << 20)
+    io0 = server_thread_cpu_ms(pid, "xi-http-io")
+    for _ in range(3):
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        try:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        except OSError:
+            pass
+        status, data = read_response(sock)
+        sock.close()
+        assert_openai_error(data, status, 413, "exceeds the limit")
+    io = (server_thread_cpu_ms(pid, "xi-http-io") - io0) / 3
+    print(f"20 MB body past the limit: {io:.2f} ms of io-thread CPU each")
+    assert io < 5.0, io
+
+
 def test_bodies_read_elsewhere_keep_the_connection(server, model_name):
     """The socket comes back to its io thread after a body read on the low-priority thread: on one keep-alive
     connection a large body, a small request, a chunked body, `Expect: 100-continue` with a large body, then a
