@@ -9,7 +9,9 @@
 // HttpExchange methods may be called from any thread (they dispatch to the connection's strand); writes are
 // queued, never waited for, so an engine callback that posts output never blocks on a slow client.
 // Limits: body size (413), open connections (503 to the ones past the limit), idle keep-alive and
-// header-read timeout, write timeout (a client that stops reading is dropped).
+// header-read timeout, write timeout (a client that stops reading is dropped). A connection that closes
+// lingers (reads and drops what the client still sends, up to 5 s, so that it reads the answer): 64 KiB
+// on its io thread, the rest on the low-priority thread.
 // HTTP/1.1 (RFC 9110/9112): HEAD responses carry headers only; `Expect: 100-continue` is answered with
 // `100 Continue` before the body is read; a Transfer-Encoding other than chunked, or a 1.1 request without
 // Host, is a 400 and the connection closes; HTTP/1.0 clients get one response per connection, a streamed
