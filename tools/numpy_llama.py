@@ -62,10 +62,11 @@ def inv_frequencies(config: dict, hd: int) -> np.ndarray:
     return np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
 
 
-def llama_forward(c: dict, w: dict, ids, lin=None) -> np.ndarray:
+def llama_forward(c: dict, w: dict, ids, lin=None, kv=None) -> np.ndarray:
     """ids [T] at positions 0..T-1 -> logits [T, V], float64. w: name -> float64 weights (HF names).
     lin(x, module) -> y replaces the linears (module e.g. "model.layers.0.self_attn.q_proj"); the default is
-    x W^T (+ bias where the checkpoint has one)."""
+    x W^T (+ bias where the checkpoint has one). kv(k, v, layer) -> (k, v), when given, replaces what attention
+    reads of the rotated k and of v ([T, kv_heads, head_dim] each; e.g. a fake-quantized KV cache)."""
     nh, nkv, eps = c["num_attention_heads"], c["num_key_value_heads"], c["rms_norm_eps"]
     hd = c.get("head_dim") or c["hidden_size"] // nh
     T = len(ids)
@@ -92,6 +93,8 @@ def llama_forward(c: dict, w: dict, ids, lin=None) -> np.ndarray:
         k = lin(h, p + "self_attn.k_proj").reshape(T, nkv, hd)
         v = lin(h, p + "self_attn.v_proj").reshape(T, nkv, hd)
         q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
+        if kv is not None:
+            k, v = kv(k, v, layer)
         k, v = np.repeat(k, nh // nkv, axis=1), np.repeat(v, nh // nkv, axis=1)
         s = np.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd) + mask
         s = np.exp(s - s.max(-1, keepdims=True))

@@ -48,7 +48,24 @@ class Llama:
 
     def forward(self, ids) -> np.ndarray:
         """ids [T] at positions 0..T-1 -> logits [T, V], float64."""
-        return numpy_llama.llama_forward(self.c, self.w, ids)
+        return numpy_llama.llama_forward(self.c, self.w, ids, kv=getattr(self, "kv", None))
+
+
+def e4m3(x: np.ndarray) -> np.ndarray:
+    """The nearest OCP FP8 E4M3FN value (3 mantissa bits, exponent bias 7, subnormals below 2^-6 in steps of
+    2^-9, largest finite 448), ties to even, saturating at +-448: from the OCP 8-bit floating point spec."""
+    a = np.abs(x)
+    e = np.floor(np.log2(np.maximum(a, 2.0 ** -6)))  # binade; the subnormals share the step of 2^-6's
+    step = 2.0 ** (e - 3)
+    return np.sign(x) * np.minimum(np.round(a / step) * step, 448.0)  # np.round: half to even
+
+
+class Fp8KvLlama(Llama):
+    """The reference with an FP8 KV cache: attention reads e4m3(k / scale) * scale and e4m3(v / scale) * scale."""
+
+    def __init__(self, model_dir: pathlib.Path, scale: float):
+        super().__init__(model_dir)
+        self.kv = lambda k, v, layer: (e4m3(k / scale) * scale, e4m3(v / scale) * scale)
 
 
 def log_softmax(z: np.ndarray) -> np.ndarray:
@@ -59,7 +76,7 @@ def log_softmax(z: np.ndarray) -> np.ndarray:
 def guide_ppl(model: Llama, ids: list[int], ctx: int, stride: int, reference: Llama | None = None) -> dict:
     """The perplexity guide's loop; with `reference`: mean KL(p_ref || p) and top-1 agreement on the same
     scored labels."""
-    seq_len, prev_end, nll_sum, n_scored, windows, kl_sum, agree = len(ids), 0, 0.0, 0, 0, 0.0, 0
+    seq_len, prev_end, nll_sum, n_scored, windows, kl_sum, agree, ref_nll = len(ids), 0, 0.0, 0, 0, 0.0, 0, 0.0
     for begin in range(0, seq_len, stride):
         end = min(begin + ctx, seq_len)
         trg_len = end - prev_end
@@ -76,12 +93,13 @@ def guide_ppl(model: Llama, ids: list[int], ctx: int, stride: int, reference: Ll
             lr = log_softmax(reference.forward(window))[:-1]
             kl_sum += (np.exp(lr[rows]) * (lr[rows] - lp[rows])).sum()
             agree += int((lr[rows].argmax(-1) == lp[rows].argmax(-1)).sum())
+            ref_nll -= lr[rows, shifted[rows]].sum()
         prev_end = end
         if end == seq_len:
             break
     out = dict(ppl=math.exp(nll_sum / n_scored), nll_sum=nll_sum, tokens_scored=n_scored, windows=windows)
     if reference is not None:
-        out.update(kl=kl_sum / n_scored, top1=agree / n_scored)
+        out.update(kl=kl_sum / n_scored, top1=agree / n_scored, reference_ppl=math.exp(ref_nll / n_scored))
     return out
 
 
@@ -210,8 +228,28 @@ def test_reference_other_model_same_tokenizer(xinfer_bin, tmp_path, shakespeare,
     assert_matches(got, want, 160, 70)
     assert want["kl"] > 0.5  # a random model against a trained one: far apart
     assert got["kl"] == pytest.approx(want["kl"], rel=REL)
+    assert got["reference_ppl"] == pytest.approx(want["reference_ppl"], rel=REL)
     n = got["tokens_scored"]
     assert abs(got["top1"] - want["top1"]) <= 1.0 / n + 1e-12  # one near-tie may flip between f32 and f64
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.03])
+def test_fp8_kv_cache_matches_an_e4m3_emulation(xinfer_bin, tmp_path, shakespeare, scale):
+    """--kv-cache-dtype fp8 (docs/kv_cache.md) against the float64 reference whose attention reads the
+    e4m3-rounded rotated k and v (OCP E4M3FN from its definition, above): ppl, and KL / top-1 against the
+    model's own float cache as --reference (the reference's ppl is the float model's)."""
+    text = shakespeare[:1500]
+    ids = hf_ids(BUNDLED, text)[:300]
+    want = guide_ppl(Fp8KvLlama(BUNDLED, scale), ids, 128, 64, reference=Llama(BUNDLED))
+    plain = guide_ppl(Llama(BUNDLED), ids, 128, 64)
+    got = eval_json(xinfer_bin, tmp_path, text, "--model", BUNDLED, "--reference", BUNDLED, "--ctx", 128,
+                    "--stride", 64, "--max-tokens", 300, "--kv-cache-dtype", "fp8", "--kv-cache-scale", scale)
+    assert_matches(got, want, 128, 64)
+    assert got["reference_ppl"] == pytest.approx(plain["ppl"], rel=REL)
+    assert got["kl"] == pytest.approx(want["kl"], rel=1e-2, abs=1e-6)  # a small difference of two models
+    assert want["kl"] > 0 and abs(want["ppl"] / plain["ppl"] - 1) < 0.05  # e4m3 moves it, a little
+    n = got["tokens_scored"]
+    assert abs(got["top1"] - want["top1"]) <= 2.0 / n + 1e-12
 
 
 def test_human_summary(xinfer_bin, tmp_path, shakespeare):

@@ -15,6 +15,9 @@
 // position p of a sequence lives in block block_table[p / block_size], row p % block_size; its flat slot
 // is block_id * block_size + p % block_size. Block 0 may be the null block (never written by live
 // sequences).
+// The blocks hold the activation dtype, or FP8 E4M3 (--kv-cache-dtype fp8, where supports_kv_cache_dtype()):
+// rope_kv_write stores e4m3(x / scale) (round to nearest even, saturated to +-448) and attention reads
+// e4m3 * scale, with one scale per layer for K and one for V (LayerKvCache::k_scale / v_scale).
 #pragma once
 
 #include <cstddef>
@@ -88,16 +91,22 @@ struct KvCacheSpec {
   int num_kv_heads = 0;
   int head_dim = 0;
   DType dtype = DType::kF32;
+  // FP8 caches: per-layer dequantization scales (x = e4m3 * scale), [num_layers] each, or empty (1.0).
+  std::vector<float> k_scales = {}, v_scales = {};
   size_t bytes_per_block() const {  // K and V of one block across all layers
     return 2 * static_cast<size_t>(num_layers) * dtype_bytes(dtype, static_cast<size_t>(num_kv_heads) *
                                                                          block_size * head_dim);
   }
 };
 
-// One layer's cache: k, v: [num_blocks, num_kv_heads, block_size, D].
+// One layer's cache: k, v: [num_blocks, num_kv_heads, block_size, D]. In an FP8 (e4m3) cache an element
+// stands for e4m3 * k_scale (K) or e4m3 * v_scale (V); the scales are unused for other dtypes.
 struct LayerKvCache {
   TensorView k;
   TensorView v;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
+  bool fp8() const { return k.dtype == DType::kFP8E4M3; }
 };
 
 // The whole KV cache: per-layer views plus the buffers that own them.
@@ -235,17 +244,25 @@ class Backend {
   }
   // Copies the plan's arrays to device memory; returns views of them.
   virtual StepMeta upload_step(const StepPlan& plan) = 0;
-  // K and V for every layer, each [num_blocks, num_kv_heads, block_size, D] in the activation dtype.
+  // Whether rope_kv_write and the attention ops read and write a KV cache of dtype `d`: the activation
+  // dtype everywhere; backends that implement the FP8 cache add kFP8E4M3.
+  virtual bool supports_kv_cache_dtype(DType d) const { return d == info().activation_dtype; }
+  // K and V for every layer, each [num_blocks, num_kv_heads, block_size, D] in spec.dtype (the activation
+  // dtype, or one supports_kv_cache_dtype() accepts), with spec's per-layer scales.
   KvCache allocate_kv_cache(const KvCacheSpec& spec) {
-    XI_CHECK(spec.dtype == info().activation_dtype)
-        << info().name << ": KV cache must be " << dtype_name(info().activation_dtype) << ", got "
-        << dtype_name(spec.dtype);
+    XI_CHECK(supports_kv_cache_dtype(spec.dtype))
+        << info().name << ": no KV cache in " << dtype_name(spec.dtype) << " (its attention reads "
+        << dtype_name(info().activation_dtype) << ")";
+    XI_CHECK(spec.k_scales.empty() || static_cast<int>(spec.k_scales.size()) == spec.num_layers);
+    XI_CHECK(spec.v_scales.empty() || static_cast<int>(spec.v_scales.size()) == spec.num_layers);
     KvCache cache;
     const Shape shape{spec.num_blocks, spec.num_kv_heads, spec.block_size, spec.head_dim};
     for (int l = 0; l < spec.num_layers; ++l) {
       DeviceTensor k = allocate(spec.dtype, shape);
       DeviceTensor v = allocate(spec.dtype, shape);
-      cache.layers.push_back({k.view, v.view});
+      const auto li = static_cast<size_t>(l);
+      cache.layers.push_back({k.view, v.view, spec.k_scales.empty() ? 1.0f : spec.k_scales[li],
+                              spec.v_scales.empty() ? 1.0f : spec.v_scales[li]});
       cache.buffers.push_back(std::move(k.buffer));
       cache.buffers.push_back(std::move(v.buffer));
     }

@@ -17,7 +17,10 @@ void EngineFlags::add_to(FlagSet& flags) {
             "memory for KV-cache blocks on the CPU backend (host RAM), e.g. 512MiB, 4GiB");
   flags.add("--kv-cache-dtype", &kv_cache_dtype,
             "dtype of the KV cache: auto (the activation dtype: f32 on cpu, bf16 on cuda), bf16, fp16, f32 or "
-            "fp8 (fp8 comes with the quantized CUDA kernels)");
+            "fp8 (alias fp8_e4m3: 1 byte per element, twice the blocks of bf16; cpu and cuda)");
+  flags.add("--kv-cache-scale", &config.kv_cache_scale,
+            "fp8 KV cache: dequantization scale of K and V in every layer (stored e4m3(x / scale)); 0 = the "
+            "checkpoint's self_attn.k_scale / v_scale tensors where present, else 1.0");
   flags.add("--gpu-memory-utilization", &config.gpu_memory_utilization,
             "CUDA backend: fraction of device memory for weights, activations and KV cache (the KV cache gets "
             "what is left)");

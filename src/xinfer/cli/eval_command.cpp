@@ -94,7 +94,7 @@ Status validate_tp(const std::vector<model::ModelConfig>& configs, int tp_size, 
 // device r), prepared as the Engine does, with windows of ctx tokens in chunks of `chunk`.
 Result<LoadedModel> load_windows(const std::string& path, const model::ModelConfig& mc, backend::Backend& backend,
                                  engine::BackendKind kind, int tp_size, int rank_threads, int ctx, int chunk,
-                                 int block_size, bool progress) {
+                                 int block_size, bool progress, const engine::KvCacheSettings* kv = nullptr) {
   model::LoadOptions opts;
   opts.max_tokens = chunk;
   opts.max_logit_rows = chunk;  // every row of a chunk may be scored
@@ -115,7 +115,8 @@ Result<LoadedModel> load_windows(const std::string& path, const model::ModelConf
                                    XI_RETURN_IF_ERROR(prepare(*b, rank));
                                    return b;
                                  }));
-  lm.windows = std::make_unique<engine::WindowLogits>(*lm.tp.model, backend, ctx, chunk, block_size, lm.tp.group.get());
+  lm.windows =
+      std::make_unique<engine::WindowLogits>(*lm.tp.model, backend, ctx, chunk, block_size, lm.tp.group.get(), kv);
   if (lm.tp.group) lm.tp.group->allocate_kv(lm.windows->kv_spec());
   return lm;
 }
@@ -126,6 +127,8 @@ int run_ppl(int argc, char** argv) {
   int64_t max_tokens = 0;
   std::optional<int64_t> stride_flag;  // unset: ctx
   bool as_json = false, progress = true, add_special = true;
+  std::string kv_cache_dtype = "auto";
+  float kv_cache_scale = 0.0f;
   FlagSet flags(
       "xinfer eval ppl",
       "Perplexity of a model on a text: windows of --ctx tokens advancing by --stride, each run from an\n"
@@ -153,6 +156,10 @@ int run_ppl(int argc, char** argv) {
   flags.add("--json", &as_json, "print one JSON object on stdout instead of the summary");
   flags.add("--prefill-chunk", &prefill_chunk, "most tokens per forward step (a window runs in such chunks)");
   flags.add("--block-size", &block_size, "KV-cache block size in tokens");
+  flags.add("--kv-cache-dtype", &kv_cache_dtype,
+            "--model's KV cache: auto (the activation dtype) or fp8 (e4m3; --reference keeps auto), as serve");
+  flags.add("--kv-cache-scale", &kv_cache_scale,
+            "fp8 KV cache scale of K and V (0 = the checkpoint's k_scale / v_scale, else 1.0), as serve");
   flags.add("--threads", &threads, "CPU backend threads; 0 = all cores");
   flags.add("--tensor-parallel-size", &tensor_parallel_size,
             "split each model over this many ranks (cpu: threads sharing --threads; cuda: GPUs 0..N-1); must "
@@ -237,13 +244,18 @@ int run_ppl(int argc, char** argv) {
   auto backend_or = engine::create_backend(*kind, rank_threads);
   if (!backend_or.ok()) return fail(backend_or.status());
   backend::Backend& backend = **backend_or;
+  auto kv_dtype = engine::parse_kv_cache_dtype(kv_cache_dtype);
+  if (!kv_dtype.ok()) return fail(kv_dtype.status());
+  auto kv = engine::resolve_kv_cache(*kv_dtype, kv_cache_scale, model_path, configs[0].num_layers, true, backend);
+  if (!kv.ok()) return fail(kv.status());
+  if (*kv_dtype != engine::KvCacheDtype::kAuto) XI_LOG(INFO) << "model: KV cache " << kv->to_string();
 
   const int chunk = std::min(prefill_chunk, ctx);
   const auto t_load = Clock::now();
   std::vector<LoadedModel> models;
   for (size_t i = 0; i < paths.size(); ++i) {
     auto lm = load_windows(paths[i], configs[i], backend, *kind, tensor_parallel_size, rank_threads, ctx, chunk,
-                           block_size, progress);
+                           block_size, progress, i == 0 ? &*kv : nullptr);
     if (!lm.ok()) return fail(lm.status());
     XI_LOG(INFO) << (i == 0 ? "model: " : "reference: ") << lm->tp.model->config().to_string() << " on "
                  << backend.info().name << (tensor_parallel_size > 1 ? ", tensor_parallel_size " +
@@ -285,6 +297,7 @@ int run_ppl(int argc, char** argv) {
       j["reference"] = reference_path;
       j["kl"] = res->mean_kl();
       j["top1"] = res->top1();
+      j["reference_ppl"] = res->reference_ppl();
     }
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -295,8 +308,8 @@ int run_ppl(int argc, char** argv) {
                 static_cast<long long>(res->windows), static_cast<long long>(res->tokens_scored));
     std::printf("ppl %.6f  (mean nll %.6f nats, nll sum %.4f)\n", res->ppl(), res->mean_nll(), res->nll_sum);
     if (res->has_reference)
-      std::printf("vs reference %s: mean KL(ref || model) %.6g nats, top-1 agreement %.4f%%\n",
-                  reference_path.c_str(), res->mean_kl(), 100.0 * res->top1());
+      std::printf("vs reference %s: mean KL(ref || model) %.6g nats, top-1 agreement %.4f%%, reference ppl %.6f\n",
+                  reference_path.c_str(), res->mean_kl(), 100.0 * res->top1(), res->reference_ppl());
     std::printf("%.2f s (%.1f scored tokens/s), load %.2f s\n", run_s,
                 run_s > 0 ? static_cast<double>(res->tokens_scored) / run_s : 0.0, load_s);
   }

@@ -167,9 +167,11 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
   backend::Backend& be = *bundle.backend;
 
   sched::SchedulerConfig& sc = config.scheduler;
-  XI_ASSIGN_OR_RETURN(const DType kv_dtype, resolve_kv_cache_dtype(config.kv_cache_dtype, be.info().activation_dtype,
-                                                               be.info().name));
-  backend::KvCacheSpec spec{mc.num_layers, 0, sc.block_size, shard0.num_kv_heads, mc.head_dim, kv_dtype};
+  XI_ASSIGN_OR_RETURN(const KvCacheSettings kv_settings,
+                      resolve_kv_cache(config.kv_cache_dtype, config.kv_cache_scale, config.model_dir, mc.num_layers,
+                                       !dummy, be));
+  backend::KvCacheSpec spec{mc.num_layers, 0, sc.block_size, shard0.num_kv_heads, mc.head_dim, kv_settings.dtype};
+  kv_settings.apply_to(spec);
   const size_t bytes_per_block = spec.bytes_per_block();
   model::LoadOptions load;
   load.max_tokens = sc.max_num_batched_tokens;
@@ -206,14 +208,14 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
     // backend runs them), this rank's share.
     const size_t weights_estimate = static_cast<size_t>(
         static_cast<double>(model::planned_weight_bytes(
-            config.model_dir, mc, spec.dtype, [&](const quant::WeightFormat& f) { return be.supports(f); })) *
+            config.model_dir, mc, before.activation_dtype, [&](const quant::WeightFormat& f) { return be.supports(f); })) *
         static_cast<double>(shard0.parameter_count(mc)) / static_cast<double>(model::LlamaModel::parameter_count(mc)));
     const double usable = config.gpu_memory_utilization * static_cast<double>(before.total_memory) -
                           static_cast<double>(before.total_memory - before.free_memory);
     if (static_cast<double>(weights_estimate) > usable)
       return invalid_argument(
           "model " + config.model_dir + " needs " + std::to_string(gib(weights_estimate)) + " GiB of " +
-          (mc.quantization.quantized() ? mc.quantization.to_string() : std::string(dtype_name(spec.dtype))) +
+          (mc.quantization.quantized() ? mc.quantization.to_string() : std::string(dtype_name(before.activation_dtype))) +
           " weights (" + std::to_string(model::LlamaModel::parameter_count(mc)) +
           " parameters) but " + before.name + " has " + std::to_string(gib(before.total_memory)) +
           " GiB, of which gpu_memory_utilization " + std::to_string(config.gpu_memory_utilization) +
@@ -295,7 +297,7 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
                << " GiB, activations/workspaces/context " << gib(plan.other_bytes) << " GiB, CUDA graphs (reserve) "
                << gib(plan.graph_reserve_bytes) << " GiB, KV cache "
                << gib(plan.kv_bytes) << " GiB = " << sc.num_blocks - 1 << " blocks x " << bytes_per_block
-               << " bytes = " << plan.kv_tokens << " tokens of " << dtype_name(spec.dtype)
+               << " bytes = " << plan.kv_tokens << " tokens of " << kv_settings.to_string()
                << (plan_memory ? " (gpu_memory_utilization " + std::to_string(config.gpu_memory_utilization) +
                                      " of " + std::to_string(gib(plan.total_bytes)) + " GiB)"
                                : std::string(" (kv_cache_memory)"));

@@ -39,6 +39,9 @@ struct EngineConfig {
   int max_model_len = 0;                 // prompt + output per sequence; 0: see above
   // dtype of the KV blocks (kv_cache_dtype.h; `--kv-cache-dtype`): auto = the activation dtype.
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
+  // FP8 KV cache: the dequantization scale of K and V in every layer (`--kv-cache-scale`); 0: the
+  // checkpoint's k_scale / v_scale tensors where present, else 1.0 (kv_cache_dtype.h).
+  float kv_cache_scale = 0.0f;
   int max_waiting = 4096;                // queued requests beyond this -> RESOURCE_EXHAUSTED
   bool show_progress = false;            // progress bar while converting weights
   // Decode-only steps run as recorded CUDA graphs per batch bucket (ModelRunner); false: always eager

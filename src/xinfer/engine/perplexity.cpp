@@ -69,8 +69,12 @@ double PerplexityResult::ppl() const {
   return std::exp(mean_nll());
 }
 
+double PerplexityResult::reference_ppl() const {
+  return std::exp(tokens_scored ? ref_nll_sum / static_cast<double>(tokens_scored) : 0.0);
+}
+
 WindowLogits::WindowLogits(model::LlamaModel& model, backend::Backend& backend, int ctx, int chunk,
-                           int block_size, StepFollowers* followers)
+                           int block_size, StepFollowers* followers, const KvCacheSettings* kv)
     : model_(model), backend_(backend), ctx_(ctx), chunk_(chunk), block_size_(block_size), followers_(followers) {
   XI_CHECK_GT(chunk, 0);
   XI_CHECK_GT(block_size, 0);
@@ -81,6 +85,7 @@ WindowLogits::WindowLogits(model::LlamaModel& model, backend::Backend& backend, 
   const int blocks = (ctx + block_size - 1) / block_size;
   spec_ = backend::KvCacheSpec{cfg.num_layers,           blocks + 1,   block_size,
                                model.shard().num_kv_heads, cfg.head_dim, backend.info().activation_dtype};
+  if (kv != nullptr) kv->apply_to(spec_);
   kv_ = backend.allocate_kv_cache(spec_);
   for (int b = 1; b <= blocks; ++b) block_table_.push_back(b);
 }
@@ -160,6 +165,7 @@ Result<PerplexityResult> evaluate_perplexity(WindowLogits& model, WindowLogits* 
                        : std::span(recorded_reference->rows)
                              .subspan(static_cast<size_t>(res.tokens_scored - 1) * V, static_cast<size_t>(V));
           res.kl_sum += kl_divergence(ref, row);
+          res.ref_nll_sum -= token_logprob(ref, tokens[static_cast<size_t>(target)]);
           res.top1_agree += argmax_first(ref) == argmax_first(row) ? 1 : 0;
         }
       }

@@ -25,6 +25,7 @@
 
 #include "xinfer/backend/backend.h"
 #include "xinfer/core/status.h"
+#include "xinfer/engine/kv_cache_dtype.h"
 #include "xinfer/engine/step_followers.h"
 #include "xinfer/model/llama.h"
 
@@ -54,8 +55,9 @@ int32_t argmax_first(std::span<const float> logits);
 // chunk's plan too.
 class WindowLogits {
  public:
+  // kv: the KV cache's dtype and scales (resolve_kv_cache()); nullptr: the activation dtype.
   WindowLogits(model::LlamaModel& model, backend::Backend& backend, int ctx, int chunk, int block_size,
-               StepFollowers* followers = nullptr);
+               StepFollowers* followers = nullptr, const KvCacheSettings* kv = nullptr);
 
   int vocab_size() const { return model_.config().vocab_size; }
   int chunk() const { return chunk_; }
@@ -89,6 +91,7 @@ struct PerplexityResult {
   int64_t windows = 0;
   bool has_reference = false;
   double kl_sum = 0;       // sum over scored positions of KL(p_ref || p)
+  double ref_nll_sum = 0;  // sum over scored tokens of -log p_ref(token) (with a reference)
   int64_t top1_agree = 0;  // scored positions where argmax p == argmax p_ref
   // With keep_token_logprobs: [num_tokens], log p(token t | its window's context) for scored t, NaN for the
   // others (token 0, and with stride == ctx each window's first token).
@@ -97,6 +100,7 @@ struct PerplexityResult {
   double mean_nll() const { return tokens_scored ? nll_sum / static_cast<double>(tokens_scored) : 0.0; }
   double ppl() const;
   double mean_kl() const { return tokens_scored ? kl_sum / static_cast<double>(tokens_scored) : 0.0; }
+  double reference_ppl() const;  // exp(ref_nll_sum / tokens_scored)
   double top1() const { return tokens_scored ? static_cast<double>(top1_agree) / tokens_scored : 0.0; }
 };
 

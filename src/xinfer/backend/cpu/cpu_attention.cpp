@@ -6,6 +6,10 @@
 // the weighted sum of V in double. The AVX2+FMA path (when quant::simd_enabled(), i.e. the CPU has it and
 // XINFER_QUANT_PORTABLE is not set) computes the same quantities with 8-lane f32 dot products and 4-lane
 // double accumulation; only the summation order differs from the portable loops.
+//
+// FP8 (e4m3) caches: each K / V row is first dequantized to f32, element = to_float(e4m3) * scale (one f32
+// multiply, through a 256-entry table per layer), then used exactly as an f32 row: the result equals
+// attention over the dequantized cache in f32.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -71,6 +75,25 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
   const int64_t block_size = cache.k.shape[2];
   XI_CHECK_EQ(cache.k.shape[1], num_kv_heads);
   XI_CHECK_EQ(cache.k.shape[3], head_dim);
+  const bool fp8 = cache.fp8();
+  XI_CHECK(fp8 || cache.k.dtype == DType::kF32) << "cpu: KV cache in " << dtype_name(cache.k.dtype);
+  // fp8: the dequantized value of each code, for K and for V.
+  float k_lut[256], v_lut[256];
+  if (fp8)
+    for (int c = 0; c < 256; ++c) {
+      const float x = to_float(fp8_e4m3{static_cast<uint8_t>(c)});
+      k_lut[c] = x * cache.k_scale;
+      v_lut[c] = x * cache.v_scale;
+    }
+  // Row j of KV head kvh of cache `which` as f32: the cache's own memory (f32), or dequantized into `buf`.
+  auto cache_row = [&](const TensorView& which, const float* lut, const int32_t* table, int kvh, int j,
+                       float* buf) -> const float* {
+    const int64_t off = ((static_cast<int64_t>(table[j / block_size]) * num_kv_heads + kvh) * block_size + j % block_size) * head_dim;
+    if (!fp8) return which.as<float>() + off;
+    const uint8_t* src = static_cast<const uint8_t*>(which.data) + off;
+    for (int d = 0; d < head_dim; ++d) buf[d] = lut[src[d]];
+    return buf;
+  };
 
   // Which sequence each token belongs to.
   std::vector<int32_t> seq_of(static_cast<size_t>(step.num_tokens));
@@ -89,6 +112,7 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
   pool_->parallel_for(0, tasks, [&](int64_t b, int64_t e) {
     std::vector<float> scores;
     std::vector<double> acc(static_cast<size_t>(head_dim));
+    std::vector<float> row_buf(static_cast<size_t>(head_dim));
     for (int64_t task = b; task < e; ++task) {
       const int64_t t = task / num_heads;
       const int h = static_cast<int>(task % num_heads);
@@ -103,8 +127,7 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
       scores.resize(static_cast<size_t>(n));
       float max_score = -INFINITY;
       for (int j = 0; j < n; ++j) {
-        const int64_t block = table[j / block_size];
-        const float* k = cache.k.as<float>() + ((block * num_kv_heads + kvh) * block_size + j % block_size) * head_dim;
+        const float* k = cache_row(cache.k, k_lut, table, kvh, j, row_buf.data());
         const float sc = dot(q, k, head_dim) * scale;
         scores[static_cast<size_t>(j)] = sc;
         max_score = std::max(max_score, sc);
@@ -114,8 +137,7 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
       for (int j = 0; j < n; ++j) {
         const double p = std::exp(static_cast<double>(scores[static_cast<size_t>(j)] - max_score));
         denom += p;
-        const int64_t block = table[j / block_size];
-        const float* v = cache.v.as<float>() + ((block * num_kv_heads + kvh) * block_size + j % block_size) * head_dim;
+        const float* v = cache_row(cache.v, v_lut, table, kvh, j, row_buf.data());
         axpy(p, v, acc.data(), head_dim);
       }
       float* o = out.as<float>() + t * static_cast<int64_t>(num_heads) * head_dim + static_cast<int64_t>(h) * head_dim;

@@ -145,6 +145,9 @@ void CpuBackend::rope_kv_write(const backend::StepMeta& step, const TensorView& 
   const int half = head_dim / 2;
   const int64_t block_size = cache.k.shape[2];
   const int64_t max_pos = cos_sin.shape[0];
+  const bool fp8 = cache.fp8();
+  XI_CHECK(fp8 || cache.k.dtype == DType::kF32) << "cpu: KV cache in " << dtype_name(cache.k.dtype);
+  XI_CHECK(!fp8 || (cache.k_scale > 0 && cache.v_scale > 0)) << "fp8 KV cache scales must be positive";
   pool_->parallel_for(0, step.num_tokens, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       const int32_t pos = step.positions[t];
@@ -166,6 +169,15 @@ void CpuBackend::rope_kv_write(const backend::StepMeta& step, const TensorView& 
       const float* v = k + static_cast<int64_t>(num_kv_heads) * head_dim;
       for (int h = 0; h < num_kv_heads; ++h) {
         const int64_t dst = ((block * num_kv_heads + h) * block_size + offset) * head_dim;
+        if (fp8) {  // e4m3(x / scale): the division as the GPU kernels do it, then round to nearest even
+          auto* kd = static_cast<fp8_e4m3*>(cache.k.data) + dst;
+          auto* vd = static_cast<fp8_e4m3*>(cache.v.data) + dst;
+          for (int d = 0; d < head_dim; ++d) {
+            kd[d] = to_fp8_e4m3(k[h * head_dim + d] / cache.k_scale);
+            vd[d] = to_fp8_e4m3(v[h * head_dim + d] / cache.v_scale);
+          }
+          continue;
+        }
         std::memcpy(cache.k.as<float>() + dst, k + h * head_dim, sizeof(float) * static_cast<size_t>(head_dim));
         std::memcpy(cache.v.as<float>() + dst, v + h * head_dim, sizeof(float) * static_cast<size_t>(head_dim));
       }

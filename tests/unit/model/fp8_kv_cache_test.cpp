@@ -1,0 +1,315 @@
+// The FP8 (e4m3) KV cache on the CPU backend, the oracle of the CUDA kernels (tests/gpu/kv_fp8_*):
+//  - core/dtype.h's e4m3 conversions against ml_dtypes' float8_e4m3fn (tests/golden/e4m3, written by
+//    tools/make_e4m3_golden.py): all 256 codes decoded, and the saturating round-to-nearest-even encoding
+//    of every code value, every midpoint between neighbours (ties), one f32 ulp either side, signed zeros
+//    and values past 448;
+//  - rope_kv_write into an FP8 cache stores e4m3(x / scale) of what it stores into an f32 cache, nothing else;
+//  - paged_attention over an FP8 cache equals, bit for bit, paged_attention over the f32 cache holding the
+//    dequantized values code * scale (the definition of the cache's contents), on mixed prefill / decode
+//    steps with GQA, cached prefixes, block sizes 1, 4 and 16;
+//  - the transformers goldens with an FP8 cache (scales 1.0 and 0.05): prompt logits near the golden's f32 ones
+//    (e4m3's 3 mantissa bits: a few % relative L2 on these tiny random models) and greedy generation,
+//    teacher-forced on the golden's tokens, mostly the golden's tokens (printed: tokens that agree).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "xinfer/backend/cpu/cpu_backend.h"
+#include "xinfer/engine/model_runner.h"
+#include "xinfer/model/llama.h"
+#include "xinfer/model/safetensors.h"
+
+namespace xinfer {
+namespace {
+
+std::string source_dir() {
+  const char* src = std::getenv("XINFER_SOURCE_DIR");
+  return src ? src : ".";
+}
+
+nlohmann::json e4m3_golden() {
+  std::ifstream in(source_dir() + "/tests/golden/e4m3/e4m3_ml_dtypes.json");
+  EXPECT_TRUE(in.good()) << "tests/golden/e4m3/e4m3_ml_dtypes.json";
+  return nlohmann::json::parse(in);
+}
+
+TEST(E4m3Reference, EveryCodeDecodesAsMlDtypes) {
+  const nlohmann::json g = e4m3_golden();
+  ASSERT_EQ(g.at("decode").size(), 256u);
+  for (int c = 0; c < 256; ++c) {
+    const nlohmann::json& want = g.at("decode")[static_cast<size_t>(c)];
+    const float got = to_float(fp8_e4m3{static_cast<uint8_t>(c)});
+    if (want.is_null()) {
+      EXPECT_TRUE(std::isnan(got)) << "code " << c;
+      continue;
+    }
+    EXPECT_EQ(got, want.get<float>()) << "code " << c;
+    EXPECT_EQ(std::signbit(got), std::signbit(want.get<float>())) << "code " << c;
+  }
+}
+
+TEST(E4m3Reference, SaturatingRoundToNearestEvenAsMlDtypes) {
+  const nlohmann::json g = e4m3_golden();
+  ASSERT_GT(g.at("encode").size(), 1000u);
+  int bad = 0;
+  for (const nlohmann::json& e : g.at("encode")) {
+    const auto x = e[0].get<float>();
+    const int want = e[1].get<int>();
+    const int got = to_fp8_e4m3(x).bits;
+    if (got != want && bad++ < 10) ADD_FAILURE() << x << " -> " << got << ", ml_dtypes " << want;
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+// ---- ops ----
+
+struct Seq {
+  int cached, q_len;
+};
+
+// A step over seqs with block tables from a shuffled pool of block ids 1.. (block 0 stays the null block).
+backend::StepPlan make_plan(const std::vector<Seq>& seqs, int block_size, int& total_blocks, std::mt19937& rng) {
+  int needed = 0;
+  for (const Seq& s : seqs) needed += (s.cached + s.q_len + block_size - 1) / block_size;
+  total_blocks = needed + 1;
+  std::vector<int32_t> pool(static_cast<size_t>(needed));
+  std::iota(pool.begin(), pool.end(), 1);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  backend::StepPlan plan;
+  int width = 1;
+  for (const Seq& s : seqs) width = std::max(width, (s.cached + s.q_len + block_size - 1) / block_size);
+  plan.max_blocks_per_seq = width;
+  plan.query_start_loc.push_back(0);
+  size_t next = 0;
+  for (const Seq& s : seqs) {
+    const int len = s.cached + s.q_len;
+    std::vector<int32_t> table(static_cast<size_t>(width), 0);
+    for (int b = 0; b < (len + block_size - 1) / block_size; ++b) table[static_cast<size_t>(b)] = pool[next++];
+    for (int i = 0; i < s.q_len; ++i) {
+      const int pos = s.cached + i;
+      plan.token_ids.push_back(0);
+      plan.positions.push_back(pos);
+      plan.slot_mapping.push_back(table[static_cast<size_t>(pos / block_size)] * block_size + pos % block_size);
+    }
+    plan.block_tables.insert(plan.block_tables.end(), table.begin(), table.end());
+    plan.seq_lens.push_back(len);
+    plan.query_start_loc.push_back(static_cast<int32_t>(plan.token_ids.size()));
+    plan.max_seq_len = std::max(plan.max_seq_len, len);
+  }
+  return plan;
+}
+
+std::vector<float> normals(size_t n, std::mt19937& rng, float stddev = 1.0f) {
+  std::normal_distribution<float> d(0.0f, stddev);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+TensorView host_view(std::vector<float>& v, const Shape& s) { return TensorView{v.data(), DType::kF32, s, Device::kCpu}; }
+
+struct OpCase {
+  const char* name;
+  int hq, hkv, d, block_size;
+  std::vector<Seq> seqs;
+  float k_scale, v_scale;
+};
+
+const std::vector<OpCase>& op_cases() {
+  static const std::vector<OpCase> cases = {
+      {"mixed_gqa4_d16_bs4", 8, 2, 16, 4, {{0, 7}, {32, 1}, {5, 33}, {97, 1}}, 0.05f, 0.02f},
+      {"prefix_gqa1_d64_bs16", 4, 4, 64, 16, {{54, 17}, {0, 1}, {200, 1}}, 1.0f, 1.0f},
+      {"mqa_d32_bs1", 6, 1, 32, 1, {{0, 33}, {53, 1}}, 0.3f, 2.0f},
+  };
+  return cases;
+}
+
+TEST(Fp8KvCpu, AttentionEqualsF32AttentionOnTheDequantizedCache) {
+  cpu::CpuBackend be{cpu::CpuBackendOptions{2}};
+  for (const OpCase& oc : op_cases()) {
+    SCOPED_TRACE(oc.name);
+    std::mt19937 rng(7);
+    int total_blocks = 0;
+    const backend::StepPlan plan = make_plan(oc.seqs, oc.block_size, total_blocks, rng);
+    const int T = plan.num_tokens(), width = (oc.hq + 2 * oc.hkv) * oc.d;
+    const Shape cache_shape{total_blocks, oc.hkv, oc.block_size, oc.d};
+    const auto n = static_cast<size_t>(cache_shape.numel());
+    backend::DeviceTensor k8 = be.allocate(DType::kFP8E4M3, cache_shape), v8 = be.allocate(DType::kFP8E4M3, cache_shape);
+    backend::DeviceTensor kf = be.allocate(DType::kF32, cache_shape), vf = be.allocate(DType::kF32, cache_shape);
+    // Codes of N(0, 1) values quantized with the scales: normal, subnormal and (rarely) saturated codes.
+    const std::vector<float> kx = normals(n, rng), vx = normals(n, rng);
+    for (size_t i = 0; i < n; ++i) {
+      const fp8_e4m3 kc = to_fp8_e4m3(kx[i] / oc.k_scale), vc = to_fp8_e4m3(vx[i] / oc.v_scale);
+      static_cast<fp8_e4m3*>(k8.view.data)[i] = kc;
+      static_cast<fp8_e4m3*>(v8.view.data)[i] = vc;
+      kf.view.as<float>()[i] = to_float(kc) * oc.k_scale;
+      vf.view.as<float>()[i] = to_float(vc) * oc.v_scale;
+    }
+    std::vector<float> qkv = normals(static_cast<size_t>(T) * width, rng);
+    backend::DeviceTensor out8 = be.allocate(DType::kF32, Shape{T, oc.hq * oc.d});
+    backend::DeviceTensor outf = be.allocate(DType::kF32, Shape{T, oc.hq * oc.d});
+    const backend::StepMeta meta = be.upload_step(plan);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(oc.d));
+    be.paged_attention(meta, host_view(qkv, Shape{T, width}), oc.hq, oc.hkv, oc.d, scale,
+                       {k8.view, v8.view, oc.k_scale, oc.v_scale}, out8.view);
+    be.paged_attention(meta, host_view(qkv, Shape{T, width}), oc.hq, oc.hkv, oc.d, scale, {kf.view, vf.view},
+                       outf.view);
+    size_t differ = 0;
+    for (int64_t i = 0; i < out8.view.numel(); ++i)
+      differ += std::memcmp(out8.view.as<float>() + i, outf.view.as<float>() + i, sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0u) << "of " << out8.view.numel();
+  }
+}
+
+TEST(Fp8KvCpu, RopeKvWriteStoresTheScaledE4m3OfTheF32Cache) {
+  cpu::CpuBackend be{cpu::CpuBackendOptions{2}};
+  for (const OpCase& oc : op_cases()) {
+    SCOPED_TRACE(oc.name);
+    std::mt19937 rng(9);
+    int total_blocks = 0;
+    const backend::StepPlan plan = make_plan(oc.seqs, oc.block_size, total_blocks, rng);
+    const int T = plan.num_tokens(), width = (oc.hq + 2 * oc.hkv) * oc.d;
+    const Shape cache_shape{total_blocks, oc.hkv, oc.block_size, oc.d};
+    const int max_pos = *std::max_element(plan.positions.begin(), plan.positions.end()) + 1;
+    std::vector<float> cs(static_cast<size_t>(max_pos) * oc.d);
+    for (int p = 0; p < max_pos; ++p)
+      for (int i = 0; i < oc.d / 2; ++i) {
+        const double a = p * std::pow(10000.0, -2.0 * i / oc.d);
+        cs[static_cast<size_t>(p) * oc.d + i] = static_cast<float>(std::cos(a));
+        cs[static_cast<size_t>(p) * oc.d + oc.d / 2 + i] = static_cast<float>(std::sin(a));
+      }
+    backend::DeviceTensor k8 = be.allocate(DType::kFP8E4M3, cache_shape), v8 = be.allocate(DType::kFP8E4M3, cache_shape);
+    backend::DeviceTensor kf = be.allocate(DType::kF32, cache_shape), vf = be.allocate(DType::kF32, cache_shape);
+    std::vector<float> qkv8 = normals(static_cast<size_t>(T) * width, rng, 3.0f), qkvf = qkv8;
+    const backend::StepMeta meta = be.upload_step(plan);
+    be.rope_kv_write(meta, host_view(qkv8, Shape{T, width}), oc.hq, oc.hkv, oc.d, host_view(cs, Shape{max_pos, oc.d}),
+                     {k8.view, v8.view, oc.k_scale, oc.v_scale});
+    be.rope_kv_write(meta, host_view(qkvf, Shape{T, width}), oc.hq, oc.hkv, oc.d, host_view(cs, Shape{max_pos, oc.d}),
+                     {kf.view, vf.view});
+    EXPECT_EQ(qkv8, qkvf) << "q and k are rotated in place as with an f32 cache";
+    const auto n = static_cast<size_t>(cache_shape.numel());
+    size_t bad = 0, written = 0;
+    for (size_t i = 0; i < n; ++i) {
+      // Unwritten rows stay 0 in both (allocate() zeroes); written rows hold e4m3(x / scale).
+      const uint8_t kc = static_cast<const uint8_t*>(k8.view.data)[i], vc = static_cast<const uint8_t*>(v8.view.data)[i];
+      bad += kc != to_fp8_e4m3(kf.view.as<float>()[i] / oc.k_scale).bits;
+      bad += vc != to_fp8_e4m3(vf.view.as<float>()[i] / oc.v_scale).bits;
+      written += kf.view.as<float>()[i] != 0.0f;
+    }
+    EXPECT_EQ(bad, 0u);
+    EXPECT_EQ(written, static_cast<size_t>(T) * oc.hkv * oc.d);
+  }
+}
+
+// ---- goldens ----
+
+struct Golden {
+  std::vector<std::vector<int32_t>> prompts, greedy;
+  std::vector<std::vector<float>> logits;  // [len * vocab] per prompt
+};
+
+Golden read_golden(const std::string& dir) {
+  auto files = model::WeightFiles::open_file(dir + "/golden.safetensors");
+  Golden g;
+  XI_CHECK(files.ok()) << files.status().to_string();
+  for (int i = 0; files->contains("prompt_" + std::to_string(i)); ++i) {
+    const std::string idx = std::to_string(i);
+    auto ids = [&](const std::string& name) {
+      const TensorView v = *files->get(name);
+      return std::vector<int32_t>(v.as<int32_t>(), v.as<int32_t>() + v.numel());
+    };
+    g.prompts.push_back(ids("prompt_" + idx));
+    g.greedy.push_back(ids("greedy_" + idx));
+    const TensorView l = *files->get("logits_" + idx);
+    g.logits.emplace_back(l.as<float>(), l.as<float>() + l.numel());
+  }
+  return g;
+}
+
+class Fp8KvGoldenTest : public ::testing::TestWithParam<std::string> {};
+
+// The golden's prompt logits vs ours with an FP8 cache (scale 1.0 and 0.05), and greedy generation teacher-forced
+// on the golden's tokens.
+TEST_P(Fp8KvGoldenTest, LogitsAndGreedyTokensNearTheGoldens) {
+  const std::string dir = source_dir() + "/tests/golden/" + GetParam();
+  const Golden g = read_golden(dir);
+  ASSERT_FALSE(g.prompts.empty());
+  cpu::CpuBackend be{cpu::CpuBackendOptions{2}};
+  model::LoadOptions opts;
+  opts.max_tokens = 256;
+  opts.max_logit_rows = 256;
+  opts.show_progress = false;
+  auto m = model::LlamaModel::load(dir, be, opts);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const model::ModelConfig& c = (*m)->config();
+  for (const float kv_scale : {1.0f, 0.05f}) {
+    SCOPED_TRACE("kv scale " + std::to_string(kv_scale));
+    backend::KvCacheSpec spec{c.num_layers, 128, 4, c.num_kv_heads, c.head_dim, DType::kFP8E4M3};
+    spec.k_scales.assign(static_cast<size_t>(c.num_layers), kv_scale);
+    spec.v_scales.assign(static_cast<size_t>(c.num_layers), kv_scale);
+    engine::ModelRunner runner(**m, be, spec);
+    const backend::KvCache prompt_kv = be.allocate_kv_cache(spec);
+    double worst_rel = 0, worst_abs = 0;
+    int tokens = 0, agree = 0;
+    for (size_t p = 0; p < g.prompts.size(); ++p) {
+      std::vector<int32_t> seq = g.prompts[p];
+      std::vector<int32_t> table(64);
+      std::iota(table.begin(), table.end(), 1);
+      // Prompt logits (every row) against the golden's.
+      {
+        engine::SequenceChunk chunk{seq, 0, table, true};
+        backend::StepPlan plan = engine::ModelRunner::plan(std::span(&chunk, 1), 4);
+        plan.logit_rows.resize(seq.size());
+        std::iota(plan.logit_rows.begin(), plan.logit_rows.end(), 0);
+        const TensorView lg = (*m)->forward(be.upload_step(plan), prompt_kv);
+        double err = 0, norm = 0;
+        for (int64_t i = 0; i < lg.numel(); ++i) {
+          const double d = static_cast<double>(lg.as<float>()[i]) - g.logits[p][static_cast<size_t>(i)];
+          err += d * d;
+          norm += static_cast<double>(g.logits[p][static_cast<size_t>(i)]) * g.logits[p][static_cast<size_t>(i)];
+          worst_abs = std::max(worst_abs, std::abs(d));
+        }
+        worst_rel = std::max(worst_rel, std::sqrt(err / norm));
+      }
+      // Greedy: prefill, then one decode per golden token, teacher-forced on the golden's tokens.
+      size_t done = 0;
+      for (size_t i = 0; i < g.greedy[p].size(); ++i) {
+        engine::SequenceChunk chunk{std::span(seq).subspan(done), static_cast<int32_t>(done), table, true};
+        const std::vector<float>& lg = runner.run(std::span(&chunk, 1));
+        done = seq.size();
+        const int got = static_cast<int>(std::max_element(lg.begin(), lg.end()) - lg.begin());
+        ++tokens;
+        agree += got == g.greedy[p][i];
+        seq.push_back(g.greedy[p][i]);
+      }
+    }
+    std::printf("[ fp8 kv ] %-12s scale %.2f: prompt logits rel L2 %.2e (max abs %.2e) vs transformers f32; "
+                "greedy %d / %d tokens as the golden\n",
+                GetParam().c_str(), kv_scale, worst_rel, worst_abs, agree, tokens);
+    // Bounds above what was measured (session 9: 4-7% rel L2 and 50-57 of 60 tokens; llama_tied, whose
+    // logits are the most sensitive of the goldens (the GPU tests' bf16 bound is 5x the others' for it),
+    // 15-19% and 42-45 of 60): a broken cache gives ~100% and chance agreement.
+    const double bound = GetParam() == "llama_tied" ? 0.35 : 0.15;
+    EXPECT_LT(worst_rel, bound) << "prompt logits far from the golden's, beyond e4m3's rounding";
+    EXPECT_GE(agree * 10, tokens * 6) << "fewer than 60% of greedy tokens as the golden";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Goldens, Fp8KvGoldenTest,
+                         ::testing::Values("llama_gqa", "llama_tied", "mistral", "qwen2", "qwen3"),
+                         [](const auto& param_info) { return param_info.param; });
+
+}  // namespace
+}  // namespace xinfer
