@@ -12,8 +12,9 @@
 //
 // Timing: CUDA events around `reps` launches after warm-up, median of 5 such runs. Inputs are random
 // (never zeros); small working sets rotate among several copies so L2 does not serve them.
-//   usage: gpu_kernel_bench [--quick] [--quant] [--w8a8]   (--quant: the ceilings and the quantized linears only;
-//          --w8a8: the ceilings and W8A8 INT8 vs FP8 GEMMs / GEMVs only, gpu_w8a8_gemm_bench.cu)
+//   usage: gpu_kernel_bench [--quick] [--quant] [--w8a8] [--kv-fp8]   (--quant: the ceilings and the quantized
+//          linears only; --w8a8: the ceilings and W8A8 INT8 vs FP8 GEMMs / GEMVs only, gpu_w8a8_gemm_bench.cu;
+//          --kv-fp8: the ceilings and decode attention with a bf16 vs an FP8 KV cache only)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -178,6 +179,56 @@ void bench_decode_attention(cuda::CudaBackend& be, double bw, bool quick) {
       report(what, t, bytes, false, bw);
     }
   }
+}
+
+// Decode attention with a bf16 vs an FP8 (e4m3) KV cache, Llama-3.1-8B shape, batch 1 and 64 at contexts 1k,
+// 4k and 8k (CUDA-graph replays, the cache rotated among copies as above). bytes = K + V of the batch (2 bytes
+// an element for bf16, 1 for fp8) + q and out; the roofline is bytes / the copy ceiling. The FP8 cache's codes
+// come from the bf16 fill quantized on the host, with scales 0.02 / 0.03.
+void bench_decode_attention_kv_fp8(cuda::CudaBackend& be, double bw) {
+  const int Hq = 32, Hkv = 8, D = 128, bs = 16, kOps = 20;
+  const int width = (Hq + 2 * Hkv) * D;
+  cudaStream_t s = be.stream();
+  for (const int batch : {1, 64})
+    for (const int ctx : {1024, 4096, 8192})
+      for (const bool fp8 : {false, true}) {
+        const int blocks_per_seq = ctx / bs;
+        const size_t elem = fp8 ? 1 : 2;
+        const size_t layer_bytes = static_cast<size_t>(batch) * ctx * Hkv * D * 2 * elem;
+        const double bytes = static_cast<double>(layer_bytes) + 2.0 * batch * Hq * D * 2;
+        const int layers = static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / layer_bytes, 1, 16));
+        backend::KvCacheSpec spec{layers, batch * blocks_per_seq + 1, bs, Hkv, D, fp8 ? DType::kFP8E4M3 : DType::kBF16};
+        if (fp8) {
+          spec.k_scales.assign(static_cast<size_t>(layers), 0.02f);
+          spec.v_scales.assign(static_cast<size_t>(layers), 0.03f);
+        }
+        backend::KvCache kv = be.allocate_kv_cache(spec);
+        for (auto& l : kv.layers) {
+          if (!fp8) {
+            fill(l.k, 3);
+            fill(l.v, 4);
+            continue;
+          }
+          std::vector<uint8_t> codes(l.k.bytes());
+          for (size_t i = 0; i < codes.size(); ++i)
+            codes[i] = static_cast<uint8_t>((i * 2654435761u >> 13) % 256 == 0x7f ? 0x3f : (i * 2654435761u >> 13) % 256);
+          XI_CUDA_CHECK(cudaMemcpyAsync(l.k.data, codes.data(), codes.size(), cudaMemcpyHostToDevice, s));
+          XI_CUDA_CHECK(cudaMemcpyAsync(l.v.data, codes.data(), codes.size(), cudaMemcpyHostToDevice, s));
+          XI_CUDA_CHECK(cudaStreamSynchronize(s));
+        }
+        const backend::StepMeta meta = be.upload_step(uniform_decode_plan(batch, ctx, bs));
+        auto qkv = be.allocate(DType::kBF16, Shape{batch, width});
+        auto out = be.allocate(DType::kBF16, Shape{batch, Hq * D});
+        fill(qkv.view, 5);
+        auto op = [&](int i) {
+          be.paged_attention(meta, qkv.view, Hq, Hkv, D, 0.088f, kv.layers[static_cast<size_t>(i % layers)], out.view);
+        };
+        op(0);  // sizes the split-KV workspace before any recording
+        char what[96];
+        std::snprintf(what, sizeof(what), "decode attn %s b%d ctx%d (roof %.1fus)", fp8 ? "fp8 " : "bf16", batch,
+                      ctx, bytes / (bw * 1e9) * 1e6);
+        report(what, time_graph(s, kOps, op), bytes, false, bw);
+      }
 }
 
 // Device sampling (CudaBackend::sample_rows): 256 rows x the Llama-3 vocabulary of N(0, 2) f32 logits (a flat
@@ -577,7 +628,7 @@ void bench_decode_layer(cuda::CudaBackend& be, double bw) {
   be.set_linear_fusion(saved_fusion);
 }
 
-int run(bool quick, bool quant_only, bool w8a8_only) {
+int run(bool quick, bool quant_only, bool w8a8_only, bool kv_fp8_only) {
   cuda::CudaBackend be;
   const auto info = be.info();
   std::printf("device: %s, %d SMs, %.1f / %.1f GiB free\n", info.name.c_str(), be.num_sms(),
@@ -594,6 +645,10 @@ int run(bool quick, bool quant_only, bool w8a8_only) {
     bench_w8a8(be, bw, peak, quick);
     return 0;
   }
+  if (kv_fp8_only) {
+    bench_decode_attention_kv_fp8(be, bw);
+    return 0;
+  }
   if (quant_only) {
     bench_quant_linears(be, bw, peak, quick);
     return 0;
@@ -601,6 +656,7 @@ int run(bool quick, bool quant_only, bool w8a8_only) {
 
   // ---- decode attention, Llama-3.1-8B shape ----
   bench_decode_attention(be, bw, quick);
+  bench_decode_attention_kv_fp8(be, bw);
 
   // ---- prefill attention ----
   bench_prefill_attention(be, peak, quick);
@@ -708,7 +764,7 @@ int run(bool quick, bool quant_only, bool w8a8_only) {
 }  // namespace xinfer::bench
 
 int main(int argc, char** argv) {
-  bool quick = false, quant_only = false, w8a8_only = false;
+  bool quick = false, quant_only = false, w8a8_only = false, kv_fp8_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
@@ -716,10 +772,12 @@ int main(int argc, char** argv) {
       quant_only = true;
     } else if (std::strcmp(argv[i], "--w8a8") == 0) {
       w8a8_only = true;
+    } else if (std::strcmp(argv[i], "--kv-fp8") == 0) {
+      kv_fp8_only = true;
     } else {
-      std::fprintf(stderr, "usage: gpu_kernel_bench [--quick] [--quant] [--w8a8]\n");
+      std::fprintf(stderr, "usage: gpu_kernel_bench [--quick] [--quant] [--w8a8] [--kv-fp8]\n");
       return 2;
     }
   }
-  return xinfer::bench::run(quick, quant_only, w8a8_only);
+  return xinfer::bench::run(quick, quant_only, w8a8_only, kv_fp8_only);
 }

@@ -52,6 +52,14 @@ __nv_bfloat16* bf16_ptr(const TensorView& t, const char* what) {
 
 int64_t last_dim(const TensorView& t) { return t.shape[t.shape.rank() - 1]; }
 
+// A KV-cache tensor's device pointer: bf16 elements, or e4m3 codes (FP8 cache) behind the same pointer type.
+__nv_bfloat16* kv_ptr(const TensorView& t, const char* what) {
+  XI_CHECK(t.dtype == DType::kBF16 || t.dtype == DType::kFP8E4M3)
+      << what << " must be bf16 or fp8_e4m3 on cuda, got " << dtype_name(t.dtype);
+  XI_CHECK(t.device == Device::kCuda) << what << " is not a cuda tensor";
+  return static_cast<__nv_bfloat16*>(t.data);
+}
+
 int to_int(int64_t v) {
   XI_CHECK(v >= 0 && v <= INT32_MAX) << v << " does not fit in int32";
   return static_cast<int>(v);
@@ -557,8 +565,9 @@ void CudaBackend::rope_kv_write(const backend::StepMeta& step, const TensorView&
   check_step(step);
   check_rope_args(qkv, num_heads, num_kv_heads, head_dim, cos_sin, cache);
   launch_rope_kv_write({bf16_ptr(qkv, "qkv"), cos_sin.as<float>(), step.positions, step.slot_mapping,
-                        bf16_ptr(cache.k, "k cache"), bf16_ptr(cache.v, "v cache"), step.num_tokens, num_heads,
-                        num_kv_heads, head_dim, to_int(cache.k.shape[2])},
+                        kv_ptr(cache.k, "k cache"), kv_ptr(cache.v, "v cache"), step.num_tokens, num_heads,
+                        num_kv_heads, head_dim, to_int(cache.k.shape[2]), cache.fp8(), cache.k_scale,
+                        cache.v_scale},
                        stream_);
 }
 
@@ -589,8 +598,9 @@ PagedAttentionParams paged_attention_params(const backend::StepMeta& step, const
                                       const backend::LayerKvCache& cache, const TensorView& out) {
   PagedAttentionParams p{};
   p.qkv = bf16_ptr(qkv, "qkv");
-  p.k_cache = bf16_ptr(cache.k, "k cache");
-  p.v_cache = bf16_ptr(cache.v, "v cache");
+  p.k_cache = kv_ptr(cache.k, "k cache");
+  p.v_cache = kv_ptr(cache.v, "v cache");
+  XI_CHECK(cache.k.dtype == cache.v.dtype) << "k and v caches differ in dtype";
   p.out = bf16_ptr(out, "attention out");
   p.query_start_loc = step.query_start_loc;
   p.positions = step.positions;
@@ -603,6 +613,12 @@ PagedAttentionParams paged_attention_params(const backend::StepMeta& step, const
   p.block_size = to_int(cache.k.shape[2]);
   p.qkv_stride = (num_heads + 2 * num_kv_heads) * head_dim;
   p.scale = scale;
+  if (cache.fp8()) {  // kv_fp8.cuh: the K scale folds into the softmax scale, the V scale into the output
+    XI_CHECK(cache.k_scale > 0 && cache.v_scale > 0) << "fp8 KV cache scales must be positive";
+    p.kv_fp8 = true;
+    p.scale = scale * cache.k_scale;
+    p.v_scale = cache.v_scale;
+  }
   return p;
 }
 
@@ -655,12 +671,14 @@ void CudaBackend::paged_attention(const backend::StepMeta& step, const TensorVie
     launch_paged_decode_attention(p, attn_view_, psize, ws, stream_);
   }
   launch_paged_prefill_attention(p, attn_view_, stream_,
-                                 prefer_wgmma_prefill(attn_host_) ? PrefillKernel::kWgmmaSimple : PrefillKernel::kMmaSync);
+                                 prefer_wgmma_prefill(attn_host_) && !p.kv_fp8 ? PrefillKernel::kWgmmaSimple
+                                                                               : PrefillKernel::kMmaSync);
 }
 
 bool CudaBackend::fuses_rope_attention(int head_dim, const TensorView& cos_sin,
                                        const backend::LayerKvCache& cache) const {
   if (!rope_attention_fusion_) return false;
+  if (cache.fp8()) return false;  // the fused kernel writes bf16 caches only
   // paged_attention would run the decode kernel, and it alone: every token is a decode.
   if (!decode_attention_supports(head_dim) || !prefill_attention_supports(head_dim)) return false;
   if (attn_host_.num_decode() == 0 || attn_host_.num_prefill_items() > 0 ||

@@ -158,6 +158,10 @@ class CudaBackend final : public backend::Backend {
                     const TensorView& out) override;
   void linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) override;
   void add_rms_norm_linear(const backend::NormLinearArgs& a) override;
+  // bf16 or FP8 e4m3 (kernels/attention/kv_fp8.cuh): rope_kv_write, the decode and mma.sync prefill kernels
+  // and the generic kernel read and write e4m3 caches; the fused RoPE + decode kernel and the wgmma prefill
+  // kernels are bf16 only (FP8 steps run rope_kv_write + decode / mma.sync prefill instead).
+  bool supports_kv_cache_dtype(DType d) const override { return d == DType::kBF16 || d == DType::kFP8E4M3; }
   void rope_kv_write(const backend::StepMeta& step, const TensorView& qkv, int num_heads, int num_kv_heads,
                      int head_dim, const TensorView& cos_sin, const backend::LayerKvCache& cache) override;
   void qk_norm(const TensorView& qkv, int num_heads, int num_kv_heads, int head_dim, const TensorView& q_weight,

@@ -3,6 +3,7 @@
 #include <cfloat>
 
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/attention/kv_fp8.cuh"
 
 namespace xinfer::cuda {
 namespace {
@@ -25,7 +26,17 @@ __device__ float block_reduce(float v, float* scratch) {
   return r;
 }
 
+// One cache element as f32: bf16, or an e4m3 code (its scale is applied by the caller: p.scale, p.v_scale).
+template <bool kFp8>
+__device__ __forceinline__ float kv_at(const void* row, int d) {
+  if constexpr (kFp8)
+    return e4m3_to_float(static_cast<const uint8_t*>(row)[d]);
+  else
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(row)[d]);
+}
+
 // Grid (T, num_heads).
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads) paged_attention_generic_kernel(PagedAttentionParams p, AttentionPlanView plan) {
   const int t = blockIdx.x, h = blockIdx.y, D = p.head_dim;
   const int kvh = h / (p.num_heads / p.num_kv_heads);
@@ -38,9 +49,11 @@ __global__ void __launch_bounds__(kThreads) paged_attention_generic_kernel(Paged
   for (int d = threadIdx.x; d < D; d += kThreads) q_s[d] = __bfloat162float(q[d]) * p.scale;
   __syncthreads();
   const int32_t* table = p.block_tables + static_cast<size_t>(seq) * p.max_blocks_per_seq;
-  auto row = [&](const __nv_bfloat16* cache, int j) {
-    return cache + ((static_cast<size_t>(table[j / p.block_size]) * p.num_kv_heads + kvh) * p.block_size +
-                    j % p.block_size) * D;
+  constexpr size_t kElemBytes = kFp8 ? 1 : 2;
+  auto row = [&](const __nv_bfloat16* cache, int j) -> const void* {
+    return reinterpret_cast<const unsigned char*>(cache) +
+           ((static_cast<size_t>(table[j / p.block_size]) * p.num_kv_heads + kvh) * p.block_size + j % p.block_size) *
+               D * kElemBytes;
   };
   float m = -FLT_MAX, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
   const int d0 = threadIdx.x, d1 = threadIdx.x + kThreads;
@@ -48,9 +61,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_generic_kernel(Paged
     const int j = c0 + threadIdx.x;
     float s = -FLT_MAX;
     if (j < n) {
-      const __nv_bfloat16* k = row(p.k_cache, j);
+      const void* k = row(p.k_cache, j);
       float dot = 0.0f;
-      for (int d = 0; d < D; ++d) dot += q_s[d] * __bfloat162float(k[d]);
+      for (int d = 0; d < D; ++d) dot += q_s[d] * kv_at<kFp8>(k, d);
       s = dot;
     }
     const float m_new = fmaxf(m, block_reduce<true>(s, scratch));
@@ -64,15 +77,15 @@ __global__ void __launch_bounds__(kThreads) paged_attention_generic_kernel(Paged
     acc1 *= alpha;
     const int count = min(kThreads, n - c0);
     for (int jj = 0; jj < count; ++jj) {
-      const __nv_bfloat16* v = row(p.v_cache, c0 + jj);
-      if (d0 < D) acc0 += p_s[jj] * __bfloat162float(v[d0]);
-      if (d1 < D) acc1 += p_s[jj] * __bfloat162float(v[d1]);
+      const void* v = row(p.v_cache, c0 + jj);
+      if (d0 < D) acc0 += p_s[jj] * kv_at<kFp8>(v, d0);
+      if (d1 < D) acc1 += p_s[jj] * kv_at<kFp8>(v, d1);
     }
     __syncthreads();
   }
   __nv_bfloat16* o = p.out + static_cast<size_t>(t) * p.num_heads * D + static_cast<size_t>(h) * D;
-  if (d0 < D) o[d0] = __float2bfloat16(acc0 / l);
-  if (d1 < D) o[d1] = __float2bfloat16(acc1 / l);
+  if (d0 < D) o[d0] = __float2bfloat16(acc0 / l * p.v_scale);
+  if (d1 < D) o[d1] = __float2bfloat16(acc1 / l * p.v_scale);
 }
 
 }  // namespace
@@ -81,7 +94,10 @@ void launch_paged_attention_generic(const PagedAttentionParams& p, const Attenti
   XI_CHECK(p.head_dim > 0 && p.head_dim <= kGenericAttentionMaxHeadDim) << "unsupported head_dim: " << p.head_dim;
   XI_CHECK_EQ(p.num_heads % p.num_kv_heads, 0);
   if (p.num_tokens == 0) return;
-  paged_attention_generic_kernel<<<dim3(p.num_tokens, p.num_heads), kThreads, 0, stream>>>(p, plan);
+  if (p.kv_fp8)
+    paged_attention_generic_kernel<true><<<dim3(p.num_tokens, p.num_heads), kThreads, 0, stream>>>(p, plan);
+  else
+    paged_attention_generic_kernel<false><<<dim3(p.num_tokens, p.num_heads), kThreads, 0, stream>>>(p, plan);
   XI_CUDA_CHECK_LAUNCH();
 }
 

@@ -5,6 +5,12 @@
 // [num_blocks, Hkv, block_size, D], out [T, Hq * D]. Query head h reads KV head h / (Hq / Hkv).
 // Token t of sequence s at position p attends to positions [0, p] of s (causal, paged through
 // block_tables[s]).
+//
+// FP8 KV cache (kv_fp8): k_cache / v_cache point at e4m3 codes (kv_fp8.cuh), same layout, 1 byte per element;
+// an element stands for code * k_scale (K) or code * v_scale (V). The kernels fold the K scale into `scale`
+// (the caller passes softmax scale * k_scale) and multiply the output by v_scale (1 for bf16 caches). The
+// decode and generic kernels and the mma.sync prefill kernel read FP8 caches; the wgmma prefill kernels do
+// not (CudaBackend runs kMmaSync for FP8 caches).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -28,7 +34,9 @@ struct PagedAttentionParams {
   int head_dim;
   int block_size;
   int qkv_stride;  // (num_heads + 2 * num_kv_heads) * head_dim
-  float scale;     // softmax scale, usually 1 / sqrt(head_dim)
+  float scale;     // softmax scale, usually 1 / sqrt(head_dim) (times k_scale for an FP8 cache)
+  float v_scale = 1.0f;  // output multiplier: the FP8 cache's V scale, 1 for bf16
+  bool kv_fp8 = false;   // k_cache / v_cache hold e4m3 codes (reinterpret them as const uint8_t*)
 };
 
 // Device views of a step's attention work partition (arrays live in the backend's step buffer).

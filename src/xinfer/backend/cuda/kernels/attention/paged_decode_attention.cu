@@ -7,6 +7,7 @@
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/attention/attention_dispatch.cuh"
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
+#include "xinfer/backend/cuda/kernels/attention/kv_fp8.cuh"
 #include "xinfer/backend/cuda/kernels/pdl.cuh"
 #include "xinfer/backend/cuda/kernels/rope/rope_rotate.cuh"
 
@@ -30,6 +31,12 @@ namespace {
 // dim 32c + 8(g / 2) + 2q + (g % 2) at tokens 2t4, 2t4 + 1. m-tile (c, qp) takes q = 2qp as rows 0..7
 // and q = 2qp + 1 as rows 8..15, so accumulator element (mt = 2c + qp, 2hi + e) of lane (g, t4) is
 // O[head 2t4 + e][dim 32c + 8(g / 2) + 4qp + 2hi + (g % 2)].
+//
+// FP8 caches (kFp8): a row is kD bytes, and lane (g, t4) loads 16 codes per 16-byte load: dims
+// 64u + 16t4 .. + 15 for load u. They become two bf16 chunks in registers (exact, kv_fp8.cuh) right before
+// the MMAs: chunk c = 2u + half holds dims 64(c / 2) + 16t4 + 8(c % 2) .. + 7, i.e. chunk_dim(c) + 16t4
+// instead of 32c + 8t4. Q is loaded in that order too, and O's dims follow the same substitution:
+// chunk_dim(c) + 16(g / 2) + 4qp + 2hi + (g % 2). The K scale is in p.scale, the V scale in p.v_scale.
 template <int kD>
 struct DecodeConfig {
   static constexpr int kHeadDim = kD;
@@ -87,12 +94,27 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
 // read back: a CTA's own global writes are not visible through the read-only path), and head tile 0 of
 // them writes both to the cache at the token's slot. A negative slot (padding) writes nothing and attends
 // to the cache's row, as the unfused pair does. `rope` is unused without kRope.
-template <typename Cfg, bool kRope>
+template <typename Cfg, bool kRope, bool kFp8>
 __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
     paged_decode_kernel(PagedAttentionParams p, AttentionPlanView plan, DecodeRopeParams rope,
                         int partition_size, int head_tiles, float* workspace) {
   constexpr int kD = Cfg::kHeadDim, kC = Cfg::kChunks, kW = Cfg::kWarps, kH = Cfg::kHeads, kT = Cfg::kTile;
   constexpr int kMT = Cfg::kMTiles, kS = Cfg::kStride, kThreads = Cfg::kThreads;
+  static_assert(!(kRope && kFp8), "the fused RoPE path writes bf16 caches only");
+  constexpr int kRowBytes = kD * (kFp8 ? 1 : 2);
+  constexpr int kL = kRowBytes / 64;      // 16-byte loads per lane per token row (kC for bf16, kC / 2 for fp8)
+  constexpr int kLaneDims = kFp8 ? 16 : 8;  // dims between the chunks of lanes t4 and t4 + 1
+  // First dim of chunk c (of the lane-quad t4 = 0); see the FP8 note above.
+  auto chunk_dim = [](int c) { return kFp8 ? 64 * (c >> 1) + 8 * (c & 1) : 32 * c; };
+  // Chunk c of n-tile nt of a K or V tile in registers, as 8 bf16.
+  auto chunk = [](const uint4 (&r)[2][kL], int nt, int c) -> uint4 {
+    if constexpr (kFp8)
+      return e4m3x16_half_to_bf16x8(r[nt][c >> 1], c & 1);
+    else
+      return r[nt][c];
+  };
+  const unsigned char* k_base = reinterpret_cast<const unsigned char*>(p.k_cache);
+  const unsigned char* v_base = reinterpret_cast<const unsigned char*>(p.v_cache);
   constexpr int kV = kD / 8;  // 16-byte chunks of a head row
   static_assert(kV <= 16 && kC % 2 == 0,
                 "kRope: a warp builds the newest k (lanes < kV / 2) and v (lanes 16..)");
@@ -135,27 +157,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
   const int bs = p.block_size;
   const int32_t* table = p.block_tables + static_cast<size_t>(seq) * p.max_blocks_per_seq;
 
-  // Element offset of this lane's 16 bytes (chunk 0) of token row r; rows past the partition read the
+  // Byte offset of this lane's first 16 bytes of token row r; rows past the partition read the
   // partition's first row instead (always mapped; their scores are masked, so P = 0 there).
   auto row_offset = [&](int r) -> size_t {
     r = r < end ? r : begin;
     const int blk = __ldg(table + r / bs);
-    return ((static_cast<size_t>(blk) * p.num_kv_heads + kvh) * bs + r % bs) * kD + 8 * t4;
+    return ((static_cast<size_t>(blk) * p.num_kv_heads + kvh) * bs + r % bs) * kRowBytes + 16 * t4;
   };
-  auto load_rows = [&](uint4 (&dst)[2][kC], const __nv_bfloat16* base, const size_t (&off)[2]) {
+  auto load_rows = [&](uint4 (&dst)[2][kL], const unsigned char* base, const size_t (&off)[2]) {
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-      for (int c = 0; c < kC; ++c) dst[nt][c] = __ldg(reinterpret_cast<const uint4*>(base + off[nt] + 32 * c));
+      for (int c = 0; c < kL; ++c) dst[nt][c] = __ldg(reinterpret_cast<const uint4*>(base + off[nt] + 64 * c));
   };
 
   const int n_tiles = (end - begin + kT - 1) / kT;
-  uint4 kr[2][kC], vr[2][kC];
+  uint4 kr[2][kL], vr[2][kL];
   int tile = warp;
   if (tile < n_tiles) {
     const size_t off[2] = {row_offset(begin + tile * kT + g), row_offset(begin + tile * kT + 8 + g)};
-    load_rows(kr, p.k_cache, off);
-    load_rows(vr, p.v_cache, off);
+    load_rows(kr, k_base, off);
+    load_rows(vr, v_base, off);
   }
   // kRope: the partition holding the newest row builds it (has_newest); the token's row t and KV slot.
   const int newest = kv_len - 1;
@@ -172,8 +194,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
   if constexpr (!kRope) {
     if (tile < n_tiles && begin + tile * kT + kT >= kv_len) {  // warp-uniform: this tile holds row kv_len - 1
       const size_t off[2] = {row_offset(begin + tile * kT + g), row_offset(begin + tile * kT + 8 + g)};
-      load_rows(kr, p.k_cache, off);
-      load_rows(vr, p.v_cache, off);
+      load_rows(kr, k_base, off);
+      load_rows(vr, v_base, off);
     }
   }
 
@@ -183,7 +205,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
   const int t = kRope ? rope_t : p.query_start_loc[seq];
   if (warp == 0) {
     const __nv_bfloat16* qrow = p.qkv + static_cast<size_t>(t) * p.qkv_stride +
-                                static_cast<size_t>(kvh * group + h0 + min(g, nh - 1)) * kD + 8 * t4;
+                                static_cast<size_t>(kvh * group + h0 + min(g, nh - 1)) * kD + kLaneDims * t4;
     if constexpr (kRope) {
       __syncwarp();  // s_cs, written by this warp's lanes before the wait
       // Chunk c holds dims 32c + 8t4 .. + 7; its RoPE partner (+ D/2) is chunk c + kC/2 of the same lane.
@@ -225,7 +247,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
     } else {
 #pragma unroll
       for (int c = 0; c < kC; ++c) {
-        const uint4 v = __ldg(reinterpret_cast<const uint4*>(qrow + 32 * c));
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(qrow + chunk_dim(c)));
         s_q[c][lane] = g < nh ? v : make_uint4(0, 0, 0, 0);
       }
     }
@@ -284,14 +306,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
       const uint4 q = s_q[c][lane];
+      const uint4 kc[2] = {chunk(kr, 0, c), chunk(kr, 1, c)};
 #pragma unroll
       for (int ks = 0; ks < 2; ++ks)
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
-          mma_bf16_16816(s[nt], word(q, 2 * ks), 0u, word(q, 2 * ks + 1), 0u, word(kr[nt][c], 2 * ks),
-                         word(kr[nt][c], 2 * ks + 1));
+          mma_bf16_16816(s[nt], word(q, 2 * ks), 0u, word(q, 2 * ks + 1), 0u, word(kc[nt], 2 * ks),
+                         word(kc[nt], 2 * ks + 1));
     }
-    if (has_next) load_rows(kr, p.k_cache, next_off);
+    if (has_next) load_rows(kr, k_base, next_off);
 
     // Online softmax of head g over the tile (log2 domain).
     float x[2][2];
@@ -334,14 +357,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
     for (int c = 0; c < kC; ++c) {
       uint32_t vt[2][4];
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+      for (int nt = 0; nt < 2; ++nt) {
+        const uint4 vc = chunk(vr, nt, c);
 #pragma unroll
-        for (int w = 0; w < 4; ++w) vt[nt][w] = transpose8x8(word(vr[nt][c], w));
+        for (int w = 0; w < 4; ++w) vt[nt][w] = transpose8x8(word(vc, w));
+      }
 #pragma unroll
       for (int qp = 0; qp < 2; ++qp)
         mma_bf16_16816(o[2 * c + qp], vt[0][2 * qp], vt[0][2 * qp + 1], vt[1][2 * qp], vt[1][2 * qp + 1], pb0, pb1);
     }
-    if (has_next) load_rows(vr, p.v_cache, next_off);
+    if (has_next) load_rows(vr, v_base, next_off);
   }
 
   // Merge the warps: per head, the CTA max and each warp's weight exp2(m_warp - max). Warps without a
@@ -376,7 +401,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi) {
-        const int d = 32 * (mt / 2) + 8 * (g >> 1) + 4 * (mt % 2) + 2 * hi + (g & 1);
+        const int d = chunk_dim(mt / 2) + kLaneDims * (g >> 1) + 4 * (mt % 2) + 2 * hi + (g & 1);
         s_o[warp][h][d] = o[mt][2 * hi + e] * f;
       }
   }
@@ -390,7 +415,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
       float acc = 0.0f;
 #pragma unroll
       for (int w = 0; w < kW; ++w) acc += s_o[w][h][d];
-      out[i] = __float2bfloat16(acc / s_sum[h]);
+      out[i] = __float2bfloat16(acc / s_sum[h] * p.v_scale);
     }
     return;
   }
@@ -469,7 +494,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
         acc.w += w * ov[u].w;
       }
     }
-    const float inv = 1.0f / s_sum[h];
+    const float inv = p.v_scale / s_sum[h];
     const __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
     const __nv_bfloat162 hi = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
     uint2 packed;
@@ -479,7 +504,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
   }
 }
 
-template <int kD, bool kRope>
+template <int kD, bool kRope, bool kFp8>
 void launch_decode(const PagedAttentionParams& p, const AttentionPlanView& plan, const DecodeRopeParams& rope,
                    int partition_size, float* workspace, cudaStream_t stream) {
   using Cfg = DecodeConfig<kD>;
@@ -494,7 +519,7 @@ void launch_decode(const PagedAttentionParams& p, const AttentionPlanView& plan,
       << " head tiles is too many split-KV slots (partition size " << partition_size << " too small)";
   const dim3 grid(static_cast<unsigned>(parts), static_cast<unsigned>(p.num_kv_heads * head_tiles),
                   static_cast<unsigned>(plan.num_decode));
-  launch_pdl(paged_decode_kernel<Cfg, kRope>, grid, Cfg::kThreads, 0, stream, p, plan, rope, partition_size,
+  launch_pdl(paged_decode_kernel<Cfg, kRope, kFp8>, grid, Cfg::kThreads, 0, stream, p, plan, rope, partition_size,
              head_tiles, workspace);
 }
 
@@ -521,7 +546,10 @@ void launch_paged_decode_attention(const PagedAttentionParams& p, const Attentio
   XI_CHECK_EQ(p.num_heads % p.num_kv_heads, 0);
   XI_CHECK_GT(partition_size, 0);
   dispatch_fast_head_dim(p.head_dim, [&]<int kD>() {
-    launch_decode<kD, false>(p, plan, DecodeRopeParams{}, partition_size, workspace, stream);
+    if (p.kv_fp8)
+      launch_decode<kD, false, true>(p, plan, DecodeRopeParams{}, partition_size, workspace, stream);
+    else
+      launch_decode<kD, false, false>(p, plan, DecodeRopeParams{}, partition_size, workspace, stream);
   });
 }
 
@@ -537,8 +565,9 @@ void launch_paged_decode_attention_rope(const PagedAttentionParams& p, const Att
       << "decode attention + rope: writes another cache";
   XI_CHECK_EQ(reinterpret_cast<uintptr_t>(rope.cos_sin) % 16, 0u)
       << "decode attention + rope: cos_sin alignment";
+  XI_CHECK(!p.kv_fp8) << "decode attention + rope: fp8 KV caches take rope_kv_write + the decode kernel";
   dispatch_fast_head_dim(p.head_dim, [&]<int kD>() {
-    launch_decode<kD, true>(p, plan, rope, partition_size, workspace, stream);
+    launch_decode<kD, true, false>(p, plan, rope, partition_size, workspace, stream);
   });
 }
 

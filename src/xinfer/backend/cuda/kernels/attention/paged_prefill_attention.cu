@@ -6,6 +6,7 @@
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/attention/attention_dispatch.cuh"
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
+#include "xinfer/backend/cuda/kernels/attention/kv_fp8.cuh"
 
 namespace xinfer::cuda {
 namespace {
@@ -240,6 +241,41 @@ __device__ __forceinline__ void load_kv_tile(const KvRowLocator& loc, int tile, 
       const size_t off = static_cast<size_t>(rows[i]) * kD + c * 8;
 #pragma unroll
       for (int j = 0; j < kSrcs; ++j) cp_async_16(dst[j] + swz(r, c), src[j] + off, ok);
+    }
+  }
+}
+
+// FP8 caches: the same tile from e4m3 codes, dequantized to bf16 in registers (kv_fp8.cuh) and stored to the
+// same swizzled layout. Thread t loads 16-byte chunk t % (kD / 16) (16 codes = bf16 chunks 2c, 2c + 1) of rows
+// t / (kD / 16) + i * kLoadRows of K and V, every load of the tile in flight before the first store;
+// synchronous (registers, not cp.async), so the tile is in shared memory when this returns (zeros past
+// kv_end).
+__device__ __forceinline__ void st_shared_16(uint32_t addr, const uint4& v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+template <int kD, int kN, int kThreads, typename Swizzle>
+__device__ __forceinline__ void load_kv_tile_fp8(const KvRowLocator& loc, int tile, int kv_end, const uint8_t* k8,
+                                                 const uint8_t* v8, uint32_t k_dst, uint32_t v_dst, Swizzle swz) {
+  constexpr int kChunks = kD / 16, kLoadRows = kThreads / kChunks, kPerThread = kN / kLoadRows;
+  static_assert(kThreads % kChunks == 0 && kN % kLoadRows == 0);
+  const int c = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
+  uint4 kr[kPerThread], vr[kPerThread];
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int r = r0 + i * kLoadRows;
+    const bool ok = tile * kN + r < kv_end;
+    const size_t off = static_cast<size_t>(loc.row(min(tile * kN + r, kv_end - 1))) * kD + c * 16;
+    kr[i] = ok ? __ldg(reinterpret_cast<const uint4*>(k8 + off)) : make_uint4(0, 0, 0, 0);
+    vr[i] = ok ? __ldg(reinterpret_cast<const uint4*>(v8 + off)) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int r = r0 + i * kLoadRows;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      st_shared_16(k_dst + swz(r, 2 * c + h), e4m3x16_half_to_bf16x8(kr[i], h));
+      st_shared_16(v_dst + swz(r, 2 * c + h), e4m3x16_half_to_bf16x8(vr[i], h));
     }
   }
 }
@@ -618,7 +654,7 @@ __device__ __forceinline__ uint32_t row_swz(int r, int c) {
   return static_cast<uint32_t>(r * kRowBytes + ((c ^ (r & 7)) << 4));
 }
 
-template <typename Cfg>
+template <typename Cfg, bool kFp8>
 __global__ void __launch_bounds__(Cfg::kThreads, 2)
     paged_prefill_mma_kernel(PagedAttentionParams p, AttentionPlanView plan) {
   constexpr int kD = Cfg::kHeadDim, kM = Cfg::kM, kN = Cfg::kN, kMT = Cfg::kMTiles, kChunks = Cfg::kChunks,
@@ -666,10 +702,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
 
   const KvRowLocator loc(p, w);
   auto load_kv = [&](int tile, int buf) {
-    const __nv_bfloat16* const src[2] = {p.k_cache, p.v_cache};
     const uint32_t dst[2] = {k_s + buf * Cfg::kKvBytes, v_s + buf * Cfg::kKvBytes};
-    load_kv_tile<kD, kN, Cfg::kThreads, 1, 2>(loc, tile, kv_end, src, dst,
+    if constexpr (kFp8) {
+      load_kv_tile_fp8<kD, kN, Cfg::kThreads>(loc, tile, kv_end, reinterpret_cast<const uint8_t*>(p.k_cache),
+                                              reinterpret_cast<const uint8_t*>(p.v_cache), dst[0], dst[1],
                                               [](int r, int c) { return row_swz<kRB>(r, c); });
+    } else {
+      const __nv_bfloat16* const src[2] = {p.k_cache, p.v_cache};
+      load_kv_tile<kD, kN, Cfg::kThreads, 1, 2>(loc, tile, kv_end, src, dst,
+                                                [](int r, int c) { return row_swz<kRB>(r, c); });
+    }
     cp_async_commit();
   };
   load_kv(0, 0);
@@ -785,7 +827,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
       float l = row_sum[2 * mt + hh];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const float inv = l > 0.0f ? p.v_scale / l : 0.0f;
       const int r = wr + mt * 16 + g + 8 * hh;  // r & 7 == g
 #pragma unroll
       for (int dt = 0; dt < kDT; ++dt)
@@ -831,6 +873,8 @@ void launch_paged_prefill_attention(const PagedAttentionParams& p, const Attenti
       << "block size " << p.block_size << " with " << p.max_blocks_per_seq
       << " blocks per sequence: positions past the exact range of the kernels' block-index division";
   XI_CHECK_LE(plan.num_prefill_items, 65535) << "prefill work items exceed the grid's y limit";
+  XI_CHECK(!p.kv_fp8 || kernel == PrefillKernel::kMmaSync)
+      << "prefill attention: fp8 KV caches are read by the mma.sync kernel only";
   dispatch_fast_head_dim(p.head_dim, [&]<int kD>() {
     using Wgmma = WgmmaConfig<kD>;
     using Mma = MmaConfig<kD>;
@@ -844,7 +888,10 @@ void launch_paged_prefill_attention(const PagedAttentionParams& p, const Attenti
                               plan, stream);
         break;
       case PrefillKernel::kMmaSync:
-        launch_prefill_kernel(paged_prefill_mma_kernel<Mma>, Mma::kThreads, Mma::kSmem, p, plan, stream);
+        if (p.kv_fp8)
+          launch_prefill_kernel(paged_prefill_mma_kernel<Mma, true>, Mma::kThreads, Mma::kSmem, p, plan, stream);
+        else
+          launch_prefill_kernel(paged_prefill_mma_kernel<Mma, false>, Mma::kThreads, Mma::kSmem, p, plan, stream);
         break;
     }
   });

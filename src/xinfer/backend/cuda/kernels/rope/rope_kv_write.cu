@@ -1,6 +1,7 @@
 #include "xinfer/backend/cuda/kernels/rope/rope_kv_write.h"
 
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/attention/kv_fp8.cuh"
 #include "xinfer/backend/cuda/kernels/pdl.cuh"
 #include "xinfer/backend/cuda/kernels/rope/rope_rotate.cuh"
 
@@ -12,6 +13,7 @@ constexpr int kWarps = 4;  // heads per CTA: one warp per head
 // Grid (token, head group of kWarps). Warp w of CTA (t, y) takes head item y * kWarps + w of token t:
 // items [0, Hq + Hkv) are the q and k heads (rotated in place; k heads also go to the cache), items
 // [Hq + Hkv, Hq + 2 Hkv) are the v heads (copied to the cache).
+template <bool kFp8>
 __global__ void __launch_bounds__(kWarps * 32) rope_kv_write_kernel(RopeKvWriteArgs a) {
   const int t = blockIdx.x, lane = threadIdx.x % 32;
   const int item = blockIdx.y * kWarps + static_cast<int>(threadIdx.x / 32);
@@ -40,8 +42,17 @@ __global__ void __launch_bounds__(kWarps * 32) rope_kv_write_kernel(RopeKvWriteA
 
   if (item < rope_heads) {
     __nv_bfloat16* x = row + static_cast<size_t>(item) * D;
-    __nv_bfloat16* k = item >= a.num_heads && slot >= 0 ? a.k_cache + cache_row(item - a.num_heads) : nullptr;
+    const bool write_k = item >= a.num_heads && slot >= 0;
+    __nv_bfloat16* k = write_k && !kFp8 ? a.k_cache + cache_row(item - a.num_heads) : nullptr;
+    uint8_t* k8 = write_k && kFp8 ? reinterpret_cast<uint8_t*>(a.k_cache) + cache_row(item - a.num_heads) : nullptr;
     auto rotate = [&](int i, float c, float s) {
+      if constexpr (kFp8) {
+        if (k8 != nullptr) {  // the f32 rotation of rope_rotate(), quantized before any bf16 rounding
+          const float p = __bfloat162float(x[i]), q = __bfloat162float(x[i + half]);
+          k8[i] = e4m3_from_float(__fmaf_rn(p, c, -__fmul_rn(q, s)), a.k_scale);
+          k8[i + half] = e4m3_from_float(__fmaf_rn(q, c, __fmul_rn(p, s)), a.k_scale);
+        }
+      }
       __nv_bfloat16 y1, y2;
       rope_rotate(x[i], x[i + half], c, s, y1,
                   y2);  // the fused decode attention's arithmetic (rope_rotate.cuh)
@@ -61,8 +72,13 @@ __global__ void __launch_bounds__(kWarps * 32) rope_kv_write_kernel(RopeKvWriteA
   if (slot < 0) return;
   const int h = item - rope_heads;
   const __nv_bfloat16* v = row + static_cast<size_t>(item) * D;
-  __nv_bfloat16* dst = a.v_cache + cache_row(h);
-  for (int d = lane; d < D; d += 32) dst[d] = v[d];
+  if constexpr (kFp8) {
+    uint8_t* dst = reinterpret_cast<uint8_t*>(a.v_cache) + cache_row(h);
+    for (int d = lane; d < D; d += 32) dst[d] = e4m3_from_float(__bfloat162float(v[d]), a.v_scale);
+  } else {
+    __nv_bfloat16* dst = a.v_cache + cache_row(h);
+    for (int d = lane; d < D; d += 32) dst[d] = v[d];
+  }
 }
 
 }  // namespace
@@ -72,7 +88,12 @@ void launch_rope_kv_write(const RopeKvWriteArgs& a, cudaStream_t stream) {
   if (a.num_tokens == 0) return;
   const int items = a.num_heads + 2 * a.num_kv_heads;
   const dim3 grid(static_cast<unsigned>(a.num_tokens), static_cast<unsigned>((items + kWarps - 1) / kWarps));
-  launch_pdl(rope_kv_write_kernel, grid, kWarps * 32, 0, stream, a);
+  if (a.kv_fp8) {
+    XI_CHECK(a.k_scale > 0 && a.v_scale > 0) << "rope_kv_write: fp8 KV scales must be positive";
+    launch_pdl(rope_kv_write_kernel<true>, grid, kWarps * 32, 0, stream, a);
+  } else {
+    launch_pdl(rope_kv_write_kernel<false>, grid, kWarps * 32, 0, stream, a);
+  }
 }
 
 }  // namespace xinfer::cuda

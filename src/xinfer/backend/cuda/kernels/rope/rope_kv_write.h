@@ -6,6 +6,10 @@
 //
 // Grid (token, group of 4 heads), one warp per head (q, k rotated; k and v written to the cache). Tokens
 // with a negative slot (padding) are rotated but not cached.
+//
+// FP8 cache (kv_fp8): the cache holds e4m3 codes (k_cache / v_cache reinterpreted as uint8_t*), written as
+// e4m3(k / k_scale) and e4m3(v / v_scale) (attention/kv_fp8.cuh: round to nearest even, saturated). The k
+// written is the f32 rotation itself (the bf16 rounding of the in-place q/k result is not applied first).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,6 +31,9 @@ struct RopeKvWriteArgs {
   int num_kv_heads;
   int head_dim;
   int block_size;
+  bool kv_fp8 = false;   // the caches hold e4m3 codes: [num_blocks, Hkv, block_size, D] bytes each
+  float k_scale = 1.0f;  // kv_fp8: stored code = e4m3(k / k_scale)
+  float v_scale = 1.0f;  // kv_fp8: stored code = e4m3(v / v_scale)
 };
 
 void launch_rope_kv_write(const RopeKvWriteArgs& args, cudaStream_t stream);
