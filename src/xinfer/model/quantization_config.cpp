@@ -233,9 +233,9 @@ Result<QuantizationConfig> parse_compressed_tensors(const json& qc) {
   if (const CtScheme* lm = r.ct_scheme_for("lm_head"))
     return unimplemented("quantization_config: lm_head is quantized (config_groups." + lm->name +
                          " targets it and ignore does not list it): a quantized lm_head is not supported");
-  if (present(qc, "kv_cache_scheme"))  // KV scales: the cache stays in the activation dtype (more precise)
-    XI_LOG(WARN) << "quantization_config.kv_cache_scheme " << shown(qc.at("kv_cache_scheme"))
-                 << " ignored: the KV cache is kept in the KV-cache dtype, its scales are not used";
+  if (present(qc, "kv_cache_scheme"))  // KV scales: read by engine/kv_cache_dtype.cpp for an FP8 cache only
+    XI_LOG(INFO) << "quantization_config.kv_cache_scheme " << shown(qc.at("kv_cache_scheme"))
+                 << ": its k_scale / v_scale tensors are used with --kv-cache-dtype fp8 (else ignored)";
   return r;
 }
 
