@@ -4,7 +4,8 @@
 The instrument is bench/hostile_load_client (built with the benchmarks; one epoll thread, ~5% of a core for
 300 streams), so that it takes little of the 2 cores it measures; the attacker is its own process at nice 19.
 N streaming connections (default 300) keep one /v1/completions request each in flight (closed loop,
-keep-alive, --max-tokens tokens, ignore_eos). A run is cut into --windows windows of --window-s seconds
+keep-alive, ignore_eos, max_tokens drawn per request from 0.5-1.5 x --max-tokens so that the streams do not run
+in waves). A run is cut into --windows windows of --window-s seconds
 (+-50%, seeded) that alternate: without hostile bodies, then with them. In a "with" window the attacker sends
 at once a --levels-deep body and a --keys-key body (one connection each; the bounded parser answers 400), a
 pair every --hostile-interval-s seconds from the window's start.
@@ -135,10 +136,16 @@ def run_once(args, host, port, server_pid, run, tmp):
     edges = [0.0]
     for _ in range(args.windows):
         edges.append(edges[-1] + args.window_s * rng.uniform(0.5, 1.5))
-    body = {"model": args.model_name, "prompt": args.prompt, "max_tokens": args.max_tokens,
-            "ignore_eos": True, "stream": True, "temperature": 0}
-    body_file = pathlib.Path(tmp) / "body.json"
-    body_file.write_text(json.dumps(body))
+    # Bodies of max_tokens from --max-tokens / 2 to 3 / 2 x --max-tokens (mean --max-tokens), one drawn per
+    # request: equal requests in a closed loop run in waves (admitted together, finished together).
+    lo, hi = max(1, args.max_tokens // 2), max(1, args.max_tokens * 3 // 2)
+    files = []
+    for n in range(lo, hi + 1):
+        body = {"model": args.model_name, "prompt": args.prompt, "max_tokens": n, "ignore_eos": True,
+                "stream": True, "temperature": 0}
+        files.append(pathlib.Path(tmp) / f"body{n}.json")
+        files[-1].write_text(json.dumps(body))
+    body_file = ",".join(str(f) for f in files)
     streams_out, attack_out = pathlib.Path(tmp) / f"streams{run}.tsv", pathlib.Path(tmp) / f"attack{run}.tsv"
     now = time.monotonic_ns()
     t_streams = now + int(0.3e9)
@@ -146,7 +153,7 @@ def run_once(args, host, port, server_pid, run, tmp):
     t_end = t_start + int(edges[-1] * 1e9)
     common = ["--host", host, "--port", str(port)]
     client = subprocess.Popen([args.client, "streams", *common, "--streams", str(args.streams), "--body-file",
-                               str(body_file), "--start-ns", str(t_streams), "--end-ns", str(t_end),
+                               body_file, "--start-ns", str(t_streams), "--end-ns", str(t_end),
                                "--drain-s", str(args.timeout), "--ramp-s", str(args.ramp_s),
                                "--think-ms", str(args.think_ms), "--seed", str(args.seed * 1000 + run),
                                "--out", str(streams_out)])
@@ -305,7 +312,8 @@ def parse_args(argv=None):
     p.add_argument("--ramp-s", type=float, default=1.0, help="the streams' first requests spread over this")
     p.add_argument("--think-ms", type=float, default=10.0,
                    help="pause between a stream's requests, uniform in [0, this] (keeps the streams out of step)")
-    p.add_argument("--max-tokens", type=int, default=32, help="tokens per stream request (ignore_eos)")
+    p.add_argument("--max-tokens", type=int, default=32,
+                   help="mean tokens per stream request (ignore_eos; uniform from half to 1.5 times this)")
     p.add_argument("--prompt", default="Once upon a time")
     p.add_argument("--levels", type=int, default=100000, help="nesting depth of the deep body")
     p.add_argument("--keys", type=int, default=100000, help="distinct unknown keys of the wide body")

@@ -2,12 +2,14 @@
 // so that the instrument takes little of the CPU it measures (the Python client of session 8 shared the 2
 // cores with the server and moved TTFT tails by hundreds of ms between runs).
 //
-//   streams: --streams N keep-alive connections, each a closed loop of one streamed POST (--body-file, a
-//            /v1/completions body with "stream": true) from --start-ns until --end-ns; a request still in
-//            flight at --end-ns is waited for (up to --drain-s). One thread, epoll, level-triggered.
-//            Connection i sends its first request at start + i / N x --ramp-s, and each next one after a
-//            pause drawn uniformly from [0, --think-ms] (seeded): streams started together stay in step
-//            (one prefill step for all, then all decode), and then TTFT measures only that wave.
+//   streams: --streams N keep-alive connections, each a closed loop of one streamed POST (--body-file: a
+//            /v1/completions body with "stream": true, or several, comma-separated, one drawn per request:
+//            bodies of different max_tokens keep the streams from running in step) from --start-ns until
+//            --end-ns; a request still in flight at --end-ns is waited for (up to --drain-s). One thread,
+//            epoll, level-triggered. Connection i sends its first request at start + i / N x --ramp-s, and
+//            each next one after a pause drawn uniformly from [0, --think-ms] (seeded). Equal requests
+//            started together stay in step (admitted in one step, finished in one step, sent again
+//            together): TTFT then measures waves, and whether a hostile body meets one is luck.
 //            A line per request: conn start_ns first_token_ns end_ns http_status tokens ok
 //            (first_token_ns: when the first SSE event with a non-empty "text" was read; 0 if none).
 //   attack:  in the "with" windows ([start + edges[w], start + edges[w + 1]) for odd w) a pair of hostile
@@ -206,13 +208,21 @@ bool event_has_text(const std::string& ev) {
 }
 
 int run_streams(const Args& a) {
-  std::ifstream f(a.body_file, std::ios::binary);
-  if (!f) die("cannot read --body-file " + a.body_file);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string body = ss.str();
-  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  std::vector<std::string> requests;  // one per --body-file (comma-separated); each request picks one
+  std::stringstream names(a.body_file);
+  for (std::string name; std::getline(names, name, ',');) {
+    std::ifstream f(name, std::ios::binary);
+    if (!f) die("cannot read --body-file " + name);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const std::string body = ss.str();
+    requests.push_back("POST /v1/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+                       "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  }
+  if (requests.empty()) die("--body-file is required");
+  std::mt19937_64 rng(a.seed);
+  std::uniform_real_distribution<double> think(0.0, a.think_ms * 1e6);
+  std::uniform_int_distribution<size_t> pick(0, requests.size() - 1);
   FILE* out = std::fopen(a.out.c_str(), "w");
   if (!out) die("cannot write --out " + a.out);
   std::fprintf(out, "conn\tstart_ns\tfirst_ns\tend_ns\tstatus\ttokens\tok\n");
@@ -242,7 +252,7 @@ int run_streams(const Args& a) {
   auto send_next = [&](size_t i) {
     Stream& s = streams[i];
     if (now_ns() >= a.end_ns) return false;
-    s.out = request;
+    s.out = requests[pick(rng)];
     s.out_off = 0;
     s.rr.reset();
     s.sse.clear();
@@ -258,8 +268,6 @@ int run_streams(const Args& a) {
   };
   // Timers: (due ns, connection) of the next request of each idle connection.
   std::priority_queue<std::pair<int64_t, size_t>, std::vector<std::pair<int64_t, size_t>>, std::greater<>> due;
-  std::mt19937_64 rng(a.seed);
-  std::uniform_real_distribution<double> think(0.0, a.think_ms * 1e6);
   size_t live = streams.size();
   auto retire = [&](size_t i) {  // past the end: this connection is done
     epoll_ctl(ep, EPOLL_CTL_DEL, streams[i].fd, nullptr);
