@@ -184,8 +184,10 @@ void bench_decode_attention(cuda::CudaBackend& be, double bw, bool quick) {
 // Decode attention with a bf16 vs an FP8 (e4m3) KV cache, Llama-3.1-8B shape, batch 1 and 64 at contexts 1k,
 // 4k and 8k (CUDA-graph replays, the cache rotated among copies as above). bytes = K + V of the batch (2 bytes
 // an element for bf16, 1 for fp8) + q and out; the roofline is bytes / the copy ceiling. The FP8 cache's codes
-// come from the bf16 fill quantized on the host, with scales 0.02 / 0.03.
-void bench_decode_attention_kv_fp8(cuda::CudaBackend& be, double bw) {
+// come from the bf16 fill quantized on the host, with scales 0.02 / 0.03. Then prefill attention through
+// CudaBackend::paged_attention (bf16: the kernel the backend picks; fp8: mma.sync with staged code tiles) for a
+// 2048-token prompt and 512 tokens on 3584 cached, TFLOP/s of the causal attention FLOPs vs the GEMM peak.
+void bench_decode_attention_kv_fp8(cuda::CudaBackend& be, double bw, double peak) {
   const int Hq = 32, Hkv = 8, D = 128, bs = 16, kOps = 20;
   const int width = (Hq + 2 * Hkv) * D;
   cudaStream_t s = be.stream();
@@ -229,6 +231,48 @@ void bench_decode_attention_kv_fp8(cuda::CudaBackend& be, double bw) {
                       ctx, bytes / (bw * 1e9) * 1e6);
         report(what, time_graph(s, kOps, op), bytes, false, bw);
       }
+  for (const int cached : {0, 3584})
+    for (const bool fp8 : {false, true}) {
+      const int q_len = cached == 0 ? 2048 : 512, len = cached + q_len, blocks = (len + bs - 1) / bs;
+      backend::KvCacheSpec spec{1, blocks + 1, bs, Hkv, D, fp8 ? DType::kFP8E4M3 : DType::kBF16};
+      if (fp8) {
+        spec.k_scales = {0.02f};
+        spec.v_scales = {0.03f};
+      }
+      backend::KvCache kv = be.allocate_kv_cache(spec);
+      if (!fp8) {
+        fill(kv.layers[0].k, 6);
+        fill(kv.layers[0].v, 7);
+      } else {
+        XI_CUDA_CHECK(cudaMemsetAsync(kv.layers[0].k.data, 0x2a, kv.layers[0].k.bytes(), s));
+        XI_CUDA_CHECK(cudaMemsetAsync(kv.layers[0].v.data, 0xa9, kv.layers[0].v.bytes(), s));
+      }
+      backend::StepPlan plan;
+      plan.max_blocks_per_seq = blocks;
+      plan.query_start_loc = {0};
+      double attended = 0;
+      for (int i = 0; i < blocks; ++i) plan.block_tables.push_back(1 + i);
+      for (int t = 0; t < q_len; ++t) {
+        const int pos = cached + t;
+        plan.token_ids.push_back(1);
+        plan.positions.push_back(pos);
+        plan.slot_mapping.push_back((1 + pos / bs) * bs + pos % bs);
+        attended += pos + 1;
+      }
+      plan.query_start_loc.push_back(q_len);
+      plan.seq_lens.push_back(len);
+      plan.max_seq_len = len;
+      const backend::StepMeta meta = be.upload_step(plan);
+      auto qkv = be.allocate(DType::kBF16, Shape{q_len, width});
+      auto out = be.allocate(DType::kBF16, Shape{q_len, Hq * D});
+      fill(qkv.view, 8);
+      const double flops = 4.0 * D * Hq * attended;
+      auto op = [&](int) { be.paged_attention(meta, qkv.view, Hq, Hkv, D, 0.088f, kv.layers[0], out.view); };
+      op(0);
+      char what[96];
+      std::snprintf(what, sizeof(what), "prefill attn %s %d on %d cached", fp8 ? "fp8 " : "bf16", q_len, cached);
+      report(what, time_op(s, 10, op), flops, true, peak);
+    }
 }
 
 // Device sampling (CudaBackend::sample_rows): 256 rows x the Llama-3 vocabulary of N(0, 2) f32 logits (a flat
@@ -646,7 +690,7 @@ int run(bool quick, bool quant_only, bool w8a8_only, bool kv_fp8_only) {
     return 0;
   }
   if (kv_fp8_only) {
-    bench_decode_attention_kv_fp8(be, bw);
+    bench_decode_attention_kv_fp8(be, bw, peak);
     return 0;
   }
   if (quant_only) {
@@ -656,7 +700,7 @@ int run(bool quick, bool quant_only, bool w8a8_only, bool kv_fp8_only) {
 
   // ---- decode attention, Llama-3.1-8B shape ----
   bench_decode_attention(be, bw, quick);
-  bench_decode_attention_kv_fp8(be, bw);
+  bench_decode_attention_kv_fp8(be, bw, peak);
 
   // ---- prefill attention ----
   bench_prefill_attention(be, peak, quick);
