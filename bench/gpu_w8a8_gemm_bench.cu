@@ -4,10 +4,9 @@
 //     TFLOP/s against the measured bf16 ceiling (FP8 / INT8 dense peaks are twice bf16's):
 //       fp8   cuBLASLt e4m3 with outer-vector scales (cublaslt_fp8_gemm.h, the heuristic's first algorithm);
 //       int8  cuBLASLt int8 -> int32 + our scale epilogue (cublaslt_int8_gemm.h kInt32Epilogue), with the
-//             heuristic's first algorithm and the best of its (up to 8) algorithms by measurement, with int32
-//             chunks of 16 / 32 MiB (the sums can stay in the 50 MB L2 between the GEMM and the epilogue),
-//             64 MiB (the default) and one unchunked call; the epilogue alone, and kOuterVec where cuBLASLt
-//             offers it;
+//             heuristic's first algorithm and the best of its (up to 8) algorithms by measurement, in chunks
+//             of 1024 / 2048 (the default) / 4096 rows and unchunked; the epilogue alone, and kOuterVec where
+//             cuBLASLt offers it (int8-1: it does not, cuBLASLt 13.1);
 //     then both whole linears through CudaBackend::linear (quantize x + GEMM) at m = 2048;
 //   - decode GEMVs, m = 1 and 8: our FP8 GEMV and our int8 GEMV alone on quantized x in each pipelined
 //     schedule (the backend's default marked *), GB/s of weight + scales + x + y against the copy ceiling,
@@ -158,10 +157,10 @@ void bench_w8a8(cuda::CudaBackend& be, double bw, double peak, bool quick) {
                             static_cast<const int8_t*>(w.int8.view.data), static_cast<const float*>(w.scales.view.data),
                             nullptr, y2.view.data, false, m, sh.n, sh.k, static_cast<int32_t*>(acc.view.data)};
       double best_int8 = 1e30;
-      for (const size_t acc_cap : {size_t{16} << 20, size_t{32} << 20, size_t{64} << 20, size_t{1} << 40}) {
-        int8.set_max_acc_bytes(acc_cap);
-        const std::string cap =
-            acc_cap > (size_t{1} << 32) ? "unchunked" : std::to_string(acc_cap >> 20) + "MiB chunks";
+      for (const int rows : {1024, 2048, 4096, 1 << 30}) {
+        if (rows < (1 << 30) && rows >= m) continue;  // the same call as unchunked
+        int8.set_chunk_rows(rows);
+        const std::string cap = rows == (1 << 30) ? "unchunked" : std::to_string(rows) + "-row chunks";
         if (!int8.supported(ia, cuda::Int8GemmMode::kInt32Epilogue)) {
           std::printf("%s int8 (%s): cuBLASLt has no algorithm\n", what.c_str(), cap.c_str());
           continue;
@@ -183,7 +182,7 @@ void bench_w8a8(cuda::CudaBackend& be, double bw, double peak, bool quick) {
         best_int8 = std::min(best_int8, best);
         int8.set_algo(ia, cuda::Int8GemmMode::kInt32Epilogue, 0);
       }
-      int8.set_max_acc_bytes(size_t{64} << 20);
+      int8.set_chunk_rows(2048);  // the default
       {  // the epilogue alone on the unchunked int32 sums: its bytes (int32 read + bf16 write)
         const double t = 1e6 * cuda::time_on_stream(s, reps, [&](int) {
           cuda::launch_int8_scale_epilogue(static_cast<const int32_t*>(acc.view.data), ia.x_scales, ia.w_scales, nullptr,

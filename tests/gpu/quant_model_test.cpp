@@ -8,8 +8,13 @@
 // w8a8-int8: the cuBLASLt int8 GEMM for the prefill, the int8 GEMV for decode, activations per token).
 // The tiny W8A8 goldens of tests/golden/checkpoints (ct_w8a8_int8: static-activation channel weights on
 // attention, per-tensor weights with dynamic activations on the MLP; ct_fp8) on CUDA: the 8-token golden
-// prompt (m = 8: the W8A8 GEMVs) against transformers' logits with vLLM-style activation quantization (rel L2
-// within the bf16 models' 0.05), and the prompt repeated to 40 tokens (m = 40: the GEMMs) against the CPU.
+// prompt (m = 8: the W8A8 GEMVs) against transformers' logits with vLLM-style activation quantization, and the
+// prompt repeated to 40 tokens (m = 40: the GEMMs) against the CPU. Bounds per format, above the bf16 models'
+// 0.05: the activation grids (int8 steps of max|x| / 127, e4m3's 3-bit mantissa) turn the bf16-vs-f32
+// differences of a linear's input into whole quantization steps, so these tiny random models sit above the
+// bf16 floor. Measured on an H200 (gpu_queue int8-1): int8 0.040 (golden) / 0.063 (40 tokens), fp8 0.135 /
+// 0.172 (the lead's W8A8-FP8 equivalence run saw the same amplification); bounds 0.08 / 0.2. A linear that lost
+// its scales, a static input scale read as 1 or a per-tensor scale not broadcast moves these logits by O(1).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -142,7 +147,8 @@ TEST(QuantModel, W8a8GoldenCheckpoints) {
     std::printf("[ quant ] %s golden prompt on cuda: rel L2 %.4f vs transformers (activations quantized), %.4f vs "
                 "unquantized activations\n", name, vs_quant.rel_l2, vs_float.rel_l2);
     EXPECT_EQ(vs_quant.nans, 0) << name;
-    EXPECT_LT(vs_quant.rel_l2, kDefaultLogitTol) << name;
+    const double tol = std::string(name) == "ct_fp8" ? 0.2 : 0.08;
+    EXPECT_LT(vs_quant.rel_l2, tol) << name;
     EXPECT_GT(gpu().int8_gemvs() + gpu().fp8_gemvs(), int8_gemvs + fp8_gemvs) << name << ": the W8A8 GEMV ran";
     std::vector<int32_t> longer;
     for (int r = 0; r < 5; ++r) longer.insert(longer.end(), prompt.begin(), prompt.end());
@@ -152,7 +158,7 @@ TEST(QuantModel, W8a8GoldenCheckpoints) {
     const Compare c40 = compare(g40, checkpoint_logits(cpu(), dir, longer));
     std::printf("[ quant ] %s 40-token prompt: cuda vs cpu rel L2 %.4f\n", name, c40.rel_l2);
     EXPECT_EQ(c40.nans, 0) << name;
-    EXPECT_LT(c40.rel_l2, kDefaultLogitTol) << name;
+    EXPECT_LT(c40.rel_l2, tol) << name;
   }
 }
 

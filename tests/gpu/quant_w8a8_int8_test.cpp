@@ -257,8 +257,8 @@ TEST(W8A8Int8, GemmModesAndChunks) {
   auto xsd = gpu().upload(raw(xs, DType::kF32, Shape{m}), DType::kF32);
   auto yd = gpu().allocate(DType::kF32, Shape{m, n});
   auto acc = gpu().allocate(DType::kI32, Shape{m, n});
-  cuda::CublasLtInt8Gemm gemm(32u << 20, size_t{64} * n * 4);
-  ASSERT_EQ(gemm.chunk_rows(n), 64);
+  cuda::CublasLtInt8Gemm gemm(32u << 20, 64);
+  ASSERT_EQ(gemm.acc_bytes(m, n), size_t{64} * n * 4);
   for (const cuda::Int8GemmMode mode : {cuda::Int8GemmMode::kInt32Epilogue, cuda::Int8GemmMode::kOuterVec}) {
     const cuda::Int8GemmArgs args{static_cast<const int8_t*>(xd.view.data), static_cast<const float*>(xsd.view.data),
                                   static_cast<const int8_t*>(c.lw.weight.data), static_cast<const float*>(c.lw.scales.data),

@@ -34,8 +34,9 @@ const char* to_string(Int8GemmMode mode) {
   return mode == Int8GemmMode::kInt32Epilogue ? "int32+epilogue" : "outer-vec scales";
 }
 
-CublasLtInt8Gemm::CublasLtInt8Gemm(size_t workspace_bytes, size_t max_acc_bytes)
-    : workspace_bytes_(workspace_bytes), max_acc_bytes_(max_acc_bytes) {
+CublasLtInt8Gemm::CublasLtInt8Gemm(size_t workspace_bytes, int chunk_rows)
+    : workspace_bytes_(workspace_bytes), chunk_rows_(chunk_rows) {
+  XI_CHECK(chunk_rows >= 1) << "int8 GEMM: chunk rows " << chunk_rows;
   XI_CUBLAS_CHECK(cublasLtCreate(&handle_));
   XI_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
 }
@@ -46,13 +47,13 @@ CublasLtInt8Gemm::~CublasLtInt8Gemm() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-int CublasLtInt8Gemm::chunk_rows(int n) const {
-  const size_t rows = max_acc_bytes_ / (static_cast<size_t>(std::max(n, 1)) * 4);
-  return static_cast<int>(std::clamp<size_t>(rows / 64 * 64, 64, size_t{1} << 30));
+void CublasLtInt8Gemm::set_chunk_rows(int rows) {
+  XI_CHECK(rows >= 1) << "int8 GEMM: chunk rows " << rows;
+  chunk_rows_ = rows;
 }
 
 size_t CublasLtInt8Gemm::acc_bytes(int m, int n) const {
-  return static_cast<size_t>(std::min(m, chunk_rows(n))) * static_cast<size_t>(n) * 4;
+  return static_cast<size_t>(std::min(m, chunk_rows_)) * static_cast<size_t>(n) * 4;
 }
 
 CublasLtInt8Gemm::Plan& CublasLtInt8Gemm::plan_for(Int8GemmMode mode, int rows, const Int8GemmArgs& g) {
@@ -107,19 +108,19 @@ CublasLtInt8Gemm::Plan& CublasLtInt8Gemm::plan_for(Int8GemmMode mode, int rows, 
 
 bool CublasLtInt8Gemm::supported(const Int8GemmArgs& g, Int8GemmMode mode) {
   if (g.m < 1 || g.n < 1 || g.k < 1 || g.k % 4 != 0 || g.n % 4 != 0) return false;
-  const int rows = mode == Int8GemmMode::kInt32Epilogue ? std::min(g.m, chunk_rows(g.n)) : g.m;
+  const int rows = mode == Int8GemmMode::kInt32Epilogue ? std::min(g.m, chunk_rows_) : g.m;
   if (plan_for(mode, rows, g).algos.empty()) return false;
   if (mode == Int8GemmMode::kInt32Epilogue && g.m % rows != 0) return !plan_for(mode, g.m % rows, g).algos.empty();
   return true;
 }
 
 int CublasLtInt8Gemm::algo_count(const Int8GemmArgs& g, Int8GemmMode mode) {
-  const int rows = mode == Int8GemmMode::kInt32Epilogue ? std::min(g.m, chunk_rows(g.n)) : g.m;
+  const int rows = mode == Int8GemmMode::kInt32Epilogue ? std::min(g.m, chunk_rows_) : g.m;
   return static_cast<int>(plan_for(mode, rows, g).algos.size());
 }
 
 void CublasLtInt8Gemm::set_algo(const Int8GemmArgs& g, Int8GemmMode mode, int index) {
-  const int rows = mode == Int8GemmMode::kInt32Epilogue ? std::min(g.m, chunk_rows(g.n)) : g.m;
+  const int rows = mode == Int8GemmMode::kInt32Epilogue ? std::min(g.m, chunk_rows_) : g.m;
   Plan& plan = plan_for(mode, rows, g);
   XI_CHECK(index >= 0 && index < static_cast<int>(plan.algos.size()))
       << "cuBLASLt: algorithm " << index << " of " << plan.algos.size() << " for " << shape_text(g, mode);
@@ -144,7 +145,7 @@ void CublasLtInt8Gemm::run(const Int8GemmArgs& g, cudaStream_t stream, Int8GemmM
     return;
   }
   XI_CHECK(g.acc != nullptr) << "cuBLASLt: " << shape_text(g, mode) << " needs its int32 workspace";
-  const int chunk = chunk_rows(g.n);
+  const int chunk = chunk_rows_;
   const size_t y_row = static_cast<size_t>(g.n) * (g.y_f32 ? 4 : 2);
   const int32_t alpha = 1, beta = 0;
   for (int m0 = 0; m0 < g.m; m0 += chunk) {

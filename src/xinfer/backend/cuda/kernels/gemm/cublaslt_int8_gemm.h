@@ -5,9 +5,11 @@
 // Two ways to run it (Int8GemmMode):
 //   kInt32Epilogue  cuBLASLt int8 x int8 -> int32 (CUBLAS_COMPUTE_32I, scale type 32I, alpha 1, beta 0) into
 //                   the caller's int32 workspace acc [rows, n], then our epilogue kernel (scales, bias, the
-//                   bf16 / f32 store). m runs in chunks of chunk_rows(n) rows so acc stays at most
-//                   max_acc_bytes (default 64 MiB: the workspace does not grow with the batch; part of it
-//                   is still in L2 when the epilogue reads it back).
+//                   bf16 / f32 store). m runs in chunks of chunk_rows() rows (default 2048: acc is at most
+//                   2048 x n int32, 235 MB for Llama-3.1-8B's gate_up). Measured on an H200 (docs/PERF.md,
+//                   int8-1): chunks small enough for the sums to stay in L2 (16-64 MiB) made the GEMMs so
+//                   small that gate_up at m = 2048 took 528-782 us against 389 us unchunked; 2048-row chunks
+//                   cost what m = 2048 costs (e.g. down at m = 8192: 663 us vs 775 us unchunked).
 //   kOuterVec       one cuBLASLt call with A / B CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F (the FP8 path's
 //                   per-channel x per-token scaling), compute 32I, scale type 32F, bias epilogue, bf16 / f32 D:
 //                   only where the heuristic offers an algorithm for it (supported()).
@@ -52,15 +54,15 @@ void launch_int8_scale_epilogue(const int32_t* acc, const float* x_scales, const
 class CublasLtInt8Gemm {
  public:
   static constexpr int kMaxAlgos = 8;
-  explicit CublasLtInt8Gemm(size_t workspace_bytes = 32u << 20, size_t max_acc_bytes = 64u << 20);
+  explicit CublasLtInt8Gemm(size_t workspace_bytes = 32u << 20, int chunk_rows = 2048);
   ~CublasLtInt8Gemm();
   CublasLtInt8Gemm(const CublasLtInt8Gemm&) = delete;
   CublasLtInt8Gemm& operator=(const CublasLtInt8Gemm&) = delete;
 
-  // Rows of one kInt32Epilogue call (a multiple of 64, at least 64) and the acc bytes it needs for m rows.
-  int chunk_rows(int n) const;
+  // Rows of one kInt32Epilogue call and the acc bytes it needs for m rows.
+  int chunk_rows() const { return chunk_rows_; }
   size_t acc_bytes(int m, int n) const;
-  void set_max_acc_bytes(size_t bytes) { max_acc_bytes_ = bytes; }
+  void set_chunk_rows(int rows);  // >= 1 (the bench)
 
   bool supported(const Int8GemmArgs& args, Int8GemmMode mode);
   // XI_CHECK-fails naming the shape when unsupported.
@@ -76,7 +78,7 @@ class CublasLtInt8Gemm {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_;
-  size_t max_acc_bytes_;
+  int chunk_rows_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };
 
