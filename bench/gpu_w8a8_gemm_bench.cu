@@ -240,6 +240,7 @@ void bench_w8a8(cuda::CudaBackend& be, double bw, double peak, bool quick) {
       const double bytes = static_cast<double>(wbytes) + m * sh.k + 2.0 * m * sh.n;
       const std::string what = base + " m=" + std::to_string(m);
       const cuda::QuantGemvConfig chosen = cuda::fp8_gemv_default_config(sh.n, sh.k, true);
+      const cuda::QuantGemvConfig chosen_int8 = cuda::w8a8_int8_gemv_default_config(sh.n, sh.k, m, true);
       const std::vector<cuda::QuantGemvConfig> configs = {
           {2, true, 4, false, false}, {3, true, 4, false, false}, {2, true, 8, false, false}, {2, true, 8, true, false}};
       if (m == 8) {  // check: the int8 GEMV against the int8 GEMM (both exact int32 sums)
@@ -261,6 +262,8 @@ void bench_w8a8(cuda::CudaBackend& be, double bw, double peak, bool quick) {
       double best_f = 1e30, best_i = 1e30;
       for (const cuda::QuantGemvConfig& c : configs) {
         const bool is_default = c.stages == chosen.stages && c.ctas_per_sm == chosen.ctas_per_sm && c.persistent == chosen.persistent;
+        const bool is_default_int8 = c.stages == chosen_int8.stages && c.ctas_per_sm == chosen_int8.ctas_per_sm &&
+                                     c.persistent == chosen_int8.persistent;
         const double tf = graph_us(s, 20, [&](int i) {
           const W8& wi = ws[static_cast<size_t>(i % copies)];
           cuda::launch_fp8_gemv({static_cast<const uint8_t*>(xq8.view.data), static_cast<const float*>(xs.view.data),
@@ -277,7 +280,7 @@ void bench_w8a8(cuda::CudaBackend& be, double bw, double peak, bool quick) {
                                       s, c);
         });
         row(what + " fp8 gemv " + cuda::to_string(c) + (is_default ? " *" : ""), tf, bytes, false, bw);
-        row(what + " int8 gemv " + cuda::to_string(c) + (is_default ? " *" : ""), ti, bytes, false, bw);
+        row(what + " int8 gemv " + cuda::to_string(c) + (is_default_int8 ? " *" : ""), ti, bytes, false, bw);
         best_f = std::min(best_f, tf);
         best_i = std::min(best_i, ti);
       }

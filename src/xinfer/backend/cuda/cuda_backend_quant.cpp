@@ -183,7 +183,7 @@ void CudaBackend::int8_linear(const TensorView& x, const backend::LinearWeights&
   launch_quantize_int8_rows(static_cast<const __nv_bfloat16*>(x.data), m, ki, input_scale, xq, xs, stream_);
   const bool y_f32 = out.dtype == DType::kF32;
   if (gemv) {
-    const QuantGemvConfig config = fp8_gemv_default_config(ni, ki, options_.gemv_pdl);
+    const QuantGemvConfig config = w8a8_int8_gemv_default_config(ni, ki, m, options_.gemv_pdl);
     launch_w8a8_int8_gemv({ws, xs, reinterpret_cast<const uint8_t*>(wq), w_scales, true, bias, out.data, y_f32, m, ni, ki},
                           stream_, config);
     ++int8_gemvs_;

@@ -95,6 +95,7 @@ std::string to_string(const QuantGemvConfig& c);  // "pipe4 3 ctas/sm pdl"
 // The backend's choice for this weight / FP8 shape (H200 measurements: docs/PERF.md "Quantized linears").
 QuantGemvConfig quant_gemv_default_config(const QuantWeight& w, bool pdl);
 QuantGemvConfig fp8_gemv_default_config(int n, int k, bool pdl);
+QuantGemvConfig w8a8_int8_gemv_default_config(int n, int k, int m, bool pdl);  // m: rows of x
 
 // The fused decode chain (CudaBackend::add_rms_norm_linear on quantized linears; as gemv.h GemvFusion does
 // for bf16): one per launch, bf16 y, m <= 8; every batch configuration, the pipelined one at 4 x 3 and 8 x 2.
