@@ -230,6 +230,13 @@ void bench_decode_attention_kv_fp8(cuda::CudaBackend& be, double bw, double peak
         std::snprintf(what, sizeof(what), "decode attn %s b%d ctx%d (roof %.1fus)", fp8 ? "fp8 " : "bf16", batch,
                       ctx, bytes / (bw * 1e9) * 1e6);
         report(what, time_graph(s, kOps, op), bytes, false, bw);
+        if (fp8) {  // the opt-in f16 variant (codes -> f16 by cvt, f16 MMAs)
+          be.set_fp8_kv_f16_mma(true);
+          op(0);
+          std::snprintf(what, sizeof(what), "decode attn fp8 f16-mma b%d ctx%d", batch, ctx);
+          report(what, time_graph(s, kOps, op), bytes, false, bw);
+          be.set_fp8_kv_f16_mma(false);
+        }
       }
   for (const int cached : {0, 3584})
     for (const bool fp8 : {false, true}) {

@@ -658,8 +658,8 @@ void CudaBackend::paged_attention(const backend::StepMeta& step, const TensorVie
                                   const backend::LayerKvCache& cache, const TensorView& out) {
   check_step(step);
   check_attention_args(qkv, num_heads, num_kv_heads, head_dim, cache, out);
-  const PagedAttentionParams p =
-      paged_attention_params(step, qkv, num_heads, num_kv_heads, head_dim, scale, cache, out);
+  PagedAttentionParams p = paged_attention_params(step, qkv, num_heads, num_kv_heads, head_dim, scale, cache, out);
+  p.kv_fp8_f16 = p.kv_fp8 && fp8_kv_f16_mma_;
   if (!decode_attention_supports(head_dim) || !prefill_attention_supports(head_dim)) {
     launch_paged_attention_generic(p, attn_view_, stream_);
     return;

@@ -206,6 +206,10 @@ class CudaBackend final : public backend::Backend {
   LinearFusion linear_fusion() const { return linear_fusion_; }
   void set_rope_attention_fusion(bool on);
   bool rope_attention_fusion() const { return rope_attention_fusion_; }
+  // FP8 KV caches: decode attention converts codes to f16 (cvt.rn.f16x2.e4m3x2) for f16 MMAs instead of to bf16
+  // by integer ops (PagedAttentionParams::kv_fp8_f16). Off by default: not yet measured. Set it before graphs
+  // are recorded (recordings keep the variant they were made with).
+  void set_fp8_kv_f16_mma(bool on) { fp8_kv_f16_mma_ = on; }
   // Host calls of add_rms_norm_linear / rope_paged_attention that launched the fused kernels so far (a graph
   // recording counts once, its replays not at all).
   int64_t fused_linears() const { return fused_linears_; }
@@ -254,6 +258,7 @@ class CudaBackend final : public backend::Backend {
   LinearFusion linear_fusion_ = LinearFusion::kWhenGemv;
   int64_t fused_linears_ = 0;
   bool rope_attention_fusion_ = true;
+  bool fp8_kv_f16_mma_ = false;
   int64_t fused_rope_attentions_ = 0;
 
   // upload_step() state

@@ -52,6 +52,20 @@ __device__ __forceinline__ uint4 e4m3x16_half_to_bf16x8(const uint4& v, int half
   return make_uint4(a.x, a.y, b.x, b.y);
 }
 
+// The f16 variant (PagedAttentionParams::kv_fp8_f16, decode kernel only): every e4m3 value is also an f16
+// value, and cvt.rn.f16x2.e4m3x2 converts two codes in one instruction (the low byte to the low half).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
+  uint32_t r;
+  const uint16_t h = static_cast<uint16_t>(two_codes);
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(h));
+  return r;
+}
+// 16 codes of one 16-byte load -> f16 elements 0..7 (half 0) or 8..15 (half 1), as one 16-byte vector.
+__device__ __forceinline__ uint4 e4m3x16_half_to_f16x8(const uint4& v, int half) {
+  const uint32_t a = half == 0 ? v.x : v.z, b = half == 0 ? v.y : v.w;
+  return make_uint4(e4m3x2_to_f16x2(a), e4m3x2_to_f16x2(a >> 16), e4m3x2_to_f16x2(b), e4m3x2_to_f16x2(b >> 16));
+}
+
 // x -> the code of x / scale (see above).
 __device__ __forceinline__ uint8_t e4m3_from_float(float x, float scale) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3));

@@ -37,6 +37,10 @@ struct PagedAttentionParams {
   float scale;     // softmax scale, usually 1 / sqrt(head_dim) (times k_scale for an FP8 cache)
   float v_scale = 1.0f;  // output multiplier: the FP8 cache's V scale, 1 for bf16
   bool kv_fp8 = false;   // k_cache / v_cache hold e4m3 codes (reinterpret them as const uint8_t*)
+  // kv_fp8, decode kernel: codes -> f16 (one cvt per two codes) and f16 MMAs (Q rounded to f16, P in f16)
+  // instead of codes -> bf16 by integer ops and bf16 MMAs. Opt-in (CudaBackend::set_fp8_kv_f16_mma); off by
+  // default until measured.
+  bool kv_fp8_f16 = false;
 };
 
 // Device views of a step's attention work partition (arrays live in the backend's step buffer).

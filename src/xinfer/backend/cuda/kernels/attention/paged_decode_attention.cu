@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include <cuda_fp16.h>
+
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/attention/attention_dispatch.cuh"
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
@@ -66,6 +68,29 @@ __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], uint32_t a0, uint3
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// The same with f16 operands (kF16: FP8 caches converted to f16).
+__device__ __forceinline__ void mma_f16_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                              uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// 8 bf16 -> 8 f16 (Q of the kF16 variant; exact for |q| in [2^-14, 65504], nearest otherwise).
+__device__ __forceinline__ uint4 bf16x8_to_f16x8(const uint4& v) {
+  auto cvt = [](uint32_t w) {
+    return pack_f16x2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+  };
+  return make_uint4(cvt(v.x), cvt(v.y), cvt(v.z), cvt(v.w));
+}
+
 __device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
   uint32_t y;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
@@ -94,13 +119,22 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
 // read back: a CTA's own global writes are not visible through the read-only path), and head tile 0 of
 // them writes both to the cache at the token's slot. A negative slot (padding) writes nothing and attends
 // to the cache's row, as the unfused pair does. `rope` is unused without kRope.
-template <typename Cfg, bool kRope, bool kFp8>
+template <typename Cfg, bool kRope, bool kFp8, bool kF16 = false>
 __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
     paged_decode_kernel(PagedAttentionParams p, AttentionPlanView plan, DecodeRopeParams rope,
                         int partition_size, int head_tiles, float* workspace) {
   constexpr int kD = Cfg::kHeadDim, kC = Cfg::kChunks, kW = Cfg::kWarps, kH = Cfg::kHeads, kT = Cfg::kTile;
   constexpr int kMT = Cfg::kMTiles, kS = Cfg::kStride, kThreads = Cfg::kThreads;
   static_assert(!(kRope && kFp8), "the fused RoPE path writes bf16 caches only");
+  static_assert(kFp8 || !kF16, "the f16 variant reads FP8 caches");
+  // Tensor-core operand type: bf16, or f16 for the kF16 variant (Q, K, V and P all in f16 there).
+  auto mma = [](float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    if constexpr (kF16)
+      mma_f16_16816(c, a0, a1, a2, a3, b0, b1);
+    else
+      mma_bf16_16816(c, a0, a1, a2, a3, b0, b1);
+  };
+  auto pack_p = [](float lo, float hi) { return kF16 ? pack_f16x2(lo, hi) : pack_bf16x2(lo, hi); };
   constexpr int kRowBytes = kD * (kFp8 ? 1 : 2);
   constexpr int kL = kRowBytes / 64;      // 16-byte loads per lane per token row (kC for bf16, kC / 2 for fp8)
   constexpr int kLaneDims = kFp8 ? 16 : 8;  // dims between the chunks of lanes t4 and t4 + 1
@@ -108,7 +142,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
   auto chunk_dim = [](int c) { return kFp8 ? 64 * (c >> 1) + 8 * (c & 1) : 32 * c; };
   // Chunk c of n-tile nt of a K or V tile in registers, as 8 bf16.
   auto chunk = [](const uint4 (&r)[2][kL], int nt, int c) -> uint4 {
-    if constexpr (kFp8)
+    if constexpr (kF16)
+      return e4m3x16_half_to_f16x8(r[nt][c >> 1], c & 1);
+    else if constexpr (kFp8)
       return e4m3x16_half_to_bf16x8(r[nt][c >> 1], c & 1);
     else
       return r[nt][c];
@@ -247,7 +283,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
     } else {
 #pragma unroll
       for (int c = 0; c < kC; ++c) {
-        const uint4 v = __ldg(reinterpret_cast<const uint4*>(qrow + chunk_dim(c)));
+        uint4 v = __ldg(reinterpret_cast<const uint4*>(qrow + chunk_dim(c)));
+        if constexpr (kF16) v = bf16x8_to_f16x8(v);
         s_q[c][lane] = g < nh ? v : make_uint4(0, 0, 0, 0);
       }
     }
@@ -311,8 +348,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
       for (int ks = 0; ks < 2; ++ks)
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
-          mma_bf16_16816(s[nt], word(q, 2 * ks), 0u, word(q, 2 * ks + 1), 0u, word(kc[nt], 2 * ks),
-                         word(kc[nt], 2 * ks + 1));
+          mma(s[nt], word(q, 2 * ks), 0u, word(q, 2 * ks + 1), 0u, word(kc[nt], 2 * ks), word(kc[nt], 2 * ks + 1));
     }
     if (has_next) load_rows(kr, k_base, next_off);
 
@@ -351,8 +387,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
     }
 
     // O^T += V^T P^T.
-    const uint32_t pb0 = pack_bf16x2(pr[0][0], pr[0][1]);  // tokens 2t4, 2t4 + 1
-    const uint32_t pb1 = pack_bf16x2(pr[1][0], pr[1][1]);  // tokens 8 + 2t4, 9 + 2t4
+    const uint32_t pb0 = pack_p(pr[0][0], pr[0][1]);  // tokens 2t4, 2t4 + 1
+    const uint32_t pb1 = pack_p(pr[1][0], pr[1][1]);  // tokens 8 + 2t4, 9 + 2t4
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
       uint32_t vt[2][4];
@@ -364,7 +400,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
       }
 #pragma unroll
       for (int qp = 0; qp < 2; ++qp)
-        mma_bf16_16816(o[2 * c + qp], vt[0][2 * qp], vt[0][2 * qp + 1], vt[1][2 * qp], vt[1][2 * qp + 1], pb0, pb1);
+        mma(o[2 * c + qp], vt[0][2 * qp], vt[0][2 * qp + 1], vt[1][2 * qp], vt[1][2 * qp + 1], pb0, pb1);
     }
     if (has_next) load_rows(vr, v_base, next_off);
   }
@@ -504,7 +540,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
   }
 }
 
-template <int kD, bool kRope, bool kFp8>
+template <int kD, bool kRope, bool kFp8, bool kF16 = false>
 void launch_decode(const PagedAttentionParams& p, const AttentionPlanView& plan, const DecodeRopeParams& rope,
                    int partition_size, float* workspace, cudaStream_t stream) {
   using Cfg = DecodeConfig<kD>;
@@ -519,7 +555,7 @@ void launch_decode(const PagedAttentionParams& p, const AttentionPlanView& plan,
       << " head tiles is too many split-KV slots (partition size " << partition_size << " too small)";
   const dim3 grid(static_cast<unsigned>(parts), static_cast<unsigned>(p.num_kv_heads * head_tiles),
                   static_cast<unsigned>(plan.num_decode));
-  launch_pdl(paged_decode_kernel<Cfg, kRope, kFp8>, grid, Cfg::kThreads, 0, stream, p, plan, rope, partition_size,
+  launch_pdl(paged_decode_kernel<Cfg, kRope, kFp8, kF16>, grid, Cfg::kThreads, 0, stream, p, plan, rope, partition_size,
              head_tiles, workspace);
 }
 
@@ -546,7 +582,9 @@ void launch_paged_decode_attention(const PagedAttentionParams& p, const Attentio
   XI_CHECK_EQ(p.num_heads % p.num_kv_heads, 0);
   XI_CHECK_GT(partition_size, 0);
   dispatch_fast_head_dim(p.head_dim, [&]<int kD>() {
-    if (p.kv_fp8)
+    if (p.kv_fp8 && p.kv_fp8_f16)
+      launch_decode<kD, false, true, true>(p, plan, DecodeRopeParams{}, partition_size, workspace, stream);
+    else if (p.kv_fp8)
       launch_decode<kD, false, true>(p, plan, DecodeRopeParams{}, partition_size, workspace, stream);
     else
       launch_decode<kD, false, false>(p, plan, DecodeRopeParams{}, partition_size, workspace, stream);
