@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_bench_util.h"
 #include "xinfer/backend/cuda/cuda_backend.h"
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/device_ceilings.h"
@@ -28,6 +29,10 @@
 
 namespace xinfer::bench {
 namespace {
+
+void line(const std::string& what, double us, double amount, bool flops, double ceiling) {
+  print_row(what, us, amount, flops, ceiling, 58);
+}
 
 __device__ uint32_t mix(uint32_t x) {
   x ^= x >> 16;
@@ -105,40 +110,6 @@ QuantTensors make_weight(cuda::CudaBackend& be, const quant::WeightFormat& f, in
   t.lw.format = f;
   t.lw.k = k;
   return t;
-}
-
-double rel_l2(cuda::CudaBackend& be, const TensorView& a, const TensorView& b) {
-  std::vector<float> x(static_cast<size_t>(a.numel())), y(static_cast<size_t>(b.numel()));
-  be.to_host_f32(a, x.data());
-  be.to_host_f32(b, y.data());
-  double e = 0, nn = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    e += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
-    nn += static_cast<double>(y[i]) * y[i];
-  }
-  return std::sqrt(e / std::max(nn, 1e-30));
-}
-
-// Per call: `ops` calls of fn(i) recorded in one CUDA graph, median of 5 replays (decode runs as graph replays,
-// so the host's launch cost is not in these figures).
-double time_graph_us(cudaStream_t stream, int ops, const std::function<void(int)>& fn) {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  XI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-  for (int i = 0; i < ops; ++i) fn(i);
-  XI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  XI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  const double t = cuda::time_on_stream(stream, 3, [&](int) { XI_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }) / ops;
-  XI_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  XI_CUDA_CHECK(cudaGraphDestroy(graph));
-  return t * 1e6;
-}
-
-void line(const std::string& what, double us, double amount, bool flops, double ceiling) {
-  const double achieved = amount / (us * 1e-6) / (flops ? 1e12 : 1e9);
-  std::printf("%-58s %9.1f us %8.1f %-7s %5.1f%%\n", what.c_str(), us, achieved, flops ? "TFLOP/s" : "GB/s",
-              100.0 * achieved / ceiling);
-  std::fflush(stdout);
 }
 
 // The GEMV schedules compared (quant_linear.h QuantGemvConfig), all with PDL as the backend launches them
@@ -234,7 +205,7 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
           XI_CUDA_CHECK_LAUNCH();
           const double fio = static_cast<double>(xq.view.bytes() + y.view.bytes());
           for (const cuda::QuantGemvConfig& c : fp8_gemv_configs()) {
-            const double tc = time_graph_us(s, 20, [&](int i) {
+            const double tc = graph_us(s, 20, [&](int i) {
               const backend::LinearWeights& lw = wi(i);
               cuda::launch_fp8_gemv({static_cast<const uint8_t*>(xq.view.data), static_cast<const float*>(xs.view.data),
                                      static_cast<const uint8_t*>(lw.weight.data), static_cast<const float*>(lw.scales.data),
@@ -247,7 +218,7 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
         if (fp8) {  // activation quantization + our FP8 GEMV (m <= 16) / cuBLASLt FP8 GEMM, through CudaBackend::linear
           be.linear(x.view, wi(0), y.view);  // grows the workspace before a recording
           const double t = m >= 2048 ? 1e6 * cuda::time_on_stream(s, 5, [&](int i) { be.linear(x.view, wi(i), y.view); })
-                                     : time_graph_us(s, 20, [&](int i) { be.linear(x.view, wi(i), y.view); });
+                                     : graph_us(s, 20, [&](int i) { be.linear(x.view, wi(i), y.view); });
           if (m >= 2048) {
             line(what + " fp8 (vs the bf16 ceiling)", t, 2.0 * m * sh.n * sh.k, true, peak);
           } else {
@@ -270,7 +241,7 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
           for (const cuda::QuantGemvConfig& c : gemv_configs(m)) {
             if (c.sum_x && q0.group_size % (q0.bits == 4 ? 128 : 64) != 0) continue;  // sum_x: unfolded scales
             if (c.f16_x && (q0.bits != 8 || q0.group_size % 64 != 0)) continue;    // f16_x: unfolded int8
-            const double tc = time_graph_us(s, 20, [&](int i) {
+            const double tc = graph_us(s, 20, [&](int i) {
               const cuda::QuantWeight q = be.quant_weight(wi(i));
               cuda::launch_quant_gemv({static_cast<const __nv_bfloat16*>(x.view.data), q, nullptr, y.view.data, false, m},
                                       s, c);

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_bench_util.h"
 #include "xinfer/backend/cuda/cuda_backend.h"
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/device_ceilings.h"
@@ -29,6 +30,10 @@
 
 namespace xinfer::bench {
 namespace {
+
+void row(const std::string& what, double us, double amount, bool flops, double ceiling) {
+  print_row(what, us, amount, flops, ceiling, 66);
+}
 
 __device__ uint32_t hash32(uint32_t x) {
   x ^= x >> 16;
@@ -55,38 +60,6 @@ __global__ void fill_bf16_pm1(__nv_bfloat16* p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
     p[i] = __float2bfloat16(static_cast<float>(hash32(static_cast<uint32_t>(i) ^ seed) & 0xffff) / 32768.0f - 1.0f);
-}
-
-double rel_l2(cuda::CudaBackend& be, const TensorView& a, const TensorView& b) {
-  std::vector<float> x(static_cast<size_t>(a.numel())), y(static_cast<size_t>(b.numel()));
-  be.to_host_f32(a, x.data());
-  be.to_host_f32(b, y.data());
-  double e = 0, nn = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    e += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
-    nn += static_cast<double>(y[i]) * y[i];
-  }
-  return std::sqrt(e / std::max(nn, 1e-30));
-}
-
-double graph_us(cudaStream_t stream, int ops, const std::function<void(int)>& fn) {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  XI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-  for (int i = 0; i < ops; ++i) fn(i);
-  XI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  XI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  const double t = cuda::time_on_stream(stream, 3, [&](int) { XI_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }) / ops;
-  XI_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  XI_CUDA_CHECK(cudaGraphDestroy(graph));
-  return t * 1e6;
-}
-
-void row(const std::string& what, double us, double amount, bool flops, double ceiling) {
-  const double achieved = amount / (us * 1e-6) / (flops ? 1e12 : 1e9);
-  std::printf("%-66s %9.1f us %8.1f %-7s %5.1f%%\n", what.c_str(), us, achieved, flops ? "TFLOP/s" : "GB/s",
-              100.0 * achieved / ceiling);
-  std::fflush(stdout);
 }
 
 struct W8 {  // one weight in both formats: e4m3 and int8 codes, [n] scales
