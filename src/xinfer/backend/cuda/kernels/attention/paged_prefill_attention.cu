@@ -245,49 +245,37 @@ __device__ __forceinline__ void load_kv_tile(const KvRowLocator& loc, int tile, 
   }
 }
 
-// FP8 caches (mma.sync kernel): the codes of a K and a V tile ([kN, kD] bytes each, rows unswizzled) are
-// staged by cp.async (16 codes a copy, zeros past kv_end) in shared memory, then converted to bf16 (exact,
-// kv_fp8.cuh) into the swizzled bf16 tile layout the MMA loop reads. stage_kv_tile_fp8: thread t copies
-// 16-byte chunk t % (kD / 16) of rows t / (kD / 16) + i * kLoadRows; the caller commits.
+// FP8 caches: the same tile from e4m3 codes, dequantized to bf16 in registers (kv_fp8.cuh) and stored to the
+// same swizzled layout. Thread t loads 16-byte chunk t % (kD / 16) (16 codes = bf16 chunks 2c, 2c + 1) of rows
+// t / (kD / 16) + i * kLoadRows of K and V, every load of the tile in flight before the first store;
+// synchronous (registers, not cp.async), so the tile is in shared memory when this returns (zeros past
+// kv_end).
 __device__ __forceinline__ void st_shared_16(uint32_t addr, const uint4& v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
 }
-__device__ __forceinline__ uint4 ld_shared_16(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr)
-               : "memory");
-  return v;
-}
-template <int kD, int kN, int kThreads>
-__device__ __forceinline__ void stage_kv_tile_fp8(const KvRowLocator& loc, int tile, int kv_end, const uint8_t* k8,
-                                                  const uint8_t* v8, uint32_t k_raw, uint32_t v_raw) {
+template <int kD, int kN, int kThreads, typename Swizzle>
+__device__ __forceinline__ void load_kv_tile_fp8(const KvRowLocator& loc, int tile, int kv_end, const uint8_t* k8,
+                                                 const uint8_t* v8, uint32_t k_dst, uint32_t v_dst, Swizzle swz) {
   constexpr int kChunks = kD / 16, kLoadRows = kThreads / kChunks, kPerThread = kN / kLoadRows;
   static_assert(kThreads % kChunks == 0 && kN % kLoadRows == 0);
   const int c = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
+  uint4 kr[kPerThread], vr[kPerThread];
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
     const int r = r0 + i * kLoadRows;
     const bool ok = tile * kN + r < kv_end;
     const size_t off = static_cast<size_t>(loc.row(min(tile * kN + r, kv_end - 1))) * kD + c * 16;
-    cp_async_16(k_raw + r * kD + c * 16, k8 + off, ok);
-    cp_async_16(v_raw + r * kD + c * 16, v8 + off, ok);
+    kr[i] = ok ? __ldg(reinterpret_cast<const uint4*>(k8 + off)) : make_uint4(0, 0, 0, 0);
+    vr[i] = ok ? __ldg(reinterpret_cast<const uint4*>(v8 + off)) : make_uint4(0, 0, 0, 0);
   }
-}
-// The staged codes -> bf16 tiles at k_dst / v_dst (swz(r, c): byte offset of 16-byte bf16 chunk c of row r).
-template <int kD, int kN, int kThreads, typename Swizzle>
-__device__ __forceinline__ void convert_kv_tile_fp8(uint32_t k_raw, uint32_t v_raw, uint32_t k_dst, uint32_t v_dst,
-                                                    Swizzle swz) {
-  constexpr int kChunks = kD / 16;
-  static_assert((kN * kChunks) % kThreads == 0);
 #pragma unroll
-  for (int i = threadIdx.x; i < kN * kChunks; i += kThreads) {
-    const int r = i / kChunks, c = i % kChunks;
-    const uint4 kc = ld_shared_16(k_raw + r * kD + c * 16), vc = ld_shared_16(v_raw + r * kD + c * 16);
+  for (int i = 0; i < kPerThread; ++i) {
+    const int r = r0 + i * kLoadRows;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      st_shared_16(k_dst + swz(r, 2 * c + h), e4m3x16_half_to_bf16x8(kc, h));
-      st_shared_16(v_dst + swz(r, 2 * c + h), e4m3x16_half_to_bf16x8(vc, h));
+      st_shared_16(k_dst + swz(r, 2 * c + h), e4m3x16_half_to_bf16x8(kr[i], h));
+      st_shared_16(v_dst + swz(r, 2 * c + h), e4m3x16_half_to_bf16x8(vr[i], h));
     }
   }
 }
@@ -713,19 +701,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
   const int num_tiles = (kv_end + kN - 1) / kN;
 
   const KvRowLocator loc(p, w);
-  // bf16: K/V tiles double-buffered, tile t in buffer t & 1. FP8: the codes of tile t + 1 are staged in the
-  // K[1] region (kN * kD bytes for K, then V: exactly kKvBytes) while tile t runs; at the top of each
-  // iteration they are converted into K[0] / V[0], the only bf16 buffers then.
-  const uint32_t k_raw = k_s + Cfg::kKvBytes, v_raw = k_raw + kN * kD;
-  static_assert(2 * kN * kD == Cfg::kKvBytes, "FP8 staging fills the second K buffer");
   auto load_kv = [&](int tile, int buf) {
+    const uint32_t dst[2] = {k_s + buf * Cfg::kKvBytes, v_s + buf * Cfg::kKvBytes};
     if constexpr (kFp8) {
-      (void)buf;
-      stage_kv_tile_fp8<kD, kN, Cfg::kThreads>(loc, tile, kv_end, reinterpret_cast<const uint8_t*>(p.k_cache),
-                                               reinterpret_cast<const uint8_t*>(p.v_cache), k_raw, v_raw);
+      load_kv_tile_fp8<kD, kN, Cfg::kThreads>(loc, tile, kv_end, reinterpret_cast<const uint8_t*>(p.k_cache),
+                                              reinterpret_cast<const uint8_t*>(p.v_cache), dst[0], dst[1],
+                                              [](int r, int c) { return row_swz<kRB>(r, c); });
     } else {
       const __nv_bfloat16* const src[2] = {p.k_cache, p.v_cache};
-      const uint32_t dst[2] = {k_s + buf * Cfg::kKvBytes, v_s + buf * Cfg::kKvBytes};
       load_kv_tile<kD, kN, Cfg::kThreads, 1, 2>(loc, tile, kv_end, src, dst,
                                                 [](int r, int c) { return row_swz<kRB>(r, c); });
     }
@@ -752,16 +735,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
   for (int tile = 0; tile < num_tiles; ++tile) {
     cp_async_wait_all();
     __syncthreads();  // tile visible to all; everyone is done with the buffer refilled next
-    if constexpr (kFp8) {
-      convert_kv_tile_fp8<kD, kN, Cfg::kThreads>(k_raw, v_raw, k_s, v_s,
-                                                 [](int r, int c) { return row_swz<kRB>(r, c); });
-      __syncthreads();  // bf16 tile visible; the staging area is free
-    }
     if (tile + 1 < num_tiles) load_kv(tile + 1, (tile + 1) & 1);
     const int n0 = tile * kN;
     if (n0 > wb.pos_max) continue;  // every row of this warp precedes the tile (or is past the chunk)
-    const int buf = kFp8 ? 0 : tile & 1;
-    const uint32_t kb = k_s + buf * Cfg::kKvBytes, vb = v_s + buf * Cfg::kKvBytes;
+    const uint32_t kb = k_s + (tile & 1) * Cfg::kKvBytes, vb = v_s + (tile & 1) * Cfg::kKvBytes;
 
     // S = Q K^T for this warp's 32 rows x kN keys.
     float s[kMT][kNT][4];
