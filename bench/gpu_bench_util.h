@@ -1,12 +1,13 @@
 // Helpers shared by the quantized-linear benches of gpu_kernel_bench (gpu_quant_linear_bench.cu,
 // gpu_w8a8_gemm_bench.cu): relative L2 between two device tensors, per-call time of a CUDA-graph replay, and
-// one printed row with its share of the ceiling.
+// one printed row with its share of the ceiling; on the device, the hash that fills their random data.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -17,6 +18,18 @@
 #include "xinfer/backend/cuda/device_ceilings.h"
 
 namespace xinfer::bench {
+
+#ifdef __CUDACC__
+// A 32-bit integer hash (xorshift-multiply finalizer) for filling bench tensors with pseudo-random values.
+__device__ inline uint32_t hash32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+#endif
 
 // ||a - b|| / ||b|| of two device tensors (read back as f32).
 inline double rel_l2(cuda::CudaBackend& be, const TensorView& a, const TensorView& b) {

@@ -34,28 +34,20 @@ void line(const std::string& what, double us, double amount, bool flops, double 
   print_row(what, us, amount, flops, ceiling, 58);
 }
 
-__device__ uint32_t mix(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7feb352du;
-  x ^= x >> 15;
-  x *= 0x846ca68bu;
-  x ^= x >> 16;
-  return x;
-}
 __global__ void fill_bytes(uint8_t* p, size_t n, uint32_t seed, uint32_t mod) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
-    p[i] = static_cast<uint8_t>(mix(static_cast<uint32_t>(i) * 2654435761u ^ seed) % mod);
+    p[i] = static_cast<uint8_t>(hash32(static_cast<uint32_t>(i) * 2654435761u ^ seed) % mod);
 }
 __global__ void fill_scales(float* p, size_t n, uint32_t seed, float scale) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
-    p[i] = scale * (0.5f + static_cast<float>(mix(static_cast<uint32_t>(i) ^ seed) & 0xffff) / 65536.0f);
+    p[i] = scale * (0.5f + static_cast<float>(hash32(static_cast<uint32_t>(i) ^ seed) & 0xffff) / 65536.0f);
 }
 __global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
-    p[i] = __float2bfloat16(static_cast<float>(mix(static_cast<uint32_t>(i) ^ seed) & 0xffff) / 32768.0f - 1.0f);
+    p[i] = __float2bfloat16(static_cast<float>(hash32(static_cast<uint32_t>(i) ^ seed) & 0xffff) / 32768.0f - 1.0f);
 }
 
 struct QuantFormat {

@@ -35,14 +35,6 @@ void row(const std::string& what, double us, double amount, bool flops, double c
   print_row(what, us, amount, flops, ceiling, 66);
 }
 
-__device__ uint32_t hash32(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7feb352du;
-  x ^= x >> 15;
-  x *= 0x846ca68bu;
-  x ^= x >> 16;
-  return x;
-}
 // fp8: e4m3 codes 0..125 with a random sign (finite); int8: -127..127.
 __global__ void fill_codes(uint8_t* p, size_t n, uint32_t seed, bool fp8) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
