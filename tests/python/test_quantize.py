@@ -282,3 +282,20 @@ def test_table_rows_equal_single_runs(xinfer_bin, calib, tmp_path):
         # windows of equal length: the total's log-PPL increase is the mean of the windows' ones
         total = 100 * (np.exp(np.log1p(w / 100).mean()) - 1)
         assert total == pytest.approx(row["ppl_increase_percent"], rel=1e-6, abs=1e-9)
+
+
+def test_numpy_reference_e4m3_equals_ml_dtypes():
+    """The reference's FP8 rounding (round_e4m3, e4m3_to_float: written from the OCP E4M3FN definition) equals
+    ml_dtypes' float8_e4m3fn on tests/golden/e4m3 (every code's value; every finite value, every midpoint between
+    neighbours and one f32 ulp either side, signed zeros, underflow, saturation past 448), the same golden that
+    xinfer's own e4m3 conversion (core/dtype.h, used by the FP8 weights and activations) is checked against in
+    tests/unit/core/e4m3_reference_test.cpp."""
+    g = json.loads((ROOT / "tests" / "golden" / "e4m3" / "e4m3_ml_dtypes.json").read_text())
+    decode = np.array([np.nan if v is None else v for v in g["decode"]])
+    got = ref.e4m3_to_float(np.arange(256))
+    assert np.array_equal(np.isnan(got), np.isnan(decode))
+    assert np.array_equal(got[~np.isnan(got)], decode[~np.isnan(decode)])
+    x = np.array([e[0] for e in g["encode"]], dtype=np.float32).astype(np.float64)
+    want = decode[np.array([e[1] for e in g["encode"]])]
+    assert len(x) > 1000
+    assert np.array_equal(ref.round_e4m3(x), want)

@@ -102,6 +102,8 @@ Result<compress::ModelDirContents> tokenizer_files(const std::string& model_path
 //   fp8-naive, fp8-sq  w8a8-fp8 without / with the alpha search
 //   w8a16              int8 per channel RTN
 //   fp8-sq-gptq        fp8-sq with GPTQ (error-compensated) FP8 weights
+//   fp8-sq-partial, fp8-sq-gptq-partial  fp8-sq / fp8-sq-gptq with the layers searched under P
+//   fp8-sq-gptq-actorder, fp8-sq-gptq-actorder-partial  fp8-sq-gptq with act-order (+ layers under P)
 //   w4a16-rtn, w4a16-gptq  int4 per group (symmetric), RTN / GPTQ (Hessians as --gptq-hessians, default
 //                      true-sequential); w4a16-gptq-float: Hessians of the float model; -actorder: act-order
 //                      with static groups; -actorder-gidx: act-order groups with g_idx; w4a16-rtn-mse,
@@ -122,7 +124,9 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
   for (int64_t w : widths) w4_ok = w4_ok && w % base.scheme.group_size == 0;
   const std::vector<std::string> all = {"w8a8-naive", "sq-0.5-tensor", "sq-0.5-channel", "sq-search",
                                         "sq-search-partial", "sq-first-N", "sq-last-N", "sq-search-gptq",
-                                        "fp8-naive", "fp8-sq", "fp8-sq-gptq", "w8a16", "w4a16-rtn", "w4a16-gptq",
+                                        "fp8-naive", "fp8-sq", "fp8-sq-gptq", "fp8-sq-partial",
+                                        "fp8-sq-gptq-partial", "fp8-sq-gptq-actorder", "fp8-sq-gptq-actorder-partial",
+                                        "w8a16", "w4a16-rtn", "w4a16-gptq",
                                         "w4a16-gptq-float", "w4a16-gptq-actorder", "w4a16-gptq-actorder-gidx",
                                         "w4a16-rtn-mse", "w4a16-gptq-mse", "w4a16-gptq-actorder-mse"};
   std::vector<std::string> rows;
@@ -194,12 +198,14 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
                       : row == "w8a16"         ? Scheme::kW8A16
                       : row.rfind("w4a16", 0) == 0 ? Scheme::kW4A16
                                                    : Scheme::kW8A8Int8;
-    if (row == "sq-search-gptq" || row == "fp8-sq-gptq" || row.rfind("w4a16-gptq", 0) == 0) o.gptq = true;
+    if (row == "sq-search-gptq" || row.rfind("fp8-sq-gptq", 0) == 0 || row.rfind("w4a16-gptq", 0) == 0) o.gptq = true;
     if (row == "w4a16-gptq-float") o.gptq_sequential = false;
-    if (row.rfind("w4a16-gptq-actorder", 0) == 0) o.gptq_options.act_order = true;
+    if (row.rfind("w4a16-gptq-actorder", 0) == 0 || row.rfind("fp8-sq-gptq-actorder", 0) == 0)
+      o.gptq_options.act_order = true;
     if (row == "w4a16-gptq-actorder-gidx") o.gptq_options.static_groups = false;
     o.scheme.mse_clip = row.size() > 4 && row.compare(row.size() - 4, 4, "-mse") == 0;
-    if (row == "sq-search-partial") {
+    if (row == "sq-search-partial" || (row.rfind("fp8-sq", 0) == 0 && row.size() > 8 &&
+                                       row.compare(row.size() - 8, 8, "-partial") == 0)) {
       o.selection.mode = LayerSelection::Mode::kSearch;
       o.selection.max_ppl_increase = max_ppl_increase;
     }
