@@ -8,11 +8,16 @@
 //    real NCCL calls, recorded into the decode graphs): replaying equals the padded eager steps bit for bit and
 //    the plain path's greedy tokens;
 //  - with two or more GPUs, an Engine at TP 2 gives TP 1's greedy tokens, with graphs and asynchronous scheduling
-//    (the default) and eagerly (skipped on one GPU).
+//    (the default) and eagerly (skipped on one GPU);
+//  - the vocabulary-parallel embedding's masked lookup (TpEmbedding; no NCCL needed): every rank's shard of an odd
+//    vocabulary gives the CPU oracle's rows bit for bit (its ids' rows, -0.0 elsewhere), and the shards' sum is
+//    the whole table's lookup bit for bit. The one-rank TP path above runs the embedding all-reduce (a real NCCL
+//    call, recorded into the decode graphs).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -27,6 +32,64 @@
 
 namespace xinfer::gpu_test {
 namespace {
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+// Backend::embedding with a vocabulary shard (backend.h VocabRows; ModelShard's split of V = 301 over 2, 3, 4
+// ranks), hidden 72 (16-byte copies) and 13 (the scalar path).
+TEST(TpEmbedding, VocabularyShardLookupsSumToTheWholeLookup) {
+  const int64_t vocab = 301;
+  model::ModelConfig c;
+  c.intermediate_size = 12;
+  c.num_layers = 1;
+  c.num_heads = 12;
+  c.num_kv_heads = 12;
+  c.head_dim = 8;
+  c.vocab_size = vocab;
+  for (const int64_t hidden : {int64_t{72}, int64_t{13}}) {
+    SCOPED_TRACE("hidden " + std::to_string(hidden));
+    c.hidden_size = hidden;
+    std::mt19937 rng(static_cast<uint32_t>(hidden));
+    auto table = upload_both(random_bf16(static_cast<size_t>(vocab * hidden), rng), Shape{vocab, hidden});
+    std::vector<int32_t> ids;
+    for (int32_t i = 0; i < vocab; ++i) ids.push_back((i * 37) % static_cast<int32_t>(vocab));  // every id
+    backend::StepPlan plan;
+    plan.token_ids = ids;
+    plan.positions.assign(ids.size(), 0);
+    plan.slot_mapping.assign(ids.size(), 0);
+    plan.query_start_loc = {0, static_cast<int32_t>(ids.size())};
+    plan.seq_lens = {1};
+    plan.max_blocks_per_seq = 1;
+    plan.block_tables = {0};
+    plan.max_seq_len = 1;
+    const backend::StepMeta cstep = cpu().upload_step(plan), gstep = gpu().upload_step(plan);
+    const int64_t T = static_cast<int64_t>(ids.size());
+    backend::DeviceTensor whole = gpu().allocate(DType::kBF16, Shape{T, hidden});
+    gpu().embedding(gstep, table.g.view, whole.view);
+    const std::vector<float> want = download(gpu(), whole.view);
+    for (int n : {2, 3, 4}) {
+      SCOPED_TRACE("tp " + std::to_string(n));
+      std::vector<float> sum(want.size(), -0.0f);
+      for (int r = 0; r < n; ++r) {
+        const model::ModelShard s = *model::ModelShard::make(c, n, r);
+        const backend::VocabRows rows{s.vocab_begin, vocab};
+        auto out = allocate_both(Shape{T, hidden});
+        poison(out.g.view);
+        cpu().embedding(cstep, table.c.view.rows(s.vocab_begin, s.vocab_end), out.c.view, rows);
+        gpu().embedding(gstep, table.g.view.rows(s.vocab_begin, s.vocab_end), out.g.view, rows);
+        const std::vector<float> g = download(gpu(), out.g.view), cref = download(cpu(), out.c.view);
+        ASSERT_EQ(g.size(), cref.size());
+        for (size_t i = 0; i < g.size(); ++i) ASSERT_EQ(bits_of(g[i]), bits_of(cref[i])) << "rank " << r << " element " << i;
+        for (size_t i = 0; i < g.size(); ++i) sum[i] += g[i];
+      }
+      for (size_t i = 0; i < sum.size(); ++i) ASSERT_EQ(bits_of(sum[i]), bits_of(want[i])) << "element " << i;
+    }
+  }
+}
 
 #if defined(XINFER_HAVE_NCCL)
 
@@ -110,6 +173,12 @@ TEST(NcclCommunicator, OneRankTensorParallelPathEqualsThePlainPath) {
     tp_opt.comm = comm.get();  // tp_size 1: the sharded code path alone
     auto tp = model::LlamaModel::load(dir, gpu(), tp_opt);
     ASSERT_TRUE(tp.ok()) << tp.status().to_string();
+    // One rank's vocabulary shard is the whole table (tied: also its lm_head, one copy).
+    EXPECT_EQ((*tp)->embedding().out_features(), (*tp)->config().vocab_size);
+    if ((*tp)->config().tie_word_embeddings) {
+      EXPECT_EQ((*tp)->lm_head().weight.data, (*tp)->embedding().weight.data);
+    }
+    EXPECT_EQ((*tp)->weight_bytes(), (*plain)->weight_bytes());
     const std::vector<int32_t> prompt{1, 17, 42, 99, 7, 3, 250, 11};
     const Path a = run_path(**plain, prompt, 16), b = run_path(**tp, prompt, 16);
     EXPECT_EQ(b.tokens, a.tokens);

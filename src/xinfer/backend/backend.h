@@ -154,6 +154,14 @@ struct StepMeta {
   const int32_t* token_sources = nullptr;    // [num_tokens], or nullptr when the plan has none
 };
 
+// The vocabulary rows an embedding table holds: token ids [begin, begin + table rows) of a vocabulary of
+// `vocab` ids. The default ({0, 0}) is a whole table. Tensor parallelism gives each rank one contiguous
+// range (model/shard.h, vocabulary-parallel embedding).
+struct VocabRows {
+  int64_t begin = 0;
+  int64_t vocab = 0;  // ids are checked against it; 0: the table's own rows
+};
+
 // Ceilings measured on the device itself (benchmarks divide achieved figures by these).
 struct DeviceCeilings {
   double copy_gbs = 0;          // device-to-device copy, bytes read + written per second / 1e9
@@ -315,14 +323,19 @@ class Backend {
     (void)ids;
     XI_CHECK(step.token_sources == nullptr) << info().name << " cannot feed device tokens";
   }
-  // out[T, H] = table[ids[t], :]          table: [V, H]
-  virtual void embedding(const StepMeta& step, const TensorView& table, const TensorView& out) = 0;
+  // out[T, H] = table[ids[t] - rows.begin, :] for ids in the table's rows, -0.0 for every other id
+  // table: [V_r, H] (rows.begin = 0, V_r = V: the whole table, every id in it). A vocabulary shard's lookup:
+  // summed over the ranks (all_reduce_sum), each element has one term that is not -0.0, and x + -0.0 == x
+  // for every x (also +-0), so the sum is the unsharded lookup bit for bit in any order.
+  virtual void embedding(const StepMeta& step, const TensorView& table, const TensorView& out,
+                         const VocabRows& rows = {}) = 0;
   // The same from a table in any supported format (a quantized table: the looked-up rows dequantized).
   // Default: dense tables only.
-  virtual void embedding_weights(const StepMeta& step, const LinearWeights& table, const TensorView& out) {
+  virtual void embedding_weights(const StepMeta& step, const LinearWeights& table, const TensorView& out,
+                                 const VocabRows& rows = {}) {
     XI_CHECK(table.dense()) << info().name << ": embedding table in " << quant::format_name(table.format)
                             << " is not supported";
-    embedding(step, table.weight, out);
+    embedding(step, table.weight, out, rows);
   }
   // out[R, W] = x / rms(x) * weight        x: [R, W], weight: [W]; R may be T or T*heads (q/k norm)
   virtual void rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) = 0;

@@ -172,9 +172,7 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
   }
   XI_ASSIGN_OR_RETURN(final_norm_, vec(gguf_tensor_name(-1, "output_norm"), H));
   if (c.tie_word_embeddings) {
-    lm_head_ = embed_;
-    // Vocabulary-parallel lm_head: this rank's rows of the replicated table (whole GGUF rows).
-    if (shard_.sharded()) lm_head_.weight = embed_.weight.rows(shard_.vocab_begin, shard_.vocab_end);
+    lm_head_ = embed_;  // vocabulary-parallel: the rank's embedding rows (whole GGUF rows) are its lm_head rows
   } else {
     XI_ASSIGN_OR_RETURN(lm_head_, load({{gguf_tensor_name(-1, "output"), Shape{V, H}, 0}}));
   }

@@ -272,9 +272,7 @@ Status LlamaModel::load_weights(const std::string& dir) {
   }
   XI_ASSIGN_OR_RETURN(final_norm_, load({{"model.norm.weight", Shape{H}}}));
   if (c.tie_word_embeddings) {
-    lm_head_ = embed_;
-    // Vocabulary-parallel lm_head: this rank's rows of the (replicated) embedding table.
-    if (shard_.sharded()) lm_head_.weight = embed_.weight.rows(shard_.vocab_begin, shard_.vocab_end);
+    lm_head_ = embed_;  // vocabulary-parallel: the rank's embedding rows are its lm_head rows (one copy)
   } else {
     XI_ASSIGN_OR_RETURN(lm_head_.weight, load({{"lm_head.weight", Shape{V, H}}}));
   }
@@ -443,7 +441,10 @@ void LlamaModel::forward_sharded(const backend::StepMeta& step, const backend::K
     backend_.to_host_f32(in, host.data());
     observer_->observe(l, site, host.data(), T, in.shape[1]);
   };
-  backend_.embedding_weights(step, embed_, x);  // replicated table: every rank has the whole x
+  // Vocabulary-parallel embedding: this rank's rows of x (ids in its range; -0.0 elsewhere), then the sum over
+  // ranks, exact (one term per element is not -0.0): every rank holds TP 1's x bit for bit.
+  backend_.embedding_weights(step, embed_, x, backend::VocabRows{s.vocab_begin, s.vocab});
+  comm.all_reduce_sum(x);
   backend_.add_rms_norm_linear({x, {}, layers_[0].input_norm, eps, layers_[0].qkv, h, qkv, {}, {}, {}});
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = layers_[static_cast<size_t>(l)];

@@ -109,6 +109,7 @@ class LlamaModel {
   // This rank's share of the model (ModelShard::whole() without tensor parallelism).
   const ModelShard& shard() const { return shard_; }
   const LayerWeights& layer(int l) const { return layers_[static_cast<size_t>(l)]; }
+  // This rank's rows of the embedding table, [shard().local_vocab(), H] (the whole table without TP).
   const backend::LinearWeights& embedding() const { return embed_; }
   const TensorView& final_norm() const { return final_norm_; }
   const backend::LinearWeights& lm_head() const { return lm_head_; }
@@ -133,12 +134,13 @@ class LlamaModel {
   size_t weight_bytes_ = 0;
 
   std::vector<std::shared_ptr<backend::DeviceBuffer>> owned_;  // weights and workspace
-  backend::LinearWeights embed_;  // [V, H]: dense, or a GGUF block format (embedding_weights())
+  backend::LinearWeights embed_;  // [local_vocab, H] (this rank's rows; [V, H] unsharded): dense, or a GGUF
+                                  // block format (embedding_weights())
   std::vector<LayerWeights> layers_;
   std::vector<std::vector<std::shared_ptr<backend::DeviceBuffer>>> replaced_;  // [layer]: replace_layer()'s
   ActivationObserver* observer_ = nullptr;
   TensorView final_norm_;  // [H]
-  backend::LinearWeights lm_head_;  // [V, H]
+  backend::LinearWeights lm_head_;  // [local_vocab, H] (tied: embed_ itself)
   TensorView cos_sin_;     // [max_model_len, D]
 
   // Workspace, [max_tokens, ...] each; forward() uses the first T rows.

@@ -64,8 +64,8 @@ int64_t ModelShard::parameter_count(const ModelConfig& c) const {
   if (c.o_bias && rank == 0) layer += H;
   if (c.qk_norm) layer += 2 * D;
   if (c.mlp_bias) layer += 2 * ffn + (rank == 0 ? H : 0);
-  const int64_t lm_head = c.tie_word_embeddings ? 0 : local_vocab() * H;
-  return vocab * H + lm_head + layer * c.num_layers + H;
+  const int64_t vocab_rows = local_vocab() * H;  // embedding shard; the lm_head another one unless tied
+  return vocab_rows * (c.tie_word_embeddings ? 1 : 2) + layer * c.num_layers + H;
 }
 
 std::vector<LinearShape> ModelShard::linear_shapes(const ModelConfig& c) const {

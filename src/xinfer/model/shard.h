@@ -11,9 +11,11 @@
 //   o (row)           columns [r * Hq/N * D, ...): y partial, all-reduced at the residual (bias on rank 0)
 //   gate_up (column)  rows [r * I/N, (r+1) * I/N) of gate and of up, fused per rank: [2 I/N, H]
 //   down (row)        columns [r * I/N, ...): all-reduced at the residual (bias on rank 0)  (N must divide I)
-//   embedding         replicated [V, H] (lookup needs no collective)
-//   lm_head (vocab)   rows [vocab_begin, vocab_end): V split in N contiguous ranges whose sizes differ by at
-//                     most one; logits all-gathered along the vocabulary
+//   embedding (vocab) rows [vocab_begin, vocab_end) of the table: the lookup writes the rows of ids in the
+//                     range and -0.0 elsewhere, all-reduced (sum) into every rank's whole hidden states (exact:
+//                     one term per element is not -0.0); tied: the same shard is the lm_head (one copy)
+//   lm_head (vocab)   rows [vocab_begin, vocab_end): V split in N contiguous ranges, the first V % N of them one
+//                     row longer (ceil / floor sizes, no padding); logits all-gathered along the vocabulary
 // An INT4/INT8 per-group checkpoint also needs every row-parallel split at a group boundary (checked by
 // validate_group_size at load, where the format is known). tp_size 1 is the unsharded model.
 #pragma once
@@ -49,8 +51,8 @@ struct ModelShard {
   int64_t hidden = 0;      // H (not split)
   int64_t ffn = 0;         // local intermediate size I/N
   int64_t ffn_begin = 0;
-  int64_t vocab = 0;       // V (the embedding is replicated)
-  int64_t vocab_begin = 0, vocab_end = 0;  // this rank's lm_head rows
+  int64_t vocab = 0;       // V
+  int64_t vocab_begin = 0, vocab_end = 0;  // this rank's embedding / lm_head rows
 
   // The shard of rank `rank` of `tp_size`; INVALID_ARGUMENT naming the field and config.json when tp_size
   // does not divide the heads, the kv heads (or they it) or the FFN width, or rank is out of range.
@@ -63,11 +65,12 @@ struct ModelShard {
   int64_t kv_rows() const { return static_cast<int64_t>(num_kv_heads) * head_dim; }
   int64_t qkv_rows() const { return q_rows() + 2 * kv_rows(); }  // fused qkv: [qkv_rows, H]
   int64_t o_cols() const { return q_rows(); }                     // o: [H, o_cols]
-  int64_t local_vocab() const { return vocab_end - vocab_begin; }  // lm_head: [local_vocab, H]
+  int64_t local_vocab() const { return vocab_end - vocab_begin; }  // embedding, lm_head: [local_vocab, H]
   // Start of rank r's lm_head rows (r in [0, tp_size]): the offsets of the all-gathered logits.
   int64_t vocab_offset(int r) const;
-  // Parameters this rank holds (embedding and norms replicated, biases of row-parallel linears counted on
-  // rank 0 only): the basis of the memory plan's weight estimate.
+  // Parameters this rank holds (its embedding / lm_head rows, local_vocab x H each, once when tied; norms
+  // replicated; biases of row-parallel linears counted on rank 0 only): the basis of the memory plan's weight
+  // estimate.
   int64_t parameter_count(const ModelConfig& c) const;
   // This rank's linears, in forward order: qkv [qkv_rows, H], o [H, o_cols], gate_up [2 ffn, H],
   // down [H, ffn], lm_head [local_vocab, H] (the shapes LlamaModel loads; the tuner measures these).

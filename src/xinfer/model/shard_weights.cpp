@@ -294,12 +294,12 @@ ShardRole shard_role(const std::string& name) {
   if (contains(name, "ffn_gate.") || contains(name, "ffn_up.")) return ShardRole::kGateUp;
   if (contains(name, "attn_output.") || contains(name, "ffn_down."))
     return ends_with(name, ".bias") ? ShardRole::kRank0Only : ShardRole::kRowParallel;
-  if (name == "output.weight") return ShardRole::kVocabRows;
+  if (name == "output.weight" || contains(name, "token_embd.")) return ShardRole::kVocabRows;
   if (contains(name, "q_proj") || contains(name, "k_proj") || contains(name, "v_proj")) return ShardRole::kQkv;
   if (contains(name, "gate_proj") || contains(name, "up_proj")) return ShardRole::kGateUp;
   if (contains(name, "o_proj") || contains(name, "down_proj"))
     return ends_with(name, ".bias") ? ShardRole::kRank0Only : ShardRole::kRowParallel;
-  if (contains(name, "lm_head")) return ShardRole::kVocabRows;
+  if (contains(name, "lm_head") || contains(name, "embed_tokens")) return ShardRole::kVocabRows;
   return ShardRole::kReplicated;
 }
 
@@ -310,7 +310,7 @@ const char* shard_role_name(ShardRole r) {
     case ShardRole::kGateUp: return "gate_up (column-parallel)";
     case ShardRole::kRowParallel: return "row-parallel";
     case ShardRole::kRank0Only: return "row-parallel bias (rank 0)";
-    case ShardRole::kVocabRows: return "lm_head (vocabulary-parallel)";
+    case ShardRole::kVocabRows: return "vocabulary-parallel (embedding, lm_head)";
   }
   return "?";
 }

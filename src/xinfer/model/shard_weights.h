@@ -1,7 +1,7 @@
 // Sharding a linear's host tensors for a tensor-parallel rank, in every weight format of quant/
 // (weight_format.h), at load time, before upload (docs/tensor_parallel.md):
 //
-//   shard_rows(w, r0, r1)   column-parallel (qkv, gate_up, lm_head): output rows [r0, r1) of W [N, K]. The
+//   shard_rows(w, r0, r1)   column-parallel (qkv, gate_up; lm_head, embedding: vocabulary rows): output rows [r0, r1) of W [N, K]. The
 //                           weight's rows and every per-row side tensor go with them: scales [N] / [N, G],
 //                           zeros [N, G], bias [N]; per-tensor scales ([1]), input_scale and g_idx ([K])
 //                           are kept whole. Exact in every format (rows are independent).
@@ -63,14 +63,15 @@ ShardedLinear dequantize_shard(const HostLinearView& w);
 // How a checkpoint tensor of the whole model is split between ranks (ModelShard's table), from its Hugging
 // Face name: q/k/v_proj (weight or bias; already fused [q | k | v] by the loader) -> kQkv; gate/up_proj ->
 // kGateUp (fused [gate | up]); o/down_proj weight -> kRowParallel; o/down_proj bias -> kRank0Only (zeros on
-// the other ranks, so the all-reduce adds it once); lm_head -> kVocabRows; everything else (embedding, norms,
-// q/k norms) -> kReplicated. GGUF names map the same way (attn_q/k/v, ffn_gate/up, attn_output/ffn_down, output).
+// the other ranks, so the all-reduce adds it once); lm_head and the embedding (embed_tokens) -> kVocabRows;
+// everything else (norms, q/k norms) -> kReplicated. GGUF names map the same way (attn_q/k/v, ffn_gate/up,
+// attn_output/ffn_down, output, token_embd).
 enum class ShardRole { kReplicated, kQkv, kGateUp, kRowParallel, kRank0Only, kVocabRows };
 ShardRole shard_role(const std::string& name);
 const char* shard_role_name(ShardRole r);
 // This rank's part of the whole (fused) linear `w` of `role`: qkv takes its q heads' rows, its kv heads' k rows
 // and v rows and fuses them [q | k | v]; gate_up its ffn rows of gate and of up; row-parallel its input
-// columns; vocab rows its lm_head rows. A 1-D w (a bias: n elements, k = 1) is split like the rows of its
+// columns; vocab rows its vocabulary rows [vocab_begin, vocab_end) (lm_head or embedding table). A 1-D w (a bias: n elements, k = 1) is split like the rows of its
 // linear. w must have the whole model's shape for its role (INVALID_ARGUMENT naming `name` otherwise).
 Result<ShardedLinear> shard_for_rank(const HostLinearView& w, ShardRole role, const ModelShard& s,
                                      const std::string& name);

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -130,10 +131,12 @@ struct Ranks {
 };
 
 Ranks make_ranks(const std::string& dir, int tp, int block_size, int num_blocks, bool solo_comm = false,
-                 bool dequantize_gguf = false, GraphMode graphs = GraphMode::kOff) {
+                 bool dequantize_gguf = false, GraphMode graphs = GraphMode::kOff,
+                 model::LoadFormat format = model::LoadFormat::kAuto) {
   Ranks r;
   r.backend = std::make_unique<cpu::CpuBackend>(cpu::CpuBackendOptions{1});
   model::LoadOptions load;
+  load.load_format = format;
   load.max_tokens = 64;
   load.max_logit_rows = 8;
   load.max_model_len = 128;
@@ -231,6 +234,29 @@ TEST(TpLogits, WithinFloatToleranceOfTp1) {
   }
 }
 
+// Vocabulary-parallel embedding on every rank of `r`: rank 0's table holds its local_vocab() rows (tied: the
+// lm_head is that same table, one copy), and each rank's weight bytes are its shard's parameters (f32 on the CPU):
+// V/N x H for the embedding (x 2 untied), not V x H.
+void expect_vocabulary_parallel(const Ranks& r, int tp) {
+  const model::ModelConfig& c = r.model->config();
+  const model::ModelShard& s = r.model->shard();
+  EXPECT_EQ(r.model->embedding().out_features(), s.local_vocab());
+  EXPECT_EQ(r.model->embedding().in_features(), c.hidden_size);
+  EXPECT_EQ(r.model->embedding().weight.bytes(), static_cast<size_t>(s.local_vocab() * c.hidden_size) * 4);
+  if (c.tie_word_embeddings) {
+    EXPECT_EQ(r.model->lm_head().weight.data, r.model->embedding().weight.data) << "tied: one table";
+  }
+  EXPECT_EQ(r.model->weight_bytes(), 4 * static_cast<size_t>(s.parameter_count(c))) << "rank 0";
+  if (tp == 1) return;
+  const std::vector<TensorParallelGroup::RankReport> reports = r.group->follower_reports();
+  ASSERT_EQ(static_cast<int>(reports.size()), tp - 1);
+  for (const TensorParallelGroup::RankReport& rep : reports) {
+    const model::ModelShard rs = *model::ModelShard::make(c, tp, rep.rank);
+    EXPECT_EQ(rep.shard, rs.to_string());
+    EXPECT_EQ(rep.weight_bytes, 4 * static_cast<size_t>(rs.parameter_count(c))) << "rank " << rep.rank;
+  }
+}
+
 // The loaded linears of a rank have exactly the shapes its ModelShard gives the tuner and the workspaces.
 TEST(TpShard, LoadedLinearsHaveTheShardsShapes) {
   for (const std::string name : {"qwen2", "llama_tied"}) {
@@ -251,6 +277,7 @@ TEST(TpShard, LoadedLinearsHaveTheShardsShapes) {
       }
       EXPECT_EQ(r.model->lm_head().out_features(), shapes[4].n);
       EXPECT_EQ(r.model->lm_head().in_features(), shapes[4].k);
+      expect_vocabulary_parallel(r, tp);
     }
   }
 }
@@ -434,7 +461,7 @@ TEST(TpSmolLM2, PerLayerDivergenceOfPackedTp3) {
                   model::linear_site_name(static_cast<model::LinearSite>(key.second)), rel,
                   100.0 * static_cast<double>(flips) / static_cast<double>(qa.size()));
       if (key.first == 0 && key.second == 0) {
-        EXPECT_EQ(rel, 0.0) << "layer 0's input: the replicated embedding";
+        EXPECT_EQ(rel, 0.0) << "layer 0's input: the all-reduced vocabulary-parallel embedding";
       }
       if (dequantize) {
         EXPECT_LT(rel, 1e-5);
@@ -442,6 +469,80 @@ TEST(TpSmolLM2, PerLayerDivergenceOfPackedTp3) {
     }
     // Where the paths first differ, the difference is f32 rounding of the reordered partial sums.
     EXPECT_LT(first_nonzero, 1e-6) << (dequantize ? "dequantized" : "packed");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Vocabulary-parallel embedding with vocabularies that the rank counts do not divide: llama_gqa's config with
+// V = 509 (untied; TP 2: 255 + 254 rows, TP 4: 128 + 3 x 127) and llama_tied's with V = 255 (tied; TP 2:
+// 128 + 127, TP 4: 3 x 64 + 63), dummy weights (generated whole and sliced, so every TP size holds the same
+// values). On a prefill and teacher-forced decode steps whose ids fall in every rank's range: layer 0's qkv
+// input (the RMSNorm of the all-reduced embedding) equals TP 1's bit for bit, logits within float tolerance of
+// TP 1, and each rank's weight bytes are its shard's.
+
+std::string odd_vocab_dir(const std::string& golden, int vocab) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("tp_vocab_" + golden + "_" + std::to_string(vocab));
+  std::filesystem::create_directories(dir);
+  std::ifstream in(golden_dir(golden) + "/config.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = text.find("\"vocab_size\"");
+  XI_CHECK(at != std::string::npos) << golden;
+  const size_t colon = text.find(':', at), end = text.find_first_of(",}", colon);
+  text = text.substr(0, colon + 1) + " " + std::to_string(vocab) + text.substr(end);
+  std::ofstream(dir / "config.json") << text;
+  return dir.string();
+}
+
+TEST(TpVocabParallel, OddVocabularyEqualsTp1) {
+  for (const auto& [golden, vocab] : std::vector<std::pair<std::string, int>>{{"llama_gqa", 509}, {"llama_tied", 255}}) {
+    const std::string dir = odd_vocab_dir(golden, vocab);
+    // Ids at both ends of every rank's range at TP 2 and 4, and the last id.
+    const std::vector<int32_t> prompt{0, 1, 62, 63, 64, 126, 127, 128, 190, 191, 192, vocab - 1};
+    const std::vector<int32_t> decodes{vocab - 1, 0, 127, 128, 63, 191};
+    auto run = [&](Ranks& r) {
+      SiteRecorder rec;
+      r.model->set_observer(&rec);
+      std::vector<int32_t> blocks{1, 2, 3, 4, 5};
+      std::vector<std::vector<float>> qkv_in, logits;
+      std::vector<int32_t> feed = prompt;
+      int32_t pos = 0;
+      for (size_t s = 0; s <= decodes.size(); ++s) {
+        SequenceChunk c{feed, pos, blocks, true};
+        logits.push_back(r.runner->run(std::span(&c, 1)));
+        qkv_in.push_back(rec.seen.at({0, static_cast<int>(model::LinearSite::kQkv)}).x);
+        pos += static_cast<int32_t>(feed.size());
+        if (s < decodes.size()) feed = {decodes[s]};
+      }
+      r.model->set_observer(nullptr);
+      return std::make_pair(qkv_in, logits);
+    };
+    Ranks one = make_ranks(dir, 1, 4, 17, /*solo_comm=*/true, false, GraphMode::kOff, model::LoadFormat::kDummy);
+    ASSERT_EQ(one.model->config().vocab_size, vocab);
+    const auto ref = run(one);
+    for (int tp : {2, 4}) {
+      SCOPED_TRACE(golden + " vocab " + std::to_string(vocab) + " tp " + std::to_string(tp));
+      Ranks r = make_ranks(dir, tp, 4, 17, false, false, GraphMode::kOff, model::LoadFormat::kDummy);
+      expect_vocabulary_parallel(r, tp);
+      const auto got = run(r);
+      ASSERT_EQ(got.first.size(), ref.first.size());
+      for (size_t s = 0; s < ref.first.size(); ++s) {
+        ASSERT_EQ(got.first[s].size(), ref.first[s].size());
+        EXPECT_EQ(std::memcmp(got.first[s].data(), ref.first[s].data(), ref.first[s].size() * sizeof(float)), 0)
+            << "step " << s << ": layer 0's input differs from TP 1's";
+      }
+      double max_diff = 0, max_abs = 0;
+      for (size_t s = 0; s < ref.second.size(); ++s) {
+        ASSERT_EQ(got.second[s].size(), static_cast<size_t>(vocab));
+        for (size_t i = 0; i < ref.second[s].size(); ++i) {
+          max_diff = std::max(max_diff, static_cast<double>(std::fabs(got.second[s][i] - ref.second[s][i])));
+          max_abs = std::max(max_abs, static_cast<double>(std::fabs(ref.second[s][i])));
+        }
+      }
+      EXPECT_LT(max_diff, 1e-4 * std::max(1.0, max_abs)) << "max |logit| " << max_abs;
+      std::printf("%s vocab %d tp %d: layer-0 input bit-identical, max |logits - tp1| = %.3g (max |logit| %.3g)\n",
+                  golden.c_str(), vocab, tp, max_diff, max_abs);
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "xinfer/backend/cpu/cpu_backend.h"
 #include "xinfer/model/shard.h"
 #include "xinfer/model/shard_weights.h"
 
@@ -252,15 +253,31 @@ TEST(ModelShard, SplitsHeadsFfnAndVocab) {
     prev = s->vocab_end;
   }
   EXPECT_EQ(prev, 10);
-  // The shards' parameters add up to the model's, plus the replicated embedding and norms.
-  int64_t total = 0;
-  ModelConfig u = c;
-  u.tie_word_embeddings = false;
-  for (int r = 0; r < 3; ++r) total += ModelShard::make(u, 3, r)->parameter_count(u);
-  const int64_t whole = ModelShard::whole(u).parameter_count(u);
-  const int64_t replicated = u.vocab_size * u.hidden_size + (2 * u.num_layers + 1) * u.hidden_size;
-  // kv heads: 3 of them on 3 ranks -> not replicated here.
-  EXPECT_EQ(total, whole + 2 * replicated);
+  // The shards' parameters add up to the model's, plus the replicated norms: the embedding and the lm_head are
+  // vocabulary-parallel (local_vocab x H each, tied: one table), an odd vocabulary too.
+  for (const bool tied : {false, true}) {
+    for (const int64_t vocab : {c.vocab_size, c.vocab_size + 1}) {
+      SCOPED_TRACE(std::string(tied ? "tied" : "untied") + " vocab " + std::to_string(vocab));
+      ModelConfig u = c;
+      u.tie_word_embeddings = tied;
+      u.vocab_size = vocab;
+      int64_t total = 0;
+      for (int r = 0; r < 3; ++r) {
+        const ModelShard s = *ModelShard::make(u, 3, r);
+        const int64_t vocab_rows = (vocab + 2 - r) / 3;  // ceil for the first V % 3 ranks, floor after
+        EXPECT_EQ(s.local_vocab(), vocab_rows);
+        const int64_t layer = 2 * u.hidden_size + s.qkv_rows() * u.hidden_size + u.hidden_size * s.o_cols() +
+                              3 * s.ffn * u.hidden_size;
+        EXPECT_EQ(s.parameter_count(u), vocab_rows * u.hidden_size * (tied ? 1 : 2) + layer * u.num_layers +
+                                            u.hidden_size);
+        total += s.parameter_count(u);
+      }
+      const int64_t whole = ModelShard::whole(u).parameter_count(u);
+      const int64_t replicated = (2 * u.num_layers + 1) * u.hidden_size;
+      // kv heads: 3 of them on 3 ranks -> not replicated here.
+      EXPECT_EQ(total, whole + 2 * replicated);
+    }
+  }
 }
 
 // The tuner's and the workspaces' shapes come from the shard: column-parallel linears split N, row-parallel ones
@@ -430,7 +447,10 @@ TEST(ShardForRank, RowParallelPartialsSumToTheWholeProduct) {
   EXPECT_EQ(shard_role("model.layers.3.self_attn.o_proj.bias"), ShardRole::kRank0Only);
   EXPECT_EQ(shard_role("model.layers.3.self_attn.o_proj.weight"), ShardRole::kRowParallel);
   EXPECT_EQ(shard_role("model.layers.3.input_layernorm.weight"), ShardRole::kReplicated);
-  EXPECT_EQ(shard_role("model.embed_tokens.weight"), ShardRole::kReplicated);
+  EXPECT_EQ(shard_role("model.embed_tokens.weight"), ShardRole::kVocabRows);
+  EXPECT_EQ(shard_role("token_embd.weight"), ShardRole::kVocabRows);
+  EXPECT_EQ(shard_role("output.weight"), ShardRole::kVocabRows);
+  EXPECT_EQ(shard_role("output_norm.weight"), ShardRole::kReplicated);
 }
 
 }  // namespace
@@ -480,6 +500,101 @@ TEST(ShardWeights, KernelPartialsSumToTheWholeProduct) {
     // scale (as vLLM's row-parallel layers do), so TP differs from TP 1 by activation-quantization noise.
     const bool dynamic_act = c.name == "w8a8-int8-dynamic" || c.name == "w8a8-fp8-channel";
     EXPECT_LT(max_diff, (dynamic_act ? 5e-2 : 1e-4) * std::max(1.0, max_abs)) << "max |whole| " << max_abs;
+  }
+}
+
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+// Vocabulary-parallel embedding (shard.h): an odd vocabulary (V = 301) over N = 2, 3, 4 ranks, in every format
+// the loader keeps a table in (dense: f32, and bf16 / f16 checkpoints; GGUF Q8_0 and Q4_0 packed, as the CPU
+// keeps them). The ranks' rows (shard_for_rank with the embedding's role) concatenated are the table bit for bit,
+// and the CPU lookup of each rank's shard (Backend::embedding_weights with its VocabRows: its ids' rows, -0.0
+// for the others) summed over the ranks in rank order, as the all-reduce does, is the whole table's lookup bit
+// for bit (signs of zeros included).
+TEST(VocabShard, EmbeddingShardsConcatenateToTheTableAndTheirLookupsSumToIt) {
+  using namespace quant;
+  const std::vector<Case> formats{{"dense-f32", DenseFormat{DType::kF32}},
+                                  {"dense-bf16", DenseFormat{DType::kBF16}},
+                                  {"dense-f16", DenseFormat{DType::kF16}},
+                                  {"gguf-q8_0", GgufFormat{GgufType::kQ8_0}},
+                                  {"gguf-q4_0", GgufFormat{GgufType::kQ4_0}}};
+  const int64_t V = 301, H = 64;
+  ModelConfig c;
+  c.hidden_size = H;
+  c.intermediate_size = 12;
+  c.num_layers = 1;
+  c.num_heads = 12;  // divisible by 2, 3 and 4
+  c.num_kv_heads = 12;
+  c.head_dim = 16;
+  c.vocab_size = V;
+  cpu::CpuBackend backend(cpu::CpuBackendOptions{1});
+  std::mt19937 rng(17);
+  // Every id at least once, both ends of every rank's range included.
+  std::vector<int32_t> ids(static_cast<size_t>(V));
+  for (int32_t i = 0; i < V; ++i) ids[static_cast<size_t>(i)] = (i * 37) % static_cast<int32_t>(V);
+  backend::StepMeta step;
+  step.num_tokens = static_cast<int>(ids.size());
+  step.token_ids = ids.data();
+  const int64_t T = step.num_tokens;
+  // The table as the backend keeps it: packed GGUF rows (u8) or dense f32 (other dense dtypes converted at load).
+  auto upload = [&](const ShardedLinear& w, std::vector<std::shared_ptr<backend::DeviceBuffer>>& keep) {
+    backend::LinearWeights lw;
+    if (std::holds_alternative<GgufFormat>(w.format)) {
+      backend::DeviceTensor t = backend.upload(w.weight.view(), DType::kU8);
+      keep.push_back(t.buffer);
+      lw.weight = t.view;
+      lw.format = w.format;
+      lw.k = w.k;
+    } else {
+      const ShardedLinear f32 = dequantize_shard(w.view());
+      backend::DeviceTensor t = backend.upload(f32.weight.view(), DType::kF32);
+      keep.push_back(t.buffer);
+      lw.weight = t.view;
+    }
+    return lw;
+  };
+  for (const Case& f : formats) {
+    const ShardedLinear table = make_linear(f, V, H, rng);
+    const std::vector<float> whole_table = dequantized(table);
+    std::vector<std::shared_ptr<backend::DeviceBuffer>> keep;
+    const backend::LinearWeights whole_w = upload(table, keep);
+    std::vector<float> want(static_cast<size_t>(T * H));
+    backend.embedding_weights(step, whole_w, TensorView{want.data(), DType::kF32, Shape{T, H}});
+    for (const std::string name : {"model.embed_tokens.weight", "token_embd.weight"}) {
+      for (int n : {2, 3, 4}) {
+        SCOPED_TRACE(f.name + " " + name + " tp " + std::to_string(n));
+        std::vector<float> rows, sum(static_cast<size_t>(T * H), -0.0f);
+        for (int r = 0; r < n; ++r) {
+          const ModelShard s = *ModelShard::make(c, n, r);
+          Result<ShardedLinear> mine = shard_for_rank(table.view(), shard_role(name), s, name);
+          ASSERT_TRUE(mine.ok()) << mine.status().to_string();
+          ASSERT_EQ(mine->n, s.local_vocab());
+          ASSERT_EQ(mine->format.index(), table.format.index()) << "kept in its format";
+          const std::vector<float> d = dequantized(*mine);
+          rows.insert(rows.end(), d.begin(), d.end());
+          const backend::LinearWeights w = upload(*mine, keep);
+          std::vector<float> out(static_cast<size_t>(T * H), 1.0f);
+          backend.embedding_weights(step, w, TensorView{out.data(), DType::kF32, Shape{T, H}},
+                                    backend::VocabRows{s.vocab_begin, V});
+          for (int64_t t = 0; t < T; ++t) {
+            const bool mine_id = ids[static_cast<size_t>(t)] >= s.vocab_begin && ids[static_cast<size_t>(t)] < s.vocab_end;
+            for (int64_t j = 0; j < H; ++j) {
+              const size_t i = static_cast<size_t>(t * H + j);
+              ASSERT_EQ(bits_of(out[i]), mine_id ? bits_of(want[i]) : bits_of(-0.0f)) << "token " << t << " col " << j;
+            }
+          }
+          for (size_t i = 0; i < sum.size(); ++i) sum[i] += out[i];
+        }
+        ASSERT_EQ(rows.size(), whole_table.size());
+        for (size_t i = 0; i < rows.size(); ++i) ASSERT_EQ(bits_of(rows[i]), bits_of(whole_table[i])) << i;
+        for (size_t i = 0; i < sum.size(); ++i) ASSERT_EQ(bits_of(sum[i]), bits_of(want[i])) << i;
+      }
+    }
   }
 }
 

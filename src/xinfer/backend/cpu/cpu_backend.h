@@ -36,10 +36,12 @@ class CpuBackend final : public backend::Backend {
   // f32 (the activation dtype) or fp8 e4m3: rope_kv_write stores to_fp8_e4m3(x / scale), paged_attention reads
   // to_float(e4m3) * scale (both core/dtype.h's conversions, round to nearest even with saturation).
   bool supports_kv_cache_dtype(DType d) const override { return d == DType::kF32 || d == DType::kFP8E4M3; }
-  void embedding(const backend::StepMeta& step, const TensorView& table, const TensorView& out) override;
-  // Dense or GGUF tables (the looked-up rows dequantized with quant::dequantize_gguf).
-  void embedding_weights(const backend::StepMeta& step, const backend::LinearWeights& table,
-                         const TensorView& out) override;
+  void embedding(const backend::StepMeta& step, const TensorView& table, const TensorView& out,
+                 const backend::VocabRows& rows = {}) override;
+  // Dense or GGUF tables (the looked-up rows dequantized with quant::dequantize_gguf), whole or a vocabulary
+  // shard (rows outside it -0.0, as embedding()).
+  void embedding_weights(const backend::StepMeta& step, const backend::LinearWeights& table, const TensorView& out,
+                         const backend::VocabRows& rows = {}) override;
   void rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) override;
   void add_rms_norm(const TensorView& residual, const TensorView& delta, const TensorView& weight, float eps,
                     const TensorView& out) override;

@@ -1,6 +1,7 @@
 // Element-wise, normalization, GEMM and RoPE ops of the CPU backend (f32).
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -16,6 +17,17 @@ void check_f32(const TensorView& t, const char* what) {
 
 int64_t last_dim(const TensorView& t) { return t.shape[t.shape.rank() - 1]; }
 
+// The table row of token `id` (checked against the whole vocabulary), or -1 when a vocabulary shard does not
+// hold it.
+int64_t table_row(int32_t id, const backend::VocabRows& rows, int64_t table_rows) {
+  const int64_t vocab = rows.vocab > 0 ? rows.vocab : table_rows;
+  XI_CHECK(id >= 0 && id < vocab) << "token id " << id << " outside vocab of " << vocab;
+  XI_CHECK(rows.begin >= 0 && rows.begin + table_rows <= vocab)
+      << "embedding shard [" << rows.begin << ", " << rows.begin + table_rows << ") outside vocab of " << vocab;
+  const int64_t row = id - rows.begin;
+  return row >= 0 && row < table_rows ? row : -1;
+}
+
 // y = x / sqrt(mean(x^2) + eps) * w, accumulated in double so the CPU stays a precise oracle.
 inline void rms_norm_row(const float* x, const float* w, float eps, int64_t n, float* y) {
   double ss = 0;
@@ -26,17 +38,19 @@ inline void rms_norm_row(const float* x, const float* w, float eps, int64_t n, f
 
 }  // namespace
 
-void CpuBackend::embedding(const backend::StepMeta& step, const TensorView& table, const TensorView& out) {
+void CpuBackend::embedding(const backend::StepMeta& step, const TensorView& table, const TensorView& out,
+                           const backend::VocabRows& rows) {
   check_f32(table, "embedding table");
   const int64_t hidden = table.shape[1];
-  const int64_t vocab = table.shape[0];
   XI_CHECK_EQ(out.shape[0], step.num_tokens);
   XI_CHECK_EQ(last_dim(out), hidden);
   for (int t = 0; t < step.num_tokens; ++t) {
-    const int32_t id = step.token_ids[t];
-    XI_CHECK(id >= 0 && id < vocab) << "token id " << id << " outside vocab of " << vocab;
-    std::memcpy(out.as<float>() + t * hidden, table.as<float>() + id * hidden,
-                static_cast<size_t>(hidden) * sizeof(float));
+    float* dst = out.as<float>() + t * hidden;
+    const int64_t row = table_row(step.token_ids[t], rows, table.shape[0]);
+    if (row < 0)
+      std::fill(dst, dst + hidden, -0.0f);
+    else
+      std::memcpy(dst, table.as<float>() + row * hidden, static_cast<size_t>(hidden) * sizeof(float));
   }
 }
 
@@ -70,21 +84,24 @@ bool CpuBackend::supports(const quant::WeightFormat& f) const {
 }
 
 void CpuBackend::embedding_weights(const backend::StepMeta& step, const backend::LinearWeights& table,
-                                   const TensorView& out) {
-  if (table.dense()) return embedding(step, table.weight, out);
+                                   const TensorView& out, const backend::VocabRows& rows) {
+  if (table.dense()) return embedding(step, table.weight, out, rows);
   const auto* gguf = std::get_if<quant::GgufFormat>(&table.format);
   XI_CHECK(gguf != nullptr) << "cpu embedding: table in " << quant::format_name(table.format)
                             << " not supported";
-  const int64_t hidden = table.in_features(), vocab = table.out_features();
+  const int64_t hidden = table.in_features();
   const int64_t row_bytes = table.weight.shape[1];
   XI_CHECK_EQ(out.shape[0], step.num_tokens);
   XI_CHECK_EQ(last_dim(out), hidden);
   for (int t = 0; t < step.num_tokens; ++t) {
-    const int32_t id = step.token_ids[t];
-    XI_CHECK(id >= 0 && id < vocab) << "token id " << id << " outside vocab of " << vocab;
-    const Status s =
-        quant::dequantize_gguf(gguf->type, static_cast<const uint8_t*>(table.weight.data) + id * row_bytes,
-                               hidden, out.as<float>() + t * hidden);
+    float* dst = out.as<float>() + t * hidden;
+    const int64_t row = table_row(step.token_ids[t], rows, table.out_features());
+    if (row < 0) {
+      std::fill(dst, dst + hidden, -0.0f);
+      continue;
+    }
+    const Status s = quant::dequantize_gguf(gguf->type, static_cast<const uint8_t*>(table.weight.data) + row * row_bytes,
+                                            hidden, dst);
     XI_CHECK(s.ok()) << s.to_string();
   }
 }

@@ -403,9 +403,13 @@ void CudaBackend::reserve_decode_workspace(int max_decode_seqs, int num_heads, i
 
 // ---- ops ----
 
-void CudaBackend::embedding(const backend::StepMeta& step, const TensorView& table, const TensorView& out) {
+void CudaBackend::embedding(const backend::StepMeta& step, const TensorView& table, const TensorView& out,
+                            const backend::VocabRows& rows) {
   check_step(step);
-  const int64_t vocab = table.shape[0], hidden = table.shape[1];
+  const int64_t table_rows = table.shape[0], hidden = table.shape[1];
+  const int64_t vocab = rows.vocab > 0 ? rows.vocab : table_rows;
+  XI_CHECK(rows.begin >= 0 && rows.begin + table_rows <= vocab)
+      << "embedding shard [" << rows.begin << ", " << rows.begin + table_rows << ") outside vocab of " << vocab;
   XI_CHECK_EQ(out.shape[0], step.num_tokens);
   XI_CHECK_EQ(last_dim(out), hidden);
   const std::vector<int32_t>& sources = host_step_.token_sources;
@@ -415,8 +419,11 @@ void CudaBackend::embedding(const backend::StepMeta& step, const TensorView& tab
     XI_CHECK((!sources.empty() && sources[t] >= 0) || (id >= 0 && id < vocab))
         << "token id " << id << " outside vocab of " << vocab;
   }
+  // A shard masks the ids it does not hold; the whole table needs no mask (every checked id is in it).
+  const bool shard = table_rows < vocab;
   launch_gather_rows({bf16_ptr(table, "embedding table"), step.token_ids, bf16_ptr(out, "embedding out"),
-                      step.num_tokens, to_int(hidden)}, stream_);
+                      step.num_tokens, to_int(hidden), to_int(rows.begin), shard ? to_int(table_rows) : 0},
+                     stream_);
 }
 
 void CudaBackend::rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) {

@@ -152,7 +152,9 @@ class CudaBackend final : public backend::Backend {
   backend::DeviceTensor random_normal(DType dtype, const Shape& shape, uint64_t seed, float stddev) override;
   Result<backend::DeviceCeilings> measure_ceilings() override;
 
-  void embedding(const backend::StepMeta& step, const TensorView& table, const TensorView& out) override;
+  // Whole bf16 tables or a vocabulary shard (other ranks' ids: rows of -0.0; gather_rows.h).
+  void embedding(const backend::StepMeta& step, const TensorView& table, const TensorView& out,
+                 const backend::VocabRows& rows = {}) override;
   void rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& out) override;
   void add_rms_norm(const TensorView& residual, const TensorView& delta, const TensorView& weight, float eps,
                     const TensorView& out) override;
