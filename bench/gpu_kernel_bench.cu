@@ -12,8 +12,9 @@
 //
 // Timing: CUDA events around `reps` launches after warm-up, median of 5 such runs. Inputs are random
 // (never zeros); small working sets rotate among several copies so L2 does not serve them.
-//   usage: gpu_kernel_bench [--quick] [--quant] [--w8a8] [--kv-fp8]   (--quant: the ceilings and the quantized
-//          linears only; --w8a8: the ceilings and W8A8 INT8 vs FP8 GEMMs / GEMVs only, gpu_w8a8_gemm_bench.cu;
+//   usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8]   (--quant: the ceilings and the
+//          quantized linears only; --quant-dot: the ceilings and the int4 GEMVs at m 1..4 only, mma vs CUDA-core;
+//          --w8a8: the ceilings and W8A8 INT8 vs FP8 GEMMs / GEMVs only, gpu_w8a8_gemm_bench.cu;
 //          --kv-fp8: the ceilings and decode attention with a bf16 vs an FP8 KV cache only)
 #include <algorithm>
 #include <cmath>
@@ -33,7 +34,8 @@
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
 
 namespace xinfer::bench {
-std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, double peak, bool quick);
+std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, double peak, bool quick,
+                                             bool dot_only = false);
 void bench_w8a8(cuda::CudaBackend& be, double bw, double peak, bool quick);  // gpu_w8a8_gemm_bench.cu
 namespace {
 
@@ -679,7 +681,7 @@ void bench_decode_layer(cuda::CudaBackend& be, double bw) {
   be.set_linear_fusion(saved_fusion);
 }
 
-int run(bool quick, bool quant_only, bool w8a8_only, bool kv_fp8_only) {
+int run(bool quick, bool quant_only, bool w8a8_only, bool kv_fp8_only, bool dot_only) {
   cuda::CudaBackend be;
   const auto info = be.info();
   std::printf("device: %s, %d SMs, %.1f / %.1f GiB free\n", info.name.c_str(), be.num_sms(),
@@ -700,8 +702,8 @@ int run(bool quick, bool quant_only, bool w8a8_only, bool kv_fp8_only) {
     bench_decode_attention_kv_fp8(be, bw, peak);
     return 0;
   }
-  if (quant_only) {
-    bench_quant_linears(be, bw, peak, quick);
+  if (quant_only || dot_only) {
+    bench_quant_linears(be, bw, peak, quick, dot_only);
     return 0;
   }
 
@@ -815,20 +817,22 @@ int run(bool quick, bool quant_only, bool w8a8_only, bool kv_fp8_only) {
 }  // namespace xinfer::bench
 
 int main(int argc, char** argv) {
-  bool quick = false, quant_only = false, w8a8_only = false, kv_fp8_only = false;
+  bool quick = false, quant_only = false, w8a8_only = false, kv_fp8_only = false, dot_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--quant") == 0) {
       quant_only = true;
+    } else if (std::strcmp(argv[i], "--quant-dot") == 0) {
+      dot_only = true;
     } else if (std::strcmp(argv[i], "--w8a8") == 0) {
       w8a8_only = true;
     } else if (std::strcmp(argv[i], "--kv-fp8") == 0) {
       kv_fp8_only = true;
     } else {
-      std::fprintf(stderr, "usage: gpu_kernel_bench [--quick] [--quant] [--w8a8] [--kv-fp8]\n");
+      std::fprintf(stderr, "usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8]\n");
       return 2;
     }
   }
-  return xinfer::bench::run(quick, quant_only, w8a8_only, kv_fp8_only);
+  return xinfer::bench::run(quick, quant_only, w8a8_only, kv_fp8_only, dot_only);
 }

@@ -5,6 +5,9 @@
 //     timed as CUDA-graph replays of 20 calls (as decode steps run), bytes = the quantized weight
 //     (values + f32 scales + zero points) + x + y, against the copy bandwidth: the roofline of the quantized
 //     bytes (one pass over them per launch of 8 rows) against the copy bandwidth;
+//   - int4 / int8 at m = 1..4: also the CUDA-core GEMV (quant_dot_gemv.h), each compiled schedule (its default
+//     marked "dot*"); --quant-dot: only these rows (int4 g128 / g128-zp / g32-zp and int8 per channel, m 1..4,
+//     the mma GEMV's default beside them);
 //   - m = 16, 32: the GEMV in launches of 8 rows against dequantize + bf16 GEMM (where the crossover is; GB/s
 //     of both on the same basis, one pass over the quantized bytes, so they compare by time);
 //   - prefill (m = 2048): dequantize + bf16 GEMM in TFLOP/s against the bf16 GEMM alone;
@@ -25,6 +28,7 @@
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/device_ceilings.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
+#include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
 
 namespace xinfer::bench {
@@ -126,14 +130,14 @@ std::vector<cuda::QuantGemvConfig> fp8_gemv_configs() {
 }  // namespace
 
 // Prints the rows described at the top; returns the m = 1 summary lines (roofline ratio per shape and format).
-std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, double peak, bool quick) {
+std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, double peak, bool quick, bool dot_only) {
   cudaStream_t s = be.stream();
   struct Shape8b {
     const char* name;
     int n, k;
   };
   const Shape8b shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
-  const std::vector<QuantFormat> formats =
+  std::vector<QuantFormat> formats =
       quick ? std::vector<QuantFormat>{{"int4-g128", quant::IntGroupFormat{4, 128, false}},
                                        {"int8-channel", quant::Int8ChannelFormat{}},
                                        {"fp8", quant::W8A8Fp8Format{}}}
@@ -143,7 +147,12 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
                                        {"int8-channel", quant::Int8ChannelFormat{}},
                                        {"int8-g128", quant::IntGroupFormat{8, 128, false}},
                                        {"fp8", quant::W8A8Fp8Format{}}};
-  if (!quick) {  // the bf16 GEMM after dequantization runs the tuned choice (quick: cuBLASLt's heuristic)
+  if (dot_only)
+    formats = {{"int4-g128", quant::IntGroupFormat{4, 128, false}},
+               {"int4-g128-zp", quant::IntGroupFormat{4, 128, true}},
+               {"int4-g32-zp", quant::IntGroupFormat{4, 32, true}},
+               {"int8-channel", quant::Int8ChannelFormat{}}};
+  if (!quick && !dot_only) {  // the bf16 GEMM after dequantization runs the tuned choice (quick: cuBLASLt's heuristic)
     std::vector<cuda::GemmShape> gs;
     for (const Shape8b& sh : shapes) gs.push_back({sh.n, sh.k, false, false, 2048, false});
     cuda::GemmTunerOptions to;
@@ -179,10 +188,27 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
         be.linear(x.view, {wd.view, {}}, y2.view);
         const double e = rel_l2(be, y1.view, y2.view);
         if (!(e < 1e-2)) std::printf("CHECK FAILED: %s m=%d GEMV vs dequantize path rel L2 %.3g\n", base.c_str(), m, e);
+        const int dm = m == 8 ? 4 : m;
+        if (cuda::dot_gemv_supports(q0, dm)) {  // the CUDA-core GEMV (first dm rows) vs the dequantize path
+          int nc = 0;
+          const cuda::DotGemvConfig* dcs = cuda::dot_gemv_configs(&nc);
+          for (int ci = 0; ci < nc; ++ci) {
+            auto y3 = be.allocate(DType::kF32, Shape{dm, sh.n});
+            cuda::launch_dot_gemv({static_cast<const __nv_bfloat16*>(x.view.data), q0, nullptr, y3.view.data, true, dm}, s,
+                                  dcs[ci]);
+            const TensorView y2v{y2.view.data, DType::kF32, Shape{dm, sh.n}, Device::kCuda};
+            const double ed = rel_l2(be, y3.view, y2v);
+            if (!(ed < 1e-2))
+              std::printf("CHECK FAILED: %s m=%d %s vs dequantize path rel L2 %.3g\n", base.c_str(), dm,
+                          cuda::to_string(dcs[ci]).c_str(), ed);
+          }
+        }
       }
       backend::DeviceTensor dense = be.allocate(DType::kBF16, Shape{sh.n, sh.k});  // bf16 comparison (one copy
       // would sit in L2 for o/qkv: rotate the dequantized copies of the quantized weights instead)
-      std::vector<int> ms = quick ? std::vector<int>{1, 8, 16, 2048} : std::vector<int>{1, 2, 4, 8, 16, 32, 2048};
+      std::vector<int> ms = dot_only ? std::vector<int>{1, 2, 3, 4}
+                            : quick  ? std::vector<int>{1, 8, 16, 2048}
+                                     : std::vector<int>{1, 2, 4, 8, 16, 32, 2048};
       for (int m : ms) {
         auto x = be.allocate(DType::kBF16, Shape{m, sh.k});
         fill_bf16<<<256, 256, 0, s>>>(static_cast<__nv_bfloat16*>(x.view.data), static_cast<size_t>(x.view.numel()), 9);
@@ -231,6 +257,9 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
           double t = 1e30;
           const cuda::QuantGemvConfig chosen = cuda::quant_gemv_default_config(q0, true);
           for (const cuda::QuantGemvConfig& c : gemv_configs(m)) {
+            if (dot_only && !(c.stages == chosen.stages && c.ctas_per_sm == chosen.ctas_per_sm && c.wide == chosen.wide &&
+                              c.f16_x == chosen.f16_x))
+              continue;  // --quant-dot: the mma GEMV's default only
             if (c.sum_x && q0.group_size % (q0.bits == 4 ? 128 : 64) != 0) continue;  // sum_x: unfolded scales
             if (c.f16_x && (q0.bits != 8 || q0.group_size % 64 != 0)) continue;    // f16_x: unfolded int8
             const double tc = graph_us(s, 20, [&](int i) {
@@ -244,6 +273,25 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
             line(what + " gemv " + cuda::to_string(c) + (is_default ? " *" : ""), tc, static_cast<double>(qbytes) + io,
                  false, bw);
             t = std::min(t, tc);
+          }
+          if (cuda::dot_gemv_supports(q0, m)) {  // the CUDA-core GEMV, each compiled schedule
+            const cuda::DotGemvConfig dchosen = cuda::dot_gemv_default_config(q0, m, true);
+            int nc = 0;
+            const cuda::DotGemvConfig* dcs = cuda::dot_gemv_configs(&nc);
+            for (int ci = 0; ci < nc; ++ci) {
+              cuda::DotGemvConfig dc = dcs[ci];
+              dc.pdl = true;
+              const double tc = graph_us(s, 20, [&](int i) {
+                const cuda::QuantWeight q = be.quant_weight(wi(i));
+                cuda::launch_dot_gemv({static_cast<const __nv_bfloat16*>(x.view.data), q, nullptr, y.view.data, false, m},
+                                      s, dc);
+              });
+              const bool is_default =
+                  dc.rows == dchosen.rows && dc.unroll == dchosen.unroll && dc.split == dchosen.split;
+              line(what + " " + cuda::to_string(dc) + (is_default ? " dot*" : ""), tc,
+                   static_cast<double>(qbytes) + io, false, bw);
+              t = std::min(t, tc);
+            }
           }
           if (m == 1) {
             const double roof = (static_cast<double>(qbytes) + io) / (bw * 1e9) * 1e6;

@@ -8,6 +8,8 @@
 //    f32 out with the scale applied in f32 (group % step == 0) is held to 1e-4 relative L2 (bf16 noise is 4e-3): the kernel's
 //    arithmetic is the oracle's up to summation order; folded scales (int4 g32 / g64, int8 g32) to 1e-2
 //    (one bf16 rounding of each weight);
+//  - the CUDA-core GEMV (m 1..4, int4 and int8) in each compiled schedule: f16 products and chunk sums, so
+//    f32 out to 3e-3 relative L2 and bf16 out to 1e-2;
 //  - the dequantize + bf16 GEMM path: m 17..61, and what the GEMV does not take at m = 1 (g_idx act-order, group
 //    16, k % 128 != 0), against the oracle (bf16 weights: 1e-2);
 //  - the path counters say which path ran; the dequantized weight alone against quant::dequantize_matrix;
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
 #include "xinfer/model/gguf_repack.h"
 #include "xinfer/quant/gguf_types.h"
@@ -272,6 +275,86 @@ TEST(QuantLinear, GemvSchedulesMatchCpuOracle) {
       EXPECT_LT(cmp.rel_l2, tol) << what;
     }
   }
+}
+
+// The CUDA-core GEMV (quant_dot_gemv.h) in every compiled schedule against the oracle, directly through
+// launch_dot_gemv: m 1..4, int4 groups 32 / 64 / 128 / 256 symmetric and with zero points, int8 per channel and
+// per group 64 / 128, a partial last row group (n 1, 7, 33, 4097), rows shorter than a warp's chunks (k 16, 32,
+// 192), a chunk count no batch divides (k 576, 4224, 14336), bias, bf16 and f32 out. Its products and 32-column sums are f16
+// (quant_dot_gemv.h Numerics): f32 out within 3e-3 relative L2 (bf16 output rounding alone is ~1e-3; a wrong
+// nibble, pairing or scale is O(1)), bf16 out 1e-2; n = 1 measured against sum |x| |w| (one output may cancel).
+TEST(QuantLinear, DotGemvSchedulesMatchCpuOracle) {
+  std::mt19937 rng(41);
+  int count = 0;
+  const cuda::DotGemvConfig* configs = cuda::dot_gemv_configs(&count);
+  ASSERT_GE(count, 2);
+  struct Case {
+    quant::WeightFormat f;
+    int64_t n, k;
+  };
+  const std::vector<Case> cases = {{quant::IntGroupFormat{4, 128, false}, 33, 576},
+                                   {quant::IntGroupFormat{4, 128, true}, 4097, 1024},
+                                   {quant::IntGroupFormat{4, 32, true}, 70, 192},
+                                   {quant::IntGroupFormat{4, 32, false}, 7, 32},
+                                   {quant::IntGroupFormat{4, 64, false}, 1, 4224},
+                                   {quant::IntGroupFormat{4, 256, true}, 130, 4224},
+                                   {quant::IntGroupFormat{4, 128, true}, 48, 14336},
+                                   {quant::Int8ChannelFormat{}, 33, 576},
+                                   {quant::Int8ChannelFormat{}, 4097, 1024},
+                                   {quant::Int8ChannelFormat{}, 7, 16},
+                                   {quant::Int8ChannelFormat{}, 40, 14336},
+                                   {quant::IntGroupFormat{8, 128, true}, 130, 4224},
+                                   {quant::IntGroupFormat{8, 64, false}, 1, 192}};
+  int run = 0;
+  for (const Case& cs : cases) {
+    QuantCase c = make_case(cs.f, cs.n, cs.k, cs.n % 2 == 0, false, rng);
+    const cuda::QuantWeight q = gpu().quant_weight(c.lw);
+    for (int ci = 0; ci < count; ++ci)
+      for (int64_t m = 1; m <= 4; ++m) {
+        ASSERT_TRUE(cuda::dot_gemv_supports(q, static_cast<int>(m))) << cuda::describe(q);
+        cuda::DotGemvConfig config = configs[ci];
+        config.pdl = (ci + m) % 2 == 0;
+        const bool f32_out = (run++ + ci) % 2 == 0;
+        const std::vector<float> x = random_bf16(static_cast<size_t>(m * c.k), rng);
+        auto xd = gpu().upload(host_view(x, Shape{m, c.k}), DType::kBF16);
+        auto yd = gpu().allocate(f32_out ? DType::kF32 : DType::kBF16, Shape{m, c.n});
+        poison(yd.view);
+        cuda::launch_dot_gemv({static_cast<const __nv_bfloat16*>(xd.view.data), q,
+                               c.lw.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(c.lw.bias.data),
+                               yd.view.data, f32_out, static_cast<int>(m)},
+                              gpu().stream(), config);
+        const std::vector<float> got = download(gpu(), yd.view), ref = oracle(c, x, m);
+        const std::string what = name(c, m, f32_out) + " " + cuda::to_string(config);
+        Compare cmp = compare(got, ref);
+        EXPECT_EQ(cmp.nans, 0) << what << ": unwritten outputs";
+        if (c.n == 1) {
+          std::vector<float> w(static_cast<size_t>(c.k));
+          quant::dequantize_matrix(c.host(), w.data());
+          double err = 0, mag = 0;
+          for (int64_t t = 0; t < m; ++t) {
+            double a = 0;
+            for (int64_t i = 0; i < c.k; ++i) a += std::abs(static_cast<double>(x[t * c.k + i]) * w[i]);
+            const double d = static_cast<double>(got[t]) - ref[t];
+            err += d * d;
+            mag += a * a;
+          }
+          cmp.rel_l2 = std::sqrt(err / mag);
+          EXPECT_LT(cmp.rel_l2, 1e-3) << what;
+        } else {
+          EXPECT_LT(cmp.rel_l2, f32_out ? 3e-3 : 1e-2) << what;
+        }
+      }
+  }
+  // What it does not take: g_idx, m 5, a group that is not a power-of-two number of 16-byte chunks.
+  QuantCase c8 = make_case(quant::IntGroupFormat{8, 48, false}, 16, 192, false, false, rng);
+  EXPECT_FALSE(cuda::dot_gemv_supports(gpu().quant_weight(c8.lw), 1));
+  QuantCase ca = make_case(quant::IntGroupFormat{4, 128, false}, 16, 256, false, true, rng);
+  EXPECT_FALSE(cuda::dot_gemv_supports(gpu().quant_weight(ca.lw), 1));
+  QuantCase c4 = make_case(quant::IntGroupFormat{4, 96, false}, 16, 192, false, false, rng);
+  EXPECT_FALSE(cuda::dot_gemv_supports(gpu().quant_weight(c4.lw), 1));
+  QuantCase cg = make_case(quant::IntGroupFormat{4, 128, false}, 16, 256, false, false, rng);
+  EXPECT_TRUE(cuda::dot_gemv_supports(gpu().quant_weight(cg.lw), 4));
+  EXPECT_FALSE(cuda::dot_gemv_supports(gpu().quant_weight(cg.lw), 5));
 }
 
 // The FP8 GEMV alone (launch_fp8_gemv) in each pipelined schedule, on e4m3 x and weights made on the host: against

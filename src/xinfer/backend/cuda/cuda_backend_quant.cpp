@@ -1,5 +1,7 @@
 // CudaBackend's weight-only quantized linears (kernels/gemm/quant_linear.h): which formats it runs
 // (supports()), the checks of a LinearWeights in those formats, and the dispatch of linear():
+//   int4 / int8, m <= 4, bf16 y, XINFER_INT_GEMV=dot (an A/B switch while the CUDA-core GEMV is measured; read
+//                once per process) -> launch_dot_gemv (quant_dot_gemv.h)
 //   m <= kQuantGemvMaxRows and the GEMV takes the weight -> launch_quant_gemv (weights read once per 8 rows)
 //   otherwise -> the weight dequantized to bf16 into a workspace, then the bf16 GEMM (GemmTuner::run, the
 //                tuner's choice for the shape): prefill in every format, and g_idx / odd group sizes at any m
@@ -14,6 +16,8 @@
 //                workspace in chunks of rows plus our scale epilogue (cublaslt_int8_gemm.h kInt32Epilogue).
 // The workspace (bf16, the largest n * k run so far) grows outside graph recordings; a recording that would
 // need it to grow fails (end_capture() grows it, the step runs eagerly), as for the decode workspace.
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <set>
 #include <string>
@@ -23,6 +27,7 @@
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_fp8_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_int8_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
+#include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
 #include "xinfer/backend/cuda/kernels/quant/quantize_activations.h"
 #include "xinfer/core/logging.h"
@@ -41,6 +46,15 @@ const T* device_ptr(const TensorView& t, DType dtype, const char* what, const ba
                              << dtype_name(t.dtype);
   XI_CHECK(t.device == Device::kCuda) << "linear " << fmt(w) << ": " << what << " is not a cuda tensor";
   return static_cast<const T*>(t.data);
+}
+
+// XINFER_INT_GEMV=dot: int4 / int8 decode rows (m <= 4, bf16 y) run the CUDA-core GEMV (see top).
+bool int_dot_gemv_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("XINFER_INT_GEMV");
+    return v != nullptr && std::strcmp(v, "dot") == 0;
+  }();
+  return enabled;
 }
 
 }  // namespace
@@ -255,6 +269,11 @@ void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWei
   if (!w.bias.empty()) XI_CHECK(w.bias.dtype == DType::kBF16) << "linear bias must be bf16";
   const bool y_f32 = out.dtype == DType::kF32;
   const auto* xp = static_cast<const __nv_bfloat16*>(x.data);
+  if (!y_f32 && int_dot_gemv_enabled() && dot_gemv_supports(q, m) && reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
+    launch_dot_gemv({xp, q, bias, out.data, false, m}, stream_, dot_gemv_default_config(q, m, options_.gemv_pdl));
+    ++quant_gemvs_;
+    return;
+  }
   if (m <= kQuantGemvMaxRows && quant_gemv_supports(q) && reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
     launch_quant_gemv({xp, q, bias, out.data, y_f32, m}, stream_, quant_gemv_default_config(q, options_.gemv_pdl));
     ++quant_gemvs_;

@@ -1,0 +1,357 @@
+// The CUDA-core int4 decode GEMV (quant_dot_gemv.h: layout, instruction budget, numerics).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
+#include "xinfer/backend/cuda/kernels/pdl.cuh"
+
+namespace xinfer::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+// A lane's chunk: 16 bytes of a row = 32 int4 / 16 int8 columns.
+template <int kBits>
+constexpr int kChunkCols = kBits == 4 ? 32 : 16;
+
+struct DotParams {
+  const __nv_bfloat16* x;     // [m, k]
+  const uint8_t* w;           // [n, k / 2]
+  const float* scales;        // [n, G]
+  const uint8_t* zeros;       // [n, G] or nullptr (8)
+  const __nv_bfloat16* bias;  // [n] or nullptr
+  void* y;                    // [m, n]
+  bool y_f32;
+  int n, k, G;
+  int group_shift;    // chunk c is in group c >> group_shift (log2(group / chunk columns); 31: per channel)
+  uint32_t sign_xor;  // int8: 0x80808080 for i8 values (then zero 128), else 0
+  int sym_zero;       // the zero point without zeros: 8 (int4), 128 (int8)
+};
+
+// Weights are read once: past L1, 256-byte L2 lines (as the other GEMVs).
+__device__ __forceinline__ uint4 load_w16(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ uint32_t f16x2(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+__device__ __forceinline__ float f16x2_sum(uint32_t v) {
+  const __half2 h = *reinterpret_cast<const __half2*>(&v);
+  return __low2float(h) + __high2float(h);
+}
+
+// x columns 8i..8i+7 (one 16-byte load, bf16 pairs (x0, x1) ... (x6, x7)) as the f16x2 pairs the weight
+// word's nibble masks produce: (x0, x4), (x1, x5), (x2, x6), (x3, x7).
+__device__ __forceinline__ void x_pairs(const uint4& a, uint32_t (&xp)[4]) {
+  xp[0] = f16x2(__uint_as_float(a.x << 16), __uint_as_float(a.z << 16));
+  xp[1] = f16x2(__uint_as_float(a.x & 0xffff0000u), __uint_as_float(a.z & 0xffff0000u));
+  xp[2] = f16x2(__uint_as_float(a.y << 16), __uint_as_float(a.w << 16));
+  xp[3] = f16x2(__uint_as_float(a.y & 0xffff0000u), __uint_as_float(a.w & 0xffff0000u));
+}
+
+// The 8 weights of word `wd` as (q - z) / 16 in the pairing of x_pairs: lo = 1024 + q (f16 bits 0x6400 | q)
+// times 1/16 minus (64 + z / 16); hi = 1024 + 16 q times 1/256 minus (4 + z / 16); both exact.
+__device__ __forceinline__ void weight_pairs(uint32_t wd, uint32_t c_lo, uint32_t c_hi, uint32_t (&wp)[4]) {
+  constexpr uint32_t kMagic = 0x64006400u, kSixteenth = 0x2C002C00u, kInv256 = 0x1C001C00u;
+  const uint32_t w8 = wd >> 8;
+  wp[0] = hfma2((wd & 0x000f000fu) | kMagic, kSixteenth, c_lo);
+  wp[1] = hfma2((wd & 0x00f000f0u) | kMagic, kInv256, c_hi);
+  wp[2] = hfma2((w8 & 0x000f000fu) | kMagic, kSixteenth, c_lo);
+  wp[3] = hfma2((w8 & 0x00f000f0u) | kMagic, kInv256, c_hi);
+}
+
+// int8: bytes b0..b3 of `wd` as f16x2 (b0, b1), (b2, b3) = (u - z) / 256 exactly: PRMT puts each byte under
+// the exponent byte 0x64 (1024 + u), one HFMA2 * 1/256 - (4 + z / 256).
+__device__ __forceinline__ void byte_pairs(uint32_t wd, uint32_t c8, uint32_t (&wp)[2]) {
+  constexpr uint32_t kInv256 = 0x1C001C00u;
+  wp[0] = hfma2(__byte_perm(wd, 0x64646464u, 0x4140), kInv256, c8);
+  wp[1] = hfma2(__byte_perm(wd, 0x64646464u, 0x4342), kInv256, c8);
+}
+
+// x columns 8i..8i+7 as natural f16x2 pairs (x0, x1) ... (x6, x7) (the int8 pairing).
+__device__ __forceinline__ void x_pairs_natural(const uint4& a, uint32_t (&xp)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t v = (&a.x)[j];
+    xp[j] = f16x2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+  }
+}
+
+// grid: ceil(n / (kR * kWarps / kS)) CTAs of 4 warps; warp w owns rows (blockIdx.x * (4 / kS) + w / kS) * kR
+// + 0..kR-1 and the chunks c with (c / 32) % kS == w % kS (lane: c % 32), kU of them per row per batch.
+template <int kBits, int kM, int kR, int kU, int kS>
+__global__ void __launch_bounds__(kThreads) dot_gemv_kernel(DotParams p) {
+  constexpr int kCols = kChunkCols<kBits>;
+  constexpr int kRowGroups = kWarps / kS;
+  constexpr int kStride = 32 * kS;  // chunks between a lane's consecutive chunks of a row
+  __shared__ float red[kS > 1 ? kWarps : 1][kR][kM];
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int split = warp % kS;
+  const int row0 = (static_cast<int>(blockIdx.x) * kRowGroups + warp / kS) * kR;
+  const int chunks = p.k / kCols;
+  const size_t row_bytes = kBits == 4 ? static_cast<size_t>(p.k) / 2 : static_cast<size_t>(p.k);
+  int row[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) row[r] = min(row0 + r, p.n - 1);
+
+  uint4 wv[kU][kR];
+  float sc[kU][kR];
+  int zc[kU][kR];
+  auto load = [&](int base) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int c = base + u * kStride + split * 32 + lane;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        if (c < chunks) {
+          wv[u][r] = load_w16(p.w + static_cast<size_t>(row[r]) * row_bytes + static_cast<size_t>(c) * 16);
+          const size_t si = static_cast<size_t>(row[r]) * p.G + (c >> p.group_shift);
+          sc[u][r] = __ldg(p.scales + si);
+          zc[u][r] = p.zeros ? static_cast<int>(__ldg(p.zeros + si)) : p.sym_zero;
+        } else {
+          wv[u][r] = make_uint4(0, 0, 0, 0);
+          sc[u][r] = 0.f;
+          zc[u][r] = p.sym_zero;
+        }
+      }
+    }
+  };
+
+  float acc[kR][kM] = {};
+  constexpr int kBatch = kU * kStride;
+  int base = 0;
+  load(base);  // weights only: before pdl_wait() (they do not depend on earlier kernels)
+  pdl_release();
+  pdl_wait();
+  while (base < chunks) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int c = base + u * kStride + split * 32 + lane;
+      if (c >= chunks) continue;
+      uint32_t h[kR][kM];
+      uint32_t c_lo[kR], c_hi[kR];
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const uint32_t z = static_cast<uint32_t>(zc[u][r]);
+        if constexpr (kBits == 4) {
+          c_lo[r] = (0xD400u + z) * 0x00010001u;         // -(64 + z / 16)
+          c_hi[r] = (0xC400u + (z << 4)) * 0x00010001u;  // -(4 + z / 16)
+        } else {
+          c_lo[r] = (0xC400u + z) * 0x00010001u;  // -(4 + z / 256)
+          c_hi[r] = 0u;
+        }
+#pragma unroll
+        for (int t = 0; t < kM; ++t) h[r][t] = 0u;
+      }
+      if constexpr (kBits == 4) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          uint32_t xp[kM][4];
+#pragma unroll
+          for (int t = 0; t < kM; ++t)
+            x_pairs(__ldg(reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(t) * p.k + c * kCols + i * 8)), xp[t]);
+#pragma unroll
+          for (int r = 0; r < kR; ++r) {
+            uint32_t wp[4];
+            weight_pairs((&wv[u][r].x)[i], c_lo[r], c_hi[r], wp);
+#pragma unroll
+            for (int t = 0; t < kM; ++t)
+#pragma unroll
+              for (int j = 0; j < 4; ++j) h[r][t] = hfma2(wp[j], xp[t][j], h[r][t]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {  // 8 columns: words 2i, 2i + 1
+          uint32_t xp[kM][4];
+#pragma unroll
+          for (int t = 0; t < kM; ++t)
+            x_pairs_natural(__ldg(reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(t) * p.k + c * kCols + i * 8)),
+                            xp[t]);
+#pragma unroll
+          for (int r = 0; r < kR; ++r)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              uint32_t wp[2];
+              byte_pairs((&wv[u][r].x)[2 * i + e] ^ p.sign_xor, c_lo[r], wp);
+#pragma unroll
+              for (int t = 0; t < kM; ++t) {
+                h[r][t] = hfma2(wp[0], xp[t][2 * e], h[r][t]);
+                h[r][t] = hfma2(wp[1], xp[t][2 * e + 1], h[r][t]);
+              }
+            }
+        }
+      }
+      constexpr float kUnscale = kBits == 4 ? 16.f : 256.f;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const float s_full = sc[u][r] * kUnscale;
+#pragma unroll
+        for (int t = 0; t < kM; ++t) acc[r][t] = fmaf(f16x2_sum(h[r][t]), s_full, acc[r][t]);
+      }
+    }
+    base += kBatch;
+    if (base < chunks) load(base);
+  }
+
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+#pragma unroll
+    for (int t = 0; t < kM; ++t)
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], o);
+  if constexpr (kS > 1) {
+    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < kR; ++r)
+#pragma unroll
+        for (int t = 0; t < kM; ++t) red[warp][r][t] = acc[r][t];
+    __syncthreads();
+    if (split != 0) return;
+#pragma unroll
+    for (int r = 0; r < kR; ++r)
+#pragma unroll
+      for (int t = 0; t < kM; ++t) {
+        float v = 0.f;
+#pragma unroll
+        for (int s = 0; s < kS; ++s) v += red[warp + s][r][t];
+        acc[r][t] = v;
+      }
+  }
+  // Lane r * kM + t stores output (row0 + r, token t).
+#pragma unroll
+  for (int r = 0; r < kR; ++r)
+#pragma unroll
+    for (int t = 0; t < kM; ++t)
+      if (lane == r * kM + t && row0 + r < p.n) {
+        float v = acc[r][t];
+        if (p.bias) v += __bfloat162float(p.bias[row0 + r]);
+        const size_t o = static_cast<size_t>(t) * p.n + row0 + r;
+        if (p.y_f32)
+          static_cast<float*>(p.y)[o] = v;
+        else
+          static_cast<__nv_bfloat16*>(p.y)[o] = __float2bfloat16(v);
+      }
+}
+
+// The compiled schedules (rows, unroll, split); each for m = 1..4 and int4 / int8.
+constexpr DotGemvConfig kConfigs[] = {
+    {2, 4, 1, false}, {4, 2, 1, false}, {1, 8, 1, false}, {4, 4, 1, false}, {2, 4, 4, false}, {2, 2, 2, false},
+};
+
+template <int kBits, int kM>
+void (*pick_kernel(const DotGemvConfig& c))(DotParams) {
+  if (c.rows == 2 && c.unroll == 4 && c.split == 1) return dot_gemv_kernel<kBits, kM, 2, 4, 1>;
+  if (c.rows == 4 && c.unroll == 2 && c.split == 1) return dot_gemv_kernel<kBits, kM, 4, 2, 1>;
+  if (c.rows == 1 && c.unroll == 8 && c.split == 1) return dot_gemv_kernel<kBits, kM, 1, 8, 1>;
+  if (c.rows == 4 && c.unroll == 4 && c.split == 1) return dot_gemv_kernel<kBits, kM, 4, 4, 1>;
+  if (c.rows == 2 && c.unroll == 4 && c.split == 4) return dot_gemv_kernel<kBits, kM, 2, 4, 4>;
+  if (c.rows == 2 && c.unroll == 2 && c.split == 2) return dot_gemv_kernel<kBits, kM, 2, 2, 2>;
+  return nullptr;
+}
+
+template <int kBits>
+void (*pick_kernel_m(const DotGemvConfig& c, int m))(DotParams) {
+  switch (m) {
+    case 1: return pick_kernel<kBits, 1>(c);
+    case 2: return pick_kernel<kBits, 2>(c);
+    case 3: return pick_kernel<kBits, 3>(c);
+    default: return pick_kernel<kBits, 4>(c);
+  }
+}
+
+int log2_exact(int v) {
+  int s = 0;
+  while ((1 << s) < v) ++s;
+  return (1 << s) == v ? s : -1;
+}
+
+}  // namespace
+
+std::string to_string(const DotGemvConfig& c) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "dot r%d u%d s%d%s", c.rows, c.unroll, c.split, c.pdl ? " pdl" : "");
+  return buf;
+}
+
+const DotGemvConfig* dot_gemv_configs(int* count) {
+  *count = static_cast<int>(sizeof(kConfigs) / sizeof(kConfigs[0]));
+  return kConfigs;
+}
+
+DotGemvConfig dot_gemv_default_config(const QuantWeight& w, int m, bool pdl) {
+  // Not yet measured on the GPU: 2 rows per warp, 4 chunks in flight per row; split-K where there are fewer
+  // warps than 8 per SM of 132.
+  (void)m;
+  DotGemvConfig c;
+  c.pdl = pdl;
+  if ((w.n + 1) / 2 < 132 * 8) c.split = 4;
+  return c;
+}
+
+namespace {
+// The chunk -> group shift, or -1 if the group is not a power-of-two number of chunks (31: per channel).
+int group_shift(const QuantWeight& w) {
+  if (w.is_signed) return 31;
+  const int cols = w.bits == 4 ? kChunkCols<4> : kChunkCols<8>;
+  if (w.group_size >= w.k) return 31;  // one group per row
+  return w.group_size % cols == 0 ? log2_exact(w.group_size / cols) : -1;
+}
+}  // namespace
+
+bool dot_gemv_supports(const QuantWeight& w, int m) {
+  if (w.bits != 4 && w.bits != 8) return false;
+  if (w.is_signed && (w.bits != 8 || w.zeros != nullptr)) return false;
+  const int cols = w.bits == 4 ? kChunkCols<4> : kChunkCols<8>;
+  return w.g_idx == nullptr && m >= 1 && m <= 4 && w.n >= 1 && w.k >= cols && w.k % cols == 0 && group_shift(w) >= 0;
+}
+
+void launch_dot_gemv(const QuantLinearArgs& a, cudaStream_t stream, const DotGemvConfig& config) {
+  const QuantWeight& w = a.w;
+  XI_CHECK(dot_gemv_supports(w, a.m)) << "dot GEMV: unsupported " << describe(w) << " at m " << a.m
+                                      << " (int4 / int8, a power-of-two number of 16-byte chunks per group, k a"
+                                         " whole number of chunks, no g_idx, m 1..4)";
+  XI_CHECK(reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(w.w) % 16 == 0)
+      << "dot GEMV: x and the weight must be 16-byte aligned";
+  DotParams p{};
+  p.x = a.x;
+  p.w = w.w;
+  p.scales = w.scales;
+  p.zeros = w.zeros;
+  p.bias = a.bias;
+  p.y = a.y;
+  p.y_f32 = a.y_f32;
+  p.n = w.n;
+  p.k = w.k;
+  p.G = w.groups();
+  p.group_shift = group_shift(w);
+  p.sign_xor = w.is_signed ? 0x80808080u : 0u;
+  p.sym_zero = w.bits == 4 ? 8 : 128;
+  void (*kernel)(DotParams) = w.bits == 4 ? pick_kernel_m<4>(config, a.m) : pick_kernel_m<8>(config, a.m);
+  XI_CHECK(kernel != nullptr) << "dot GEMV: " << to_string(config) << " is not compiled";
+  const int rows_per_cta = config.rows * kWarps / config.split;
+  const dim3 grid((w.n + rows_per_cta - 1) / rows_per_cta);
+  if (config.pdl)
+    launch_pdl(kernel, grid, dim3(kThreads), 0, stream, p);
+  else
+    kernel<<<grid, kThreads, 0, stream>>>(p);
+  XI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace xinfer::cuda
