@@ -12,9 +12,11 @@
 //  - the vocabulary-parallel embedding's masked lookup (TpEmbedding; no NCCL needed): every rank's shard of an odd
 //    vocabulary gives the CPU oracle's rows bit for bit (its ids' rows, -0.0 elsewhere), and the shards' sum is
 //    the whole table's lookup bit for bit. The one-rank TP path above runs the embedding all-reduce (a real NCCL
-//    call, recorded into the decode graphs).
+//    call, recorded into the decode graphs);
+//  - NcclStartup: a rank that never joins makes the start-up fail within the timeout, naming it (one GPU).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -282,6 +284,23 @@ TEST(NcclCommunicator, TwoGpusTp2EqualsTp1) {
   const std::vector<int32_t> one = tokens(1);
   EXPECT_EQ(tokens(2), one) << "graphs + async scheduling";
   EXPECT_EQ(tokens(2, /*eager=*/true), one) << "eager";
+}
+
+// A start-up that cannot reach every rank fails within its timeout with a message naming the rank, its device
+// and the group size, instead of hanging (vLLM #6370, #6201, #8058): rank 0 of a group of 2 whose rank 1 never
+// joins (one GPU suffices). Its own suite: run it in a process of its own (it aborts a half-made communicator).
+TEST(NcclStartup, AMissingRankFailsWithinTheTimeout) {
+  auto id = cuda::NcclCommunicator::new_id();
+  ASSERT_TRUE(id.ok()) << id.status().to_string();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto c = cuda::NcclCommunicator::create(*id, 2, 0, 0, gpu().stream(), std::chrono::milliseconds(3000));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(c.ok()) << "a group of 2 with one rank must not form";
+  const std::string msg = c.status().to_string();
+  EXPECT_EQ(c.status().code(), StatusCode::kUnavailable) << msg;
+  EXPECT_NE(msg.find("rank 0 (cuda:0) could not reach all 2 ranks within 3000 ms"), std::string::npos) << msg;
+  EXPECT_LT(seconds, 10.0);
+  std::printf("missing rank: failed after %.2f s: %s\n", seconds, msg.c_str());
 }
 
 #endif  // XINFER_HAVE_NCCL
