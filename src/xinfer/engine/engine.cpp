@@ -12,6 +12,7 @@
 #include "xinfer/core/check.h"
 #include "xinfer/core/logging.h"
 #include "xinfer/engine/backend_factory.h"
+#include "xinfer/engine/prompt_logprobs.h"
 #include "xinfer/engine/tensor_parallel.h"
 #include "xinfer/kv_cache/kv_cache_manager.h"
 #include "xinfer/model/checkpoint_linear.h"
@@ -702,37 +703,15 @@ double Engine::run_step(const sched::ScheduledStep& step) {
 
 std::vector<SampleOutput> Engine::run_prompt_rows_step() {
   const std::vector<float>& logits = runner_->run(chunks_);
-  const size_t vocab = static_cast<size_t>(info_.vocab_size);
-  std::vector<std::pair<float, int32_t>> scratch;
-  size_t row = 0, k = 0;
-  for (size_t i = 0; i < chunks_.size(); ++i) {
-    const SequenceChunk& c = chunks_[i];
-    const size_t n = c.all_logits ? c.tokens.size() : (c.want_logits ? 1 : 0);
-    XI_CHECK_LE((row + n) * vocab, logits.size()) << "logits rows of chunk " << i;
-    if (c.all_logits) {
-      RequestState& st = requests_.at(chunk_ids_[i]);
-      const sched::Sequence* seq = scheduler_->find(chunk_ids_[i]);
-      XI_CHECK(seq != nullptr && st.prompt_top.has_value()) << "request " << chunk_ids_[i];
-      // Row j (position p = start_pos + j) predicts token p + 1: prompt log-probabilities up to the prompt's
-      // last token; the prompt's last row is the sampling row.
-      for (size_t j = 0; j < n; ++j) {
-        const size_t p = static_cast<size_t>(c.start_pos) + j;
-        if (p + 1 >= static_cast<size_t>(st.num_prompt_tokens)) break;
-        const int32_t target = seq->tokens[p + 1];
-        PositionLogprobs lp =
-            position_logprobs(std::span<const float>(logits.data() + (row + j) * vocab, vocab), target,
-                              *st.prompt_top, &scratch);
-        st.prompt_logprobs[p] = TokenLogprob{target, lp.logprob, std::move(lp.top), lp.rank};
-      }
-    }
-    if (c.want_logits) {
-      XI_CHECK_LT(k, sample_inputs_.size());
-      sample_inputs_[k++].logits = logits.data() + (row + n - 1) * vocab;
-    }
-    row += n;
-  }
-  XI_CHECK_EQ(k, sample_inputs_.size());
-  XI_CHECK_EQ(row * vocab, logits.size());
+  const std::vector<const float*> rows =
+      score_prompt_rows(logits, static_cast<size_t>(info_.vocab_size), chunks_, [&](size_t i) {
+        RequestState& st = requests_.at(chunk_ids_[i]);
+        const sched::Sequence* seq = scheduler_->find(chunk_ids_[i]);
+        XI_CHECK(seq != nullptr && st.prompt_top.has_value()) << "request " << chunk_ids_[i];
+        return PromptScoring{seq->tokens, st.num_prompt_tokens, *st.prompt_top, &st.prompt_logprobs};
+      });
+  XI_CHECK_EQ(rows.size(), sample_inputs_.size());
+  for (size_t k = 0; k < rows.size(); ++k) sample_inputs_[k].logits = rows[k];
   return sampler_->sample(sample_inputs_);
 }
 
