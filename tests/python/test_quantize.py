@@ -70,6 +70,8 @@ OTHER_CASES = {
                                  "--act-order", "--no-static-groups"],
     "w4a16-gptq-float": ["--scheme", "w4a16", "--group-size", "64", "--method", "gptq", "--gptq-hessians", "float"],
     "w8a8-int8-first3": ["--scheme", "w8a8-int8", "--quantized-layers", "first:3"],
+    "w8a8-fp8-gptq-actorder-first3": ["--scheme", "w8a8-fp8", "--method", "gptq", "--act-order", "--quantized-layers",
+                                      "first:3"],
     "w4a16-g64-mse": ["--scheme", "w4a16", "--group-size", "64", "--weight-clip", "mse"],
     "w4a16-gptq-actorder-mse": ["--scheme", "w4a16", "--group-size", "64", "--method", "gptq", "--act-order",
                                 "--weight-clip", "mse"],
@@ -115,8 +117,10 @@ def test_config_and_tensors_follow_compressed_tensors(written, name):
     if want_strategy == "group":
         assert w["group_size"] == int(args[args.index("--group-size") + 1])
     assert w["symmetric"] == ("--no-symmetric" not in args)
-    if "--act-order" in args:
+    if "--act-order" in args and want_strategy == "group":
         assert w["actorder"] == ("group" if "--no-static-groups" in args else "weight")
+    else:  # compressed-tensors refuses actorder with channel / tensor strategies
+        assert w["actorder"] is None
     assert w["observer"] == ("mse" if "mse" in args else "minmax")
     if act is None:
         assert g["input_activations"] is None

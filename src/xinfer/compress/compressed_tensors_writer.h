@@ -14,7 +14,8 @@
 //                     weight_scale F32 [N, G] (G = 1 per channel); asymmetric: weight_zero_point I32
 //                     [ceil(N / (32 / b)), G], zero points (+ 2^(b-1)) packed the same way along rows.
 //   W = {num_bits, type int|float, symmetric, strategy tensor|channel|group, group_size, dynamic false,
-//        observer "minmax", actorder null|"weight", block_structure null, observer_kwargs {}};
+//        observer "minmax", actorder null|"weight"|"group" (group strategy only: compressed-tensors refuses it
+//        otherwise), block_structure null, observer_kwargs {}};
 //   A = {num_bits 8, type, symmetric true, strategy "token", dynamic true, observer null, ...} (W8A8 only).
 //   tokenizer files    copied from a model directory; from a GGUF file, tokenizer.json and
 //                      tokenizer_config.json (with the chat template) built from its metadata.

@@ -392,9 +392,13 @@ Status ModelQuantizer::write(const std::string& out, bool overwrite, nlohmann::o
   }
   config["torch_dtype"] = "float32";
   if (config.contains("dtype")) config["dtype"] = "float32";
-  const char* actorder = !options_.gptq || !options_.gptq_options.act_order ? nullptr
-                         : options_.gptq_options.static_groups || options_.scheme.scheme != Scheme::kW4A16 ? "weight"
-                                                                                                           : "group";
+  // actorder only with group scales: compressed-tensors' QuantizationArgs refuses it for any other strategy
+  // ("Must use group ... strategy in order to apply activation ordering"), and a per-channel / per-tensor GPTQ
+  // with act-order needs nothing at load time (its values are in the original column order).
+  const char* actorder = !options_.gptq || !options_.gptq_options.act_order || options_.scheme.scheme != Scheme::kW4A16
+                             ? nullptr
+                         : options_.gptq_options.static_groups ? "weight"
+                                                               : "group";
   config["quantization_config"] = quantization_config(options_.scheme, actorder, ignore);
   ModelDirContents contents = extra;
   contents.config = config;
