@@ -151,7 +151,8 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
     formats = {{"int4-g128", quant::IntGroupFormat{4, 128, false}},
                {"int4-g128-zp", quant::IntGroupFormat{4, 128, true}},
                {"int4-g32-zp", quant::IntGroupFormat{4, 32, true}},
-               {"int8-channel", quant::Int8ChannelFormat{}}};
+               {"int8-channel", quant::Int8ChannelFormat{}},
+               {"fp8", quant::W8A8Fp8Format{}}};
   if (!quick && !dot_only) {  // the bf16 GEMM after dequantization runs the tuned choice (quick: cuBLASLt's heuristic)
     std::vector<cuda::GemmShape> gs;
     for (const Shape8b& sh : shapes) gs.push_back({sh.n, sh.k, false, false, 2048, false});
@@ -193,6 +194,7 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
           int nc = 0;
           const cuda::DotGemvConfig* dcs = cuda::dot_gemv_configs(&nc);
           for (int ci = 0; ci < nc; ++ci) {
+            if (!cuda::dot_gemv_config_fits(q0, dm, dcs[ci])) continue;
             auto y3 = be.allocate(DType::kF32, Shape{dm, sh.n});
             cuda::launch_dot_gemv({static_cast<const __nv_bfloat16*>(x.view.data), q0, nullptr, y3.view.data, true, dm}, s,
                                   dcs[ci]);
@@ -231,6 +233,24 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
                                     s, c);
             });
             line(what + " fp8 gemv " + cuda::to_string(c), tc, static_cast<double>(qbytes) + fio, false, bw);
+          }
+          if (cuda::fp8_dot_gemv_supports(sh.n, sh.k, m)) {  // the CUDA-core FP8 GEMV, each compiled schedule
+            int nc = 0;
+            const cuda::DotGemvConfig* dcs = cuda::dot_gemv_configs(&nc);
+            for (int ci = 0; ci < nc; ++ci) {
+              cuda::DotGemvConfig dc = dcs[ci];
+              dc.pdl = true;
+              if (dc.smem_x && static_cast<size_t>(m) * sh.k * 2 > 48 * 1024) continue;
+              const double tc = graph_us(s, 20, [&](int i) {
+                const backend::LinearWeights& lw = wi(i);
+                cuda::launch_fp8_dot_gemv({static_cast<const uint8_t*>(xq.view.data), static_cast<const float*>(xs.view.data),
+                                           static_cast<const uint8_t*>(lw.weight.data),
+                                           static_cast<const float*>(lw.scales.data), true, nullptr, y.view.data, false, m,
+                                           sh.n, sh.k},
+                                          s, dc);
+              });
+              line(what + " fp8 " + cuda::to_string(dc), tc, static_cast<double>(qbytes) + fio, false, bw);
+            }
           }
         }
         if (fp8) {  // activation quantization + our FP8 GEMV (m <= 16) / cuBLASLt FP8 GEMM, through CudaBackend::linear
@@ -281,13 +301,14 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
             for (int ci = 0; ci < nc; ++ci) {
               cuda::DotGemvConfig dc = dcs[ci];
               dc.pdl = true;
+              if (!cuda::dot_gemv_config_fits(q0, m, dc)) continue;
               const double tc = graph_us(s, 20, [&](int i) {
                 const cuda::QuantWeight q = be.quant_weight(wi(i));
                 cuda::launch_dot_gemv({static_cast<const __nv_bfloat16*>(x.view.data), q, nullptr, y.view.data, false, m},
                                       s, dc);
               });
-              const bool is_default =
-                  dc.rows == dchosen.rows && dc.unroll == dchosen.unroll && dc.split == dchosen.split;
+              const bool is_default = dc.rows == dchosen.rows && dc.unroll == dchosen.unroll &&
+                                      dc.split == dchosen.split && dc.smem_x == dchosen.smem_x;
               line(what + " " + cuda::to_string(dc) + (is_default ? " dot*" : ""), tc,
                    static_cast<double>(qbytes) + io, false, bw);
               t = std::min(t, tc);

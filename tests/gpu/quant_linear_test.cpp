@@ -8,8 +8,8 @@
 //    f32 out with the scale applied in f32 (group % step == 0) is held to 1e-4 relative L2 (bf16 noise is 4e-3): the kernel's
 //    arithmetic is the oracle's up to summation order; folded scales (int4 g32 / g64, int8 g32) to 1e-2
 //    (one bf16 rounding of each weight);
-//  - the CUDA-core GEMV (m 1..4, int4 and int8) in each compiled schedule: f16 products and chunk sums, so
-//    f32 out to 3e-3 relative L2 and bf16 out to 1e-2;
+//  - the CUDA-core GEMV (m 1..4, int4, int8 and W8A8-FP8) in each compiled schedule: f16 products and chunk
+//    sums, so f32 out to 3e-3 relative L2 and bf16 out to 1e-2;
 //  - the dequantize + bf16 GEMM path: m 17..61, and what the GEMV does not take at m = 1 (g_idx act-order, group
 //    16, k % 128 != 0), against the oracle (bf16 weights: 1e-2);
 //  - the path counters say which path ran; the dequantized weight alone against quant::dequantize_matrix;
@@ -314,6 +314,7 @@ TEST(QuantLinear, DotGemvSchedulesMatchCpuOracle) {
         ASSERT_TRUE(cuda::dot_gemv_supports(q, static_cast<int>(m))) << cuda::describe(q);
         cuda::DotGemvConfig config = configs[ci];
         config.pdl = (ci + m) % 2 == 0;
+        if (!cuda::dot_gemv_config_fits(q, static_cast<int>(m), config)) continue;  // smem_x: m * k * 2 > 48 KB
         const bool f32_out = (run++ + ci) % 2 == 0;
         const std::vector<float> x = random_bf16(static_cast<size_t>(m * c.k), rng);
         auto xd = gpu().upload(host_view(x, Shape{m, c.k}), DType::kBF16);
@@ -419,6 +420,89 @@ TEST(QuantLinear, Fp8GemvSchedulesMatchReference) {
       EXPECT_EQ(cmp.nans, 0) << what << ": unwritten outputs";
       EXPECT_LT(cmp.rel_l2, 1e-5) << what;
     }
+  }
+}
+
+// The CUDA-core FP8 GEMV (quant_dot_gemv.h launch_fp8_dot_gemv) in every compiled schedule, m 1..4, on e4m3 codes
+// over the whole range (|x w| up to 448 * 448: the 2^-8 pre-scale keeps the f16 chunk sums finite) against f64
+// dot products of the decoded values times both scales: f16 sums over 8 products, so 3e-3 relative L2.
+TEST(QuantLinear, Fp8DotGemvSchedulesMatchReference) {
+  std::mt19937 rng(43);
+  std::uniform_int_distribution<int> byte(0, 255);
+  auto code = [&] {
+    uint8_t b = static_cast<uint8_t>(byte(rng));
+    if ((b & 0x7f) == 0x7f) b ^= 1;  // no NaN codes
+    return b;
+  };
+  std::vector<double> decoded(256);
+  for (int b = 0; b < 256; ++b) decoded[static_cast<size_t>(b)] = to_float(fp8_e4m3{static_cast<uint8_t>(b)});
+  int count = 0;
+  const cuda::DotGemvConfig* configs = cuda::dot_gemv_configs(&count);
+  struct Case {
+    int n, k;
+    bool per_channel;
+  };
+  const std::vector<Case> cases = {{33, 576, true}, {4097, 1024, false}, {40, 14336, true}, {7, 16, false}, {1, 192, true}};
+  int run = 0;
+  for (const Case& cs : cases) {
+    std::vector<uint8_t> w(static_cast<size_t>(cs.n) * cs.k);
+    for (auto& b : w) b = code();
+    std::vector<float> ws(cs.per_channel ? cs.n : 1);
+    for (auto& v : ws) v = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / std::sqrt(float(cs.k));
+    std::vector<float> bias = random_bf16(static_cast<size_t>(cs.n), rng, 0.5f);
+    auto wd = gpu().upload(raw_view(w, DType::kFP8E4M3, Shape{cs.n, cs.k}), DType::kFP8E4M3);
+    auto wsd = gpu().upload(raw_view(ws, DType::kF32, Shape{static_cast<int64_t>(ws.size())}), DType::kF32);
+    auto bd = gpu().upload(host_view(bias, Shape{cs.n}), DType::kBF16);
+    for (int ci = 0; ci < count; ++ci)
+      for (int m = 1; m <= 4; ++m) {
+        ASSERT_TRUE(cuda::fp8_dot_gemv_supports(cs.n, cs.k, m));
+        cuda::DotGemvConfig config = configs[ci];
+        config.pdl = (ci + m) % 2 == 1;
+        if (config.smem_x && static_cast<size_t>(m) * cs.k * 2 > 48 * 1024) continue;
+        std::vector<uint8_t> xq(static_cast<size_t>(m) * cs.k);
+        for (auto& b : xq) b = code();
+        std::vector<float> xs(static_cast<size_t>(m));
+        for (auto& v : xs) v = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / 448.0f;
+        auto xqd = gpu().upload(raw_view(xq, DType::kFP8E4M3, Shape{m, cs.k}), DType::kFP8E4M3);
+        auto xsd = gpu().upload(raw_view(xs, DType::kF32, Shape{m}), DType::kF32);
+        const bool f32_out = run++ % 2 == 0, with_bias = (ci + m) % 3 == 0;
+        auto yd = gpu().allocate(f32_out ? DType::kF32 : DType::kBF16, Shape{m, cs.n});
+        poison(yd.view);
+        cuda::launch_fp8_dot_gemv({static_cast<const uint8_t*>(xqd.view.data), static_cast<const float*>(xsd.view.data),
+                                   static_cast<const uint8_t*>(wd.view.data), static_cast<const float*>(wsd.view.data),
+                                   cs.per_channel, with_bias ? static_cast<const __nv_bfloat16*>(bd.view.data) : nullptr,
+                                   yd.view.data, f32_out, m, cs.n, cs.k},
+                                  gpu().stream(), config);
+        std::vector<float> ref(static_cast<size_t>(m) * cs.n);
+        double mag = 0;
+        for (int t = 0; t < m; ++t)
+          for (int j = 0; j < cs.n; ++j) {
+            double acc = 0, a = 0;
+            for (int i = 0; i < cs.k; ++i) {
+              const double p = decoded[xq[static_cast<size_t>(t) * cs.k + i]] * decoded[w[static_cast<size_t>(j) * cs.k + i]];
+              acc += p;
+              a += std::abs(p);
+            }
+            const double sc = static_cast<double>(xs[t]) * ws[cs.per_channel ? j : 0];
+            acc *= sc;
+            if (with_bias) acc += bias[j];
+            mag += (a * sc) * (a * sc);
+            ref[static_cast<size_t>(t) * cs.n + j] = static_cast<float>(acc);
+          }
+        const std::vector<float> got = download(gpu(), yd.view);
+        Compare cmp = compare(got, ref);
+        const std::string what = "fp8 dot gemv n=" + std::to_string(cs.n) + " k=" + std::to_string(cs.k) + " m=" +
+                                 std::to_string(m) + (cs.per_channel ? " channel " : " tensor ") +
+                                 (f32_out ? "f32 " : "bf16 ") + cuda::to_string(config);
+        EXPECT_EQ(cmp.nans, 0) << what << ": unwritten outputs";
+        if (cs.n == 1) {  // one output may cancel: against sum |x w| (as the int test)
+          double err = 0;
+          for (size_t i = 0; i < got.size(); ++i) err += (static_cast<double>(got[i]) - ref[i]) * (got[i] - ref[i]);
+          EXPECT_LT(std::sqrt(err / mag), 1e-3) << what;
+        } else {
+          EXPECT_LT(cmp.rel_l2, f32_out ? 3e-3 : 1e-2) << what;
+        }
+      }
   }
 }
 

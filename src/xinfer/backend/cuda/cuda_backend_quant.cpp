@@ -1,7 +1,7 @@
 // CudaBackend's weight-only quantized linears (kernels/gemm/quant_linear.h): which formats it runs
 // (supports()), the checks of a LinearWeights in those formats, and the dispatch of linear():
-//   int4 / int8, m <= 4, bf16 y, XINFER_INT_GEMV=dot (an A/B switch while the CUDA-core GEMV is measured; read
-//                once per process) -> launch_dot_gemv (quant_dot_gemv.h)
+//   int4 / int8 / W8A8-FP8, m <= 4, bf16 y, XINFER_INT_GEMV=dot (an A/B switch while the CUDA-core GEMV is
+//                measured; read once per process) -> launch_dot_gemv / launch_fp8_dot_gemv (quant_dot_gemv.h)
 //   m <= kQuantGemvMaxRows and the GEMV takes the weight -> launch_quant_gemv (weights read once per 8 rows)
 //   otherwise -> the weight dequantized to bf16 into a workspace, then the bf16 GEMM (GemmTuner::run, the
 //                tuner's choice for the shape): prefill in every format, and g_idx / odd group sizes at any m
@@ -48,7 +48,7 @@ const T* device_ptr(const TensorView& t, DType dtype, const char* what, const ba
   return static_cast<const T*>(t.data);
 }
 
-// XINFER_INT_GEMV=dot: int4 / int8 decode rows (m <= 4, bf16 y) run the CUDA-core GEMV (see top).
+// XINFER_INT_GEMV=dot: int4 / int8 / FP8 decode rows (m <= 4, bf16 y) run the CUDA-core GEMV (see top).
 bool int_dot_gemv_enabled() {
   static const bool enabled = [] {
     const char* v = std::getenv("XINFER_INT_GEMV");
@@ -144,6 +144,17 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
   launch_quantize_fp8_rows(static_cast<const __nv_bfloat16*>(x.data), m, static_cast<int>(k), input_scale, ws, xs,
                            stream_);
   const auto* bias = w.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(w.bias.data);
+  if (out.dtype == DType::kBF16 && int_dot_gemv_enabled() && fp8_dot_gemv_supports(static_cast<int>(n), static_cast<int>(k), m)) {
+    QuantWeight shape;  // the schedule rule's view of the e4m3 weight: 8 bits, one scale per row
+    shape.bits = 8;
+    shape.n = static_cast<int>(n);
+    shape.k = static_cast<int>(k);
+    shape.group_size = static_cast<int>(k);
+    launch_fp8_dot_gemv({ws, xs, wq, ws_in, f.per_channel, bias, out.data, false, m, static_cast<int>(n), static_cast<int>(k)},
+                        stream_, dot_gemv_default_config(shape, m, options_.gemv_pdl));
+    ++fp8_gemvs_;
+    return;
+  }
   if (m <= kQuantGemvMaxRows && fp8_gemv_supports(static_cast<int>(n), static_cast<int>(k))) {
     // Decode rows: our FP8 GEMV (cuBLASLt's FP8 GEMM reached 24-55% of the bandwidth at m = 1; this 50-86%).
     const QuantGemvConfig config = fp8_gemv_default_config(static_cast<int>(n), static_cast<int>(k), options_.gemv_pdl);

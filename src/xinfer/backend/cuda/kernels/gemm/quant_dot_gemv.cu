@@ -1,6 +1,7 @@
 // The CUDA-core int4 decode GEMV (quant_dot_gemv.h: layout, instruction budget, numerics).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -14,14 +15,20 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-// A lane's chunk: 16 bytes of a row = 32 int4 / 16 int8 columns.
+constexpr size_t kMaxSmemX = 48 * 1024;  // smem_x: no opt-in attribute needed
+// The kernels' weight kinds: kBits 4 (int4), 8 (int8), kFp8 (W8A8-FP8: e4m3 weights and e4m3 x).
+constexpr int kFp8 = 0;
+// A lane's chunk: 16 bytes of a row = 32 int4 / 16 int8 or e4m3 columns.
 template <int kBits>
 constexpr int kChunkCols = kBits == 4 ? 32 : 16;
 
 struct DotParams {
-  const __nv_bfloat16* x;     // [m, k]
+  const __nv_bfloat16* x;     // [m, k] (int4 / int8)
+  const uint8_t* xq;          // [m, k] e4m3 (kFp8)
+  const float* x_scales;      // [m] (kFp8)
+  bool per_channel;           // kFp8: scales [n] (else [1])
   const uint8_t* w;           // [n, k / 2]
-  const float* scales;        // [n, G]
+  const float* scales;        // [n, G] (kFp8: [n] or [1])
   const uint8_t* zeros;       // [n, G] or nullptr (8)
   const __nv_bfloat16* bias;  // [n] or nullptr
   void* y;                    // [m, n]
@@ -44,6 +51,11 @@ __device__ __forceinline__ uint4 load_w16(const uint8_t* p) {
 __device__ __forceinline__ uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {
   uint32_t d;
   asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
 __device__ __forceinline__ uint32_t f16x2(float lo, float hi) {
@@ -84,6 +96,22 @@ __device__ __forceinline__ void byte_pairs(uint32_t wd, uint32_t c8, uint32_t (&
   wp[1] = hfma2(__byte_perm(wd, 0x64646464u, 0x4342), kInv256, c8);
 }
 
+// Two e4m3 (bytes 0, 1 or 2, 3 of v) as f16x2, exact.
+__device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v, bool hi) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(hi ? v >> 16 : v & 0xffffu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+// 8 e4m3 x values (a.x: columns 0..3, a.y: 4..7) as natural f16x2 pairs times 2^-8, exact (products with an
+// e4m3 weight stay <= 448 * 448 / 256 = 784, so 8 of them sum in f16 without overflow).
+__device__ __forceinline__ void fp8_x_pairs(const uint2& a, uint32_t (&xp)[4]) {
+  constexpr uint32_t kInv256 = 0x1C001C00u;
+  xp[0] = hmul2(e4m3x2_f16x2(a.x, false), kInv256);
+  xp[1] = hmul2(e4m3x2_f16x2(a.x, true), kInv256);
+  xp[2] = hmul2(e4m3x2_f16x2(a.y, false), kInv256);
+  xp[3] = hmul2(e4m3x2_f16x2(a.y, true), kInv256);
+}
+
 // x columns 8i..8i+7 as natural f16x2 pairs (x0, x1) ... (x6, x7) (the int8 pairing).
 __device__ __forceinline__ void x_pairs_natural(const uint4& a, uint32_t (&xp)[4]) {
 #pragma unroll
@@ -95,9 +123,15 @@ __device__ __forceinline__ void x_pairs_natural(const uint4& a, uint32_t (&xp)[4
 
 // grid: ceil(n / (kR * kWarps / kS)) CTAs of 4 warps; warp w owns rows (blockIdx.x * (4 / kS) + w / kS) * kR
 // + 0..kR-1 and the chunks c with (c / 32) % kS == w % kS (lane: c % 32), kU of them per row per batch.
-template <int kBits, int kM, int kR, int kU, int kS>
+// kXs: the CTA converts x to f16 pairs once into shared memory (dynamic, m * k * 2 bytes; uint4 of 4 pairs per
+// 8 columns, stored word-major: [t][i][c] with i the 8-column word of chunk c, so a warp's 32 lanes read 512
+// consecutive bytes) and every warp reads its pairs there: the conversion is shared by the CTA's rows
+// instead of each warp's.
+template <int kBits, int kM, int kR, int kU, int kS, bool kXs>
 __global__ void __launch_bounds__(kThreads) dot_gemv_kernel(DotParams p) {
   constexpr int kCols = kChunkCols<kBits>;
+  constexpr int kWords = kCols / 8;  // 8-column x words per chunk: 4 (int4), 2 (int8)
+  extern __shared__ uint4 xs[];      // kXs: [kM][kWords][chunks]
   constexpr int kRowGroups = kWarps / kS;
   constexpr int kStride = 32 * kS;  // chunks between a lane's consecutive chunks of a row
   __shared__ float red[kS > 1 ? kWarps : 1][kR][kM];
@@ -121,9 +155,14 @@ __global__ void __launch_bounds__(kThreads) dot_gemv_kernel(DotParams p) {
       for (int r = 0; r < kR; ++r) {
         if (c < chunks) {
           wv[u][r] = load_w16(p.w + static_cast<size_t>(row[r]) * row_bytes + static_cast<size_t>(c) * 16);
-          const size_t si = static_cast<size_t>(row[r]) * p.G + (c >> p.group_shift);
-          sc[u][r] = __ldg(p.scales + si);
-          zc[u][r] = p.zeros ? static_cast<int>(__ldg(p.zeros + si)) : p.sym_zero;
+          if constexpr (kBits == kFp8) {
+            sc[u][r] = 0.f;
+            zc[u][r] = 0;
+          } else {
+            const size_t si = static_cast<size_t>(row[r]) * p.G + (c >> p.group_shift);
+            sc[u][r] = __ldg(p.scales + si);
+            zc[u][r] = p.zeros ? static_cast<int>(__ldg(p.zeros + si)) : p.sym_zero;
+          }
         } else {
           wv[u][r] = make_uint4(0, 0, 0, 0);
           sc[u][r] = 0.f;
@@ -139,6 +178,24 @@ __global__ void __launch_bounds__(kThreads) dot_gemv_kernel(DotParams p) {
   load(base);  // weights only: before pdl_wait() (they do not depend on earlier kernels)
   pdl_release();
   pdl_wait();
+  if constexpr (kXs) {
+    const int per_token = kWords * chunks;  // = k / 8
+    for (int idx = static_cast<int>(threadIdx.x); idx < kM * per_token; idx += kThreads) {
+      const int t = idx / per_token, g = idx % per_token;  // g: 8-column group g of row t (column 8 g)
+      uint32_t v[4];
+      if constexpr (kBits == kFp8) {
+        fp8_x_pairs(__ldg(reinterpret_cast<const uint2*>(p.xq + static_cast<size_t>(t) * p.k + g * 8)), v);
+      } else {
+        const uint4 a = __ldg(reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(t) * p.k + g * 8));
+        if constexpr (kBits == 4)
+          x_pairs(a, v);
+        else
+          x_pairs_natural(a, v);
+      }
+      xs[(t * kWords + g % kWords) * chunks + g / kWords] = make_uint4(v[0], v[1], v[2], v[3]);
+    }
+    __syncthreads();
+  }
   while (base < chunks) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
@@ -164,8 +221,13 @@ __global__ void __launch_bounds__(kThreads) dot_gemv_kernel(DotParams p) {
         for (int i = 0; i < 4; ++i) {
           uint32_t xp[kM][4];
 #pragma unroll
-          for (int t = 0; t < kM; ++t)
-            x_pairs(__ldg(reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(t) * p.k + c * kCols + i * 8)), xp[t]);
+          for (int t = 0; t < kM; ++t) {
+            if constexpr (kXs) {
+              const uint4 v = xs[(t * kWords + i) * chunks + c];
+              xp[t][0] = v.x, xp[t][1] = v.y, xp[t][2] = v.z, xp[t][3] = v.w;
+            } else
+              x_pairs(__ldg(reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(t) * p.k + c * kCols + i * 8)), xp[t]);
+          }
 #pragma unroll
           for (int r = 0; r < kR; ++r) {
             uint32_t wp[4];
@@ -181,15 +243,30 @@ __global__ void __launch_bounds__(kThreads) dot_gemv_kernel(DotParams p) {
         for (int i = 0; i < 2; ++i) {  // 8 columns: words 2i, 2i + 1
           uint32_t xp[kM][4];
 #pragma unroll
-          for (int t = 0; t < kM; ++t)
-            x_pairs_natural(__ldg(reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(t) * p.k + c * kCols + i * 8)),
-                            xp[t]);
+          for (int t = 0; t < kM; ++t) {
+            if constexpr (kXs) {
+              const uint4 v = xs[(t * kWords + i) * chunks + c];
+              xp[t][0] = v.x, xp[t][1] = v.y, xp[t][2] = v.z, xp[t][3] = v.w;
+            } else if constexpr (kBits == kFp8) {
+              fp8_x_pairs(__ldg(reinterpret_cast<const uint2*>(p.xq + static_cast<size_t>(t) * p.k + c * kCols + i * 8)),
+                          xp[t]);
+            } else {
+              x_pairs_natural(__ldg(reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(t) * p.k + c * kCols + i * 8)),
+                              xp[t]);
+            }
+          }
 #pragma unroll
           for (int r = 0; r < kR; ++r)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               uint32_t wp[2];
-              byte_pairs((&wv[u][r].x)[2 * i + e] ^ p.sign_xor, c_lo[r], wp);
+              if constexpr (kBits == kFp8) {
+                const uint32_t wd = (&wv[u][r].x)[2 * i + e];
+                wp[0] = e4m3x2_f16x2(wd, false);
+                wp[1] = e4m3x2_f16x2(wd, true);
+              } else {
+                byte_pairs((&wv[u][r].x)[2 * i + e] ^ p.sign_xor, c_lo[r], wp);
+              }
 #pragma unroll
               for (int t = 0; t < kM; ++t) {
                 h[r][t] = hfma2(wp[0], xp[t][2 * e], h[r][t]);
@@ -201,9 +278,14 @@ __global__ void __launch_bounds__(kThreads) dot_gemv_kernel(DotParams p) {
       constexpr float kUnscale = kBits == 4 ? 16.f : 256.f;
 #pragma unroll
       for (int r = 0; r < kR; ++r) {
-        const float s_full = sc[u][r] * kUnscale;
+        if constexpr (kBits == kFp8) {  // the 2^8 and the scales apply per output (below)
 #pragma unroll
-        for (int t = 0; t < kM; ++t) acc[r][t] = fmaf(f16x2_sum(h[r][t]), s_full, acc[r][t]);
+          for (int t = 0; t < kM; ++t) acc[r][t] += f16x2_sum(h[r][t]);
+        } else {
+          const float s_full = sc[u][r] * kUnscale;
+#pragma unroll
+          for (int t = 0; t < kM; ++t) acc[r][t] = fmaf(f16x2_sum(h[r][t]), s_full, acc[r][t]);
+        }
       }
     }
     base += kBatch;
@@ -241,6 +323,8 @@ __global__ void __launch_bounds__(kThreads) dot_gemv_kernel(DotParams p) {
     for (int t = 0; t < kM; ++t)
       if (lane == r * kM + t && row0 + r < p.n) {
         float v = acc[r][t];
+        if constexpr (kBits == kFp8)
+          v = v * 256.f * __ldg(p.x_scales + t) * __ldg(p.scales + (p.per_channel ? row0 + r : 0));
         if (p.bias) v += __bfloat162float(p.bias[row0 + r]);
         const size_t o = static_cast<size_t>(t) * p.n + row0 + r;
         if (p.y_f32)
@@ -253,16 +337,23 @@ __global__ void __launch_bounds__(kThreads) dot_gemv_kernel(DotParams p) {
 // The compiled schedules (rows, unroll, split); each for m = 1..4 and int4 / int8.
 constexpr DotGemvConfig kConfigs[] = {
     {2, 4, 1, false}, {4, 2, 1, false}, {1, 8, 1, false}, {4, 4, 1, false}, {2, 4, 4, false}, {2, 2, 2, false},
+    {2, 4, 1, false, true}, {4, 2, 1, false, true}, {2, 4, 4, false, true},
 };
 
 template <int kBits, int kM>
 void (*pick_kernel(const DotGemvConfig& c))(DotParams) {
-  if (c.rows == 2 && c.unroll == 4 && c.split == 1) return dot_gemv_kernel<kBits, kM, 2, 4, 1>;
-  if (c.rows == 4 && c.unroll == 2 && c.split == 1) return dot_gemv_kernel<kBits, kM, 4, 2, 1>;
-  if (c.rows == 1 && c.unroll == 8 && c.split == 1) return dot_gemv_kernel<kBits, kM, 1, 8, 1>;
-  if (c.rows == 4 && c.unroll == 4 && c.split == 1) return dot_gemv_kernel<kBits, kM, 4, 4, 1>;
-  if (c.rows == 2 && c.unroll == 4 && c.split == 4) return dot_gemv_kernel<kBits, kM, 2, 4, 4>;
-  if (c.rows == 2 && c.unroll == 2 && c.split == 2) return dot_gemv_kernel<kBits, kM, 2, 2, 2>;
+  if (c.smem_x) {
+    if (c.rows == 2 && c.unroll == 4 && c.split == 1) return dot_gemv_kernel<kBits, kM, 2, 4, 1, true>;
+    if (c.rows == 4 && c.unroll == 2 && c.split == 1) return dot_gemv_kernel<kBits, kM, 4, 2, 1, true>;
+    if (c.rows == 2 && c.unroll == 4 && c.split == 4) return dot_gemv_kernel<kBits, kM, 2, 4, 4, true>;
+    return nullptr;
+  }
+  if (c.rows == 2 && c.unroll == 4 && c.split == 1) return dot_gemv_kernel<kBits, kM, 2, 4, 1, false>;
+  if (c.rows == 4 && c.unroll == 2 && c.split == 1) return dot_gemv_kernel<kBits, kM, 4, 2, 1, false>;
+  if (c.rows == 1 && c.unroll == 8 && c.split == 1) return dot_gemv_kernel<kBits, kM, 1, 8, 1, false>;
+  if (c.rows == 4 && c.unroll == 4 && c.split == 1) return dot_gemv_kernel<kBits, kM, 4, 4, 1, false>;
+  if (c.rows == 2 && c.unroll == 4 && c.split == 4) return dot_gemv_kernel<kBits, kM, 2, 4, 4, false>;
+  if (c.rows == 2 && c.unroll == 2 && c.split == 2) return dot_gemv_kernel<kBits, kM, 2, 2, 2, false>;
   return nullptr;
 }
 
@@ -286,7 +377,8 @@ int log2_exact(int v) {
 
 std::string to_string(const DotGemvConfig& c) {
   char buf[48];
-  std::snprintf(buf, sizeof(buf), "dot r%d u%d s%d%s", c.rows, c.unroll, c.split, c.pdl ? " pdl" : "");
+  std::snprintf(buf, sizeof(buf), "dot r%d u%d s%d%s%s", c.rows, c.unroll, c.split, c.smem_x ? " xs" : "",
+                c.pdl ? " pdl" : "");
   return buf;
 }
 
@@ -322,6 +414,42 @@ bool dot_gemv_supports(const QuantWeight& w, int m) {
   return w.g_idx == nullptr && m >= 1 && m <= 4 && w.n >= 1 && w.k >= cols && w.k % cols == 0 && group_shift(w) >= 0;
 }
 
+bool fp8_dot_gemv_supports(int n, int k, int m) { return n >= 1 && k >= 16 && k % 16 == 0 && m >= 1 && m <= 4; }
+
+void launch_fp8_dot_gemv(const Fp8GemvArgs& a, cudaStream_t stream, const DotGemvConfig& config) {
+  XI_CHECK(fp8_dot_gemv_supports(a.n, a.k, a.m)) << "FP8 dot GEMV: unsupported [" << a.n << ", " << a.k << "] at m "
+                                                 << a.m << " (k % 16 == 0, m 1..4)";
+  XI_CHECK(reinterpret_cast<uintptr_t>(a.xq) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0)
+      << "FP8 dot GEMV: x and the weight must be 16-byte aligned";
+  DotParams p{};
+  p.xq = a.xq;
+  p.x_scales = a.x_scales;
+  p.per_channel = a.per_channel;
+  p.w = a.w;
+  p.scales = a.w_scales;
+  p.bias = a.bias;
+  p.y = a.y;
+  p.y_f32 = a.y_f32;
+  p.n = a.n;
+  p.k = a.k;
+  p.G = 1;
+  void (*kernel)(DotParams) = pick_kernel_m<kFp8>(config, a.m);
+  XI_CHECK(kernel != nullptr) << "FP8 dot GEMV: " << to_string(config) << " is not compiled";
+  const int rows_per_cta = config.rows * kWarps / config.split;
+  const dim3 grid((a.n + rows_per_cta - 1) / rows_per_cta);
+  const size_t smem = config.smem_x ? static_cast<size_t>(a.m) * a.k * 2 : 0;
+  XI_CHECK(smem <= kMaxSmemX) << "FP8 dot GEMV: x in shared memory needs m * k * 2 <= " << kMaxSmemX << " bytes";
+  if (config.pdl)
+    launch_pdl(kernel, grid, dim3(kThreads), smem, stream, p);
+  else
+    kernel<<<grid, kThreads, smem, stream>>>(p);
+  XI_CUDA_CHECK_LAUNCH();
+}
+
+bool dot_gemv_config_fits(const QuantWeight& w, int m, const DotGemvConfig& config) {
+  return !config.smem_x || static_cast<size_t>(m) * w.k * 2 <= kMaxSmemX;
+}
+
 void launch_dot_gemv(const QuantLinearArgs& a, cudaStream_t stream, const DotGemvConfig& config) {
   const QuantWeight& w = a.w;
   XI_CHECK(dot_gemv_supports(w, a.m)) << "dot GEMV: unsupported " << describe(w) << " at m " << a.m
@@ -347,10 +475,12 @@ void launch_dot_gemv(const QuantLinearArgs& a, cudaStream_t stream, const DotGem
   XI_CHECK(kernel != nullptr) << "dot GEMV: " << to_string(config) << " is not compiled";
   const int rows_per_cta = config.rows * kWarps / config.split;
   const dim3 grid((w.n + rows_per_cta - 1) / rows_per_cta);
+  const size_t smem = config.smem_x ? static_cast<size_t>(a.m) * w.k * 2 : 0;
+  XI_CHECK(smem <= kMaxSmemX) << "dot GEMV: x in shared memory needs m * k * 2 <= " << kMaxSmemX << " bytes, got " << smem;
   if (config.pdl)
-    launch_pdl(kernel, grid, dim3(kThreads), 0, stream, p);
+    launch_pdl(kernel, grid, dim3(kThreads), smem, stream, p);
   else
-    kernel<<<grid, kThreads, 0, stream>>>(p);
+    kernel<<<grid, kThreads, smem, stream>>>(p);
   XI_CUDA_CHECK_LAUNCH();
 }
 

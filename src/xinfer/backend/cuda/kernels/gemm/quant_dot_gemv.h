@@ -36,20 +36,32 @@ namespace xinfer::cuda {
 // A compiled schedule: each warp owns `rows` weight rows; its lanes take `unroll` chunks of each row per
 // batch (rows x unroll 16-byte loads in flight per lane); `split` warps of the 4-warp CTA share the rows,
 // each a 1 / split share of the chunks (split-K inside the CTA, for short n).
+// smem_x: the CTA converts x to f16 pairs once into shared memory (m * k * 2 bytes <= 48 KB) for all its
+// warps, instead of each warp converting the x of its chunks.
 struct DotGemvConfig {
   int rows = 2;
   int unroll = 4;
   int split = 1;
   bool pdl = false;
+  bool smem_x = false;
 };
-std::string to_string(const DotGemvConfig& c);  // "dot r2 u4 s1 pdl"
+std::string to_string(const DotGemvConfig& c);  // "dot r2 u4 s1 xs pdl"
 // The compiled schedules (the bench times each).
 const DotGemvConfig* dot_gemv_configs(int* count);
 // The backend's choice for this weight and m (H200 measurements: docs/PERF.md).
 DotGemvConfig dot_gemv_default_config(const QuantWeight& w, int m, bool pdl);
 
 bool dot_gemv_supports(const QuantWeight& w, int m);
+// True if `config` runs at m rows of this weight's k (smem_x: m * k * 2 <= 48 KB).
+bool dot_gemv_config_fits(const QuantWeight& w, int m, const DotGemvConfig& config);
 // XI_CHECK-fails on what dot_gemv_supports rejects or an uncompiled config.
 void launch_dot_gemv(const QuantLinearArgs& a, cudaStream_t stream, const DotGemvConfig& config);
+
+// W8A8-FP8 on the same schedules (quant_linear.h Fp8GemvArgs: e4m3 xq [m, k] with per-token scales, e4m3 w
+// [n, k] with per-channel or per-tensor scales): 16-column chunks, the e4m3 weight pairs by one cvt each
+// (exact), x pairs converted once per chunk and row group (cvt + a multiply by 2^-8, exact: the products stay
+// <= 784 so a chunk's 8 products per half sum in f16), f32 across chunks; y = dot * x_scale[t] * w_scale.
+bool fp8_dot_gemv_supports(int n, int k, int m);  // k % 16 == 0, m 1..4
+void launch_fp8_dot_gemv(const Fp8GemvArgs& a, cudaStream_t stream, const DotGemvConfig& config);
 
 }  // namespace xinfer::cuda
