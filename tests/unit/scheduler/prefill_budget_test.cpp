@@ -17,7 +17,8 @@ namespace {
 using namespace test_util;
 
 SchedulerConfig serving_config() {
-  SchedulerConfig c;  // defaults: 8 prefill tokens per decode, floor 256, decode_interval 4
+  SchedulerConfig c;  // defaults: 8 prefill tokens per decode, decode_interval 4
+  c.min_prefill_budget = 256;  // the hand-worked values below use this floor (the default is 512: see below)
   c.block_size = 16;
   c.num_blocks = 20000;
   c.max_num_seqs = 512;
@@ -133,6 +134,19 @@ TEST(PrefillBudget, BoundsPrefillTokensPerDecodeStepUnderLoad) {
   EXPECT_GT(r.busy_steps_with_prefill, r.busy_steps * 9 / 10);
   // 24 * 1000 + 400 * 64 = 49600 prompt tokens at 256 per step: all admitted in ~194 steps, so every long
   // prompt and most short ones finish within the 400 steps.
+  EXPECT_GE(r.long_prompts_finished, 24 + 300);
+}
+
+TEST(PrefillBudget, DefaultFloorBoundsBusyStepsAt512) {
+  SchedulerConfig c = serving_config();
+  c.min_prefill_budget = SchedulerConfig{}.min_prefill_budget;
+  EXPECT_EQ(c.min_prefill_budget, 512);
+  EXPECT_EQ(c.prefill_budget(192), 512);
+  EXPECT_EQ(c.prefill_budget(191), 520);
+  const LoadResult r = run_load(c);
+  EXPECT_TRUE(r.budget_held);
+  EXPECT_TRUE(r.every_decode_scheduled);
+  EXPECT_EQ(r.max_prefill_in_busy_step, 512);
   EXPECT_GE(r.long_prompts_finished, 24 + 300);
 }
 
