@@ -7,6 +7,13 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 preset=cpu-release
 if command -v nvcc >/dev/null 2>&1; then preset=cuda-release; fi
+if command -v ccache >/dev/null 2>&1; then
+  # Compiler launchers for a build directory configured here for the first time (CMake reads these only
+  # then; an existing directory keeps its own): a fresh clone on a machine that built this tree before
+  # compiles only what changed. Paths below the checkout hash relative, so another clone hits the same entries.
+  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache
+  export CCACHE_BASEDIR="$PWD"
+fi
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset"
 ctest --preset "$preset" -LE gpu -j "$(nproc)"

@@ -44,6 +44,14 @@ def smollm2_ref(smollm2):
     return GgufLlama(str(smollm2))
 
 
+@pytest.fixture(scope="module")
+def smollm2_ref_logits(smollm2_ref):
+    """The numpy reference's prompt logits [T, V] of each golden case, computed once for the module: two tests
+    compare against the same cases, and a float32 forward of the 135M model is this file's costliest numpy work."""
+    cases = json.load(open(GOLDEN / "logits.json"))["cases"]
+    return [smollm2_ref.forward(c["ids"]) for c in cases]
+
+
 def run_logits(xinfer_bin, model, out, reqs, tmp_path, *extra):
     (tmp_path / "req.json").write_text(json.dumps([{"prompt_ids": ids} for ids in reqs]))
     r = subprocess.run([str(xinfer_bin), "logits", "--backend", "cpu", "--threads", "2", "--no-progress", "--model",
@@ -51,6 +59,16 @@ def run_logits(xinfer_bin, model, out, reqs, tmp_path, *extra):
                         str(out), *extra], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return load_file(str(out)), r.stderr
+
+
+@pytest.fixture(scope="module")
+def smollm2_dequantized(xinfer_bin, smollm2, tmp_path_factory):
+    """`xinfer logits --dequantize` on the golden cases (logits.json's prompts, which transformers_logits.json
+    uses too), run once for the two tests that check it: (outputs, stderr)."""
+    cases = json.load(open(GOLDEN / "logits.json"))["cases"]
+    assert [c["ids"] for c in cases] == [c["ids"] for c in json.load(open(GOLDEN / "transformers_logits.json"))["cases"]]
+    tmp = tmp_path_factory.mktemp("smollm2_deq")
+    return run_logits(xinfer_bin, smollm2, tmp / "deq.safetensors", [c["ids"] for c in cases], tmp, "--dequantize")
 
 
 def check_greedy_against(ref, prompt, greedy):
@@ -77,27 +95,25 @@ def test_smollm2_tokenizer_ids_equal_llama_cpp(xinfer_bin, smollm2, shared_dir):
     assert not bad, f"{len(bad)} differ, first {bad[:5]}: {[lines[i][:80] for i in bad[:5]]}"
 
 
-def test_smollm2_dequantized_logits_and_greedy_equal_numpy(xinfer_bin, smollm2, smollm2_ref, tmp_path):
+def test_smollm2_dequantized_logits_and_greedy_equal_numpy(smollm2_dequantized, smollm2_ref, smollm2_ref_logits):
     cases = json.load(open(GOLDEN / "logits.json"))["cases"]
-    x, log = run_logits(xinfer_bin, smollm2, tmp_path / "deq.safetensors", [c["ids"] for c in cases], tmp_path,
-                        "--dequantize")
+    x, log = smollm2_dequantized
     assert "Q4_1 weights dequantized to f32 at load" in log
     for i, c in enumerate(cases):
-        ref = smollm2_ref.forward(c["ids"])
+        ref = smollm2_ref_logits[i]
         # Both float32 over the same dequantized weights; only summation order differs (OpenBLAS vs numpy):
         # measured 3e-5..7e-5 on logits of magnitude ~36. 1e-3 is 15x that, 1/500 of the quantization effect.
         np.testing.assert_allclose(x[f"logits_{i}"], ref, atol=1e-3, rtol=0)
         check_greedy_against(smollm2_ref, c["ids"], x[f"greedy_{i}"])
 
 
-def test_smollm2_dequantized_logits_and_greedy_equal_transformers(xinfer_bin, smollm2, tmp_path):
+def test_smollm2_dequantized_logits_and_greedy_equal_transformers(smollm2_dequantized):
     """transformers' own GGUF loader (tests/golden/smollm2/transformers_logits.json, made on the GPU machine by
     tools/make_smollm2_transformers_golden.py: its metadata -> config, q/k un-permutation and dequantization,
     LlamaForCausalLM in float32 on the CPU) against our weights dequantized at load."""
     g = json.load(open(GOLDEN / "transformers_logits.json"))
     probe = np.array(g["probe_ids"])
-    x, _ = run_logits(xinfer_bin, smollm2, tmp_path / "deq.safetensors", [c["ids"] for c in g["cases"]], tmp_path,
-                      "--dequantize")
+    x, _ = smollm2_dequantized
     for i, c in enumerate(g["cases"]):
         # Transformers' tokenizer for this file gives llama.cpp's ids (which ours match on every corpus item).
         assert c["hf_tokenizer_ids"] == c["ids"]
@@ -111,14 +127,14 @@ def test_smollm2_dequantized_logits_and_greedy_equal_transformers(xinfer_bin, sm
         assert x[f"greedy_{i}"].tolist() == c["greedy"]
 
 
-def test_smollm2_quantized_logits_close_to_references(xinfer_bin, smollm2, smollm2_ref, tmp_path):
+def test_smollm2_quantized_logits_close_to_references(xinfer_bin, smollm2, smollm2_ref_logits, tmp_path):
     g = json.load(open(GOLDEN / "logits.json"))
     probe = np.array(g["probe_ids"])
     x, log = run_logits(xinfer_bin, smollm2, tmp_path / "q.safetensors", [c["ids"] for c in g["cases"]], tmp_path)
     assert "dequantized" not in log  # Q4_1 and Q8_0 stay packed on the CPU
     for i, c in enumerate(g["cases"]):
         mine = x[f"logits_{i}"]
-        ref = smollm2_ref.forward(c["ids"])
+        ref = smollm2_ref_logits[i]
         # The kernels quantize activations to 8-bit blocks (as llama.cpp does): measured max |diff| vs the
         # float reference 1.0-1.8 over the whole vocabulary on logits up to ~36, mean |diff| ~0.2; on llama.cpp's
         # top-8 logits of each position 0.46 / 0.61 / 0.89 for the three prompts, where llama.cpp's own are
