@@ -9,6 +9,7 @@
 //    forced small once) against the oracle: f32 out without bias is the oracle's bits where the oracle runs its
 //    exact integer kernel (AVX2, k % 32 == 0), else 1e-5 relative L2; bf16 out 1e-2;
 //  - the outer-vector-scaled cuBLASLt mode where this cuBLASLt offers it (printed either way);
+//  - the GEMM's measured algorithm choice (eagerly and while recording) keeps the heuristic GEMM's bits;
 //  - recorded in a CUDA graph, both paths replay the eager bits; supports() says yes.
 #include <gtest/gtest.h>
 
@@ -282,6 +283,63 @@ TEST(W8A8Int8, GemmModesAndChunks) {
       for (size_t i = 0; i < got.size(); ++i) bad += got[i] != ref[i];
       EXPECT_EQ(bad, 0u) << "int32 + epilogue: the reference's bits";
     }
+  }
+}
+
+// The measured algorithm choice (cublaslt_int8_gemm.h): the first call of a plan times every algorithm on a
+// private stream; here that happens once eagerly and once while the caller's stream records a CUDA graph
+// (relaxed mode, as CudaBackend records; its own stream here). Both give the heuristic-only GEMM's bits (exact int32 sums), and a
+// second plan of the same row bucket (m 280 -> 300: bucket 512) runs without measuring again.
+TEST(W8A8Int8, MeasuredAlgorithmChoiceKeepsTheBits) {
+  std::mt19937 rng(57);
+  const int n = 512, k = 1024;
+  Int8Case c = make_int8_case(n, k, quant::ActScaleMode::kDynamicPerToken, false, rng);
+  std::uniform_int_distribution<int> v(-127, 127);
+  cuda::CublasLtInt8Gemm plain, measured_eager, measured_recorded;
+  plain.set_measure(false);
+  for (const int m : {280, 300}) {
+    std::vector<int8_t> x(static_cast<size_t>(m) * k);
+    for (auto& b : x) b = static_cast<int8_t>(v(rng));
+    std::vector<float> xs(static_cast<size_t>(m), 1e-2f);
+    auto xd = gpu().upload(raw(x, DType::kI8, Shape{m, k}), DType::kI8);
+    auto xsd = gpu().upload(raw(xs, DType::kF32, Shape{m}), DType::kF32);
+    auto acc = gpu().allocate(DType::kI32, Shape{m, n});
+    std::vector<backend::DeviceTensor> ys;
+    for (int i = 0; i < 3; ++i) ys.push_back(gpu().allocate(DType::kF32, Shape{m, n}));
+    auto args = [&](int i) {
+      return cuda::Int8GemmArgs{static_cast<const int8_t*>(xd.view.data), static_cast<const float*>(xsd.view.data),
+                                static_cast<const int8_t*>(c.lw.weight.data), static_cast<const float*>(c.lw.scales.data),
+                                nullptr, ys[static_cast<size_t>(i)].view.data, true, m, n, k,
+                                static_cast<int32_t*>(acc.view.data)};
+    };
+    for (auto& y : ys) poison(y.view);
+    plain.run(args(0), gpu().stream());
+    measured_eager.run(args(1), gpu().stream());
+    XI_CUDA_CHECK(cudaDeviceSynchronize());
+    cudaStream_t s = nullptr;
+    XI_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    XI_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    measured_recorded.run(args(2), s);
+    cudaGraph_t graph = nullptr;
+    XI_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    cudaGraphExec_t exec = nullptr;
+    XI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    XI_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    XI_CUDA_CHECK(cudaStreamSynchronize(s));
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+    const std::vector<float> want = download(gpu(), ys[0].view);
+    for (int i = 1; i < 3; ++i) {
+      const std::vector<float> got = download(gpu(), ys[static_cast<size_t>(i)].view);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+          << "m " << m << (i == 1 ? " measured eagerly" : " measured while recording");
+    }
+    EXPECT_EQ(plain.chosen_algo(args(0), cuda::Int8GemmMode::kInt32Epilogue), 0);
+    const int chosen = measured_eager.chosen_algo(args(1), cuda::Int8GemmMode::kInt32Epilogue);
+    std::printf("[ int8 ] m=%d n=%d k=%d: measured choice %d of %d\n", m, n, k, chosen,
+                measured_eager.algo_count(args(1), cuda::Int8GemmMode::kInt32Epilogue));
+    EXPECT_GE(chosen, 0);
   }
 }
 

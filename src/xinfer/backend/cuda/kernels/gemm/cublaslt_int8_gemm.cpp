@@ -1,6 +1,7 @@
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_int8_gemm.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "xinfer/backend/cuda/cuda_check.h"
@@ -10,8 +11,9 @@ namespace xinfer::cuda {
 struct CublasLtInt8Gemm::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
-  std::vector<cublasLtMatmulAlgo_t> algos;  // the heuristic's, best first
+  std::vector<cublasLtMatmulAlgo_t> algos;  // the heuristic's, best first (+ a bucket's winner, checked)
   int chosen = 0;
+  bool decided = false;  // measured, taken from the bucket, or set_algo()
   ~Plan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -43,6 +45,9 @@ CublasLtInt8Gemm::CublasLtInt8Gemm(size_t workspace_bytes, int chunk_rows)
 
 CublasLtInt8Gemm::~CublasLtInt8Gemm() {
   plans_.clear();
+  if (tune_acc_) cudaFree(tune_acc_);
+  if (tune_workspace_) cudaFree(tune_workspace_);
+  if (tune_stream_) cudaStreamDestroy(tune_stream_);
   if (workspace_) cudaFree(workspace_);
   if (handle_) cublasLtDestroy(handle_);
 }
@@ -125,6 +130,89 @@ void CublasLtInt8Gemm::set_algo(const Int8GemmArgs& g, Int8GemmMode mode, int in
   XI_CHECK(index >= 0 && index < static_cast<int>(plan.algos.size()))
       << "cuBLASLt: algorithm " << index << " of " << plan.algos.size() << " for " << shape_text(g, mode);
   plan.chosen = index;
+  plan.decided = true;
+}
+
+int CublasLtInt8Gemm::chosen_algo(const Int8GemmArgs& g, Int8GemmMode mode) {
+  const int rows = mode == Int8GemmMode::kInt32Epilogue ? std::min(g.m, chunk_rows_) : g.m;
+  const Plan& plan = plan_for(mode, rows, g);
+  return plan.decided || mode == Int8GemmMode::kOuterVec ? plan.chosen : -1;
+}
+
+namespace {
+
+int row_bucket(int rows) {
+  int b = 1;
+  while (b < rows) b *= 2;
+  return b;
+}
+
+}  // namespace
+
+void CublasLtInt8Gemm::choose(Plan& plan, int rows, const Int8GemmArgs& g, const int8_t* xq, cudaStream_t stream) {
+  plan.decided = true;
+  if (!measure_ || rows >= kMeasureMaxRows || plan.algos.size() < 2) return;
+  const BucketKey bucket{row_bucket(rows), g.n, g.k, g.y_f32, g.bias != nullptr};
+  if (auto it = bucket_choice_.find(bucket); it != bucket_choice_.end()) {
+    for (size_t i = 0; i < plan.algos.size(); ++i)
+      if (std::memcmp(&plan.algos[i], &it->second, sizeof(cublasLtMatmulAlgo_t)) == 0) {
+        plan.chosen = static_cast<int>(i);
+        return;
+      }
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(handle_, plan.op, plan.a, plan.b, plan.c, plan.d, &it->second, &check) ==
+            CUBLAS_STATUS_SUCCESS &&
+        check.state == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= workspace_bytes_) {
+      plan.algos.push_back(it->second);
+      plan.chosen = static_cast<int>(plan.algos.size()) - 1;
+      return;
+    }
+  }
+  // Measure on a private stream, workspace and int32 scratch (see the header). Outside a recording, the caller's
+  // queued work finishes first so that it does not share the GPU with the timed launches (once per bucket).
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  XI_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture == cudaStreamCaptureStatusNone) XI_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (!tune_stream_) XI_CUDA_CHECK(cudaStreamCreateWithFlags(&tune_stream_, cudaStreamNonBlocking));
+  if (!tune_workspace_) XI_CUDA_CHECK(cudaMalloc(&tune_workspace_, workspace_bytes_));
+  const size_t acc_bytes = static_cast<size_t>(rows) * static_cast<size_t>(g.n) * 4;
+  if (acc_bytes > tune_acc_bytes_) {
+    if (tune_acc_) XI_CUDA_CHECK(cudaFree(tune_acc_));
+    XI_CUDA_CHECK(cudaMalloc(&tune_acc_, acc_bytes));
+    tune_acc_bytes_ = acc_bytes;
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  XI_CUDA_CHECK(cudaEventCreate(&start));
+  XI_CUDA_CHECK(cudaEventCreate(&stop));
+  const int32_t alpha = 1, beta = 0;
+  auto launch = [&](size_t i) {
+    return cublasLtMatmul(handle_, plan.op, &alpha, g.wq, plan.a, xq, plan.b, &beta, tune_acc_, plan.c, tune_acc_,
+                          plan.d, &plan.algos[i], tune_workspace_, workspace_bytes_, tune_stream_);
+  };
+  float best_ms = 0;
+  int best = 0;
+  for (size_t i = 0; i < plan.algos.size(); ++i) {
+    if (launch(i) != CUBLAS_STATUS_SUCCESS) continue;  // an algorithm that refuses to launch is never chosen
+    float t = 1e30f;
+    for (int rep = 0; rep < 2; ++rep) {
+      XI_CUDA_CHECK(cudaEventRecord(start, tune_stream_));
+      for (int it = 0; it < 3; ++it) XI_CUBLAS_CHECK(launch(i));
+      XI_CUDA_CHECK(cudaEventRecord(stop, tune_stream_));
+      XI_CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      XI_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      t = std::min(t, ms);
+    }
+    // The heuristic's first keeps its place unless beaten by more than 1%.
+    if (i == 0 || t < best_ms * 0.99f) {
+      best_ms = t;
+      best = static_cast<int>(i);
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  plan.chosen = best;
+  bucket_choice_[bucket] = plan.algos[static_cast<size_t>(best)];
 }
 
 void CublasLtInt8Gemm::run(const Int8GemmArgs& g, cudaStream_t stream, Int8GemmMode mode) {
@@ -152,6 +240,7 @@ void CublasLtInt8Gemm::run(const Int8GemmArgs& g, cudaStream_t stream, Int8GemmM
     const int rows = std::min(chunk, g.m - m0);
     Plan& plan = plan_for(mode, rows, g);
     XI_CHECK(!plan.algos.empty()) << "cuBLASLt: no algorithm for " << shape_text(g, mode) << " (" << rows << " rows)";
+    if (!plan.decided) choose(plan, rows, g, g.xq + static_cast<size_t>(m0) * g.k, stream);
     XI_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.op, &alpha, g.wq, plan.a, g.xq + static_cast<size_t>(m0) * g.k, plan.b,
                                    &beta, g.acc, plan.c, g.acc, plan.d, &plan.algos[static_cast<size_t>(plan.chosen)],
                                    workspace_, workspace_bytes_, stream));

@@ -16,7 +16,16 @@
 // Layout as the FP8 GEMM (cublaslt_fp8_gemm.h): row-major y = x w^T is column-major y^T = w x^T, A = w
 // transposed ("TN", the layout the IMMA kernels take), k and n multiples of 4 (16-byte rows wanted).
 // Plans (descriptors and the heuristic's algorithms, up to kMaxAlgos) are cached per (mode, rows, n, k, out
-// dtype, bias); the first algorithm runs unless set_algo() picked another (the bench times each).
+// dtype, bias). Which algorithm runs (kInt32Epilogue): measured, because the heuristic's first choice loses
+// 10-46% at 256-512 rows on an H200 (docs/PERF.md session 10: o m=280 31.2 vs 16.9 us, gate_up m=512 128.6 vs
+// 86.6 us) while it is the best at 2048-4096. At the first call of a plan with fewer than kMeasureMaxRows rows
+// and more than one algorithm, every algorithm is timed (one warm-up, best of two runs of 3 launches) on a
+// private stream, workspace and int32 scratch, reading the call's xq / wq (values do not change the time) and
+// writing nothing of the caller's, so it is safe while the caller's stream is recording a CUDA graph (relaxed
+// capture mode) or has work in flight; the exact int32 sums make every algorithm's result identical. The winner
+// is kept for the plan and offered (cublasLtMatmulAlgoCheck) to later plans of the same power-of-two row bucket,
+// so a serving run measures each (n, k, bucket) once. set_algo() (the bench) overrides it; set_measure(false)
+// keeps the heuristic's first algorithm.
 #pragma once
 
 #include <cublasLt.h>
@@ -70,16 +79,30 @@ class CublasLtInt8Gemm {
   // The heuristic's algorithms for this call's (first chunk's) shape, and which one run() takes (bench).
   int algo_count(const Int8GemmArgs& args, Int8GemmMode mode);
   void set_algo(const Int8GemmArgs& args, Int8GemmMode mode, int index);
+  // The algorithm run() took last for this call's (first chunk's) shape (-1 before any run()).
+  int chosen_algo(const Int8GemmArgs& args, Int8GemmMode mode);
+  void set_measure(bool measure) { measure_ = measure; }
+  // Rows from which the heuristic's first algorithm is trusted (measured best there).
+  static constexpr int kMeasureMaxRows = 2048;
 
  private:
   struct Plan;
   using Key = std::tuple<int, int, int, int, bool, bool>;  // mode, rows, n, k, y_f32, bias
   Plan& plan_for(Int8GemmMode mode, int rows, const Int8GemmArgs& args);
+  // Picks plan's algorithm at its first run (see the top); xq: this chunk's [rows, k].
+  void choose(Plan& plan, int rows, const Int8GemmArgs& args, const int8_t* xq, cudaStream_t stream);
+  using BucketKey = std::tuple<int, int, int, bool, bool>;  // row bucket, n, k, y_f32, bias
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_;
   int chunk_rows_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
+  bool measure_ = true;
+  std::map<BucketKey, cublasLtMatmulAlgo_t> bucket_choice_;  // measured winners by row bucket
+  cudaStream_t tune_stream_ = nullptr;                       // private: measuring never touches the caller's
+  void* tune_workspace_ = nullptr;
+  int32_t* tune_acc_ = nullptr;
+  size_t tune_acc_bytes_ = 0;
 };
 
 }  // namespace xinfer::cuda
