@@ -1,5 +1,6 @@
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_fp8_gemm.h"
 
+#include <cstdlib>
 #include <string>
 
 #include "xinfer/backend/cuda/cuda_check.h"
@@ -86,6 +87,31 @@ CublasLtFp8Gemm::Plan& CublasLtFp8Gemm::plan_for(const Fp8GemmArgs& g) {
 bool CublasLtFp8Gemm::supported(const Fp8GemmArgs& g) { return plan_for(g).have_algo; }
 
 void CublasLtFp8Gemm::run(const Fp8GemmArgs& g, cudaStream_t stream) {
+  // XINFER_FP8_GEMM_SPLIT=R (an A/B switch while it is measured): m > R rows that are not a multiple of R run as
+  // floor(m / R) * R rows, then the rest, in two calls (cuBLASLt's one FP8 outer-vector algorithm is ~2x slower
+  // at 280 rows than at 256 on an H200: docs/PERF.md session 10).
+  static const int split = [] {
+    const char* v = std::getenv("XINFER_FP8_GEMM_SPLIT");
+    return v ? std::atoi(v) : 0;
+  }();
+  if (split > 0 && g.m > split && g.m % split != 0) {
+    const int head = g.m / split * split;
+    Fp8GemmArgs a = g, b = g;
+    a.m = head;
+    b.m = g.m - head;
+    b.xq = g.xq + static_cast<size_t>(head) * g.k;
+    b.x_scales = g.x_scales + head;
+    b.y = static_cast<char*>(g.y) + static_cast<size_t>(head) * g.n * (g.y_f32 ? 4 : 2);
+    if (supported(a) && supported(b)) {
+      run_one(a, stream);
+      run_one(b, stream);
+      return;
+    }
+  }
+  run_one(g, stream);
+}
+
+void CublasLtFp8Gemm::run_one(const Fp8GemmArgs& g, cudaStream_t stream) {
   Plan& plan = plan_for(g);
   XI_CHECK(plan.have_algo) << "cuBLASLt: no algorithm for " << shape_text(g);
   XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.w_scales,
