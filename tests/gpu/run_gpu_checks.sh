@@ -15,7 +15,8 @@
 # output tokens, ignore_eos; results $OUT/results/serve_8b_c<N>.json. SERVE_ARGS adds serve flags,
 # SERVE_BENCH_ARGS serve_bench flags (later ones win);
 # SERVE_BASELINE=1 repeats the sweep with --prefill-tokens-per-decode 0 (the scheduler before issue 19 item 4)
-# into serve_8b_c<N>_lever_off.json.
+# into serve_8b_c<N>_lever_off.json. SERVE_STEADY=1 adds a steady-state run (--warmup-overlap) at each c >= 64:
+# serve_8b_c<N>_steady.json.
 # Full logs go to $OUT (or /tmp/xinfer_gpu_checks). cuBLASLt is the one non-system shared library: it is
 # looked up in the CUDA toolkit and in PyTorch's nvidia wheels.
 set -u
@@ -111,6 +112,16 @@ serve_sweep() {  # serve_sweep SUFFIX [extra serve flags...]
       --id-high 128000 --no-progress --seed "$((1000 + c))" --label "llama-3.1-8b dummy, cuda, c=$c${suffix}" \
       --json "$LOG/results/serve_8b_c${c}${suffix}.json" ${SERVE_BENCH_ARGS:-} > "$LOG/serve_bench_c${c}${suffix}.log" 2>&1
     echo "c=$c$suffix: rc $?" >> "$LOG/serve_rc.txt"
+    # SERVE_STEADY=1: the same concurrency measured in the steady state too (the measured requests start while
+    # c streams already run: --warmup-overlap, as many warm-up requests as measured ones; issue 19 item 4).
+    if [ "${SERVE_STEADY:-0}" = 1 ] && [ "$c" -ge 64 ]; then
+      timeout 300 python3 bench/serve_bench.py --base-url "http://127.0.0.1:$port" --server-timeout 240 \
+        --concurrency "$c" --num-prompts "$n" --warmup "$n" --warmup-overlap --input-len 128 --output-len 128 \
+        --ignore-eos --id-high 128000 --no-progress --seed "$((2000 + c))" \
+        --label "llama-3.1-8b dummy, cuda, c=$c steady${suffix}" --json "$LOG/results/serve_8b_c${c}_steady${suffix}.json" \
+        ${SERVE_BENCH_ARGS:-} > "$LOG/serve_bench_c${c}_steady${suffix}.log" 2>&1
+      echo "c=$c steady$suffix: rc $?" >> "$LOG/serve_rc.txt"
+    fi
   done
   kill -TERM "$pid" 2>/dev/null; wait "$pid"
 }
