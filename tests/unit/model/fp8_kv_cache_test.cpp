@@ -136,53 +136,72 @@ const std::vector<OpCase>& op_cases() {
   return cases;
 }
 
-TEST(Fp8KvCpu, AttentionEqualsF32AttentionOnTheDequantizedCache) {
+// One case's step (its sequences' blocks drawn from `rng`) and its two caches, allocated (zeroed) on `be`:
+// k8 / v8 e4m3 codes and kf / vf f32, each [total_blocks, hkv, block_size, d].
+struct OpSetup {
+  backend::StepPlan plan;
+  int T = 0, width = 0;  // tokens of the step; qkv row width (hq + 2 hkv) * d
+  Shape cache_shape;
+  backend::DeviceTensor k8, v8, kf, vf;
+};
+
+OpSetup setup_case(cpu::CpuBackend& be, const OpCase& oc, std::mt19937& rng) {
+  OpSetup c;
+  int total_blocks = 0;
+  c.plan = make_plan(oc.seqs, oc.block_size, total_blocks, rng);
+  c.T = c.plan.num_tokens();
+  c.width = (oc.hq + 2 * oc.hkv) * oc.d;
+  c.cache_shape = Shape{total_blocks, oc.hkv, oc.block_size, oc.d};
+  c.k8 = be.allocate(DType::kFP8E4M3, c.cache_shape);
+  c.v8 = be.allocate(DType::kFP8E4M3, c.cache_shape);
+  c.kf = be.allocate(DType::kF32, c.cache_shape);
+  c.vf = be.allocate(DType::kF32, c.cache_shape);
+  return c;
+}
+
+// body(be, case, its setup, the rng after the setup) for every op case, each from a fresh std::mt19937(seed).
+template <typename Body>
+void for_each_case(uint32_t seed, Body body) {
   cpu::CpuBackend be{cpu::CpuBackendOptions{2}};
   for (const OpCase& oc : op_cases()) {
     SCOPED_TRACE(oc.name);
-    std::mt19937 rng(7);
-    int total_blocks = 0;
-    const backend::StepPlan plan = make_plan(oc.seqs, oc.block_size, total_blocks, rng);
-    const int T = plan.num_tokens(), width = (oc.hq + 2 * oc.hkv) * oc.d;
-    const Shape cache_shape{total_blocks, oc.hkv, oc.block_size, oc.d};
-    const auto n = static_cast<size_t>(cache_shape.numel());
-    backend::DeviceTensor k8 = be.allocate(DType::kFP8E4M3, cache_shape), v8 = be.allocate(DType::kFP8E4M3, cache_shape);
-    backend::DeviceTensor kf = be.allocate(DType::kF32, cache_shape), vf = be.allocate(DType::kF32, cache_shape);
+    std::mt19937 rng(seed);
+    OpSetup c = setup_case(be, oc, rng);
+    body(be, oc, c, rng);
+  }
+}
+
+TEST(Fp8KvCpu, AttentionEqualsF32AttentionOnTheDequantizedCache) {
+  for_each_case(7, [](cpu::CpuBackend& be, const OpCase& oc, OpSetup& c, std::mt19937& rng) {
+    const auto n = static_cast<size_t>(c.cache_shape.numel());
     // Codes of N(0, 1) values quantized with the scales: normal, subnormal and (rarely) saturated codes.
     const std::vector<float> kx = normals(n, rng), vx = normals(n, rng);
     for (size_t i = 0; i < n; ++i) {
       const fp8_e4m3 kc = to_fp8_e4m3(kx[i] / oc.k_scale), vc = to_fp8_e4m3(vx[i] / oc.v_scale);
-      static_cast<fp8_e4m3*>(k8.view.data)[i] = kc;
-      static_cast<fp8_e4m3*>(v8.view.data)[i] = vc;
-      kf.view.as<float>()[i] = to_float(kc) * oc.k_scale;
-      vf.view.as<float>()[i] = to_float(vc) * oc.v_scale;
+      static_cast<fp8_e4m3*>(c.k8.view.data)[i] = kc;
+      static_cast<fp8_e4m3*>(c.v8.view.data)[i] = vc;
+      c.kf.view.as<float>()[i] = to_float(kc) * oc.k_scale;
+      c.vf.view.as<float>()[i] = to_float(vc) * oc.v_scale;
     }
-    std::vector<float> qkv = normals(static_cast<size_t>(T) * width, rng);
-    backend::DeviceTensor out8 = be.allocate(DType::kF32, Shape{T, oc.hq * oc.d});
-    backend::DeviceTensor outf = be.allocate(DType::kF32, Shape{T, oc.hq * oc.d});
-    const backend::StepMeta meta = be.upload_step(plan);
+    std::vector<float> qkv = normals(static_cast<size_t>(c.T) * c.width, rng);
+    backend::DeviceTensor out8 = be.allocate(DType::kF32, Shape{c.T, oc.hq * oc.d});
+    backend::DeviceTensor outf = be.allocate(DType::kF32, Shape{c.T, oc.hq * oc.d});
+    const backend::StepMeta meta = be.upload_step(c.plan);
     const float scale = 1.0f / std::sqrt(static_cast<float>(oc.d));
-    be.paged_attention(meta, host_view(qkv, Shape{T, width}), oc.hq, oc.hkv, oc.d, scale,
-                       {k8.view, v8.view, oc.k_scale, oc.v_scale}, out8.view);
-    be.paged_attention(meta, host_view(qkv, Shape{T, width}), oc.hq, oc.hkv, oc.d, scale, {kf.view, vf.view},
-                       outf.view);
+    be.paged_attention(meta, host_view(qkv, Shape{c.T, c.width}), oc.hq, oc.hkv, oc.d, scale,
+                       {c.k8.view, c.v8.view, oc.k_scale, oc.v_scale}, out8.view);
+    be.paged_attention(meta, host_view(qkv, Shape{c.T, c.width}), oc.hq, oc.hkv, oc.d, scale,
+                       {c.kf.view, c.vf.view}, outf.view);
     size_t differ = 0;
     for (int64_t i = 0; i < out8.view.numel(); ++i)
       differ += std::memcmp(out8.view.as<float>() + i, outf.view.as<float>() + i, sizeof(float)) != 0;
     EXPECT_EQ(differ, 0u) << "of " << out8.view.numel();
-  }
+  });
 }
 
 TEST(Fp8KvCpu, RopeKvWriteStoresTheScaledE4m3OfTheF32Cache) {
-  cpu::CpuBackend be{cpu::CpuBackendOptions{2}};
-  for (const OpCase& oc : op_cases()) {
-    SCOPED_TRACE(oc.name);
-    std::mt19937 rng(9);
-    int total_blocks = 0;
-    const backend::StepPlan plan = make_plan(oc.seqs, oc.block_size, total_blocks, rng);
-    const int T = plan.num_tokens(), width = (oc.hq + 2 * oc.hkv) * oc.d;
-    const Shape cache_shape{total_blocks, oc.hkv, oc.block_size, oc.d};
-    const int max_pos = *std::max_element(plan.positions.begin(), plan.positions.end()) + 1;
+  for_each_case(9, [](cpu::CpuBackend& be, const OpCase& oc, OpSetup& c, std::mt19937& rng) {
+    const int max_pos = *std::max_element(c.plan.positions.begin(), c.plan.positions.end()) + 1;
     std::vector<float> cs(static_cast<size_t>(max_pos) * oc.d);
     for (int p = 0; p < max_pos; ++p)
       for (int i = 0; i < oc.d / 2; ++i) {
@@ -190,27 +209,26 @@ TEST(Fp8KvCpu, RopeKvWriteStoresTheScaledE4m3OfTheF32Cache) {
         cs[static_cast<size_t>(p) * oc.d + i] = static_cast<float>(std::cos(a));
         cs[static_cast<size_t>(p) * oc.d + oc.d / 2 + i] = static_cast<float>(std::sin(a));
       }
-    backend::DeviceTensor k8 = be.allocate(DType::kFP8E4M3, cache_shape), v8 = be.allocate(DType::kFP8E4M3, cache_shape);
-    backend::DeviceTensor kf = be.allocate(DType::kF32, cache_shape), vf = be.allocate(DType::kF32, cache_shape);
-    std::vector<float> qkv8 = normals(static_cast<size_t>(T) * width, rng, 3.0f), qkvf = qkv8;
-    const backend::StepMeta meta = be.upload_step(plan);
-    be.rope_kv_write(meta, host_view(qkv8, Shape{T, width}), oc.hq, oc.hkv, oc.d, host_view(cs, Shape{max_pos, oc.d}),
-                     {k8.view, v8.view, oc.k_scale, oc.v_scale});
-    be.rope_kv_write(meta, host_view(qkvf, Shape{T, width}), oc.hq, oc.hkv, oc.d, host_view(cs, Shape{max_pos, oc.d}),
-                     {kf.view, vf.view});
+    std::vector<float> qkv8 = normals(static_cast<size_t>(c.T) * c.width, rng, 3.0f), qkvf = qkv8;
+    const backend::StepMeta meta = be.upload_step(c.plan);
+    be.rope_kv_write(meta, host_view(qkv8, Shape{c.T, c.width}), oc.hq, oc.hkv, oc.d,
+                     host_view(cs, Shape{max_pos, oc.d}), {c.k8.view, c.v8.view, oc.k_scale, oc.v_scale});
+    be.rope_kv_write(meta, host_view(qkvf, Shape{c.T, c.width}), oc.hq, oc.hkv, oc.d,
+                     host_view(cs, Shape{max_pos, oc.d}), {c.kf.view, c.vf.view});
     EXPECT_EQ(qkv8, qkvf) << "q and k are rotated in place as with an f32 cache";
-    const auto n = static_cast<size_t>(cache_shape.numel());
+    const auto n = static_cast<size_t>(c.cache_shape.numel());
     size_t bad = 0, written = 0;
     for (size_t i = 0; i < n; ++i) {
       // Unwritten rows stay 0 in both (allocate() zeroes); written rows hold e4m3(x / scale).
-      const uint8_t kc = static_cast<const uint8_t*>(k8.view.data)[i], vc = static_cast<const uint8_t*>(v8.view.data)[i];
-      bad += kc != to_fp8_e4m3(kf.view.as<float>()[i] / oc.k_scale).bits;
-      bad += vc != to_fp8_e4m3(vf.view.as<float>()[i] / oc.v_scale).bits;
-      written += kf.view.as<float>()[i] != 0.0f;
+      const uint8_t kc = static_cast<const uint8_t*>(c.k8.view.data)[i],
+                    vc = static_cast<const uint8_t*>(c.v8.view.data)[i];
+      bad += kc != to_fp8_e4m3(c.kf.view.as<float>()[i] / oc.k_scale).bits;
+      bad += vc != to_fp8_e4m3(c.vf.view.as<float>()[i] / oc.v_scale).bits;
+      written += c.kf.view.as<float>()[i] != 0.0f;
     }
     EXPECT_EQ(bad, 0u);
-    EXPECT_EQ(written, static_cast<size_t>(T) * oc.hkv * oc.d);
-  }
+    EXPECT_EQ(written, static_cast<size_t>(c.T) * oc.hkv * oc.d);
+  });
 }
 
 // ---- goldens ----
