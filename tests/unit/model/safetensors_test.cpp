@@ -61,6 +61,12 @@ Status open_error(const std::string& dir) {
   return r.status();
 }
 
+// Writes `header` and data_bytes zero bytes of tensor data as dir's model.safetensors; the error opening dir.
+Status open_raw_error(const TempDir& dir, const json& header, size_t data_bytes) {
+  write_bytes(dir.file("model.safetensors"), raw_safetensors(header, std::string(data_bytes, '\0')));
+  return open_error(dir.path());
+}
+
 // A small valid single-file model: q_proj [64, 32] f32 plus a bf16 norm.
 void write_small_model(const TempDir& dir) {
   HostTensor q = iota_f32(Shape{64, 32}, 0.25f);
@@ -337,9 +343,7 @@ TEST(WeightFilesErrors, UnknownDtype) {
 
 TEST(WeightFilesErrors, UnsupportedDtype) {
   TempDir dir;
-  write_bytes(dir.file("model.safetensors"),
-              raw_safetensors({{"w", tensor_entry("F64", {2}, 0, 16)}}, std::string(16, '\0')));
-  Status s = open_error(dir.path());
+  Status s = open_raw_error(dir, {{"w", tensor_entry("F64", {2}, 0, 16)}}, 16);
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
   EXPECT_EQ(s.message(), dir.file("model.safetensors") +
                              ": tensor 'w' has unsupported dtype F64 (supported: F32, BF16, F16, F8_E4M3, I8, I32, "
@@ -359,29 +363,23 @@ TEST(WeightFilesErrors, Truncated) {
 
 TEST(WeightFilesErrors, SizeDisagreesWithShape) {
   TempDir dir;
-  write_bytes(dir.file("model.safetensors"),
-              raw_safetensors({{"w", tensor_entry("F32", {4, 4}, 0, 60)}}, std::string(60, '\0')));
-  EXPECT_EQ(open_error(dir.path()).message(),
+  EXPECT_EQ(open_raw_error(dir, {{"w", tensor_entry("F32", {4, 4}, 0, 60)}}, 60).message(),
             dir.file("model.safetensors") +
                 ": corrupt header: tensor 'w' (F32 [4, 4]) needs 64 bytes but its data_offsets [0, 60] span 60");
 }
 
 TEST(WeightFilesErrors, OverlappingOffsets) {
   TempDir dir;
-  write_bytes(dir.file("model.safetensors"),
-              raw_safetensors({{"a", tensor_entry("F32", {16}, 0, 64)}, {"b", tensor_entry("F32", {16}, 32, 96)}},
-                              std::string(96, '\0')));
-  EXPECT_EQ(open_error(dir.path()).message(),
+  const json header = {{"a", tensor_entry("F32", {16}, 0, 64)}, {"b", tensor_entry("F32", {16}, 32, 96)}};
+  EXPECT_EQ(open_raw_error(dir, header, 96).message(),
             dir.file("model.safetensors") +
                 ": corrupt header: data_offsets of 'a' and 'b' overlap ('b' starts at 32, before 'a' ends at 64)");
 }
 
 TEST(WeightFilesErrors, HoleBetweenTensors) {
   TempDir dir;
-  write_bytes(dir.file("model.safetensors"),
-              raw_safetensors({{"a", tensor_entry("F32", {16}, 0, 64)}, {"b", tensor_entry("F32", {16}, 128, 192)}},
-                              std::string(192, '\0')));
-  EXPECT_EQ(open_error(dir.path()).message(),
+  const json header = {{"a", tensor_entry("F32", {16}, 0, 64)}, {"b", tensor_entry("F32", {16}, 128, 192)}};
+  EXPECT_EQ(open_raw_error(dir, header, 192).message(),
             dir.file("model.safetensors") +
                 ": corrupt header: data_offsets leave a hole: 'b' starts at 128 but 'a' ends at 64");
 }
