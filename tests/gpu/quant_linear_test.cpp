@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -306,6 +307,7 @@ TEST(QuantLinear, DotGemvSchedulesMatchCpuOracle) {
                                    {quant::IntGroupFormat{8, 128, true}, 130, 4224},
                                    {quant::IntGroupFormat{8, 64, false}, 1, 192}};
   int run = 0;
+  double worst4[2] = {0, 0}, worst8[2] = {0, 0};  // [bf16 out, f32 out]
   for (const Case& cs : cases) {
     QuantCase c = make_case(cs.f, cs.n, cs.k, cs.n % 2 == 0, false, rng);
     const cuda::QuantWeight q = gpu().quant_weight(c.lw);
@@ -343,9 +345,13 @@ TEST(QuantLinear, DotGemvSchedulesMatchCpuOracle) {
           EXPECT_LT(cmp.rel_l2, 1e-3) << what;
         } else {
           EXPECT_LT(cmp.rel_l2, f32_out ? 3e-3 : 1e-2) << what;
+          double& worst = (q.bits == 4 ? worst4 : worst8)[f32_out ? 1 : 0];
+          worst = std::max(worst, cmp.rel_l2);
         }
       }
   }
+  std::printf("[ dot   ] worst relative L2 vs the oracle: int4 bf16 out %.3g, f32 out %.3g; int8 bf16 %.3g, f32 %.3g\n",
+              worst4[0], worst4[1], worst8[0], worst8[1]);
   // What it does not take: g_idx, m 5, a group that is not a power-of-two number of 16-byte chunks.
   QuantCase c8 = make_case(quant::IntGroupFormat{8, 48, false}, 16, 192, false, false, rng);
   EXPECT_FALSE(cuda::dot_gemv_supports(gpu().quant_weight(c8.lw), 1));
@@ -444,6 +450,7 @@ TEST(QuantLinear, Fp8DotGemvSchedulesMatchReference) {
   };
   const std::vector<Case> cases = {{33, 576, true}, {4097, 1024, false}, {40, 14336, true}, {7, 16, false}, {1, 192, true}};
   int run = 0;
+  double worst[2] = {0, 0};  // [bf16 out, f32 out]
   for (const Case& cs : cases) {
     std::vector<uint8_t> w(static_cast<size_t>(cs.n) * cs.k);
     for (auto& b : w) b = code();
@@ -501,9 +508,11 @@ TEST(QuantLinear, Fp8DotGemvSchedulesMatchReference) {
           EXPECT_LT(std::sqrt(err / mag), 1e-3) << what;
         } else {
           EXPECT_LT(cmp.rel_l2, f32_out ? 3e-3 : 1e-2) << what;
+          worst[f32_out ? 1 : 0] = std::max(worst[f32_out ? 1 : 0], cmp.rel_l2);
         }
       }
   }
+  std::printf("[ dot   ] fp8: worst relative L2 vs f64: bf16 out %.3g, f32 out %.3g\n", worst[0], worst[1]);
 }
 
 TEST(QuantLinear, DequantizePathMatchesCpuOracle) {

@@ -1,6 +1,6 @@
 // CudaBackend's weight-only quantized linears (kernels/gemm/quant_linear.h): which formats it runs
 // (supports()), the checks of a LinearWeights in those formats, and the dispatch of linear():
-//   int4 / int8 / W8A8-FP8, m <= 4, bf16 y, XINFER_INT_GEMV=dot (an A/B switch while the CUDA-core GEMV is
+//   int4 / int8 / W8A8-FP8, m = 1, bf16 y, XINFER_INT_GEMV=dot (an A/B switch while the CUDA-core GEMV is
 //                measured; read once per process) -> launch_dot_gemv / launch_fp8_dot_gemv (quant_dot_gemv.h)
 //   m <= kQuantGemvMaxRows and the GEMV takes the weight -> launch_quant_gemv (weights read once per 8 rows)
 //   otherwise -> the weight dequantized to bf16 into a workspace, then the bf16 GEMM (GemmTuner::run, the
@@ -48,7 +48,7 @@ const T* device_ptr(const TensorView& t, DType dtype, const char* what, const ba
   return static_cast<const T*>(t.data);
 }
 
-// XINFER_INT_GEMV=dot: int4 / int8 / FP8 decode rows (m <= 4, bf16 y) run the CUDA-core GEMV (see top).
+// XINFER_INT_GEMV=dot: int4 / int8 / FP8 single decode rows (m = 1, bf16 y; at m >= 2 it measured slower) run the CUDA-core GEMV (see top).
 bool int_dot_gemv_enabled() {
   static const bool enabled = [] {
     const char* v = std::getenv("XINFER_INT_GEMV");
@@ -144,7 +144,7 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
   launch_quantize_fp8_rows(static_cast<const __nv_bfloat16*>(x.data), m, static_cast<int>(k), input_scale, ws, xs,
                            stream_);
   const auto* bias = w.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(w.bias.data);
-  if (out.dtype == DType::kBF16 && int_dot_gemv_enabled() && fp8_dot_gemv_supports(static_cast<int>(n), static_cast<int>(k), m)) {
+  if (m == 1 && out.dtype == DType::kBF16 && int_dot_gemv_enabled() && fp8_dot_gemv_supports(static_cast<int>(n), static_cast<int>(k), m)) {
     QuantWeight shape;  // the schedule rule's view of the e4m3 weight: 8 bits, one scale per row
     shape.bits = 8;
     shape.n = static_cast<int>(n);
@@ -280,7 +280,7 @@ void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWei
   if (!w.bias.empty()) XI_CHECK(w.bias.dtype == DType::kBF16) << "linear bias must be bf16";
   const bool y_f32 = out.dtype == DType::kF32;
   const auto* xp = static_cast<const __nv_bfloat16*>(x.data);
-  if (!y_f32 && int_dot_gemv_enabled() && dot_gemv_supports(q, m) && reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
+  if (m == 1 && !y_f32 && int_dot_gemv_enabled() && dot_gemv_supports(q, m) && reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
     launch_dot_gemv({xp, q, bias, out.data, false, m}, stream_, dot_gemv_default_config(q, m, options_.gemv_pdl));
     ++quant_gemvs_;
     return;

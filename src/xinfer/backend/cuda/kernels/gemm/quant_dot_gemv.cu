@@ -388,12 +388,22 @@ const DotGemvConfig* dot_gemv_configs(int* count) {
 }
 
 DotGemvConfig dot_gemv_default_config(const QuantWeight& w, int m, bool pdl) {
-  // Not yet measured on the GPU: 2 rows per warp, 4 chunks in flight per row; split-K where there are fewer
-  // warps than 8 per SM of 132.
+  // H200, gemv16-1 (--quant-dot, m = 1, 8B shapes, best of 6 schedules): int4 r4 u2 for n >= 6144 (qkv 6.7 us,
+  // gate_up 22.5 us), r4 u4 otherwise (o 5.0 us), r2 u4 for long rows (down, k 14336: 14.1 us); int8 per channel
+  // r2 u2 s2 for n >= 6144 (qkv 8.6, gate_up 31.0 us), r2 u4 otherwise (o 6.7, down 19.4 us). At m >= 2 the
+  // CUDA-core GEMV lost to the mma GEMV on every int4 shape (compute-bound), so the backend runs it at m = 1.
   (void)m;
   DotGemvConfig c;
   c.pdl = pdl;
-  if ((w.n + 1) / 2 < 132 * 8) c.split = 4;
+  const bool long_rows = w.k >= 8192;
+  if (w.bits == 4) {
+    c.rows = long_rows ? 2 : 4;
+    c.unroll = long_rows ? 4 : (w.n >= 6144 ? 2 : 4);
+  } else {
+    c.rows = 2;
+    c.unroll = (w.n >= 6144 && !long_rows) ? 2 : 4;
+    c.split = (w.n >= 6144 && !long_rows) ? 2 : 1;
+  }
   return c;
 }
 
