@@ -13,7 +13,8 @@ definitions, sharing nothing with xinfer:
     where a linear whose config group has `input_activations` {strategy token, dynamic} sees its input
     fake-quantized per token: int8 x ~ s round(x / s) clamped to +-127, s = max|x_t| / 127; fp8 x ~ s e4m3(x / s),
     s = max|x_t| / 448 (e4m3 by round-to-nearest-even on the 3-bit mantissa, subnormals below 2^-6);
-  - RTN of float weights in the same conventions (rtn()), to check the quantizer itself.
+  - RTN of float weights in the same conventions (rtn()), to check the quantizer itself, and the FP8 scale
+    search's candidates (fp8_scale_candidates()).
 
     python3 tools/quantize_numpy_reference.py --model OUT --ids 1,2,3 [--logits xinfer_logits.safetensors]
 """
@@ -176,6 +177,18 @@ def rtn(w: np.ndarray, bits: int, kind: str, strategy: str, group: int | None, s
         z = np.clip(-(qmax + 1) - np.round(lo / s), -(qmax + 1), qmax)
         deq = s * (np.clip(np.round(blocks / s) + z, -(qmax + 1), qmax) - z)
     return deq.reshape(n, k).astype(np.float64)
+
+
+def fp8_scale_candidates(w: np.ndarray, steps: int = 16) -> np.ndarray:
+    """The FP8 scale search's candidates (`--weight-clip mse` with w8a8-fp8) for each row of w [N, K]: [N, steps],
+    s_i = (max|w_row| / 448) * f32(2^(i / steps)), i = 0 .. steps-1 (f32 arithmetic; the row's max lands on
+    448 / 2^(i / steps), never clipped). The quantizer keeps the candidate with the smallest column-weighted
+    squared error sum_c h_c (w_c - s e4m3(w_c / s))^2, first one on ties."""
+    w = w.astype(np.float32)
+    amax = np.abs(w).max(-1)
+    s0 = np.where(amax > 0, amax / np.float32(448), np.float32(1)).astype(np.float32)
+    mult = np.array([np.float32(2.0 ** (i / steps)) for i in range(steps)], dtype=np.float32)
+    return (s0[:, None] * mult[None, :]).astype(np.float32)
 
 
 def main():

@@ -104,6 +104,8 @@ Result<compress::ModelDirContents> tokenizer_files(const std::string& model_path
 //   fp8-sq-gptq        fp8-sq with GPTQ (error-compensated) FP8 weights
 //   fp8-sq-partial, fp8-sq-gptq-partial  fp8-sq / fp8-sq-gptq with the layers searched under P
 //   fp8-sq-gptq-actorder, fp8-sq-gptq-actorder-partial  fp8-sq-gptq with act-order (+ layers under P)
+//   fp8-sq-mse[-partial], fp8-sq-gptq-actorder-mse[-partial]  the same with the FP8 scale search
+//                      (--weight-clip mse: the max's place in e4m3's top binade, weight_quantizer.h)
 //   w4a16-rtn, w4a16-gptq  int4 per group (symmetric), RTN / GPTQ (Hessians as --gptq-hessians, default
 //                      true-sequential); w4a16-gptq-float: Hessians of the float model; -actorder: act-order
 //                      with static groups; -actorder-gidx: act-order groups with g_idx; w4a16-rtn-mse,
@@ -126,6 +128,8 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
                                         "sq-search-partial", "sq-first-N", "sq-last-N", "sq-search-gptq",
                                         "fp8-naive", "fp8-sq", "fp8-sq-gptq", "fp8-sq-partial",
                                         "fp8-sq-gptq-partial", "fp8-sq-gptq-actorder", "fp8-sq-gptq-actorder-partial",
+                                        "fp8-sq-mse", "fp8-sq-mse-partial", "fp8-sq-gptq-actorder-mse",
+                                        "fp8-sq-gptq-actorder-mse-partial",
                                         "w8a16", "w4a16-rtn", "w4a16-gptq",
                                         "w4a16-gptq-float", "w4a16-gptq-actorder", "w4a16-gptq-actorder-gidx",
                                         "w4a16-rtn-mse", "w4a16-gptq-mse", "w4a16-gptq-actorder-mse"};
@@ -203,7 +207,7 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
     if (row.rfind("w4a16-gptq-actorder", 0) == 0 || row.rfind("fp8-sq-gptq-actorder", 0) == 0)
       o.gptq_options.act_order = true;
     if (row == "w4a16-gptq-actorder-gidx") o.gptq_options.static_groups = false;
-    o.scheme.mse_clip = row.size() > 4 && row.compare(row.size() - 4, 4, "-mse") == 0;
+    o.scheme.mse_clip = row.find("-mse") != std::string::npos;
     if (row == "sq-search-partial" || (row.rfind("fp8-sq", 0) == 0 && row.size() > 8 &&
                                        row.compare(row.size() - 8, 8, "-partial") == 0)) {
       o.selection.mode = LayerSelection::Mode::kSearch;
@@ -321,8 +325,9 @@ int run_quantize(int argc, char** argv) {
   flags.add("--alpha", &alpha, "W8A8 smoothing: search (per group, grid 0.05), a fixed alpha in [0, 1], or none");
   flags.add("--weight-scales", &weight_scales, "W8A8 weight scales: channel or tensor");
   flags.add("--weight-clip", &weight_clip,
-            "integer weight scales: minmax (the block's max) or mse (clip ratio per block searched, minimising "
-            "the squared error weighted by the calibration inputs' sum x^2 per column)");
+            "weight scales: minmax (the block's max) or mse (integers: the clip ratio per block; fp8: where the "
+            "max falls in e4m3's top binade, 16 steps; searched minimising the squared error weighted by the "
+            "calibration inputs' sum x^2 per column)");
   flags.add("--quantized-layers", &layers_spec, "all | N (least sensitive) | first:N | last:N | LIST (0,3,5-9)");
   flags.add("--max-ppl-increase", &max_ppl_increase,
             "percent: quantize the most layers (least sensitive first) within this held-out PPL increase");
@@ -358,8 +363,6 @@ int run_quantize(int argc, char** argv) {
     return fail(invalid_argument("--gptq-hessians must be sequential or float, got '" + gptq_hessians + "'"));
   if (weight_clip != "minmax" && weight_clip != "mse")
     return fail(invalid_argument("--weight-clip must be minmax or mse, got '" + weight_clip + "'"));
-  if (weight_clip == "mse" && *scheme == compress::Scheme::kW8A8Fp8)
-    return fail(invalid_argument("--weight-clip mse applies to the integer schemes (w8a8-fp8 weights are e4m3)"));
   if (weight_scales != "channel" && weight_scales != "tensor")
     return fail(invalid_argument("--weight-scales must be channel or tensor, got '" + weight_scales + "'"));
   if (calib_samples <= 0 || calib_len < 2) return fail(invalid_argument("--calib-samples must be > 0 and --calib-len >= 2"));

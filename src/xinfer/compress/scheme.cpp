@@ -49,7 +49,7 @@ WeightQuantArgs weight_args(const SchemeOptions& o) {
       a.symmetric = o.symmetric;
       break;
   }
-  a.mse_clip = o.mse_clip && !a.is_float;
+  a.mse_clip = o.mse_clip;
   return a;
 }
 

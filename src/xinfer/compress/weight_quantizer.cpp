@@ -74,14 +74,8 @@ void choose_block_params(const float* w, int64_t rows, int64_t k, int64_t c0, in
       hi = std::max(hi, w[r * k + c]);
     }
   block_params(lo, hi, a, scale, zero);
-  if (!a.mse_clip || a.is_float || (lo == 0 && hi == 0)) return;
-  constexpr int kGrid = 100, kSteps = 80;  // p = 1 - i / kGrid, i < kSteps (GPTQ: grid 100, maxshrink 0.8)
-  double best = -1;
-  for (int i = 0; i < kSteps; ++i) {
-    const float p = 1.0f - static_cast<float>(i) / kGrid;
-    float s;
-    int z;
-    block_params(p * lo, p * hi, a, &s, &z);
+  if (!a.mse_clip || (lo == 0 && hi == 0)) return;
+  auto weighted_error = [&](float s, int z) {
     double err = 0;
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = c0; c < c1; ++c) {
@@ -91,6 +85,29 @@ void choose_block_params(const float* w, int64_t rows, int64_t k, int64_t c0, in
         const double d = static_cast<double>(x) - deq;
         err += (col_w ? col_w[c] : 1.0) * d * d;
       }
+    return err;
+  };
+  if (a.is_float) {  // the block's max placed at 448 / 2^(i / 16) of the top binade, i = 0 .. 15
+    const float s0 = *scale;
+    double best = weighted_error(s0, 0);
+    for (int i = 1; i < kFp8ScaleSteps; ++i) {
+      const float s = s0 * static_cast<float>(std::exp2(static_cast<double>(i) / kFp8ScaleSteps));
+      const double err = weighted_error(s, 0);
+      if (err < best) {
+        best = err;
+        *scale = s;
+      }
+    }
+    return;
+  }
+  constexpr int kGrid = 100, kSteps = 80;  // p = 1 - i / kGrid, i < kSteps (GPTQ: grid 100, maxshrink 0.8)
+  double best = -1;
+  for (int i = 0; i < kSteps; ++i) {
+    const float p = 1.0f - static_cast<float>(i) / kGrid;
+    float s;
+    int z;
+    block_params(p * lo, p * hi, a, &s, &z);
+    const double err = weighted_error(s, z);
     if (best < 0 || err < best) {
       best = err;
       *scale = s;

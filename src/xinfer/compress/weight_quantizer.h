@@ -11,13 +11,17 @@
 // consecutive input columns of one row (group; the last group of a row may be shorter). An all-zero block
 // gets scale 1 (its values are 0).
 //
-// MSE clipping (`mse_clip`, int only; GPTQ's Quantizer(mse=True) / llm-compressor's MSE observer): the
+// MSE clipping (`mse_clip`; integers: GPTQ's Quantizer(mse=True) / llm-compressor's MSE observer): the
 // block's range is shrunk by a ratio p before the rule above (lo, hi -> p lo, p hi), p = 1 - i / 100 for i =
 // 0 .. 79 (p from 1 down to 0.21), and the p with the smallest error E(p) = sum_c h_c (w_c - deq_p(w_c))^2 over
 // the block is kept (ties: the larger p, so p = 1 = plain RTN wins unless clipping is strictly better). h_c
 // are column weights [k] (e.g. the calibration Hessian's diagonal sum_t x_tc^2, which makes E the output
 // error of the block's columns with cross terms ignored), or 1 when none are given. GPTQ's reference uses
 // |w - deq|^2.4 unweighted; ours is the squared error the output sees.
+// FP8 (`mse_clip` with is_float): e4m3's relative grid repeats every factor 2, so clipping is no use but
+// where the block's max falls inside the top binade changes how every value rounds: scale = s0 2^(i / 16),
+// s0 = max|W_block| / 448, i = 0 .. 15 (the max lands on 448 / 2^(i / 16), never clipped), keeping the i with
+// the smallest E as above (ties: i = 0, plain RTN). 2^(i / 16) is the double exp2 rounded to f32.
 // The symmetric rule is GPTQ's / AutoRound's max|W| / qmax (no clipping, the range -qmin is unused);
 // compressed-tensors' own observer (calculate_qparams) uses max|W| / ((qmax - qmin) / 2), i.e. / 7.5 for int4, and
 // clamps to [qmin, qmax]: a slightly finer step that clips +max|W| by half a step. Not the same rounding: the
@@ -39,6 +43,7 @@
 namespace xinfer::compress {
 
 enum class Granularity { kTensor, kChannel, kGroup };
+constexpr int kFp8ScaleSteps = 16;  // FP8 scale candidates per block of the MSE search (above)
 const char* granularity_name(Granularity g);  // "tensor", "channel", "group" (compressed-tensors strategies)
 
 struct WeightQuantArgs {
@@ -47,7 +52,7 @@ struct WeightQuantArgs {
   Granularity granularity = Granularity::kChannel;
   int group_size = 0;           // kGroup only
   bool symmetric = true;        // int only; fp8 is always symmetric
-  bool mse_clip = false;        // int only: the clip ratio per block searched (above)
+  bool mse_clip = false;        // the clip ratio (int) or the max's place in the top binade (fp8) searched
   int qmin() const { return -(1 << (bits - 1)); }
   int qmax() const { return (1 << (bits - 1)) - 1; }
 };
