@@ -5,6 +5,8 @@ import json
 import pathlib
 import subprocess
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODEL = ROOT / "models" / "xinfer-tiny-shakespeare"
 
@@ -21,18 +23,24 @@ def bench(xinfer_bin, out_dir, *args):
     return doc
 
 
+@pytest.fixture(scope="module")
+def greedy_doc(xinfer_bin, tmp_path_factory):
+    """The greedy run both tests compare against, run once."""
+    return bench(xinfer_bin, tmp_path_factory.mktemp("bench_greedy"))
+
+
 def digest(doc):
     (row,) = doc["results"]
     assert row["output_tokens"] == 16 * 32  # ignore_eos: exactly --output-len each
     return row["output_digest"]
 
 
-def test_sampled_runs_are_reproducible_and_named(xinfer_bin, tmp_path):
+def test_sampled_runs_are_reproducible_and_named(xinfer_bin, tmp_path, greedy_doc):
     sampled = ["--temperature", "1", "--top-p", "0.9"]
     a = bench(xinfer_bin, tmp_path, *sampled)
     b = bench(xinfer_bin, tmp_path, *sampled)
     other_seed = bench(xinfer_bin, tmp_path, *sampled, "--seed", "1")
-    greedy = bench(xinfer_bin, tmp_path)
+    greedy = greedy_doc
 
     assert a["name"] == "xinfer-tiny-shakespeare_cpu_throughput_sampled"
     assert greedy["name"] == "xinfer-tiny-shakespeare_cpu_throughput"
@@ -46,8 +54,8 @@ def test_sampled_runs_are_reproducible_and_named(xinfer_bin, tmp_path):
     assert digest(a) != digest(greedy), "temperature 1 samples"
 
 
-def test_sampling_flags_reach_the_sampler(xinfer_bin, tmp_path):
-    greedy = digest(bench(xinfer_bin, tmp_path))
+def test_sampling_flags_reach_the_sampler(xinfer_bin, tmp_path, greedy_doc):
+    greedy = digest(greedy_doc)
     assert digest(bench(xinfer_bin, tmp_path, "--temperature", "1", "--top-k", "1")) == greedy
     assert digest(bench(xinfer_bin, tmp_path, "--temperature", "1.5", "--min-p", "1")) == greedy
     named = bench(xinfer_bin, tmp_path, "--temperature", "0.8", "--name", "mine")

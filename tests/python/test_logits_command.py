@@ -99,10 +99,10 @@ def test_check_script_fails_when_xinfer_runs_another_model(xinfer_bin, tmp_path)
     (tmp_path / "model" / "config.json").write_text(json.dumps(wrong))
     forced = [[int(np.argmax(check.numpy_forward(cfg, w, prompts[0], True)[-1]))]]
     run = check.XinferRun(xinfer_bin, tmp_path / "model", prompts, forced, 1, "cpu", tmp_path, tmp_path / "log", 120)
-    xi = run.wait()
-    full = prompts[0] + forced[0]
+    full = prompts[0] + forced[0]  # the references are computed while xinfer runs in the background
     ref = {"greedy": forced, "bf16": [check.numpy_forward(cfg, w, full, True)],
            "f32": [check.numpy_forward(cfg, w, full, False)]}
+    xi = run.wait()
     res = check.compare(ref, xi, prompts, tol=2.0)
     assert not res["ok"]
     sets = res["prompts"][0]["sets"]
