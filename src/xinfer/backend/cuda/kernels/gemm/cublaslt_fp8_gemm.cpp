@@ -76,6 +76,36 @@ CublasLtFp8Gemm::Plan& CublasLtFp8Gemm::plan_for(const Fp8GemmArgs& g) {
                                                        sizeof(workspace_bytes_)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
+  // XINFER_FP8_GEMM_PAD_ROWS=R (A/B switch while measured): for m > R not a multiple of R, take the algorithm the
+  // heuristic gives for m rounded up to R rows, if cublasLtMatmulAlgoCheck accepts it for the real m. On an H200
+  // the one algorithm it offers is tile-quantised in m with period 128: gate_up 106.6 us at m = 280 but 73.3 at
+  // 384 (docs/PERF.md session 10), so the padded shape's tiling is the faster one for the real rows.
+  static const int pad_rows = [] {
+    const char* v = std::getenv("XINFER_FP8_GEMM_PAD_ROWS");
+    return v ? std::atoi(v) : 0;
+  }();
+  if (pad_rows > 0 && g.m > pad_rows && g.m % pad_rows != 0) {
+    const int mp = (g.m + pad_rows - 1) / pad_rows * pad_rows;
+    cublasLtMatrixLayout_t bp = nullptr, dp = nullptr;
+    XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&bp, CUDA_R_8F_E4M3, g.k, mp, g.k));
+    XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&dp, d_type, g.n, mp, g.n));
+    cublasLtMatmulHeuristicResult_t padded{};
+    int found_padded = 0;
+    const cublasStatus_t sp = cublasLtMatmulAlgoGetHeuristic(handle_, plan->op, plan->a, bp, dp, dp, pref, 1, &padded,
+                                                             &found_padded);
+    cublasLtMatrixLayoutDestroy(bp);
+    cublasLtMatrixLayoutDestroy(dp);
+    cublasLtMatmulHeuristicResult_t check{};
+    if (sp == CUBLAS_STATUS_SUCCESS && found_padded > 0 && padded.state == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoCheck(handle_, plan->op, plan->a, plan->b, plan->c, plan->d, &padded.algo, &check) ==
+            CUBLAS_STATUS_SUCCESS &&
+        check.state == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= workspace_bytes_) {
+      cublasLtMatmulPreferenceDestroy(pref);
+      plan->have_algo = true;
+      plan->algo = padded.algo;
+      return *plans_.emplace(key, std::move(plan)).first->second;
+    }
+  }
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, plan->op, plan->a, plan->b, plan->c, plan->d, pref,
                                                            1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
