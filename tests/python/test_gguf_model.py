@@ -10,6 +10,7 @@
   unknown tensor type, another architecture, a tensor of the wrong shape) fails with a clear error naming
   the file, the tensor and the field.
 """
+import concurrent.futures
 import gzip
 import hashlib
 import json
@@ -62,13 +63,20 @@ def run_logits(xinfer_bin, model, out, reqs, tmp_path, *extra):
 
 
 @pytest.fixture(scope="module")
-def smollm2_dequantized(xinfer_bin, smollm2, tmp_path_factory):
-    """`xinfer logits --dequantize` on the golden cases (logits.json's prompts, which transformers_logits.json
-    uses too), run once for the two tests that check it: (outputs, stderr)."""
+def smollm2_logits(xinfer_bin, smollm2, tmp_path_factory, request):
+    """`xinfer logits` on the golden cases (logits.json's prompts, which transformers_logits.json uses too), with
+    the weights dequantized at load ("deq") and packed ("q"): (outputs, stderr) each, run once for the tests that
+    check them, in the background while the numpy reference loads and scores the same prompts."""
     cases = json.load(open(GOLDEN / "logits.json"))["cases"]
     assert [c["ids"] for c in cases] == [c["ids"] for c in json.load(open(GOLDEN / "transformers_logits.json"))["cases"]]
-    tmp = tmp_path_factory.mktemp("smollm2_deq")
-    return run_logits(xinfer_bin, smollm2, tmp / "deq.safetensors", [c["ids"] for c in cases], tmp, "--dequantize")
+    ids = [c["ids"] for c in cases]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        runs = {}
+        for kind, extra in (("deq", ["--dequantize"]), ("q", [])):
+            tmp = tmp_path_factory.mktemp(f"smollm2_{kind}")
+            runs[kind] = pool.submit(run_logits, xinfer_bin, smollm2, tmp / "out.safetensors", ids, tmp, *extra)
+        request.getfixturevalue("smollm2_ref_logits")
+        return {kind: r.result() for kind, r in runs.items()}
 
 
 def check_greedy_against(ref, prompt, greedy):
@@ -95,9 +103,9 @@ def test_smollm2_tokenizer_ids_equal_llama_cpp(xinfer_bin, smollm2, shared_dir):
     assert not bad, f"{len(bad)} differ, first {bad[:5]}: {[lines[i][:80] for i in bad[:5]]}"
 
 
-def test_smollm2_dequantized_logits_and_greedy_equal_numpy(smollm2_dequantized, smollm2_ref, smollm2_ref_logits):
+def test_smollm2_dequantized_logits_and_greedy_equal_numpy(smollm2_logits, smollm2_ref, smollm2_ref_logits):
     cases = json.load(open(GOLDEN / "logits.json"))["cases"]
-    x, log = smollm2_dequantized
+    x, log = smollm2_logits["deq"]
     assert "Q4_1 weights dequantized to f32 at load" in log
     for i, c in enumerate(cases):
         ref = smollm2_ref_logits[i]
@@ -107,13 +115,13 @@ def test_smollm2_dequantized_logits_and_greedy_equal_numpy(smollm2_dequantized, 
         check_greedy_against(smollm2_ref, c["ids"], x[f"greedy_{i}"])
 
 
-def test_smollm2_dequantized_logits_and_greedy_equal_transformers(smollm2_dequantized):
+def test_smollm2_dequantized_logits_and_greedy_equal_transformers(smollm2_logits):
     """transformers' own GGUF loader (tests/golden/smollm2/transformers_logits.json, made on the GPU machine by
     tools/make_smollm2_transformers_golden.py: its metadata -> config, q/k un-permutation and dequantization,
     LlamaForCausalLM in float32 on the CPU) against our weights dequantized at load."""
     g = json.load(open(GOLDEN / "transformers_logits.json"))
     probe = np.array(g["probe_ids"])
-    x, _ = smollm2_dequantized
+    x, _ = smollm2_logits["deq"]
     for i, c in enumerate(g["cases"]):
         # Transformers' tokenizer for this file gives llama.cpp's ids (which ours match on every corpus item).
         assert c["hf_tokenizer_ids"] == c["ids"]
@@ -127,10 +135,10 @@ def test_smollm2_dequantized_logits_and_greedy_equal_transformers(smollm2_dequan
         assert x[f"greedy_{i}"].tolist() == c["greedy"]
 
 
-def test_smollm2_quantized_logits_close_to_references(xinfer_bin, smollm2, smollm2_ref_logits, tmp_path):
+def test_smollm2_quantized_logits_close_to_references(smollm2_logits, smollm2_ref_logits):
     g = json.load(open(GOLDEN / "logits.json"))
     probe = np.array(g["probe_ids"])
-    x, log = run_logits(xinfer_bin, smollm2, tmp_path / "q.safetensors", [c["ids"] for c in g["cases"]], tmp_path)
+    x, log = smollm2_logits["q"]
     assert "dequantized" not in log  # Q4_1 and Q8_0 stay packed on the CPU
     for i, c in enumerate(g["cases"]):
         mine = x[f"logits_{i}"]
