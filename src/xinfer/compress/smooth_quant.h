@@ -16,7 +16,8 @@
 // reported as alpha -1), minimising the group's relative quantized-output error on the calibration
 // samples X [m, K] (calibration.h):
 //   err(alpha) = ||fq(X / s) Q(W s)^T - X W^T||_F^2 / ||X W^T||_F^2
-// with Q the scheme's weight RTN (per Hugging Face module) and fq the per-token activation fake quantization.
+// with Q the scheme's weight RTN (per Hugging Face module; max-abs scales, also under --weight-clip mse, whose
+// scale search only the final weights get) and fq the per-token activation fake quantization.
 #pragma once
 
 #include <array>
