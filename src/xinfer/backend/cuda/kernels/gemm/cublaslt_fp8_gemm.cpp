@@ -79,7 +79,8 @@ CublasLtFp8Gemm::Plan& CublasLtFp8Gemm::plan_for(const Fp8GemmArgs& g) {
   // XINFER_FP8_GEMM_PAD_ROWS=R (A/B switch while measured): for m > R not a multiple of R, take the algorithm the
   // heuristic gives for m rounded up to R rows, if cublasLtMatmulAlgoCheck accepts it for the real m. On an H200
   // the one algorithm it offers is tile-quantised in m with period 128: gate_up 106.6 us at m = 280 but 73.3 at
-  // 384 (docs/PERF.md session 10), so the padded shape's tiling is the faster one for the real rows.
+  // 384 (docs/PERF.md session 10), so the padded shape's tiling may be the faster one for the real rows. Measured in the
+  // engine (round B): decode steps of ~280 rows 13.13 -> 12.31 ms, of ~480 rows 12.86 -> 13.57 ms: mixed, so off.
   static const int pad_rows = [] {
     const char* v = std::getenv("XINFER_FP8_GEMM_PAD_ROWS");
     return v ? std::atoi(v) : 0;
@@ -117,31 +118,6 @@ CublasLtFp8Gemm::Plan& CublasLtFp8Gemm::plan_for(const Fp8GemmArgs& g) {
 bool CublasLtFp8Gemm::supported(const Fp8GemmArgs& g) { return plan_for(g).have_algo; }
 
 void CublasLtFp8Gemm::run(const Fp8GemmArgs& g, cudaStream_t stream) {
-  // XINFER_FP8_GEMM_SPLIT=R (an A/B switch while it is measured): m > R rows that are not a multiple of R run as
-  // floor(m / R) * R rows, then the rest, in two calls (cuBLASLt's one FP8 outer-vector algorithm is ~2x slower
-  // at 280 rows than at 256 on an H200: docs/PERF.md session 10).
-  static const int split = [] {
-    const char* v = std::getenv("XINFER_FP8_GEMM_SPLIT");
-    return v ? std::atoi(v) : 0;
-  }();
-  if (split > 0 && g.m > split && g.m % split != 0) {
-    const int head = g.m / split * split;
-    Fp8GemmArgs a = g, b = g;
-    a.m = head;
-    b.m = g.m - head;
-    b.xq = g.xq + static_cast<size_t>(head) * g.k;
-    b.x_scales = g.x_scales + head;
-    b.y = static_cast<char*>(g.y) + static_cast<size_t>(head) * g.n * (g.y_f32 ? 4 : 2);
-    if (supported(a) && supported(b)) {
-      run_one(a, stream);
-      run_one(b, stream);
-      return;
-    }
-  }
-  run_one(g, stream);
-}
-
-void CublasLtFp8Gemm::run_one(const Fp8GemmArgs& g, cudaStream_t stream) {
   Plan& plan = plan_for(g);
   XI_CHECK(plan.have_algo) << "cuBLASLt: no algorithm for " << shape_text(g);
   XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.w_scales,

@@ -43,7 +43,6 @@ class CublasLtFp8Gemm {
 
  private:
   struct Plan;
-  void run_one(const Fp8GemmArgs& args, cudaStream_t stream);
   using Key = std::tuple<int, int, int, bool, bool>;
   Plan& plan_for(const Fp8GemmArgs& args);
   cublasLtHandle_t handle_ = nullptr;
