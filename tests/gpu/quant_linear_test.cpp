@@ -342,7 +342,9 @@ TEST(QuantLinear, DotGemvSchedulesMatchCpuOracle) {
             mag += a * a;
           }
           cmp.rel_l2 = std::sqrt(err / mag);
-          EXPECT_LT(cmp.rel_l2, 1e-3) << what;
+          // bf16 out: its rounding alone is up to 2^-8 of |y| <= sum |x w| (gemv16-2 measured 1.4e-3 on the FP8
+          // twin of this case); f32 out: the f16 chunk sums only.
+          EXPECT_LT(cmp.rel_l2, f32_out ? 1e-3 : 4e-3) << what;
         } else {
           EXPECT_LT(cmp.rel_l2, f32_out ? 3e-3 : 1e-2) << what;
           double& worst = (q.bits == 4 ? worst4 : worst8)[f32_out ? 1 : 0];
@@ -431,7 +433,8 @@ TEST(QuantLinear, Fp8GemvSchedulesMatchReference) {
 
 // The CUDA-core FP8 GEMV (quant_dot_gemv.h launch_fp8_dot_gemv) in every compiled schedule, m 1..4, on e4m3 codes
 // over the whole range (|x w| up to 448 * 448: the 2^-8 pre-scale keeps the f16 chunk sums finite) against f64
-// dot products of the decoded values times both scales: f16 sums over 8 products, so 3e-3 relative L2.
+// dot products of the decoded values times both scales: f16 sums over 8 products, so 3e-3 relative L2 (n = 1:
+// against sum |x w|, 1e-3 for f32 out and 4e-3 for bf16 out, whose rounding alone is up to 2^-8).
 TEST(QuantLinear, Fp8DotGemvSchedulesMatchReference) {
   std::mt19937 rng(43);
   std::uniform_int_distribution<int> byte(0, 255);
@@ -505,7 +508,9 @@ TEST(QuantLinear, Fp8DotGemvSchedulesMatchReference) {
         if (cs.n == 1) {  // one output may cancel: against sum |x w| (as the int test)
           double err = 0;
           for (size_t i = 0; i < got.size(); ++i) err += (static_cast<double>(got[i]) - ref[i]) * (got[i] - ref[i]);
-          EXPECT_LT(std::sqrt(err / mag), 1e-3) << what;
+          // bf16 out: its rounding alone is up to 2^-8 of |y| <= sum |x w| (gemv16-2: 1.4e-3 at n = 1, k = 192,
+          // m = 1, bf16 out); f32 out: the f16 chunk sums only.
+          EXPECT_LT(std::sqrt(err / mag), f32_out ? 1e-3 : 4e-3) << what;
         } else {
           EXPECT_LT(cmp.rel_l2, f32_out ? 3e-3 : 1e-2) << what;
           worst[f32_out ? 1 : 0] = std::max(worst[f32_out ? 1 : 0], cmp.rel_l2);
