@@ -8,6 +8,7 @@
 
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
+#include "xinfer/backend/cuda/kernels/gemm/quant_gemv_math.cuh"
 #include "xinfer/backend/cuda/kernels/pdl.cuh"
 
 namespace xinfer::cuda {
@@ -39,14 +40,8 @@ struct DotParams {
   int sym_zero;       // the zero point without zeros: 8 (int4), 128 (int8)
 };
 
-// Weights are read once: past L1, 256-byte L2 lines (as the other GEMVs).
-__device__ __forceinline__ uint4 load_w16(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+// Weights are read once past L1 (quant_gemv_math.cuh's load, as the other GEMVs).
+using quant_gemv::load_weights;
 
 __device__ __forceinline__ uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {
   uint32_t d;
@@ -96,20 +91,16 @@ __device__ __forceinline__ void byte_pairs(uint32_t wd, uint32_t c8, uint32_t (&
   wp[1] = hfma2(__byte_perm(wd, 0x64646464u, 0x4342), kInv256, c8);
 }
 
-// Two e4m3 (bytes 0, 1 or 2, 3 of v) as f16x2, exact.
-__device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v, bool hi) {
-  const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(hi ? v >> 16 : v & 0xffffu), __NV_E4M3);
-  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-}
+using quant_gemv::e4m3x2_to_f16x2;  // two e4m3 (bytes 0, 1 or 2, 3) as f16x2, exact
+
 // 8 e4m3 x values (a.x: columns 0..3, a.y: 4..7) as natural f16x2 pairs times 2^-8, exact (products with an
 // e4m3 weight stay <= 448 * 448 / 256 = 784, so 8 of them sum in f16 without overflow).
 __device__ __forceinline__ void fp8_x_pairs(const uint2& a, uint32_t (&xp)[4]) {
   constexpr uint32_t kInv256 = 0x1C001C00u;
-  xp[0] = hmul2(e4m3x2_f16x2(a.x, false), kInv256);
-  xp[1] = hmul2(e4m3x2_f16x2(a.x, true), kInv256);
-  xp[2] = hmul2(e4m3x2_f16x2(a.y, false), kInv256);
-  xp[3] = hmul2(e4m3x2_f16x2(a.y, true), kInv256);
+  xp[0] = hmul2(e4m3x2_to_f16x2(a.x, false), kInv256);
+  xp[1] = hmul2(e4m3x2_to_f16x2(a.x, true), kInv256);
+  xp[2] = hmul2(e4m3x2_to_f16x2(a.y, false), kInv256);
+  xp[3] = hmul2(e4m3x2_to_f16x2(a.y, true), kInv256);
 }
 
 // x columns 8i..8i+7 as natural f16x2 pairs (x0, x1) ... (x6, x7) (the int8 pairing).
@@ -154,7 +145,7 @@ __global__ void __launch_bounds__(kThreads) dot_gemv_kernel(DotParams p) {
 #pragma unroll
       for (int r = 0; r < kR; ++r) {
         if (c < chunks) {
-          wv[u][r] = load_w16(p.w + static_cast<size_t>(row[r]) * row_bytes + static_cast<size_t>(c) * 16);
+          wv[u][r] = load_weights(p.w + static_cast<size_t>(row[r]) * row_bytes + static_cast<size_t>(c) * 16);
           if constexpr (kBits == kFp8) {
             sc[u][r] = 0.f;
             zc[u][r] = 0;
@@ -262,8 +253,8 @@ __global__ void __launch_bounds__(kThreads) dot_gemv_kernel(DotParams p) {
               uint32_t wp[2];
               if constexpr (kBits == kFp8) {
                 const uint32_t wd = (&wv[u][r].x)[2 * i + e];
-                wp[0] = e4m3x2_f16x2(wd, false);
-                wp[1] = e4m3x2_f16x2(wd, true);
+                wp[0] = e4m3x2_to_f16x2(wd, false);
+                wp[1] = e4m3x2_to_f16x2(wd, true);
               } else {
                 byte_pairs((&wv[u][r].x)[2 * i + e] ^ p.sign_xor, c_lo[r], wp);
               }
@@ -367,6 +358,21 @@ void (*pick_kernel_m(const DotGemvConfig& c, int m))(DotParams) {
   }
 }
 
+// Launches `kernel` (a config's instantiation, or nullptr if not compiled) on p's n rows.
+void launch_kernel(void (*kernel)(DotParams), const DotParams& p, int m, const DotGemvConfig& config,
+                   cudaStream_t stream, const char* what) {
+  XI_CHECK(kernel != nullptr) << what << ": " << to_string(config) << " is not compiled";
+  const int rows_per_cta = config.rows * kWarps / config.split;
+  const dim3 grid((p.n + rows_per_cta - 1) / rows_per_cta);
+  const size_t smem = config.smem_x ? static_cast<size_t>(m) * p.k * 2 : 0;
+  XI_CHECK(smem <= kMaxSmemX) << what << ": x in shared memory needs m * k * 2 <= " << kMaxSmemX << " bytes, got " << smem;
+  if (config.pdl)
+    launch_pdl(kernel, grid, dim3(kThreads), smem, stream, p);
+  else
+    kernel<<<grid, kThreads, smem, stream>>>(p);
+  XI_CUDA_CHECK_LAUNCH();
+}
+
 int log2_exact(int v) {
   int s = 0;
   while ((1 << s) < v) ++s;
@@ -443,17 +449,7 @@ void launch_fp8_dot_gemv(const Fp8GemvArgs& a, cudaStream_t stream, const DotGem
   p.n = a.n;
   p.k = a.k;
   p.G = 1;
-  void (*kernel)(DotParams) = pick_kernel_m<kFp8>(config, a.m);
-  XI_CHECK(kernel != nullptr) << "FP8 dot GEMV: " << to_string(config) << " is not compiled";
-  const int rows_per_cta = config.rows * kWarps / config.split;
-  const dim3 grid((a.n + rows_per_cta - 1) / rows_per_cta);
-  const size_t smem = config.smem_x ? static_cast<size_t>(a.m) * a.k * 2 : 0;
-  XI_CHECK(smem <= kMaxSmemX) << "FP8 dot GEMV: x in shared memory needs m * k * 2 <= " << kMaxSmemX << " bytes";
-  if (config.pdl)
-    launch_pdl(kernel, grid, dim3(kThreads), smem, stream, p);
-  else
-    kernel<<<grid, kThreads, smem, stream>>>(p);
-  XI_CUDA_CHECK_LAUNCH();
+  launch_kernel(pick_kernel_m<kFp8>(config, a.m), p, a.m, config, stream, "FP8 dot GEMV");
 }
 
 bool dot_gemv_config_fits(const QuantWeight& w, int m, const DotGemvConfig& config) {
@@ -481,17 +477,8 @@ void launch_dot_gemv(const QuantLinearArgs& a, cudaStream_t stream, const DotGem
   p.group_shift = group_shift(w);
   p.sign_xor = w.is_signed ? 0x80808080u : 0u;
   p.sym_zero = w.bits == 4 ? 8 : 128;
-  void (*kernel)(DotParams) = w.bits == 4 ? pick_kernel_m<4>(config, a.m) : pick_kernel_m<8>(config, a.m);
-  XI_CHECK(kernel != nullptr) << "dot GEMV: " << to_string(config) << " is not compiled";
-  const int rows_per_cta = config.rows * kWarps / config.split;
-  const dim3 grid((w.n + rows_per_cta - 1) / rows_per_cta);
-  const size_t smem = config.smem_x ? static_cast<size_t>(a.m) * w.k * 2 : 0;
-  XI_CHECK(smem <= kMaxSmemX) << "dot GEMV: x in shared memory needs m * k * 2 <= " << kMaxSmemX << " bytes, got " << smem;
-  if (config.pdl)
-    launch_pdl(kernel, grid, dim3(kThreads), smem, stream, p);
-  else
-    kernel<<<grid, kThreads, smem, stream>>>(p);
-  XI_CUDA_CHECK_LAUNCH();
+  launch_kernel(w.bits == 4 ? pick_kernel_m<4>(config, a.m) : pick_kernel_m<8>(config, a.m), p, a.m, config, stream,
+                "dot GEMV");
 }
 
 }  // namespace xinfer::cuda
