@@ -50,19 +50,26 @@ TEST(WeightQuantizer, MseClipSearchesTheWeightedError) {
   EXPECT_FLOAT_EQ(quantize_rtn(w.data(), 1, 4, a, skip_first.data()).scales[0], 1.0f / 7.0f);  // weights unused
 }
 
-TEST(WeightQuantizer, MseClipNeverWorseThanMaxAbs) {
-  // Random groups with heavy-tailed values, random column weights: the searched scale's weighted error is
-  // at most the max-abs one (p = 1 is a candidate), and strictly smaller somewhere.
-  const int64_t n = 16, k = 128;
-  std::vector<float> w(static_cast<size_t>(n * k));
-  std::vector<double> cw(static_cast<size_t>(k));
-  uint32_t state = 12345;
+// Heavy-tailed weights w [n, k] and random column weights cw [k] in [0, 4) from a fixed LCG seed.
+void heavy_tailed_case(int64_t n, int64_t k, uint32_t seed, std::vector<float>* w, std::vector<double>* cw) {
+  w->resize(static_cast<size_t>(n * k));
+  cw->resize(static_cast<size_t>(k));
+  uint32_t state = seed;
   auto uniform = [&]() {
     state = state * 1664525u + 1013904223u;
     return (state >> 8) / 16777216.0;
   };
-  for (auto& v : w) v = static_cast<float>((uniform() - 0.5) * std::pow(uniform() + 0.05, -1.5));
-  for (auto& v : cw) v = uniform() * 4;
+  for (auto& v : *w) v = static_cast<float>((uniform() - 0.5) * std::pow(uniform() + 0.05, -1.5));
+  for (auto& v : *cw) v = uniform() * 4;
+}
+
+TEST(WeightQuantizer, MseClipNeverWorseThanMaxAbs) {
+  // Random groups with heavy-tailed values, random column weights: the searched scale's weighted error is
+  // at most the max-abs one (p = 1 is a candidate), and strictly smaller somewhere.
+  const int64_t n = 16, k = 128;
+  std::vector<float> w;
+  std::vector<double> cw;
+  heavy_tailed_case(n, k, 12345u, &w, &cw);
   for (bool symmetric : {true, false}) {
     WeightQuantArgs a;
     a.bits = 4;
@@ -143,15 +150,9 @@ TEST(WeightQuantizer, Fp8ScaleSearchKeepsTheBestCandidate) {
   // smallest column-weighted squared error of the 16 (ties: the smallest i), never worse than plain RTN
   // (i = 0), strictly better on some rows of random data.
   const int64_t n = 24, k = 96;
-  std::vector<float> w(static_cast<size_t>(n * k));
-  std::vector<double> cw(static_cast<size_t>(k));
-  uint32_t state = 777;
-  auto uniform = [&]() {
-    state = state * 1664525u + 1013904223u;
-    return (state >> 8) / 16777216.0;
-  };
-  for (auto& v : w) v = static_cast<float>((uniform() - 0.5) * std::pow(uniform() + 0.05, -1.5));
-  for (auto& v : cw) v = uniform() * 4;
+  std::vector<float> w;
+  std::vector<double> cw;
+  heavy_tailed_case(n, k, 777u, &w, &cw);
   WeightQuantArgs a;
   a.is_float = true;
   a.mse_clip = true;
