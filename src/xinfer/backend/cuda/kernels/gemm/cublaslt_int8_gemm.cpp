@@ -216,7 +216,7 @@ void CublasLtInt8Gemm::choose(Plan& plan, int rows, const Int8GemmArgs& g, const
                           plan.d, &plan.algos[i], tune_workspace_, workspace_bytes_, tune_stream_);
   };
   float best_ms = 0;
-  int best = 0;
+  int best = -1;  // the first algorithm that launches is the reference (normally the heuristic's first)
   for (size_t i = 0; i < plan.algos.size(); ++i) {
     if (launch(i) != CUBLAS_STATUS_SUCCESS) continue;  // an algorithm that refuses to launch is never chosen
     float t = 1e30f;
@@ -230,13 +230,14 @@ void CublasLtInt8Gemm::choose(Plan& plan, int rows, const Int8GemmArgs& g, const
       t = std::min(t, ms);
     }
     // The heuristic's first keeps its place unless beaten by more than 1%.
-    if (i == 0 || t < best_ms * 0.99f) {
+    if (best < 0 || t < best_ms * 0.99f) {
       best_ms = t;
       best = static_cast<int>(i);
     }
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+  if (best < 0) return;  // none launched here: run() keeps the heuristic's first (and reports its error)
   plan.chosen = best;
   bucket_choice_[bucket] = plan.algos[static_cast<size_t>(best)];
 }
