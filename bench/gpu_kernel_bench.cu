@@ -27,6 +27,7 @@
 #include "xinfer/backend/cuda/cuda_backend.h"
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/device_ceilings.h"
+#include "gpu_bench_util.h"
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
 #include "xinfer/backend/cuda/kernels/attention/paged_decode_attention.h"
 #include "xinfer/backend/cuda/kernels/attention/paged_prefill_attention.h"
@@ -76,19 +77,10 @@ void report(const std::string& what, double seconds, double amount, bool flops, 
   std::fflush(stdout);
 }
 
-// Times `ops` calls of fn(i) recorded in one CUDA graph on `stream` (decode steps run as graph replays
-// in serving): median of 5 replays, per call.
+// Seconds per call of fn(i), `ops` calls recorded in one CUDA graph on `stream` (decode steps run as graph
+// replays in serving): gpu_bench_util.h's graph_us.
 double time_graph(cudaStream_t stream, int ops, const std::function<void(int)>& fn) {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  XI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-  for (int i = 0; i < ops; ++i) fn(i);
-  XI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  XI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  const double t = time_op(stream, 3, [&](int) { XI_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }) / ops;
-  XI_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  XI_CUDA_CHECK(cudaGraphDestroy(graph));
-  return t;
+  return graph_us(stream, ops, fn) * 1e-6;
 }
 
 // A decode-only step of `batch` sequences of `ctx` tokens each, the newest one decoded: sequence b holds blocks
