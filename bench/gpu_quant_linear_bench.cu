@@ -11,7 +11,9 @@
 //   - m = 16, 32: the GEMV in launches of 8 rows against dequantize + bf16 GEMM (where the crossover is; GB/s
 //     of both on the same basis, one pass over the quantized bytes, so they compare by time);
 //   - prefill (m = 2048): dequantize + bf16 GEMM in TFLOP/s against the bf16 GEMM alone;
-//   - W8A8-FP8: our FP8 GEMV alone (m <= 16, each pipelined schedule, on e4m3 x), then per-token activation
+//   - W8A8-FP8: our FP8 GEMV alone (m <= 16, each pipelined schedule, on e4m3 x), the CUDA-core FP8 GEMV on e4m3 x
+//     and with the activation quantization fused (m 1..4, "fp8 quantizing": bf16 x in, the default marked *),
+//     then per-token activation
 //     quantization + FP8 GEMV (m <= 16) / cuBLASLt FP8 GEMM through CudaBackend::linear at the same m: bytes = e4m3 weight + f32 scales + x + y; TFLOP/s at m = 2048 against the bf16 ceiling (FP8 dense
 //     peak is twice bf16's).
 // Checked first on every shape and format: the GEMV and the dequantize path agree (relative L2 < 1e-2 at
@@ -250,6 +252,24 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
                                           s, dc);
               });
               line(what + " fp8 " + cuda::to_string(dc), tc, static_cast<double>(qbytes) + fio, false, bw);
+            }
+            // The same with the activation quantization fused (bf16 x in: the bytes of the unfused linear below).
+            const cuda::DotGemvConfig fchosen = cuda::fp8_quant_dot_gemv_default_config(sh.n, sh.k, true);
+            for (int ci = 0; ci < nc; ++ci) {
+              cuda::DotGemvConfig dc = dcs[ci];
+              dc.pdl = true;
+              if (!cuda::fp8_quant_dot_gemv_supports(sh.n, sh.k, m, dc)) continue;
+              const double tc = graph_us(s, 20, [&](int i) {
+                const backend::LinearWeights& lw = wi(i);
+                cuda::launch_fp8_quant_dot_gemv({static_cast<const __nv_bfloat16*>(x.view.data), nullptr,
+                                                 static_cast<const uint8_t*>(lw.weight.data),
+                                                 static_cast<const float*>(lw.scales.data), true, nullptr, y.view.data,
+                                                 false, m, sh.n, sh.k},
+                                                s, dc);
+              });
+              const bool is_default = dc.rows == fchosen.rows && dc.unroll == fchosen.unroll && dc.split == fchosen.split;
+              line(what + " fp8 quantizing " + cuda::to_string(dc) + (is_default ? " *" : ""), tc,
+                   static_cast<double>(qbytes) + io, false, bw);
             }
           }
         }

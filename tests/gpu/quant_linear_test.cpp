@@ -34,6 +34,7 @@
 #include "gpu_test_util.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
+#include "xinfer/backend/cuda/kernels/quant/quantize_activations.h"
 #include "xinfer/model/gguf_repack.h"
 #include "xinfer/quant/gguf_types.h"
 #include "xinfer/quant/quantized_linear.h"
@@ -518,6 +519,98 @@ TEST(QuantLinear, Fp8DotGemvSchedulesMatchReference) {
       }
   }
   std::printf("[ dot   ] fp8: worst relative L2 vs f64: bf16 out %.3g, f32 out %.3g\n", worst[0], worst[1]);
+}
+
+// The FP8 dot GEMV with the activation quantization fused (launch_fp8_quant_dot_gemv) against the two-kernel
+// path it replaces (launch_quantize_fp8_rows, then launch_fp8_dot_gemv with the same schedule): the same bits,
+// for every smem_x schedule, m 1..4, dynamic and static activation scales, bf16 and f32 out, on bf16 x with an
+// outlier channel and an all-zero row (scale 0: codes 0, y = bias); then the backend's m = 1 decode row takes it.
+TEST(QuantLinear, Fp8FusedQuantDotGemvEqualsQuantizeThenGemv) {
+  std::mt19937 rng(47);
+  std::uniform_int_distribution<int> byte(0, 255);
+  int count = 0;
+  const cuda::DotGemvConfig* configs = cuda::dot_gemv_configs(&count);
+  struct Case {
+    int n, k;
+    bool per_channel, static_scale;
+  };
+  const std::vector<Case> cases = {{33, 576, true, false},  {4097, 1024, false, false}, {40, 14336, true, false},
+                                   {7, 16, false, true},    {1, 192, true, false},      {300, 4096, true, true}};
+  int run = 0;
+  for (const Case& cs : cases) {
+    std::vector<uint8_t> w(static_cast<size_t>(cs.n) * cs.k);
+    for (auto& b : w) {
+      b = static_cast<uint8_t>(byte(rng));
+      if ((b & 0x7f) == 0x7f) b ^= 1;  // no NaN codes
+    }
+    std::vector<float> ws(cs.per_channel ? cs.n : 1);
+    for (auto& v : ws) v = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / std::sqrt(float(cs.k));
+    const std::vector<float> input_scale = {2.5f / 448.0f};  // |x| past 2.5 saturates
+    std::vector<float> bias = random_bf16(static_cast<size_t>(cs.n), rng, 0.5f);
+    auto wd = gpu().upload(raw_view(w, DType::kFP8E4M3, Shape{cs.n, cs.k}), DType::kFP8E4M3);
+    auto wsd = gpu().upload(raw_view(ws, DType::kF32, Shape{static_cast<int64_t>(ws.size())}), DType::kF32);
+    auto isd = gpu().upload(raw_view(input_scale, DType::kF32, Shape{1}), DType::kF32);
+    auto bd = gpu().upload(host_view(bias, Shape{cs.n}), DType::kBF16);
+    const float* in_scale = cs.static_scale ? static_cast<const float*>(isd.view.data) : nullptr;
+    for (int m = 1; m <= 4; ++m) {
+      std::vector<float> x = random_bf16(static_cast<size_t>(m) * cs.k, rng);
+      for (int t = 0; t < m; ++t) x[static_cast<size_t>(t) * cs.k + (7 * t + 3) % cs.k] = 40.0f * (t + 1);  // outliers
+      if (m == 3) std::fill(x.begin() + cs.k, x.begin() + 2 * cs.k, 0.0f);  // row 1: all zero
+      auto xd = gpu().upload(host_view(x, Shape{m, cs.k}), DType::kBF16);
+      auto xq = gpu().allocate(DType::kFP8E4M3, Shape{m, cs.k});
+      auto xs = gpu().allocate(DType::kF32, Shape{m});
+      cuda::launch_quantize_fp8_rows(static_cast<const __nv_bfloat16*>(xd.view.data), m, cs.k, in_scale,
+                                     static_cast<uint8_t*>(xq.view.data), static_cast<float*>(xs.view.data), gpu().stream());
+      for (int ci = 0; ci < count; ++ci) {
+        cuda::DotGemvConfig config = configs[ci];
+        if (!config.smem_x) {
+          EXPECT_FALSE(cuda::fp8_quant_dot_gemv_supports(cs.n, cs.k, m, config)) << cuda::to_string(config);
+          continue;
+        }
+        if (static_cast<size_t>(m) * cs.k * 2 > 48 * 1024) {
+          EXPECT_FALSE(cuda::fp8_quant_dot_gemv_supports(cs.n, cs.k, m, config));
+          continue;
+        }
+        ASSERT_TRUE(cuda::fp8_quant_dot_gemv_supports(cs.n, cs.k, m, config));
+        config.pdl = (ci + m) % 2 == 1;
+        const bool f32_out = run++ % 2 == 0, with_bias = (ci + m) % 3 != 1;
+        const auto* b = with_bias ? static_cast<const __nv_bfloat16*>(bd.view.data) : nullptr;
+        auto y1 = gpu().allocate(f32_out ? DType::kF32 : DType::kBF16, Shape{m, cs.n});
+        auto y2 = gpu().allocate(f32_out ? DType::kF32 : DType::kBF16, Shape{m, cs.n});
+        poison(y1.view);
+        poison(y2.view);
+        cuda::launch_fp8_dot_gemv({static_cast<const uint8_t*>(xq.view.data), static_cast<const float*>(xs.view.data),
+                                   static_cast<const uint8_t*>(wd.view.data), static_cast<const float*>(wsd.view.data),
+                                   cs.per_channel, b, y1.view.data, f32_out, m, cs.n, cs.k},
+                                  gpu().stream(), config);
+        cuda::launch_fp8_quant_dot_gemv({static_cast<const __nv_bfloat16*>(xd.view.data), in_scale,
+                                         static_cast<const uint8_t*>(wd.view.data), static_cast<const float*>(wsd.view.data),
+                                         cs.per_channel, b, y2.view.data, f32_out, m, cs.n, cs.k},
+                                        gpu().stream(), config);
+        const std::vector<float> a = download(gpu(), y1.view), c = download(gpu(), y2.view);
+        const std::string what = "fused fp8 dot gemv n=" + std::to_string(cs.n) + " k=" + std::to_string(cs.k) +
+                                 " m=" + std::to_string(m) + (cs.static_scale ? " static" : " dynamic") +
+                                 (f32_out ? " f32 " : " bf16 ") + cuda::to_string(config);
+        int differ = 0, nans = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+          differ += std::memcmp(&a[i], &c[i], sizeof(float)) != 0 ? 1 : 0;
+          nans += std::isnan(c[i]) ? 1 : 0;
+        }
+        EXPECT_EQ(nans, 0) << what << ": unwritten outputs";
+        EXPECT_EQ(differ, 0) << what << ": outputs differ from quantize + dot GEMV";
+        if (m == 3) {
+          for (int j = 0; j < cs.n; ++j) {  // the zero row: exactly the (bf16-valued) bias, or 0
+            EXPECT_EQ(c[static_cast<size_t>(cs.n + j)], with_bias ? bias[static_cast<size_t>(j)] : 0.0f)
+                << what << " zero row, output " << j;
+          }
+        }
+      }
+    }
+  }
+  // The Llama-3.1-8B shapes take the default rule's schedule at m = 1.
+  for (const auto& [n, k] : std::vector<std::pair<int, int>>{{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}})
+    EXPECT_TRUE(cuda::fp8_quant_dot_gemv_supports(n, k, 1, cuda::fp8_quant_dot_gemv_default_config(n, k, true)))
+        << n << " x " << k;
 }
 
 TEST(QuantLinear, DequantizePathMatchesCpuOracle) {

@@ -77,6 +77,7 @@ def guide_ppl(model: Llama, ids: list[int], ctx: int, stride: int, reference: Ll
     """The perplexity guide's loop; with `reference`: mean KL(p_ref || p) and top-1 agreement on the same
     scored labels."""
     seq_len, prev_end, nll_sum, n_scored, windows, kl_sum, agree, ref_nll = len(ids), 0, 0.0, 0, 0, 0.0, 0, 0.0
+    window_nll, window_ref_nll = [], []  # mean NLL of each window's scored tokens
     for begin in range(0, seq_len, stride):
         end = min(begin + ctx, seq_len)
         trg_len = end - prev_end
@@ -89,17 +90,21 @@ def guide_ppl(model: Llama, ids: list[int], ctx: int, stride: int, reference: Ll
         rows = np.nonzero(shifted != -100)[0]
         nll_sum -= lp[rows, shifted[rows]].sum()
         n_scored += len(rows)
+        window_nll.append(-lp[rows, shifted[rows]].mean())
         if reference is not None and len(rows):
             lr = log_softmax(reference.forward(window))[:-1]
             kl_sum += (np.exp(lr[rows]) * (lr[rows] - lp[rows])).sum()
             agree += int((lr[rows].argmax(-1) == lp[rows].argmax(-1)).sum())
             ref_nll -= lr[rows, shifted[rows]].sum()
+            window_ref_nll.append(-lr[rows, shifted[rows]].mean())
         prev_end = end
         if end == seq_len:
             break
-    out = dict(ppl=math.exp(nll_sum / n_scored), nll_sum=nll_sum, tokens_scored=n_scored, windows=windows)
+    out = dict(ppl=math.exp(nll_sum / n_scored), nll_sum=nll_sum, tokens_scored=n_scored, windows=windows,
+               window_mean_nll=window_nll)
     if reference is not None:
-        out.update(kl=kl_sum / n_scored, top1=agree / n_scored, reference_ppl=math.exp(ref_nll / n_scored))
+        out.update(kl=kl_sum / n_scored, top1=agree / n_scored, reference_ppl=math.exp(ref_nll / n_scored),
+                   window_ref_mean_nll=window_ref_nll)
     return out
 
 
@@ -231,6 +236,31 @@ def test_reference_other_model_same_tokenizer(xinfer_bin, tmp_path, shakespeare,
     assert got["reference_ppl"] == pytest.approx(want["reference_ppl"], rel=REL)
     n = got["tokens_scored"]
     assert abs(got["top1"] - want["top1"]) <= 1.0 / n + 1e-12  # one near-tie may flip between f32 and f64
+    # Per window, and the PPL increase over the reference with its paired standard error over the windows.
+    assert got["window_mean_nll"] == pytest.approx(want["window_mean_nll"], rel=REL)
+    assert got["window_ref_mean_nll"] == pytest.approx(want["window_ref_mean_nll"], rel=REL)
+    d = np.array(want["window_mean_nll"]) - np.array(want["window_ref_mean_nll"])
+    assert got["ppl_increase_percent"] == pytest.approx(100 * (want["ppl"] / want["reference_ppl"] - 1), rel=1e-6)
+    se = 100 * np.exp(d.mean()) * d.std(ddof=1) / np.sqrt(len(d))
+    assert got["ppl_increase_se_percent"] == pytest.approx(se, rel=1e-6)
+
+
+def test_scoring_threads_do_not_change_the_figures(xinfer_bin, tmp_path, shakespeare, stories260k_dir, gqa_dir):
+    """The rows of a chunk are scored in parallel and added in order: one scoring thread or several give the
+    same sums to the bit."""
+    text = shakespeare[:1200]
+    runs = []
+    for threads in (1, 2):
+        path = tmp_path / "text.txt"
+        path.write_text(text)
+        r = subprocess.run([str(xinfer_bin), "eval", "ppl", "--threads", str(threads), "--no-progress", "--json",
+                            "--text", str(path), "--model", str(gqa_dir), "--reference", str(stories260k_dir),
+                            "--ctx", "160", "--stride", "70", "--max-tokens", "300"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        runs.append(json.loads(r.stdout))
+    for k in ["nll_sum", "kl", "top1", "reference_ppl", "window_mean_nll", "window_ref_mean_nll"]:
+        assert runs[0][k] == runs[1][k], k
 
 
 @pytest.mark.parametrize("scale", [1.0, 0.03])

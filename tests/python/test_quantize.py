@@ -296,6 +296,33 @@ def test_table_rows_equal_single_runs(xinfer_bin, calib, tmp_path):
         assert total == pytest.approx(row["ppl_increase_percent"], rel=1e-6, abs=1e-9)
 
 
+def test_table_out_writes_each_row_as_a_single_run_would(xinfer_bin, calib, tmp_path):
+    """`--table ROWS --table-out DIR` (no --eval-text: nothing scored) writes each row's checkpoint to DIR/ROW,
+    byte for byte what `--out` writes for the same quantization; an existing DIR needs --overwrite, and
+    --table-out needs --table."""
+    cmd = [str(xinfer_bin), "quantize", "--model", str(BUNDLED), "--calib", str(calib), "--calib-samples", "4",
+           "--calib-len", "64", "--heldout-tokens", "128", "--no-progress"]
+    out = tmp_path / "rows"
+    p = subprocess.run(cmd + ["--table", "w8a16,fp8-sq", "--table-out", str(out)], capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = [json.loads(x) for x in p.stdout.splitlines()]
+    assert [x["row"] for x in lines] == ["w8a16", "fp8-sq"] and "ppl" not in lines[0]
+    assert sorted(x.name for x in out.iterdir()) == ["fp8-sq", "w8a16"]
+    for name, args in [("w8a16", ["--scheme", "w8a16"]), ("fp8-sq", ["--scheme", "w8a8-fp8"])]:
+        one = subprocess.run(cmd + [*args, "--out", str(tmp_path / ("one-" + name))], capture_output=True, text=True,
+                             timeout=600)
+        assert one.returncode == 0, one.stderr[-3000:]
+        for f in ["model.safetensors", "config.json", "tokenizer.json"]:
+            assert (out / name / f).read_bytes() == (tmp_path / ("one-" + name) / f).read_bytes(), (name, f)
+    again = subprocess.run(cmd + ["--table", "w8a16", "--table-out", str(out)], capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode != 0 and "--table-out" in again.stderr and "--overwrite" in again.stderr
+    alone = subprocess.run(cmd + ["--table-out", str(tmp_path / "x")], capture_output=True, text=True, timeout=60)
+    assert alone.returncode != 0 and "--table-out needs --table" in alone.stderr
+    assert not (tmp_path / "x").exists()
+
+
 def test_numpy_reference_e4m3_equals_ml_dtypes():
     """The reference's FP8 rounding (round_e4m3, e4m3_to_float: written from the OCP E4M3FN definition) equals
     ml_dtypes' float8_e4m3fn on tests/golden/e4m3 (every code's value; every finite value, every midpoint between

@@ -160,7 +160,7 @@ int run_ppl(int argc, char** argv) {
             "--model's KV cache: auto (the activation dtype) or fp8 (e4m3; --reference keeps auto), as serve");
   flags.add("--kv-cache-scale", &kv_cache_scale,
             "fp8 KV cache scale of K and V (0 = the checkpoint's k_scale / v_scale, else 1.0), as serve");
-  flags.add("--threads", &threads, "CPU backend threads; 0 = all cores");
+  flags.add("--threads", &threads, "CPU backend threads, and the threads scoring the logits; 0 = all cores");
   flags.add("--tensor-parallel-size", &tensor_parallel_size,
             "split each model over this many ranks (cpu: threads sharing --threads; cuda: GPUs 0..N-1); must "
             "divide the attention heads and the FFN width");
@@ -270,10 +270,17 @@ int run_ppl(int argc, char** argv) {
   popts.ctx = ctx;
   popts.stride = stride;
   popts.show_progress = progress;
+  popts.threads = threads;
   auto res = engine::evaluate_perplexity(
       *models[0].windows, models.size() > 1 ? models[1].windows.get() : nullptr, tokens, popts);
   if (!res.ok()) return fail(res.status());
   const double run_s = std::chrono::duration<double>(Clock::now() - t_run).count();
+  std::optional<engine::PplIncrease> increase;  // over the reference, paired over windows
+  if (res->has_reference) {
+    auto inc = engine::paired_ppl_increase(res->window_mean_nll(), res->window_ref_mean_nll());
+    if (!inc.ok()) return fail(inc.status());
+    increase = std::move(*inc);
+  }
 
   if (as_json) {
     json j = {{"model", model_path},
@@ -298,7 +305,11 @@ int run_ppl(int argc, char** argv) {
       j["kl"] = res->mean_kl();
       j["top1"] = res->top1();
       j["reference_ppl"] = res->reference_ppl();
+      j["ppl_increase_percent"] = 100.0 * (res->ppl() / res->reference_ppl() - 1.0);
+      j["ppl_increase_se_percent"] = increase->se_percent;
+      j["window_ref_mean_nll"] = res->window_ref_mean_nll();
     }
+    j["window_mean_nll"] = res->window_mean_nll();
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("model %s on %s (%s)\n", model_path.c_str(), text_path.c_str(), backend.info().name.c_str());
@@ -310,6 +321,10 @@ int run_ppl(int argc, char** argv) {
     if (res->has_reference)
       std::printf("vs reference %s: mean KL(ref || model) %.6g nats, top-1 agreement %.4f%%, reference ppl %.6f\n",
                   reference_path.c_str(), res->mean_kl(), 100.0 * res->top1(), res->reference_ppl());
+    if (res->has_reference)
+      std::printf("ppl increase over the reference %+.3f%% (standard error %.3f%%, paired over %lld windows)\n",
+                  100.0 * (res->ppl() / res->reference_ppl() - 1.0), increase->se_percent,
+                  static_cast<long long>(res->windows));
     std::printf("%.2f s (%.1f scored tokens/s), load %.2f s\n", run_s,
                 run_s > 0 ? static_cast<double>(res->tokens_scored) / run_s : 0.0, load_s);
   }

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -112,11 +113,14 @@ Result<compress::ModelDirContents> tokenizer_files(const std::string& model_path
 //                      w4a16-gptq-mse, w4a16-gptq-actorder-mse: the same with the MSE clip search of the
 //                      group scales (weight_quantizer.h)
 // GPTQ rows take --damp and --act-order from the command line (the -float / -actorder rows override theirs).
+// Without evaluation tokens the rows are not scored; `write_row` (if set: --table-out) writes each row's
+// checkpoint, exactly what --out would write for it.
 int run_table(const std::string& spec, const compress::QuantizeOptions& base, double max_ppl_increase,
               model::LlamaModel& m, backend::Backend& backend, const std::vector<std::vector<int32_t>>& windows,
               const compress::QuantizeHooks& hooks, engine::WindowLogits& runner, engine::WindowLogits& ref_runner,
               const std::vector<int32_t>& eval_ids, int eval_ctx, const std::string& report_path,
-              const std::string& model_path, const std::string& calib_path, bool progress) {
+              const std::string& model_path, const std::string& calib_path, bool progress,
+              const std::function<Status(const compress::ModelQuantizer&, const std::string&)>& write_row) {
   using compress::Granularity;
   using compress::LayerSelection;
   using compress::Scheme;
@@ -150,30 +154,22 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
   po.ctx = eval_ctx;
   po.stride = eval_ctx;
   po.show_progress = progress;
-  po.keep_token_logprobs = true;  // per-window figures: the spread of a row's PPL increase over the windows
-  auto plan = engine::plan_score_windows(static_cast<int64_t>(eval_ids.size()), po.ctx, po.stride);
-  if (!plan.ok()) return 1;
-  // Mean NLL of each window's scored tokens.
-  auto window_nll = [&](const engine::PerplexityResult& r) {
-    std::vector<double> out;
-    for (const engine::ScoreWindow& w : *plan) {
-      double s = 0;
-      for (int64_t t = w.first_target; t < w.end; ++t) s -= r.token_logprobs[static_cast<size_t>(t)];
-      out.push_back(s / static_cast<double>(w.end - w.first_target));
-    }
-    return out;
-  };
   // The reference's scored logits rows are kept (up to 4 GiB: 21k tokens of a 49k vocabulary) so that
   // each row runs only its own model; the figures equal those with the reference run again.
   const bool keep_ref = static_cast<double>(eval_ids.size()) * ref_runner.vocab_size() * sizeof(float) <= 4.0 * (1ull << 30);
   engine::RecordedLogits ref_logits;
-  auto base_res = engine::evaluate_perplexity(ref_runner, nullptr, eval_ids, po, keep_ref ? &ref_logits : nullptr);
-  if (!base_res.ok()) return 1;
-  const std::vector<double> base_nll = window_nll(*base_res);
+  const bool score = !eval_ids.empty();
+  engine::PerplexityResult base_res;
   json table = json::array();
-  table.push_back({{"row", "baseline"}, {"ppl", base_res->ppl()}, {"tokens_scored", base_res->tokens_scored}});
-  std::printf("%s\n", table.back().dump().c_str());
-  std::fflush(stdout);
+  if (score) {
+    auto r = engine::evaluate_perplexity(ref_runner, nullptr, eval_ids, po, keep_ref ? &ref_logits : nullptr);
+    if (!r.ok()) return 1;
+    base_res = std::move(*r);
+    table.push_back({{"row", "baseline"}, {"ppl", base_res.ppl()}, {"tokens_scored", base_res.tokens_scored}});
+    std::printf("%s\n", table.back().dump().c_str());
+    std::fflush(stdout);
+  }
+  const std::vector<double> base_nll = base_res.window_mean_nll();
 
   compress::QuantizeOptions calib_opts = base;
   calib_opts.gptq = true;  // the float model's Hessians for the *-float GPTQ rows
@@ -238,34 +234,26 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
       q->set_selection(o.selection);
     }
     if (Status s = q->select(hooks); !s.ok()) return 1;
-    auto r = keep_ref ? engine::evaluate_perplexity(runner, nullptr, eval_ids, po, nullptr, &ref_logits)
-                      : engine::evaluate_perplexity(runner, &ref_runner, eval_ids, po);
-    if (!r.ok()) return 1;
     const json rep = q->report();
     if (row == "sq-search-partial") searched_n = rep["quantized_layers"].get<int>();
     json line = {{"row", row},
                  {"scheme", rep["scheme"]},
-                 {"ppl", r->ppl()},
-                 {"ppl_increase_percent", 100.0 * (r->ppl() / base_res->ppl() - 1.0)},
-                 {"kl", r->mean_kl()},
-                 {"top1", r->top1()},
                  {"quantized_layers", rep["quantized_layers"]},
                  {"decoder_linear_flops_quantized", rep["decoder_linear_flops_quantized"]},
                  {"all_linear_flops_quantized", rep["all_linear_flops_quantized"]}};
-    {
-      // Paired over windows: d_w = the row's mean NLL - the baseline's in window w; the PPL increase's
-      // standard error (percent) ~ 100 exp(mean d) std(d) / sqrt(W) (windows equally long up to the last).
-      const std::vector<double> nll = window_nll(*r);
-      const size_t W = nll.size();
-      std::vector<double> d(W);
-      double mean = 0;
-      for (size_t i = 0; i < W; ++i) mean += (d[i] = nll[i] - base_nll[i]) / static_cast<double>(W);
-      double var = 0;
-      for (double x : d) var += (x - mean) * (x - mean) / static_cast<double>(W > 1 ? W - 1 : 1);
-      line["ppl_increase_se_percent"] = W > 1 ? 100.0 * std::exp(mean) * std::sqrt(var / static_cast<double>(W)) : 0.0;
-      json wi = json::array();
-      for (double x : d) wi.push_back(100.0 * (std::exp(x) - 1.0));
-      line["window_ppl_increase_percent"] = wi;
+    if (score) {
+      auto r = keep_ref ? engine::evaluate_perplexity(runner, nullptr, eval_ids, po, nullptr, &ref_logits)
+                        : engine::evaluate_perplexity(runner, &ref_runner, eval_ids, po);
+      if (!r.ok()) return 1;
+      line["ppl"] = r->ppl();
+      line["ppl_increase_percent"] = 100.0 * (r->ppl() / base_res.ppl() - 1.0);
+      line["kl"] = r->mean_kl();
+      line["top1"] = r->top1();
+      // Paired over windows (engine::paired_ppl_increase): the spread of the row's PPL increase.
+      if (auto inc = engine::paired_ppl_increase(r->window_mean_nll(), base_nll); inc.ok()) {
+        line["ppl_increase_se_percent"] = inc->se_percent;
+        line["window_ppl_increase_percent"] = inc->window_percent;
+      }
     }
     if (rep.contains("heldout_selected_ppl")) line["heldout_ppl_increase_percent"] =
         100.0 * (rep["heldout_selected_ppl"].get<double>() / rep["heldout_baseline_ppl"].get<double>() - 1.0);
@@ -273,6 +261,12 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
     for (const auto& l : rep["layers"])
       if (!l["quantized"].get<bool>()) kept.push_back(l["layer"].get<int>());
     line["kept_layers"] = kept;
+    if (write_row) {
+      if (Status st = write_row(*q, row); !st.ok()) {
+        std::fprintf(stderr, "xinfer quantize: --table-out row %s: %s\n", row.c_str(), st.to_string().c_str());
+        return 1;
+      }
+    }
     std::printf("%s\n", line.dump().c_str());
     std::fflush(stdout);
     json full = line;
@@ -296,7 +290,7 @@ int run_quantize(int argc, char** argv) {
   double max_ppl_increase = -1, damp = 0.01;
   bool static_groups = true;
   bool overwrite = false, act_order = false, symmetric = true, progress = true;
-  std::string table_rows, gptq_hessians = "sequential";
+  std::string table_rows, table_out, gptq_hessians = "sequential";
   FlagSet flags("xinfer quantize",
                 "Quantize a float model into a compressed-tensors checkpoint, on the CPU.\n"
                 "Schemes: w8a8-int8 (SmoothQuant: int8 per-channel weights, dynamic per-token int8 activations),\n"
@@ -339,7 +333,11 @@ int run_quantize(int argc, char** argv) {
   flags.add("--eval-ctx", &eval_ctx, "window length for --eval-text (stride = ctx)");
   flags.add("--table", &table_rows,
             "accuracy table: quantize the model once per listed row (comma-separated names, or 'all') from one "
-            "calibration and score each with --eval-text; writes nothing but --report (docs/quantize.md)");
+            "calibration and score each with --eval-text; writes nothing but --report and --table-out "
+            "(docs/quantize.md)");
+  flags.add("--table-out", &table_out,
+            "with --table: write each row's checkpoint to DIR/ROW (what --out writes for it), e.g. to score "
+            "them with `xinfer eval ppl --backend cuda`; DIR must not exist unless --overwrite");
   flags.add("--threads", &threads, "CPU threads; 0 = all cores");
   flags.add("--progress", &progress, "progress bars (stderr)");
   if (int rc = flags.parse_or_exit_code(argc, argv); rc >= 0) return rc;
@@ -353,8 +351,13 @@ int run_quantize(int argc, char** argv) {
   if (calib_path.empty()) return fail(invalid_argument("--calib is required"));
   auto scheme = compress::parse_scheme(scheme_name);
   if (!scheme.ok()) return fail(scheme.status());
-  if (out.empty() && eval_path.empty()) return fail(invalid_argument("--out is required"));
-  if (!table_rows.empty() && eval_path.empty()) return fail(invalid_argument("--table needs --eval-text"));
+  if (out.empty() && eval_path.empty() && table_out.empty()) return fail(invalid_argument("--out is required"));
+  if (!table_rows.empty() && eval_path.empty() && table_out.empty())
+    return fail(invalid_argument("--table needs --eval-text or --table-out"));
+  if (!table_out.empty() && table_rows.empty()) return fail(invalid_argument("--table-out needs --table"));
+  if (!table_out.empty() && !out.empty()) return fail(invalid_argument("give --out or --table-out, not both"));
+  if (std::error_code ec; !table_out.empty() && fs::exists(table_out, ec) && !overwrite)
+    return fail(invalid_argument("--table-out " + table_out + " already exists (use --overwrite to replace its rows)"));
   if (!out.empty())
     if (Status s = compress::check_output_dir(out, overwrite); !s.ok()) return fail(s);
   if (method != "rtn" && method != "gptq")
@@ -497,8 +500,25 @@ int run_quantize(int argc, char** argv) {
     auto ref = model::LlamaModel::load(model_path, backend, lo);
     if (!ref.ok()) return fail(ref.status());
     engine::WindowLogits ref_runner(**ref, backend, ctx, chunk, 16);
+    std::function<Status(const compress::ModelQuantizer&, const std::string&)> write_row;
+    std::optional<compress::ModelDirContents> extra;
+    if (!table_out.empty()) {
+      auto e = tokenizer_files(model_path);
+      if (!e.ok()) return fail(e.status());
+      extra = std::move(*e);
+      std::error_code ec;
+      fs::create_directories(table_out, ec);
+      if (ec) return fail(unavailable("cannot create --table-out " + table_out + ": " + ec.message()));
+      write_row = [&](const compress::ModelQuantizer& q, const std::string& row) {
+        const std::string dir = (fs::path(table_out) / row).string();
+        XI_RETURN_IF_ERROR(q.write(dir, overwrite, *config, *extra));
+        XI_LOG(INFO) << "quantize: wrote " << dir;
+        return Status::ok_status();
+      };
+    }
     return run_table(table_rows, qo, max_ppl_increase < 0 ? 1.0 : max_ppl_increase, m, backend, windows, hooks,
-                     runner, ref_runner, eval_ids, eval_ctx, report_path, model_path, calib_path, progress);
+                     runner, ref_runner, eval_ids, eval_ctx, report_path, model_path, calib_path, progress,
+                     write_row);
   }
   compress::ModelQuantizer quantizer(m, backend, qo);
   if (Status s = quantizer.calibrate(windows, hooks); !s.ok()) return fail(s);

@@ -7,6 +7,7 @@
 
 #include "xinfer/core/check.h"
 #include "xinfer/core/progress_bar.h"
+#include "xinfer/core/thread_pool.h"
 #include "xinfer/engine/model_runner.h"
 
 namespace xinfer::engine {
@@ -41,6 +42,43 @@ double log_sum_exp(std::span<const float> x) {
   return m + std::log(s);
 }
 
+// KL(softmax(ref) || softmax(x)) from the two log-sum-exps.
+double kl_with(std::span<const float> ref_logits, double lse_ref, std::span<const float> logits, double lse) {
+  double kl = 0;
+  for (size_t v = 0; v < logits.size(); ++v) {
+    const double lp_ref = static_cast<double>(ref_logits[v]) - lse_ref;
+    kl += std::exp(lp_ref) * (lp_ref - (static_cast<double>(logits[v]) - lse));
+  }
+  return std::max(kl, 0.0);  // rounding can leave -1e-17 for identical rows
+}
+
+// One scored position's figures.
+struct RowScore {
+  double lp = 0, ref_lp = 0, kl = 0;
+  bool agree = false;
+};
+
+RowScore score_row(std::span<const float> row, std::span<const float> ref, int32_t token) {
+  XI_CHECK(token >= 0 && static_cast<size_t>(token) < row.size()) << "token " << token << " vocab " << row.size();
+  RowScore s;
+  const double lse = log_sum_exp(row);
+  s.lp = static_cast<double>(row[static_cast<size_t>(token)]) - lse;
+  if (!ref.empty()) {
+    const double lse_ref = log_sum_exp(ref);
+    s.ref_lp = static_cast<double>(ref[static_cast<size_t>(token)]) - lse_ref;
+    s.kl = kl_with(ref, lse_ref, row, lse);
+    s.agree = argmax_first(ref) == argmax_first(row);
+  }
+  return s;
+}
+
+std::vector<double> window_means(const std::vector<double>& sums, const std::vector<int64_t>& counts) {
+  std::vector<double> out(sums.size());
+  for (size_t w = 0; w < sums.size(); ++w)
+    out[w] = counts[w] ? sums[w] / static_cast<double>(counts[w]) : 0.0;
+  return out;
+}
+
 }  // namespace
 
 double token_logprob(std::span<const float> logits, int32_t token) {
@@ -51,13 +89,7 @@ double token_logprob(std::span<const float> logits, int32_t token) {
 
 double kl_divergence(std::span<const float> ref_logits, std::span<const float> logits) {
   XI_CHECK_EQ(ref_logits.size(), logits.size());
-  const double lse_ref = log_sum_exp(ref_logits), lse = log_sum_exp(logits);
-  double kl = 0;
-  for (size_t v = 0; v < logits.size(); ++v) {
-    const double lp_ref = static_cast<double>(ref_logits[v]) - lse_ref;
-    kl += std::exp(lp_ref) * (lp_ref - (static_cast<double>(logits[v]) - lse));
-  }
-  return std::max(kl, 0.0);  // rounding can leave -1e-17 for identical rows
+  return kl_with(ref_logits, log_sum_exp(ref_logits), logits, log_sum_exp(logits));
 }
 
 int32_t argmax_first(std::span<const float> logits) {
@@ -71,6 +103,28 @@ double PerplexityResult::ppl() const {
 
 double PerplexityResult::reference_ppl() const {
   return std::exp(tokens_scored ? ref_nll_sum / static_cast<double>(tokens_scored) : 0.0);
+}
+
+std::vector<double> PerplexityResult::window_mean_nll() const { return window_means(window_nll_sum, window_tokens); }
+std::vector<double> PerplexityResult::window_ref_mean_nll() const {
+  return window_means(window_ref_nll_sum, window_tokens);
+}
+
+Result<PplIncrease> paired_ppl_increase(std::span<const double> window_nll, std::span<const double> base_window_nll) {
+  if (window_nll.empty() || window_nll.size() != base_window_nll.size())
+    return invalid_argument("paired PPL increase: " + std::to_string(window_nll.size()) + " windows against " +
+                            std::to_string(base_window_nll.size()));
+  const size_t W = window_nll.size();
+  std::vector<double> d(W);
+  double mean = 0;
+  for (size_t i = 0; i < W; ++i) mean += (d[i] = window_nll[i] - base_window_nll[i]) / static_cast<double>(W);
+  double var = 0;
+  for (double x : d) var += (x - mean) * (x - mean) / static_cast<double>(W > 1 ? W - 1 : 1);
+  PplIncrease r;
+  r.percent = 100.0 * (std::exp(mean) - 1.0);
+  r.se_percent = W > 1 ? 100.0 * std::exp(mean) * std::sqrt(var / static_cast<double>(W)) : 0.0;
+  for (double x : d) r.window_percent.push_back(100.0 * (std::exp(x) - 1.0));
+  return r;
 }
 
 WindowLogits::WindowLogits(model::LlamaModel& model, backend::Backend& backend, int ctx, int chunk,
@@ -139,37 +193,61 @@ Result<PerplexityResult> evaluate_perplexity(WindowLogits& model, WindowLogits* 
   res.has_reference = reference != nullptr || recorded_reference != nullptr;
   if (options.keep_token_logprobs)
     res.token_logprobs.assign(tokens.size(), std::numeric_limits<double>::quiet_NaN());
+  ThreadPool pool(options.threads);
+  std::vector<RowScore> scores;
   ProgressBar bar("Scoring windows", res.windows, "windows", options.show_progress);
   for (const ScoreWindow& w : windows) {
     // Window positions 0 .. fed - 1 are fed; rows first_row .. fed - 1 predict targets first_target .. end
     // - 1.
     const int fed = static_cast<int>(w.end - w.begin) - 1;
     const int first_row = static_cast<int>(w.first_target - w.begin) - 1;
+    int64_t w_tokens = 0;
+    double w_nll = 0, w_ref_nll = 0;
     for (int pos = 0; pos < fed; pos += chunk) {
       const int len = std::min(chunk, fed - pos);
       const auto part = tokens.subspan(static_cast<size_t>(w.begin + pos), static_cast<size_t>(len));
       const int row0 = std::clamp(first_row - pos, 0, len);
       const std::vector<float>& rows = model.run(part, pos, row0);
       const std::vector<float>* ref_rows = reference ? &reference->run(part, pos, row0) : nullptr;
+      const int64_t recorded0 = res.tokens_scored;  // the recorded reference's row of this chunk's row0
+      auto row_of = [&](const std::vector<float>& m, int r) {
+        return std::span(m).subspan(static_cast<size_t>(r - row0) * V, static_cast<size_t>(V));
+      };
+      scores.assign(static_cast<size_t>(len - row0), RowScore{});
+      pool.parallel_for(row0, len, [&](int64_t b, int64_t e) {
+        for (int r = static_cast<int>(b); r < static_cast<int>(e); ++r) {
+          const int32_t target = tokens[static_cast<size_t>(w.begin + pos + r + 1)];
+          std::span<const float> ref;
+          if (ref_rows) ref = row_of(*ref_rows, r);
+          else if (recorded_reference)
+            ref = std::span(recorded_reference->rows)
+                      .subspan(static_cast<size_t>(recorded0 + r - row0) * V, static_cast<size_t>(V));
+          scores[static_cast<size_t>(r - row0)] = score_row(row_of(rows, r), ref, target);
+        }
+      });
       for (int r = row0; r < len; ++r) {
         const int64_t target = w.begin + pos + r + 1;
-        const auto row = std::span(rows).subspan(static_cast<size_t>(r - row0) * V, static_cast<size_t>(V));
-        const double lp = token_logprob(row, tokens[static_cast<size_t>(target)]);
-        res.nll_sum -= lp;
+        const RowScore& s = scores[static_cast<size_t>(r - row0)];
+        res.nll_sum -= s.lp;
+        w_nll -= s.lp;
+        ++w_tokens;
         ++res.tokens_scored;
-        if (options.keep_token_logprobs) res.token_logprobs[static_cast<size_t>(target)] = lp;
-        if (record) record->rows.insert(record->rows.end(), row.begin(), row.end());
-        if (ref_rows || recorded_reference) {
-          const auto ref =
-              ref_rows ? std::span(*ref_rows).subspan(static_cast<size_t>(r - row0) * V, static_cast<size_t>(V))
-                       : std::span(recorded_reference->rows)
-                             .subspan(static_cast<size_t>(res.tokens_scored - 1) * V, static_cast<size_t>(V));
-          res.kl_sum += kl_divergence(ref, row);
-          res.ref_nll_sum -= token_logprob(ref, tokens[static_cast<size_t>(target)]);
-          res.top1_agree += argmax_first(ref) == argmax_first(row) ? 1 : 0;
+        if (options.keep_token_logprobs) res.token_logprobs[static_cast<size_t>(target)] = s.lp;
+        if (record) {
+          const auto row = row_of(rows, r);
+          record->rows.insert(record->rows.end(), row.begin(), row.end());
+        }
+        if (res.has_reference) {
+          res.kl_sum += s.kl;
+          res.ref_nll_sum -= s.ref_lp;
+          w_ref_nll -= s.ref_lp;
+          res.top1_agree += s.agree ? 1 : 0;
         }
       }
     }
+    res.window_tokens.push_back(w_tokens);
+    res.window_nll_sum.push_back(w_nll);
+    res.window_ref_nll_sum.push_back(w_ref_nll);
     bar.advance();
   }
   bar.finish();

@@ -17,6 +17,10 @@
 // weights each window's mean loss by its label count minus one, which differs slightly when stride < ctx).
 // With a reference: per target position KL(p_ref || p) = sum_v p_ref(v) (log p_ref(v) - log p(v)) over the
 // full vocabulary, and top-1 agreement argmax(p) == argmax(p_ref) (ties -> lowest id, as the Sampler).
+// The rows of a chunk are scored on `threads` threads (each row's figures alone, log-sum-exp once per row
+// and model); the sums add the rows in scoring order, so the result does not depend on the thread count.
+// Per window the sums of the scored tokens' NLL (and the reference's) are kept: paired_ppl_increase()
+// gives the PPL increase over the reference with a standard error from the spread over windows.
 #pragma once
 
 #include <cstdint>
@@ -83,6 +87,7 @@ struct PerplexityOptions {
   int stride = 1024;
   bool show_progress = true;         // progress bar over windows (stderr)
   bool keep_token_logprobs = false;  // fill PerplexityResult::token_logprobs
+  int threads = 0;                   // scoring threads; 0 = all cores
 };
 
 struct PerplexityResult {
@@ -96,13 +101,30 @@ struct PerplexityResult {
   // With keep_token_logprobs: [num_tokens], log p(token t | its window's context) for scored t, NaN for the
   // others (token 0, and with stride == ctx each window's first token).
   std::vector<double> token_logprobs;
+  // Per window (plan_score_windows' order): scored tokens, their NLL sum, the reference's NLL sum.
+  std::vector<int64_t> window_tokens;
+  std::vector<double> window_nll_sum, window_ref_nll_sum;
 
   double mean_nll() const { return tokens_scored ? nll_sum / static_cast<double>(tokens_scored) : 0.0; }
   double ppl() const;
   double mean_kl() const { return tokens_scored ? kl_sum / static_cast<double>(tokens_scored) : 0.0; }
   double reference_ppl() const;  // exp(ref_nll_sum / tokens_scored)
   double top1() const { return tokens_scored ? static_cast<double>(top1_agree) / tokens_scored : 0.0; }
+  // Mean NLL of each window's scored tokens: this model's, the reference's.
+  std::vector<double> window_mean_nll() const;
+  std::vector<double> window_ref_mean_nll() const;
 };
+
+// The PPL increase of a model over a baseline on the same windows, in percent, and its standard error from
+// the windows as paired samples: d_w = the model's mean NLL in window w - the baseline's; increase =
+// 100 (exp(mean d) - 1) (windows of equal length: the ratio of the two PPLs up to the shorter last window),
+// s.e. = 100 exp(mean d) std(d) / sqrt(W) (0 for one window). INVALID_ARGUMENT when the counts differ or are 0.
+struct PplIncrease {
+  double percent = 0;
+  double se_percent = 0;
+  std::vector<double> window_percent;  // 100 (exp(d_w) - 1) per window
+};
+Result<PplIncrease> paired_ppl_increase(std::span<const double> window_nll, std::span<const double> base_window_nll);
 
 // A model's logits rows at the scored positions of one evaluation, kept so that several models can be
 // compared with one reference without running it again (the accuracy table of `xinfer quantize`).

@@ -9,6 +9,7 @@
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_gemv_math.cuh"
+#include "xinfer/backend/cuda/kernels/quant/activation_quant.cuh"
 #include "xinfer/backend/cuda/kernels/pdl.cuh"
 
 namespace xinfer::cuda {
@@ -17,17 +18,22 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr size_t kMaxSmemX = 48 * 1024;  // smem_x: no opt-in attribute needed
-// The kernels' weight kinds: kBits 4 (int4), 8 (int8), kFp8 (W8A8-FP8: e4m3 weights and e4m3 x).
+// The kernels' weight kinds: kBits 4 (int4), 8 (int8), kFp8 (W8A8-FP8: e4m3 weights and e4m3 x), kFp8Quant
+// (e4m3 weights, bf16 x that each CTA quantizes to e4m3 itself: smem_x schedules only).
 constexpr int kFp8 = 0;
+constexpr int kFp8Quant = 1;
+template <int kBits>
+constexpr bool kIsFp8 = kBits == kFp8 || kBits == kFp8Quant;
 // A lane's chunk: 16 bytes of a row = 32 int4 / 16 int8 or e4m3 columns.
 template <int kBits>
 constexpr int kChunkCols = kBits == 4 ? 32 : 16;
 
 struct DotParams {
-  const __nv_bfloat16* x;     // [m, k] (int4 / int8)
+  const __nv_bfloat16* x;     // [m, k] (int4 / int8 / kFp8Quant)
   const uint8_t* xq;          // [m, k] e4m3 (kFp8)
   const float* x_scales;      // [m] (kFp8)
-  bool per_channel;           // kFp8: scales [n] (else [1])
+  const float* input_scale;   // kFp8Quant: [1] static per-tensor scale, or nullptr (dynamic per token)
+  bool per_channel;           // FP8: scales [n] (else [1])
   const uint8_t* w;           // [n, k / 2]
   const float* scales;        // [n, G] (kFp8: [n] or [1])
   const uint8_t* zeros;       // [n, G] or nullptr (8)
@@ -118,8 +124,11 @@ __device__ __forceinline__ void x_pairs_natural(const uint4& a, uint32_t (&xp)[4
 // 8 columns, stored word-major: [t][i][c] with i the 8-column word of chunk c, so a warp's 32 lanes read 512
 // consecutive bytes) and every warp reads its pairs there: the conversion is shared by the CTA's rows
 // instead of each warp's.
+// kFp8Quant: before that, the CTA computes each token's scale and e4m3 codes as quantize_activations.h's
+// kernel does (act_quant: the same bits), and keeps the scale for the epilogue.
 template <int kBits, int kM, int kR, int kU, int kS, bool kXs>
 __global__ void __launch_bounds__(kThreads) dot_gemv_kernel(DotParams p) {
+  static_assert(kBits != kFp8Quant || kXs, "the fused FP8 quantization writes x to shared memory");
   constexpr int kCols = kChunkCols<kBits>;
   constexpr int kWords = kCols / 8;  // 8-column x words per chunk: 4 (int4), 2 (int8)
   extern __shared__ uint4 xs[];      // kXs: [kM][kWords][chunks]
@@ -146,7 +155,7 @@ __global__ void __launch_bounds__(kThreads) dot_gemv_kernel(DotParams p) {
       for (int r = 0; r < kR; ++r) {
         if (c < chunks) {
           wv[u][r] = load_weights(p.w + static_cast<size_t>(row[r]) * row_bytes + static_cast<size_t>(c) * 16);
-          if constexpr (kBits == kFp8) {
+          if constexpr (kIsFp8<kBits>) {
             sc[u][r] = 0.f;
             zc[u][r] = 0;
           } else {
@@ -169,7 +178,33 @@ __global__ void __launch_bounds__(kThreads) dot_gemv_kernel(DotParams p) {
   load(base);  // weights only: before pdl_wait() (they do not depend on earlier kernels)
   pdl_release();
   pdl_wait();
-  if constexpr (kXs) {
+  float x_scale[kM];  // kFp8Quant: the tokens' scales
+  if constexpr (kBits == kFp8Quant) {
+    __shared__ float red[kWarps];
+    const int per_token = kWords * chunks;  // = k / 8
+#pragma unroll
+    for (int t = 0; t < kM; ++t) {
+      const __nv_bfloat16* xr = p.x + static_cast<size_t>(t) * p.k;
+      x_scale[t] = act_quant::row_scale<kThreads>(xr, p.k, p.input_scale, act_quant::kFp8Max, red);
+      const float inv = act_quant::inverse_scale(x_scale[t]);
+      for (int g = static_cast<int>(threadIdx.x); g < per_token; g += kThreads) {
+        const uint4 a = __ldg(reinterpret_cast<const uint4*>(xr + g * 8));
+        uint32_t q[2];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const uint32_t lo = (&a.x)[2 * j], hi = (&a.x)[2 * j + 1];
+          q[j] = static_cast<uint32_t>(act_quant::to_e4m3(__uint_as_float(lo << 16), inv)) |
+                 static_cast<uint32_t>(act_quant::to_e4m3(__uint_as_float(lo & 0xffff0000u), inv)) << 8 |
+                 static_cast<uint32_t>(act_quant::to_e4m3(__uint_as_float(hi << 16), inv)) << 16 |
+                 static_cast<uint32_t>(act_quant::to_e4m3(__uint_as_float(hi & 0xffff0000u), inv)) << 24;
+        }
+        uint32_t v[4];
+        fp8_x_pairs(make_uint2(q[0], q[1]), v);
+        xs[(t * kWords + g % kWords) * chunks + g / kWords] = make_uint4(v[0], v[1], v[2], v[3]);
+      }
+    }
+    __syncthreads();
+  } else if constexpr (kXs) {
     const int per_token = kWords * chunks;  // = k / 8
     for (int idx = static_cast<int>(threadIdx.x); idx < kM * per_token; idx += kThreads) {
       const int t = idx / per_token, g = idx % per_token;  // g: 8-column group g of row t (column 8 g)
@@ -251,7 +286,7 @@ __global__ void __launch_bounds__(kThreads) dot_gemv_kernel(DotParams p) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               uint32_t wp[2];
-              if constexpr (kBits == kFp8) {
+              if constexpr (kIsFp8<kBits>) {
                 const uint32_t wd = (&wv[u][r].x)[2 * i + e];
                 wp[0] = e4m3x2_to_f16x2(wd, false);
                 wp[1] = e4m3x2_to_f16x2(wd, true);
@@ -269,7 +304,7 @@ __global__ void __launch_bounds__(kThreads) dot_gemv_kernel(DotParams p) {
       constexpr float kUnscale = kBits == 4 ? 16.f : 256.f;
 #pragma unroll
       for (int r = 0; r < kR; ++r) {
-        if constexpr (kBits == kFp8) {  // the 2^8 and the scales apply per output (below)
+        if constexpr (kIsFp8<kBits>) {  // the 2^8 and the scales apply per output (below)
 #pragma unroll
           for (int t = 0; t < kM; ++t) acc[r][t] += f16x2_sum(h[r][t]);
         } else {
@@ -316,6 +351,8 @@ __global__ void __launch_bounds__(kThreads) dot_gemv_kernel(DotParams p) {
         float v = acc[r][t];
         if constexpr (kBits == kFp8)
           v = v * 256.f * __ldg(p.x_scales + t) * __ldg(p.scales + (p.per_channel ? row0 + r : 0));
+        if constexpr (kBits == kFp8Quant)
+          v = v * 256.f * x_scale[t] * __ldg(p.scales + (p.per_channel ? row0 + r : 0));
         if (p.bias) v += __bfloat162float(p.bias[row0 + r]);
         const size_t o = static_cast<size_t>(t) * p.n + row0 + r;
         if (p.y_f32)
@@ -339,12 +376,14 @@ void (*pick_kernel(const DotGemvConfig& c))(DotParams) {
     if (c.rows == 2 && c.unroll == 4 && c.split == 4) return dot_gemv_kernel<kBits, kM, 2, 4, 4, true>;
     return nullptr;
   }
-  if (c.rows == 2 && c.unroll == 4 && c.split == 1) return dot_gemv_kernel<kBits, kM, 2, 4, 1, false>;
-  if (c.rows == 4 && c.unroll == 2 && c.split == 1) return dot_gemv_kernel<kBits, kM, 4, 2, 1, false>;
-  if (c.rows == 1 && c.unroll == 8 && c.split == 1) return dot_gemv_kernel<kBits, kM, 1, 8, 1, false>;
-  if (c.rows == 4 && c.unroll == 4 && c.split == 1) return dot_gemv_kernel<kBits, kM, 4, 4, 1, false>;
-  if (c.rows == 2 && c.unroll == 4 && c.split == 4) return dot_gemv_kernel<kBits, kM, 2, 4, 4, false>;
-  if (c.rows == 2 && c.unroll == 2 && c.split == 2) return dot_gemv_kernel<kBits, kM, 2, 2, 2, false>;
+  if constexpr (kBits != kFp8Quant) {  // kFp8Quant: smem_x schedules only
+    if (c.rows == 2 && c.unroll == 4 && c.split == 1) return dot_gemv_kernel<kBits, kM, 2, 4, 1, false>;
+    if (c.rows == 4 && c.unroll == 2 && c.split == 1) return dot_gemv_kernel<kBits, kM, 4, 2, 1, false>;
+    if (c.rows == 1 && c.unroll == 8 && c.split == 1) return dot_gemv_kernel<kBits, kM, 1, 8, 1, false>;
+    if (c.rows == 4 && c.unroll == 4 && c.split == 1) return dot_gemv_kernel<kBits, kM, 4, 4, 1, false>;
+    if (c.rows == 2 && c.unroll == 4 && c.split == 4) return dot_gemv_kernel<kBits, kM, 2, 4, 4, false>;
+    if (c.rows == 2 && c.unroll == 2 && c.split == 2) return dot_gemv_kernel<kBits, kM, 2, 2, 2, false>;
+  }
   return nullptr;
 }
 
@@ -450,6 +489,49 @@ void launch_fp8_dot_gemv(const Fp8GemvArgs& a, cudaStream_t stream, const DotGem
   p.k = a.k;
   p.G = 1;
   launch_kernel(pick_kernel_m<kFp8>(config, a.m), p, a.m, config, stream, "FP8 dot GEMV");
+}
+
+bool fp8_quant_dot_gemv_supports(int n, int k, int m, const DotGemvConfig& config) {
+  return fp8_dot_gemv_supports(n, k, m) && config.smem_x && static_cast<size_t>(m) * k * 2 <= kMaxSmemX;
+}
+
+DotGemvConfig fp8_quant_dot_gemv_default_config(int n, int k, bool pdl) {
+  // smem_x schedules only. H200, gemv16-2 (the FP8 dot GEMV on e4m3 x, m = 1, 8B shapes): xs was best on qkv
+  // (8.4 us), r2 u2 s2 on gate_up (29.4) and r2 u4 s4 on down (17.4); of the smem_x schedules: r4 u2 for
+  // the wide short rows (qkv, gate_up), r2 u4 s4 (split-K in the CTA) for the long ones and o.
+  DotGemvConfig c;
+  c.pdl = pdl;
+  c.smem_x = true;
+  if (n >= 6144 && k < 8192) {
+    c.rows = 4;
+    c.unroll = 2;
+  } else {
+    c.rows = 2;
+    c.unroll = 4;
+    c.split = 4;
+  }
+  return c;
+}
+
+void launch_fp8_quant_dot_gemv(const Fp8QuantDotGemvArgs& a, cudaStream_t stream, const DotGemvConfig& config) {
+  XI_CHECK(fp8_quant_dot_gemv_supports(a.n, a.k, a.m, config))
+      << "FP8 dot GEMV with x quantization: unsupported [" << a.n << ", " << a.k << "] at m " << a.m << " with "
+      << to_string(config) << " (k % 16 == 0, m 1..4, an smem_x schedule, m * k * 2 <= " << kMaxSmemX << " bytes)";
+  XI_CHECK(reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0)
+      << "FP8 dot GEMV: x and the weight must be 16-byte aligned";
+  DotParams p{};
+  p.x = a.x;
+  p.input_scale = a.input_scale;
+  p.per_channel = a.per_channel;
+  p.w = a.w;
+  p.scales = a.w_scales;
+  p.bias = a.bias;
+  p.y = a.y;
+  p.y_f32 = a.y_f32;
+  p.n = a.n;
+  p.k = a.k;
+  p.G = 1;
+  launch_kernel(pick_kernel_m<kFp8Quant>(config, a.m), p, a.m, config, stream, "FP8 dot GEMV with x quantization");
 }
 
 bool dot_gemv_config_fits(const QuantWeight& w, int m, const DotGemvConfig& config) {

@@ -25,6 +25,7 @@
 // per row), k % 32 == 0 (int4) / % 16 (int8), no g_idx, 1 <= m <= 4, x and w 16-byte aligned. No allocation, no synchronization: graph-capturable; PDL as quant_linear.h.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <string>
@@ -63,5 +64,26 @@ void launch_dot_gemv(const QuantLinearArgs& a, cudaStream_t stream, const DotGem
 // <= 784 so a chunk's 8 products per half sum in f16), f32 across chunks; y = dot * x_scale[t] * w_scale.
 bool fp8_dot_gemv_supports(int n, int k, int m);  // k % 16 == 0, m 1..4
 void launch_fp8_dot_gemv(const Fp8GemvArgs& a, cudaStream_t stream, const DotGemvConfig& config);
+
+// The same with the activation quantization fused (the backend's W8A8-FP8 decode row, m = 1): x bf16 [m, k];
+// every CTA computes the tokens' scales (dynamic: max |x| / 448; static: *input_scale) and e4m3 codes
+// exactly as launch_quantize_fp8_rows (quantize_activations.h) does, into shared memory, so y equals
+// launch_quantize_fp8_rows + launch_fp8_dot_gemv with the same schedule bit for bit, one launch instead of
+// two (each CTA reads x twice from L2: m * k * 2 bytes, ~0.1-0.3% of the weight's bytes per CTA). smem_x
+// schedules only.
+struct Fp8QuantDotGemvArgs {
+  const __nv_bfloat16* x = nullptr;            // [m, k] bf16
+  const float* input_scale = nullptr;          // [1] static per-tensor scale, or nullptr: dynamic per token
+  const uint8_t* w = nullptr;                  // [n, k] e4m3
+  const float* w_scales = nullptr;             // [n] (per_channel) or [1]
+  bool per_channel = true;
+  const __nv_bfloat16* bias = nullptr;         // [n] or nullptr
+  void* y = nullptr;                           // [m, n], bf16 or f32 (y_f32)
+  bool y_f32 = false;
+  int m = 0, n = 0, k = 0;
+};
+bool fp8_quant_dot_gemv_supports(int n, int k, int m, const DotGemvConfig& config);
+DotGemvConfig fp8_quant_dot_gemv_default_config(int n, int k, bool pdl);  // an smem_x schedule
+void launch_fp8_quant_dot_gemv(const Fp8QuantDotGemvArgs& a, cudaStream_t stream, const DotGemvConfig& config);
 
 }  // namespace xinfer::cuda

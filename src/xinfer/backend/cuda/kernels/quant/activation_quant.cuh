@@ -1,0 +1,63 @@
+// The arithmetic of the per-token activation quantization (quantize_activations.h), shared by its kernels
+// and by the kernels that quantize their x themselves (quant_dot_gemv.cu's FP8 GEMV with the quantization
+// fused), so that both give the same codes and scales to the bit:
+//   s = *input_scale (static) or max_i |x_i| / qmax (dynamic; the maximum does not depend on the order in
+//   which a CTA reduces it), inv = s == 0 ? 0 : 1 / s (IEEE division), code = convert(x_i * inv).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace xinfer::cuda::act_quant {
+
+constexpr float kFp8Max = 448.0f;
+constexpr float kInt8Max = 127.0f;
+
+// max |x[0, k)| for a CTA of kThreads threads (every thread gets it). `red`: kThreads / 32 floats of shared
+// memory, free again when this returns. 16-byte loads where x allows them.
+template <int kThreads>
+__device__ float cta_abs_max(const __nv_bfloat16* x, int k, float* red) {
+  float amax = 0.f;
+  if (k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    for (int i = static_cast<int>(threadIdx.x) * 8; i < k; i += kThreads * 8) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + i));
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t w = (&v.x)[j];
+        amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(w << 16)), fabsf(__uint_as_float(w & 0xffff0000u))));
+      }
+    }
+  } else {
+    for (int i = static_cast<int>(threadIdx.x); i < k; i += kThreads) amax = fmaxf(amax, fabsf(__bfloat162float(x[i])));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = amax;
+  __syncthreads();
+  float a = red[0];
+#pragma unroll
+  for (int w = 1; w < kThreads / 32; ++w) a = fmaxf(a, red[w]);
+  __syncthreads();  // red may be reused
+  return a;
+}
+
+// The row's scale: the static one, or the CTA's max |x| / qmax.
+template <int kThreads>
+__device__ float row_scale(const __nv_bfloat16* x, int k, const float* input_scale, float qmax, float* red) {
+  return input_scale ? __ldg(input_scale) : cta_abs_max<kThreads>(x, k, red) / qmax;
+}
+
+__device__ __forceinline__ float inverse_scale(float s) { return s == 0.f ? 0.f : 1.0f / s; }
+
+__device__ __forceinline__ uint8_t to_e4m3(float x, float inv) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x * inv, __NV_SATFINITE, __NV_E4M3));
+}
+
+// SmoothQuant's symmetric int8 code: round to nearest even, clamped to [-127, 127].
+__device__ __forceinline__ int8_t to_int8(float x, float inv) {
+  return static_cast<int8_t>(static_cast<int>(fminf(fmaxf(rintf(x * inv), -kInt8Max), kInt8Max)));
+}
+
+}  // namespace xinfer::cuda::act_quant
