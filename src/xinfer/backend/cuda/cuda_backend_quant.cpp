@@ -1,9 +1,10 @@
 // CudaBackend's weight-only quantized linears (kernels/gemm/quant_linear.h): which formats it runs
 // (supports()), the checks of a LinearWeights in those formats, and the dispatch of linear():
-//   int4 / int8 / W8A8-FP8, m = 1, bf16 y, XINFER_INT_GEMV=dot (an A/B switch while the CUDA-core GEMV is
-//                measured; read once per process) -> launch_dot_gemv / launch_fp8_dot_gemv (quant_dot_gemv.h)
-//   W8A8-FP8, m = 1, bf16 y (default; XINFER_FP8_GEMV=mma turns it off) -> launch_fp8_quant_dot_gemv: the
-//                CUDA-core FP8 GEMV quantizing x in each CTA (one launch, the bits of the two-kernel path)
+//   int4 / int8, m = 1, bf16 y, XINFER_INT_GEMV=dot (an A/B switch while the CUDA-core GEMV is measured; read
+//                once per process) -> launch_dot_gemv (quant_dot_gemv.h)
+//   W8A8-FP8, m = 1, bf16 y (default; XINFER_FP8_GEMV=mma turns it off) -> the CUDA-core FP8 GEMV: rows
+//                shorter than 8192 launch_fp8_quant_dot_gemv (x quantized in each CTA: one launch, the bits of
+//                the two-kernel path), longer ones quantize x first, then launch_fp8_dot_gemv (split-K)
 //   m <= kQuantGemvMaxRows and the GEMV takes the weight -> launch_quant_gemv (weights read once per 8 rows)
 //   otherwise -> the weight dequantized to bf16 into a workspace, then the bf16 GEMM (GemmTuner::run, the
 //                tuner's choice for the shape): prefill in every format, and g_idx / odd group sizes at any m
@@ -50,7 +51,7 @@ const T* device_ptr(const TensorView& t, DType dtype, const char* what, const ba
   return static_cast<const T*>(t.data);
 }
 
-// XINFER_INT_GEMV=dot: int4 / int8 / FP8 single decode rows (m = 1, bf16 y; at m >= 2 it measured slower) run the CUDA-core GEMV (see top).
+// XINFER_INT_GEMV=dot: int4 / int8 single decode rows (m = 1, bf16 y; at m >= 2 it measured slower) run the CUDA-core GEMV (see top).
 bool int_dot_gemv_enabled() {
   static const bool enabled = [] {
     const char* v = std::getenv("XINFER_INT_GEMV");
@@ -59,9 +60,9 @@ bool int_dot_gemv_enabled() {
   return enabled;
 }
 
-// W8A8-FP8 single decode rows (m = 1, bf16 y) run the CUDA-core FP8 GEMV with the activation quantization
-// fused (launch_fp8_quant_dot_gemv) unless XINFER_FP8_GEMV=mma (the A/B switch: quantize x, then the mma GEMV).
-bool fp8_fused_dot_gemv_enabled() {
+// W8A8-FP8 single decode rows (m = 1, bf16 y) run the CUDA-core FP8 GEMV, with the activation quantization
+// fused where it pays (see top), unless XINFER_FP8_GEMV=mma (the A/B switch: quantize x, then the mma GEMV).
+bool fp8_dot_gemv_enabled() {
   static const bool enabled = [] {
     const char* v = std::getenv("XINFER_FP8_GEMV");
     return v == nullptr || std::strcmp(v, "mma") != 0;
@@ -148,11 +149,12 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
   XI_CHECK(x.dtype == DType::kBF16 && x.device == Device::kCuda) << "linear x must be a bf16 cuda tensor";
   if (!w.bias.empty()) XI_CHECK(w.bias.dtype == DType::kBF16) << "linear bias must be bf16";
   const auto* bias = w.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(w.bias.data);
-  if (m == 1 && out.dtype == DType::kBF16 && fp8_fused_dot_gemv_enabled()) {
+  const int ni = static_cast<int>(n), ki = static_cast<int>(k);
+  const bool dot_row = m == 1 && out.dtype == DType::kBF16 && fp8_dot_gemv_enabled();
+  if (dot_row && fp8_dot_gemv_fuse_pays(ni, ki)) {
     // One decode row: the CUDA-core FP8 GEMV quantizing x itself (one launch; the same bits as below).
-    const DotGemvConfig config = fp8_quant_dot_gemv_default_config(static_cast<int>(n), static_cast<int>(k), options_.gemv_pdl);
-    if (fp8_quant_dot_gemv_supports(static_cast<int>(n), static_cast<int>(k), m, config) &&
-        reinterpret_cast<uintptr_t>(x.data) % 16 == 0) {
+    const DotGemvConfig config = fp8_quant_dot_gemv_default_config(ni, ki, options_.gemv_pdl);
+    if (fp8_quant_dot_gemv_supports(ni, ki, m, config) && reinterpret_cast<uintptr_t>(x.data) % 16 == 0) {
       launch_fp8_quant_dot_gemv({static_cast<const __nv_bfloat16*>(x.data), input_scale, wq, ws_in, f.per_channel, bias,
                                  out.data, false, m, static_cast<int>(n), static_cast<int>(k)},
                                 stream_, config);
@@ -168,14 +170,9 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
   auto* xs = reinterpret_cast<float*>(ws + xq_bytes);
   launch_quantize_fp8_rows(static_cast<const __nv_bfloat16*>(x.data), m, static_cast<int>(k), input_scale, ws, xs,
                            stream_);
-  if (m == 1 && out.dtype == DType::kBF16 && int_dot_gemv_enabled() && fp8_dot_gemv_supports(static_cast<int>(n), static_cast<int>(k), m)) {
-    QuantWeight shape;  // the schedule rule's view of the e4m3 weight: 8 bits, one scale per row
-    shape.bits = 8;
-    shape.n = static_cast<int>(n);
-    shape.k = static_cast<int>(k);
-    shape.group_size = static_cast<int>(k);
-    launch_fp8_dot_gemv({ws, xs, wq, ws_in, f.per_channel, bias, out.data, false, m, static_cast<int>(n), static_cast<int>(k)},
-                        stream_, dot_gemv_default_config(shape, m, options_.gemv_pdl));
+  if (dot_row && fp8_dot_gemv_supports(ni, ki, m)) {  // long rows: quantize, then the split-K dot GEMV
+    launch_fp8_dot_gemv({ws, xs, wq, ws_in, f.per_channel, bias, out.data, false, m, ni, ki}, stream_,
+                        fp8_dot_gemv_default_config(ni, ki, options_.gemv_pdl));
     ++fp8_gemvs_;
     return;
   }

@@ -496,17 +496,34 @@ bool fp8_quant_dot_gemv_supports(int n, int k, int m, const DotGemvConfig& confi
 }
 
 DotGemvConfig fp8_quant_dot_gemv_default_config(int n, int k, bool pdl) {
-  // smem_x schedules only. H200, gemv16-2 (the FP8 dot GEMV on e4m3 x, m = 1, 8B shapes): xs was best on qkv
-  // (8.4 us), r2 u2 s2 on gate_up (29.4) and r2 u4 s4 on down (17.4); of the smem_x schedules: r4 u2 for
-  // the wide short rows (qkv, gate_up), r2 u4 s4 (split-K in the CTA) for the long ones and o.
+  // smem_x schedules only. H200, session 11 (--quant-dot, m = 1, 8B shapes, bf16 x in): r2 u4 was the best of
+  // the three on qkv (8.9 us), o (7.5), gate_up (29.6) and within 2% of r4 u2 on down (25.1 vs 24.5), where
+  // the two-kernel path below is faster (the CTA-wide prologue over 14336 columns; fp8_dot_gemv_fuse_pays).
+  (void)n;
+  (void)k;
   DotGemvConfig c;
   c.pdl = pdl;
   c.smem_x = true;
+  c.rows = 2;
+  c.unroll = 4;
+  return c;
+}
+
+bool fp8_dot_gemv_fuse_pays(int n, int k) {
+  (void)n;
+  return k < 8192;
+}
+
+DotGemvConfig fp8_dot_gemv_default_config(int n, int k, bool pdl) {
+  // H200, session 11 (--quant-dot, m = 1, the FP8 dot GEMV on e4m3 x, best of 9): down (k 14336) r2 u4 s4
+  // 17.4 us (the pipelined mma GEMV 22.4), gate_up r2 u2 s2 29.4, o r2 u4 s4 6.3; qkv 8.7 (r2 u4 s4).
+  DotGemvConfig c;
+  c.pdl = pdl;
+  c.rows = 2;
   if (n >= 6144 && k < 8192) {
-    c.rows = 4;
     c.unroll = 2;
+    c.split = 2;
   } else {
-    c.rows = 2;
     c.unroll = 4;
     c.split = 4;
   }

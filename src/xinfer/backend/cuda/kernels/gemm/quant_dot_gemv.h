@@ -84,6 +84,11 @@ struct Fp8QuantDotGemvArgs {
 };
 bool fp8_quant_dot_gemv_supports(int n, int k, int m, const DotGemvConfig& config);
 DotGemvConfig fp8_quant_dot_gemv_default_config(int n, int k, bool pdl);  // an smem_x schedule
+// The backend's rule at m = 1: fuse where the CTA-wide prologue (x read twice, k columns per CTA) pays, i.e.
+// rows shorter than 8192; longer rows (down) run launch_quantize_fp8_rows + launch_fp8_dot_gemv with
+// fp8_dot_gemv_default_config (split-K in the CTA, no smem_x).
+bool fp8_dot_gemv_fuse_pays(int n, int k);
+DotGemvConfig fp8_dot_gemv_default_config(int n, int k, bool pdl);
 void launch_fp8_quant_dot_gemv(const Fp8QuantDotGemvArgs& a, cudaStream_t stream, const DotGemvConfig& config);
 
 }  // namespace xinfer::cuda
