@@ -1,7 +1,8 @@
 // CudaBackend's weight-only quantized linears (kernels/gemm/quant_linear.h): which formats it runs
 // (supports()), the checks of a LinearWeights in those formats, and the dispatch of linear():
-//   int4 / int8, m = 1, bf16 y, XINFER_INT_GEMV=dot (an A/B switch while the CUDA-core GEMV is measured; read
-//                once per process) -> launch_dot_gemv (quant_dot_gemv.h)
+//   int8 (default) / int4 (XINFER_INT_GEMV=dot), m = 1, bf16 y -> launch_dot_gemv (quant_dot_gemv.h), the
+//                CUDA-core GEMV; XINFER_INT_GEMV=mma keeps both on the mma GEMV (read once per process). int4
+//                stays opt-in: under it the W4A16 batched == solo engine test fails (docs/cuda_backend.md)
 //   W8A8-FP8, m = 1, bf16 y (default; XINFER_FP8_GEMV=mma turns it off) -> the CUDA-core FP8 GEMV: rows
 //                shorter than 8192 launch_fp8_quant_dot_gemv (x quantized in each CTA: one launch, the bits of
 //                the two-kernel path), longer ones quantize x first, then launch_fp8_dot_gemv (split-K)
@@ -51,13 +52,16 @@ const T* device_ptr(const TensorView& t, DType dtype, const char* what, const ba
   return static_cast<const T*>(t.data);
 }
 
-// XINFER_INT_GEMV=dot: int4 / int8 single decode rows (m = 1, bf16 y; at m >= 2 it measured slower) run the CUDA-core GEMV (see top).
-bool int_dot_gemv_enabled() {
-  static const bool enabled = [] {
+// Whether int `bits` single decode rows (m = 1, bf16 y; at m >= 2 it measured slower) run the CUDA-core GEMV
+// (see top): int8 by default, int4 with XINFER_INT_GEMV=dot, neither with XINFER_INT_GEMV=mma.
+bool int_dot_gemv_enabled(int bits) {
+  static const int mode = [] {  // 0: default, 1: dot, 2: mma
     const char* v = std::getenv("XINFER_INT_GEMV");
-    return v != nullptr && std::strcmp(v, "dot") == 0;
+    if (v != nullptr && std::strcmp(v, "dot") == 0) return 1;
+    if (v != nullptr && std::strcmp(v, "mma") == 0) return 2;
+    return 0;
   }();
-  return enabled;
+  return mode == 1 || (mode == 0 && bits == 8);
 }
 
 // W8A8-FP8 single decode rows (m = 1, bf16 y) run the CUDA-core FP8 GEMV, with the activation quantization
@@ -301,7 +305,7 @@ void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWei
   if (!w.bias.empty()) XI_CHECK(w.bias.dtype == DType::kBF16) << "linear bias must be bf16";
   const bool y_f32 = out.dtype == DType::kF32;
   const auto* xp = static_cast<const __nv_bfloat16*>(x.data);
-  if (m == 1 && !y_f32 && int_dot_gemv_enabled() && dot_gemv_supports(q, m) && reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
+  if (m == 1 && !y_f32 && int_dot_gemv_enabled(q.bits) && dot_gemv_supports(q, m) && reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
     launch_dot_gemv({xp, q, bias, out.data, false, m}, stream_, dot_gemv_default_config(q, m, options_.gemv_pdl));
     ++quant_gemvs_;
     return;
