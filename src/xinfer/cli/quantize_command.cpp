@@ -119,7 +119,7 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
               model::LlamaModel& m, backend::Backend& backend, const std::vector<std::vector<int32_t>>& windows,
               const compress::QuantizeHooks& hooks, engine::WindowLogits& runner, engine::WindowLogits& ref_runner,
               const std::vector<int32_t>& eval_ids, int eval_ctx, const std::string& report_path,
-              const std::string& model_path, const std::string& calib_path, bool progress,
+              const std::string& model_path, const std::string& calib_path, bool progress, int threads,
               const std::function<Status(const compress::ModelQuantizer&, const std::string&)>& write_row) {
   using compress::Granularity;
   using compress::LayerSelection;
@@ -154,6 +154,7 @@ int run_table(const std::string& spec, const compress::QuantizeOptions& base, do
   po.ctx = eval_ctx;
   po.stride = eval_ctx;
   po.show_progress = progress;
+  po.threads = threads;
   // The reference's scored logits rows are kept (up to 4 GiB: 21k tokens of a 49k vocabulary) so that
   // each row runs only its own model; the figures equal those with the reference run again.
   const bool keep_ref = static_cast<double>(eval_ids.size()) * ref_runner.vocab_size() * sizeof(float) <= 4.0 * (1ull << 30);
@@ -491,6 +492,7 @@ int run_quantize(int argc, char** argv) {
       po.ctx = static_cast<int>(calib_len);
       po.stride = static_cast<int>(calib_len);
       po.show_progress = false;
+      po.threads = threads;
       auto r = engine::evaluate_perplexity(runner, nullptr, heldout, po);
       XI_CHECK(r.ok()) << r.status().to_string();
       return r->ppl();
@@ -517,7 +519,7 @@ int run_quantize(int argc, char** argv) {
       };
     }
     return run_table(table_rows, qo, max_ppl_increase < 0 ? 1.0 : max_ppl_increase, m, backend, windows, hooks,
-                     runner, ref_runner, eval_ids, eval_ctx, report_path, model_path, calib_path, progress,
+                     runner, ref_runner, eval_ids, eval_ctx, report_path, model_path, calib_path, progress, threads,
                      write_row);
   }
   compress::ModelQuantizer quantizer(m, backend, qo);
@@ -537,6 +539,7 @@ int run_quantize(int argc, char** argv) {
     po.ctx = eval_ctx;
     po.stride = eval_ctx;
     po.show_progress = progress;
+    po.threads = threads;
     auto q = engine::evaluate_perplexity(runner, &ref_runner, eval_ids, po);
     if (!q.ok()) return fail(q.status());
     auto base = engine::evaluate_perplexity(ref_runner, nullptr, eval_ids, po);

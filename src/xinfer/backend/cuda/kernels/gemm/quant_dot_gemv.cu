@@ -180,12 +180,12 @@ __global__ void __launch_bounds__(kThreads) dot_gemv_kernel(DotParams p) {
   pdl_wait();
   float x_scale[kM];  // kFp8Quant: the tokens' scales
   if constexpr (kBits == kFp8Quant) {
-    __shared__ float red[kWarps];
+    __shared__ float amax_red[kWarps];
     const int per_token = kWords * chunks;  // = k / 8
 #pragma unroll
     for (int t = 0; t < kM; ++t) {
       const __nv_bfloat16* xr = p.x + static_cast<size_t>(t) * p.k;
-      x_scale[t] = act_quant::row_scale<kThreads>(xr, p.k, p.input_scale, act_quant::kFp8Max, red);
+      x_scale[t] = act_quant::row_scale<kThreads>(xr, p.k, p.input_scale, act_quant::kFp8Max, amax_red);
       const float inv = act_quant::inverse_scale(x_scale[t]);
       for (int g = static_cast<int>(threadIdx.x); g < per_token; g += kThreads) {
         const uint4 a = __ldg(reinterpret_cast<const uint4*>(xr + g * 8));
