@@ -42,14 +42,23 @@ double log_sum_exp(std::span<const float> x) {
   return m + std::log(s);
 }
 
-// KL(softmax(ref) || softmax(x)) from the two log-sum-exps.
-double kl_with(std::span<const float> ref_logits, double lse_ref, std::span<const float> logits, double lse) {
+// KL(softmax(ref) || softmax(x)) given x's log-sum-exp; the reference's is computed here and returned in
+// *lse_ref. One exp per vocabulary entry: exp(ref_v - max) serves both the reference's sum and p_ref(v).
+// `e`: scratch of ref's size.
+double kl_and_ref_lse(std::span<const float> ref_logits, std::span<const float> logits, double lse, std::vector<double>& e,
+                      double* lse_ref) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (float v : ref_logits) m = std::max(m, static_cast<double>(v));
+  e.resize(ref_logits.size());
+  double sum = 0;
+  for (size_t v = 0; v < ref_logits.size(); ++v) sum += (e[v] = std::exp(static_cast<double>(ref_logits[v]) - m));
+  *lse_ref = m + std::log(sum);
   double kl = 0;
   for (size_t v = 0; v < logits.size(); ++v) {
-    const double lp_ref = static_cast<double>(ref_logits[v]) - lse_ref;
-    kl += std::exp(lp_ref) * (lp_ref - (static_cast<double>(logits[v]) - lse));
+    const double lp_ref = static_cast<double>(ref_logits[v]) - *lse_ref;
+    kl += e[v] * (lp_ref - (static_cast<double>(logits[v]) - lse));
   }
-  return std::max(kl, 0.0);  // rounding can leave -1e-17 for identical rows
+  return std::max(kl / sum, 0.0);  // rounding can leave -1e-17 for identical rows
 }
 
 // One scored position's figures.
@@ -58,15 +67,16 @@ struct RowScore {
   bool agree = false;
 };
 
-RowScore score_row(std::span<const float> row, std::span<const float> ref, int32_t token) {
+// e: scratch (kl_and_ref_lse).
+RowScore score_row(std::span<const float> row, std::span<const float> ref, int32_t token, std::vector<double>& e) {
   XI_CHECK(token >= 0 && static_cast<size_t>(token) < row.size()) << "token " << token << " vocab " << row.size();
   RowScore s;
   const double lse = log_sum_exp(row);
   s.lp = static_cast<double>(row[static_cast<size_t>(token)]) - lse;
   if (!ref.empty()) {
-    const double lse_ref = log_sum_exp(ref);
+    double lse_ref = 0;
+    s.kl = kl_and_ref_lse(ref, row, lse, e, &lse_ref);
     s.ref_lp = static_cast<double>(ref[static_cast<size_t>(token)]) - lse_ref;
-    s.kl = kl_with(ref, lse_ref, row, lse);
     s.agree = argmax_first(ref) == argmax_first(row);
   }
   return s;
@@ -89,7 +99,9 @@ double token_logprob(std::span<const float> logits, int32_t token) {
 
 double kl_divergence(std::span<const float> ref_logits, std::span<const float> logits) {
   XI_CHECK_EQ(ref_logits.size(), logits.size());
-  return kl_with(ref_logits, log_sum_exp(ref_logits), logits, log_sum_exp(logits));
+  std::vector<double> e;
+  double lse_ref = 0;
+  return kl_and_ref_lse(ref_logits, logits, log_sum_exp(logits), e, &lse_ref);
 }
 
 int32_t argmax_first(std::span<const float> logits) {
@@ -215,6 +227,7 @@ Result<PerplexityResult> evaluate_perplexity(WindowLogits& model, WindowLogits* 
       };
       scores.assign(static_cast<size_t>(len - row0), RowScore{});
       pool.parallel_for(row0, len, [&](int64_t b, int64_t e) {
+        std::vector<double> scratch;
         for (int r = static_cast<int>(b); r < static_cast<int>(e); ++r) {
           const int32_t target = tokens[static_cast<size_t>(w.begin + pos + r + 1)];
           std::span<const float> ref;
@@ -222,7 +235,7 @@ Result<PerplexityResult> evaluate_perplexity(WindowLogits& model, WindowLogits* 
           else if (recorded_reference)
             ref = std::span(recorded_reference->rows)
                       .subspan(static_cast<size_t>(recorded0 + r - row0) * V, static_cast<size_t>(V));
-          scores[static_cast<size_t>(r - row0)] = score_row(row_of(rows, r), ref, target);
+          scores[static_cast<size_t>(r - row0)] = score_row(row_of(rows, r), ref, target, scratch);
         }
       });
       for (int r = row0; r < len; ++r) {

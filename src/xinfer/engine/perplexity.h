@@ -18,7 +18,8 @@
 // With a reference: per target position KL(p_ref || p) = sum_v p_ref(v) (log p_ref(v) - log p(v)) over the
 // full vocabulary, and top-1 agreement argmax(p) == argmax(p_ref) (ties -> lowest id, as the Sampler).
 // The rows of a chunk are scored on `threads` threads (each row's figures alone, log-sum-exp once per row
-// and model); the sums add the rows in scoring order, so the result does not depend on the thread count.
+// and model, the reference's exponentials reused for p_ref); the sums add the rows in scoring order, so the
+// result does not depend on the thread count.
 // Per window the sums of the scored tokens' NLL (and the reference's) are kept: paired_ppl_increase()
 // gives the PPL increase over the reference with a standard error from the spread over windows.
 #pragma once
