@@ -160,7 +160,7 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
     const DotGemvConfig config = fp8_quant_dot_gemv_default_config(ni, ki, options_.gemv_pdl);
     if (fp8_quant_dot_gemv_supports(ni, ki, m, config) && reinterpret_cast<uintptr_t>(x.data) % 16 == 0) {
       launch_fp8_quant_dot_gemv({static_cast<const __nv_bfloat16*>(x.data), input_scale, wq, ws_in, f.per_channel, bias,
-                                 out.data, false, m, static_cast<int>(n), static_cast<int>(k)},
+                                 out.data, false, m, ni, ki},
                                 stream_, config);
       ++fp8_gemvs_;
       return;

@@ -412,6 +412,22 @@ void launch_kernel(void (*kernel)(DotParams), const DotParams& p, int m, const D
   XI_CUDA_CHECK_LAUNCH();
 }
 
+// The FP8 launchers' common parameters: e4m3 weight [n, k] with per-channel ([n]) or per-tensor scales.
+DotParams fp8_params(const uint8_t* w, const float* w_scales, bool per_channel, const __nv_bfloat16* bias, void* y,
+                     bool y_f32, int n, int k) {
+  DotParams p{};
+  p.per_channel = per_channel;
+  p.w = w;
+  p.scales = w_scales;
+  p.bias = bias;
+  p.y = y;
+  p.y_f32 = y_f32;
+  p.n = n;
+  p.k = k;
+  p.G = 1;
+  return p;
+}
+
 int log2_exact(int v) {
   int s = 0;
   while ((1 << s) < v) ++s;
@@ -476,18 +492,9 @@ void launch_fp8_dot_gemv(const Fp8GemvArgs& a, cudaStream_t stream, const DotGem
                                                  << a.m << " (k % 16 == 0, m 1..4)";
   XI_CHECK(reinterpret_cast<uintptr_t>(a.xq) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0)
       << "FP8 dot GEMV: x and the weight must be 16-byte aligned";
-  DotParams p{};
+  DotParams p = fp8_params(a.w, a.w_scales, a.per_channel, a.bias, a.y, a.y_f32, a.n, a.k);
   p.xq = a.xq;
   p.x_scales = a.x_scales;
-  p.per_channel = a.per_channel;
-  p.w = a.w;
-  p.scales = a.w_scales;
-  p.bias = a.bias;
-  p.y = a.y;
-  p.y_f32 = a.y_f32;
-  p.n = a.n;
-  p.k = a.k;
-  p.G = 1;
   launch_kernel(pick_kernel_m<kFp8>(config, a.m), p, a.m, config, stream, "FP8 dot GEMV");
 }
 
@@ -536,18 +543,9 @@ void launch_fp8_quant_dot_gemv(const Fp8QuantDotGemvArgs& a, cudaStream_t stream
       << to_string(config) << " (k % 16 == 0, m 1..4, an smem_x schedule, m * k * 2 <= " << kMaxSmemX << " bytes)";
   XI_CHECK(reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0)
       << "FP8 dot GEMV: x and the weight must be 16-byte aligned";
-  DotParams p{};
+  DotParams p = fp8_params(a.w, a.w_scales, a.per_channel, a.bias, a.y, a.y_f32, a.n, a.k);
   p.x = a.x;
   p.input_scale = a.input_scale;
-  p.per_channel = a.per_channel;
-  p.w = a.w;
-  p.scales = a.w_scales;
-  p.bias = a.bias;
-  p.y = a.y;
-  p.y_f32 = a.y_f32;
-  p.n = a.n;
-  p.k = a.k;
-  p.G = 1;
   launch_kernel(pick_kernel_m<kFp8Quant>(config, a.m), p, a.m, config, stream, "FP8 dot GEMV with x quantization");
 }
 
