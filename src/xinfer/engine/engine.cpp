@@ -209,14 +209,18 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
     // backend runs them), this rank's share.
     const size_t weights_estimate = static_cast<size_t>(
         static_cast<double>(model::planned_weight_bytes(
-            config.model_dir, mc, before.activation_dtype, [&](const quant::WeightFormat& f) { return be.supports(f); })) *
+            config.model_dir, mc, before.activation_dtype, [&](const quant::WeightFormat& f) { return be.supports(f); },
+            config.load_format == model::LoadFormat::kDummy ? config.dummy_quantization : std::nullopt)) *
         static_cast<double>(shard0.parameter_count(mc)) / static_cast<double>(model::LlamaModel::parameter_count(mc)));
     const double usable = config.gpu_memory_utilization * static_cast<double>(before.total_memory) -
                           static_cast<double>(before.total_memory - before.free_memory);
     if (static_cast<double>(weights_estimate) > usable)
       return invalid_argument(
           "model " + config.model_dir + " needs " + std::to_string(gib(weights_estimate)) + " GiB of " +
-          (mc.quantization.quantized() ? mc.quantization.to_string() : std::string(dtype_name(before.activation_dtype))) +
+          (config.load_format == model::LoadFormat::kDummy && config.dummy_quantization
+               ? "dummy " + quant::format_name(*config.dummy_quantization)
+               : mc.quantization.quantized() ? mc.quantization.to_string()
+                                             : std::string(dtype_name(before.activation_dtype))) +
           " weights (" + std::to_string(model::LlamaModel::parameter_count(mc)) +
           " parameters) but " + before.name + " has " + std::to_string(gib(before.total_memory)) +
           " GiB, of which gpu_memory_utilization " + std::to_string(config.gpu_memory_utilization) +

@@ -568,13 +568,15 @@ UploadedLinear upload_linear(backend::Backend& be, const HostLinear& w, DType de
 }
 
 size_t checkpoint_weight_bytes(const ModelConfig& c, DType dense_dtype,
-                               const std::function<bool(const quant::WeightFormat&)>& supported) {
+                               const std::function<bool(const quant::WeightFormat&)>& supported,
+                               const std::optional<quant::WeightFormat>& linear_format) {
   const QuantizationConfig& qc = c.quantization;
   const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
   const int64_t q = static_cast<int64_t>(c.num_heads) * D, kv = static_cast<int64_t>(c.num_kv_heads) * D;
   // The format a module will most likely load as (per-channel expansion and joins do not change the bytes
   // by more than the scales).
   auto planned = [&](const std::string& module, int64_t k) -> quant::WeightFormat {
+    if (linear_format) return module == "lm_head" ? quant::WeightFormat{quant::DenseFormat{dense_dtype}} : *linear_format;
     if (!qc.quantizes(module)) return quant::DenseFormat{dense_dtype};
     if (qc.method != QuantMethod::kCompressedTensors) {
       const int g = qc.group_size < 0 ? static_cast<int>(k) : qc.group_size;
@@ -615,8 +617,9 @@ size_t checkpoint_weight_bytes(const ModelConfig& c, DType dense_dtype,
 }
 
 size_t planned_weight_bytes(const std::string& model_path, const ModelConfig& c, DType dense_dtype,
-                            const std::function<bool(const quant::WeightFormat&)>& supported) {
-  if (!is_gguf_path(model_path)) return checkpoint_weight_bytes(c, dense_dtype, supported);
+                            const std::function<bool(const quant::WeightFormat&)>& supported,
+                            const std::optional<quant::WeightFormat>& linear_format) {
+  if (linear_format || !is_gguf_path(model_path)) return checkpoint_weight_bytes(c, dense_dtype, supported, linear_format);
   Result<GgufFile> file = GgufFile::open(model_path);
   if (!file.ok()) return checkpoint_weight_bytes(c, dense_dtype, supported);
   size_t total = 0;

@@ -1,10 +1,13 @@
 #include "xinfer/model/dummy_quantized.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "xinfer/backend/counter_rng.h"
 #include "xinfer/core/dtype.h"
+#include "xinfer/core/thread_pool.h"
 
 namespace xinfer::model {
 namespace {
@@ -14,11 +17,28 @@ constexpr float kStd = 0.02f;
 // 8 random bytes per call, element i of stream `seed`.
 uint64_t bits(uint64_t seed, uint64_t i) { return backend::splitmix64(seed * 0x9e3779b97f4a7c15ull + i); }
 
+// The host's threads for the large fills (a 70B model's linears are ~70 GB of codes); every value is a
+// function of its index alone, so the split does not change them.
+ThreadPool& fill_pool() {
+  static ThreadPool pool;
+  return pool;
+}
+
+// fn(begin, end) over [0, n) in chunks of at least 1 MiB, on fill_pool().
+void parallel_bytes(size_t n, const std::function<void(size_t, size_t)>& fn) {
+  constexpr int64_t kGrain = 1 << 20;
+  fill_pool().parallel_for(0, static_cast<int64_t>((n + 7) / 8), [&](int64_t b, int64_t e) {
+    fn(static_cast<size_t>(b) * 8, std::min(n, static_cast<size_t>(e) * 8));
+  }, kGrain / 8);
+}
+
 void fill_bytes(uint8_t* p, size_t n, uint64_t seed) {
-  for (size_t i = 0; i < n; i += 8) {
-    const uint64_t b = bits(seed, i / 8);
-    std::memcpy(p + i, &b, std::min<size_t>(8, n - i));
-  }
+  parallel_bytes(n, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; i += 8) {
+      const uint64_t b = bits(seed, i / 8);
+      std::memcpy(p + i, &b, std::min<size_t>(8, end - i));
+    }
+  });
 }
 
 // scale_i = base * [0.75, 1.25)
@@ -77,8 +97,10 @@ Result<HostLinear> make_dummy_quantized_linear(const quant::WeightFormat& format
   fill_bytes(w, static_cast<size_t>(n * k), seed);
   float rms;
   if (fp8) {
-    for (int64_t i = 0; i < n * k; ++i)
-      if ((w[i] & 0x7f) == 0x7f) w[i] ^= 1;  // e4m3 NaN (S.1111.111) -> the largest finite value 448
+    parallel_bytes(static_cast<size_t>(n * k), [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i)
+        if ((w[i] & 0x7f) == 0x7f) w[i] ^= 1;  // e4m3 NaN (S.1111.111) -> the largest finite value 448
+    });
     rms = code_rms([](int b) { return (b & 0x7f) == 0x7f ? 448.0f : to_float(fp8_e4m3{static_cast<uint8_t>(b)}); });
   } else {
     rms = code_rms([](int b) { return static_cast<float>(static_cast<int8_t>(b)); });

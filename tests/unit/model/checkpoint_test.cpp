@@ -24,6 +24,7 @@
 #include "xinfer/model/checkpoint_linear.h"
 #include "xinfer/model/llama.h"
 #include "xinfer/model/model_config.h"
+#include "xinfer/model/preset_configs.h"
 #include "xinfer/model/quantization_config.h"
 #include "xinfer/model/safetensors.h"
 
@@ -578,6 +579,37 @@ TEST(PlannedWeightBytes, GgufFileAsLoaded) {
   auto dense_only = [](const quant::WeightFormat& f) { return std::holds_alternative<quant::DenseFormat>(f); };
   EXPECT_EQ(planned_weight_bytes(path, (*m)->config(), DType::kF32, dense_only),
             static_cast<size_t>(LlamaModel::parameter_count((*m)->config())) * 4);
+}
+
+}  // namespace
+}  // namespace xinfer::model
+
+namespace xinfer::model {
+namespace {
+
+// The memory plan of dummy weights in a quantized format (`xinfer bench --quantization`): every decoder linear
+// at that format's size, the embedding, norms and lm_head dense. Llama-3.1-70B in FP8 fits one 141 GB GPU only
+// if the plan counts ~1 byte per linear weight (it counted bf16 before: 131 GiB, refused).
+TEST(CheckpointWeightBytes, DummyLinearFormat) {
+  auto c = resolve_model_config("llama-3.1-70b");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  auto all = [](const quant::WeightFormat&) { return true; };
+  const size_t dense = checkpoint_weight_bytes(*c, DType::kBF16, all);
+  const int64_t H = c->hidden_size, I = c->intermediate_size;
+  const int64_t q = static_cast<int64_t>(c->num_heads) * c->head_dim, kv = static_cast<int64_t>(c->num_kv_heads) * c->head_dim;
+  const int64_t linear = static_cast<int64_t>(c->num_layers) * (H * (q + 2 * kv) + q * H + 2 * I * H + H * I);
+  const int64_t rows = static_cast<int64_t>(c->num_layers) * ((q + 2 * kv) + H + 2 * I + H);  // output channels
+  EXPECT_EQ(dense, static_cast<size_t>(2 * model::LlamaModel::parameter_count(*c)));
+  const size_t fp8 = checkpoint_weight_bytes(*c, DType::kBF16, all, quant::W8A8Fp8Format{});
+  EXPECT_EQ(fp8, dense - static_cast<size_t>(linear) + static_cast<size_t>(4 * rows));  // 1 byte + [n] f32 scales
+  const size_t w4 = planned_weight_bytes("llama-3.1-70b", *c, DType::kBF16, all, quant::IntGroupFormat{4, 128, false});
+  EXPECT_LT(w4, fp8);
+  EXPECT_LT(static_cast<double>(fp8) / (1 << 30), 70.0);
+  // A format the backend has no kernel for is planned dense, as it loads.
+  EXPECT_EQ(checkpoint_weight_bytes(*c, DType::kBF16, [](const quant::WeightFormat& f) {
+              return std::holds_alternative<quant::DenseFormat>(f);
+            }, quant::W8A8Fp8Format{}),
+            dense);
 }
 
 }  // namespace
