@@ -12,10 +12,12 @@
 //
 // Timing: CUDA events around `reps` launches after warm-up, median of 5 such runs. Inputs are random
 // (never zeros); small working sets rotate among several copies so L2 does not serve them.
-//   usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8]   (--quant: the ceilings and the
+//   usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer]   (--quant: the ceilings and the
 //          quantized linears only; --quant-dot: the ceilings and the int4 GEMVs at m 1..4 only, mma vs CUDA-core;
 //          --w8a8: the ceilings and W8A8 INT8 vs FP8 GEMMs / GEMVs only, gpu_w8a8_gemm_bench.cu;
-//          --kv-fp8: the ceilings and decode attention with a bf16 vs an FP8 KV cache only)
+//          --kv-fp8: the ceilings and decode attention with a bf16 vs an FP8 KV cache only;
+//          --prefill-layer: the ceilings and one 8B layer over a 2048-token prompt op by op, bf16 / FP8 / INT8,
+//          gpu_prefill_layer_bench.cu)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -38,6 +40,7 @@ namespace xinfer::bench {
 std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, double peak, bool quick,
                                              bool dot_only = false);
 void bench_w8a8(cuda::CudaBackend& be, double bw, double peak, bool quick);  // gpu_w8a8_gemm_bench.cu
+void bench_prefill_layer(cuda::CudaBackend& be, double peak);                  // gpu_prefill_layer_bench.cu
 namespace {
 
 __global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
@@ -673,7 +676,7 @@ void bench_decode_layer(cuda::CudaBackend& be, double bw) {
   be.set_linear_fusion(saved_fusion);
 }
 
-int run(bool quick, bool quant_only, bool w8a8_only, bool kv_fp8_only, bool dot_only) {
+int run(bool quick, bool quant_only, bool w8a8_only, bool kv_fp8_only, bool dot_only, bool prefill_layer_only) {
   cuda::CudaBackend be;
   const auto info = be.info();
   std::printf("device: %s, %d SMs, %.1f / %.1f GiB free\n", info.name.c_str(), be.num_sms(),
@@ -688,6 +691,10 @@ int run(bool quick, bool quant_only, bool w8a8_only, bool kv_fp8_only, bool dot_
   std::printf("ceiling: cuBLASLt bf16 GEMM 8192^3 %.0f TFLOP/s (random data)\n", peak);
   if (w8a8_only) {
     bench_w8a8(be, bw, peak, quick);
+    return 0;
+  }
+  if (prefill_layer_only) {
+    bench_prefill_layer(be, peak);
     return 0;
   }
   if (kv_fp8_only) {
@@ -809,7 +816,7 @@ int run(bool quick, bool quant_only, bool w8a8_only, bool kv_fp8_only, bool dot_
 }  // namespace xinfer::bench
 
 int main(int argc, char** argv) {
-  bool quick = false, quant_only = false, w8a8_only = false, kv_fp8_only = false, dot_only = false;
+  bool quick = false, quant_only = false, w8a8_only = false, kv_fp8_only = false, dot_only = false, prefill_layer = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
@@ -821,10 +828,12 @@ int main(int argc, char** argv) {
       w8a8_only = true;
     } else if (std::strcmp(argv[i], "--kv-fp8") == 0) {
       kv_fp8_only = true;
+    } else if (std::strcmp(argv[i], "--prefill-layer") == 0) {
+      prefill_layer = true;
     } else {
-      std::fprintf(stderr, "usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8]\n");
+      std::fprintf(stderr, "usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer]\n");
       return 2;
     }
   }
-  return xinfer::bench::run(quick, quant_only, w8a8_only, kv_fp8_only, dot_only);
+  return xinfer::bench::run(quick, quant_only, w8a8_only, kv_fp8_only, dot_only, prefill_layer);
 }

@@ -144,7 +144,8 @@ TEST_P(RopeKvWriteTest, MatchesCpu) {
 INSTANTIATE_TEST_SUITE_P(Shapes, RopeKvWriteTest,
                          ::testing::Values(HeadsCase{4, 2, 16, 16, 7}, HeadsCase{32, 8, 128, 16, 97},
                                            HeadsCase{8, 1, 64, 1, 54}, HeadsCase{4, 4, 32, 16, 1},
-                                           HeadsCase{28, 4, 128, 1, 33}));
+                                           HeadsCase{28, 4, 128, 1, 33},
+                                           HeadsCase{4, 2, 24, 16, 9}));  // d % 16 != 0: the scalar kernel
 
 class QkNormTest : public ::testing::TestWithParam<HeadsCase> {};
 TEST_P(QkNormTest, MatchesCpu) {

@@ -799,8 +799,10 @@ TEST(QuantLinear, Fp8MatchesCpuOracle) {
       const std::string what = quant::format_name(f) + " n=" + std::to_string(cs.n) + " k=" + std::to_string(cs.k) +
                                " m=" + std::to_string(m) + (f32_out ? " f32" : " bf16");
       EXPECT_EQ(cmp.nans, 0) << what;
-      EXPECT_LT(cmp.rel_l2, f32_out ? 1e-3 : 1e-2) << what << " (max abs " << cmp.max_abs << ")";
-      if (m == 17) std::printf("[ fp8 ] %s: rel L2 %.2e\n", what.c_str(), cmp.rel_l2);
+      // cuBLASLt's rows run with fast accumulation (cublaslt_fp8_gemm.cpp): 1.4e-3 measured at k = 4096.
+      const double f32_bound = m <= cuda::kQuantGemvMaxRows ? 1e-3 : 3e-3;
+      EXPECT_LT(cmp.rel_l2, f32_out ? f32_bound : 1e-2) << what << " (max abs " << cmp.max_abs << ")";
+      if (m == 17 || m == 128) std::printf("[ fp8 ] %s: rel L2 %.2e\n", what.c_str(), cmp.rel_l2);
     }
     ++index;
   }

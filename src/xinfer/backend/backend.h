@@ -82,6 +82,10 @@ struct NormLinearArgs {
   // is then required, as scratch). With delta_x empty, delta is an input.
   TensorView delta_x;          // [T, K]
   LinearWeights delta_linear;  // weight [H, K], bias [H] or empty
+  // Optional hint: the linear the caller runs on act_out next (the down projection), before any other op
+  // writes act_out. A device may prepare that input for it here (CUDA: a W8A8 linear's quantized codes, made
+  // by the SwiGLU kernel); the results are the same without it.
+  const LinearWeights* act_linear = nullptr;
 };
 
 struct KvCacheSpec {

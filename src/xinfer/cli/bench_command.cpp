@@ -10,7 +10,8 @@
 // d2d copy bandwidth, bf16 GEMM 8192^3), never by datasheet numbers:
 //   decode MBU = (weights read per step + KV read at the mean context) / ITL p50 / copy bandwidth, where
 //     weights read per step = weight bytes minus the embedding table (one row of it is read);
-//   prefill MFU = (2 * non-embedding params * tokens + causal attention 2 * layers * Hq * D * tokens^2) / TTFT / peak;
+//   prefill MFU = (2 * non-embedding params * tokens + causal attention 2 * layers * Hq * D * tokens^2) / TTFT / peak,
+//     peak = the bf16 GEMM's, twice it for W8A8 (FP8 / INT8 tensor cores);
 //   throughput "effective bandwidth" = (steps * weights per step + all KV reads) / elapsed / copy bandwidth.
 // Sampling: greedy by default; --temperature / --top-p / --top-k / --min-p make every request sample, each
 // with its own seed (request_seed(): from --seed and the request's index in its batch; in latency mode
@@ -429,7 +430,10 @@ int run_bench(int argc, char** argv) {
       if (have_ceilings && itl50 > 0 && ttft50 > 0) {
         const double bytes = step_weight_bytes + kv_bytes_per_token * mean_ctx;
         const double mbu = bytes / itl50 / (ceil.copy_gbs * 1e9);
-        const double mfu = prefill_flops(shape.input_len) / ttft50 / (ceil.bf16_gemm_tflops * 1e12);
+        // W8A8 prefill GEMMs run on the FP8 / INT8 tensor cores, whose dense peak is twice bf16's.
+        const bool w8a8 = quantization == "fp8" || quantization == "w8a8-int8";
+        const double peak = (w8a8 ? 2 : 1) * ceil.bf16_gemm_tflops;
+        const double mfu = prefill_flops(shape.input_len) / ttft50 / (peak * 1e12);
         row["decode_bytes_per_step"] = bytes;
         row["decode_mbu"] = mbu;
         row["decode_roofline_ms"] = bytes / (ceil.copy_gbs * 1e9) * 1e3;
@@ -437,8 +441,9 @@ int run_bench(int argc, char** argv) {
         std::printf("  decode: %.2f GB per step / ITL p50 = %.0f GB/s = %.1f%% MBU (roofline %.3f ms/token; target "
                     ">= 85%%)\n",
                     bytes / 1e9, bytes / itl50 / 1e9, 100 * mbu, bytes / (ceil.copy_gbs * 1e9) * 1e3);
-        std::printf("  prefill: %.2f TFLOP / TTFT p50 = %.1f TFLOP/s = %.1f%% MFU\n", prefill_flops(shape.input_len) / 1e12,
-                    prefill_flops(shape.input_len) / ttft50 / 1e12, 100 * mfu);
+        std::printf("  prefill: %.2f TFLOP / TTFT p50 = %.1f TFLOP/s = %.1f%% MFU (peak %.0f TFLOP/s%s)\n",
+                    prefill_flops(shape.input_len) / 1e12, prefill_flops(shape.input_len) / ttft50 / 1e12, 100 * mfu, peak,
+                    w8a8 ? ": 2x the measured bf16 GEMM, the FP8 / INT8 dense rate" : "");
       }
     } else {
       int n = num_prompts;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "xinfer/backend/cuda/cuda_check.h"
@@ -452,7 +453,10 @@ void CudaBackend::linear(const TensorView& x, const backend::LinearWeights& w, c
   XI_CHECK_EQ(out.numel(), m * n);
   XI_CHECK(out.dtype == DType::kBF16 || out.dtype == DType::kF32) << "linear out dtype " << dtype_name(out.dtype);
   if (!w.bias.empty()) XI_CHECK_EQ(w.bias.numel(), n);
-  if (!w.dense()) return quantized_linear(x, w, out);
+  // x's codes left by swiglu() for this weight (cuda_backend.h quantized_input_): this call consumes the record.
+  const QuantizedInput q = std::exchange(quantized_input_, {});
+  const bool x_quantized = q.x != nullptr && q.x == x.data && q.numel == x.numel() && q.weight == w.weight.data;
+  if (!w.dense()) return quantized_linear(x, w, out, x_quantized);
   gemm_->run({bf16_ptr(x, "linear x"), bf16_ptr(w.weight, "linear weight"),
               w.bias.empty() ? nullptr : bf16_ptr(w.bias, "linear bias"), out.data, out.dtype == DType::kF32,
               to_int(m), to_int(n), to_int(k)},
@@ -542,12 +546,30 @@ void CudaBackend::add_rms_norm_linear(const backend::NormLinearArgs& a) {
     if (!a.delta_linear.bias.empty()) XI_CHECK_EQ(a.delta_linear.bias.numel(), k);
   }
   if (!a.delta.empty()) XI_CHECK_EQ(a.delta.numel(), a.residual.numel());
-  if (quant_fused_chain(a)) {  // quantized linears (cuda_backend_quant.cpp)
+  // A quantized input left for delta_x by the previous call's swiglu(): only linear() below may consume it.
+  const QuantizedInput pending = std::exchange(quantized_input_, {});
+  if (quant_fused_chain(a)) {  // weight-only quantized linears (cuda_backend_quant.cpp)
     ++fused_linears_;
     return;
   }
   const std::optional<FusedLinearPlan> plan = fused_linear_plan(a);
-  if (!plan) return Backend::add_rms_norm_linear(a);
+  if (!plan) {
+    // The composition (Backend::add_rms_norm_linear), with the W8A8 linears' activation quantization in the
+    // norm and the SwiGLU kernels (cuda_backend_quant.cpp).
+    if (!a.delta_x.empty()) {
+      quantized_input_ = pending;
+      linear(a.delta_x, a.delta_linear, a.delta);
+    }
+    if (!w8a8_norm_linear(a)) {
+      if (a.delta.empty())
+        rms_norm(a.residual, a.norm_weight, a.eps, a.normed_out);
+      else
+        add_rms_norm(a.residual, a.delta, a.norm_weight, a.eps, a.normed_out);
+      linear(a.normed_out, a.linear, a.out);
+    }
+    if (!a.act_out.empty()) swiglu(a.out, a.act_out, a.act_linear);
+    return;
+  }
   if (plan->producer) launch_gemv(producer_args(a), *plan->producer, stream_, kProducerFusion);
   launch_gemv(consumer_args(a), plan->consumer, stream_, consumer_fusion(a, plan->swiglu));
   if (!a.act_out.empty() && !plan->swiglu) silu_mul(a.out, a.act_out);

@@ -223,6 +223,8 @@ class CudaBackend final : public backend::Backend {
   int64_t fp8_gemvs() const { return fp8_gemvs_; }  // W8A8-FP8 decode linears (quantization + our FP8 GEMV)
   int64_t int8_gemms() const { return int8_gemms_; }  // W8A8-INT8 linears (quantization + cuBLASLt int8 GEMM)
   int64_t int8_gemvs() const { return int8_gemvs_; }  // W8A8-INT8 decode linears (quantization + int8 GEMV)
+  // W8A8 linears whose x came quantized from the norm / SwiGLU kernel before them (no quantization kernel).
+  int64_t w8a8_quantized_inputs() const { return w8a8_quantized_inputs_; }
   // The device view of a quantized LinearWeights (checks dtypes and sizes, naming the format).
   QuantWeight quant_weight(const backend::LinearWeights& w) const;
 
@@ -241,9 +243,26 @@ class CudaBackend final : public backend::Backend {
   bool fuses_rope_attention(int head_dim, const TensorView& cos_sin,
                             const backend::LayerKvCache& cache) const;
 
-  void quantized_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out);
-  void fp8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out);
-  void int8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out);
+  // x_quantized: x's codes and scales are already in the W8A8 workspace (w8a8_workspace(w, m)), made by the
+  // norm or SwiGLU kernel before it; x is then read for its shape only.
+  void quantized_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out, bool x_quantized);
+  void fp8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out, bool x_quantized);
+  void int8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out, bool x_quantized);
+  // The W8A8 linears' workspace for `m` rows of w's input: xq [m, k] e4m3 / int8 codes | xs [m] scales | tail
+  // (FP8: [n] broadcast weight scales; INT8 GEMM: the int32 sums); nullopt while recording a graph that would
+  // have to grow it (the recording is failed).
+  struct W8a8Workspace {
+    uint8_t* xq;
+    float* xs;
+    uint8_t* tail;
+  };
+  std::optional<W8a8Workspace> w8a8_workspace(const backend::LinearWeights& w, int m);
+  // add_rms_norm_linear's norm and linear for a W8A8 linear: the norm kernel writes x's codes (rms_norm.h),
+  // the GEMM / GEMV reads them; false (nothing run) where the linear quantizes x itself or is not W8A8.
+  bool w8a8_norm_linear(const backend::NormLinearArgs& a);
+  // silu_mul, also writing the codes `consumer` (a W8A8 linear about to read out) takes (silu_mul.h); the next
+  // linear() on out with that weight then skips its quantization (quantized_input_).
+  void swiglu(const TensorView& gate_up, const TensorView& out, const backend::LinearWeights* consumer);
   // add_rms_norm_linear on weight-only quantized linears as two GEMVs (the producer adds into the residual,
   // the consumer folds the norm and the SwiGLU); false (nothing run) where that chain does not apply.
   bool quant_fused_chain(const backend::NormLinearArgs& a);
@@ -294,7 +313,16 @@ class CudaBackend final : public backend::Backend {
   size_t decode_ws_floats_ = 0;
   void* quant_ws_ = nullptr;  // dequantized weights (bf16) or quantized activations, grown on demand
   size_t quant_ws_bytes_ = 0;
+  // An activation whose codes swiglu() left in the W8A8 workspace for `weight`: valid for the next linear()
+  // only (it consumes or drops the record), add_rms_norm_linear hands it to its first linear.
+  struct QuantizedInput {
+    const void* x = nullptr;
+    int64_t numel = 0;
+    const void* weight = nullptr;
+  };
+  QuantizedInput quantized_input_;
   int64_t quant_gemvs_ = 0, quant_dequant_gemms_ = 0, fp8_gemms_ = 0, fp8_gemvs_ = 0, int8_gemms_ = 0, int8_gemvs_ = 0;
+  int64_t w8a8_quantized_inputs_ = 0;
   std::unique_ptr<CublasLtFp8Gemm> fp8_;    // created at the first W8A8-FP8 linear
   std::unique_ptr<CublasLtInt8Gemm> int8_;  // created at the first W8A8-INT8 linear with m > 16
 

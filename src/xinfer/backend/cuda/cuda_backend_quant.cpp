@@ -33,6 +33,8 @@
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
+#include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
+#include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
 #include "xinfer/backend/cuda/kernels/quant/quantize_activations.h"
 #include "xinfer/core/logging.h"
 
@@ -137,7 +139,23 @@ void* CudaBackend::quant_workspace(size_t bytes) {
   return quant_ws_;
 }
 
-void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) {
+std::optional<CudaBackend::W8a8Workspace> CudaBackend::w8a8_workspace(const backend::LinearWeights& w, int m) {
+  const int64_t n = w.out_features(), k = w.in_features();
+  const size_t xq_bytes = (static_cast<size_t>(m) * k + 255) / 256 * 256;
+  const size_t xs_bytes = (static_cast<size_t>(m) * 4 + 255) / 256 * 256;
+  size_t tail_bytes = static_cast<size_t>(n) * 4;  // FP8: the broadcast weight scales
+  if (std::holds_alternative<quant::W8A8Int8Format>(w.format)) {
+    const bool gemv = m <= kQuantGemvMaxRows && fp8_gemv_supports(static_cast<int>(n), static_cast<int>(k));
+    if (!gemv && !int8_) int8_ = std::make_unique<CublasLtInt8Gemm>();
+    tail_bytes = gemv ? 0 : int8_->acc_bytes(m, static_cast<int>(n));
+  }
+  auto* ws = static_cast<uint8_t*>(quant_workspace(xq_bytes + xs_bytes + tail_bytes));
+  if (ws == nullptr) return std::nullopt;  // recording failed (see top)
+  return W8a8Workspace{ws, reinterpret_cast<float*>(ws + xq_bytes), ws + xq_bytes + xs_bytes};
+}
+
+void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out,
+                             bool x_quantized) {
   const auto& f = std::get<quant::W8A8Fp8Format>(w.format);
   const int64_t n = w.out_features(), k = w.in_features();
   const int m = static_cast<int>(x.numel() / k);
@@ -155,7 +173,7 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
   const auto* bias = w.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(w.bias.data);
   const int ni = static_cast<int>(n), ki = static_cast<int>(k);
   const bool dot_row = m == 1 && out.dtype == DType::kBF16 && fp8_dot_gemv_enabled();
-  if (dot_row && fp8_dot_gemv_fuse_pays(ni, ki)) {
+  if (dot_row && !x_quantized && fp8_dot_gemv_fuse_pays(ni, ki)) {
     // One decode row: the CUDA-core FP8 GEMV quantizing x itself (one launch; the same bits as below).
     const DotGemvConfig config = fp8_quant_dot_gemv_default_config(ni, ki, options_.gemv_pdl);
     if (fp8_quant_dot_gemv_supports(ni, ki, m, config) && reinterpret_cast<uintptr_t>(x.data) % 16 == 0) {
@@ -166,44 +184,40 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
       return;
     }
   }
-  // Workspace: xq [m, k] e4m3 | x scales [m] | weight scales [n] (a per-tensor scale broadcast).
-  const size_t xq_bytes = (static_cast<size_t>(m) * k + 255) / 256 * 256;
-  const size_t xs_bytes = (static_cast<size_t>(m) * 4 + 255) / 256 * 256;
-  auto* ws = static_cast<uint8_t*>(quant_workspace(xq_bytes + xs_bytes + static_cast<size_t>(n) * 4));
-  if (ws == nullptr) return;  // recording failed (see top)
-  auto* xs = reinterpret_cast<float*>(ws + xq_bytes);
-  launch_quantize_fp8_rows(static_cast<const __nv_bfloat16*>(x.data), m, static_cast<int>(k), input_scale, ws, xs,
-                           stream_);
+  const std::optional<W8a8Workspace> ws = w8a8_workspace(w, m);
+  if (!ws) return;  // recording failed (see top)
+  if (!x_quantized)
+    launch_quantize_fp8_rows(static_cast<const __nv_bfloat16*>(x.data), m, ki, input_scale, ws->xq, ws->xs, stream_);
   if (dot_row && fp8_dot_gemv_supports(ni, ki, m)) {  // long rows: quantize, then the split-K dot GEMV
-    launch_fp8_dot_gemv({ws, xs, wq, ws_in, f.per_channel, bias, out.data, false, m, ni, ki}, stream_,
+    launch_fp8_dot_gemv({ws->xq, ws->xs, wq, ws_in, f.per_channel, bias, out.data, false, m, ni, ki}, stream_,
                         fp8_dot_gemv_default_config(ni, ki, options_.gemv_pdl));
     ++fp8_gemvs_;
     return;
   }
-  if (m <= kQuantGemvMaxRows && fp8_gemv_supports(static_cast<int>(n), static_cast<int>(k))) {
+  if (m <= kQuantGemvMaxRows && fp8_gemv_supports(ni, ki)) {
     // Decode rows: our FP8 GEMV (cuBLASLt's FP8 GEMM reached 24-55% of the bandwidth at m = 1; this 50-86%).
-    const QuantGemvConfig config = fp8_gemv_default_config(static_cast<int>(n), static_cast<int>(k), options_.gemv_pdl);
-    launch_fp8_gemv({ws, xs, wq, ws_in, f.per_channel, bias, out.data, out.dtype == DType::kF32, m,
-                     static_cast<int>(n), static_cast<int>(k)},
+    const QuantGemvConfig config = fp8_gemv_default_config(ni, ki, options_.gemv_pdl);
+    launch_fp8_gemv({ws->xq, ws->xs, wq, ws_in, f.per_channel, bias, out.data, out.dtype == DType::kF32, m, ni, ki},
                     stream_, config);
     ++fp8_gemvs_;
     return;
   }
   const float* w_scales = ws_in;
   if (!f.per_channel) {
-    auto* wsv = reinterpret_cast<float*>(ws + xq_bytes + xs_bytes);
-    launch_broadcast_scale(ws_in, static_cast<int>(n), wsv, stream_);
+    auto* wsv = reinterpret_cast<float*>(ws->tail);
+    launch_broadcast_scale(ws_in, ni, wsv, stream_);
     w_scales = wsv;
   }
   if (!fp8_) fp8_ = std::make_unique<CublasLtFp8Gemm>();
-  const Fp8GemmArgs args{ws, xs, wq, w_scales, bias, out.data, out.dtype == DType::kF32, m, static_cast<int>(n), static_cast<int>(k)};
+  const Fp8GemmArgs args{ws->xq, ws->xs, wq, w_scales, bias, out.data, out.dtype == DType::kF32, m, ni, ki};
   XI_CHECK(fp8_->supported(args)) << "linear " << fmt(w) << " [" << n << ", " << k << "] at " << m
                                   << " rows: cuBLASLt has no FP8 algorithm (k and n must be multiples of 16)";
   fp8_->run(args, stream_);
   ++fp8_gemms_;
 }
 
-void CudaBackend::int8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) {
+void CudaBackend::int8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out,
+                              bool x_quantized) {
   const auto& f = std::get<quant::W8A8Int8Format>(w.format);
   const int64_t n = w.out_features(), k = w.in_features();
   const int m = static_cast<int>(x.numel() / k);
@@ -220,32 +234,94 @@ void CudaBackend::int8_linear(const TensorView& x, const backend::LinearWeights&
   if (!w.bias.empty()) XI_CHECK(w.bias.dtype == DType::kBF16) << "linear bias must be bf16";
   const auto* bias = w.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(w.bias.data);
   const int ni = static_cast<int>(n), ki = static_cast<int>(k);
-  const bool gemv = m <= kQuantGemvMaxRows && fp8_gemv_supports(ni, ki);
-  if (!gemv && !int8_) int8_ = std::make_unique<CublasLtInt8Gemm>();
-  // Workspace: xq [m, k] i8 | x scales [m] | (GEMM) int32 sums [chunk rows, n].
-  const size_t xq_bytes = (static_cast<size_t>(m) * k + 255) / 256 * 256;
-  const size_t xs_bytes = (static_cast<size_t>(m) * 4 + 255) / 256 * 256;
-  const size_t acc_bytes = gemv ? 0 : int8_->acc_bytes(m, ni);
-  auto* ws = static_cast<uint8_t*>(quant_workspace(xq_bytes + xs_bytes + acc_bytes));
-  if (ws == nullptr) return;  // recording failed (see top)
-  auto* xq = reinterpret_cast<int8_t*>(ws);
-  auto* xs = reinterpret_cast<float*>(ws + xq_bytes);
-  launch_quantize_int8_rows(static_cast<const __nv_bfloat16*>(x.data), m, ki, input_scale, xq, xs, stream_);
+  const std::optional<W8a8Workspace> ws = w8a8_workspace(w, m);
+  if (!ws) return;  // recording failed (see top)
+  auto* xq = reinterpret_cast<int8_t*>(ws->xq);
+  if (!x_quantized)
+    launch_quantize_int8_rows(static_cast<const __nv_bfloat16*>(x.data), m, ki, input_scale, xq, ws->xs, stream_);
   const bool y_f32 = out.dtype == DType::kF32;
-  if (gemv) {
+  if (m <= kQuantGemvMaxRows && fp8_gemv_supports(ni, ki)) {
     const QuantGemvConfig config = w8a8_int8_gemv_default_config(ni, ki, m, options_.gemv_pdl);
-    launch_w8a8_int8_gemv({ws, xs, reinterpret_cast<const uint8_t*>(wq), w_scales, true, bias, out.data, y_f32, m, ni, ki},
+    launch_w8a8_int8_gemv({ws->xq, ws->xs, reinterpret_cast<const uint8_t*>(wq), w_scales, true, bias, out.data, y_f32, m,
+                           ni, ki},
                           stream_, config);
     ++int8_gemvs_;
     return;
   }
-  const Int8GemmArgs args{xq, xs, wq, w_scales, bias, out.data, y_f32, m, ni, ki,
-                          reinterpret_cast<int32_t*>(ws + xq_bytes + xs_bytes)};
+  const Int8GemmArgs args{xq, ws->xs, wq, w_scales, bias, out.data, y_f32, m, ni, ki, reinterpret_cast<int32_t*>(ws->tail)};
   XI_CHECK(int8_->supported(args, Int8GemmMode::kInt32Epilogue))
       << "linear " << fmt(w) << " [" << n << ", " << k << "] at " << m
       << " rows: cuBLASLt has no int8 algorithm (k and n must be multiples of 4)";
   int8_->run(args, stream_, Int8GemmMode::kInt32Epilogue);
   ++int8_gemms_;
+}
+
+namespace {
+
+// The row quantization a W8A8 linear's input takes (quantize_activations.h), or kNone for other formats;
+// `input_scale`: its static per-tensor scale, or nullptr (dynamic per token).
+RowQuant w8a8_row_quant(const backend::LinearWeights& w, const float*& input_scale) {
+  input_scale = nullptr;
+  quant::ActScaleMode act;
+  RowQuant kind;
+  if (const auto* f = std::get_if<quant::W8A8Fp8Format>(&w.format)) {
+    act = f->act;
+    kind = RowQuant::kFp8;
+  } else if (const auto* g = std::get_if<quant::W8A8Int8Format>(&w.format)) {
+    act = g->act;
+    kind = RowQuant::kInt8;
+  } else {
+    return RowQuant::kNone;
+  }
+  if (act == quant::ActScaleMode::kStaticPerTensor) {
+    input_scale = device_ptr<float>(w.input_scale, DType::kF32, "input_scale", w);
+    XI_CHECK_EQ(w.input_scale.numel(), 1) << "linear " << fmt(w) << ": input_scale";
+  }
+  return kind;
+}
+
+}  // namespace
+
+bool CudaBackend::w8a8_norm_linear(const backend::NormLinearArgs& a) {
+  const float* input_scale = nullptr;
+  const RowQuant kind = w8a8_row_quant(a.linear, input_scale);
+  const int64_t n = a.linear.out_features(), k = a.linear.in_features();
+  const int m = static_cast<int>(a.residual.numel() / k);
+  if (kind == RowQuant::kNone || k % 8 != 0 || a.residual.dtype != DType::kBF16 || a.norm_weight.dtype != DType::kBF16)
+    return false;
+  // One FP8 decode row on a shape where the CUDA-core GEMV quantizes x itself: that measured faster.
+  if (kind == RowQuant::kFp8 && m == 1 && a.out.dtype == DType::kBF16 && fp8_dot_gemv_enabled() &&
+      fp8_dot_gemv_fuse_pays(static_cast<int>(n), static_cast<int>(k)))
+    return false;
+  const std::optional<W8a8Workspace> ws = w8a8_workspace(a.linear, m);
+  if (!ws) return true;  // recording failed (see top): nothing to launch
+  launch_add_rms_norm({static_cast<__nv_bfloat16*>(a.residual.data),
+                       a.delta.empty() ? nullptr : static_cast<const __nv_bfloat16*>(a.delta.data),
+                       static_cast<const __nv_bfloat16*>(a.norm_weight.data), nullptr, m, static_cast<int>(k), a.eps, kind,
+                       ws->xq, ws->xs, input_scale},
+                      stream_);
+  quantized_linear(a.normed_out, a.linear, a.out, true);
+  return true;
+}
+
+void CudaBackend::swiglu(const TensorView& gate_up, const TensorView& out, const backend::LinearWeights* consumer) {
+  const float* input_scale = nullptr;
+  const RowQuant kind = consumer == nullptr ? RowQuant::kNone : w8a8_row_quant(*consumer, input_scale);
+  const int64_t inter = out.shape[out.shape.rank() - 1];
+  if (kind == RowQuant::kNone || inter % 8 != 0 || consumer->in_features() != inter || gate_up.dtype != DType::kBF16 ||
+      out.dtype != DType::kBF16 || reinterpret_cast<uintptr_t>(gate_up.data) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(out.data) % 16 != 0) {
+    silu_mul(gate_up, out);
+    return;
+  }
+  XI_CHECK_EQ(gate_up.numel(), 2 * out.numel());
+  const int m = static_cast<int>(out.numel() / inter);
+  const std::optional<W8a8Workspace> ws = w8a8_workspace(*consumer, m);
+  if (!ws) return;  // recording failed (see top)
+  launch_silu_mul({static_cast<const __nv_bfloat16*>(gate_up.data), static_cast<__nv_bfloat16*>(out.data), m,
+                   static_cast<int>(inter), kind, ws->xq, ws->xs, input_scale},
+                  stream_);
+  quantized_input_ = {out.data, out.numel(), consumer->weight.data};
 }
 
 bool CudaBackend::quant_fused_chain(const backend::NormLinearArgs& a) {
@@ -295,9 +371,12 @@ bool CudaBackend::quant_fused_chain(const backend::NormLinearArgs& a) {
   return true;
 }
 
-void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) {
-  if (std::holds_alternative<quant::W8A8Fp8Format>(w.format)) return fp8_linear(x, w, out);
-  if (std::holds_alternative<quant::W8A8Int8Format>(w.format)) return int8_linear(x, w, out);
+void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out,
+                                   bool x_quantized) {
+  if (x_quantized) ++w8a8_quantized_inputs_;
+  if (std::holds_alternative<quant::W8A8Fp8Format>(w.format)) return fp8_linear(x, w, out, x_quantized);
+  if (std::holds_alternative<quant::W8A8Int8Format>(w.format)) return int8_linear(x, w, out, x_quantized);
+  XI_CHECK(!x_quantized) << "linear " << fmt(w) << ": quantized input for a weight-only format";
   const QuantWeight q = quant_weight(w);
   const int m = static_cast<int>(x.numel() / q.k);
   XI_CHECK(x.dtype == DType::kBF16 && x.device == Device::kCuda) << "linear x must be a bf16 cuda tensor";

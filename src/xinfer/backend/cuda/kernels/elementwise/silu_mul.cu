@@ -3,6 +3,7 @@
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/elementwise/silu.cuh"
 #include "xinfer/backend/cuda/kernels/pdl.cuh"
+#include "xinfer/backend/cuda/kernels/quant/activation_quant.cuh"
 
 namespace xinfer::cuda {
 namespace {
@@ -33,10 +34,60 @@ __global__ void silu_mul_kernel(SiluMulArgs a) {
   }
 }
 
+// One CTA per row: out's row, then its codes from the bf16 values this thread wrote (read back: the same
+// thread's writes, in L1 / L2), after the CTA's max where the scale is dynamic. kQuantThreads: 1024 for
+// fewer rows than the GPU has SMs (a decode row of 14336 in one CTA of 256 took longer than silu_mul and the
+// quantization kernel it replaces), 256 else.
+template <RowQuant kQuant, int kQuantThreads>
+__global__ void __launch_bounds__(kQuantThreads) silu_mul_quant_kernel(SiluMulArgs a) {
+  __shared__ float red[kQuantThreads / 32];
+  pdl_release();
+  pdl_wait();
+  const int64_t r = blockIdx.x;
+  const uint4* g = reinterpret_cast<const uint4*>(a.gate_up + r * 2 * a.inter);
+  const uint4* u = reinterpret_cast<const uint4*>(a.gate_up + r * 2 * a.inter + a.inter);
+  uint4* o = reinterpret_cast<uint4*>(a.out + r * a.inter);
+  const int vecs = a.inter / 8;
+  float amax = 0.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < vecs; i += kQuantThreads) {
+    const uint4 gv = g[i], uv = u[i];
+    uint4 ov;
+    const __nv_bfloat16* gb = reinterpret_cast<const __nv_bfloat16*>(&gv);
+    const __nv_bfloat16* ub = reinterpret_cast<const __nv_bfloat16*>(&uv);
+    __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&ov);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      ob[j] = __float2bfloat16(silu_mul_f32(__bfloat162float(gb[j]), __bfloat162float(ub[j])));
+      amax = fmaxf(amax, fabsf(__bfloat162float(ob[j])));
+    }
+    o[i] = ov;
+  }
+  constexpr float kMax = kQuant == RowQuant::kFp8 ? act_quant::kFp8Max : act_quant::kInt8Max;
+  const float scale = a.q_input_scale != nullptr ? __ldg(a.q_input_scale) : act_quant::cta_max<kQuantThreads>(amax, red) / kMax;
+  if (threadIdx.x == 0) a.q_scales[r] = scale;
+  const float qinv = act_quant::inverse_scale(scale);
+  uint2* q = reinterpret_cast<uint2*>(a.q + r * a.inter);
+  for (int i = static_cast<int>(threadIdx.x); i < vecs; i += kQuantThreads)
+    q[i] = act_quant::codes8<kQuant == RowQuant::kFp8>(o[i], qinv);
+}
+
 }  // namespace
 
 void launch_silu_mul(const SiluMulArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
+  if (a.q_kind != RowQuant::kNone) {
+    XI_CHECK(a.inter % 8 == 0 && a.q != nullptr && a.q_scales != nullptr && reinterpret_cast<uintptr_t>(a.q) % 8 == 0 &&
+             reinterpret_cast<uintptr_t>(a.gate_up) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0)
+        << "silu_mul: a quantized copy needs inter % 8 == 0 (got " << a.inter << ") and aligned buffers";
+    const bool wide = a.rows < 128;
+    if (a.q_kind == RowQuant::kFp8)
+      wide ? launch_pdl(silu_mul_quant_kernel<RowQuant::kFp8, 1024>, a.rows, 1024, 0, stream, a)
+           : launch_pdl(silu_mul_quant_kernel<RowQuant::kFp8, 256>, a.rows, 256, 0, stream, a);
+    else
+      wide ? launch_pdl(silu_mul_quant_kernel<RowQuant::kInt8, 1024>, a.rows, 1024, 0, stream, a)
+           : launch_pdl(silu_mul_quant_kernel<RowQuant::kInt8, 256>, a.rows, 256, 0, stream, a);
+    return;
+  }
   const int vec = a.inter % 8 == 0 ? 8 : 1;
   const int64_t work = static_cast<int64_t>(a.rows) * a.inter / vec;
   const int blocks = static_cast<int>(std::min<int64_t>((work + 255) / 256, 132 * 16));

@@ -1,9 +1,17 @@
 // SwiGLU activation for bf16: out[r, i] = silu(gate_up[r, i]) * gate_up[r, I + i], computed in f32.
 // 8 elements (16 bytes) per thread when I is a multiple of 8, else one.
+//
+// Optionally (q_kind != kNone, I % 8 == 0 only; one CTA per row then) each row of out is also quantized for
+// the W8A8 linear that reads it next (the down projection), with quantize_activations.h's arithmetic on the
+// bf16 values written: the codes and scales of silu_mul followed by launch_quantize_*_rows, bit for bit.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "xinfer/backend/cuda/kernels/norm/rms_norm.h"  // RowQuant
 
 namespace xinfer::cuda {
 
@@ -12,6 +20,10 @@ struct SiluMulArgs {
   __nv_bfloat16* out;            // [rows, inter]
   int rows;
   int inter;
+  RowQuant q_kind = RowQuant::kNone;    // the quantized copy of out, or none
+  uint8_t* q = nullptr;                 // [rows, inter] e4m3 / int8 codes
+  float* q_scales = nullptr;            // [rows]
+  const float* q_input_scale = nullptr; // [1] static per-tensor scale, or nullptr (dynamic per token)
 };
 
 void launch_silu_mul(const SiluMulArgs& args, cudaStream_t stream);

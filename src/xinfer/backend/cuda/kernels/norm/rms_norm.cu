@@ -2,6 +2,7 @@
 
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/pdl.cuh"
+#include "xinfer/backend/cuda/kernels/quant/activation_quant.cuh"
 
 namespace xinfer::cuda {
 namespace {
@@ -24,7 +25,8 @@ __device__ float block_sum(float v) {
   return total;
 }
 
-// Vectorized path: 16-byte loads, hidden % 8 == 0.
+// Vectorized path: 16-byte loads, hidden % 8 == 0. kQuant: the optional quantized copy of out (rms_norm.h).
+template <RowQuant kQuant>
 __global__ void __launch_bounds__(kThreads) add_rms_norm_kernel(RmsNormArgs a) {
   pdl_release();  // the next kernel may launch now: it waits for this one's results itself
   const int row = blockIdx.x;
@@ -60,22 +62,44 @@ __global__ void __launch_bounds__(kThreads) add_rms_norm_kernel(RmsNormArgs a) {
     }
   }
   const float inv = rsqrtf(block_sum(ss) / static_cast<float>(a.hidden) + a.eps);
-  auto normalize = [&](int i, const uint4& wv) {
+  auto normed = [&](int i, const uint4& wv) {
     uint4 r = res[i], o;
     const __nv_bfloat16* rv = reinterpret_cast<const __nv_bfloat16*>(&r);
     const __nv_bfloat16* ww = reinterpret_cast<const __nv_bfloat16*>(&wv);
     __nv_bfloat16* ov = reinterpret_cast<__nv_bfloat16*>(&o);
     for (int j = 0; j < kVec; ++j)
       ov[j] = __float2bfloat16(__bfloat162float(rv[j]) * inv * __bfloat162float(ww[j]));
-    out[i] = o;
+    return o;
   };
+  float amax = 0.0f;  // max |out| of this thread's values (quantized copy, dynamic scale)
+  auto normalize = [&](int i, const uint4& wv) {
+    const uint4 o = normed(i, wv);
+    if (kQuant == RowQuant::kNone || a.out != nullptr) out[i] = o;
+    if constexpr (kQuant != RowQuant::kNone) {
+      const __nv_bfloat16* ov = reinterpret_cast<const __nv_bfloat16*>(&o);
+      for (int j = 0; j < kVec; ++j) amax = fmaxf(amax, fabsf(__bfloat162float(ov[j])));
+    }
+  };
+  // fn(i, weight chunk i) over this thread's chunks: the early-loaded weights first, then the rest.
+  auto for_each_chunk = [&](auto&& fn) {
 #pragma unroll
-  for (int j = 0; j < kEarly; ++j) {
-    const int i = static_cast<int>(threadIdx.x) + j * kThreads;
-    if (i < vecs) normalize(i, w_early[j]);
+    for (int j = 0; j < kEarly; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + j * kThreads;
+      if (i < vecs) fn(i, w_early[j]);
+    }
+    for (int i = static_cast<int>(threadIdx.x) + kEarly * kThreads; i < vecs; i += kThreads) fn(i, __ldg(w + i));
+  };
+  for_each_chunk(normalize);
+  if constexpr (kQuant != RowQuant::kNone) {
+    // Second pass: the same bf16 values again (the row is in L1), as codes of the row's scale.
+    __shared__ float red[kThreads / 32];
+    constexpr float kMax = kQuant == RowQuant::kFp8 ? act_quant::kFp8Max : act_quant::kInt8Max;
+    const float scale = a.q_input_scale != nullptr ? __ldg(a.q_input_scale) : act_quant::cta_max<kThreads>(amax, red) / kMax;
+    if (threadIdx.x == 0) a.q_scales[row] = scale;
+    const float qinv = act_quant::inverse_scale(scale);
+    uint2* q = reinterpret_cast<uint2*>(a.q + static_cast<size_t>(row) * a.hidden);
+    for_each_chunk([&](int i, const uint4& wv) { q[i] = act_quant::codes8<kQuant == RowQuant::kFp8>(normed(i, wv), qinv); });
   }
-  for (int i = static_cast<int>(threadIdx.x) + kEarly * kThreads; i < vecs; i += kThreads)
-    normalize(i, __ldg(w + i));
 }
 
 // Scalar path for any hidden size.
@@ -102,8 +126,16 @@ __global__ void __launch_bounds__(kThreads) add_rms_norm_scalar_kernel(RmsNormAr
 
 void launch_add_rms_norm(const RmsNormArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return;
-  if (args.hidden % kVec == 0)
-    launch_pdl(add_rms_norm_kernel, args.rows, kThreads, 0, stream, args);
+  XI_CHECK(args.q_kind == RowQuant::kNone || (args.hidden % kVec == 0 && args.q != nullptr && args.q_scales != nullptr &&
+                                              reinterpret_cast<uintptr_t>(args.q) % 8 == 0))
+      << "add_rms_norm: a quantized copy needs hidden % 8 == 0 (got " << args.hidden << ") and 8-byte aligned codes";
+  XI_CHECK(args.out != nullptr || args.q_kind != RowQuant::kNone) << "add_rms_norm: no output";
+  if (args.q_kind == RowQuant::kFp8)
+    launch_pdl(add_rms_norm_kernel<RowQuant::kFp8>, args.rows, kThreads, 0, stream, args);
+  else if (args.q_kind == RowQuant::kInt8)
+    launch_pdl(add_rms_norm_kernel<RowQuant::kInt8>, args.rows, kThreads, 0, stream, args);
+  else if (args.hidden % kVec == 0)
+    launch_pdl(add_rms_norm_kernel<RowQuant::kNone>, args.rows, kThreads, 0, stream, args);
   else
     launch_pdl(add_rms_norm_scalar_kernel, args.rows, kThreads, 0, stream, args);
 }

@@ -15,6 +15,21 @@ namespace xinfer::cuda::act_quant {
 constexpr float kFp8Max = 448.0f;
 constexpr float kInt8Max = 127.0f;
 
+// The maximum of v over a CTA of kThreads threads (every thread gets it). `red`: kThreads / 32 floats of
+// shared memory, free again when this returns.
+template <int kThreads>
+__device__ float cta_max(float v, float* red) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float a = red[0];
+#pragma unroll
+  for (int w = 1; w < kThreads / 32; ++w) a = fmaxf(a, red[w]);
+  __syncthreads();  // red may be reused
+  return a;
+}
+
 // max |x[0, k)| for a CTA of kThreads threads (every thread gets it). `red`: kThreads / 32 floats of shared
 // memory, free again when this returns. 16-byte loads where x allows them.
 template <int kThreads>
@@ -32,15 +47,7 @@ __device__ float cta_abs_max(const __nv_bfloat16* x, int k, float* red) {
   } else {
     for (int i = static_cast<int>(threadIdx.x); i < k; i += kThreads) amax = fmaxf(amax, fabsf(__bfloat162float(x[i])));
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = amax;
-  __syncthreads();
-  float a = red[0];
-#pragma unroll
-  for (int w = 1; w < kThreads / 32; ++w) a = fmaxf(a, red[w]);
-  __syncthreads();  // red may be reused
-  return a;
+  return cta_max<kThreads>(amax, red);
 }
 
 // The row's scale: the static one, or the CTA's max |x| / qmax.
@@ -58,6 +65,20 @@ __device__ __forceinline__ uint8_t to_e4m3(float x, float inv) {
 // SmoothQuant's symmetric int8 code: round to nearest even, clamped to [-127, 127].
 __device__ __forceinline__ int8_t to_int8(float x, float inv) {
   return static_cast<int8_t>(static_cast<int>(fminf(fmaxf(rintf(x * inv), -kInt8Max), kInt8Max)));
+}
+
+// The codes of 8 bf16 values (one 16-byte vector) under one row's inverse scale: e4m3 or int8 bytes.
+template <bool kFp8>
+__device__ __forceinline__ uint2 codes8(const uint4& v, float inv) {
+  const __nv_bfloat16* b = reinterpret_cast<const __nv_bfloat16*>(&v);
+  uint2 c;
+  uint8_t* cb = reinterpret_cast<uint8_t*>(&c);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float x = __bfloat162float(b[j]);
+    cb[j] = kFp8 ? to_e4m3(x, inv) : static_cast<uint8_t>(to_int8(x, inv));
+  }
+  return c;
 }
 
 }  // namespace xinfer::cuda::act_quant

@@ -4,8 +4,9 @@
 //   x[i], x[i + D/2]  <-  x[i] cos - x[i + D/2] sin,  x[i + D/2] cos + x[i] sin    (cos, sin at `position`)
 //   k_cache/v_cache[slot / block_size, kv_head, slot % block_size, :] = k, v
 //
-// Grid (token, group of 4 heads), one warp per head (q, k rotated; k and v written to the cache). Tokens
-// with a negative slot (padding) are rotated but not cached.
+// Grid (token, chunks): one thread per 16 values (8 rotated pairs of a q / k head, or 16 values of a v head),
+// 16-byte accesses, where head_dim % 16 == 0 and the buffers are 16-byte aligned; otherwise one warp per
+// head. Both give the same bits. Tokens with a negative slot (padding) are rotated but not cached.
 //
 // FP8 cache (kv_fp8): the cache holds e4m3 codes (k_cache / v_cache reinterpreted as uint8_t*), written as
 // e4m3(k / k_scale) and e4m3(v / v_scale) (attention/kv_fp8.cuh: round to nearest even, saturated). The k

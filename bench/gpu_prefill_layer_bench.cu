@@ -1,0 +1,167 @@
+// gpu_kernel_bench --prefill-layer: one Llama-3.1-8B decoder layer over a 2048-token prompt (one sequence,
+// nothing cached), in bf16, W8A8-FP8 and W8A8-INT8 weights (random codes), timed op by op (eager launches, as
+// prefill steps run) and as the model's forward chains them (add_rms_norm_linear, rope_paged_attention),
+// against the GEMM FLOPs at the measured ceilings (the FP8 / INT8 dense peaks are twice bf16's). x32 is the
+// layers' share of a 2048-token TTFT (plus the embedding, the final norm and one lm_head row): where the
+// prefill's time goes, and what a fusion saves.
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gpu_bench_util.h"
+#include "xinfer/backend/cuda/cuda_backend.h"
+#include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/device_ceilings.h"
+
+namespace xinfer::bench {
+namespace {
+
+__global__ void fill_prefill(uint8_t* p, size_t n, uint32_t seed, int kind) {  // kind 0 bf16, 1 e4m3, 2 int8
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const uint32_t h = hash32(static_cast<uint32_t>(i) * 2654435761u ^ seed);
+    if (kind == 0) {
+      reinterpret_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16((static_cast<float>(h & 0xffff) / 32768.0f - 1.0f) * 0.05f);
+    } else if (kind == 1) {
+      p[i] = static_cast<uint8_t>((h % 120) | (h & 0x80000000u ? 0x80 : 0));
+    } else {
+      p[i] = static_cast<uint8_t>(static_cast<int>(h % 255) - 127);
+    }
+  }
+}
+
+void fill_tensor(const TensorView& t, uint32_t seed, cudaStream_t s) {
+  const int kind = t.dtype == DType::kBF16 ? 0 : t.dtype == DType::kFP8E4M3 ? 1 : 2;
+  fill_prefill<<<1024, 256, 0, s>>>(static_cast<uint8_t*>(t.data), static_cast<size_t>(t.numel()), seed, kind);
+  XI_CUDA_CHECK_LAUNCH();
+}
+
+struct Weight {
+  backend::DeviceTensor w, scales;
+  backend::LinearWeights lw;
+};
+
+// kind 0: bf16, 1: W8A8-FP8 (per channel, dynamic per token), 2: W8A8-INT8 (the same).
+Weight make_weight(cuda::CudaBackend& be, int kind, int n, int k, uint32_t seed) {
+  Weight w;
+  const DType dt = kind == 0 ? DType::kBF16 : kind == 1 ? DType::kFP8E4M3 : DType::kI8;
+  w.w = be.allocate(dt, Shape{n, k});
+  fill_tensor(w.w.view, seed, be.stream());
+  w.lw.weight = w.w.view;
+  if (kind == 0) return w;
+  w.scales = be.allocate(DType::kF32, Shape{n});
+  std::vector<float> host(static_cast<size_t>(n), 1e-3f);
+  XI_CUDA_CHECK(cudaMemcpy(w.scales.view.data, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+  w.lw.scales = w.scales.view;
+  w.lw.k = k;
+  if (kind == 1)
+    w.lw.format = quant::W8A8Fp8Format{};
+  else
+    w.lw.format = quant::W8A8Int8Format{};
+  return w;
+}
+
+}  // namespace
+
+void bench_prefill_layer(cuda::CudaBackend& be, double peak) {
+  const int H = 4096, Hq = 32, Hkv = 8, D = 128, I = 14336, bs = 16, T = 2048, layers = 2;
+  const int width = (Hq + 2 * Hkv) * D;
+  cudaStream_t s = be.stream();
+  const int blocks = T / bs;
+  backend::KvCache kv = be.allocate_kv_cache({layers, blocks + 1, bs, Hkv, D, DType::kBF16});
+  backend::StepPlan plan;
+  plan.max_blocks_per_seq = blocks;
+  plan.query_start_loc = {0, T};
+  for (int i = 0; i < blocks; ++i) plan.block_tables.push_back(1 + i);
+  double attended = 0;
+  for (int t = 0; t < T; ++t) {
+    plan.token_ids.push_back(1);
+    plan.positions.push_back(t);
+    plan.slot_mapping.push_back((1 + t / bs) * bs + t % bs);
+    attended += t + 1;
+  }
+  plan.seq_lens = {T};
+  plan.max_seq_len = T;
+  const backend::StepMeta meta = be.upload_step(plan);
+  const double gemm_flops = 2.0 * T * H * (static_cast<double>(width) + H + 2.0 * I + I);
+  const double attn_flops = 4.0 * D * Hq * attended;
+
+  auto act = [&](int64_t cols) { return be.allocate(DType::kBF16, Shape{T, cols}); };
+  backend::DeviceTensor residual = act(H), delta = act(H), x = act(H), qkv = act(width), attn = act(Hq * D),
+                        gu = act(2 * I), mlp = act(I);
+  for (auto* t : {&residual, &delta, &x, &qkv, &attn, &gu, &mlp}) fill_tensor(t->view, 5, s);
+  auto cos_sin = be.allocate(DType::kF32, Shape{T, D});
+  XI_CUDA_CHECK(cudaMemset(cos_sin.view.data, 0, static_cast<size_t>(T) * D * 4));
+  auto norm = be.allocate(DType::kBF16, Shape{H});
+  {
+    std::vector<uint16_t> ones(H, 0x3f80);  // bf16 1.0
+    XI_CUDA_CHECK(cudaMemcpy(norm.view.data, ones.data(), ones.size() * 2, cudaMemcpyHostToDevice));
+  }
+  const float eps = 1e-5f, scale = 0.088f;
+  std::printf("prefill layer (Llama-3.1-8B, %d tokens, one sequence): GEMM %.1f GFLOP + attention %.1f GFLOP per layer\n",
+              T, gemm_flops / 1e9, attn_flops / 1e9);
+
+  const char* kinds[] = {"bf16", "fp8", "int8"};
+  for (int kind = 0; kind < 3; ++kind) {
+    const double gemm_peak = kind == 0 ? peak : 2 * peak;
+    struct LayerW {
+      Weight qkv, o, gate_up, down;
+    };
+    std::vector<LayerW> lw;
+    for (int l = 0; l < layers; ++l)
+      lw.push_back({make_weight(be, kind, width, H, 10 + l), make_weight(be, kind, H, Hq * D, 20 + l),
+                    make_weight(be, kind, 2 * I, H, 30 + l), make_weight(be, kind, H, I, 40 + l)});
+    auto W = [&](int l) -> LayerW& { return lw[static_cast<size_t>(l % layers)]; };
+    auto cache = [&](int l) -> const backend::LayerKvCache& { return kv.layers[static_cast<size_t>(l % layers)]; };
+    struct Op {
+      std::string name;
+      double flops;  // 0: a memory-bound op (time only)
+      std::function<void(int)> fn;
+    };
+    const double f = 2.0 * T * H;
+    const std::vector<Op> ops = {
+        {"add_rms_norm", 0, [&](int) { be.add_rms_norm(residual.view, delta.view, norm.view, eps, x.view); }},
+        {"linear qkv", f * width, [&](int l) { be.linear(x.view, W(l).qkv.lw, qkv.view); }},
+        {"rope_kv_write", 0, [&](int l) { be.rope_kv_write(meta, qkv.view, Hq, Hkv, D, cos_sin.view, cache(l)); }},
+        {"paged_attention (prefill, causal)", attn_flops,
+         [&](int l) { be.paged_attention(meta, qkv.view, Hq, Hkv, D, scale, cache(l), attn.view); }},
+        {"linear o", f * Hq * D, [&](int l) { be.linear(attn.view, W(l).o.lw, delta.view); }},
+        {"add_rms_norm (2)", 0, [&](int) { be.add_rms_norm(residual.view, delta.view, norm.view, eps, x.view); }},
+        {"linear gate_up", f * 2 * I, [&](int l) { be.linear(x.view, W(l).gate_up.lw, gu.view); }},
+        {"silu_mul", 0, [&](int) { be.silu_mul(gu.view, mlp.view); }},
+        {"linear down", f * I, [&](int l) { be.linear(mlp.view, W(l).down.lw, delta.view); }},
+    };
+    for (const Op& op : ops) op.fn(0);  // workspaces and the tuner's choices before timing
+    be.synchronize();
+    double sum = 0;
+    for (const Op& op : ops) {
+      const double us = 1e6 * cuda::time_on_stream(s, 10, [&](int i) { op.fn(i); });
+      sum += us;
+      const std::string what = std::string("prefill layer ") + kinds[kind] + ": " + op.name;
+      if (op.flops > 0)
+        print_row(what, us, op.flops, true, op.name.rfind("linear", 0) == 0 ? gemm_peak : peak, 56);
+      else
+        std::printf("%-56s %9.1f us\n", what.c_str(), us);
+    }
+    // The forward's chain (llama.cpp forward(): the norms inside add_rms_norm_linear, RoPE inside
+    // rope_paged_attention), one layer per call, alternating the layers' weights.
+    auto chain = [&](int l) {
+      be.rope_paged_attention(meta, qkv.view, Hq, Hkv, D, cos_sin.view, scale, cache(l), attn.view);
+      be.add_rms_norm_linear({residual.view, delta.view, norm.view, eps, W(l).gate_up.lw, x.view, gu.view, mlp.view,
+                              attn.view, W(l).o.lw, &W(l).down.lw});
+      be.add_rms_norm_linear({residual.view, delta.view, norm.view, eps, W(l + 1).qkv.lw, x.view, qkv.view, {}, mlp.view,
+                              W(l).down.lw});
+    };
+    chain(0);
+    be.synchronize();
+    const double chained = 1e6 * cuda::time_on_stream(s, 10, [&](int i) { chain(i); });
+    const double roof = 1e6 * (gemm_flops / (gemm_peak * 1e12) + attn_flops / (peak * 1e12));
+    std::printf("prefill layer %s: sum of the ops %.1f us, the forward's chain %.1f us (x32 = %.2f ms); FLOP roofline "
+                "%.1f us at %.0f / %.0f TFLOP/s (%.1f%%)\n",
+                kinds[kind], sum, chained, 32 * chained / 1e3, roof, gemm_peak, peak, 100 * roof / chained);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace xinfer::bench
