@@ -329,14 +329,19 @@ int run_bench(int argc, char** argv) {
   // Bytes and flops of the model.
   const int64_t params = model::LlamaModel::parameter_count(mc);
   const int64_t embed_params = static_cast<int64_t>(mc.vocab_size) * mc.hidden_size;
-  // Bytes per element of the dense tensors (the embedding table, the KV cache): the average over the weights
+  // Bytes per element of the dense tensors (the embedding table): the average over the weights
   // unless the linears are quantized (--quantization), where the activation dtype's.
   const double dtype_b = quantization.empty()
                              ? static_cast<double>(plan.weight_bytes) / static_cast<double>(params)
                              : static_cast<double>(dtype_bytes(eng.backend().info().activation_dtype, 1));
   const double step_weight_bytes = static_cast<double>(plan.weight_bytes) -
                                    (mc.tie_word_embeddings ? 0.0 : static_cast<double>(embed_params) * dtype_b);
-  const double kv_bytes_per_token = 2.0 * mc.num_layers * mc.num_kv_heads * mc.head_dim * dtype_b;
+  // K and V bytes per token over the layers at the cache's own element size (an FP8 cache: 1 byte), from the
+  // memory plan where it has one.
+  const double kv_bytes_per_token =
+      plan.kv_bytes > 0 && plan.num_blocks > 0
+          ? static_cast<double>(plan.kv_bytes) / plan.num_blocks / sc.block_size
+          : 2.0 * mc.num_layers * mc.num_kv_heads * mc.head_dim * dtype_b;
   const double matmul_params = static_cast<double>(params - (mc.tie_word_embeddings ? 0 : embed_params));
   auto prefill_flops = [&](double tokens) {
     return 2.0 * matmul_params * tokens + 2.0 * mc.num_layers * mc.num_heads * mc.head_dim * tokens * tokens;
