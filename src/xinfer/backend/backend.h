@@ -225,6 +225,14 @@ class Backend {
   virtual bool supports(const quant::WeightFormat& f) const {
     return std::holds_alternative<quant::DenseFormat>(f);
   }
+  // Whether linear() runs an [n, k] weight in `f` as it is at every number of rows: supports(f) unless the
+  // backend's kernels also constrain the shape (CUDA: the W8A8 GEMMs). The loader dequantizes a weight this
+  // refuses once at load, with one log line naming the layer, format and shape, so no request fails on it.
+  virtual bool supports_linear(const quant::WeightFormat& f, int64_t n, int64_t k) const {
+    (void)n;
+    (void)k;
+    return supports(f);
+  }
 
   // ---- memory ----
   virtual DeviceTensor allocate(DType dtype, const Shape& shape) = 0;

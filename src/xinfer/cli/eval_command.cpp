@@ -123,7 +123,7 @@ Result<LoadedModel> load_windows(const std::string& path, const model::ModelConf
 
 int run_ppl(int argc, char** argv) {
   std::string model_path, text_path, reference_path, backend_name = "cpu";
-  int ctx = 1024, prefill_chunk = 512, block_size = 16, threads = 0, tensor_parallel_size = 1;
+  int ctx = 1024, prefill_chunk = 512, block_size = 16, threads = 0, scoring_threads = -1, tensor_parallel_size = 1;
   int64_t max_tokens = 0;
   std::optional<int64_t> stride_flag;  // unset: ctx
   bool as_json = false, progress = true, add_special = true;
@@ -161,6 +161,8 @@ int run_ppl(int argc, char** argv) {
   flags.add("--kv-cache-scale", &kv_cache_scale,
             "fp8 KV cache scale of K and V (0 = the checkpoint's k_scale / v_scale, else 1.0), as serve");
   flags.add("--threads", &threads, "CPU backend threads, and the threads scoring the logits; 0 = all cores");
+  flags.add("--scoring-threads", &scoring_threads,
+            "threads scoring the logits (log-softmax, KL, top-1) if not --threads; the figures do not depend on it");
   flags.add("--tensor-parallel-size", &tensor_parallel_size,
             "split each model over this many ranks (cpu: threads sharing --threads; cuda: GPUs 0..N-1); must "
             "divide the attention heads and the FFN width");
@@ -270,7 +272,7 @@ int run_ppl(int argc, char** argv) {
   popts.ctx = ctx;
   popts.stride = stride;
   popts.show_progress = progress;
-  popts.threads = threads;
+  popts.threads = scoring_threads >= 0 ? scoring_threads : threads;
   auto res = engine::evaluate_perplexity(
       *models[0].windows, models.size() > 1 ? models[1].windows.get() : nullptr, tokens, popts);
   if (!res.ok()) return fail(res.status());

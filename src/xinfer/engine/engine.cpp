@@ -209,7 +209,7 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
     // backend runs them), this rank's share.
     const size_t weights_estimate = static_cast<size_t>(
         static_cast<double>(model::planned_weight_bytes(
-            config.model_dir, mc, before.activation_dtype, [&](const quant::WeightFormat& f) { return be.supports(f); },
+            config.model_dir, mc, before.activation_dtype, [&](const quant::WeightFormat& f, int64_t n, int64_t k) { return be.supports_linear(f, n, k); },
             config.load_format == model::LoadFormat::kDummy ? config.dummy_quantization : std::nullopt)) *
         static_cast<double>(shard0.parameter_count(mc)) / static_cast<double>(model::LlamaModel::parameter_count(mc)));
     const double usable = config.gpu_memory_utilization * static_cast<double>(before.total_memory) -

@@ -567,8 +567,7 @@ UploadedLinear upload_linear(backend::Backend& be, const HostLinear& w, DType de
   return u;
 }
 
-size_t checkpoint_weight_bytes(const ModelConfig& c, DType dense_dtype,
-                               const std::function<bool(const quant::WeightFormat&)>& supported,
+size_t checkpoint_weight_bytes(const ModelConfig& c, DType dense_dtype, const LinearSupported& supported,
                                const std::optional<quant::WeightFormat>& linear_format) {
   const QuantizationConfig& qc = c.quantization;
   const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
@@ -593,7 +592,7 @@ size_t checkpoint_weight_bytes(const ModelConfig& c, DType dense_dtype,
   };
   auto bytes = [&](const std::string& module, int64_t n, int64_t k) -> size_t {
     quant::WeightFormat f = planned(module, k);
-    if (!supported(f)) f = quant::DenseFormat{dense_dtype};
+    if (!supported(f, n, k)) f = quant::DenseFormat{dense_dtype};
     return quant::format_weight_bytes(f, n, k);
   };
   size_t total = 0;
@@ -602,7 +601,7 @@ size_t checkpoint_weight_bytes(const ModelConfig& c, DType dense_dtype,
     total += bytes(p + "self_attn.q_proj", q, H) + 2 * bytes(p + "self_attn.k_proj", kv, H) +
              bytes(p + "self_attn.o_proj", H, q) + 2 * bytes(p + "mlp.gate_proj", I, H) + bytes(p + "mlp.down_proj", H, I);
     // GPTQ act order keeps one g_idx i32 [K] per (fused) linear, which format_weight_bytes does not count.
-    if (qc.method == QuantMethod::kGptq && qc.desc_act && supported(planned(p + "mlp.down_proj", I)))
+    if (qc.method == QuantMethod::kGptq && qc.desc_act && supported(planned(p + "mlp.down_proj", I), H, I))
       total += 4 * static_cast<size_t>(H + q + H + I);
     int64_t vec = 2 * H;
     if (c.attention_bias) vec += q + 2 * kv;
@@ -617,7 +616,7 @@ size_t checkpoint_weight_bytes(const ModelConfig& c, DType dense_dtype,
 }
 
 size_t planned_weight_bytes(const std::string& model_path, const ModelConfig& c, DType dense_dtype,
-                            const std::function<bool(const quant::WeightFormat&)>& supported,
+                            const LinearSupported& supported,
                             const std::optional<quant::WeightFormat>& linear_format) {
   if (linear_format || !is_gguf_path(model_path)) return checkpoint_weight_bytes(c, dense_dtype, supported, linear_format);
   Result<GgufFile> file = GgufFile::open(model_path);
@@ -626,7 +625,7 @@ size_t planned_weight_bytes(const std::string& model_path, const ModelConfig& c,
   for (const GgufTensorInfo& t : file->tensors()) {
     const bool is_float = t.type == quant::GgufType::kF32 || t.type == quant::GgufType::kF16 ||
                           t.type == quant::GgufType::kBF16;
-    const bool kept = t.ne.size() == 2 && !is_float && supported(quant::GgufFormat{t.type});
+    const bool kept = t.ne.size() == 2 && !is_float && supported(quant::GgufFormat{t.type}, t.ne[1], t.ne[0]);
     total += kept ? t.bytes : dtype_bytes(dense_dtype, static_cast<size_t>(t.numel()));
   }
   return total;

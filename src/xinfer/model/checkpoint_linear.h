@@ -74,18 +74,20 @@ struct UploadedLinear {
 };
 UploadedLinear upload_linear(backend::Backend& backend, const HostLinear& w, DType dense_dtype);
 
+// Whether a backend keeps an [n, k] linear in a format as it is (Backend::supports_linear).
+using LinearSupported = std::function<bool(const quant::WeightFormat& f, int64_t n, int64_t k)>;
+
 // Weight bytes the loader will put on a backend for this model: linears in the format their checkpoint
 // implies (quant::format_weight_bytes) where `supported` says yes, else in `dense_dtype`; embedding, norms
 // and an unquantized lm_head in `dense_dtype`. For the memory plan before loading. `linear_format`: every
 // decoder linear in that format instead, the lm_head dense (dummy weights, `--quantization`).
-size_t checkpoint_weight_bytes(const ModelConfig& c, DType dense_dtype,
-                               const std::function<bool(const quant::WeightFormat&)>& supported,
+size_t checkpoint_weight_bytes(const ModelConfig& c, DType dense_dtype, const LinearSupported& supported,
                                const std::optional<quant::WeightFormat>& linear_format = std::nullopt);
 // The same for whatever `model_path` is: a `.gguf` file (every tensor as load_gguf_weights puts it: block
 // formats kept where supported, the rest in `dense_dtype`), else checkpoint_weight_bytes(c, ...). A GGUF
 // that cannot be opened falls back to checkpoint_weight_bytes (the load reports the error).
 size_t planned_weight_bytes(const std::string& model_path, const ModelConfig& c, DType dense_dtype,
-                            const std::function<bool(const quant::WeightFormat&)>& supported,
+                            const LinearSupported& supported,
                             const std::optional<quant::WeightFormat>& linear_format = std::nullopt);
 
 }  // namespace xinfer::model

@@ -231,6 +231,11 @@ Status LlamaModel::load_weights(const std::string& dir) {
         XI_LOG(INFO) << "checkpoint: " << quant::format_name(host.format) << " weights dequantized to "
                      << dtype_name(dtype) << " at load (" << backend_.info().name << " has no kernel for it)";
       host = dequantize_linear(host);
+    } else if (!backend_.supports_linear(host.format, host.n, host.k)) {
+      XI_LOG(INFO) << "checkpoint: " << parts[0].module << " " << quant::format_name(host.format) << " [" << host.n
+                   << ", " << host.k << "]: dequantized to " << dtype_name(dtype) << " at load ("
+                   << backend_.info().name << "'s kernels for the format do not take this shape)";
+      host = dequantize_linear(host);
     }
     UploadedLinear up = upload_linear(backend_, host, dtype);
     owned_.insert(owned_.end(), up.buffers.begin(), up.buffers.end());

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -159,20 +160,20 @@ TEST_P(CheckpointGolden, LoadsInTheExpectedFormats) {
 // 1.27 (fp8): a kernel that skipped or mis-scaled it would fail by orders of magnitude. (Our kernels scale
 // by 1 / s where torch divides by s: a value within an ulp of a rounding boundary could move one step; none
 // does in these goldens.)
-TEST_P(CheckpointGolden, LogitsMatchTransformers) {
-  ASSERT_TRUE(golden_->contains("logits")) << "golden made without --torch: no transformers logits";
-  const std::vector<float> want = floats(*golden_, "logits");
-  const std::vector<float> want_float = floats(*golden_, "logits_float");
-  TensorView pv = *golden_->get("prompt");
+// The golden prompt's logits (every position) from the checkpoint loaded on `backend`; the model stays in m.
+std::vector<float> golden_logits(const std::string& dir, const WeightFiles& golden, backend::Backend& backend,
+                                 std::unique_ptr<LlamaModel>& m) {
+  TensorView pv = *golden.get("prompt");
   std::vector<int32_t> prompt(pv.as<int32_t>(), pv.as<int32_t>() + pv.numel());
-  cpu::CpuBackend backend{cpu::CpuBackendOptions{2}};
   LoadOptions opts;
   opts.max_tokens = 64;
   opts.max_logit_rows = 64;
   opts.show_progress = false;
-  auto m = LlamaModel::load(dir_, backend, opts);
-  ASSERT_TRUE(m.ok()) << m.status().to_string();
-  const ModelConfig& c = (*m)->config();
+  auto loaded = LlamaModel::load(dir, backend, opts);
+  EXPECT_TRUE(loaded.ok()) << loaded.status().to_string();
+  if (!loaded.ok()) return {};
+  m = std::move(*loaded);
+  const ModelConfig& c = m->config();
   backend::KvCacheSpec spec{c.num_layers, 16, 4, c.num_kv_heads, c.head_dim, DType::kF32};
   std::vector<int32_t> table(15);
   std::iota(table.begin(), table.end(), 1);
@@ -180,27 +181,75 @@ TEST_P(CheckpointGolden, LogitsMatchTransformers) {
   plan.logit_rows.resize(prompt.size());
   std::iota(plan.logit_rows.begin(), plan.logit_rows.end(), 0);
   backend::KvCache kv = backend.allocate_kv_cache(spec);
-  TensorView logits = (*m)->forward(backend.upload_step(plan), kv);
-  ASSERT_EQ(static_cast<size_t>(logits.numel()), want.size());
-  float err = 0, effect = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    err = std::max(err, std::fabs(logits.as<float>()[i] - want[i]));
-    effect = std::max(effect, std::fabs(want[i] - want_float[i]));
-  }
+  TensorView logits = m->forward(backend.upload_step(plan), kv);
+  return std::vector<float>(logits.as<float>(), logits.as<float>() + logits.numel());
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float d = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+  return d;
+}
+
+TEST_P(CheckpointGolden, LogitsMatchTransformers) {
+  ASSERT_TRUE(golden_->contains("logits")) << "golden made without --torch: no transformers logits";
+  const std::vector<float> want = floats(*golden_, "logits");
+  const std::vector<float> want_float = floats(*golden_, "logits_float");
+  cpu::CpuBackend backend{cpu::CpuBackendOptions{2}};
+  std::unique_ptr<LlamaModel> m;
+  const std::vector<float> got = golden_logits(dir_, *golden_, backend, m);
+  ASSERT_TRUE(m != nullptr);
+  const float err = max_abs_diff(got, want), effect = max_abs_diff(want, want_float);
   std::printf("%s: max |logit - transformers| %.2e (activation quantization moves them by %.2e)\n",
               GetParam().c_str(), static_cast<double>(err), static_cast<double>(effect));
   EXPECT_LE(err, 1e-4f) << GetParam();
   // The memory plan's estimate from the formats (checkpoint_weight_bytes) vs what was uploaded: equal up to
   // g_idx, input scales and per-tensor FP8 scales, which format_weight_bytes does not count.
-  const size_t planned = checkpoint_weight_bytes(c, DType::kF32, [&](const quant::WeightFormat& f) {
-    return backend.supports(f);
-  });
-  const double rel = std::fabs(static_cast<double>(planned) - static_cast<double>((*m)->weight_bytes())) /
-                     static_cast<double>((*m)->weight_bytes());
-  EXPECT_LT(rel, 0.02) << GetParam() << ": planned " << planned << " loaded " << (*m)->weight_bytes();
+  const size_t planned = checkpoint_weight_bytes(m->config(), DType::kF32,
+                                                 [&](const quant::WeightFormat& f, int64_t n, int64_t k) {
+                                                   return backend.supports_linear(f, n, k);
+                                                 });
+  const double rel = std::fabs(static_cast<double>(planned) - static_cast<double>(m->weight_bytes())) /
+                     static_cast<double>(m->weight_bytes());
+  EXPECT_LT(rel, 0.02) << GetParam() << ": planned " << planned << " loaded " << m->weight_bytes();
+}
+
+// A backend whose W8A8 kernels refuse the shapes (as CUDA's cuBLASLt GEMMs refuse FP8 widths that are not
+// multiples of 16): the loader dequantizes those linears at load (one log line each), so the model serves,
+// as the dequantized weights with float activations: transformers' logits_float within the weight-only
+// bound; the memory plan counts them dense.
+class NoW8a8ShapesBackend : public cpu::CpuBackend {
+ public:
+  NoW8a8ShapesBackend() : cpu::CpuBackend(cpu::CpuBackendOptions{2}) {}
+  bool supports_linear(const quant::WeightFormat& f, int64_t n, int64_t k) const override {
+    return !std::holds_alternative<quant::W8A8Fp8Format>(f) && !std::holds_alternative<quant::W8A8Int8Format>(f) &&
+           cpu::CpuBackend::supports_linear(f, n, k);
+  }
+};
+
+class W8a8Golden : public CheckpointGolden {};
+
+TEST_P(W8a8Golden, RefusedShapesAreDequantizedAtLoad) {
+  NoW8a8ShapesBackend backend;
+  std::unique_ptr<LlamaModel> m;
+  const std::vector<float> got = golden_logits(dir_, *golden_, backend, m);
+  ASSERT_TRUE(m != nullptr);
+  const float err = max_abs_diff(got, floats(*golden_, "logits_float"));
+  std::printf("%s dequantized at load: max |logit - transformers (float activations)| %.2e\n", GetParam().c_str(),
+              static_cast<double>(err));
+  EXPECT_LE(err, 1e-4f) << GetParam();
+  const size_t planned = checkpoint_weight_bytes(m->config(), DType::kF32,
+                                                 [&](const quant::WeightFormat& f, int64_t n, int64_t k) {
+                                                   return backend.supports_linear(f, n, k);
+                                                 });
+  EXPECT_EQ(planned, static_cast<size_t>(LlamaModel::parameter_count(m->config())) * 4) << GetParam();
+  EXPECT_EQ(m->weight_bytes(), planned) << GetParam();
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, CheckpointGolden, ::testing::ValuesIn(golden_names()),
+                         [](const auto& p) { return p.param; });
+INSTANTIATE_TEST_SUITE_P(Goldens, W8a8Golden, ::testing::Values("ct_fp8", "ct_w8a8_int8"),
                          [](const auto& p) { return p.param; });
 
 TEST(CheckpointGoldens, AllFormatsArePresent) {
@@ -573,10 +622,12 @@ TEST(PlannedWeightBytes, GgufFileAsLoaded) {
   opts.max_logit_rows = 16;
   auto m = LlamaModel::load(path, backend, opts);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  auto supported = [&](const quant::WeightFormat& f) { return backend.supports(f); };
+  auto supported = [&](const quant::WeightFormat& f, int64_t n, int64_t k) { return backend.supports_linear(f, n, k); };
   EXPECT_EQ(planned_weight_bytes(path, (*m)->config(), DType::kF32, supported), (*m)->weight_bytes());
   // A backend without block kernels: everything dense, as the loader dequantizes it.
-  auto dense_only = [](const quant::WeightFormat& f) { return std::holds_alternative<quant::DenseFormat>(f); };
+  auto dense_only = [](const quant::WeightFormat& f, int64_t, int64_t) {
+    return std::holds_alternative<quant::DenseFormat>(f);
+  };
   EXPECT_EQ(planned_weight_bytes(path, (*m)->config(), DType::kF32, dense_only),
             static_cast<size_t>(LlamaModel::parameter_count((*m)->config())) * 4);
 }
@@ -593,7 +644,7 @@ namespace {
 TEST(CheckpointWeightBytes, DummyLinearFormat) {
   auto c = resolve_model_config("llama-3.1-70b");
   ASSERT_TRUE(c.ok()) << c.status().to_string();
-  auto all = [](const quant::WeightFormat&) { return true; };
+  auto all = [](const quant::WeightFormat&, int64_t, int64_t) { return true; };
   const size_t dense = checkpoint_weight_bytes(*c, DType::kBF16, all);
   const int64_t H = c->hidden_size, I = c->intermediate_size;
   const int64_t q = static_cast<int64_t>(c->num_heads) * c->head_dim, kv = static_cast<int64_t>(c->num_kv_heads) * c->head_dim;
@@ -606,7 +657,7 @@ TEST(CheckpointWeightBytes, DummyLinearFormat) {
   EXPECT_LT(w4, fp8);
   EXPECT_LT(static_cast<double>(fp8) / (1 << 30), 70.0);
   // A format the backend has no kernel for is planned dense, as it loads.
-  EXPECT_EQ(checkpoint_weight_bytes(*c, DType::kBF16, [](const quant::WeightFormat& f) {
+  EXPECT_EQ(checkpoint_weight_bytes(*c, DType::kBF16, [](const quant::WeightFormat& f, int64_t, int64_t) {
               return std::holds_alternative<quant::DenseFormat>(f);
             }, quant::W8A8Fp8Format{}),
             dense);

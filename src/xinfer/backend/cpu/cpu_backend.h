@@ -18,7 +18,7 @@ struct CpuBackendOptions {
   int num_threads = 0;  // 0: all hardware threads
 };
 
-class CpuBackend final : public backend::Backend {
+class CpuBackend : public backend::Backend {
  public:
   explicit CpuBackend(CpuBackendOptions options = {});
   ~CpuBackend() override;

@@ -137,6 +137,8 @@ class CudaBackend final : public backend::Backend {
 
   backend::BackendInfo info() const override;
   bool supports(const quant::WeightFormat& f) const override;  // cuda_backend_quant.cpp
+  // W8A8 also needs cuBLASLt's shapes (FP8: n and k multiples of 16; INT8: of 4); cuda_backend_quant.cpp.
+  bool supports_linear(const quant::WeightFormat& f, int64_t n, int64_t k) const override;
   backend::DeviceTensor allocate(DType dtype, const Shape& shape) override;
   backend::DeviceTensor upload(const TensorView& host, DType dtype) override;
   void to_host_f32(const TensorView& src, float* dst) override;

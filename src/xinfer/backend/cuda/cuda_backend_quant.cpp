@@ -86,6 +86,14 @@ bool CudaBackend::supports(const quant::WeightFormat& f) const {
   return std::holds_alternative<quant::W8A8Fp8Format>(f) || std::holds_alternative<quant::W8A8Int8Format>(f);
 }
 
+bool CudaBackend::supports_linear(const quant::WeightFormat& f, int64_t n, int64_t k) const {
+  if (!supports(f)) return false;
+  // The GEMMs of the prefill rows (m > 16) are cuBLASLt's: e4m3 needs n and k multiples of 16, int8 of 4.
+  if (std::holds_alternative<quant::W8A8Fp8Format>(f)) return n % 16 == 0 && k % 16 == 0;
+  if (std::holds_alternative<quant::W8A8Int8Format>(f)) return n % 4 == 0 && k % 4 == 0;
+  return true;  // weight-only formats: any shape (the dequantize + bf16 GEMM path where no GEMV takes it)
+}
+
 QuantWeight CudaBackend::quant_weight(const backend::LinearWeights& w) const {
   const int64_t n = w.out_features(), k = w.in_features();
   QuantWeight q;
