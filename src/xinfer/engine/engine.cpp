@@ -207,9 +207,10 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
     const backend::BackendInfo before = be.info();
     // From the checkpoint's formats (quantized linears and GGUF blocks at their packed size where the
     // backend runs them), this rank's share.
+    auto kept = [&](const quant::WeightFormat& f, int64_t n, int64_t k) { return be.supports_linear(f, n, k); };
     const size_t weights_estimate = static_cast<size_t>(
         static_cast<double>(model::planned_weight_bytes(
-            config.model_dir, mc, before.activation_dtype, [&](const quant::WeightFormat& f, int64_t n, int64_t k) { return be.supports_linear(f, n, k); },
+            config.model_dir, mc, before.activation_dtype, kept,
             config.load_format == model::LoadFormat::kDummy ? config.dummy_quantization : std::nullopt)) *
         static_cast<double>(shard0.parameter_count(mc)) / static_cast<double>(model::LlamaModel::parameter_count(mc)));
     const double usable = config.gpu_memory_utilization * static_cast<double>(before.total_memory) -
