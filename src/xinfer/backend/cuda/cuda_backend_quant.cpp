@@ -76,6 +76,41 @@ bool fp8_dot_gemv_enabled() {
   return enabled;
 }
 
+// The row quantization a W8A8 linear's input takes (quantize_activations.h), or kNone for other formats;
+// `input_scale`: its static per-tensor scale, or nullptr (dynamic per token).
+RowQuant w8a8_row_quant(const backend::LinearWeights& w, const float*& input_scale) {
+  input_scale = nullptr;
+  quant::ActScaleMode act;
+  RowQuant kind;
+  if (const auto* f = std::get_if<quant::W8A8Fp8Format>(&w.format)) {
+    act = f->act;
+    kind = RowQuant::kFp8;
+  } else if (const auto* g = std::get_if<quant::W8A8Int8Format>(&w.format)) {
+    act = g->act;
+    kind = RowQuant::kInt8;
+  } else {
+    return RowQuant::kNone;
+  }
+  if (act == quant::ActScaleMode::kStaticPerTensor) {
+    input_scale = device_ptr<float>(w.input_scale, DType::kF32, "input_scale", w);
+    XI_CHECK_EQ(w.input_scale.numel(), 1) << "linear " << fmt(w) << ": input_scale";
+  }
+  return kind;
+}
+
+// One FP8 decode row whose CUDA-core GEMV quantizes x itself (launch_fp8_quant_dot_gemv, see top): the
+// shapes where that measured faster than quantizing first.
+bool fp8_row_quantizes_x(int m, int64_t n, int64_t k, DType out_dtype) {
+  return m == 1 && out_dtype == DType::kBF16 && fp8_dot_gemv_enabled() &&
+         fp8_dot_gemv_fuse_pays(static_cast<int>(n), static_cast<int>(k));
+}
+
+// Whether a W8A8-INT8 linear of m rows runs our int8 GEMV (else cuBLASLt's GEMM into int32 sums): its
+// workspace (w8a8_workspace) and its launch (int8_linear) must agree.
+bool int8_runs_gemv(int m, int64_t n, int64_t k) {
+  return m <= kQuantGemvMaxRows && fp8_gemv_supports(static_cast<int>(n), static_cast<int>(k));
+}
+
 }  // namespace
 
 bool CudaBackend::supports(const quant::WeightFormat& f) const {
@@ -153,7 +188,7 @@ std::optional<CudaBackend::W8a8Workspace> CudaBackend::w8a8_workspace(const back
   const size_t xs_bytes = (static_cast<size_t>(m) * 4 + 255) / 256 * 256;
   size_t tail_bytes = static_cast<size_t>(n) * 4;  // FP8: the broadcast weight scales
   if (std::holds_alternative<quant::W8A8Int8Format>(w.format)) {
-    const bool gemv = m <= kQuantGemvMaxRows && fp8_gemv_supports(static_cast<int>(n), static_cast<int>(k));
+    const bool gemv = int8_runs_gemv(m, n, k);
     if (!gemv && !int8_) int8_ = std::make_unique<CublasLtInt8Gemm>();
     tail_bytes = gemv ? 0 : int8_->acc_bytes(m, static_cast<int>(n));
   }
@@ -172,16 +207,13 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
   const auto* ws_in = device_ptr<float>(w.scales, DType::kF32, "scales", w);
   XI_CHECK_EQ(w.scales.numel(), f.per_channel ? n : 1) << "linear " << fmt(w) << ": scales";
   const float* input_scale = nullptr;
-  if (f.act == quant::ActScaleMode::kStaticPerTensor) {
-    input_scale = device_ptr<float>(w.input_scale, DType::kF32, "input_scale", w);
-    XI_CHECK_EQ(w.input_scale.numel(), 1) << "linear " << fmt(w) << ": input_scale";
-  }
+  w8a8_row_quant(w, input_scale);
   XI_CHECK(x.dtype == DType::kBF16 && x.device == Device::kCuda) << "linear x must be a bf16 cuda tensor";
   if (!w.bias.empty()) XI_CHECK(w.bias.dtype == DType::kBF16) << "linear bias must be bf16";
   const auto* bias = w.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(w.bias.data);
   const int ni = static_cast<int>(n), ki = static_cast<int>(k);
   const bool dot_row = m == 1 && out.dtype == DType::kBF16 && fp8_dot_gemv_enabled();
-  if (dot_row && !x_quantized && fp8_dot_gemv_fuse_pays(ni, ki)) {
+  if (!x_quantized && fp8_row_quantizes_x(m, n, k, out.dtype)) {
     // One decode row: the CUDA-core FP8 GEMV quantizing x itself (one launch; the same bits as below).
     const DotGemvConfig config = fp8_quant_dot_gemv_default_config(ni, ki, options_.gemv_pdl);
     if (fp8_quant_dot_gemv_supports(ni, ki, m, config) && reinterpret_cast<uintptr_t>(x.data) % 16 == 0) {
@@ -196,7 +228,7 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
   if (!ws) return;  // recording failed (see top)
   if (!x_quantized)
     launch_quantize_fp8_rows(static_cast<const __nv_bfloat16*>(x.data), m, ki, input_scale, ws->xq, ws->xs, stream_);
-  if (dot_row && fp8_dot_gemv_supports(ni, ki, m)) {  // long rows: quantize, then the split-K dot GEMV
+  if (dot_row && fp8_dot_gemv_supports(ni, ki, m)) {  // the split-K dot GEMV on the quantized row
     launch_fp8_dot_gemv({ws->xq, ws->xs, wq, ws_in, f.per_channel, bias, out.data, false, m, ni, ki}, stream_,
                         fp8_dot_gemv_default_config(ni, ki, options_.gemv_pdl));
     ++fp8_gemvs_;
@@ -226,7 +258,6 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
 
 void CudaBackend::int8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out,
                               bool x_quantized) {
-  const auto& f = std::get<quant::W8A8Int8Format>(w.format);
   const int64_t n = w.out_features(), k = w.in_features();
   const int m = static_cast<int>(x.numel() / k);
   const auto* wq = device_ptr<int8_t>(w.weight, DType::kI8, "weight", w);
@@ -234,10 +265,7 @@ void CudaBackend::int8_linear(const TensorView& x, const backend::LinearWeights&
   const auto* w_scales = device_ptr<float>(w.scales, DType::kF32, "scales", w);
   XI_CHECK_EQ(w.scales.numel(), n) << "linear " << fmt(w) << ": scales (per channel)";
   const float* input_scale = nullptr;
-  if (f.act == quant::ActScaleMode::kStaticPerTensor) {
-    input_scale = device_ptr<float>(w.input_scale, DType::kF32, "input_scale", w);
-    XI_CHECK_EQ(w.input_scale.numel(), 1) << "linear " << fmt(w) << ": input_scale";
-  }
+  w8a8_row_quant(w, input_scale);
   XI_CHECK(x.dtype == DType::kBF16 && x.device == Device::kCuda) << "linear x must be a bf16 cuda tensor";
   if (!w.bias.empty()) XI_CHECK(w.bias.dtype == DType::kBF16) << "linear bias must be bf16";
   const auto* bias = w.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(w.bias.data);
@@ -248,7 +276,7 @@ void CudaBackend::int8_linear(const TensorView& x, const backend::LinearWeights&
   if (!x_quantized)
     launch_quantize_int8_rows(static_cast<const __nv_bfloat16*>(x.data), m, ki, input_scale, xq, ws->xs, stream_);
   const bool y_f32 = out.dtype == DType::kF32;
-  if (m <= kQuantGemvMaxRows && fp8_gemv_supports(ni, ki)) {
+  if (int8_runs_gemv(m, n, k)) {
     const QuantGemvConfig config = w8a8_int8_gemv_default_config(ni, ki, m, options_.gemv_pdl);
     launch_w8a8_int8_gemv({ws->xq, ws->xs, reinterpret_cast<const uint8_t*>(wq), w_scales, true, bias, out.data, y_f32, m,
                            ni, ki},
@@ -264,31 +292,6 @@ void CudaBackend::int8_linear(const TensorView& x, const backend::LinearWeights&
   ++int8_gemms_;
 }
 
-namespace {
-
-// The row quantization a W8A8 linear's input takes (quantize_activations.h), or kNone for other formats;
-// `input_scale`: its static per-tensor scale, or nullptr (dynamic per token).
-RowQuant w8a8_row_quant(const backend::LinearWeights& w, const float*& input_scale) {
-  input_scale = nullptr;
-  quant::ActScaleMode act;
-  RowQuant kind;
-  if (const auto* f = std::get_if<quant::W8A8Fp8Format>(&w.format)) {
-    act = f->act;
-    kind = RowQuant::kFp8;
-  } else if (const auto* g = std::get_if<quant::W8A8Int8Format>(&w.format)) {
-    act = g->act;
-    kind = RowQuant::kInt8;
-  } else {
-    return RowQuant::kNone;
-  }
-  if (act == quant::ActScaleMode::kStaticPerTensor) {
-    input_scale = device_ptr<float>(w.input_scale, DType::kF32, "input_scale", w);
-    XI_CHECK_EQ(w.input_scale.numel(), 1) << "linear " << fmt(w) << ": input_scale";
-  }
-  return kind;
-}
-
-}  // namespace
 
 bool CudaBackend::w8a8_norm_linear(const backend::NormLinearArgs& a) {
   const float* input_scale = nullptr;
@@ -298,9 +301,7 @@ bool CudaBackend::w8a8_norm_linear(const backend::NormLinearArgs& a) {
   if (kind == RowQuant::kNone || k % 8 != 0 || a.residual.dtype != DType::kBF16 || a.norm_weight.dtype != DType::kBF16)
     return false;
   // One FP8 decode row on a shape where the CUDA-core GEMV quantizes x itself: that measured faster.
-  if (kind == RowQuant::kFp8 && m == 1 && a.out.dtype == DType::kBF16 && fp8_dot_gemv_enabled() &&
-      fp8_dot_gemv_fuse_pays(static_cast<int>(n), static_cast<int>(k)))
-    return false;
+  if (kind == RowQuant::kFp8 && fp8_row_quantizes_x(m, n, k, a.out.dtype)) return false;
   const std::optional<W8a8Workspace> ws = w8a8_workspace(a.linear, m);
   if (!ws) return true;  // recording failed (see top): nothing to launch
   launch_add_rms_norm({static_cast<__nv_bfloat16*>(a.residual.data),
