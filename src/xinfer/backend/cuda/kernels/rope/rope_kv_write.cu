@@ -48,9 +48,10 @@ __global__ void __launch_bounds__(kWarps * 32) rope_kv_write_kernel(RopeKvWriteA
     auto rotate = [&](int i, float c, float s) {
       if constexpr (kFp8) {
         if (k8 != nullptr) {  // the f32 rotation of rope_rotate(), quantized before any bf16 rounding
-          const float p = __bfloat162float(x[i]), q = __bfloat162float(x[i + half]);
-          k8[i] = e4m3_from_float(__fmaf_rn(p, c, -__fmul_rn(q, s)), a.k_scale);
-          k8[i + half] = e4m3_from_float(__fmaf_rn(q, c, __fmul_rn(p, s)), a.k_scale);
+          float r1, r2;
+          rope_rotate_f32(__bfloat162float(x[i]), __bfloat162float(x[i + half]), c, s, r1, r2);
+          k8[i] = e4m3_from_float(r1, a.k_scale);
+          k8[i + half] = e4m3_from_float(r2, a.k_scale);
         }
       }
       __nv_bfloat16 y1, y2;
@@ -129,9 +130,10 @@ __global__ void __launch_bounds__(kVecThreads) rope_kv_write_vec_kernel(RopeKvWr
         uint8_t* bh = reinterpret_cast<uint8_t*>(&k_hi);
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          const float pe = __bfloat162float(p[e]), qe = __bfloat162float(q[e]);
-          bl[e] = e4m3_from_float(__fmaf_rn(pe, c[e], -__fmul_rn(qe, s[e])), a.k_scale);
-          bh[e] = e4m3_from_float(__fmaf_rn(qe, c[e], __fmul_rn(pe, s[e])), a.k_scale);
+          float r1, r2;
+          rope_rotate_f32(__bfloat162float(p[e]), __bfloat162float(q[e]), c[e], s[e], r1, r2);
+          bl[e] = e4m3_from_float(r1, a.k_scale);
+          bh[e] = e4m3_from_float(r2, a.k_scale);
         }
         uint2* k8 = reinterpret_cast<uint2*>(reinterpret_cast<uint8_t*>(a.k_cache) + cache_row(item - a.num_heads));
         k8[j] = k_lo;

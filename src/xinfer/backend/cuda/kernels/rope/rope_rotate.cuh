@@ -16,11 +16,18 @@
 
 namespace xinfer::cuda {
 
+// The f32 rotation itself, before any rounding to bf16 (the FP8 K write quantizes it directly).
+__device__ __forceinline__ void rope_rotate_f32(float a, float b, float c, float s, float& y1, float& y2) {
+  y1 = __fmaf_rn(a, c, -__fmul_rn(b, s));
+  y2 = __fmaf_rn(b, c, __fmul_rn(a, s));
+}
+
 __device__ __forceinline__ void rope_rotate(__nv_bfloat16 x1, __nv_bfloat16 x2, float c, float s,
                                             __nv_bfloat16& y1, __nv_bfloat16& y2) {
-  const float a = __bfloat162float(x1), b = __bfloat162float(x2);
-  y1 = __float2bfloat16_rn(__fmaf_rn(a, c, -__fmul_rn(b, s)));
-  y2 = __float2bfloat16_rn(__fmaf_rn(b, c, __fmul_rn(a, s)));
+  float r1, r2;
+  rope_rotate_f32(__bfloat162float(x1), __bfloat162float(x2), c, s, r1, r2);
+  y1 = __float2bfloat16_rn(r1);
+  y2 = __float2bfloat16_rn(r2);
 }
 
 // Rotates 8 consecutive pairs held as two 16-byte vectors: lo = x[i0 .. i0 + 7], hi = x[i0 + D/2 .. + 7],
