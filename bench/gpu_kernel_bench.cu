@@ -12,12 +12,15 @@
 //
 // Timing: CUDA events around `reps` launches after warm-up, median of 5 such runs. Inputs are random
 // (never zeros); small working sets rotate among several copies so L2 does not serve them.
-//   usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer]   (--quant: the ceilings and the
+//   usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer] [--fp8-rows]
+//          [--decode-steps]
+//          (--quant: the ceilings and the
 //          quantized linears only; --quant-dot: the ceilings and the int4 GEMVs at m 1..4 only, mma vs CUDA-core;
 //          --w8a8: the ceilings and W8A8 INT8 vs FP8 GEMMs / GEMVs only, gpu_w8a8_gemm_bench.cu;
 //          --kv-fp8: the ceilings and decode attention with a bf16 vs an FP8 KV cache only;
 //          --prefill-layer: the ceilings and one 8B layer over a 2048-token prompt op by op, bf16 / FP8 / INT8,
-//          gpu_prefill_layer_bench.cu)
+//          gpu_prefill_layer_bench.cu; --decode-steps: the same for the throughput rows' decode steps; --fp8-rows: the ceilings and the FP8 GEMM's candidate algorithms at
+//          128-1024 rows, gpu_w8a8_gemm_bench.cu)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -40,7 +43,9 @@ namespace xinfer::bench {
 std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, double peak, bool quick,
                                              bool dot_only = false);
 void bench_w8a8(cuda::CudaBackend& be, double bw, double peak, bool quick);  // gpu_w8a8_gemm_bench.cu
-void bench_prefill_layer(cuda::CudaBackend& be, double peak);                  // gpu_prefill_layer_bench.cu
+void bench_prefill_layer(cuda::CudaBackend& be, double peak, double bw);       // gpu_prefill_layer_bench.cu
+void bench_decode_steps(cuda::CudaBackend& be, double peak, double bw);        // gpu_prefill_layer_bench.cu
+void bench_fp8_rows(cuda::CudaBackend& be, double peak);                       // gpu_w8a8_gemm_bench.cu
 namespace {
 
 __global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
@@ -222,17 +227,17 @@ void bench_decode_attention_kv_fp8(cuda::CudaBackend& be, double bw, double peak
         auto op = [&](int i) {
           be.paged_attention(meta, qkv.view, Hq, Hkv, D, 0.088f, kv.layers[static_cast<size_t>(i % layers)], out.view);
         };
+        be.set_fp8_kv_f16_mma(false);  // fp8: the bf16-MMA variant first, then the f16 one (the default)
         op(0);  // sizes the split-KV workspace before any recording
         char what[96];
-        std::snprintf(what, sizeof(what), "decode attn %s b%d ctx%d (roof %.1fus)", fp8 ? "fp8 " : "bf16", batch,
+        std::snprintf(what, sizeof(what), "decode attn %s b%d ctx%d (roof %.1fus)", fp8 ? "fp8 bf16-mma" : "bf16", batch,
                       ctx, bytes / (bw * 1e9) * 1e6);
         report(what, time_graph(s, kOps, op), bytes, false, bw);
-        if (fp8) {  // the opt-in f16 variant (codes -> f16 by cvt, f16 MMAs)
-          be.set_fp8_kv_f16_mma(true);
+        be.set_fp8_kv_f16_mma(true);
+        if (fp8) {  // the default f16 variant (codes -> f16 by cvt, f16 MMAs)
           op(0);
           std::snprintf(what, sizeof(what), "decode attn fp8 f16-mma b%d ctx%d", batch, ctx);
           report(what, time_graph(s, kOps, op), bytes, false, bw);
-          be.set_fp8_kv_f16_mma(false);
         }
       }
   for (const int cached : {0, 3584})
@@ -676,7 +681,8 @@ void bench_decode_layer(cuda::CudaBackend& be, double bw) {
   be.set_linear_fusion(saved_fusion);
 }
 
-int run(bool quick, bool quant_only, bool w8a8_only, bool kv_fp8_only, bool dot_only, bool prefill_layer_only) {
+int run(bool quick, bool quant_only, bool w8a8_only, bool kv_fp8_only, bool dot_only, bool prefill_layer_only,
+        bool fp8_rows_only, bool decode_steps_only) {
   cuda::CudaBackend be;
   const auto info = be.info();
   std::printf("device: %s, %d SMs, %.1f / %.1f GiB free\n", info.name.c_str(), be.num_sms(),
@@ -694,7 +700,15 @@ int run(bool quick, bool quant_only, bool w8a8_only, bool kv_fp8_only, bool dot_
     return 0;
   }
   if (prefill_layer_only) {
-    bench_prefill_layer(be, peak);
+    bench_prefill_layer(be, peak, bw);
+    return 0;
+  }
+  if (decode_steps_only) {
+    bench_decode_steps(be, peak, bw);
+    return 0;
+  }
+  if (fp8_rows_only) {
+    bench_fp8_rows(be, peak);
     return 0;
   }
   if (kv_fp8_only) {
@@ -816,7 +830,8 @@ int run(bool quick, bool quant_only, bool w8a8_only, bool kv_fp8_only, bool dot_
 }  // namespace xinfer::bench
 
 int main(int argc, char** argv) {
-  bool quick = false, quant_only = false, w8a8_only = false, kv_fp8_only = false, dot_only = false, prefill_layer = false;
+  bool quick = false, quant_only = false, w8a8_only = false, kv_fp8_only = false, dot_only = false, prefill_layer = false,
+       fp8_rows = false, decode_steps = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
@@ -830,10 +845,14 @@ int main(int argc, char** argv) {
       kv_fp8_only = true;
     } else if (std::strcmp(argv[i], "--prefill-layer") == 0) {
       prefill_layer = true;
+    } else if (std::strcmp(argv[i], "--fp8-rows") == 0) {
+      fp8_rows = true;
+    } else if (std::strcmp(argv[i], "--decode-steps") == 0) {
+      decode_steps = true;
     } else {
-      std::fprintf(stderr, "usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer]\n");
+      std::fprintf(stderr, "usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer] [--fp8-rows] [--decode-steps]\n");
       return 2;
     }
   }
-  return xinfer::bench::run(quick, quant_only, w8a8_only, kv_fp8_only, dot_only, prefill_layer);
+  return xinfer::bench::run(quick, quant_only, w8a8_only, kv_fp8_only, dot_only, prefill_layer, fp8_rows, decode_steps);
 }

@@ -4,6 +4,8 @@
 // against the GEMM FLOPs at the measured ceilings (the FP8 / INT8 dense peaks are twice bf16's). x32 is the
 // layers' share of a 2048-token TTFT (plus the embedding, the final norm and one lm_head row): where the
 // prefill's time goes, and what a fusion saves.
+// gpu_kernel_bench --decode-steps: the same for the large-batch decode steps of the throughput rows (eager, as
+// steps past 256 rows run), the decode attention's KV reads against the copy ceiling.
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -62,48 +64,65 @@ Weight make_weight(cuda::CudaBackend& be, int kind, int n, int k, uint32_t seed)
   return w;
 }
 
-}  // namespace
+// One step of one decoder layer: `seqs` sequences of `q_len` new tokens each, every one attending to `ctx`
+// positions (the new ones included), the KV cache in kv_dtype, for the weight kinds listed (0 bf16, 1 FP8,
+// 2 INT8).
+struct LayerCase {
+  std::string name;
+  int seqs, q_len, ctx;
+  DType kv_dtype;
+  std::vector<int> kinds;
+};
 
-void bench_prefill_layer(cuda::CudaBackend& be, double peak) {
-  const int H = 4096, Hq = 32, Hkv = 8, D = 128, I = 14336, bs = 16, T = 2048, layers = 2;
+void bench_layer(cuda::CudaBackend& be, double peak, double bw, const LayerCase& c) {
+  const int H = 4096, Hq = 32, Hkv = 8, D = 128, I = 14336, bs = 16, layers = 2;
   const int width = (Hq + 2 * Hkv) * D;
+  const int T = c.seqs * c.q_len;
   cudaStream_t s = be.stream();
-  const int blocks = T / bs;
-  backend::KvCache kv = be.allocate_kv_cache({layers, blocks + 1, bs, Hkv, D, DType::kBF16});
+  const int per_seq = (c.ctx + bs - 1) / bs;
+  const int blocks = c.seqs * per_seq;
+  backend::KvCache kv = be.allocate_kv_cache({layers, blocks + 1, bs, Hkv, D, c.kv_dtype});
   backend::StepPlan plan;
-  plan.max_blocks_per_seq = blocks;
-  plan.query_start_loc = {0, T};
-  for (int i = 0; i < blocks; ++i) plan.block_tables.push_back(1 + i);
+  plan.max_blocks_per_seq = per_seq;
+  plan.query_start_loc = {0};
   double attended = 0;
-  for (int t = 0; t < T; ++t) {
-    plan.token_ids.push_back(1);
-    plan.positions.push_back(t);
-    plan.slot_mapping.push_back((1 + t / bs) * bs + t % bs);
-    attended += t + 1;
+  for (int q = 0; q < c.seqs; ++q) {
+    for (int i = 0; i < per_seq; ++i) plan.block_tables.push_back(1 + q * per_seq + i);
+    for (int t = c.ctx - c.q_len; t < c.ctx; ++t) {
+      plan.token_ids.push_back(1);
+      plan.positions.push_back(t);
+      plan.slot_mapping.push_back((1 + q * per_seq + t / bs) * bs + t % bs);
+      attended += t + 1;
+    }
+    plan.query_start_loc.push_back(static_cast<int32_t>(plan.token_ids.size()));
+    plan.seq_lens.push_back(c.ctx);
   }
-  plan.seq_lens = {T};
-  plan.max_seq_len = T;
+  plan.max_seq_len = c.ctx;
   const backend::StepMeta meta = be.upload_step(plan);
   const double gemm_flops = 2.0 * T * H * (static_cast<double>(width) + H + 2.0 * I + I);
   const double attn_flops = 4.0 * D * Hq * attended;
+  const double kv_bytes = 2.0 * c.seqs * static_cast<double>(c.ctx) * Hkv * D * static_cast<double>(dtype_bytes(c.kv_dtype, 1));
 
   auto act = [&](int64_t cols) { return be.allocate(DType::kBF16, Shape{T, cols}); };
   backend::DeviceTensor residual = act(H), delta = act(H), x = act(H), qkv = act(width), attn = act(Hq * D),
                         gu = act(2 * I), mlp = act(I);
   for (auto* t : {&residual, &delta, &x, &qkv, &attn, &gu, &mlp}) fill_tensor(t->view, 5, s);
-  auto cos_sin = be.allocate(DType::kF32, Shape{T, D});
-  XI_CUDA_CHECK(cudaMemset(cos_sin.view.data, 0, static_cast<size_t>(T) * D * 4));
+  auto cos_sin = be.allocate(DType::kF32, Shape{c.ctx, D});
+  XI_CUDA_CHECK(cudaMemset(cos_sin.view.data, 0, static_cast<size_t>(c.ctx) * D * 4));
   auto norm = be.allocate(DType::kBF16, Shape{H});
   {
     std::vector<uint16_t> ones(H, 0x3f80);  // bf16 1.0
     XI_CUDA_CHECK(cudaMemcpy(norm.view.data, ones.data(), ones.size() * 2, cudaMemcpyHostToDevice));
   }
   const float eps = 1e-5f, scale = 0.088f;
-  std::printf("prefill layer (Llama-3.1-8B, %d tokens, one sequence): GEMM %.1f GFLOP + attention %.1f GFLOP per layer\n",
-              T, gemm_flops / 1e9, attn_flops / 1e9);
+  std::printf("%s (Llama-3.1-8B layer, %d sequences x %d new tokens, context %d, %s KV): GEMM %.1f GFLOP + attention "
+              "%.1f GFLOP, KV %.1f MB per layer\n",
+              c.name.c_str(), c.seqs, c.q_len, c.ctx, dtype_name(c.kv_dtype), gemm_flops / 1e9, attn_flops / 1e9,
+              kv_bytes / 1e6);
+  const bool decode = c.q_len == 1;
 
   const char* kinds[] = {"bf16", "fp8", "int8"};
-  for (int kind = 0; kind < 3; ++kind) {
+  for (const int kind : c.kinds) {
     const double gemm_peak = kind == 0 ? peak : 2 * peak;
     struct LayerW {
       Weight qkv, o, gate_up, down;
@@ -124,7 +143,7 @@ void bench_prefill_layer(cuda::CudaBackend& be, double peak) {
         {"add_rms_norm", 0, [&](int) { be.add_rms_norm(residual.view, delta.view, norm.view, eps, x.view); }},
         {"linear qkv", f * width, [&](int l) { be.linear(x.view, W(l).qkv.lw, qkv.view); }},
         {"rope_kv_write", 0, [&](int l) { be.rope_kv_write(meta, qkv.view, Hq, Hkv, D, cos_sin.view, cache(l)); }},
-        {"paged_attention (prefill, causal)", attn_flops,
+        {decode ? "paged_attention (decode)" : "paged_attention (prefill, causal)", decode ? 0 : attn_flops,
          [&](int l) { be.paged_attention(meta, qkv.view, Hq, Hkv, D, scale, cache(l), attn.view); }},
         {"linear o", f * Hq * D, [&](int l) { be.linear(attn.view, W(l).o.lw, delta.view); }},
         {"add_rms_norm (2)", 0, [&](int) { be.add_rms_norm(residual.view, delta.view, norm.view, eps, x.view); }},
@@ -138,9 +157,11 @@ void bench_prefill_layer(cuda::CudaBackend& be, double peak) {
     for (const Op& op : ops) {
       const double us = 1e6 * cuda::time_on_stream(s, 10, [&](int i) { op.fn(i); });
       sum += us;
-      const std::string what = std::string("prefill layer ") + kinds[kind] + ": " + op.name;
+      const std::string what = c.name + " " + kinds[kind] + ": " + op.name;
       if (op.flops > 0)
         print_row(what, us, op.flops, true, op.name.rfind("linear", 0) == 0 ? gemm_peak : peak, 56);
+      else if (decode && op.name.rfind("paged_attention", 0) == 0)
+        print_row(what, us, kv_bytes, false, bw, 56);  // the KV reads against the copy ceiling
       else
         std::printf("%-56s %9.1f us\n", what.c_str(), us);
     }
@@ -157,11 +178,26 @@ void bench_prefill_layer(cuda::CudaBackend& be, double peak) {
     be.synchronize();
     const double chained = 1e6 * cuda::time_on_stream(s, 10, [&](int i) { chain(i); });
     const double roof = 1e6 * (gemm_flops / (gemm_peak * 1e12) + attn_flops / (peak * 1e12));
-    std::printf("prefill layer %s: sum of the ops %.1f us, the forward's chain %.1f us (x32 = %.2f ms); FLOP roofline "
+    std::printf("%s %s: sum of the ops %.1f us, the forward's chain %.1f us (x32 = %.2f ms); FLOP roofline "
                 "%.1f us at %.0f / %.0f TFLOP/s (%.1f%%)\n",
-                kinds[kind], sum, chained, 32 * chained / 1e3, roof, gemm_peak, peak, 100 * roof / chained);
+                c.name.c_str(), kinds[kind], sum, chained, 32 * chained / 1e3, roof, gemm_peak, peak, 100 * roof / chained);
     std::fflush(stdout);
   }
+}
+
+}  // namespace
+
+void bench_prefill_layer(cuda::CudaBackend& be, double peak, double bw) {
+  bench_layer(be, peak, bw, {"prefill layer", 1, 2048, 2048, DType::kBF16, {0, 1, 2}});
+}
+
+// The decode steps of the throughput rows (docs/PERF.md session 12): 128/128 x 1000 prompts (~480 rows at a mean
+// context of ~192), 2048/2048 x 256 (~250 rows at ~3,072) and 128/2048 x 1000 (~857 rows at ~1,100), FP8 weights.
+void bench_decode_steps(cuda::CudaBackend& be, double peak, double bw) {
+  bench_layer(be, peak, bw, {"decode 480x192", 480, 1, 192, DType::kBF16, {0, 1}});
+  bench_layer(be, peak, bw, {"decode 480x192 fp8kv", 480, 1, 192, DType::kFP8E4M3, {1}});
+  bench_layer(be, peak, bw, {"decode 256x3072 fp8kv", 256, 1, 3072, DType::kFP8E4M3, {1}});
+  bench_layer(be, peak, bw, {"decode 857x1100 fp8kv", 857, 1, 1100, DType::kFP8E4M3, {1}});
 }
 
 }  // namespace xinfer::bench

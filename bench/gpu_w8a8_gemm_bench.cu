@@ -270,4 +270,79 @@ void bench_w8a8(cuda::CudaBackend& be, double bw, double peak, bool quick) {
   for (const std::string& l : summary) std::printf("%s\n", l.c_str());
 }
 
+// gpu_kernel_bench --fp8-rows: the FP8 GEMM at the decode batch sizes between 128 and 1024 rows (where cuBLASLt's
+// tiles are quantised in m), per shape and m: the heuristic's first algorithm, the best of the candidates
+// (cublaslt_algo_choice.h: the heuristic's and the rows-rounded-up-to-128 ones), what run() picks (the measured,
+// process-shared choice), and the GEMM computed on the rows rounded up to 128 (padding the activations).
+// The rows of all candidates and their cuBLASLt configurations come first; the summary at the end.
+void bench_fp8_rows(cuda::CudaBackend& be, double peak) {
+  cudaStream_t s = be.stream();
+  struct Shape8b {
+    const char* name;
+    int n, k;
+  };
+  const Shape8b shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
+  const int ms[] = {128, 136, 192, 256, 264, 288, 320, 352, 384, 392, 416, 448, 480, 504, 512, 520, 576, 640, 768, 1024};
+  constexpr int kMaxM = 1024;
+  cuda::CublasLtFp8Gemm fp8;
+  std::vector<std::string> summary;
+  double sum_heur = 0, sum_chosen = 0;
+  for (const Shape8b& sh : shapes) {
+    W8 w = make_w8(be, sh.n, sh.k, 100);
+    auto xq8 = be.allocate(DType::kFP8E4M3, Shape{kMaxM, sh.k});
+    auto xs = be.allocate(DType::kF32, Shape{kMaxM});
+    fill_codes<<<1024, 256, 0, s>>>(static_cast<uint8_t*>(xq8.view.data), static_cast<size_t>(kMaxM) * sh.k, 7, true);
+    fill_pos<<<64, 256, 0, s>>>(static_cast<float*>(xs.view.data), static_cast<size_t>(kMaxM), 8, 0.01f);
+    XI_CUDA_CHECK_LAUNCH();
+    auto y = be.allocate(DType::kBF16, Shape{kMaxM, sh.n});
+    for (const int m : ms) {
+      auto args = [&](int rows) {
+        return cuda::Fp8GemmArgs{static_cast<const uint8_t*>(xq8.view.data), static_cast<const float*>(xs.view.data),
+                                 static_cast<const uint8_t*>(w.fp8.view.data), static_cast<const float*>(w.scales.view.data),
+                                 nullptr, y.view.data, false, rows, sh.n, sh.k};
+      };
+      const cuda::Fp8GemmArgs fa = args(m);
+      if (!fp8.supported(fa)) continue;
+      const double flop = 2.0 * m * sh.n * sh.k;
+      const std::string what = std::string(sh.name) + " m=" + std::to_string(m);
+      fp8.run(fa, s);  // decides the measured choice
+      const int chosen = fp8.chosen_algo(fa), count = fp8.algo_count(fa);
+      const double t_chosen = 1e6 * cuda::time_on_stream(s, 20, [&](int) { fp8.run(fa, s); });
+      double heur = 0, best = 1e30;
+      int best_i = 0;
+      for (int a = 0; a < count; ++a) {
+        fp8.set_algo(fa, a);
+        const double t = 1e6 * cuda::time_on_stream(s, 20, [&](int) { fp8.run(fa, s); });
+        row(what + " fp8 #" + std::to_string(a) + (a == 0 ? " (heuristic's first) " : " ") + fp8.describe(fa, a), t, flop,
+            true, peak);
+        if (a == 0) heur = t;
+        if (t < best) {
+          best = t;
+          best_i = a;
+        }
+      }
+      fp8.set_algo(fa, chosen);
+      const int mp = (m + 127) / 128 * 128;
+      double padded = heur;
+      if (mp != m) {
+        const cuda::Fp8GemmArgs fp = args(mp);
+        fp8.run(fp, s);
+        padded = 1e6 * cuda::time_on_stream(s, 20, [&](int) { fp8.run(fp, s); });
+      }
+      char buf[512];
+      std::snprintf(buf, sizeof(buf),
+                    "%-8s m=%-5d heuristic %7.1f us  best %7.1f (#%d of %d)  chosen %7.1f (#%d)  padded to %d: %7.1f us  "
+                    "[best: %s]",
+                    sh.name, m, heur, best, best_i, count, t_chosen, chosen, mp, padded, fp8.describe(fa, best_i).c_str());
+      summary.push_back(buf);
+      sum_heur += heur;
+      sum_chosen += t_chosen;
+    }
+  }
+  std::printf("\n==== FP8 GEMM vs rows (bf16 GEMM ceiling %.0f TFLOP/s; FP8 dense peak 2x) ====\n", peak);
+  for (const std::string& l : summary) std::printf("%s\n", l.c_str());
+  std::printf("sum over the rows above: heuristic %.1f us, chosen %.1f us (%.3fx)\n", sum_heur, sum_chosen,
+              sum_heur / sum_chosen);
+}
+
 }  // namespace xinfer::bench

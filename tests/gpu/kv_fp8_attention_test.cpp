@@ -7,8 +7,8 @@
 //    with prefill rows, also those whose contexts would pick the wgmma kernel for bf16) and the generic
 //    kernel (other head dims); shapes as the bf16 attention tests (GQA 1, 4, 7, 8, 16, MQA; head dim 64 and
 //    128; block sizes 1, 8, 16, 32; kv lengths 1, 54, 97, 2048, 2049, 5000; batches 1, 3, 17, 64; a graph
-//    bucket) with K and V scales != 1; every case again with the opt-in f16 decode variant
-//    (CudaBackend::set_fp8_kv_f16_mma);
+//    bucket) with K and V scales != 1; every case with both decode variants (bf16 MMAs on codes converted by
+//    integer ops, and the default f16 one: CudaBackend::set_fp8_kv_f16_mma);
 //  - a whole model (dummy weights, head dim 128 and 64) with an FP8 cache on both backends: greedy decode with
 //    CUDA graphs recorded and replayed (bit-identical to the padded eager step), tokens equal to the CPU's
 //    except at near-ties (gpu_test_util.h's top-2 gap rule), logits close to the CPU's and to the bf16
@@ -102,6 +102,7 @@ TEST_P(Fp8AttentionTest, MatchesCpu) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(ac.d));
   cpu().paged_attention(cpu().upload_step(plan), qkv.c.view, ac.hq, ac.hkv, ac.d, scale, cache.cpu_cache(), out.c.view);
   const backend::StepMeta meta = gpu().upload_step(plan);
+  gpu().set_fp8_kv_f16_mma(false);  // the bf16-MMA decode variant first
   gpu().paged_attention(meta, qkv.g.view, ac.hq, ac.hkv, ac.d, scale, cache.gpu_cache(), out.g.view);
   const Compare c = expect_close(out.g.view, out.c.view, kTol, ac.name);
   std::printf("[ fp8 attention ] %-34s T=%-5d rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), T, c.rel_l2, c.max_abs);
@@ -113,11 +114,10 @@ TEST_P(Fp8AttentionTest, MatchesCpu) {
   size_t differ = 0;
   for (size_t i = 0; i < first.size(); ++i) differ += std::memcmp(&first[i], &second[i], sizeof(float)) != 0;
   EXPECT_EQ(differ, 0u) << ac.name << ": second launch differs from the first";
-  // The opt-in f16 variant of the decode kernel (codes -> f16 by cvt, f16 MMAs) against the same oracle.
+  // The default f16 variant of the decode kernel (codes -> f16 by cvt, f16 MMAs) against the same oracle.
   gpu().set_fp8_kv_f16_mma(true);
   poison(out.g.view);
   gpu().paged_attention(meta, qkv.g.view, ac.hq, ac.hkv, ac.d, scale, cache.gpu_cache(), out.g.view);
-  gpu().set_fp8_kv_f16_mma(false);
   const Compare c16 = expect_close(out.g.view, out.c.view, kTol, ac.name + " (f16 decode variant)");
   std::printf("[ fp8 attention ] %-34s f16 variant rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), c16.rel_l2,
               c16.max_abs);

@@ -230,6 +230,18 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
           ") does not fit; raise --tensor-parallel-size");
     load.max_model_len = config.max_model_len;  // 0: the rope table covers max_position_embeddings
     XI_ASSIGN_OR_RETURN(model, model::LlamaModel::load(config.model_dir, be, load));
+#if defined(XINFER_HAVE_CUDA)
+    // The W8A8 GEMMs' measured choices at the decode graph buckets, before serving (and before the KV cache is
+    // sized: the measurement's scratch stays allocated).
+    if (auto* gpu = dynamic_cast<cuda::CudaBackend*>(&be)) {
+      std::vector<const backend::LinearWeights*> linears;
+      for (int l = 0; l < mc.num_layers; ++l) {
+        const model::LayerWeights& w = model->layer(l);
+        for (const backend::LinearWeights* lw : {&w.qkv, &w.o, &w.gate_up, &w.down}) linears.push_back(lw);
+      }
+      gpu->measure_w8a8_gemms(linears, sc.max_num_seqs);
+    }
+#endif
     be.synchronize();
     const backend::BackendInfo after = be.info();
     const size_t used = after.total_memory - after.free_memory;

@@ -81,6 +81,7 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device), 
   gemm_ = std::make_unique<GemmTuner>(options.gemm_workspace_bytes);
   linear_fusion_ = options.linear_fusion;
   rope_attention_fusion_ = options.rope_attention_fusion;
+  if (const char* v = std::getenv("XINFER_FP8_KV_F16")) fp8_kv_f16_mma_ = std::atoi(v) != 0;  // A/B switch
 }
 
 CudaBackend::~CudaBackend() {

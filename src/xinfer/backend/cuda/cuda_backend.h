@@ -201,6 +201,11 @@ class CudaBackend final : public backend::Backend {
   // Measures the GEMM candidates for the model's linears (or takes them from the cache) and logs a
   // one-line summary; call once after creating the backend, before any graph is recorded.
   void tune_linears(const std::vector<GemmShape>& shapes, bool show_progress);
+  // Runs every distinct W8A8 linear shape of `linears` (FP8, INT8; others are skipped) once at each decode graph
+  // bucket up to max_rows (cublaslt_algo_choice.h variant_rows) on scratch inputs, so that the GEMMs' measured
+  // choices there (cublaslt_fp8_gemm.h, cublaslt_int8_gemm.h) are made now instead of inside the first decode
+  // steps. Logs one line (shapes, rows, seconds).
+  void measure_w8a8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_rows);
   GemmTuner& gemm() { return *gemm_; }
   // The GEMV configurations add_rms_norm_linear(a) runs the fused kernels with, or nullopt: the composition.
   std::optional<FusedLinearPlan> fused_linear_plan(const backend::NormLinearArgs& a);
@@ -211,8 +216,9 @@ class CudaBackend final : public backend::Backend {
   void set_rope_attention_fusion(bool on);
   bool rope_attention_fusion() const { return rope_attention_fusion_; }
   // FP8 KV caches: decode attention converts codes to f16 (cvt.rn.f16x2.e4m3x2) for f16 MMAs instead of to bf16
-  // by integer ops (PagedAttentionParams::kv_fp8_f16). Off by default: not yet measured. Set it before graphs
-  // are recorded (recordings keep the variant they were made with).
+  // by integer ops (PagedAttentionParams::kv_fp8_f16). On by default: on an H200 it reads the cache at 80-92% of
+  // the copy ceiling at batch 64 against 59-65% (docs/PERF.md session 13); XINFER_FP8_KV_F16=0 turns it off.
+  // Set it before graphs are recorded (recordings keep the variant they were made with).
   void set_fp8_kv_f16_mma(bool on) { fp8_kv_f16_mma_ = on; }
   // Host calls of add_rms_norm_linear / rope_paged_attention that launched the fused kernels so far (a graph
   // recording counts once, its replays not at all).
@@ -281,7 +287,7 @@ class CudaBackend final : public backend::Backend {
   LinearFusion linear_fusion_ = LinearFusion::kWhenGemv;
   int64_t fused_linears_ = 0;
   bool rope_attention_fusion_ = true;
-  bool fp8_kv_f16_mma_ = false;
+  bool fp8_kv_f16_mma_ = true;
   int64_t fused_rope_attentions_ = 0;
 
   // upload_step() state

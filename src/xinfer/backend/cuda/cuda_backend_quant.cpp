@@ -20,14 +20,17 @@
 //                workspace in chunks of rows plus our scale epilogue (cublaslt_int8_gemm.h kInt32Epilogue).
 // The workspace (bf16, the largest n * k run so far) grows outside graph recordings; a recording that would
 // need it to grow fails (end_capture() grows it, the step runs eagerly), as for the decode workspace.
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "xinfer/backend/cuda/cuda_backend.h"
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/gemm/cublaslt_algo_choice.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_fp8_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_int8_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
@@ -254,6 +257,39 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
                                   << " rows: cuBLASLt has no FP8 algorithm (k and n must be multiples of 16)";
   fp8_->run(args, stream_);
   ++fp8_gemms_;
+}
+
+void CudaBackend::measure_w8a8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_rows) {
+  XI_CHECK(!capturing_) << "measure_w8a8_gemms() while recording a graph";
+  const auto start = std::chrono::steady_clock::now();
+  std::set<std::tuple<int, int64_t, int64_t, bool>> seen;  // (format index, n, k, bias)
+  std::vector<int> rows;
+  for (int m = 2; m <= std::min(max_rows, 256); m *= 2)
+    if (variant_rows(m)) rows.push_back(m);
+  int shapes = 0;
+  for (const backend::LinearWeights* w : linears) {
+    const bool w8a8 = std::holds_alternative<quant::W8A8Fp8Format>(w->format) ||
+                      std::holds_alternative<quant::W8A8Int8Format>(w->format);
+    if (!w8a8 || rows.empty() ||
+        !seen.insert({static_cast<int>(w->format.index()), w->out_features(), w->in_features(), !w->bias.empty()}).second)
+      continue;
+    ++shapes;
+    const int64_t n = w->out_features(), k = w->in_features();
+    backend::DeviceTensor x = allocate(DType::kBF16, Shape{rows.back(), k});
+    backend::DeviceTensor y = allocate(DType::kBF16, Shape{rows.back(), n});
+    XI_CUDA_CHECK(cudaMemsetAsync(x.view.data, 0, x.view.bytes(), stream_));
+    for (const int m : rows) {
+      TensorView xm = x.view, ym = y.view;
+      xm.shape = Shape{m, k};
+      ym.shape = Shape{m, n};
+      linear(xm, *w, ym);
+    }
+    synchronize();
+  }
+  if (shapes > 0)
+    XI_LOG(INFO) << "cuda: W8A8 GEMM choices measured for " << shapes << " shapes at " << rows.size()
+                 << " decode batch sizes (2.." << rows.back() << ") in "
+                 << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s";
 }
 
 void CudaBackend::int8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out,

@@ -1,7 +1,9 @@
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_fp8_gemm.h"
 
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "xinfer/backend/cuda/cuda_check.h"
 
@@ -10,8 +12,9 @@ namespace xinfer::cuda {
 struct CublasLtFp8Gemm::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
-  bool have_algo = false;
-  cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> algos;  // candidates, the heuristic's first first (cublaslt_algo_choice.h)
+  int chosen = 0;
+  bool decided = false;  // measured, taken from the shared choices, or set_algo()
   ~Plan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -78,65 +81,96 @@ CublasLtFp8Gemm::Plan& CublasLtFp8Gemm::plan_for(const Fp8GemmArgs& g) {
   // C is not read (beta 0) but its type must be the output's (bf16 or f32) for FP8 with a 16-bit D.
   XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, d_type, g.n, g.m, g.n));
   XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, d_type, g.n, g.m, g.n));  // y^T
-  cublasLtMatmulPreference_t pref = nullptr;
-  XI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  XI_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
-                                                       sizeof(workspace_bytes_)));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  // XINFER_FP8_GEMM_PAD_ROWS=R (A/B switch while measured): for m > R not a multiple of R, take the algorithm the
-  // heuristic gives for m rounded up to R rows, if cublasLtMatmulAlgoCheck accepts it for the real m. On an H200
-  // the one algorithm it offers is tile-quantised in m with period 128: gate_up 106.6 us at m = 280 but 73.3 at
-  // 384 (docs/PERF.md session 10), so the padded shape's tiling may be the faster one for the real rows. Measured in the
-  // engine (round B): decode steps of ~280 rows 13.13 -> 12.31 ms, of ~480 rows 12.86 -> 13.57 ms: mixed, so off.
-  static const int pad_rows = [] {
-    const char* v = std::getenv("XINFER_FP8_GEMM_PAD_ROWS");
-    return v ? std::atoi(v) : 0;
-  }();
-  if (pad_rows > 0 && g.m > pad_rows && g.m % pad_rows != 0) {
-    const int mp = (g.m + pad_rows - 1) / pad_rows * pad_rows;
-    cublasLtMatrixLayout_t bp = nullptr, dp = nullptr;
-    XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&bp, CUDA_R_8F_E4M3, g.k, mp, g.k));
-    XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&dp, d_type, g.n, mp, g.n));
-    cublasLtMatmulHeuristicResult_t padded{};
-    int found_padded = 0;
-    const cublasStatus_t sp = cublasLtMatmulAlgoGetHeuristic(handle_, plan->op, plan->a, bp, dp, dp, pref, 1, &padded,
-                                                             &found_padded);
-    cublasLtMatrixLayoutDestroy(bp);
-    cublasLtMatrixLayoutDestroy(dp);
-    cublasLtMatmulHeuristicResult_t check{};
-    if (sp == CUBLAS_STATUS_SUCCESS && found_padded > 0 && padded.state == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulAlgoCheck(handle_, plan->op, plan->a, plan->b, plan->c, plan->d, &padded.algo, &check) ==
-            CUBLAS_STATUS_SUCCESS &&
-        check.state == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= workspace_bytes_) {
-      cublasLtMatmulPreferenceDestroy(pref);
-      plan->have_algo = true;
-      plan->algo = padded.algo;
-      return *plans_.emplace(key, std::move(plan)).first->second;
-    }
-  }
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, plan->op, plan->a, plan->b, plan->c, plan->d, pref,
-                                                           1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  plan->have_algo = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
-  if (plan->have_algo) plan->algo = result.algo;
+  plan->algos = candidate_algos(query(*plan, g, d_type), kMaxAlgos, false, measure_ && variant_rows(g.m));
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
-bool CublasLtFp8Gemm::supported(const Fp8GemmArgs& g) { return plan_for(g).have_algo; }
+AlgoQuery CublasLtFp8Gemm::query(const Plan& plan, const Fp8GemmArgs& g, cudaDataType_t d_type) const {
+  return AlgoQuery{handle_, plan.op, plan.a, plan.b, plan.c, plan.d, CUDA_R_8F_E4M3, d_type, g.m, g.n, g.k,
+                   workspace_bytes_};
+}
 
-void CublasLtFp8Gemm::run(const Fp8GemmArgs& g, cudaStream_t stream) {
-  Plan& plan = plan_for(g);
-  XI_CHECK(plan.have_algo) << "cuBLASLt: no algorithm for " << shape_text(g);
+namespace {
+
+// Decisions shared by every CublasLtFp8Gemm of the process (see the header), by exact shape.
+struct SharedChoices {
+  std::mutex mu;
+  std::map<std::tuple<int, int, int, bool, bool>, cublasLtMatmulAlgo_t> exact;
+};
+SharedChoices& shared_choices() {
+  static SharedChoices c;
+  return c;
+}
+
+}  // namespace
+
+void CublasLtFp8Gemm::choose(Plan& plan, const Fp8GemmArgs& g, cudaStream_t stream) {
+  plan.decided = true;
+  if (!measure_ || plan.algos.size() < 2) return;
+  const AlgoQuery q = query(plan, g, g.y_f32 ? CUDA_R_32F : CUDA_R_16BF);
+  const std::tuple<int, int, int, bool, bool> exact{g.m, g.n, g.k, g.y_f32, g.bias != nullptr};
+  SharedChoices& shared = shared_choices();
+  std::lock_guard<std::mutex> lock(shared.mu);
+  if (const auto it = shared.exact.find(exact); it != shared.exact.end()) {
+    if (const int i = offer_algo(q, it->second, plan.algos); i >= 0) {
+      plan.chosen = i;
+      return;
+    }
+  }
+  void* ws = tune_.workspace(workspace_bytes_);
+  void* y = tune_.output(static_cast<size_t>(g.m) * static_cast<size_t>(g.n) * (g.y_f32 ? 4 : 2));
+  // The scale and bias pointers are the call's (read only); the output is scratch.
+  set_pointers(plan, g);
+  const float alpha = 1.0f, beta = 0.0f;
+  const int best = fastest_algo(static_cast<int>(plan.algos.size()), stream, tune_.stream(), [&](int i) {
+    return cublasLtMatmul(handle_, plan.op, &alpha, g.wq, plan.a, g.xq, plan.b, &beta, y, plan.c, y, plan.d,
+                          &plan.algos[static_cast<size_t>(i)], ws, workspace_bytes_, tune_.stream());
+  });
+  if (best < 0) return;  // none launched here: run() keeps the heuristic's first (and reports its error)
+  plan.chosen = best;
+  shared.exact[exact] = plan.algos[static_cast<size_t>(best)];
+}
+
+void CublasLtFp8Gemm::set_pointers(Plan& plan, const Fp8GemmArgs& g) {
   XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.w_scales,
                                                  sizeof(g.w_scales)));
   XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.x_scales,
                                                  sizeof(g.x_scales)));
   if (g.bias)
     XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+}
+
+int CublasLtFp8Gemm::algo_count(const Fp8GemmArgs& g) { return static_cast<int>(plan_for(g).algos.size()); }
+
+void CublasLtFp8Gemm::set_algo(const Fp8GemmArgs& g, int index) {
+  Plan& plan = plan_for(g);
+  XI_CHECK(index >= 0 && index < static_cast<int>(plan.algos.size()))
+      << "cuBLASLt: algorithm " << index << " of " << plan.algos.size() << " for " << shape_text(g);
+  plan.chosen = index;
+  plan.decided = true;
+}
+
+std::string CublasLtFp8Gemm::describe(const Fp8GemmArgs& g, int index) {
+  const Plan& plan = plan_for(g);
+  XI_CHECK(index >= 0 && index < static_cast<int>(plan.algos.size())) << "cuBLASLt: algorithm " << index;
+  return describe_algo(plan.algos[static_cast<size_t>(index)]);
+}
+
+int CublasLtFp8Gemm::chosen_algo(const Fp8GemmArgs& g) {
+  const Plan& plan = plan_for(g);
+  return plan.decided ? plan.chosen : -1;
+}
+
+bool CublasLtFp8Gemm::supported(const Fp8GemmArgs& g) { return !plan_for(g).algos.empty(); }
+
+void CublasLtFp8Gemm::run(const Fp8GemmArgs& g, cudaStream_t stream) {
+  Plan& plan = plan_for(g);
+  XI_CHECK(!plan.algos.empty()) << "cuBLASLt: no algorithm for " << shape_text(g);
+  if (!plan.decided) choose(plan, g, stream);
+  set_pointers(plan, g);
   const float alpha = 1.0f, beta = 0.0f;
   XI_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.op, &alpha, g.wq, plan.a, g.xq, plan.b, &beta, g.y, plan.c, g.y, plan.d,
-                                 &plan.algo, workspace_, workspace_bytes_, stream));
+                                 &plan.algos[static_cast<size_t>(plan.chosen)], workspace_, workspace_bytes_, stream));
 }
 
 }  // namespace xinfer::cuda

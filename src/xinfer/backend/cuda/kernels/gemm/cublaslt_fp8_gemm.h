@@ -1,11 +1,19 @@
 // W8A8 FP8 GEMMs through cuBLASLt: y[m, n] = (sx[m] sw[n]) * (xq[m, k] @ wq[n, k]^T) (+ bias[n]), e4m3 inputs,
-// f32 accumulation (no fast accumulation: partial sums promoted to f32), y bf16 or f32. The per-token x
+// f32 accumulation (fast accumulation on by default, see plan_for), y bf16 or f32. The per-token x
 // per-channel scales are cuBLASLt's outer-vector scaling (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, CUDA
 // 12.9+ on sm_90): A = wq with its [n] scales, B = xq with its [m] scales, applied to the f32 products before
 // the bias epilogue. Layout as CublasLtGemm (cublaslt_gemm.h): row-major y = x w^T is column-major y^T =
-// w x^T, A transposed (the only FP8 layout Hopper takes, "TN"). Descriptors and the heuristic's first
-// algorithm are cached per (m, n, k, output dtype, bias); one handle and a 32 MiB workspace per instance.
-// supported() asks the heuristic once per shape (false where cuBLASLt has no algorithm, e.g. k % 16 != 0).
+// w x^T, A transposed (the only FP8 layout Hopper takes, "TN"). Descriptors and the candidate algorithms are
+// cached per (m, n, k, output dtype, bias); one handle and a 32 MiB workspace per instance. supported() asks the
+// heuristic once per shape (false where cuBLASLt has no algorithm, e.g. k % 16 != 0).
+// Which algorithm runs: at the decode graph buckets (variant_rows: powers of two 2..256), measured at the shape's
+// first call (cublaslt_algo_choice.h) among the heuristic's algorithm (cuBLASLt 13 offers one per shape for
+// outer-vector FP8) and the ~100 tile-shape and split-K variants of it that the shape accepts: up to 1.7x faster
+// there on an H200 (docs/PERF.md session 13). Other row counts take the heuristic's algorithm: its winner changes
+// from one count to the next and timing every new count cost more than it saved. Algorithms differ in their f32
+// summation order, so the decisions are shared by every instance of the process (by exact shape): two engines of
+// one process compute every FP8 linear alike (two processes may not, where two candidates time within noise).
+// set_algo() (the bench) overrides; set_measure(false) keeps the heuristic's first.
 #pragma once
 
 #include <cublasLt.h>
@@ -15,7 +23,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
+
+#include "xinfer/backend/cuda/kernels/gemm/cublaslt_algo_choice.h"
 
 namespace xinfer::cuda {
 
@@ -37,18 +48,31 @@ class CublasLtFp8Gemm {
   CublasLtFp8Gemm(const CublasLtFp8Gemm&) = delete;
   CublasLtFp8Gemm& operator=(const CublasLtFp8Gemm&) = delete;
 
+  static constexpr int kMaxAlgos = 8;
+
   bool supported(const Fp8GemmArgs& args);
   // XI_CHECK-fails naming the shape when unsupported.
   void run(const Fp8GemmArgs& args, cudaStream_t stream);
+  // The candidates for this call's shape, and which one run() takes (bench; -1 before it is decided).
+  int algo_count(const Fp8GemmArgs& args);
+  void set_algo(const Fp8GemmArgs& args, int index);
+  int chosen_algo(const Fp8GemmArgs& args);
+  std::string describe(const Fp8GemmArgs& args, int index);  // candidate index's cuBLASLt configuration
+  void set_measure(bool measure) { measure_ = measure; }
 
  private:
   struct Plan;
   using Key = std::tuple<int, int, int, bool, bool>;
   Plan& plan_for(const Fp8GemmArgs& args);
+  AlgoQuery query(const Plan& plan, const Fp8GemmArgs& args, cudaDataType_t d_type) const;
+  void choose(Plan& plan, const Fp8GemmArgs& args, cudaStream_t stream);
+  void set_pointers(Plan& plan, const Fp8GemmArgs& args);
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
+  bool measure_ = true;
+  AlgoTuneScratch tune_;
 };
 
 }  // namespace xinfer::cuda

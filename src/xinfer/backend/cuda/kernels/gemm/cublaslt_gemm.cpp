@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/gemm/cublaslt_algo_choice.h"
 
 namespace xinfer::cuda {
 
@@ -20,26 +21,6 @@ struct CublasLtGemm::Plan {
     if (op) cublasLtMatmulDescDestroy(op);
   }
 };
-
-namespace {
-
-template <typename T>
-T config_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
-  T v{};
-  size_t written = 0;
-  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS) return T{};
-  return v;
-}
-
-template <typename T>
-T cap_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attr) {
-  T v{};
-  size_t written = 0;
-  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS) return T{};
-  return v;
-}
-
-}  // namespace
 
 CublasLtGemm::CublasLtGemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
   XI_CUBLAS_CHECK(cublasLtCreate(&handle_));
@@ -122,32 +103,11 @@ std::vector<cublasLtMatmulAlgo_t> CublasLtGemm::candidates(const GemmArgs& g, in
       add(results[static_cast<size_t>(i)].algo);
   if (max_results <= 1) return out;
 
-  // Split-K variants of the first two: small m leaves most SMs idle unless k is split.
+  // Split-K variants of the first two (cublaslt_algo_choice.h).
   const size_t heuristic_count = std::min<size_t>(out.size(), 2);
-  for (size_t i = 0; i < heuristic_count; ++i) {
-    const cublasLtMatmulAlgo_t base = out[i];
-    if (cap_attr<int32_t>(base, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT) == 0) continue;
-    const uint32_t schemes = cap_attr<uint32_t>(base, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK);
-    uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
-    for (uint32_t s : {static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE),
-                       static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_INPLACE),
-                       static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)})
-      if (schemes & s) {
-        scheme = s;
-        break;
-      }
-    if (scheme == CUBLASLT_REDUCTION_SCHEME_NONE) continue;
-    for (int32_t splits : {2, 4, 8, 16}) {
-      if (g.k / splits < 256) break;
-      cublasLtMatmulAlgo_t v = base;
-      if (cublasLtMatmulAlgoConfigSetAttribute(&v, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits)) !=
-              CUBLAS_STATUS_SUCCESS ||
-          cublasLtMatmulAlgoConfigSetAttribute(&v, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme)) !=
-              CUBLAS_STATUS_SUCCESS)
-        continue;
-      if (check(g, v)) add(v);
-    }
-  }
+  const std::vector<cublasLtMatmulAlgo_t> bases(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(heuristic_count));
+  for (const cublasLtMatmulAlgo_t& base : bases)
+    add_split_k_variants(base, g.k, [&](const cublasLtMatmulAlgo_t& v) { return check(g, v); }, out);
   return out;
 }
 
@@ -181,19 +141,8 @@ bool CublasLtGemm::try_run(const GemmArgs& g, const cublasLtMatmulAlgo_t& algo, 
                         workspace_, workspace_bytes_, stream) == CUBLAS_STATUS_SUCCESS;
 }
 
-std::string CublasLtGemm::describe(const cublasLtMatmulAlgo_t& algo) {
-  return "algo " + std::to_string(config_attr<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID)) + " tile " +
-         std::to_string(config_attr<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID)) + " stages " +
-         std::to_string(config_attr<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID)) + " splitk " +
-         std::to_string(config_attr<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM)) + " reduction " +
-         std::to_string(config_attr<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME)) + " swizzle " +
-         std::to_string(config_attr<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING)) + " custom " +
-         std::to_string(config_attr<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION)) + " cluster " +
-         std::to_string(config_attr<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
-}
+std::string CublasLtGemm::describe(const cublasLtMatmulAlgo_t& algo) { return describe_algo(algo); }
 
-bool CublasLtGemm::same(const cublasLtMatmulAlgo_t& a, const cublasLtMatmulAlgo_t& b) {
-  return std::memcmp(a.data, b.data, sizeof(a.data)) == 0;
-}
+bool CublasLtGemm::same(const cublasLtMatmulAlgo_t& a, const cublasLtMatmulAlgo_t& b) { return same_algo(a, b); }
 
 }  // namespace xinfer::cuda

@@ -45,9 +45,6 @@ CublasLtInt8Gemm::CublasLtInt8Gemm(size_t workspace_bytes, int chunk_rows)
 
 CublasLtInt8Gemm::~CublasLtInt8Gemm() {
   plans_.clear();
-  if (tune_acc_) cudaFree(tune_acc_);
-  if (tune_workspace_) cudaFree(tune_workspace_);
-  if (tune_stream_) cudaStreamDestroy(tune_stream_);
   if (workspace_) cudaFree(workspace_);
   if (handle_) cublasLtDestroy(handle_);
 }
@@ -55,6 +52,10 @@ CublasLtInt8Gemm::~CublasLtInt8Gemm() {
 void CublasLtInt8Gemm::set_chunk_rows(int rows) {
   XI_CHECK(rows >= 1) << "int8 GEMM: chunk rows " << rows;
   chunk_rows_ = rows;
+}
+
+AlgoQuery CublasLtInt8Gemm::query(const Plan& plan, int rows, const Int8GemmArgs& g, cudaDataType_t d_type) const {
+  return AlgoQuery{handle_, plan.op, plan.a, plan.b, plan.c, plan.d, CUDA_R_8I, d_type, rows, g.n, g.k, workspace_bytes_};
 }
 
 size_t CublasLtInt8Gemm::acc_bytes(int m, int n) const {
@@ -96,44 +97,10 @@ CublasLtInt8Gemm::Plan& CublasLtInt8Gemm::plan_for(Int8GemmMode mode, int rows, 
   XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_8I, g.k, rows, g.k));  // x^T
   XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, d_type, g.n, rows, g.n));
   XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, d_type, g.n, rows, g.n));     // y^T (or acc^T)
-  cublasLtMatmulPreference_t pref = nullptr;
-  XI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  XI_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
-                                                       sizeof(workspace_bytes_)));
-  cublasLtMatmulHeuristicResult_t results[kMaxAlgos] = {};
-  int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, plan->op, plan->a, plan->b, plan->c, plan->d, pref,
-                                                           kMaxAlgos, results, &found);
-  if (st == CUBLAS_STATUS_SUCCESS)
-    for (int i = 0; i < found; ++i)
-      if (results[i].state == CUBLAS_STATUS_SUCCESS) plan->algos.push_back(results[i].algo);
-  // Candidates for the measured choice (int32 mode, rows not a multiple of 128): the heuristic's algorithms for
-  // the rows rounded up to 128 too, where they take the real rows (cuBLASLt's tiles are quantised in m: the FP8
-  // GEMM's single algorithm is 1.45x faster at 384 rows than at 280, docs/PERF.md session 10).
-  if (!outer && measure_ && !plan->algos.empty() && rows > 128 && rows % 128 != 0 && rows < kMeasureMaxRows) {
-    const int mp = (rows + 127) / 128 * 128;
-    cublasLtMatrixLayout_t bp = nullptr, dp = nullptr;
-    XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&bp, CUDA_R_8I, g.k, mp, g.k));
-    XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&dp, d_type, g.n, mp, g.n));
-    cublasLtMatmulHeuristicResult_t padded[kMaxAlgos] = {};
-    int found_padded = 0;
-    if (cublasLtMatmulAlgoGetHeuristic(handle_, plan->op, plan->a, bp, dp, dp, pref, kMaxAlgos, padded, &found_padded) ==
-        CUBLAS_STATUS_SUCCESS)
-      for (int i = 0; i < found_padded; ++i) {
-        if (padded[i].state != CUBLAS_STATUS_SUCCESS) continue;
-        bool known = false;
-        for (const auto& a : plan->algos) known = known || std::memcmp(&a, &padded[i].algo, sizeof(a)) == 0;
-        cublasLtMatmulHeuristicResult_t check{};
-        if (!known &&
-            cublasLtMatmulAlgoCheck(handle_, plan->op, plan->a, plan->b, plan->c, plan->d, &padded[i].algo, &check) ==
-                CUBLAS_STATUS_SUCCESS &&
-            check.state == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= workspace_bytes_)
-          plan->algos.push_back(padded[i].algo);
-      }
-    cublasLtMatrixLayoutDestroy(bp);
-    cublasLtMatrixLayoutDestroy(dp);
-  }
-  cublasLtMatmulPreferenceDestroy(pref);
+  // Candidates for the measured choice (int32 mode, fewer than kMeasureMaxRows rows): the padded rows' algorithms
+  // too, and at the decode graph buckets the tile / split-K variants (cublaslt_algo_choice.h).
+  const bool measured = !outer && measure_ && rows < kMeasureMaxRows;
+  plan->algos = candidate_algos(query(*plan, rows, g, d_type), kMaxAlgos, measured, measured && variant_rows(rows));
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
@@ -165,81 +132,30 @@ int CublasLtInt8Gemm::chosen_algo(const Int8GemmArgs& g, Int8GemmMode mode) {
   return plan.decided || mode == Int8GemmMode::kOuterVec ? plan.chosen : -1;
 }
 
-namespace {
-
-int row_bucket(int rows) {
-  int b = 1;
-  while (b < rows) b *= 2;
-  return b;
-}
-
-}  // namespace
-
 void CublasLtInt8Gemm::choose(Plan& plan, int rows, const Int8GemmArgs& g, const int8_t* xq, cudaStream_t stream) {
   plan.decided = true;
   if (!measure_ || rows >= kMeasureMaxRows || plan.algos.size() < 2) return;
-  const BucketKey bucket{row_bucket(rows), g.n, g.k, g.y_f32, g.bias != nullptr};
-  if (auto it = bucket_choice_.find(bucket); it != bucket_choice_.end()) {
-    for (size_t i = 0; i < plan.algos.size(); ++i)
-      if (std::memcmp(&plan.algos[i], &it->second, sizeof(cublasLtMatmulAlgo_t)) == 0) {
-        plan.chosen = static_cast<int>(i);
-        return;
-      }
-    cublasLtMatmulHeuristicResult_t check{};
-    if (cublasLtMatmulAlgoCheck(handle_, plan.op, plan.a, plan.b, plan.c, plan.d, &it->second, &check) ==
-            CUBLAS_STATUS_SUCCESS &&
-        check.state == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= workspace_bytes_) {
-      plan.algos.push_back(it->second);
-      plan.chosen = static_cast<int>(plan.algos.size()) - 1;
+  const AlgoQuery q = query(plan, rows, g, CUDA_R_32I);
+  // A graph bucket's plan times its own variants and shares nothing (its winner may be a tile shape that loses
+  // at the bucket's other row counts).
+  const bool own = variant_rows(rows);
+  const BucketKey bucket{algo_row_bucket(rows), g.n, g.k, g.y_f32, g.bias != nullptr};
+  if (auto it = bucket_choice_.find(bucket); !own && it != bucket_choice_.end()) {
+    if (const int i = offer_algo(q, it->second, plan.algos); i >= 0) {
+      plan.chosen = i;
       return;
     }
   }
-  // Measure on a private stream, workspace and int32 scratch (see the header). Outside a recording, the caller's
-  // queued work finishes first so that it does not share the GPU with the timed launches (once per bucket).
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  XI_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (capture == cudaStreamCaptureStatusNone) XI_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (!tune_stream_) XI_CUDA_CHECK(cudaStreamCreateWithFlags(&tune_stream_, cudaStreamNonBlocking));
-  if (!tune_workspace_) XI_CUDA_CHECK(cudaMalloc(&tune_workspace_, workspace_bytes_));
-  const size_t acc_bytes = static_cast<size_t>(rows) * static_cast<size_t>(g.n) * 4;
-  if (acc_bytes > tune_acc_bytes_) {
-    if (tune_acc_) XI_CUDA_CHECK(cudaFree(tune_acc_));
-    XI_CUDA_CHECK(cudaMalloc(&tune_acc_, acc_bytes));
-    tune_acc_bytes_ = acc_bytes;
-  }
-  cudaEvent_t start = nullptr, stop = nullptr;
-  XI_CUDA_CHECK(cudaEventCreate(&start));
-  XI_CUDA_CHECK(cudaEventCreate(&stop));
+  void* ws = tune_.workspace(workspace_bytes_);
+  auto* acc = static_cast<int32_t*>(tune_.output(static_cast<size_t>(rows) * static_cast<size_t>(g.n) * 4));
   const int32_t alpha = 1, beta = 0;
-  auto launch = [&](size_t i) {
-    return cublasLtMatmul(handle_, plan.op, &alpha, g.wq, plan.a, xq, plan.b, &beta, tune_acc_, plan.c, tune_acc_,
-                          plan.d, &plan.algos[i], tune_workspace_, workspace_bytes_, tune_stream_);
-  };
-  float best_ms = 0;
-  int best = -1;  // the first algorithm that launches is the reference (normally the heuristic's first)
-  for (size_t i = 0; i < plan.algos.size(); ++i) {
-    if (launch(i) != CUBLAS_STATUS_SUCCESS) continue;  // an algorithm that refuses to launch is never chosen
-    float t = 1e30f;
-    for (int rep = 0; rep < 2; ++rep) {
-      XI_CUDA_CHECK(cudaEventRecord(start, tune_stream_));
-      for (int it = 0; it < 3; ++it) XI_CUBLAS_CHECK(launch(i));
-      XI_CUDA_CHECK(cudaEventRecord(stop, tune_stream_));
-      XI_CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0;
-      XI_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      t = std::min(t, ms);
-    }
-    // The heuristic's first keeps its place unless beaten by more than 1%.
-    if (best < 0 || t < best_ms * 0.99f) {
-      best_ms = t;
-      best = static_cast<int>(i);
-    }
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  const int best = fastest_algo(static_cast<int>(plan.algos.size()), stream, tune_.stream(), [&](int i) {
+    return cublasLtMatmul(handle_, plan.op, &alpha, g.wq, plan.a, xq, plan.b, &beta, acc, plan.c, acc, plan.d,
+                          &plan.algos[static_cast<size_t>(i)], ws, workspace_bytes_, tune_.stream());
+  });
   if (best < 0) return;  // none launched here: run() keeps the heuristic's first (and reports its error)
   plan.chosen = best;
-  bucket_choice_[bucket] = plan.algos[static_cast<size_t>(best)];
+  if (!own) bucket_choice_[bucket] = plan.algos[static_cast<size_t>(best)];
 }
 
 void CublasLtInt8Gemm::run(const Int8GemmArgs& g, cudaStream_t stream, Int8GemmMode mode) {

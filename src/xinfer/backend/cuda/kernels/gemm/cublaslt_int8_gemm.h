@@ -16,16 +16,14 @@
 // Layout as the FP8 GEMM (cublaslt_fp8_gemm.h): row-major y = x w^T is column-major y^T = w x^T, A = w
 // transposed ("TN", the layout the IMMA kernels take), k and n multiples of 4 (16-byte rows wanted).
 // Plans (descriptors and the heuristic's algorithms, up to kMaxAlgos) are cached per (mode, rows, n, k, out
-// dtype, bias). Which algorithm runs (kInt32Epilogue): measured, because the heuristic's first choice loses
-// 10-46% at 256-512 rows on an H200 (docs/PERF.md session 10: o m=280 31.2 vs 16.9 us, gate_up m=512 128.6 vs
-// 86.6 us) while it is the best at 2048-4096. At the first call of a plan with fewer than kMeasureMaxRows rows
-// and more than one algorithm, every algorithm is timed (one warm-up, best of two runs of 3 launches) on a
-// private stream, workspace and int32 scratch, reading the call's xq / wq (values do not change the time) and
-// writing nothing of the caller's, so it is safe while the caller's stream is recording a CUDA graph (relaxed
-// capture mode) or has work in flight; the exact int32 sums make every algorithm's result identical. The winner
-// is kept for the plan and offered (cublasLtMatmulAlgoCheck) to later plans of the same power-of-two row bucket,
-// so a serving run measures each (n, k, bucket) once. set_algo() (the bench) overrides it; set_measure(false)
-// keeps the heuristic's first algorithm.
+// dtype, bias). Which algorithm runs (kInt32Epilogue): measured (cublaslt_algo_choice.h), because the heuristic's
+// first choice loses 10-46% at 256-512 rows on an H200 (docs/PERF.md session 10: o m=280 31.2 vs 16.9 us,
+// gate_up m=512 128.6 vs 86.6 us) while it is the best at 2048-4096: at the first call of a plan with fewer than
+// kMeasureMaxRows rows and more than one candidate, reading the call's xq / wq (values do not change the time)
+// into int32 scratch; the exact int32 sums make every algorithm's result identical. The winner is offered to later
+// plans of the same power-of-two row bucket, except at the decode graph buckets (variant_rows), whose plans also
+// time the tile / split-K variants and keep their winner to themselves. set_algo() (the bench)
+// overrides it; set_measure(false) keeps the heuristic's first algorithm.
 #pragma once
 
 #include <cublasLt.h>
@@ -37,6 +35,8 @@
 #include <memory>
 #include <tuple>
 #include <vector>
+
+#include "xinfer/backend/cuda/kernels/gemm/cublaslt_algo_choice.h"
 
 namespace xinfer::cuda {
 
@@ -91,6 +91,7 @@ class CublasLtInt8Gemm {
   Plan& plan_for(Int8GemmMode mode, int rows, const Int8GemmArgs& args);
   // Picks plan's algorithm at its first run (see the top); xq: this chunk's [rows, k].
   void choose(Plan& plan, int rows, const Int8GemmArgs& args, const int8_t* xq, cudaStream_t stream);
+  AlgoQuery query(const Plan& plan, int rows, const Int8GemmArgs& args, cudaDataType_t d_type) const;
   using BucketKey = std::tuple<int, int, int, bool, bool>;  // row bucket, n, k, y_f32, bias
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
@@ -99,10 +100,7 @@ class CublasLtInt8Gemm {
   std::map<Key, std::unique_ptr<Plan>> plans_;
   bool measure_ = true;
   std::map<BucketKey, cublasLtMatmulAlgo_t> bucket_choice_;  // measured winners by row bucket
-  cudaStream_t tune_stream_ = nullptr;                       // private: measuring never touches the caller's
-  void* tune_workspace_ = nullptr;
-  int32_t* tune_acc_ = nullptr;
-  size_t tune_acc_bytes_ = 0;
+  AlgoTuneScratch tune_;                                     // private: measuring never touches the caller's
 };
 
 }  // namespace xinfer::cuda
