@@ -1,6 +1,7 @@
 // Helpers shared by the quantized-linear benches of gpu_kernel_bench (gpu_quant_linear_bench.cu,
 // gpu_w8a8_gemm_bench.cu): relative L2 between two device tensors, per-call time of a CUDA-graph replay, and
-// one printed row with its share of the ceiling; on the device, the hash that fills their random data.
+// one printed row with its share of the ceiling, the 8B decoder linears; on the device, the hash that fills their
+// random data.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,6 +21,13 @@
 namespace xinfer::bench {
 
 #ifdef __CUDACC__
+// The decoder linears of Llama-3.1-8B (one GPU): y[m, n] = x[m, k] w^T.
+struct Linear8b {
+  const char* name;
+  int n, k;
+};
+inline constexpr Linear8b kLinears8b[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
+
 // A 32-bit integer hash (xorshift-multiply finalizer) for filling bench tensors with pseudo-random values.
 __device__ inline uint32_t hash32(uint32_t x) {
   x ^= x >> 16;

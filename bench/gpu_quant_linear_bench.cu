@@ -134,11 +134,6 @@ std::vector<cuda::QuantGemvConfig> fp8_gemv_configs() {
 // Prints the rows described at the top; returns the m = 1 summary lines (roofline ratio per shape and format).
 std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, double peak, bool quick, bool dot_only) {
   cudaStream_t s = be.stream();
-  struct Shape8b {
-    const char* name;
-    int n, k;
-  };
-  const Shape8b shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
   std::vector<QuantFormat> formats =
       quick ? std::vector<QuantFormat>{{"int4-g128", quant::IntGroupFormat{4, 128, false}},
                                        {"int8-channel", quant::Int8ChannelFormat{}},
@@ -157,7 +152,7 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
                {"fp8", quant::W8A8Fp8Format{}}};
   if (!quick && !dot_only) {  // the bf16 GEMM after dequantization runs the tuned choice (quick: cuBLASLt's heuristic)
     std::vector<cuda::GemmShape> gs;
-    for (const Shape8b& sh : shapes) gs.push_back({sh.n, sh.k, false, false, 2048, false});
+    for (const Linear8b& sh : kLinears8b) gs.push_back({sh.n, sh.k, false, false, 2048, false});
     cuda::GemmTunerOptions to;
     to.show_progress = false;
     std::printf("%s\n", be.gemm().tune(gs, to, s).to_string().c_str());
@@ -166,7 +161,7 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
   double token_us[8] = {0}, token_roof[8] = {0};
   for (size_t fi = 0; fi < formats.size(); ++fi) {
     const QuantFormat& qf = formats[fi];
-    for (const Shape8b& sh : shapes) {
+    for (const Linear8b& sh : kLinears8b) {
       QuantTensors first = make_weight(be, qf.format, sh.n, sh.k, 100);
       const bool fp8 = std::holds_alternative<quant::W8A8Fp8Format>(qf.format);
       const cuda::QuantWeight q0 = fp8 ? cuda::QuantWeight{} : be.quant_weight(first.lw);

@@ -84,15 +84,10 @@ W8 make_w8(cuda::CudaBackend& be, int n, int k, uint32_t seed) {
 
 void bench_w8a8(cuda::CudaBackend& be, double bw, double peak, bool quick) {
   cudaStream_t s = be.stream();
-  struct Shape8b {
-    const char* name;
-    int n, k;
-  };
-  const Shape8b shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
   cuda::CublasLtFp8Gemm fp8;
   cuda::CublasLtInt8Gemm int8;
   std::vector<std::string> summary;
-  for (const Shape8b& sh : shapes) {
+  for (const Linear8b& sh : kLinears8b) {
     const std::string base = std::string(sh.name) + " n=" + std::to_string(sh.n) + " k=" + std::to_string(sh.k);
     W8 w = make_w8(be, sh.n, sh.k, 100);
     // ---- GEMMs ----
@@ -272,22 +267,18 @@ void bench_w8a8(cuda::CudaBackend& be, double bw, double peak, bool quick) {
 
 // gpu_kernel_bench --fp8-rows: the FP8 GEMM at the decode batch sizes between 128 and 1024 rows (where cuBLASLt's
 // tiles are quantised in m), per shape and m: the heuristic's first algorithm, the best of the candidates
-// (cublaslt_algo_choice.h: the heuristic's and the rows-rounded-up-to-128 ones), what run() picks (the measured,
-// process-shared choice), and the GEMM computed on the rows rounded up to 128 (padding the activations).
+// (cublaslt_fp8_gemm.h: at the decode graph buckets also the tile / split-K variants, cublaslt_algo_choice.h), what
+// run() picks (the measured, process-shared choice there, else the heuristic's), and the GEMM computed on the rows
+// rounded up to 128 (padding the activations).
 // The rows of all candidates and their cuBLASLt configurations come first; the summary at the end.
 void bench_fp8_rows(cuda::CudaBackend& be, double peak) {
   cudaStream_t s = be.stream();
-  struct Shape8b {
-    const char* name;
-    int n, k;
-  };
-  const Shape8b shapes[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
   const int ms[] = {128, 136, 192, 256, 264, 288, 320, 352, 384, 392, 416, 448, 480, 504, 512, 520, 576, 640, 768, 1024};
   constexpr int kMaxM = 1024;
   cuda::CublasLtFp8Gemm fp8;
   std::vector<std::string> summary;
   double sum_heur = 0, sum_chosen = 0;
-  for (const Shape8b& sh : shapes) {
+  for (const Linear8b& sh : kLinears8b) {
     W8 w = make_w8(be, sh.n, sh.k, 100);
     auto xq8 = be.allocate(DType::kFP8E4M3, Shape{kMaxM, sh.k});
     auto xs = be.allocate(DType::kF32, Shape{kMaxM});

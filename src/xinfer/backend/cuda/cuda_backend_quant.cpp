@@ -264,7 +264,7 @@ void CudaBackend::measure_w8a8_gemms(const std::vector<const backend::LinearWeig
   const auto start = std::chrono::steady_clock::now();
   std::set<std::tuple<int, int64_t, int64_t, bool>> seen;  // (format index, n, k, bias)
   std::vector<int> rows;
-  for (int m = 2; m <= std::min(max_rows, 256); m *= 2)
+  for (int m = 1; m <= max_rows; ++m)
     if (variant_rows(m)) rows.push_back(m);
   int shapes = 0;
   for (const backend::LinearWeights* w : linears) {
@@ -288,7 +288,7 @@ void CudaBackend::measure_w8a8_gemms(const std::vector<const backend::LinearWeig
   }
   if (shapes > 0)
     XI_LOG(INFO) << "cuda: W8A8 GEMM choices measured for " << shapes << " shapes at " << rows.size()
-                 << " decode batch sizes (2.." << rows.back() << ") in "
+                 << " decode batch sizes (" << rows.front() << ".." << rows.back() << ") in "
                  << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s";
 }
 

@@ -24,10 +24,25 @@ T cap_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t a
   return v;
 }
 
+// Index of algo in algos, or -1.
+int find_algo(const std::vector<cublasLtMatmulAlgo_t>& algos, const cublasLtMatmulAlgo_t& algo) {
+  for (size_t i = 0; i < algos.size(); ++i)
+    if (same_algo(algos[i], algo)) return static_cast<int>(i);
+  return -1;
+}
+
 void add_new(const cublasLtMatmulAlgo_t& algo, std::vector<cublasLtMatmulAlgo_t>& algos) {
-  for (const auto& a : algos)
-    if (same_algo(a, algo)) return;
-  algos.push_back(algo);
+  if (find_algo(algos, algo) < 0) algos.push_back(algo);
+}
+
+// Grows the device buffer p (bytes held in have) to at least `bytes`; contents are not kept.
+void* grow(void*& p, size_t& have, size_t bytes) {
+  if (bytes > have) {
+    if (p) XI_CUDA_CHECK(cudaFree(p));
+    XI_CUDA_CHECK(cudaMalloc(&p, bytes));
+    have = bytes;
+  }
+  return p;
 }
 
 bool accepts(const AlgoQuery& q, const cublasLtMatmulAlgo_t& algo) {
@@ -140,8 +155,7 @@ std::vector<cublasLtMatmulAlgo_t> candidate_algos(const AlgoQuery& q, int max_al
 }
 
 int offer_algo(const AlgoQuery& q, const cublasLtMatmulAlgo_t& algo, std::vector<cublasLtMatmulAlgo_t>& algos) {
-  for (size_t i = 0; i < algos.size(); ++i)
-    if (same_algo(algos[i], algo)) return static_cast<int>(i);
+  if (const int i = find_algo(algos, algo); i >= 0) return i;
   if (!accepts(q, algo)) return -1;
   algos.push_back(algo);
   return static_cast<int>(algos.size()) - 1;
@@ -166,23 +180,9 @@ cudaStream_t AlgoTuneScratch::stream() {
   return stream_;
 }
 
-void* AlgoTuneScratch::workspace(size_t bytes) {
-  if (bytes > workspace_bytes_) {
-    if (workspace_) XI_CUDA_CHECK(cudaFree(workspace_));
-    XI_CUDA_CHECK(cudaMalloc(&workspace_, bytes));
-    workspace_bytes_ = bytes;
-  }
-  return workspace_;
-}
+void* AlgoTuneScratch::workspace(size_t bytes) { return grow(workspace_, workspace_bytes_, bytes); }
 
-void* AlgoTuneScratch::output(size_t bytes) {
-  if (bytes > output_bytes_) {
-    if (output_) XI_CUDA_CHECK(cudaFree(output_));
-    XI_CUDA_CHECK(cudaMalloc(&output_, bytes));
-    output_bytes_ = bytes;
-  }
-  return output_;
-}
+void* AlgoTuneScratch::output(size_t bytes) { return grow(output_, output_bytes_, bytes); }
 
 int fastest_algo(int count, cudaStream_t caller_stream, cudaStream_t tune_stream,
                  const std::function<cublasStatus_t(int)>& launch) {
