@@ -174,7 +174,8 @@ void bench_decode_attention(cuda::CudaBackend& be, double bw, bool quick) {
         const backend::LayerKvCache& l = kv.layers[static_cast<size_t>(i % layers)];
         p.k_cache = static_cast<const __nv_bfloat16*>(l.k.data);
         p.v_cache = static_cast<const __nv_bfloat16*>(l.v.data);
-        cuda::launch_paged_decode_attention(p, view, sweep, ws_floats > 0 ? ws.view.as<float>() : nullptr, s);
+        cuda::launch_paged_decode_attention(p, view, sweep, cuda::kDecodeWarps, ws_floats > 0 ? ws.view.as<float>() : nullptr,
+                                            s);
       });
       std::snprintf(what, sizeof(what), "  sweep b%d ctx%d P=%d x%d%s", batch, ctx, sweep, (ctx + sweep - 1) / sweep,
                     sweep == psize ? " *" : "");
@@ -184,18 +185,29 @@ void bench_decode_attention(cuda::CudaBackend& be, double bw, bool quick) {
 }
 
 // Decode attention with a bf16 vs an FP8 (e4m3) KV cache, Llama-3.1-8B shape, batch 1 and 64 at contexts 1k,
-// 4k and 8k (CUDA-graph replays, the cache rotated among copies as above). bytes = K + V of the batch (2 bytes
+// 4k and 8k and the throughput rows' decode steps, whose many-CTA grids also run at each warp count per CTA
+// (CUDA-graph replays, the cache rotated among copies as above). bytes = K + V of the batch (2 bytes
 // an element for bf16, 1 for fp8) + q and out; the roofline is bytes / the copy ceiling. The FP8 cache's codes
 // come from the bf16 fill quantized on the host, with scales 0.02 / 0.03. Then prefill attention through
-// CudaBackend::paged_attention (bf16: the kernel the backend picks; fp8: mma.sync with staged code tiles) for a
-// 2048-token prompt and 512 tokens on 3584 cached, TFLOP/s of the causal attention FLOPs vs the GEMM peak.
+// CudaBackend::paged_attention (the kernel the backend picks: wgmma for these contexts, FP8 codes converted in
+// shared memory; FP8 also on mma.sync) for a 2048-token prompt and 512 tokens on 3584 cached, TFLOP/s of the
+// causal attention FLOPs vs the GEMM peak.
 void bench_decode_attention_kv_fp8(cuda::CudaBackend& be, double bw, double peak) {
   const int Hq = 32, Hkv = 8, D = 128, bs = 16, kOps = 20;
   const int width = (Hq + 2 * Hkv) * D;
   cudaStream_t s = be.stream();
-  for (const int batch : {1, 64})
-    for (const int ctx : {1024, 4096, 8192})
-      for (const bool fp8 : {false, true}) {
+  struct Case {
+    int batch, ctx;
+  };
+  // b1 / b64 at 1k-8k; then the decode steps of the throughput rows (128/128: 480 x 192; 2048/2048: 256 x 3072;
+  // 128/2048: 857 x 1104) and 256 x 256, 512 x 512 (either side of the 2-warp rule's bound), whose grids of many
+  // one-partition CTAs run the decode kernel at each warp count (CudaBackend::set_decode_many_warps: 8, 4, 2).
+  const Case cases[] = {{1, 1024},   {1, 4096},   {1, 8192},   {64, 1024}, {64, 4096},
+                        {64, 8192}, {480, 192}, {256, 256}, {512, 512}, {256, 3072}, {857, 1104}};
+  const int default_warps = be.decode_many_warps();
+  for (const Case& cs : cases)
+    for (const bool fp8 : {false, true}) {
+        const int batch = cs.batch, ctx = cs.ctx;
         const int blocks_per_seq = ctx / bs;
         const size_t elem = fp8 ? 1 : 2;
         const size_t layer_bytes = static_cast<size_t>(batch) * ctx * Hkv * D * 2 * elem;
@@ -239,7 +251,17 @@ void bench_decode_attention_kv_fp8(cuda::CudaBackend& be, double bw, double peak
           std::snprintf(what, sizeof(what), "decode attn fp8 f16-mma b%d ctx%d", batch, ctx);
           report(what, time_graph(s, kOps, op), bytes, false, bw);
         }
-      }
+        const int warps_now = cuda::decode_warps(batch, ctx, Hkv, Hq / Hkv, be.num_sms(), default_warps);
+        if (cuda::decode_warps(batch, ctx, Hkv, Hq / Hkv, be.num_sms(), 2) == cuda::kDecodeWarps) continue;  // one geometry
+        for (const int w : {8, 4, 2}) {  // the many-CTA grid at each warp count (f16 variant for fp8)
+          be.set_decode_many_warps(w);
+          op(0);
+          std::snprintf(what, sizeof(what), "  %s b%d ctx%d, %d warps x %d CTAs/SM%s", fp8 ? "fp8" : "bf16", batch, ctx, w,
+                        cuda::decode_ctas_per_sm(w), w == warps_now ? " *" : "");
+          report(what, time_graph(s, kOps, op), bytes, false, bw);
+        }
+        be.set_decode_many_warps(default_warps);
+    }
   for (const int cached : {0, 3584})
     for (const bool fp8 : {false, true}) {
       const int q_len = cached == 0 ? 2048 : 512, len = cached + q_len, blocks = (len + bs - 1) / bs;
@@ -281,6 +303,12 @@ void bench_decode_attention_kv_fp8(cuda::CudaBackend& be, double bw, double peak
       char what[96];
       std::snprintf(what, sizeof(what), "prefill attn %s %d on %d cached", fp8 ? "fp8 " : "bf16", q_len, cached);
       report(what, time_op(s, 10, op), flops, true, peak);
+      if (fp8) {  // the same on the mma.sync kernel (the FP8 path before the wgmma kernel read codes)
+        be.set_fp8_kv_wgmma_prefill(false);
+        std::snprintf(what, sizeof(what), "prefill attn fp8  %d on %d cached, mma.sync", q_len, cached);
+        report(what, time_op(s, 10, op), flops, true, peak);
+        be.set_fp8_kv_wgmma_prefill(true);
+      }
     }
 }
 

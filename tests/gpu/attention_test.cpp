@@ -1,9 +1,10 @@
 // Paged attention of CudaBackend (decode flash-decoding kernel, tensor-core prefill kernel, generic kernel)
 // against CpuBackend on random caches, random block tables and mixed steps (decodes and prefill chunks
 // with cached prefixes together), for GQA ratios 1, 4, 7, 8, 16, MQA, block sizes 1, 8, 16 and 32, kv
-// lengths 1, 54, 97, 2048 and 5000, batches 1, 3, 17 and 64. Every case runs twice on the GPU (the second
-// launch must be bit-identical: the split-KV merge counters reset themselves), and a captured decode step
-// replayed with new lengths (a graph bucket) must still match the CPU.
+// lengths 1, 54, 97, 2048 and 5000, batches 1, 3, 17, 64, 200 and 300. Every case runs twice on the GPU (the
+// second launch must be bit-identical: the split-KV merge counters reset themselves), steps of many
+// one-partition CTAs again at 8, 4 and 2 warps per CTA, and a captured decode step replayed with new lengths
+// (a graph bucket) must still match the CPU.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -56,6 +57,20 @@ TEST_P(PagedAttentionTest, MatchesCpu) {
   size_t differ = 0;
   for (size_t i = 0; i < first.size(); ++i) differ += std::memcmp(&first[i], &second[i], sizeof(float)) != 0;
   EXPECT_EQ(differ, 0u) << ac.name << ": second launch differs from the first";
+
+  // Steps with more one-partition CTAs than a wave of 8-warp CTAs also run with 4 and 2 warps per CTA.
+  const int group = ac.hq / ac.hkv, n_decode = plan.num_seqs();
+  if (cuda::decode_warps(n_decode, 1, ac.hkv, group, gpu().num_sms(), 2) != cuda::kDecodeWarps) {
+    const int default_warps = gpu().decode_many_warps();
+    for (const int w : {8, 4, 2}) {
+      gpu().set_decode_many_warps(w);
+      poison(out.g.view);
+      gpu().paged_attention(meta, qkv.g.view, ac.hq, ac.hkv, ac.d, scale, {k.g.view, v.g.view}, out.g.view);
+      const Compare cw = expect_close(out.g.view, out.c.view, 1e-2, ac.name + " (" + std::to_string(w) + " warps)");
+      std::printf("[ attention ] %-28s %d warps rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), w, cw.rel_l2, cw.max_abs);
+    }
+    gpu().set_decode_many_warps(default_warps);
+  }
 }
 
 // Split-KV partition sizes on a 132-SM H200 with Llama-3.1-8B heads (8 KV heads, group 4): the smallest
@@ -68,6 +83,20 @@ TEST(AttentionPlan, DecodePartitionSize) {
   EXPECT_EQ(decode_partition_size(1, 2048, 8, 4, 132), 128);    // 16 x 128 = 128 CTAs
   EXPECT_EQ(decode_partition_size(16, 2048, 8, 4, 132), 1024);  // 2 x 1024: 256 CTAs, kept
   EXPECT_EQ(decode_partition_size(64, 2048, 8, 4, 132), 2048);  // no wave fits: whole context
+  // Warps per CTA: the many-CTA geometry only past one wave of 8-warp CTAs (264 on 132 SMs), where the whole
+  // context is one partition.
+  EXPECT_EQ(cuda::decode_warps(33, 4096, 8, 4, 132, 0), 8);  // 264 CTAs: one wave
+  EXPECT_EQ(cuda::decode_warps(34, 4096, 8, 4, 132, 0), 4);  // 272: by context, long
+  EXPECT_EQ(cuda::decode_warps(480, 192, 8, 4, 132, 0), 2);  // short, 3840 CTAs
+  EXPECT_EQ(cuda::decode_warps(480, 512, 8, 4, 132, 0), 2);
+  EXPECT_EQ(cuda::decode_warps(480, 513, 8, 4, 132, 0), 4);
+  EXPECT_EQ(cuda::decode_warps(131, 192, 8, 4, 132, 0), 4);  // 1048 CTAs: less than a wave of 2-warp CTAs
+  EXPECT_EQ(cuda::decode_warps(132, 192, 8, 4, 132, 0), 2);  // 1056
+  EXPECT_EQ(cuda::decode_warps(480, 192, 8, 4, 132, 8), 8);  // forced
+  EXPECT_EQ(cuda::decode_warps(480, 4096, 8, 4, 132, 2), 2);
+  EXPECT_EQ(cuda::decode_warps(17, 100, 1, 16, 132, 0), 8);  // 2 head tiles: 34 CTAs
+  for (int n : {34, 100, 480})
+    for (int len : {1, 200, 5000}) EXPECT_GE(decode_partition_size(n, len, 8, 4, 132), len) << n << " x " << len;
   for (int len : {1, 17, 256, 1000, 4097})
     for (int n : {1, 3, 16, 40}) {
       const int size = decode_partition_size(n, len, 8, 4, 132);
@@ -120,6 +149,10 @@ TEST(AttentionPlan, ShortPromptBesidePrefillChunks) {
   EXPECT_TRUE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{0, 2048}}))));
   EXPECT_TRUE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{3584, 512}, {0, 64}}))));
   EXPECT_FALSE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{4, 1}}))));  // no prefill at all
+  // FP8 caches: only from a mean tile context of 4096 (the shared-memory conversion per tile).
+  EXPECT_FALSE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{0, 2048}})), true));
+  EXPECT_TRUE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{3584, 512}})), true));
+  EXPECT_FALSE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{3584, 512}, {0, 64}})), true));
 }
 
 // `batch` decodes: kv lengths 1, 54, 97, max_len, then scattered in [1, max_len].
@@ -191,6 +224,9 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{"decode_b17_gqa4_d128_bs16", 32, 8, 128, 16, decode_batch(17, 1200)},
         AttnCase{"decode_b64_gqa8_d128_bs16", 32, 4, 128, 16, decode_batch(64, 700)},
         AttnCase{"decode_b64_gqa4_d64_bs16", 8, 2, 64, 16, decode_batch(64, 2048)},
+        // many one-partition CTAs (more than a wave of 8-warp CTAs): also at 4 and 2 warps per CTA
+        AttnCase{"decode_b300_gqa4_d128_bs16", 32, 8, 128, 16, decode_batch(300, 256)},
+        AttnCase{"decode_b200_gqa8_d64_bs8", 16, 2, 64, 8, decode_batch(200, 700)},
         AttnCase{"decode_gqa16_d128_bs16", 16, 1, 128, 16, decodes({54, 2048, 1})},
         AttnCase{"decode_b5_gqa4_d128_bucket4096", 32, 8, 128, 16, decodes({1, 54, 97, 700, 2048}), 4096 / 16},
         // prefill kernel: fresh prompts, chunks with cached prefixes, mixed with decodes

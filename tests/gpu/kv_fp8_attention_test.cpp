@@ -3,12 +3,13 @@
 //  - rope_kv_write: the codes written for k (rotated) and v, and the rotated q, on mixed steps;
 //  - paged attention over caches of identical codes (random N(0, 1) values quantized with the layer's
 //    scales, subnormal codes and saturated ones included), through each GPU path: the split-KV decode
-//    kernel (16-byte loads of 16 codes, dequantized in registers), the mma.sync prefill kernel (every step
-//    with prefill rows, also those whose contexts would pick the wgmma kernel for bf16) and the generic
+//    kernel (16-byte loads of 16 codes, dequantized in registers), the prefill kernels (through the backend's
+//    choice, and on prefill-only steps both kWgmmaSimple and mma.sync launched directly) and the generic
 //    kernel (other head dims); shapes as the bf16 attention tests (GQA 1, 4, 7, 8, 16, MQA; head dim 64 and
-//    128; block sizes 1, 8, 16, 32; kv lengths 1, 54, 97, 2048, 2049, 5000; batches 1, 3, 17, 64; a graph
+//    128; block sizes 1, 8, 16, 32; kv lengths 1, 54, 97, 2048, 2049, 5000; batches 1, 3, 17, 64, 300; a graph
 //    bucket) with K and V scales != 1; every case with both decode variants (bf16 MMAs on codes converted by
-//    integer ops, and the default f16 one: CudaBackend::set_fp8_kv_f16_mma);
+//    integer ops, and the default f16 one: CudaBackend::set_fp8_kv_f16_mma), and grids of many one-partition
+//    CTAs also at 8, 4 and 2 warps per CTA (CudaBackend::set_decode_many_warps);
 //  - a whole model (dummy weights, head dim 128 and 64) with an FP8 cache on both backends: greedy decode with
 //    CUDA graphs recorded and replayed (bit-identical to the padded eager step), tokens equal to the CPU's
 //    except at near-ties (gpu_test_util.h's top-2 gap rule), logits close to the CPU's and to the bf16
@@ -27,6 +28,8 @@
 
 #include "attention_test_util.h"
 #include "gpu_test_util.h"
+#include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
+#include "xinfer/backend/cuda/kernels/attention/paged_prefill_attention.h"
 #include "xinfer/engine/model_runner.h"
 #include "xinfer/model/llama.h"
 
@@ -121,6 +124,46 @@ TEST_P(Fp8AttentionTest, MatchesCpu) {
   const Compare c16 = expect_close(out.g.view, out.c.view, kTol, ac.name + " (f16 decode variant)");
   std::printf("[ fp8 attention ] %-34s f16 variant rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), c16.rel_l2,
               c16.max_abs);
+  // Many one-partition CTAs: the f16 variant at 8, 4 and 2 warps per CTA too.
+  if (cuda::decode_warps(plan.num_seqs(), 1, ac.hkv, ac.hq / ac.hkv, gpu().num_sms(), 2) != cuda::kDecodeWarps) {
+    const int default_warps = gpu().decode_many_warps();
+    for (const int w : {8, 4, 2}) {
+      gpu().set_decode_many_warps(w);
+      poison(out.g.view);
+      gpu().paged_attention(meta, qkv.g.view, ac.hq, ac.hkv, ac.d, scale, cache.gpu_cache(), out.g.view);
+      const Compare cw = expect_close(out.g.view, out.c.view, kTol, ac.name + " (" + std::to_string(w) + " warps)");
+      std::printf("[ fp8 attention ] %-34s %d warps rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), w, cw.rel_l2,
+                  cw.max_abs);
+    }
+    gpu().set_decode_many_warps(default_warps);
+  }
+  // Prefill-only steps: both prefill kernels that read FP8 caches, launched directly whatever the backend's
+  // choice (the mma.sync kernel's register loads; kWgmmaSimple's codes staged by cp.async and converted in
+  // shared memory), against the same oracle.
+  const bool prefill_only =
+      std::all_of(ac.seqs.begin(), ac.seqs.end(), [](const Seq& q) { return q.q_len >= 2; });
+  if (prefill_only && (ac.d == 64 || ac.d == 128)) {
+    const cuda::AttentionPlanHost host = cuda::build_attention_plan(plan);
+    int32_t* items = nullptr;
+    XI_CUDA_CHECK(cudaMalloc(&items, host.prefill_items.size() * sizeof(int32_t)));
+    XI_CUDA_CHECK(cudaMemcpy(items, host.prefill_items.data(), host.prefill_items.size() * sizeof(int32_t),
+                             cudaMemcpyHostToDevice));
+    cuda::AttentionPlanView view{};
+    view.num_prefill_items = host.num_prefill_items();
+    view.prefill_items = items;
+    const cuda::PagedAttentionParams p =
+        cuda::paged_attention_params(meta, qkv.g.view, ac.hq, ac.hkv, ac.d, scale, cache.gpu_cache(), out.g.view);
+    const std::pair<cuda::PrefillKernel, const char*> kernels[] = {{cuda::PrefillKernel::kWgmmaSimple, "wgmma-s"},
+                                                                  {cuda::PrefillKernel::kMmaSync, "mma.sync"}};
+    for (const auto& [kernel, label] : kernels) {
+      poison(out.g.view);
+      cuda::launch_paged_prefill_attention(p, view, gpu().stream(), kernel);
+      const Compare ck = expect_close(out.g.view, out.c.view, kTol, ac.name + " (" + label + ")");
+      std::printf("[ fp8 attention ] %-34s prefill %-8s rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), label,
+                  ck.rel_l2, ck.max_abs);
+    }
+    XI_CUDA_CHECK(cudaFree(items));
+  }
 }
 
 std::vector<Seq> decode_batch(int batch, int max_len) {
@@ -143,6 +186,7 @@ INSTANTIATE_TEST_SUITE_P(
         Fp8Case{"decode_b3_gqa1_d64_bs8", 4, 4, 64, 8, decodes({54, 2048, 5000})},
         Fp8Case{"decode_b17_gqa8_d64_bs8", 16, 2, 64, 8, decode_batch(17, 2048)},
         Fp8Case{"decode_b64_gqa4_d128_bs16", 32, 8, 128, 16, decode_batch(64, 700)},
+        Fp8Case{"decode_b300_gqa4_d128_bs16", 32, 8, 128, 16, decode_batch(300, 256)},
         Fp8Case{"decode_gqa16_d128_bs16", 16, 1, 128, 16, decodes({54, 2048, 1})},
         Fp8Case{"decode_b5_gqa4_d128_bucket4096", 32, 8, 128, 16, decodes({1, 54, 97, 700, 2048}), 4096 / 16},
         Fp8Case{"decode_scale1_gqa4_d128", 32, 8, 128, 16, decodes({97, 2049}), 0, 1.0f, 1.0f},
@@ -150,6 +194,7 @@ INSTANTIATE_TEST_SUITE_P(
         Fp8Case{"prefill_prefix_gqa4_d64", 8, 2, 64, 16, {{97, 33}, {2048, 70}, {5, 130}}},
         Fp8Case{"prefill_long_gqa4_d128", 32, 8, 128, 16, {{0, 1500}, {3584, 129}}},
         Fp8Case{"prefill_mqa_d64_bs1", 4, 1, 64, 1, {{10, 64}, {0, 129}}},
+        Fp8Case{"prefill_long_gqa8_d64_bs32", 64, 8, 64, 32, {{0, 2048}, {1000, 300}}},
         Fp8Case{"mixed_gqa4_d128_bs16", 32, 8, 128, 16, {{53, 1}, {0, 97}, {2047, 1}, {100, 65}, {0, 1}, {0, 2}}},
         Fp8Case{"mixed_gqa8_d64_bs16_long_decode", 16, 2, 64, 16, {{4999, 1}, {0, 97}, {30, 1}, {200, 54}}},
         Fp8Case{"generic_d16_mixed", 4, 2, 16, 16, {{0, 7}, {32, 1}, {5, 33}, {2100, 1}}},

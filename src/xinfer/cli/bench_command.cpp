@@ -133,6 +133,7 @@ nlohmann::json step_breakdown(const engine::EngineStats& a, const engine::Engine
                          b.mixed_device_s - a.mixed_device_s)},
           {"host_s", b.host_s - a.host_s},
           {"host_ms_per_step", steps > 0 ? (b.host_s - a.host_s) / static_cast<double>(steps) * 1e3 : 0.0},
+          {"launch_ms_per_step", steps > 0 ? (b.launch_s - a.launch_s) / static_cast<double>(steps) * 1e3 : 0.0},
           {"async_steps", b.async_steps - a.async_steps}};
 }
 
@@ -150,8 +151,8 @@ void print_step_breakdown(const nlohmann::json& b) {
   if (async_steps > 0)
     std::printf(
         "  async scheduling: %lld steps launched behind the step in flight (their runner time is the step "
-        "period)\n",
-        static_cast<long long>(async_steps));
+        "period); launching one took %.3f ms of the host time\n",
+        static_cast<long long>(async_steps), b["launch_ms_per_step"].get<double>());
 }
 
 // Submits `n` random prompts of `shape` at once, sampling with `sampling` (max_tokens and ignore_eos set

@@ -632,15 +632,17 @@ void Engine::launch_pipelined(const sched::ScheduledStep& step, bool sampled) {
   next.decode_only = std::all_of(step.seqs.begin(), step.seqs.end(),
                                  [](const sched::ScheduledSeq& q) { return q.num_tokens() == 1; });
   // Behind the step in flight; placeholder rows read its ids on the device.
+  const auto launch_begin = std::chrono::steady_clock::now();
   if (sampled) {
     runner_->start_sampled(chunks_, sample_inputs_, sampler_->eos_token_ids());
   } else {
     runner_->start_greedy(chunks_);
   }
   next.launched = std::chrono::steady_clock::now();
-  if (in_flight_) {
+  {
     std::lock_guard<std::mutex> lock(stats_mu_);
-    ++stats_.async_steps;
+    stats_.launch_s += std::chrono::duration<double>(next.launched - launch_begin).count();
+    if (in_flight_) ++stats_.async_steps;
   }
   next.sample_ids = sample_ids_;
   complete_in_flight();  // delivers older outputs, waits only for the step in flight; `next` stays queued

@@ -107,6 +107,9 @@ struct EngineStats {
   double decode_only_device_s = 0;
   double mixed_device_s = 0;
   double host_s = 0;
+  // Of host_s, the pipelined steps' launches (the forward, argmax and copies enqueued on the device): the
+  // host's share of a step that the device cannot overlap once it exceeds the step's device time.
+  double launch_s = 0;
 };
 
 // Static facts about the served model, for validation and /v1/models.

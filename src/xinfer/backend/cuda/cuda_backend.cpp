@@ -82,6 +82,14 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device), 
   linear_fusion_ = options.linear_fusion;
   rope_attention_fusion_ = options.rope_attention_fusion;
   if (const char* v = std::getenv("XINFER_FP8_KV_F16")) fp8_kv_f16_mma_ = std::atoi(v) != 0;  // A/B switch
+  if (const char* v = std::getenv("XINFER_DECODE_WARPS")) set_decode_many_warps(std::atoi(v));  // A/B switch
+  if (const char* v = std::getenv("XINFER_FP8_KV_WGMMA")) fp8_kv_wgmma_prefill_ = std::atoi(v) != 0;  // A/B switch
+}
+
+void CudaBackend::set_decode_many_warps(int warps) {
+  XI_CHECK(warps == 0 || warps == 8 || warps == 4 || warps == 2)
+      << "decode attention warps per CTA: 8, 4, 2 or 0 (by context; XINFER_DECODE_WARPS), got " << warps;
+  decode_many_warps_ = warps;
 }
 
 CudaBackend::~CudaBackend() {
@@ -667,11 +675,13 @@ void CudaBackend::check_attention_args(const TensorView& qkv, int num_heads, int
   }
 }
 
-bool CudaBackend::decode_launch(int num_heads, int num_kv_heads, int head_dim, int& partition_size,
+bool CudaBackend::decode_launch(int num_heads, int num_kv_heads, int head_dim, int& partition_size, int& warps,
                                 float*& workspace) {
   const int group = num_heads / num_kv_heads;
   partition_size =
       decode_partition_size(attn_view_.num_decode, attn_view_.max_decode_len, num_kv_heads, group, num_sms_);
+  warps = decode_warps(attn_view_.num_decode, attn_view_.max_decode_len, num_kv_heads, group, num_sms_,
+                       decode_many_warps_);
   const size_t ws = decode_attention_workspace_floats(attn_view_.num_decode, num_heads, num_kv_heads,
                                                       head_dim, attn_view_.max_decode_len, partition_size);
   if (capturing_ && ws > decode_ws_floats_) {  // growing would synchronize: fail the recording instead
@@ -695,14 +705,13 @@ void CudaBackend::paged_attention(const backend::StepMeta& step, const TensorVie
     return;
   }
   if (attn_view_.num_decode > 0) {
-    int psize = 0;
+    int psize = 0, warps = 0;
     float* ws = nullptr;
-    if (!decode_launch(num_heads, num_kv_heads, head_dim, psize, ws)) return;
-    launch_paged_decode_attention(p, attn_view_, psize, ws, stream_);
+    if (!decode_launch(num_heads, num_kv_heads, head_dim, psize, warps, ws)) return;
+    launch_paged_decode_attention(p, attn_view_, psize, warps, ws, stream_);
   }
-  launch_paged_prefill_attention(p, attn_view_, stream_,
-                                 prefer_wgmma_prefill(attn_host_) && !p.kv_fp8 ? PrefillKernel::kWgmmaSimple
-                                                                               : PrefillKernel::kMmaSync);
+  const bool wgmma = prefer_wgmma_prefill(attn_host_, p.kv_fp8) && (!p.kv_fp8 || fp8_kv_wgmma_prefill_);
+  launch_paged_prefill_attention(p, attn_view_, stream_, wgmma ? PrefillKernel::kWgmmaSimple : PrefillKernel::kMmaSync);
 }
 
 bool CudaBackend::fuses_rope_attention(int head_dim, const TensorView& cos_sin,
@@ -749,12 +758,12 @@ void CudaBackend::rope_paged_attention(const backend::StepMeta& step, const Tens
   check_attention_args(qkv, num_heads, num_kv_heads, head_dim, cache, out);
   const PagedAttentionParams p =
       paged_attention_params(step, qkv, num_heads, num_kv_heads, head_dim, scale, cache, out);
-  int psize = 0;
+  int psize = 0, warps = 0;
   float* ws = nullptr;
-  if (!decode_launch(num_heads, num_kv_heads, head_dim, psize, ws)) return;
+  if (!decode_launch(num_heads, num_kv_heads, head_dim, psize, warps, ws)) return;
   const DecodeRopeParams rope{cos_sin.as<float>(), step.slot_mapping, bf16_ptr(cache.k, "k cache"),
                               bf16_ptr(cache.v, "v cache")};
-  launch_paged_decode_attention_rope(p, attn_view_, rope, psize, ws, stream_);
+  launch_paged_decode_attention_rope(p, attn_view_, rope, psize, warps, ws, stream_);
   ++fused_rope_attentions_;
 }
 

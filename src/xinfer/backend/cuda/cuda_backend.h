@@ -220,6 +220,15 @@ class CudaBackend final : public backend::Backend {
   // the copy ceiling at batch 64 against 59-65% (docs/PERF.md session 13); XINFER_FP8_KV_F16=0 turns it off.
   // Set it before graphs are recorded (recordings keep the variant they were made with).
   void set_fp8_kv_f16_mma(bool on) { fp8_kv_f16_mma_ = on; }
+  // Warps per decode-attention CTA on steps whose grid is more than one wave of 8-warp CTAs (decode_warps():
+  // large batches, one partition each): 8, 4 or 2, or 0 (the default): by context length, as measured.
+  // XINFER_DECODE_WARPS sets it at construction (A/B switch). Set it before graphs are recorded.
+  void set_decode_many_warps(int warps);
+  int decode_many_warps() const { return decode_many_warps_; }
+  // FP8 KV caches: prefill attention on long contexts (prefer_wgmma_prefill's FP8 bound) runs the wgmma
+  // kernel with the codes staged and converted in shared memory; false: the mma.sync kernel for every FP8
+  // prefill. XINFER_FP8_KV_WGMMA=0 turns it off at construction (A/B switch).
+  void set_fp8_kv_wgmma_prefill(bool on) { fp8_kv_wgmma_prefill_ = on; }
   // Host calls of add_rms_norm_linear / rope_paged_attention that launched the fused kernels so far (a graph
   // recording counts once, its replays not at all).
   int64_t fused_linears() const { return fused_linears_; }
@@ -246,7 +255,8 @@ class CudaBackend final : public backend::Backend {
                             const backend::LayerKvCache& cache, const TensorView& out) const;
   // The decode kernel's split-KV partition size and workspace for this step; false while recording a graph
   // that would have to grow the workspace (the recording is failed; launch nothing).
-  bool decode_launch(int num_heads, int num_kv_heads, int head_dim, int& partition_size, float*& workspace);
+  bool decode_launch(int num_heads, int num_kv_heads, int head_dim, int& partition_size, int& warps,
+                     float*& workspace);
   // Whether rope_paged_attention runs fused on the last uploaded step (see above).
   bool fuses_rope_attention(int head_dim, const TensorView& cos_sin,
                             const backend::LayerKvCache& cache) const;
@@ -288,6 +298,8 @@ class CudaBackend final : public backend::Backend {
   int64_t fused_linears_ = 0;
   bool rope_attention_fusion_ = true;
   bool fp8_kv_f16_mma_ = true;
+  int decode_many_warps_ = 0;
+  bool fp8_kv_wgmma_prefill_ = true;
   int64_t fused_rope_attentions_ = 0;
 
   // upload_step() state

@@ -32,9 +32,10 @@ AttentionPlanHost build_attention_plan(const backend::StepPlan& plan) {
   return out;
 }
 
-bool prefer_wgmma_prefill(const AttentionPlanHost& plan) {
+bool prefer_wgmma_prefill(const AttentionPlanHost& plan, bool fp8_cache) {
   const int items = plan.num_prefill_items();
-  return items > 0 && plan.prefill_tile_context >= kWgmmaPrefillMinContext * items;
+  const int64_t min_context = fp8_cache ? kWgmmaPrefillMinContextFp8 : kWgmmaPrefillMinContext;
+  return items > 0 && plan.prefill_tile_context >= min_context * items;
 }
 
 int decode_partition_size(int num_decode, int max_decode_len, int num_kv_heads, int group, int num_sms) {
@@ -46,6 +47,15 @@ int decode_partition_size(int num_decode, int max_decode_len, int num_kv_heads, 
   // batch 1, context 256: 6.8 -> 5.3 us; docs/PERF.md). Larger partitions keep the split (unmeasured).
   if (size == kDecodePartitionQuantum && (max_decode_len + size - 1) / size == 2) size *= 2;
   return static_cast<int>(std::min<int64_t>(size, INT32_MAX / 2));
+}
+
+int decode_warps(int num_decode, int max_decode_len, int num_kv_heads, int group, int num_sms, int many_warps) {
+  XI_CHECK(many_warps == 0 || many_warps == 8 || many_warps == 4 || many_warps == 2)
+      << "decode attention: no " << many_warps << "-warp kernel (8, 4, 2; 0: the measured rule)";
+  const int64_t ctas = static_cast<int64_t>(num_decode) * num_kv_heads * decode_head_tiles(group);
+  if (ctas <= static_cast<int64_t>(kDecodeCtasPerSm) * num_sms) return kDecodeWarps;
+  if (many_warps != 0) return many_warps;
+  return max_decode_len <= kDecodeShortContext && ctas >= static_cast<int64_t>(decode_ctas_per_sm(2)) * num_sms ? 2 : 4;
 }
 
 }  // namespace xinfer::cuda

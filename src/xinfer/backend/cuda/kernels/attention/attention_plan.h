@@ -18,10 +18,13 @@ inline constexpr int kPrefillTileRows = 128;
 // a CTA of kDecodeWarps warps serves up to kDecodeHeadsPerCta query heads of one KV head over one KV
 // partition; each warp takes kDecodeTileTokens-token tiles of the partition in turn; the kernel keeps
 // kDecodeCtasPerSm CTAs resident per SM (launch bounds), so kDecodeCtasPerSm * num_sms CTAs are one wave.
+// The kernel is also compiled with 4 and 2 warps per CTA (decode_ctas_per_sm: 16 warps resident per SM
+// whatever the split, 128 registers a thread), for grids of many CTAs (decode_warps below).
 inline constexpr int kDecodeWarps = 8;
 inline constexpr int kDecodeTileTokens = 16;
 inline constexpr int kDecodeHeadsPerCta = 8;
-inline constexpr int kDecodeCtasPerSm = 2;
+inline constexpr int decode_ctas_per_sm(int warps) { return 16 / warps; }
+inline constexpr int kDecodeCtasPerSm = decode_ctas_per_sm(kDecodeWarps);
 inline constexpr int kDecodePartitionQuantum = kDecodeWarps * kDecodeTileTokens;  // one tile per warp
 
 struct AttentionPlanHost {
@@ -43,7 +46,12 @@ AttentionPlanHost build_attention_plan(const backend::StepPlan& plan);
 // 90 vs 65; 8 x 512: 185 vs 176). The switch is the mean over query tiles of their sequence's context
 // length after the step (not the keys a tile attends to causally: a 1024-token prompt counts 1024).
 inline constexpr int64_t kWgmmaPrefillMinContext = 1024;
-bool prefer_wgmma_prefill(const AttentionPlanHost& plan);
+// FP8 caches: the wgmma kernel converts each tile's codes in shared memory, which pays where query tiles
+// attend to long contexts (512 tokens on 3584 cached: 131-141 us against 188-193 on mma.sync) but not on a
+// fresh 2048-token prompt (183-191 against 171-179 in four of five runs; 166 against 177 in one; docs/PERF.md
+// session 14).
+inline constexpr int64_t kWgmmaPrefillMinContextFp8 = 4096;
+bool prefer_wgmma_prefill(const AttentionPlanHost& plan, bool fp8_cache = false);
 
 // CTAs per (decode, KV head) for a GQA group: query heads are served kDecodeHeadsPerCta at a time.
 inline int decode_head_tiles(int group) { return (group + kDecodeHeadsPerCta - 1) / kDecodeHeadsPerCta; }
@@ -56,5 +64,17 @@ inline int decode_head_tiles(int group) { return (group + kDecodeHeadsPerCta - 1
 // Guarantee the workspace bound relies on: whenever there is more than one partition, the grid has at
 // most kDecodeCtasPerSm * num_sms CTAs.
 int decode_partition_size(int num_decode, int max_decode_len, int num_kv_heads, int group, int num_sms);
+
+// Warps per decode CTA for a step. kDecodeWarps unless the grid of one partition per (decode, KV head, head
+// tile) is more than one wave of kDecodeWarps-warp CTAs (then decode_partition_size() gives the whole context:
+// no split-KV, which runs kDecodeWarps only); there `many_warps` (8, 4 or 2), or with many_warps 0 the
+// measured rule: 2 warps where the context is at most kDecodeShortContext and the grid fills a wave of 2-warp
+// CTAs (8 per SM), else 4. A CTA's serial chain (plan, block table, first K/V rows, the cross-warp merge) is
+// latency, not bandwidth; more, smaller CTAs per SM at the same 16 warps hide it better on short contexts,
+// while long ones need a CTA's warps to share the tiles (H200, 8B heads, FP8 cache, 8 / 4 / 2 warps: 480 x 192
+// 93.0 / 66.9 / 62.0 us, 512 x 512 169.9 / 150.7 / 144.3, 857 x 1104 536 / 509 / 588, 64 x 1024 (512 CTAs)
+// 39.2 / 36.1 / 54.6; docs/PERF.md session 14).
+inline constexpr int kDecodeShortContext = 512;
+int decode_warps(int num_decode, int max_decode_len, int num_kv_heads, int group, int num_sms, int many_warps);
 
 }  // namespace xinfer::cuda

@@ -9,8 +9,8 @@
 // FP8 KV cache (kv_fp8): k_cache / v_cache point at e4m3 codes (kv_fp8.cuh), same layout, 1 byte per element;
 // an element stands for code * k_scale (K) or code * v_scale (V). The kernels fold the K scale into `scale`
 // (the caller passes softmax scale * k_scale) and multiply the output by v_scale (1 for bf16 caches). The
-// decode and generic kernels and the mma.sync prefill kernel read FP8 caches; the wgmma prefill kernels do
-// not (CudaBackend runs kMmaSync for FP8 caches).
+// decode and generic kernels and the mma.sync and kWgmmaSimple prefill kernels read FP8 caches; kWgmma (the
+// softmax / P V overlap) does not.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -38,8 +38,8 @@ struct PagedAttentionParams {
   float v_scale = 1.0f;  // output multiplier: the FP8 cache's V scale, 1 for bf16
   bool kv_fp8 = false;   // k_cache / v_cache hold e4m3 codes (reinterpret them as const uint8_t*)
   // kv_fp8, decode kernel: codes -> f16 (one cvt per two codes) and f16 MMAs (Q rounded to f16, P in f16)
-  // instead of codes -> bf16 by integer ops and bf16 MMAs. Opt-in (CudaBackend::set_fp8_kv_f16_mma); off by
-  // default until measured.
+  // instead of codes -> bf16 by integer ops and bf16 MMAs. CudaBackend sets it by default
+  // (CudaBackend::set_fp8_kv_f16_mma); false here, for direct launches, is the bf16-MMA variant.
   bool kv_fp8_f16 = false;
 };
 

@@ -39,11 +39,12 @@ namespace {
 // the MMAs: chunk c = 2u + half holds dims 64(c / 2) + 16t4 + 8(c % 2) .. + 7, i.e. chunk_dim(c) + 16t4
 // instead of 32c + 8t4. Q is loaded in that order too, and O's dims follow the same substitution:
 // chunk_dim(c) + 16(g / 2) + 4qp + 2hi + (g % 2). The K scale is in p.scale, the V scale in p.v_scale.
-template <int kD>
+template <int kD, int kW>
 struct DecodeConfig {
   static constexpr int kHeadDim = kD;
-  static constexpr int kWarps = kDecodeWarps;
+  static constexpr int kWarps = kW;
   static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kCtasPerSm = decode_ctas_per_sm(kW);
   static constexpr int kTile = kDecodeTileTokens;
   static constexpr int kHeads = kDecodeHeadsPerCta;
   static constexpr int kChunks = kD / 32;   // 16-byte loads per lane per token row
@@ -120,7 +121,7 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
 // them writes both to the cache at the token's slot. A negative slot (padding) writes nothing and attends
 // to the cache's row, as the unfused pair does. `rope` is unused without kRope.
 template <typename Cfg, bool kRope, bool kFp8, bool kF16 = false>
-__global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
     paged_decode_kernel(PagedAttentionParams p, AttentionPlanView plan, DecodeRopeParams rope,
                         int partition_size, int head_tiles, float* workspace) {
   constexpr int kD = Cfg::kHeadDim, kC = Cfg::kChunks, kW = Cfg::kWarps, kH = Cfg::kHeads, kT = Cfg::kTile;
@@ -540,14 +541,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, kDecodeCtasPerSm)
   }
 }
 
-template <int kD, bool kRope, bool kFp8, bool kF16 = false>
+template <int kD, int kW, bool kRope, bool kFp8, bool kF16>
 void launch_decode(const PagedAttentionParams& p, const AttentionPlanView& plan, const DecodeRopeParams& rope,
                    int partition_size, float* workspace, cudaStream_t stream) {
-  using Cfg = DecodeConfig<kD>;
+  using Cfg = DecodeConfig<kD, kW>;
   const int group = p.num_heads / p.num_kv_heads;
   const int head_tiles = decode_head_tiles(group);
   const int parts = (plan.max_decode_len + partition_size - 1) / partition_size;
   XI_CHECK(parts == 1 || workspace != nullptr) << "decode attention: split-KV needs a workspace";
+  XI_CHECK(parts == 1 || kW == kDecodeWarps)
+      << "decode attention: split-KV runs " << kDecodeWarps << "-warp CTAs only (the workspace bound), got " << kW;
   XI_CHECK_LE(static_cast<int64_t>(p.num_kv_heads) * head_tiles, 65535) << "decode attention: too many heads";
   XI_CHECK_LE(plan.num_decode, 65535) << "decode attention: too many decodes in one step";
   XI_CHECK(parts == 1 || static_cast<size_t>(plan.num_decode) * p.num_kv_heads * head_tiles <= kMaxSplitSlots)
@@ -557,6 +560,18 @@ void launch_decode(const PagedAttentionParams& p, const AttentionPlanView& plan,
                   static_cast<unsigned>(plan.num_decode));
   launch_pdl(paged_decode_kernel<Cfg, kRope, kFp8, kF16>, grid, Cfg::kThreads, 0, stream, p, plan, rope, partition_size,
              head_tiles, workspace);
+}
+
+// launch_decode with the CTA's warp count (8, 4 or 2: decode_warps()) as a template argument.
+template <int kD, bool kRope, bool kFp8, bool kF16 = false>
+void launch_decode_warps(const PagedAttentionParams& p, const AttentionPlanView& plan, const DecodeRopeParams& rope,
+                         int partition_size, int warps, float* workspace, cudaStream_t stream) {
+  switch (warps) {
+    case 8: return launch_decode<kD, 8, kRope, kFp8, kF16>(p, plan, rope, partition_size, workspace, stream);
+    case 4: return launch_decode<kD, 4, kRope, kFp8, kF16>(p, plan, rope, partition_size, workspace, stream);
+    case 2: return launch_decode<kD, 2, kRope, kFp8, kF16>(p, plan, rope, partition_size, workspace, stream);
+    default: XI_CHECK(false) << "decode attention: no " << warps << "-warp kernel (8, 4 or 2)";
+  }
 }
 
 }  // namespace
@@ -577,23 +592,24 @@ size_t decode_attention_max_workspace_floats(int head_dim, int num_sms) {
 }
 
 void launch_paged_decode_attention(const PagedAttentionParams& p, const AttentionPlanView& plan, int partition_size,
-                                   float* workspace, cudaStream_t stream) {
+                                   int warps, float* workspace, cudaStream_t stream) {
   if (plan.num_decode == 0) return;
   XI_CHECK_EQ(p.num_heads % p.num_kv_heads, 0);
   XI_CHECK_GT(partition_size, 0);
   dispatch_fast_head_dim(p.head_dim, [&]<int kD>() {
+    const DecodeRopeParams none{};
     if (p.kv_fp8 && p.kv_fp8_f16)
-      launch_decode<kD, false, true, true>(p, plan, DecodeRopeParams{}, partition_size, workspace, stream);
+      launch_decode_warps<kD, false, true, true>(p, plan, none, partition_size, warps, workspace, stream);
     else if (p.kv_fp8)
-      launch_decode<kD, false, true>(p, plan, DecodeRopeParams{}, partition_size, workspace, stream);
+      launch_decode_warps<kD, false, true>(p, plan, none, partition_size, warps, workspace, stream);
     else
-      launch_decode<kD, false, false>(p, plan, DecodeRopeParams{}, partition_size, workspace, stream);
+      launch_decode_warps<kD, false, false>(p, plan, none, partition_size, warps, workspace, stream);
   });
 }
 
 void launch_paged_decode_attention_rope(const PagedAttentionParams& p, const AttentionPlanView& plan,
-                                        const DecodeRopeParams& rope, int partition_size, float* workspace,
-                                        cudaStream_t stream) {
+                                        const DecodeRopeParams& rope, int partition_size, int warps,
+                                        float* workspace, cudaStream_t stream) {
   if (plan.num_decode == 0) return;
   XI_CHECK_EQ(p.num_heads % p.num_kv_heads, 0);
   XI_CHECK_GT(partition_size, 0);
@@ -605,7 +621,7 @@ void launch_paged_decode_attention_rope(const PagedAttentionParams& p, const Att
       << "decode attention + rope: cos_sin alignment";
   XI_CHECK(!p.kv_fp8) << "decode attention + rope: fp8 KV caches take rope_kv_write + the decode kernel";
   dispatch_fast_head_dim(p.head_dim, [&]<int kD>() {
-    launch_decode<kD, true, false>(p, plan, rope, partition_size, workspace, stream);
+    launch_decode_warps<kD, true, false>(p, plan, rope, partition_size, warps, workspace, stream);
   });
 }
 

@@ -1,7 +1,7 @@
 // Paged decode attention (one query token per sequence) for bf16 Q/K/V: single-pass flash-decoding on
 // tensor cores (mma.sync m16n8k16, f32 accumulation, online softmax).
 //
-// Grid (partition, KV head x head tile, decode): a CTA of kDecodeWarps warps serves up to
+// Grid (partition, KV head x head tile, decode): a CTA of kDecodeWarps (or decode_warps()) warps serves up to
 // kDecodeHeadsPerCta query heads of one KV head (all of a GQA group up to 8, so each K/V row is read
 // once) over one KV partition of decode_partition_size() tokens. Each warp takes 16-token tiles of the
 // partition in turn, loading K and V rows straight into registers (16 bytes per lane, the next tile's
@@ -53,9 +53,10 @@ size_t decode_attention_workspace_floats(int num_decode, int num_heads, int num_
 size_t decode_attention_max_workspace_floats(int head_dim, int num_sms);
 
 // Runs decode attention for plan.decode_seqs. workspace: [decode_attention_workspace_floats(...)] f32,
-// zeroed at allocation; may be null when one partition covers max_decode_len.
+// zeroed at allocation; may be null when one partition covers max_decode_len. warps: the CTA's warps,
+// decode_warps() (8, or 4 / 2 for one partition only).
 void launch_paged_decode_attention(const PagedAttentionParams& p, const AttentionPlanView& plan,
-                                   int partition_size, float* workspace, cudaStream_t stream);
+                                   int partition_size, int warps, float* workspace, cudaStream_t stream);
 
 // What the fused launch needs beyond PagedAttentionParams (whose k_cache / v_cache these alias).
 struct DecodeRopeParams {
@@ -67,7 +68,7 @@ struct DecodeRopeParams {
 
 // launch_paged_decode_attention with RoPE and the KV write of each decode's newest token fused in (above).
 void launch_paged_decode_attention_rope(const PagedAttentionParams& p, const AttentionPlanView& plan,
-                                        const DecodeRopeParams& rope, int partition_size, float* workspace,
-                                        cudaStream_t stream);
+                                        const DecodeRopeParams& rope, int partition_size, int warps,
+                                        float* workspace, cudaStream_t stream);
 
 }  // namespace xinfer::cuda

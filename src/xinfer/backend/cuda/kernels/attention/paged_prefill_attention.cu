@@ -254,6 +254,12 @@ __device__ __forceinline__ void st_shared_16(uint32_t addr, const uint4& v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
 }
+__device__ __forceinline__ uint4 ld_shared_16(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr)
+               : "memory");
+  return v;
+}
 template <int kD, int kN, int kThreads, typename Swizzle>
 __device__ __forceinline__ void load_kv_tile_fp8(const KvRowLocator& loc, int tile, int kv_end, const uint8_t* k8,
                                                  const uint8_t* v8, uint32_t k_dst, uint32_t v_dst, Swizzle swz) {
@@ -347,6 +353,11 @@ struct WgmmaConfig {
   static constexpr int kQBytes = kM * kD * 2;
   static constexpr int kKvBytes = kN * kD * 2;
   static constexpr int kSmem = kQBytes + 4 * kKvBytes + 1024;  // + slack to align the base to 1024
+  // FP8 caches (kWgmmaSimple only): the next tile's K and V codes are staged behind V[1] ([2][kN][kD] bytes,
+  // plain rows) by cp.async and converted into the bf16 buffers at the top of the tile's iteration.
+  static constexpr int kStageBytes = 2 * kN * kD;
+  static constexpr int kCodeChunks = kD / 16;               // 16-code chunks per row
+  static constexpr int kCodeRows = kThreads / kCodeChunks;  // rows per pass of the code loader
   static_assert(kM == 128, "two warpgroups of 64 rows");
   static_assert(kD == 64 || kD == 128);
   static_assert(kN % kLoadRows == 0 && kM % kLoadRows == 0);
@@ -364,9 +375,16 @@ __device__ __forceinline__ uint32_t panel_swz(int r, int c) {
 // issued together; the softmax of tile t + 1 then runs while P V of tile t is still on the tensor cores.
 // Every buffer is refilled only after the barrier that follows the last wgmma reading it (the schedule
 // is spelled out at the loop).
-template <typename Cfg, bool kOverlap>
+// kFp8 (with kOverlap = false): the cache holds e4m3 codes. Each thread cp.asyncs its 16-code chunks of the
+// next tile's K and V rows into the staging buffer while the current tile computes; at the top of the next
+// iteration it waits for its own copies, converts those chunks to bf16 (exact, kv_fp8.cuh) into the swizzled
+// K / V buffer and the barrier publishes them to the tensor cores: the bf16 kernel's schedule with a
+// shared-memory conversion per tile and no registers held across the MMAs (the kernel is at 232-255
+// registers). The K scale is folded into p.scale, the V scale applied in the epilogue (p.v_scale).
+template <typename Cfg, bool kOverlap, bool kFp8 = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     paged_prefill_wgmma_kernel(PagedAttentionParams p, AttentionPlanView plan) {
+  static_assert(!(kOverlap && kFp8), "FP8 caches run the kernel without the softmax / P V overlap");
   constexpr int kD = Cfg::kHeadDim, kM = Cfg::kM, kN = Cfg::kN, kChunks = Cfg::kChunks,
                 kLoadRows = Cfg::kLoadRows;
   extern __shared__ unsigned char smem_raw[];
@@ -423,6 +441,39 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const __nv_bfloat16* const src[1] = {p.v_cache};
     const uint32_t dst[1] = {v_s + buf * Cfg::kKvBytes};
     load_kv_tile<kD, kN, Cfg::kThreads, 8, 1>(loc, tile, kv_end, src, dst, swz);
+  };
+  // kFp8: this thread's chunks are chunk c_code of rows r_code + i * kCodeRows, for the copy and the conversion.
+  const uint32_t stage_s = v_s + 2 * Cfg::kKvBytes;  // K codes [kN][kD], then V codes
+  constexpr int kCodePasses = kN / Cfg::kCodeRows;
+  const int c_code = tid % Cfg::kCodeChunks, r_code = tid / Cfg::kCodeChunks;
+  auto load_codes = [&](int tile) {
+    const auto* k8 = reinterpret_cast<const uint8_t*>(p.k_cache);
+    const auto* v8 = reinterpret_cast<const uint8_t*>(p.v_cache);
+    uint32_t rows[kCodePasses];
+#pragma unroll
+    for (int i = 0; i < kCodePasses; ++i) rows[i] = loc.row(min(tile * kN + r_code + i * Cfg::kCodeRows, kv_end - 1));
+#pragma unroll
+    for (int i = 0; i < kCodePasses; ++i) {
+      const int r = r_code + i * Cfg::kCodeRows;
+      const bool ok = tile * kN + r < kv_end;  // zeros past the end: code 0 is +0
+      const size_t off = static_cast<size_t>(rows[i]) * kD + c_code * 16;
+      const uint32_t dst = stage_s + static_cast<uint32_t>(r * kD + c_code * 16);
+      cp_async_16(dst, k8 + off, ok);
+      cp_async_16(dst + kN * kD, v8 + off, ok);
+    }
+  };
+  auto convert_codes = [&](int buf) {  // this thread's staged chunks -> bf16 K / V buffer `buf`
+#pragma unroll
+    for (int i = 0; i < kCodePasses; ++i) {
+      const int r = r_code + i * Cfg::kCodeRows;
+      const uint32_t src = stage_s + static_cast<uint32_t>(r * kD + c_code * 16);
+      const uint4 kc = ld_shared_16(src), vc = ld_shared_16(src + kN * kD);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        st_shared_16(k_s + buf * Cfg::kKvBytes + swz(r, 2 * c_code + h), e4m3x16_half_to_bf16x8(kc, h));
+        st_shared_16(v_s + buf * Cfg::kKvBytes + swz(r, 2 * c_code + h), e4m3x16_half_to_bf16x8(vc, h));
+      }
+    }
   };
 
   float o[kD / 2];
@@ -503,7 +554,40 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fence_regs(pa);
   };
 
-  if constexpr (!kOverlap) {
+  // S = Q K^T, softmax, O += P V of a tile in buffers tile & 1, in turn (kOverlap = false).
+  auto compute_tile = [&](int tile) {
+    fence_all_regs();
+    wgmma_fence();
+    issue_s(k_s + (tile & 1) * Cfg::kKvBytes);
+    wgmma_commit();
+    wgmma_wait_all();
+    fence_regs(s);
+    float alpha[2];
+    softmax_tile(tile, alpha);
+    rescale_and_pack(alpha);
+    fence_all_regs();
+    wgmma_fence();
+    issue_pv(v_s + (tile & 1) * Cfg::kKvBytes);
+    wgmma_commit();
+    wgmma_wait_all();  // V[tile & 1] is refilled after the next barrier
+    fence_regs(o);
+  };
+
+  if constexpr (kFp8) {
+    load_codes(0);
+    cp_async_commit();  // with Q
+    for (int tile = 0; tile < num_tiles; ++tile) {
+      cp_async_wait_all();      // this thread's codes of the tile (and Q) landed
+      convert_codes(tile & 1);  // the buffer last read by tile - 2, retired before the previous barrier
+      fence_proxy_async();
+      __syncthreads();          // bf16 tile visible to every thread and to wgmma; the staging buffer is free
+      if (tile + 1 < num_tiles) {
+        load_codes(tile + 1);
+        cp_async_commit();
+      }
+      if (tile < wg_tiles) compute_tile(tile);
+    }
+  } else if constexpr (!kOverlap) {
     load_k(0, 0);
     load_v(0, 0);
     cp_async_commit();
@@ -514,22 +598,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         load_v(tile + 1, (tile + 1) & 1);
         cp_async_commit();
       }
-      if (tile >= wg_tiles) continue;
-      fence_all_regs();
-      wgmma_fence();
-      issue_s(k_s + (tile & 1) * Cfg::kKvBytes);
-      wgmma_commit();
-      wgmma_wait_all();
-      fence_regs(s);
-      float alpha[2];
-      softmax_tile(tile, alpha);
-      rescale_and_pack(alpha);
-      fence_all_regs();
-      wgmma_fence();
-      issue_pv(v_s + (tile & 1) * Cfg::kKvBytes);
-      wgmma_commit();
-      wgmma_wait_all();  // V[tile & 1] is refilled after the next barrier
-      fence_regs(o);
+      if (tile < wg_tiles) compute_tile(tile);
     }
   } else {
     // Iteration t (one barrier each, t = 0 .. num_tiles): S of tile t and P V of tile t - 1 are issued
@@ -607,7 +676,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     float l = row_sum[hh];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const float inv = l > 0.0f ? p.v_scale / l : 0.0f;  // v_scale: 1 for bf16 caches
     const int r = r0 + 8 * hh;
     if (r < w.rows) {
       __nv_bfloat16* out =
@@ -873,8 +942,8 @@ void launch_paged_prefill_attention(const PagedAttentionParams& p, const Attenti
       << "block size " << p.block_size << " with " << p.max_blocks_per_seq
       << " blocks per sequence: positions past the exact range of the kernels' block-index division";
   XI_CHECK_LE(plan.num_prefill_items, 65535) << "prefill work items exceed the grid's y limit";
-  XI_CHECK(!p.kv_fp8 || kernel == PrefillKernel::kMmaSync)
-      << "prefill attention: fp8 KV caches are read by the mma.sync kernel only";
+  XI_CHECK(!p.kv_fp8 || kernel != PrefillKernel::kWgmma)
+      << "prefill attention: fp8 KV caches are read by the kWgmmaSimple and mma.sync kernels only";
   dispatch_fast_head_dim(p.head_dim, [&]<int kD>() {
     using Wgmma = WgmmaConfig<kD>;
     using Mma = MmaConfig<kD>;
@@ -884,8 +953,12 @@ void launch_paged_prefill_attention(const PagedAttentionParams& p, const Attenti
                               stream);
         break;
       case PrefillKernel::kWgmmaSimple:
-        launch_prefill_kernel(paged_prefill_wgmma_kernel<Wgmma, false>, Wgmma::kThreads, Wgmma::kSmem, p,
-                              plan, stream);
+        if (p.kv_fp8)
+          launch_prefill_kernel(paged_prefill_wgmma_kernel<Wgmma, false, true>, Wgmma::kThreads,
+                                Wgmma::kSmem + Wgmma::kStageBytes, p, plan, stream);
+        else
+          launch_prefill_kernel(paged_prefill_wgmma_kernel<Wgmma, false>, Wgmma::kThreads, Wgmma::kSmem, p,
+                                plan, stream);
         break;
       case PrefillKernel::kMmaSync:
         if (p.kv_fp8)

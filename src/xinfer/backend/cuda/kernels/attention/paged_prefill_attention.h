@@ -10,9 +10,10 @@
 //     tile and P V of this one are issued together so the softmax overlaps P V (FlashAttention-3's
 //     intra-warpgroup pipelining).
 //   kWgmmaSimple: the same without the overlap (S, softmax, P V in turn); measured faster than kWgmma on the
-//     H200 and the one CudaBackend runs for long contexts (attention_plan.h prefer_wgmma_prefill).
+//     H200 and the one CudaBackend runs for long contexts (attention_plan.h prefer_wgmma_prefill). Also reads
+//     FP8 caches: the next tile's codes staged by cp.async, converted to bf16 in shared memory per tile.
 //   kMmaSync: FlashAttention-2 layout with mma.sync.m16n8k16 + ldmatrix; 4 warps x 32 rows, KV tiles of
-//     64 keys; what CudaBackend runs for short contexts.
+//     64 keys; what CudaBackend runs for short contexts. Reads FP8 caches (codes converted in registers).
 // K/V tiles are gathered row by row with cp.async (16-byte chunks, double-buffered); no host sync, no
 // allocation (CUDA-graph safe).
 //
