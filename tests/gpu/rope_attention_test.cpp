@@ -5,7 +5,7 @@
 //    launch on the same inputs (split-KV merge counters reset, stale newest rows in the cache ignored);
 //  - the CPU backend's composition (f32): out within the attention tests' tolerance, the written K rows
 //    within bf16 rounding, the written V rows exactly.
-// Decode-only steps of batch 1, 3, 5, 7 and 33; kv lengths 1, 2, 17, 54, 97, 256, 2048, 2049 (a last
+// Decode-only steps of batch 1, 3, 5, 7, 33, 64 and 128 (the last two on 4-warp CTAs); kv lengths 1, 2, 17, 54, 97, 256, 2048, 2049 (a last
 // partition holding only the newest row) and 2100 (one partition, split-KV with the merge, partitions past a
 // short sequence's end); GQA groups 1, 4, 7, 8 and 16 (two head tiles: one of them writes); head_dim 64 and
 // 128; block sizes 16 and 32; graph-bucket padding rows (slot -1). Also: a mixed prefill + decode step and
@@ -212,6 +212,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"b7_gqa8_d64_bs16", 64, 8, 64, 16, decodes({2048, 1, 2, 17, 54, 97, 256})},
         Case{"b33_mha_d64_bs32", 4, 4, 64, 32, decode_batch(33, {1, 2, 17, 54, 97, 256, 2049}, 1200)},
         Case{"b33_gqa4_d128_bs16", 32, 8, 128, 16, decode_batch(33, {1, 2, 17, 54, 97, 256}, 600)},
+        // more CTAs than a wave of 8-warp CTAs: both sides run 4-warp CTAs (attention_plan.h decode_warps)
+        Case{"b64_gqa4_d128_bs16", 32, 8, 128, 16, decode_batch(64, {1, 2, 17, 54, 97, 256}, 400)},
+        Case{"b128_gqa8_d64_bs16", 64, 8, 64, 16, decode_batch(128, {1, 17, 97, 256, 511}, 300)},
         // two head tiles per KV head: only tile 0 writes, tile 1 attends to its own copy of the new row
         Case{"b3_gqa16_d128_bs16", 32, 2, 128, 16, decodes({1, 300, 2048})},
         // a graph bucket: attention sized for 2048 tokens, 3 padding rows (slot -1: no write; they attend to
