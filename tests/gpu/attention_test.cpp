@@ -59,18 +59,12 @@ TEST_P(PagedAttentionTest, MatchesCpu) {
   EXPECT_EQ(differ, 0u) << ac.name << ": second launch differs from the first";
 
   // Steps with more one-partition CTAs than a wave of 8-warp CTAs also run with 4 and 2 warps per CTA.
-  const int group = ac.hq / ac.hkv, n_decode = plan.num_seqs();
-  if (cuda::decode_warps(n_decode, 1, ac.hkv, group, gpu().num_sms(), 2) != cuda::kDecodeWarps) {
-    const int default_warps = gpu().decode_many_warps();
-    for (const int w : {8, 4, 2}) {
-      gpu().set_decode_many_warps(w);
-      poison(out.g.view);
-      gpu().paged_attention(meta, qkv.g.view, ac.hq, ac.hkv, ac.d, scale, {k.g.view, v.g.view}, out.g.view);
-      const Compare cw = expect_close(out.g.view, out.c.view, 1e-2, ac.name + " (" + std::to_string(w) + " warps)");
-      std::printf("[ attention ] %-28s %d warps rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), w, cw.rel_l2, cw.max_abs);
-    }
-    gpu().set_decode_many_warps(default_warps);
-  }
+  at_each_decode_warps(plan.num_seqs(), ac.hkv, ac.hq / ac.hkv, [&](int w) {
+    poison(out.g.view);
+    gpu().paged_attention(meta, qkv.g.view, ac.hq, ac.hkv, ac.d, scale, {k.g.view, v.g.view}, out.g.view);
+    const Compare cw = expect_close(out.g.view, out.c.view, 1e-2, ac.name + " (" + std::to_string(w) + " warps)");
+    std::printf("[ attention ] %-28s %d warps rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), w, cw.rel_l2, cw.max_abs);
+  });
 }
 
 // The host plan (decode_partition_size, decode_warps, build_attention_plan, prefer_wgmma_prefill) is tested on
@@ -173,20 +167,6 @@ INSTANTIATE_TEST_SUITE_P(
 // 128-row tile (2..65-row tiles, 1-row and 127-row tails), cached prefixes 0, 37, 1000, 2048, 3584 (chunks
 // starting mid-block), several sequences per step, head_dim 64 and 128, GQA groups 1, 4, 8, block sizes 1
 // and 16, and a peaky softmax (the online rescaling).
-
-// Device copy of a host int32 array (the plan's prefill items), freed at scope exit.
-struct DeviceInts {
-  explicit DeviceInts(const std::vector<int32_t>& v) {
-    XI_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(v.size(), 1) * sizeof(int32_t)));
-    XI_CUDA_CHECK(
-        cudaMemcpyAsync(ptr, v.data(), v.size() * sizeof(int32_t), cudaMemcpyHostToDevice, gpu().stream()));
-    XI_CUDA_CHECK(cudaStreamSynchronize(gpu().stream()));
-  }
-  ~DeviceInts() { XI_CUDA_CHECK(cudaFree(ptr)); }
-  DeviceInts(const DeviceInts&) = delete;
-  DeviceInts& operator=(const DeviceInts&) = delete;
-  int32_t* ptr = nullptr;
-};
 
 class PrefillKernelTest : public ::testing::TestWithParam<AttnCase> {};
 

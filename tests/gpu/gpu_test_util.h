@@ -15,6 +15,7 @@
 #include "xinfer/backend/cpu/cpu_backend.h"
 #include "xinfer/backend/cuda/cuda_backend.h"
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
 
 namespace xinfer::gpu_test {
 
@@ -25,6 +26,34 @@ inline cuda::CudaBackend& gpu() {
 inline cpu::CpuBackend& cpu() {
   static cpu::CpuBackend backend;
   return backend;
+}
+
+// Device copy of a host int32 array (a plan's prefill items), freed at scope exit.
+struct DeviceInts {
+  explicit DeviceInts(const std::vector<int32_t>& v) {
+    XI_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(v.size(), 1) * sizeof(int32_t)));
+    XI_CUDA_CHECK(
+        cudaMemcpyAsync(ptr, v.data(), v.size() * sizeof(int32_t), cudaMemcpyHostToDevice, gpu().stream()));
+    XI_CUDA_CHECK(cudaStreamSynchronize(gpu().stream()));
+  }
+  ~DeviceInts() { XI_CUDA_CHECK(cudaFree(ptr)); }
+  DeviceInts(const DeviceInts&) = delete;
+  DeviceInts& operator=(const DeviceInts&) = delete;
+  int32_t* ptr = nullptr;
+};
+
+// For a decode step whose grid is more than a wave of 8-warp CTAs (cuda::decode_warps: many one-partition
+// CTAs), runs run(w) with the backend's decode attention forced to w = 8, 4 and 2 warps per CTA, then restores
+// its setting; for other steps does nothing.
+template <typename Run>
+void at_each_decode_warps(int num_decode, int num_kv_heads, int group, Run&& run) {
+  if (cuda::decode_warps(num_decode, 1, num_kv_heads, group, gpu().num_sms(), 2) == cuda::kDecodeWarps) return;
+  const int default_warps = gpu().decode_many_warps();
+  for (const int w : {8, 4, 2}) {
+    gpu().set_decode_many_warps(w);
+    run(w);
+  }
+  gpu().set_decode_many_warps(default_warps);
 }
 
 // Normal(0, scale) values rounded to bf16 so both backends see identical inputs.

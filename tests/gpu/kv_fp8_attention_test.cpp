@@ -125,18 +125,13 @@ TEST_P(Fp8AttentionTest, MatchesCpu) {
   std::printf("[ fp8 attention ] %-34s f16 variant rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), c16.rel_l2,
               c16.max_abs);
   // Many one-partition CTAs: the f16 variant at 8, 4 and 2 warps per CTA too.
-  if (cuda::decode_warps(plan.num_seqs(), 1, ac.hkv, ac.hq / ac.hkv, gpu().num_sms(), 2) != cuda::kDecodeWarps) {
-    const int default_warps = gpu().decode_many_warps();
-    for (const int w : {8, 4, 2}) {
-      gpu().set_decode_many_warps(w);
-      poison(out.g.view);
-      gpu().paged_attention(meta, qkv.g.view, ac.hq, ac.hkv, ac.d, scale, cache.gpu_cache(), out.g.view);
-      const Compare cw = expect_close(out.g.view, out.c.view, kTol, ac.name + " (" + std::to_string(w) + " warps)");
-      std::printf("[ fp8 attention ] %-34s %d warps rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), w, cw.rel_l2,
-                  cw.max_abs);
-    }
-    gpu().set_decode_many_warps(default_warps);
-  }
+  at_each_decode_warps(plan.num_seqs(), ac.hkv, ac.hq / ac.hkv, [&](int w) {
+    poison(out.g.view);
+    gpu().paged_attention(meta, qkv.g.view, ac.hq, ac.hkv, ac.d, scale, cache.gpu_cache(), out.g.view);
+    const Compare cw = expect_close(out.g.view, out.c.view, kTol, ac.name + " (" + std::to_string(w) + " warps)");
+    std::printf("[ fp8 attention ] %-34s %d warps rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), w, cw.rel_l2,
+                cw.max_abs);
+  });
   // Prefill-only steps: both prefill kernels that read FP8 caches, launched directly whatever the backend's
   // choice (the mma.sync kernel's register loads; kWgmmaSimple's codes staged by cp.async and converted in
   // shared memory), against the same oracle.
@@ -144,13 +139,10 @@ TEST_P(Fp8AttentionTest, MatchesCpu) {
       std::all_of(ac.seqs.begin(), ac.seqs.end(), [](const Seq& q) { return q.q_len >= 2; });
   if (prefill_only && (ac.d == 64 || ac.d == 128)) {
     const cuda::AttentionPlanHost host = cuda::build_attention_plan(plan);
-    int32_t* items = nullptr;
-    XI_CUDA_CHECK(cudaMalloc(&items, host.prefill_items.size() * sizeof(int32_t)));
-    XI_CUDA_CHECK(cudaMemcpy(items, host.prefill_items.data(), host.prefill_items.size() * sizeof(int32_t),
-                             cudaMemcpyHostToDevice));
+    const DeviceInts items(host.prefill_items);
     cuda::AttentionPlanView view{};
     view.num_prefill_items = host.num_prefill_items();
-    view.prefill_items = items;
+    view.prefill_items = items.ptr;
     const cuda::PagedAttentionParams p =
         cuda::paged_attention_params(meta, qkv.g.view, ac.hq, ac.hkv, ac.d, scale, cache.gpu_cache(), out.g.view);
     const std::pair<cuda::PrefillKernel, const char*> kernels[] = {{cuda::PrefillKernel::kWgmmaSimple, "wgmma-s"},
@@ -162,7 +154,6 @@ TEST_P(Fp8AttentionTest, MatchesCpu) {
       std::printf("[ fp8 attention ] %-34s prefill %-8s rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), label,
                   ck.rel_l2, ck.max_abs);
     }
-    XI_CUDA_CHECK(cudaFree(items));
   }
 }
 
