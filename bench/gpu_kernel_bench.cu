@@ -13,14 +13,16 @@
 // Timing: CUDA events around `reps` launches after warm-up, median of 5 such runs. Inputs are random
 // (never zeros); small working sets rotate among several copies so L2 does not serve them.
 //   usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer] [--fp8-rows]
-//          [--decode-steps]
+//          [--decode-steps] [--b1-layers]
 //          (--quant: the ceilings and the
 //          quantized linears only; --quant-dot: the ceilings and the int4 GEMVs at m 1..4 only, mma vs CUDA-core;
 //          --w8a8: the ceilings and W8A8 INT8 vs FP8 GEMMs / GEMVs only, gpu_w8a8_gemm_bench.cu;
 //          --kv-fp8: the ceilings and decode attention with a bf16 vs an FP8 KV cache only;
 //          --prefill-layer: the ceilings and one 8B layer over a 2048-token prompt op by op, bf16 / FP8 / INT8,
 //          gpu_prefill_layer_bench.cu; --decode-steps: the same for the throughput rows' decode steps; --fp8-rows: the ceilings and the FP8 GEMM's candidate algorithms at
-//          128-1024 rows, gpu_w8a8_gemm_bench.cu)
+//          128-1024 rows, gpu_w8a8_gemm_bench.cu; --b1-layers: the ceilings and the batch-1 decode layer in bf16,
+//          FP8, W8A16 and W4A16 weights, op by op, chained, and the model's chain without each op in turn, then
+//          the bf16 lm_head at m = 1)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -567,13 +569,82 @@ void bench_prefill_attention(cuda::CudaBackend& be, double peak, bool quick) {
   }
 }
 
-// Batch-1 decode layer, Llama-3.1-8B shape, context 256: each op of one layer alone (graph replays of 32
-// calls over 32 layers' weights, as in a decode step: each figure includes the op's launch gap) and the
-// whole layer chain recorded for 32 layers (one token's worth). Shows where a batch-1 token's time goes
-// against the roofline (bytes / copy bandwidth). Weights are not L2-resident (32 copies, 7 GB).
-void bench_decode_layer(cuda::CudaBackend& be, double bw) {
+// Random e4m3 / int8 / packed-int4 codes for the quantized weights: bytes in 0..119 with a random sign bit, so
+// no e4m3 NaN (0x7f / 0xff) appears; as int8 / int4 they are arbitrary codes.
+__global__ void fill_random_codes(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    x ^= x >> 15;
+    p[i] = static_cast<uint8_t>((x % 120) | (x & 0x80000000u ? 0x80 : 0));
+  }
+}
+
+// The weight formats of the batch-1 layer bench: what a decode step of each `--quantization` streams.
+enum class B1Format { kBf16, kFp8, kW8a16, kW4a16 };
+const char* b1_format_name(B1Format f) {
+  return f == B1Format::kBf16 ? "bf16" : f == B1Format::kFp8 ? "fp8" : f == B1Format::kW8a16 ? "w8a16" : "w4a16 g128";
+}
+
+// One linear's weights in format f at [n, k] (random codes, scales 1e-3) and the bytes a GEMV streams for it.
+struct B1Weight {
+  backend::DeviceTensor w, scales;
+  backend::LinearWeights lw;
+  double bytes = 0;
+};
+B1Weight make_b1_weight(cuda::CudaBackend& be, B1Format f, int n, int k, uint32_t seed) {
+  B1Weight w;
+  const auto nk = static_cast<size_t>(n) * static_cast<size_t>(k);
+  if (f == B1Format::kBf16) {
+    w.w = be.allocate(DType::kBF16, Shape{n, k});
+    fill(w.w.view, seed, 0.02f);
+    w.lw = {w.w.view, {}};
+    w.bytes = 2.0 * static_cast<double>(nk);
+    return w;
+  }
+  const int groups = f == B1Format::kW4a16 ? k / 128 : 1;
+  w.w = f == B1Format::kFp8    ? be.allocate(DType::kFP8E4M3, Shape{n, k})
+        : f == B1Format::kW8a16 ? be.allocate(DType::kI8, Shape{n, k})
+                                : be.allocate(DType::kU8, Shape{n, k / 2});
+  fill_random_codes<<<1024, 256, 0, g_stream>>>(static_cast<uint8_t*>(w.w.view.data), w.w.view.bytes(), seed);
+  XI_CUDA_CHECK_LAUNCH();
+  w.scales = be.allocate(DType::kF32, Shape{n, groups});
+  std::vector<float> host(static_cast<size_t>(n) * groups, 1e-3f);
+  XI_CUDA_CHECK(cudaMemcpy(w.scales.view.data, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+  w.lw.weight = w.w.view;
+  w.lw.scales = w.scales.view;
+  w.lw.k = k;
+  if (f == B1Format::kFp8) {
+    w.scales.view.shape = Shape{n};
+    w.lw.scales = w.scales.view;
+    w.lw.format = quant::W8A8Fp8Format{};
+  } else if (f == B1Format::kW8a16) {
+    w.scales.view.shape = Shape{n};
+    w.lw.scales = w.scales.view;
+    w.lw.format = quant::Int8ChannelFormat{};
+  } else {
+    quant::IntGroupFormat g;
+    g.bits = 4;
+    g.group_size = 128;
+    g.zero_point = false;
+    w.lw.format = g;
+  }
+  w.bytes = static_cast<double>(w.w.view.bytes() + w.scales.view.bytes());
+  return w;
+}
+
+// Batch-1 decode layer, Llama-3.1-8B shape, context 256, weights in format f: each op of one layer alone (graph
+// replays of 32 calls over 32 layers' weights, as in a decode step: each figure includes the op's launch gap)
+// and the whole layer chain recorded for 32 layers (one token's worth). Shows where a batch-1 token's time goes
+// against the roofline (bytes / copy bandwidth). Weights are not L2-resident (32 copies: 7 GB in bf16). Then the
+// layer as the model runs it (add_rms_norm_linear, rope_paged_attention), and that chain without each of its
+// ops in turn: what each op costs inside the chain, where PDL overlaps a kernel's start with its predecessor.
+void bench_decode_layer(cuda::CudaBackend& be, double bw, B1Format f) {
   const int H = 4096, Hq = 32, Hkv = 8, D = 128, I = 14336, bs = 16, ctx = 256, L = 32;
   const int width = (Hq + 2 * Hkv) * D;
+  const char* fname = b1_format_name(f);
   cudaStream_t s = be.stream();
   backend::KvCache kv = be.allocate_kv_cache({L, ctx / bs + 1, bs, Hkv, D, DType::kBF16});
   for (auto& l : kv.layers) {
@@ -584,19 +655,19 @@ void bench_decode_layer(cuda::CudaBackend& be, double bw) {
   plan.logit_rows = {0};
   const backend::StepMeta meta = be.upload_step(plan);
   struct LayerW {
-    backend::DeviceTensor norm1, qkv, o, norm2, gate_up, down;
+    backend::DeviceTensor norm1, norm2;
+    B1Weight qkv, o, gate_up, down;
   };
   std::vector<LayerW> lw(L);
   for (int l = 0; l < L; ++l) {
     LayerW& w = lw[static_cast<size_t>(l)];
     w.norm1 = be.allocate(DType::kBF16, Shape{H});
     w.norm2 = be.allocate(DType::kBF16, Shape{H});
-    w.qkv = be.allocate(DType::kBF16, Shape{width, H});
-    w.o = be.allocate(DType::kBF16, Shape{H, Hq * D});
-    w.gate_up = be.allocate(DType::kBF16, Shape{2 * I, H});
-    w.down = be.allocate(DType::kBF16, Shape{H, I});
     for (auto* t : {&w.norm1, &w.norm2}) fill(t->view, 30 + l, 1.0f);
-    for (auto* t : {&w.qkv, &w.o, &w.gate_up, &w.down}) fill(t->view, 40 + l, 0.02f);
+    w.qkv = make_b1_weight(be, f, width, H, 40 + l);
+    w.o = make_b1_weight(be, f, H, Hq * D, 80 + l);
+    w.gate_up = make_b1_weight(be, f, 2 * I, H, 120 + l);
+    w.down = make_b1_weight(be, f, H, I, 160 + l);
   }
   auto cos_sin = be.allocate(DType::kF32, Shape{ctx, D});  // zeros are fine for timing
   auto residual = be.allocate(DType::kBF16, Shape{1, H});
@@ -609,108 +680,127 @@ void bench_decode_layer(cuda::CudaBackend& be, double bw) {
   for (auto* t : {&residual, &delta, &qkv, &attn, &gu}) fill(t->view, 7, 0.5f);
   const float eps = 1e-5f, scale = 0.088f;
   auto W = [&](int l) -> LayerW& { return lw[static_cast<size_t>(l % L)]; };
+  auto cache = [&](int l) -> const backend::LayerKvCache& { return kv.layers[static_cast<size_t>(l % L)]; };
   struct Op {
     const char* name;
     double bytes;
     std::function<void(int)> fn;
   };
-  const double wq = 2.0 * width * H, wo = 2.0 * H * Hq * D, wgu = 2.0 * 2 * I * H, wd = 2.0 * H * I;
+  const LayerW& w0 = lw[0];
   const double kvb = 2.0 * ctx * Hkv * D * 2;
+  auto tag = [&](const char* what) { return std::string("b1 layer ") + fname + ": " + what; };
   const std::vector<Op> ops = {
       {"add_rms_norm", 3.0 * 2 * H, [&](int l) { be.add_rms_norm(residual.view, delta.view, W(l).norm1.view, eps, x.view); }},
-      {"linear qkv", wq, [&](int l) { be.linear(x.view, {W(l).qkv.view, {}}, qkv.view); }},
-      {"rope_kv_write", 2.0 * 2 * width, [&](int l) { be.rope_kv_write(meta, qkv.view, Hq, Hkv, D, cos_sin.view, kv.layers[static_cast<size_t>(l % L)]); }},
-      {"paged_attention ctx256", kvb, [&](int l) { be.paged_attention(meta, qkv.view, Hq, Hkv, D, scale, kv.layers[static_cast<size_t>(l % L)], attn.view); }},
-      {"linear o", wo, [&](int l) { be.linear(attn.view, {W(l).o.view, {}}, delta.view); }},
+      {"linear qkv", w0.qkv.bytes, [&](int l) { be.linear(x.view, W(l).qkv.lw, qkv.view); }},
+      {"rope_kv_write", 2.0 * 2 * width, [&](int l) { be.rope_kv_write(meta, qkv.view, Hq, Hkv, D, cos_sin.view, cache(l)); }},
+      {"paged_attention ctx256", kvb, [&](int l) { be.paged_attention(meta, qkv.view, Hq, Hkv, D, scale, cache(l), attn.view); }},
+      {"linear o", w0.o.bytes, [&](int l) { be.linear(attn.view, W(l).o.lw, delta.view); }},
       {"add_rms_norm (2)", 3.0 * 2 * H, [&](int l) { be.add_rms_norm(residual.view, delta.view, W(l).norm2.view, eps, x.view); }},
-      {"linear gate_up", wgu, [&](int l) { be.linear(x.view, {W(l).gate_up.view, {}}, gu.view); }},
+      {"linear gate_up", w0.gate_up.bytes, [&](int l) { be.linear(x.view, W(l).gate_up.lw, gu.view); }},
       {"silu_mul", 2.0 * 3 * I, [&](int l) { be.silu_mul(gu.view, act.view); }},
-      {"linear down", wd, [&](int l) { be.linear(act.view, {W(l).down.view, {}}, delta.view); }},
+      {"linear down", w0.down.bytes, [&](int l) { be.linear(act.view, W(l).down.lw, delta.view); }},
   };
   for (const Op& op : ops) op.fn(0);  // sizes workspaces before any recording
+  be.synchronize();
   double sum = 0, bytes = 0;
   for (const Op& op : ops) {
     const double t = time_graph(s, L, op.fn);
     sum += t;
     bytes += op.bytes;
-    report(std::string("b1 layer: ") + op.name, t, op.bytes, false, bw);
+    report(tag(op.name), t, op.bytes, false, bw);
   }
   const double chained = time_graph(s, L, [&](int l) {
     for (const Op& op : ops) op.fn(l);
   });
-  report("b1 layer: sum of the ops above", sum, bytes, false, bw);
-  report("b1 layer: chained (one layer of a token)", chained, bytes, false, bw);
-  std::printf("b1 layer: chained %.1f us (x32 = %.2f ms per token before the lm_head), sum of the ops %.1f us, "
+  report(tag("sum of the ops above"), sum, bytes, false, bw);
+  report(tag("chained (one layer of a token)"), chained, bytes, false, bw);
+  std::printf("b1 layer %s: chained %.1f us (x32 = %.2f ms per token before the lm_head), sum of the ops %.1f us, "
               "roofline %.1f us (%.1f%%)\n",
-              chained * 1e6, 32 * chained * 1e3, sum * 1e6, bytes / (bw * 1e9) * 1e6, 100 * bytes / (bw * 1e9) / chained);
+              fname, chained * 1e6, 32 * chained * 1e3, sum * 1e6, bytes / (bw * 1e9) * 1e6,
+              100 * bytes / (bw * 1e9) / chained);
 
-  // The same layer with the fused decode ops as the model runs them (backend.h add_rms_norm_linear: the o and
-  // down projections add themselves into the residual, qkv and gate_up apply the RMSNorm on their way in;
-  // RoPE and the KV write inside the attention kernel; the SwiGLU in the gate_up GEMV where its configuration
-  // pairs rows): 5 kernels instead of 9. Fused only where the tuner chose the GEMV for both linears (else the
-  // composition); this section sets kWhenGemv itself (the backend's default) and restores the policy after.
+  // The same layer with the fused decode ops as the model runs them (backend.h add_rms_norm_linear: for bf16 the
+  // o and down projections add themselves into the residual, qkv and gate_up apply the RMSNorm on their way in,
+  // the SwiGLU in the gate_up GEMV where its configuration pairs rows; for W8A8 the activation quantization in
+  // the norm / SwiGLU kernels or the GEMV; RoPE and the KV write inside the attention kernel). bf16 fuses only
+  // where the tuner chose the GEMV for both linears (else the composition); this section sets kWhenGemv itself
+  // (the backend's default) and restores the policy after.
   const cuda::LinearFusion saved_fusion = be.linear_fusion();
   be.set_linear_fusion(cuda::LinearFusion::kWhenGemv);
   auto o_gate_up = [&](int l) {
-    return backend::NormLinearArgs{residual.view, delta.view, W(l).norm2.view, eps, {W(l).gate_up.view, {}}, x.view,
-                                   gu.view, act.view, attn.view, {W(l).o.view, {}}};
+    return backend::NormLinearArgs{residual.view, delta.view, W(l).norm2.view, eps, W(l).gate_up.lw, x.view,
+                                   gu.view, act.view, attn.view, W(l).o.lw, &W(l).down.lw};
   };
   auto down_qkv = [&](int l) {
-    return backend::NormLinearArgs{residual.view, delta.view, W(l + 1).norm1.view, eps, {W(l + 1).qkv.view, {}},
-                                   x.view, qkv.view, {}, act.view, {W(l).down.view, {}}};
+    return backend::NormLinearArgs{residual.view, delta.view, W(l + 1).norm1.view, eps, W(l + 1).qkv.lw,
+                                   x.view, qkv.view, {}, act.view, W(l).down.lw};
   };
   auto path = [&](const backend::NormLinearArgs& a) {
     const auto plan = be.fused_linear_plan(a);
-    if (!plan) return std::string("composed (tuner did not choose the GEMV for both)");
+    if (!plan) return std::string("composed");
     return "fused " + cuda::to_string(*plan->producer) + " -> " + cuda::to_string(plan->consumer) +
            (plan->swiglu ? " + SwiGLU epilogue" : "");
   };
   const std::vector<Op> fused_ops = {
-      {"fused rope+attention ctx256", kvb + 2.0 * 2 * Hkv * D,
-       [&](int l) {
-         be.rope_paged_attention(meta, qkv.view, Hq, Hkv, D, cos_sin.view, scale, kv.layers[static_cast<size_t>(l % L)],
-                                 attn.view);
-       }},
-      {"fused o+add_rms_norm+gate_up (+silu_mul)", wo + wgu + 2.0 * 3 * I, [&](int l) { be.add_rms_norm_linear(o_gate_up(l)); }},
-      {"fused down+add_rms_norm+qkv", wd + wq, [&](int l) { be.add_rms_norm_linear(down_qkv(l)); }},
+      {"rope+attention ctx256", kvb + 2.0 * 2 * Hkv * D,
+       [&](int l) { be.rope_paged_attention(meta, qkv.view, Hq, Hkv, D, cos_sin.view, scale, cache(l), attn.view); }},
+      {"o+add_rms_norm+gate_up (+silu_mul)", w0.o.bytes + w0.gate_up.bytes + 2.0 * 3 * I,
+       [&](int l) { be.add_rms_norm_linear(o_gate_up(l)); }},
+      {"down+add_rms_norm+qkv", w0.down.bytes + w0.qkv.bytes, [&](int l) { be.add_rms_norm_linear(down_qkv(l)); }},
   };
   for (const Op& op : fused_ops) op.fn(0);
-  std::printf("b1 layer fused: o -> gate_up %s, down -> qkv %s\n", path(o_gate_up(0)).c_str(), path(down_qkv(0)).c_str());
+  be.synchronize();
+  std::printf("b1 layer %s, model chain: o -> gate_up %s, down -> qkv %s\n", fname, path(o_gate_up(0)).c_str(),
+              path(down_qkv(0)).c_str());
   double fsum = 0, fbytes = 0;
   for (const Op& op : fused_ops) {
     const double t = time_graph(s, L, op.fn);
     fsum += t;
     fbytes += op.bytes;
-    if (std::strncmp(op.name, "fused", 5) == 0) report(std::string("b1 layer: ") + op.name, t, op.bytes, false, bw);
+    report(tag((std::string("model: ") + op.name).c_str()), t, op.bytes, false, bw);
   }
   const double fchained = time_graph(s, L, [&](int l) {
     for (const Op& op : fused_ops) op.fn(l);
   });
-  report("b1 layer: fused, sum of its ops", fsum, fbytes, false, bw);
-  report("b1 layer: fused, chained", fchained, fbytes, false, bw);
-  // The same chain with the SwiGLU as its own kernel (the gate_up GEMV without the epilogue): what the
-  // epilogue saves.
-  auto o_gate_up_then_silu = [&](int l) {
-    backend::NormLinearArgs a = o_gate_up(l);
-    a.act_out = {};
-    be.add_rms_norm_linear(a);
-    be.silu_mul(gu.view, act.view);
-  };
-  const double separate_silu = time_graph(s, L, [&](int l) {
-    fused_ops[0].fn(l);
-    o_gate_up_then_silu(l);
-    fused_ops[2].fn(l);
-  });
-  report("b1 layer: fused, chained, silu_mul kernel", separate_silu, fbytes, false, bw);
-  std::printf("b1 layer fused: chained %.1f us (x32 = %.2f ms per token before the lm_head; unfused %.1f us: %.1f us "
+  report(tag("model: sum of its ops"), fsum, fbytes, false, bw);
+  report(tag("model: chained"), fchained, fbytes, false, bw);
+  for (size_t skip = 0; skip < fused_ops.size(); ++skip) {
+    const double t = time_graph(s, L, [&](int l) {
+      for (size_t i = 0; i < fused_ops.size(); ++i)
+        if (i != skip) fused_ops[i].fn(l);
+    });
+    std::printf("b1 layer %s: model chain without %-36s %7.1f us (the op costs %.1f us in the chain)\n", fname,
+                fused_ops[skip].name, t * 1e6, (fchained - t) * 1e6);
+  }
+  std::printf("b1 layer %s: model chain %.1f us (x32 = %.2f ms per token before the lm_head; op by op %.1f us: %.1f us "
               "saved per layer), roofline %.1f us (%.1f%%)\n",
-              fchained * 1e6, 32 * fchained * 1e3, chained * 1e6, (chained - fchained) * 1e6,
+              fname, fchained * 1e6, 32 * fchained * 1e3, chained * 1e6, (chained - fchained) * 1e6,
               fbytes / (bw * 1e9) * 1e6, 100 * fbytes / (bw * 1e9) / fchained);
   be.set_linear_fusion(saved_fusion);
 }
 
-int run(bool quick, bool quant_only, bool w8a8_only, bool kv_fp8_only, bool dot_only, bool prefill_layer_only,
-        bool fp8_rows_only, bool decode_steps_only) {
+// The batch-1 layer in every weight format, then the bf16 lm_head row (128256 x 4096) at m = 1.
+void bench_b1_layers(cuda::CudaBackend& be, double bw) {
+  for (const B1Format f : {B1Format::kBf16, B1Format::kFp8, B1Format::kW8a16, B1Format::kW4a16}) {
+    bench_decode_layer(be, bw, f);
+    be.synchronize();
+  }
+  const int V = 128256, H = 4096;
+  auto head = be.allocate(DType::kBF16, Shape{V, H});
+  fill(head.view, 9, 0.02f);
+  auto x = be.allocate(DType::kBF16, Shape{1, H});
+  auto logits = be.allocate(DType::kF32, Shape{1, V});
+  fill(x.view, 8, 0.5f);
+  be.linear(x.view, {head.view, {}}, logits.view);
+  be.synchronize();
+  report("b1 lm_head 128256x4096 bf16 -> f32", time_graph(g_stream, 4, [&](int) { be.linear(x.view, {head.view, {}}, logits.view); }),
+         2.0 * V * H, false, bw);
+}
+
+// What one run measures: everything (kAll), or the ceilings and one section (the flags of main()).
+enum class Mode { kAll, kQuant, kQuantDot, kW8a8, kKvFp8, kPrefillLayer, kFp8Rows, kDecodeSteps, kB1Layers };
+
+int run(bool quick, Mode mode) {
   cuda::CudaBackend be;
   const auto info = be.info();
   std::printf("device: %s, %d SMs, %.1f / %.1f GiB free\n", info.name.c_str(), be.num_sms(),
@@ -723,29 +813,31 @@ int run(bool quick, bool quant_only, bool w8a8_only, bool kv_fp8_only, bool dot_
   const double bw = ceil.copy_gbs, peak = ceil.bf16_gemm_tflops;
   std::printf("ceiling: d2d copy %.0f GB/s (read + write)\n", bw);
   std::printf("ceiling: cuBLASLt bf16 GEMM 8192^3 %.0f TFLOP/s (random data)\n", peak);
-  if (w8a8_only) {
-    bench_w8a8(be, bw, peak, quick);
-    return 0;
-  }
-  if (prefill_layer_only) {
-    bench_prefill_layer(be, peak, bw);
-    return 0;
-  }
-  if (decode_steps_only) {
-    bench_decode_steps(be, peak, bw);
-    return 0;
-  }
-  if (fp8_rows_only) {
-    bench_fp8_rows(be, peak);
-    return 0;
-  }
-  if (kv_fp8_only) {
-    bench_decode_attention_kv_fp8(be, bw, peak);
-    return 0;
-  }
-  if (quant_only || dot_only) {
-    bench_quant_linears(be, bw, peak, quick, dot_only);
-    return 0;
+  switch (mode) {
+    case Mode::kAll:
+      break;
+    case Mode::kW8a8:
+      bench_w8a8(be, bw, peak, quick);
+      return 0;
+    case Mode::kPrefillLayer:
+      bench_prefill_layer(be, peak, bw);
+      return 0;
+    case Mode::kDecodeSteps:
+      bench_decode_steps(be, peak, bw);
+      return 0;
+    case Mode::kFp8Rows:
+      bench_fp8_rows(be, peak);
+      return 0;
+    case Mode::kKvFp8:
+      bench_decode_attention_kv_fp8(be, bw, peak);
+      return 0;
+    case Mode::kQuant:
+    case Mode::kQuantDot:
+      bench_quant_linears(be, bw, peak, quick, mode == Mode::kQuantDot);
+      return 0;
+    case Mode::kB1Layers:
+      bench_b1_layers(be, bw);
+      return 0;
   }
 
   // ---- decode attention, Llama-3.1-8B shape ----
@@ -836,7 +928,7 @@ int run(bool quick, bool quant_only, bool w8a8_only, bool kv_fp8_only, bool dot_
     }
   }
   bench_sampling(be, bw);
-  bench_decode_layer(be, bw);
+  bench_decode_layer(be, bw, B1Format::kBf16);
   const std::vector<std::string> quant_lines = bench_quant_linears(be, bw, peak, quick);
   be.synchronize();
 
@@ -858,29 +950,29 @@ int run(bool quick, bool quant_only, bool w8a8_only, bool kv_fp8_only, bool dot_
 }  // namespace xinfer::bench
 
 int main(int argc, char** argv) {
-  bool quick = false, quant_only = false, w8a8_only = false, kv_fp8_only = false, dot_only = false, prefill_layer = false,
-       fp8_rows = false, decode_steps = false;
+  using xinfer::bench::Mode;
+  bool quick = false;
+  Mode mode = Mode::kAll;
+  const struct {
+    const char* flag;
+    Mode mode;
+  } modes[] = {{"--quant", Mode::kQuant},           {"--quant-dot", Mode::kQuantDot},         {"--w8a8", Mode::kW8a8},
+               {"--kv-fp8", Mode::kKvFp8},          {"--prefill-layer", Mode::kPrefillLayer}, {"--fp8-rows", Mode::kFp8Rows},
+               {"--decode-steps", Mode::kDecodeSteps}, {"--b1-layers", Mode::kB1Layers}};
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) {
-      quick = true;
-    } else if (std::strcmp(argv[i], "--quant") == 0) {
-      quant_only = true;
-    } else if (std::strcmp(argv[i], "--quant-dot") == 0) {
-      dot_only = true;
-    } else if (std::strcmp(argv[i], "--w8a8") == 0) {
-      w8a8_only = true;
-    } else if (std::strcmp(argv[i], "--kv-fp8") == 0) {
-      kv_fp8_only = true;
-    } else if (std::strcmp(argv[i], "--prefill-layer") == 0) {
-      prefill_layer = true;
-    } else if (std::strcmp(argv[i], "--fp8-rows") == 0) {
-      fp8_rows = true;
-    } else if (std::strcmp(argv[i], "--decode-steps") == 0) {
-      decode_steps = true;
-    } else {
-      std::fprintf(stderr, "usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer] [--fp8-rows] [--decode-steps]\n");
+    bool known = std::strcmp(argv[i], "--quick") == 0;
+    quick = quick || known;
+    for (const auto& m : modes)
+      if (std::strcmp(argv[i], m.flag) == 0) {
+        mode = m.mode;
+        known = true;
+      }
+    if (!known) {
+      std::fprintf(stderr,
+                   "usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer] "
+                   "[--fp8-rows] [--decode-steps] [--b1-layers]\n");
       return 2;
     }
   }
-  return xinfer::bench::run(quick, quant_only, w8a8_only, kv_fp8_only, dot_only, prefill_layer, fp8_rows, decode_steps);
+  return xinfer::bench::run(quick, mode);
 }

@@ -7,32 +7,12 @@
 #include "xinfer/backend/cuda/kernels/attention/attention_dispatch.cuh"
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
 #include "xinfer/backend/cuda/kernels/attention/kv_fp8.cuh"
+#include "xinfer/backend/cuda/kernels/cp_async.cuh"
 
 namespace xinfer::cuda {
 namespace {
 
-// ---- PTX wrappers. Shared-memory operands are 32-bit shared-window addresses. ----
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global -> shared copy that skips L1; writes zeros instead when !valid (src is then not read).
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-  // No "memory" clobber: the compiler may hoist independent loads (block table) above it; the copies stay
-  // ordered with the commit / wait / barrier around them (volatile asm and barriers are not reordered).
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  cp_async_wait<0>();
-}
+// ---- PTX wrappers (cp.async: cp_async.cuh). Shared-memory operands are 32-bit shared-window addresses. ----
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

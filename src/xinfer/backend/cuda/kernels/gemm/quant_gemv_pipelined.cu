@@ -18,6 +18,7 @@
 #include <atomic>
 
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/cp_async.cuh"
 #include "xinfer/backend/cuda/kernels/gemm/quant_gemv_math.cuh"
 #include "xinfer/backend/cuda/kernels/pdl.cuh"
 
@@ -34,26 +35,6 @@ constexpr size_t kRedFloats = 2 * kWarps * kTileRows * kTileTokens;
 constexpr size_t kRedBytes = (kRedFloats + 2 * kWarps * kTileTokens) * sizeof(float);
 
 size_t smem_bytes(int stages) { return kRedBytes + static_cast<size_t>(kWarps) * stages * sizeof(Slot); }
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// 16 bytes global -> shared, L2 only, 256-byte L2 lines; src_bytes 0 fills zeros (reads nothing).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-// 4 bytes (src_bytes <= 4 of them read, the rest zero-filled).
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
 
 // A warp's position in its flattened sequence of (tile, step): tile index ti among the CTA's tiles, step u
 // of the warp's per_tile steps of that tile.
@@ -79,13 +60,13 @@ __device__ __forceinline__ void issue(const Params& p, Slot& slot, int tile, int
   for (int r = 0; r < 2; ++r) {
     const int row = tile_row(p, tile, g, r);
     const uint8_t* wrow = p.w + static_cast<size_t>(row) * G::row_bytes(p.k);
-    cp_async16(&slot.w[r][lane], in_k ? wrow + (kKind == Kind::kInt4 ? col / 2 : col) : wrow, in_k ? 16 : 0);
+    cp_async_16_stream(smem_u32(&slot.w[r][lane]), in_k ? wrow + (kKind == Kind::kInt4 ? col / 2 : col) : wrow, in_k);
     if constexpr (!is_w8a8(kKind)) {
       const size_t si = static_cast<size_t>(row) * p.G + gi;
-      cp_async4(&slot.s[r][lane], p.scales + si, 4);
+      cp_async_4(smem_u32(&slot.s[r][lane]), p.scales + si, 4);
       if (p.zeros) {
         const size_t word = si & ~size_t{3}, total = static_cast<size_t>(p.n) * p.G;
-        cp_async4(&slot.z[r][lane], p.zeros + word, static_cast<int>(min(size_t{4}, total - word)));
+        cp_async_4(smem_u32(&slot.z[r][lane]), p.zeros + word, static_cast<int>(min(size_t{4}, total - word)));
       }
     }
   }
