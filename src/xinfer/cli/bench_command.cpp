@@ -116,21 +116,26 @@ double percentile(std::vector<double> v, double p) {
 }
 
 // Where the engine thread's time went between two stats snapshots: per step kind, the count, tokens per
-// step and milliseconds per step in the model runner ("device": upload, forward, sampling, wait), and the
-// host-only time (scheduling, bookkeeping, callbacks) per step.
+// step, milliseconds per step in the model runner ("device": upload, forward, sampling, wait) and per
+// pipelined launch on the host, and the host-only time (scheduling, bookkeeping, callbacks) per step.
 nlohmann::json step_breakdown(const engine::EngineStats& a, const engine::EngineStats& b) {
-  auto kind = [](int64_t steps, int64_t tokens, double device_s) {
+  auto per = [](double s, int64_t n) { return n > 0 ? s / static_cast<double>(n) * 1e3 : 0.0; };
+  auto kind = [&](int64_t steps, int64_t tokens, double device_s, int64_t launches, double launch_s) {
     return nlohmann::json{{"steps", steps},
                           {"tokens_per_step", steps > 0 ? static_cast<double>(tokens) / static_cast<double>(steps) : 0.0},
-                          {"device_ms_per_step", steps > 0 ? device_s / static_cast<double>(steps) * 1e3 : 0.0},
-                          {"device_s", device_s}};
+                          {"device_ms_per_step", per(device_s, steps)},
+                          {"device_s", device_s},
+                          {"launches", launches},
+                          {"launch_ms_per_launch", per(launch_s, launches)}};
   };
   const int64_t steps = b.num_steps - a.num_steps;
   return {{"decode_only",
            kind(b.decode_only_steps - a.decode_only_steps, b.decode_only_tokens - a.decode_only_tokens,
-                b.decode_only_device_s - a.decode_only_device_s)},
+                b.decode_only_device_s - a.decode_only_device_s, b.decode_only_launches - a.decode_only_launches,
+                b.decode_only_launch_s - a.decode_only_launch_s)},
           {"mixed", kind(b.mixed_steps - a.mixed_steps, b.mixed_tokens - a.mixed_tokens,
-                         b.mixed_device_s - a.mixed_device_s)},
+                         b.mixed_device_s - a.mixed_device_s, b.mixed_launches - a.mixed_launches,
+                         b.mixed_launch_s - a.mixed_launch_s)},
           {"host_s", b.host_s - a.host_s},
           {"host_ms_per_step", steps > 0 ? (b.host_s - a.host_s) / static_cast<double>(steps) * 1e3 : 0.0},
           {"launch_ms_per_step", steps > 0 ? (b.launch_s - a.launch_s) / static_cast<double>(steps) * 1e3 : 0.0},
@@ -140,9 +145,14 @@ nlohmann::json step_breakdown(const engine::EngineStats& a, const engine::Engine
 void print_step_breakdown(const nlohmann::json& b) {
   for (const char* k : {"decode_only", "mixed"}) {
     const nlohmann::json& x = b[k];
-    std::printf("  %-11s steps %6lld, %7.1f tokens/step, %7.2f ms/step in the runner (%.2f s)\n", k,
+    std::printf("  %-11s steps %6lld, %7.1f tokens/step, %7.2f ms/step in the runner (%.2f s)", k,
                 static_cast<long long>(x["steps"].get<int64_t>()), x["tokens_per_step"].get<double>(),
                 x["device_ms_per_step"].get<double>(), x["device_s"].get<double>());
+    const int64_t launches = x["launches"].get<int64_t>();
+    if (launches > 0)
+      std::printf("; %lld pipelined, launching one took %.3f ms of the host time", static_cast<long long>(launches),
+                  x["launch_ms_per_launch"].get<double>());
+    std::printf("\n");
   }
   const int64_t async_steps = b["async_steps"].get<int64_t>();
   std::printf("  host (schedule + bookkeeping): %.3f ms/step (%.2f s)%s\n",

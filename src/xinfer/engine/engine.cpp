@@ -641,7 +641,10 @@ void Engine::launch_pipelined(const sched::ScheduledStep& step, bool sampled) {
   next.launched = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
-    stats_.launch_s += std::chrono::duration<double>(next.launched - launch_begin).count();
+    const double launch = std::chrono::duration<double>(next.launched - launch_begin).count();
+    stats_.launch_s += launch;
+    (next.decode_only ? stats_.decode_only_launch_s : stats_.mixed_launch_s) += launch;
+    ++(next.decode_only ? stats_.decode_only_launches : stats_.mixed_launches);
     if (in_flight_) ++stats_.async_steps;
   }
   next.sample_ids = sample_ids_;

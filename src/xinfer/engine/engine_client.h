@@ -108,8 +108,11 @@ struct EngineStats {
   double mixed_device_s = 0;
   double host_s = 0;
   // Of host_s, the pipelined steps' launches (the forward, argmax and copies enqueued on the device): the
-  // host's share of a step that the device cannot overlap once it exceeds the step's device time.
+  // host's share of a step that the device cannot overlap once it exceeds the step's device time. Also split
+  // by step kind (a decode-only step may replay a CUDA graph, a mixed one launches every kernel).
   double launch_s = 0;
+  int64_t decode_only_launches = 0, mixed_launches = 0;
+  double decode_only_launch_s = 0, mixed_launch_s = 0;
 };
 
 // Static facts about the served model, for validation and /v1/models.
