@@ -217,8 +217,8 @@ void bench_decode_attention_kv_fp8(cuda::CudaBackend& be, double bw, double peak
         const int layers = static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / layer_bytes, 1, 16));
         backend::KvCacheSpec spec{layers, batch * blocks_per_seq + 1, bs, Hkv, D, fp8 ? DType::kFP8E4M3 : DType::kBF16};
         if (fp8) {
-          spec.k_scales.assign(static_cast<size_t>(layers), 0.02f);
-          spec.v_scales.assign(static_cast<size_t>(layers), 0.03f);
+          spec.k_scales.assign(static_cast<size_t>(layers) * Hkv, 0.02f);  // [layer, KV head]
+          spec.v_scales.assign(static_cast<size_t>(layers) * Hkv, 0.03f);
         }
         backend::KvCache kv = be.allocate_kv_cache(spec);
         for (auto& l : kv.layers) {
@@ -269,8 +269,8 @@ void bench_decode_attention_kv_fp8(cuda::CudaBackend& be, double bw, double peak
       const int q_len = cached == 0 ? 2048 : 512, len = cached + q_len, blocks = (len + bs - 1) / bs;
       backend::KvCacheSpec spec{1, blocks + 1, bs, Hkv, D, fp8 ? DType::kFP8E4M3 : DType::kBF16};
       if (fp8) {
-        spec.k_scales = {0.02f};
-        spec.v_scales = {0.03f};
+        spec.k_scales.assign(Hkv, 0.02f);
+        spec.v_scales.assign(Hkv, 0.03f);
       }
       backend::KvCache kv = be.allocate_kv_cache(spec);
       if (!fp8) {
@@ -312,6 +312,52 @@ void bench_decode_attention_kv_fp8(cuda::CudaBackend& be, double bw, double peak
         be.set_fp8_kv_wgmma_prefill(true);
       }
     }
+  // rope_kv_write into an FP8 cache: plain, with the keys' Hadamard rotation (backend/kv_rotation.h; q and k
+  // rotated by 16-value butterflies and 3 shuffle stages per head), and with per-head scales. bytes = qkv read,
+  // q / k written back, the K / V codes written.
+  for (const int tokens : {480, 2048}) {
+    const int blocks = tokens / bs + 1;
+    backend::KvCacheSpec spec{1, blocks + 1, bs, Hkv, D, DType::kFP8E4M3};
+    spec.k_scales.assign(Hkv, 0.02f);
+    spec.v_scales.assign(Hkv, 0.03f);
+    backend::KvCache plain = be.allocate_kv_cache(spec);
+    spec.k_rotation = backend::KvRotation::kHadamard;
+    backend::KvCache rotated = be.allocate_kv_cache(spec);
+    for (int h = 0; h < Hkv; ++h) spec.k_scales[static_cast<size_t>(h)] = 0.02f * static_cast<float>(1 + h % 3);
+    backend::KvCache per_head = be.allocate_kv_cache(spec);
+    backend::StepPlan plan;
+    plan.max_blocks_per_seq = blocks;
+    plan.query_start_loc = {0, tokens};
+    for (int i = 0; i < blocks; ++i) plan.block_tables.push_back(1 + i);
+    for (int t = 0; t < tokens; ++t) {
+      plan.token_ids.push_back(1);
+      plan.positions.push_back(t);
+      plan.slot_mapping.push_back(bs + t);
+    }
+    plan.seq_lens = {tokens};
+    plan.max_seq_len = tokens;
+    const backend::StepMeta meta = be.upload_step(plan);
+    auto qkv = be.allocate(DType::kBF16, Shape{tokens, width});
+    std::vector<float> cs(static_cast<size_t>(tokens) * D);
+    for (int t = 0; t < tokens; ++t)
+      for (int i = 0; i < D / 2; ++i) {
+        const double a = t * std::pow(500000.0, -2.0 * i / D);
+        cs[static_cast<size_t>(t) * D + i] = static_cast<float>(std::cos(a));
+        cs[static_cast<size_t>(t) * D + D / 2 + i] = static_cast<float>(std::sin(a));
+      }
+    auto cos_sin = be.upload(TensorView{cs.data(), DType::kF32, Shape{tokens, D}}, DType::kF32);
+    fill(qkv.view, 9);
+    const double bytes = static_cast<double>(tokens) * ((Hq + 2 * Hkv) * D * 2.0 + (Hq + Hkv) * D * 2.0 + 2.0 * Hkv * D);
+    const std::pair<const backend::KvCache*, const char*> caches[] = {
+        {&plain, "plain"}, {&rotated, "hadamard"}, {&per_head, "hadamard, per-head scales"}};
+    for (const auto& [kv, label] : caches) {
+      auto op = [&](int) { be.rope_kv_write(meta, qkv.view, Hq, Hkv, D, cos_sin.view, kv->layers[0]); };
+      op(0);
+      char what[96];
+      std::snprintf(what, sizeof(what), "rope_kv_write fp8 %d tokens, %s", tokens, label);
+      report(what, time_graph(s, kOps, op), bytes, false, bw);
+    }
+  }
 }
 
 // Device sampling (CudaBackend::sample_rows): 256 rows x the Llama-3 vocabulary of N(0, 2) f32 logits (a flat

@@ -62,6 +62,18 @@ def inv_frequencies(config: dict, hd: int) -> np.ndarray:
     return np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
 
 
+def kv_rotation(d: int):
+    """docs/kv_cache.md's key rotation of an FP8 KV cache as matrices: (H, s_k, s_q) with H Sylvester's Hadamard
+    matrix H[a, b] = (-1)^popcount(a & b) on the flat index of each head value (value i < d/2 at 16 (i // 8) +
+    i % 8, value i >= d/2 at 16 ((i - d/2) // 8) + 8 + i % 8), written as a [d, d] matrix on the values
+    themselves; the cache holds k' = s_k H k and scores q' = s_q H q against it (s_k s_q d = 1, powers of two)."""
+    half = d // 2
+    flat = np.array([16 * (i // 8) + i % 8 if i < half else 16 * ((i - half) // 8) + 8 + i % 8 for i in range(d)])
+    parity = np.vectorize(lambda b: bin(int(b)).count("1") % 2)(np.bitwise_and.outer(flat, flat))
+    lg = int(math.log2(d))
+    return np.where(parity, -1.0, 1.0), 2.0 ** -((lg + 1) // 2), 2.0 ** -(lg // 2)
+
+
 def llama_forward(c: dict, w: dict, ids, lin=None, kv=None) -> np.ndarray:
     """ids [T] at positions 0..T-1 -> logits [T, V], float64. w: name -> float64 weights (HF names).
     lin(x, module) -> y replaces the linears (module e.g. "model.layers.0.self_attn.q_proj"); the default is

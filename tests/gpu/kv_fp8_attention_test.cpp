@@ -10,7 +10,9 @@
 //    bucket) with K and V scales != 1; every case with both decode variants (bf16 MMAs on codes converted by
 //    integer ops, and the default f16 one: CudaBackend::set_fp8_kv_f16_mma), and grids of many one-partition
 //    CTAs also at 8, 4 and 2 warps per CTA (CudaBackend::set_decode_many_warps);
-//  - a whole model (dummy weights, head dim 128 and 64) with an FP8 cache on both backends: greedy decode with
+//  - per-head scales (each kernel reads each KV head's own) and the keys' Hadamard rotation in rope_kv_write;
+//  - a whole model (dummy weights, head dim 128 and 64) with an FP8 cache (one layer with per-head scales,
+//    rotated keys) on both backends: greedy decode with
 //    CUDA graphs recorded and replayed (bit-identical to the padded eager step), tokens equal to the CPU's
 //    except at near-ties (gpu_test_util.h's top-2 gap rule), logits close to the CPU's and to the bf16
 //    cache's.
@@ -38,13 +40,23 @@ namespace {
 
 constexpr double kTol = 1e-2;  // relative L2 of bf16 results vs the f32 CPU backend (the bf16 tests' bound)
 
-// The same e4m3 codes in an FP8 cache on each backend.
+// The same e4m3 codes in an FP8 cache on each backend, with the layer's scales or, where head_scales_*
+// are set, scales of each KV head.
 struct Fp8Cache {
   backend::DeviceTensor kc, vc, kg, vg;
   float k_scale, v_scale;
-  backend::LayerKvCache cpu_cache() const { return {kc.view, vc.view, k_scale, v_scale}; }
-  backend::LayerKvCache gpu_cache() const { return {kg.view, vg.view, k_scale, v_scale}; }
+  backend::DeviceTensor head_k_c{}, head_v_c{}, head_k_g{}, head_v_g{};
+  backend::LayerKvCache cpu_cache() const {
+    return {kc.view, vc.view, k_scale, v_scale, head_k_c.view, head_v_c.view};
+  }
+  backend::LayerKvCache gpu_cache() const {
+    return {kg.view, vg.view, k_scale, v_scale, head_k_g.view, head_v_g.view};
+  }
 };
+
+// Per-head scales of a case: head h gets the layer's scale times 1, 2, 3, 1, 2, ... (K) and 2, 1, 2, ... (V).
+float head_k_scale(float k_scale, int h) { return k_scale * static_cast<float>(1 + h % 3); }
+float head_v_scale(float v_scale, int h) { return v_scale * static_cast<float>(2 - h % 2); }
 
 std::vector<uint8_t> random_codes(size_t n, float scale, std::mt19937& rng) {
   std::normal_distribution<float> d(0.0f, 1.0f);
@@ -62,11 +74,32 @@ void upload_codes(backend::Backend& b, const TensorView& dst, const std::vector<
   }
 }
 
-Fp8Cache make_cache(const Shape& shape, float k_scale, float v_scale, std::mt19937& rng) {
+// shape: [blocks, hkv, block_size, d]. per_head: each head's codes from N(0, 1) / its own scale.
+Fp8Cache make_cache(const Shape& shape, float k_scale, float v_scale, std::mt19937& rng, bool per_head = false) {
   Fp8Cache c{cpu().allocate(DType::kFP8E4M3, shape), cpu().allocate(DType::kFP8E4M3, shape),
              gpu().allocate(DType::kFP8E4M3, shape), gpu().allocate(DType::kFP8E4M3, shape), k_scale, v_scale};
   const auto n = static_cast<size_t>(shape.numel());
-  const auto k = random_codes(n, k_scale, rng), v = random_codes(n, v_scale, rng);
+  auto k = random_codes(n, k_scale, rng), v = random_codes(n, v_scale, rng);
+  if (per_head) {
+    const int hkv = static_cast<int>(shape[1]);
+    const size_t row = static_cast<size_t>(shape[2] * shape[3]);
+    std::vector<float> ks, vs;
+    for (int h = 0; h < hkv; ++h) {
+      ks.push_back(head_k_scale(k_scale, h));
+      vs.push_back(head_v_scale(v_scale, h));
+    }
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    for (size_t i = 0; i < n; ++i) {
+      const auto h = static_cast<size_t>((i / row) % static_cast<size_t>(hkv));
+      k[i] = to_fp8_e4m3(d(rng) / ks[h]).bits;
+      v[i] = to_fp8_e4m3(d(rng) / vs[h]).bits;
+    }
+    const Shape hs{hkv};
+    c.head_k_c = cpu().upload(host_view(ks, hs), DType::kF32);
+    c.head_v_c = cpu().upload(host_view(vs, hs), DType::kF32);
+    c.head_k_g = gpu().upload(host_view(ks, hs), DType::kF32);
+    c.head_v_g = gpu().upload(host_view(vs, hs), DType::kF32);
+  }
   upload_codes(cpu(), c.kc.view, k);
   upload_codes(cpu(), c.vc.view, v);
   upload_codes(gpu(), c.kg.view, k);
@@ -86,6 +119,7 @@ struct Fp8Case {
   std::vector<Seq> seqs;
   int width = 0;  // > 0: a graph bucket (tables padded, attention sized for width * block_size tokens)
   float k_scale = 0.05f, v_scale = 0.02f;
+  bool per_head = false;  // each KV head its own scales (head_k_scale / head_v_scale)
 };
 void PrintTo(const Fp8Case& c, std::ostream* os) { *os << c.name; }
 
@@ -98,7 +132,8 @@ TEST_P(Fp8AttentionTest, MatchesCpu) {
   const backend::StepPlan plan = make_plan(ac.seqs, ac.block_size, shuffled_blocks(total_blocks, rng), ac.width);
   const int T = plan.num_tokens();
   const int width = (ac.hq + 2 * ac.hkv) * ac.d;
-  const Fp8Cache cache = make_cache(Shape{total_blocks, ac.hkv, ac.block_size, ac.d}, ac.k_scale, ac.v_scale, rng);
+  const Fp8Cache cache =
+      make_cache(Shape{total_blocks, ac.hkv, ac.block_size, ac.d}, ac.k_scale, ac.v_scale, rng, ac.per_head);
   auto qkv = upload_both(random_bf16(static_cast<size_t>(T) * width, rng), Shape{T, width});
   auto out = allocate_both(Shape{T, ac.hq * ac.d});
   poison(out.g.view);
@@ -190,16 +225,24 @@ INSTANTIATE_TEST_SUITE_P(
         Fp8Case{"mixed_gqa8_d64_bs16_long_decode", 16, 2, 64, 16, {{4999, 1}, {0, 97}, {30, 1}, {200, 54}}},
         Fp8Case{"generic_d16_mixed", 4, 2, 16, 16, {{0, 7}, {32, 1}, {5, 33}, {2100, 1}}},
         Fp8Case{"generic_d32_bs1", 4, 2, 32, 1, {{0, 33}, {53, 1}}},
-        Fp8Case{"generic_d80_mqa", 5, 1, 80, 16, {{0, 54}, {200, 1}}}),
+        Fp8Case{"generic_d80_mqa", 5, 1, 80, 16, {{0, 54}, {200, 1}}},
+        // Per-head scales (compressed-tensors attn_head): every kernel reads each KV head's own.
+        Fp8Case{"perhead_decode_gqa4_d128", 32, 8, 128, 16, decodes({1, 54, 97, 2048, 4097}), 0, 0.05f, 0.02f, true},
+        Fp8Case{"perhead_decode_b300_gqa4_d128", 32, 8, 128, 16, decode_batch(300, 256), 0, 0.05f, 0.02f, true},
+        Fp8Case{"perhead_prefill_gqa4_d128", 32, 8, 128, 16, {{0, 97}, {0, 1500}, {3584, 129}}, 0, 0.05f, 0.02f, true},
+        Fp8Case{"perhead_mixed_gqa8_d64", 16, 2, 64, 16, {{4999, 1}, {0, 97}, {30, 1}, {200, 54}}, 0, 0.05f, 0.02f, true},
+        Fp8Case{"perhead_generic_d16", 4, 2, 16, 16, {{0, 7}, {32, 1}, {5, 33}, {2100, 1}}, 0, 0.05f, 0.02f, true}),
     [](const auto& param_info) { return param_info.param.name; });
 
 // rope_kv_write into FP8 caches: the codes of every written row equal the CPU's (both quantize the f32
 // rotation of the same bf16 inputs; a code may differ only where the two f32 rotations differ in the last
 // bit across a rounding boundary: at most one step, in at most 1 of 10^4 elements), the other rows untouched,
-// q rotated as in the bf16 tests.
+// q rotated as in the bf16 tests. Also with the keys' Hadamard rotation (backend/kv_rotation.h: the kernel's
+// butterflies in the host's order, so the same f32 bits from the same RoPE results) and per-head scales.
 TEST(Fp8RopeKvWrite, CodesMatchCpu) {
-  for (const int d : {64, 128, 16}) {
-    SCOPED_TRACE("head_dim " + std::to_string(d));
+  for (const auto& [d, rotated] : std::vector<std::pair<int, bool>>{{64, false}, {128, false}, {16, false},
+                                                                    {128, true}, {64, true}, {16, true}, {256, true}}) {
+    SCOPED_TRACE("head_dim " + std::to_string(d) + (rotated ? ", rotated keys, per-head scales" : ""));
     std::mt19937 rng(11 + d);
     const int hq = 8, hkv = 2, bs = 16;
     const std::vector<Seq> seqs = {{0, 37}, {54, 1}, {2047, 1}, {16, 33}};
@@ -217,10 +260,12 @@ TEST(Fp8RopeKvWrite, CodesMatchCpu) {
       }
     auto cos_sin = Both{cpu().upload(host_view(cs, Shape{max_pos, d}), DType::kF32),
                         gpu().upload(host_view(cs, Shape{max_pos, d}), DType::kF32)};
-    const Fp8Cache cache = make_cache(Shape{total_blocks, hkv, bs, d}, 0.03f, 0.07f, rng);
+    const Fp8Cache cache = make_cache(Shape{total_blocks, hkv, bs, d}, 0.03f, 0.07f, rng, rotated);
     auto qkv = upload_both(random_bf16(static_cast<size_t>(T) * width, rng), Shape{T, width});
-    cpu().rope_kv_write(cpu().upload_step(plan), qkv.c.view, hq, hkv, d, cos_sin.c.view, cache.cpu_cache());
-    gpu().rope_kv_write(gpu().upload_step(plan), qkv.g.view, hq, hkv, d, cos_sin.g.view, cache.gpu_cache());
+    backend::LayerKvCache cc = cache.cpu_cache(), cg = cache.gpu_cache();
+    if (rotated) cc.k_rotation = cg.k_rotation = backend::KvRotation::kHadamard;
+    cpu().rope_kv_write(cpu().upload_step(plan), qkv.c.view, hq, hkv, d, cos_sin.c.view, cc);
+    gpu().rope_kv_write(gpu().upload_step(plan), qkv.g.view, hq, hkv, d, cos_sin.g.view, cg);
     const Compare q = expect_close(qkv.g.view, qkv.c.view, kTol, "rotated qkv");
     (void)q;
     for (const bool is_k : {true, false}) {
@@ -240,8 +285,8 @@ TEST(Fp8RopeKvWrite, CodesMatchCpu) {
       std::printf("[ fp8 rope_kv_write ] d=%d %s: %zu of %zu codes differ from the cpu's\n", d, is_k ? "k" : "v",
                   differ, g.size());
       EXPECT_EQ(far, 0u) << (is_k ? "k" : "v") << ": codes more than one step apart";
-      if (is_k)
-        EXPECT_LE(differ, g.size() / 10000 + 1) << "k codes";
+      if (is_k)  // rotated: each value a sum of d RoPE results, each of which may differ in its last bit
+        EXPECT_LE(differ, g.size() / (rotated ? 1000 : 10000) + 1) << "k codes";
       else
         EXPECT_EQ(differ, 0u) << "v codes (the same f32 / scale on both)";
     }
@@ -287,8 +332,9 @@ TEST(Fp8KvModel, GreedyWithGraphsMatchesCpu) {
     const model::ModelConfig& c = mg->config();
     const int vocab = c.vocab_size, bs = 16, batch = 5;
     backend::KvCacheSpec spec{c.num_layers, 400, bs, c.num_kv_heads, c.head_dim, DType::kFP8E4M3};
-    spec.k_scales = {0.02f, 0.05f};
-    spec.v_scales = {0.01f, 0.03f};
+    spec.k_scales = {0.02f, 0.02f, 0.05f, 0.04f};  // [layer, KV head]: layer 1 per head
+    spec.v_scales = {0.01f, 0.01f, 0.03f, 0.02f};
+    spec.k_rotation = backend::KvRotation::kHadamard;
     backend::KvCacheSpec spec_bf16{c.num_layers, 400, bs, c.num_kv_heads, c.head_dim, DType::kBF16};
     backend::KvCacheSpec spec_cpu = spec;
     engine::ModelRunner rg(*mg, gpu(), spec, engine::GraphMode::kOff);

@@ -61,11 +61,22 @@ def e4m3(x: np.ndarray) -> np.ndarray:
 
 
 class Fp8KvLlama(Llama):
-    """The reference with an FP8 KV cache: attention reads e4m3(k / scale) * scale and e4m3(v / scale) * scale."""
+    """The reference with an FP8 KV cache: attention reads e4m3(k / scale) * scale and e4m3(v / scale) * scale.
+    rotated: the cache holds k' = H k 2^-ceil(log2(d)/2) and attention scores q' = H q 2^-floor(log2(d)/2) against
+    it; q' . e4m3(k') = q . k_eff with k_eff = 2^-floor(log2(d)/2) H^T e4m3(k') (H symmetric), which is what this
+    reference gives attention instead of k."""
 
-    def __init__(self, model_dir: pathlib.Path, scale: float):
+    def __init__(self, model_dir: pathlib.Path, scale: float, rotated: bool = False):
         super().__init__(model_dir)
-        self.kv = lambda k, v, layer: (e4m3(k / scale) * scale, e4m3(v / scale) * scale)
+        h, sk, sq = numpy_llama.kv_rotation(self.c.get("head_dim") or self.c["hidden_size"] // self.c["num_attention_heads"])
+
+        def kv(k, v, layer):
+            if rotated:
+                k = sq * (e4m3((k @ h.T) * sk / scale) * scale) @ h  # rows: k' = H k; back: H^T k'
+            else:
+                k = e4m3(k / scale) * scale
+            return k, e4m3(v / scale) * scale
+        self.kv = kv
 
 
 def log_softmax(z: np.ndarray) -> np.ndarray:
@@ -265,17 +276,19 @@ def test_scoring_threads_do_not_change_the_figures(xinfer_bin, tmp_path, shakesp
         assert runs[0][k] == runs[1][k], k
 
 
-@pytest.mark.parametrize("scale", [1.0, 0.03])
-def test_fp8_kv_cache_matches_an_e4m3_emulation(xinfer_bin, tmp_path, shakespeare, scale):
+@pytest.mark.parametrize("scale,rotation", [(1.0, "none"), (0.03, "none"), (1.0, "hadamard"), (0.03, "auto")])
+def test_fp8_kv_cache_matches_an_e4m3_emulation(xinfer_bin, tmp_path, shakespeare, scale, rotation):
     """--kv-cache-dtype fp8 (docs/kv_cache.md) against the float64 reference whose attention reads the
-    e4m3-rounded rotated k and v (OCP E4M3FN from its definition, above): ppl, and KL / top-1 against the
+    e4m3-rounded rope'd k (Hadamard-rotated before rounding unless --kv-cache-rotation none; auto rotates the
+    bundled model's head_dim 32) and v (OCP E4M3FN from its definition, above): ppl, and KL / top-1 against the
     model's own float cache as --reference (the reference's ppl is the float model's)."""
     text = shakespeare[:1500]
     ids = hf_ids(BUNDLED, text)[:300]
-    want = guide_ppl(Fp8KvLlama(BUNDLED, scale), ids, 128, 64, reference=Llama(BUNDLED))
+    want = guide_ppl(Fp8KvLlama(BUNDLED, scale, rotated=rotation != "none"), ids, 128, 64, reference=Llama(BUNDLED))
     plain = guide_ppl(Llama(BUNDLED), ids, 128, 64)
     got = eval_json(xinfer_bin, tmp_path, text, "--model", BUNDLED, "--reference", BUNDLED, "--ctx", 128,
-                    "--stride", 64, "--max-tokens", 300, "--kv-cache-dtype", "fp8", "--kv-cache-scale", scale)
+                    "--stride", 64, "--max-tokens", 300, "--kv-cache-dtype", "fp8", "--kv-cache-scale", scale,
+                    "--kv-cache-rotation", rotation)
     assert_matches(got, want, 128, 64)
     assert got["reference_ppl"] == pytest.approx(plain["ppl"], rel=REL)
     assert got["kl"] == pytest.approx(want["kl"], rel=1e-2, abs=1e-6)  # a small difference of two models

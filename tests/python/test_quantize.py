@@ -19,6 +19,7 @@ import sys
 
 import numpy as np
 import pytest
+from tokenizers import Tokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -212,6 +213,104 @@ def test_quantized_is_close_to_the_float_model(written):
 
 
 # --------------------------------------------------------------------------------------------------
+# FP8 KV-cache scales (--kv-cache-scheme fp8)
+
+KV_CASES = {  # name -> quantize flags
+    "kv-tensor": ["--scheme", "none", "--kv-cache-scheme", "fp8"],
+    "kv-head": ["--scheme", "none", "--kv-cache-scheme", "fp8", "--kv-cache-strategy", "attn_head"],
+    "w8a16-kv-head": ["--scheme", "w8a16", "--kv-cache-scheme", "fp8", "--kv-cache-strategy", "attn_head"],
+}
+
+
+@pytest.fixture(scope="module")
+def kv_written(xinfer_bin, calib, tmp_path_factory):
+    base = tmp_path_factory.mktemp("kv")
+    for name, args in KV_CASES.items():
+        quantize(xinfer_bin, calib, base / name, *args)
+    return {name: base / name for name in KV_CASES}
+
+
+def kv_maxima(model_dir: pathlib.Path, windows) -> tuple[np.ndarray, np.ndarray]:
+    """numpy's calibration (float64 forward of the float model): per layer and KV head, the largest |k| after RoPE
+    (also Hadamard-rotated as xinfer's FP8 cache stores keys) and |v| over the windows: [layers, heads] each."""
+    c = json.loads((model_dir / "config.json").read_text())
+    w = ref.numpy_llama.read_float_safetensors(model_dir / "model.safetensors")
+    hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    h, sk, _ = ref.numpy_llama.kv_rotation(hd)
+    km = np.zeros((c["num_hidden_layers"], c["num_key_value_heads"]))
+    vm = np.zeros_like(km)
+
+    def hook(k, v, layer):
+        km[layer] = np.maximum(km[layer], np.maximum(np.abs(k).max((0, 2)), np.abs(sk * k @ h.T).max((0, 2))))
+        vm[layer] = np.maximum(vm[layer], np.abs(v).max((0, 2)))
+        return k, v
+    for ids in windows:
+        ref.numpy_llama.llama_forward(c, w, ids, kv=hook)
+    return km, vm
+
+
+@pytest.mark.parametrize("name", list(KV_CASES))
+def test_kv_cache_scales_are_the_calibration_maxima(kv_written, calib, name):
+    """config.json's kv_cache_scheme and the self_attn.k_scale / v_scale tensors (compressed-tensors' shapes) equal
+    numpy's max |x| / 448 over the same calibration windows (4 x 64 tokens, no special tokens)."""
+    out = kv_written[name]
+    head = "attn_head" in " ".join(KV_CASES[name])
+    qc = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert qc["kv_cache_scheme"] == {"num_bits": 8, "type": "float", "symmetric": True,
+                                     "strategy": "attn_head" if head else "tensor", "group_size": None,
+                                     "dynamic": False, "observer": "minmax", "observer_kwargs": {}, "actorder": None,
+                                     "block_structure": None}
+    if name.startswith("kv-"):  # weights as they were: a dense checkpoint with the KV scheme alone
+        assert qc["format"] == "dense" and qc["config_groups"] == {} and qc["ignore"] == ["lm_head"]
+    t = ref.read_safetensors(out / "model.safetensors")
+    ids = Tokenizer.from_file(str(BUNDLED / "tokenizer.json")).encode(calib.read_text(), add_special_tokens=False).ids
+    km, vm = kv_maxima(BUNDLED, [ids[i * 64:(i + 1) * 64] for i in range(4)])
+    heads = km.shape[1]
+    for layer in range(km.shape[0]):
+        k = t[f"model.layers.{layer}.self_attn.k_scale"]
+        v = t[f"model.layers.{layer}.self_attn.v_scale"]
+        assert k.shape == ((heads, 1, 1) if head else ()) and v.shape == k.shape
+        want_k = km[layer] / 448 if head else km[layer].max() / 448
+        want_v = vm[layer] / 448 if head else vm[layer].max() / 448
+        np.testing.assert_allclose(k.reshape(-1), np.ravel(want_k), rtol=1e-4)
+        np.testing.assert_allclose(v.reshape(-1), np.ravel(want_v), rtol=1e-4)
+    report = json.loads((out / "quantization_report.json").read_text())
+    assert report["kv_cache"]["tokens"] == 256 and len(report["kv_cache"]["layers"]) == km.shape[0]
+
+
+def test_fp8_cache_with_calibrated_scales_matches_numpy(xinfer_bin, kv_written, tmp_path, calib):
+    """`eval ppl --kv-cache-dtype fp8` on the attn_head checkpoint reads each KV head's scales (and rotates keys):
+    its NLL equals the float64 forward whose attention reads e4m3(s_k H k / k_scale) k_scale rotated back and
+    e4m3(v / v_scale) v_scale with the checkpoint's scales."""
+    out = kv_written["kv-head"]
+    c = json.loads((out / "config.json").read_text())
+    w = ref.numpy_llama.read_float_safetensors(out / "model.safetensors")
+    hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    h, sk, sq = ref.numpy_llama.kv_rotation(hd)
+    text = calib.read_text()[-3000:]  # not the calibration windows' text
+    ids = Tokenizer.from_file(str(out / "tokenizer.json")).encode(text).ids[:128]
+
+    def kv(k, v, layer):
+        ks = w[f"model.layers.{layer}.self_attn.k_scale"].reshape(1, -1, 1)
+        vs = w[f"model.layers.{layer}.self_attn.v_scale"].reshape(1, -1, 1)
+        return sq * (ref.round_e4m3(sk * k @ h.T / ks) * ks) @ h, ref.round_e4m3(v / vs) * vs
+    logits = ref.numpy_llama.llama_forward(c, w, ids, kv=kv)
+    z = logits - logits.max(-1, keepdims=True)
+    lp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    want = -lp[np.arange(len(ids) - 1), ids[1:]].sum()
+    path = tmp_path / "text.txt"
+    path.write_text(text)
+    p = subprocess.run([str(xinfer_bin), "eval", "ppl", "--model", str(out), "--text", str(path), "--ctx", "128",
+                        "--max-tokens", "128", "--kv-cache-dtype", "fp8", "--json", "--no-progress", "--threads", "2"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "scales: checkpoint k_scale / v_scale per head" in p.stderr and "keys rotated: hadamard" in p.stderr, p.stderr
+    got = json.loads(p.stdout)
+    assert got["tokens_scored"] == len(ids) - 1
+    assert got["nll_sum"] == pytest.approx(want, rel=1e-4)
+
+
+# --------------------------------------------------------------------------------------------------
 # Bad input
 
 
@@ -261,6 +360,11 @@ def test_group_size_that_divides_no_width_is_refused(xinfer_bin, calib, stories2
     (["--scheme", "w8a8-int8", "--quantized-layers", "first:99"], "--quantized-layers 'first:99'"),
     (["--scheme", "w8a8-int8", "--method", "awq"], "--method must be rtn or gptq"),
     (["--scheme", "w4a16", "--weight-clip", "max"], "--weight-clip must be minmax or mse"),
+    (["--scheme", "none"], "--scheme none quantizes no weight: give --kv-cache-scheme fp8"),
+    (["--scheme", "w8a16", "--kv-cache-scheme", "int8"], "--kv-cache-scheme must be none or fp8"),
+    (["--scheme", "none", "--kv-cache-scheme", "fp8", "--kv-cache-strategy", "channel"],
+     "--kv-cache-strategy must be tensor or attn_head"),
+    (["--scheme", "none", "--kv-cache-scheme", "fp8", "--max-ppl-increase", "1"], "--scheme none quantizes no layer"),
 ])
 def test_bad_flags_are_refused_before_any_work(xinfer_bin, calib, tmp_path, args, message):
     p = quantize(xinfer_bin, calib, tmp_path / "out", *args, check=False)

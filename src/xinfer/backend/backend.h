@@ -17,9 +17,12 @@
 // sequences).
 // The blocks hold the activation dtype, or FP8 E4M3 (--kv-cache-dtype fp8, where supports_kv_cache_dtype()):
 // rope_kv_write stores e4m3(x / scale) (round to nearest even, saturated to +-448) and attention reads
-// e4m3 * scale, with one scale per layer for K and one for V (LayerKvCache::k_scale / v_scale).
+// e4m3 * scale, with one scale per layer for K and one for V (LayerKvCache::k_scale / v_scale), or one per
+// layer and KV head (k_head_scales / v_head_scales). With LayerKvCache::k_rotation (kv_rotation.h),
+// rope_kv_write also rotates every q and k head after RoPE (q . k unchanged) and the cache holds rotated keys.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "xinfer/backend/counter_rng.h"
+#include "xinfer/backend/kv_rotation.h"
 #include "xinfer/core/status.h"
 #include "xinfer/core/tensor.h"
 #include "xinfer/quant/weight_format.h"
@@ -95,22 +99,37 @@ struct KvCacheSpec {
   int num_kv_heads = 0;
   int head_dim = 0;
   DType dtype = DType::kF32;
-  // FP8 caches: per-layer dequantization scales (x = e4m3 * scale), [num_layers] each, or empty (1.0).
+  // FP8 caches: dequantization scales (x = e4m3 * scale) of every layer's KV heads in the whole model,
+  // [num_layers, total_kv_heads] each (row-major), or empty (1.0). This cache holds the heads
+  // [kv_head_begin, kv_head_begin + num_kv_heads) (a tensor-parallel rank's; total_kv_heads 0: num_kv_heads).
   std::vector<float> k_scales = {}, v_scales = {};
+  int total_kv_heads = 0;
+  int kv_head_begin = 0;
+  KvRotation k_rotation = KvRotation::kNone;  // keys (and q) stored rotated (kv_rotation.h)
+  int scale_heads() const { return total_kv_heads > 0 ? total_kv_heads : num_kv_heads; }
   size_t bytes_per_block() const {  // K and V of one block across all layers
     return 2 * static_cast<size_t>(num_layers) * dtype_bytes(dtype, static_cast<size_t>(num_kv_heads) *
                                                                          block_size * head_dim);
   }
 };
 
-// One layer's cache: k, v: [num_blocks, num_kv_heads, block_size, D]. In an FP8 (e4m3) cache an element
-// stands for e4m3 * k_scale (K) or e4m3 * v_scale (V); the scales are unused for other dtypes.
+// One layer's cache: k, v: [num_blocks, num_kv_heads, block_size, D]. In an FP8 (e4m3) cache an element of
+// KV head h stands for e4m3 * k_scale (K) or e4m3 * v_scale (V), or, where the layer's heads have scales of
+// their own, e4m3 * k_head_scales[h] / v_head_scales[h] ([num_kv_heads] f32 on the backend's device; k_scale /
+// v_scale are then unused); the scales are unused for other dtypes. k_rotation: rope_kv_write rotates q and k
+// after RoPE (kv_rotation.h), so the cache holds rotated keys and attention reads them with rotated queries.
 struct LayerKvCache {
   TensorView k;
   TensorView v;
   float k_scale = 1.0f;
   float v_scale = 1.0f;
+  TensorView k_head_scales{}, v_head_scales{};
+  KvRotation k_rotation = KvRotation::kNone;
   bool fp8() const { return k.dtype == DType::kFP8E4M3; }
+  bool per_head_scales() const { return !k_head_scales.empty(); }
+  // Host backends (the scales in host memory): the scales of KV head h.
+  float host_k_scale(int h) const { return per_head_scales() ? k_head_scales.as<float>()[h] : k_scale; }
+  float host_v_scale(int h) const { return per_head_scales() ? v_head_scales.as<float>()[h] : v_scale; }
 };
 
 // The whole KV cache: per-layer views plus the buffers that own them.
@@ -268,21 +287,48 @@ class Backend {
   // dtype everywhere; backends that implement the FP8 cache add kFP8E4M3.
   virtual bool supports_kv_cache_dtype(DType d) const { return d == info().activation_dtype; }
   // K and V for every layer, each [num_blocks, num_kv_heads, block_size, D] in spec.dtype (the activation
-  // dtype, or one supports_kv_cache_dtype() accepts), with spec's per-layer scales.
+  // dtype, or one supports_kv_cache_dtype() accepts), with spec's scales of this cache's heads (one per layer
+  // where they are all equal, else uploaded per head) and its key rotation.
   KvCache allocate_kv_cache(const KvCacheSpec& spec) {
     XI_CHECK(supports_kv_cache_dtype(spec.dtype))
         << info().name << ": no KV cache in " << dtype_name(spec.dtype) << " (its attention reads "
         << dtype_name(info().activation_dtype) << ")";
-    XI_CHECK(spec.k_scales.empty() || static_cast<int>(spec.k_scales.size()) == spec.num_layers);
-    XI_CHECK(spec.v_scales.empty() || static_cast<int>(spec.v_scales.size()) == spec.num_layers);
+    const size_t heads = static_cast<size_t>(spec.scale_heads());
+    XI_CHECK(spec.k_scales.empty() || spec.k_scales.size() == static_cast<size_t>(spec.num_layers) * heads);
+    XI_CHECK(spec.v_scales.size() == spec.k_scales.size());
+    XI_CHECK(spec.k_scales.empty() ||
+             (spec.kv_head_begin >= 0 && spec.kv_head_begin + spec.num_kv_heads <= spec.scale_heads()))
+        << "KV heads [" << spec.kv_head_begin << ", +" << spec.num_kv_heads << ") of " << spec.scale_heads();
+    XI_CHECK(spec.k_rotation == KvRotation::kNone || kv_rotation_supported(spec.head_dim))
+        << "no key rotation for head_dim " << spec.head_dim;
     KvCache cache;
     const Shape shape{spec.num_blocks, spec.num_kv_heads, spec.block_size, spec.head_dim};
     for (int l = 0; l < spec.num_layers; ++l) {
       DeviceTensor k = allocate(spec.dtype, shape);
       DeviceTensor v = allocate(spec.dtype, shape);
-      const auto li = static_cast<size_t>(l);
-      cache.layers.push_back({k.view, v.view, spec.k_scales.empty() ? 1.0f : spec.k_scales[li],
-                              spec.v_scales.empty() ? 1.0f : spec.v_scales[li]});
+      LayerKvCache layer{k.view, v.view};
+      layer.k_rotation = spec.k_rotation;
+      if (!spec.k_scales.empty()) {
+        const size_t first = static_cast<size_t>(l) * heads + static_cast<size_t>(spec.kv_head_begin);
+        const std::vector<float> ks(spec.k_scales.begin() + static_cast<std::ptrdiff_t>(first),
+                                    spec.k_scales.begin() + static_cast<std::ptrdiff_t>(first) + spec.num_kv_heads);
+        const std::vector<float> vs(spec.v_scales.begin() + static_cast<std::ptrdiff_t>(first),
+                                    spec.v_scales.begin() + static_cast<std::ptrdiff_t>(first) + spec.num_kv_heads);
+        auto uniform = [](const std::vector<float>& x) { return std::all_of(x.begin(), x.end(), [&](float a) { return a == x[0]; }); };
+        if (uniform(ks) && uniform(vs)) {
+          layer.k_scale = ks[0];
+          layer.v_scale = vs[0];
+        } else {
+          const Shape hs{spec.num_kv_heads};
+          DeviceTensor kd = upload(TensorView{const_cast<float*>(ks.data()), DType::kF32, hs}, DType::kF32);
+          DeviceTensor vd = upload(TensorView{const_cast<float*>(vs.data()), DType::kF32, hs}, DType::kF32);
+          layer.k_head_scales = kd.view;
+          layer.v_head_scales = vd.view;
+          cache.buffers.push_back(std::move(kd.buffer));
+          cache.buffers.push_back(std::move(vd.buffer));
+        }
+      }
+      cache.layers.push_back(layer);
       cache.buffers.push_back(std::move(k.buffer));
       cache.buffers.push_back(std::move(v.buffer));
     }

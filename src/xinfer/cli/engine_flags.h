@@ -15,6 +15,7 @@ struct EngineFlags {
   std::string backend = "cpu";                         // parsed into config.backend by finish()
   ByteSize kv_cache_memory{uint64_t{1} << 30};         // config.kv_cache_memory
   std::string kv_cache_dtype = "auto";                 // parsed into config.kv_cache_dtype by finish()
+  std::string kv_cache_rotation = "auto";              // parsed into config.kv_cache_rotation by finish()
   bool enforce_eager = false;                          // !config.enable_cuda_graphs
   bool host_sampling = false;                          // !config.device_greedy && !config.device_sampling
   bool async_scheduling = true;                        // config.async_scheduling when given (else: auto)

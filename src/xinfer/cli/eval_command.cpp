@@ -127,7 +127,7 @@ int run_ppl(int argc, char** argv) {
   int64_t max_tokens = 0;
   std::optional<int64_t> stride_flag;  // unset: ctx
   bool as_json = false, progress = true, add_special = true;
-  std::string kv_cache_dtype = "auto";
+  std::string kv_cache_dtype = "auto", kv_cache_rotation = "auto";
   float kv_cache_scale = 0.0f;
   FlagSet flags(
       "xinfer eval ppl",
@@ -160,6 +160,8 @@ int run_ppl(int argc, char** argv) {
             "--model's KV cache: auto (the activation dtype) or fp8 (e4m3; --reference keeps auto), as serve");
   flags.add("--kv-cache-scale", &kv_cache_scale,
             "fp8 KV cache scale of K and V (0 = the checkpoint's k_scale / v_scale, else 1.0), as serve");
+  flags.add("--kv-cache-rotation", &kv_cache_rotation,
+            "fp8 KV cache: keys stored Hadamard-rotated (auto: where head_dim allows it; hadamard; none), as serve");
   flags.add("--threads", &threads, "CPU backend threads, and the threads scoring the logits; 0 = all cores");
   flags.add("--scoring-threads", &scoring_threads,
             "threads scoring the logits (log-softmax, KL, top-1) if not --threads; the figures do not depend on it");
@@ -248,7 +250,9 @@ int run_ppl(int argc, char** argv) {
   backend::Backend& backend = **backend_or;
   auto kv_dtype = engine::parse_kv_cache_dtype(kv_cache_dtype);
   if (!kv_dtype.ok()) return fail(kv_dtype.status());
-  auto kv = engine::resolve_kv_cache(*kv_dtype, kv_cache_scale, model_path, configs[0].num_layers, true, backend);
+  auto kv_rotation = engine::parse_kv_cache_rotation(kv_cache_rotation);
+  if (!kv_rotation.ok()) return fail(kv_rotation.status());
+  auto kv = engine::resolve_kv_cache({*kv_dtype, kv_cache_scale, *kv_rotation}, model_path, configs[0], true, backend);
   if (!kv.ok()) return fail(kv.status());
   if (*kv_dtype != engine::KvCacheDtype::kAuto) XI_LOG(INFO) << "model: KV cache " << kv->to_string();
 

@@ -291,15 +291,23 @@ int run_quantize(int argc, char** argv) {
   double max_ppl_increase = -1, damp = 0.01;
   bool static_groups = true;
   bool overwrite = false, act_order = false, symmetric = true, progress = true;
-  std::string table_rows, table_out, gptq_hessians = "sequential";
+  std::string table_rows, table_out, gptq_hessians = "sequential", kv_cache_scheme = "none",
+                                     kv_cache_strategy = "tensor";
   FlagSet flags("xinfer quantize",
                 "Quantize a float model into a compressed-tensors checkpoint, on the CPU.\n"
                 "Schemes: w8a8-int8 (SmoothQuant: int8 per-channel weights, dynamic per-token int8 activations),\n"
                 "w8a8-fp8 (e4m3 per-channel weights, dynamic per-token e4m3 activations), w8a16 (int8 per\n"
-                "channel), w4a16 (int4 per group). A .gguf model is dequantized to float first.\n"
+                "channel), w4a16 (int4 per group), none (weights as they are: with --kv-cache-scheme fp8, a\n"
+                "checkpoint of FP8 KV-cache scales alone). A .gguf model is dequantized to float first.\n"
                 "Example: xinfer quantize --model m.gguf --scheme w8a8-int8 --calib wiki.valid.txt --out q8");
   flags.add("--model", &model_path, "float model: Hugging Face directory or .gguf file");
-  flags.add("--scheme", &scheme_name, "w8a8-int8 | w8a8-fp8 | w8a16 | w4a16");
+  flags.add("--scheme", &scheme_name, "w8a8-int8 | w8a8-fp8 | w8a16 | w4a16 | none");
+  flags.add("--kv-cache-scheme", &kv_cache_scheme,
+            "none, or fp8: also calibrate FP8 (e4m3) KV-cache scales (max |k| and |v| over the calibration windows "
+            "/ 448; k covering the plain and the Hadamard-rotated keys) and write them as compressed-tensors' "
+            "kv_cache_scheme with self_attn.k_scale / v_scale, read by `serve --kv-cache-dtype fp8` (and vLLM)");
+  flags.add("--kv-cache-strategy", &kv_cache_strategy,
+            "fp8 KV-cache scales: tensor (one per layer for K and for V) or attn_head (one per KV head)");
   flags.add("--calib", &calib_path, "calibration text (UTF-8)");
   flags.add("--calib-samples", &calib_samples, "calibration windows");
   flags.add("--calib-len", &calib_len, "tokens per calibration window");
@@ -370,6 +378,16 @@ int run_quantize(int argc, char** argv) {
   if (weight_scales != "channel" && weight_scales != "tensor")
     return fail(invalid_argument("--weight-scales must be channel or tensor, got '" + weight_scales + "'"));
   if (calib_samples <= 0 || calib_len < 2) return fail(invalid_argument("--calib-samples must be > 0 and --calib-len >= 2"));
+  if (kv_cache_scheme != "none" && kv_cache_scheme != "fp8")
+    return fail(invalid_argument("--kv-cache-scheme must be none or fp8, got '" + kv_cache_scheme + "'"));
+  auto kv_strategy = compress::parse_kv_scale_strategy(kv_cache_strategy);
+  if (!kv_strategy.ok()) return fail(kv_strategy.status());
+  if (*scheme == compress::Scheme::kNone && kv_cache_scheme == "none")
+    return fail(invalid_argument("--scheme none quantizes no weight: give --kv-cache-scheme fp8 (KV-cache scales only)"));
+  if (*scheme == compress::Scheme::kNone && (max_ppl_increase >= 0 || flags.was_set("--quantized-layers")))
+    return fail(invalid_argument("--scheme none quantizes no layer: --max-ppl-increase / --quantized-layers do not apply"));
+  if (kv_cache_scheme != "none" && !table_rows.empty())
+    return fail(invalid_argument("--kv-cache-scheme applies to --out, not to --table rows"));
   if (group_size != 32 && group_size != 64 && group_size != 128)
     return fail(invalid_argument("--group-size must be 32, 64 or 128, got " + std::to_string(group_size)));
   compress::QuantizeOptions qo;
@@ -384,6 +402,7 @@ int run_quantize(int argc, char** argv) {
   qo.gptq_sequential = gptq_hessians == "sequential";
   qo.max_sample_rows = sample_rows;
   qo.progress = progress;
+  if (kv_cache_scheme == "fp8") qo.kv_cache = *kv_strategy;
   if (alpha == "none") {
     qo.smooth = false;
   } else if (alpha != "search") {
@@ -486,6 +505,7 @@ int run_quantize(int argc, char** argv) {
       runner.run(w.subspan(b, e - b), static_cast<int>(b), static_cast<int>(e - b));
     }
   };
+  hooks.window_kv = [&]() -> const backend::KvCache& { return runner.kv_cache(); };
   if (need_heldout)
     hooks.heldout_ppl = [&]() {
       engine::PerplexityOptions po;
@@ -563,6 +583,7 @@ int run_quantize(int argc, char** argv) {
   }
   json summary = report;
   summary.erase("layers");
+  if (summary.contains("kv_cache")) summary["kv_cache"].erase("layers");
   std::printf("%s\n", summary.dump().c_str());
   return 0;
 }

@@ -17,12 +17,21 @@ const char* compression_format(Scheme s) {
     case Scheme::kW8A8Fp8: return "float-quantized";
     case Scheme::kW8A16:
     case Scheme::kW4A16: return "pack-quantized";
+    case Scheme::kNone: return "dense";
   }
   return "?";
 }
 
 nlohmann::ordered_json quantization_config(const SchemeOptions& scheme, const char* actorder,
-                                           const std::vector<std::string>& ignore) {
+                                           const std::vector<std::string>& ignore, nlohmann::ordered_json kv_cache_scheme) {
+  if (scheme.scheme == Scheme::kNone)  // dense weights; the KV cache's scales alone
+    return {{"quant_method", "compressed-tensors"},
+            {"format", "dense"},
+            {"quantization_status", "compressed"},
+            {"config_groups", nlohmann::ordered_json::object()},
+            {"ignore", {"lm_head"}},
+            {"kv_cache_scheme", kv_cache_scheme},
+            {"global_compression_ratio", nullptr}};
   const WeightQuantArgs a = weight_args(scheme);
   nlohmann::ordered_json w = {{"num_bits", a.bits},
                               {"type", a.is_float ? "float" : "int"},
@@ -55,7 +64,7 @@ nlohmann::ordered_json quantization_config(const SchemeOptions& scheme, const ch
           {"quantization_status", "compressed"},
           {"config_groups", {{"group_0", group}}},
           {"ignore", ignore},
-          {"kv_cache_scheme", nullptr},
+          {"kv_cache_scheme", kv_cache_scheme},
           {"global_compression_ratio", nullptr}};
 }
 

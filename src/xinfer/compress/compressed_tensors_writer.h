@@ -5,7 +5,8 @@
 //                      {"quant_method": "compressed-tensors", "format": F, "quantization_status": "compressed",
 //                       "config_groups": {"group_0": {"targets": ["Linear"], "weights": W, "input_activations":
 //                       A or null, "output_activations": null}}, "ignore": ["lm_head", kept layers' modules],
-//                       "kv_cache_scheme": null}
+//                       "kv_cache_scheme": null or K (--kv-cache-scheme fp8)}
+//                      (--scheme none: "format": "dense", "config_groups": {}, only the KV cache's scheme)
 //   model.safetensors  dense tensors in f32 (embeddings, norms, kept layers, lm_head), and per quantized module:
 //     int-quantized   (w8a8-int8):  weight I8 [N, K], weight_scale F32 [N, 1] (channel) or [1] (tensor)
 //     float-quantized (w8a8-fp8):   weight F8_E4M3 [N, K], weight_scale as above
@@ -17,6 +18,9 @@
 //        observer "minmax", actorder null|"weight"|"group" (group strategy only: compressed-tensors refuses it
 //        otherwise), block_structure null, observer_kwargs {}};
 //   A = {num_bits 8, type, symmetric true, strategy "token", dynamic true, observer null, ...} (W8A8 only).
+//   K = {num_bits 8, type "float", symmetric true, strategy "tensor" | "attn_head", dynamic false, observer
+//        "minmax", ...}, with model.layers.N.self_attn.k_scale / v_scale F32, shape [] (tensor) or [Hkv, 1, 1]
+//        (attn_head), from the calibration (kv_scales.h).
 //   tokenizer files    copied from a model directory; from a GGUF file, tokenizer.json and
 //                      tokenizer_config.json (with the chat template) built from its metadata.
 // The directory is written under a temporary name next to `out` and renamed at the end, so a failure
@@ -39,9 +43,11 @@ namespace xinfer::compress {
 
 const char* compression_format(Scheme s);  // "int-quantized", "float-quantized", "pack-quantized"
 
-// actorder: nullptr (none), "weight" (static groups) or "group" (g_idx written per module).
+// actorder: nullptr (none), "weight" (static groups) or "group" (g_idx written per module). kv_cache_scheme: the
+// FP8 KV cache's (kv_scales.h) or null. Scheme none: format "dense", no config group.
 nlohmann::ordered_json quantization_config(const SchemeOptions& scheme, const char* actorder,
-                                           const std::vector<std::string>& ignore);
+                                           const std::vector<std::string>& ignore,
+                                           nlohmann::ordered_json kv_cache_scheme = nullptr);
 
 // Adds `prefix`.weight / weight_scale / ... for one module (prefix e.g. "model.layers.3.self_attn.q_proj").
 void add_quantized_module(SafetensorsWriter& st, const std::string& prefix, const QuantizedWeight& q,

@@ -34,10 +34,16 @@ Status ModelQuantizer::calibrate(const std::vector<std::vector<int32_t>>& window
                               "--method rtn without the Hessians)");
   calib_ = std::make_shared<CalibrationCollector>(model_.config(), co);
   calib_->set_windows(windows);
+  if (options_.kv_cache) {
+    if (!hooks.window_kv) return invalid_argument("FP8 KV-cache scales need the calibration windows' KV cache");
+    const model::ModelConfig& c = model_.config();
+    kv_.emplace(c.num_layers, c.num_kv_heads, c.head_dim);
+  }
   model_.set_observer(calib_.get());
   ProgressBar bar("Calibrating", static_cast<int64_t>(windows.size()), "windows", options_.progress);
   for (const auto& w : windows) {
     hooks.forward(w);
+    if (kv_) kv_->observe(hooks.window_kv(), static_cast<int>(w.size()));
     bar.advance(1);
   }
   bar.finish();
@@ -114,6 +120,10 @@ Status ModelQuantizer::prepare() {
                   L, "layers", options_.progress);
   for (int l = 0; l < L; ++l) {
     XI_ASSIGN_OR_RETURN(original_[static_cast<size_t>(l)], copy_layer(backend_, model_, l));
+    if (options_.scheme.scheme == Scheme::kNone) {  // nothing to quantize: the layer is written as it is
+      bar.advance(1);
+      continue;
+    }
     HostLayer work = original_[static_cast<size_t>(l)];
     std::array<std::vector<float>, kNumSites> factors;
     if (smooth)
@@ -208,6 +218,10 @@ void ModelQuantizer::apply(const std::vector<bool>& quantized) {
 
 Status ModelQuantizer::select(const QuantizeHooks& hooks) {
   const int L = model_.config().num_layers;
+  if (options_.scheme.scheme == Scheme::kNone) {  // no layer has a quantized form
+    mask_.assign(static_cast<size_t>(L), false);
+    return Status();
+  }
   const LayerSelection& sel = options_.selection;
   std::vector<int> order;
   if (sel.needs_sensitivity()) {
@@ -303,8 +317,8 @@ nlohmann::ordered_json ModelQuantizer::report() const {
       groups[model::linear_site_name(site)] = g;
     }
     j["groups"] = groups;
-    nlohmann::ordered_json mods;
-    for (int m = 0; m < kNumModules; ++m) {
+    nlohmann::ordered_json mods = nlohmann::ordered_json::object();
+    for (int m = 0; m < static_cast<int>(modules_[static_cast<size_t>(l)].size()); ++m) {
       const QuantizedWeight& q = modules_[static_cast<size_t>(l)][static_cast<size_t>(m)];
       mods[module_name(m)] = {{"scale_min", *std::min_element(q.scales.begin(), q.scales.end())},
                               {"scale_max", *std::max_element(q.scales.begin(), q.scales.end())}};
@@ -338,6 +352,7 @@ nlohmann::ordered_json ModelQuantizer::report() const {
     r["heldout_baseline_ppl"] = baseline_ppl_;
     r["heldout_selected_ppl"] = selected_ppl_;
   }
+  if (kv_) r["kv_cache"] = kv_->report(*options_.kv_cache);
   r["layers"] = layers;
   return r;
 }
@@ -384,6 +399,20 @@ Status ModelQuantizer::write(const std::string& out, bool overwrite, nlohmann::o
     bar.advance(1);
   }
   bar.finish();
+  nlohmann::ordered_json kv_scheme = nullptr;
+  if (kv_) {  // compressed-tensors' shapes: [] per tensor, [Hkv, 1, 1] per head (attn_head)
+    const KvScaleStrategy s = *options_.kv_cache;
+    const std::vector<float> ks = kv_->k_scales(s), vs = kv_->v_scales(s);
+    const int per = s == KvScaleStrategy::kTensor ? 1 : c.num_kv_heads;
+    const Shape shape = s == KvScaleStrategy::kTensor ? Shape{} : Shape{c.num_kv_heads, 1, 1};
+    for (int l = 0; l < c.num_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+      const auto first = static_cast<std::ptrdiff_t>(l) * per;
+      st.add_f32(p + "k_scale", shape, std::vector<float>(ks.begin() + first, ks.begin() + first + per));
+      st.add_f32(p + "v_scale", shape, std::vector<float>(vs.begin() + first, vs.begin() + first + per));
+    }
+    kv_scheme = KvScaleCollector::scheme_json(s);
+  }
   st.add_f32("model.norm.weight", Shape{c.hidden_size}, host(model_.final_norm()));
   if (!c.tie_word_embeddings) {
     const backend::LinearWeights& lm = model_.lm_head();
@@ -399,7 +428,7 @@ Status ModelQuantizer::write(const std::string& out, bool overwrite, nlohmann::o
                              ? nullptr
                          : options_.gptq_options.static_groups ? "weight"
                                                                : "group";
-  config["quantization_config"] = quantization_config(options_.scheme, actorder, ignore);
+  config["quantization_config"] = quantization_config(options_.scheme, actorder, ignore, kv_scheme);
   ModelDirContents contents = extra;
   contents.config = config;
   return write_model_dir(out, overwrite, st, contents);

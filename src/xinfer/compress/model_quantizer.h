@@ -13,6 +13,8 @@
 //                   (LlamaModel::replace_layer)
 //   4. the model is left with the selection applied (quantized layers in xinfer's formats, others dense),
 //      so the caller can evaluate exactly what is written; write() writes the compressed-tensors directory.
+// With QuantizeOptions::kv_cache, calibrate() also records the KV cache's largest values (kv_scales.h) and write()
+// adds the FP8 KV-cache scales. Scheme none quantizes no weight (a checkpoint for the KV scales alone).
 // The per-layer report (report()) holds, per smoothing group: alpha, s range, relative quantized-output
 // error (chosen and unsmoothed), activation outlier ratio; per layer: sensitivity, quantized or kept; per
 // module: scale range.
@@ -20,6 +22,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -31,6 +34,7 @@
 #include "xinfer/compress/compressed_tensors_writer.h"
 #include "xinfer/compress/gptq.h"
 #include "xinfer/compress/host_layer.h"
+#include "xinfer/compress/kv_scales.h"
 #include "xinfer/compress/layer_selection.h"
 #include "xinfer/compress/scheme.h"
 #include "xinfer/compress/smooth_quant.h"
@@ -50,11 +54,17 @@ struct QuantizeOptions {
   LayerSelection selection;
   int64_t max_sample_rows = 256;
   bool progress = true;
+  // --kv-cache-scheme fp8: FP8 KV-cache scales calibrated on the calibration windows (kv_scales.h), written with
+  // the weights (QuantizeHooks::window_kv must be set).
+  std::optional<KvScaleStrategy> kv_cache;
 };
 
 struct QuantizeHooks {
   // Runs one calibration window (tokens at positions 0..n-1) through the model; logits unused.
   std::function<void(std::span<const int32_t>)> forward;
+  // The KV cache the last forward() wrote (host f32; positions as engine::WindowLogits lays them out), for the
+  // FP8 KV-cache scales; needed with QuantizeOptions::kv_cache only.
+  std::function<const backend::KvCache&()> window_kv;
   // Held-out perplexity of the model as it is now (needed for sensitivity and search only).
   std::function<double()> heldout_ppl;
 };
@@ -95,6 +105,7 @@ class ModelQuantizer {
   backend::Backend& backend_;
   QuantizeOptions options_;
   std::shared_ptr<CalibrationCollector> calib_;
+  std::optional<KvScaleCollector> kv_;  // QuantizeOptions::kv_cache
   std::vector<HostLayer> original_, smoothed_;            // [layer]
   std::vector<std::vector<QuantizedWeight>> modules_;     // [layer][module]
   std::vector<std::array<SmoothGroupResult, kNumSites>> smooth_results_;

@@ -8,14 +8,15 @@ const char* scheme_name(Scheme s) {
     case Scheme::kW8A8Fp8: return "w8a8-fp8";
     case Scheme::kW8A16: return "w8a16";
     case Scheme::kW4A16: return "w4a16";
+    case Scheme::kNone: return "none";
   }
   return "?";
 }
 
 Result<Scheme> parse_scheme(const std::string& s) {
-  for (Scheme k : {Scheme::kW8A8Int8, Scheme::kW8A8Fp8, Scheme::kW8A16, Scheme::kW4A16})
+  for (Scheme k : {Scheme::kW8A8Int8, Scheme::kW8A8Fp8, Scheme::kW8A16, Scheme::kW4A16, Scheme::kNone})
     if (s == scheme_name(k)) return k;
-  return invalid_argument("unknown --scheme '" + s + "' (known: w8a8-int8, w8a8-fp8, w8a16, w4a16)");
+  return invalid_argument("unknown --scheme '" + s + "' (known: w8a8-int8, w8a8-fp8, w8a16, w4a16, none)");
 }
 
 bool quantizes_activations(Scheme s) { return s == Scheme::kW8A8Int8 || s == Scheme::kW8A8Fp8; }
@@ -48,6 +49,7 @@ WeightQuantArgs weight_args(const SchemeOptions& o) {
       a.group_size = o.group_size;
       a.symmetric = o.symmetric;
       break;
+    case Scheme::kNone: break;  // nothing is quantized
   }
   a.mse_clip = o.mse_clip;
   return a;
@@ -59,6 +61,7 @@ quant::WeightFormat xinfer_format(const SchemeOptions& o) {
     case Scheme::kW8A8Fp8: return quant::W8A8Fp8Format{true, quant::ActScaleMode::kDynamicPerToken};
     case Scheme::kW8A16: return quant::Int8ChannelFormat{};
     case Scheme::kW4A16: return quant::IntGroupFormat{4, o.group_size, !o.symmetric};
+    case Scheme::kNone: return quant::DenseFormat{};
   }
   return quant::DenseFormat{};
 }

@@ -169,8 +169,8 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
 
   sched::SchedulerConfig& sc = config.scheduler;
   XI_ASSIGN_OR_RETURN(const KvCacheSettings kv_settings,
-                      resolve_kv_cache(config.kv_cache_dtype, config.kv_cache_scale, config.model_dir, mc.num_layers,
-                                       !dummy, be));
+                      resolve_kv_cache({config.kv_cache_dtype, config.kv_cache_scale, config.kv_cache_rotation},
+                                       config.model_dir, mc, !dummy, be));
   backend::KvCacheSpec spec{mc.num_layers, 0, sc.block_size, shard0.num_kv_heads, mc.head_dim, kv_settings.dtype};
   kv_settings.apply_to(spec);
   const size_t bytes_per_block = spec.bytes_per_block();

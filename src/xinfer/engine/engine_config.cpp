@@ -43,6 +43,7 @@ std::string EngineConfig::to_string() const {
      << " kv_cache_memory=" << kv_cache_memory << " gpu_memory_utilization=" << gpu_memory_utilization
      << " load_format=" << model::load_format_name(load_format) << " max_model_len=" << max_model_len
      << " kv_cache_dtype=" << kv_cache_dtype_name(kv_cache_dtype) << " kv_cache_scale=" << kv_cache_scale
+     << " kv_cache_rotation=" << kv_rotation_choice_name(kv_cache_rotation)
      << " max_waiting=" << max_waiting << " enable_cuda_graphs=" << enable_cuda_graphs
      << " device_greedy=" << device_greedy << " device_sampling=" << device_sampling
      << " async_scheduling=" << (async_scheduling ? (*async_scheduling ? "1" : "0") : "auto")

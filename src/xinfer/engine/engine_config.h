@@ -42,6 +42,9 @@ struct EngineConfig {
   // FP8 KV cache: the dequantization scale of K and V in every layer (`--kv-cache-scale`); 0: the
   // checkpoint's k_scale / v_scale tensors where present, else 1.0 (kv_cache_dtype.h).
   float kv_cache_scale = 0.0f;
+  // FP8 KV cache: keys (and queries) stored in a Hadamard-rotated basis (`--kv-cache-rotation`, kv_cache_dtype.h);
+  // auto: where head_dim allows it.
+  KvRotationChoice kv_cache_rotation = KvRotationChoice::kAuto;
   int max_waiting = 4096;                // queued requests beyond this -> RESOURCE_EXHAUSTED
   bool show_progress = false;            // progress bar while converting weights
   // Decode-only steps run as recorded CUDA graphs per batch bucket (ModelRunner); false: always eager

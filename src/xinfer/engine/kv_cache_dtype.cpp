@@ -54,6 +54,22 @@ Result<DType> resolve_kv_cache_dtype(KvCacheDtype d, DType activation_dtype, con
   return want;
 }
 
+const char* kv_rotation_choice_name(KvRotationChoice r) {
+  switch (r) {
+    case KvRotationChoice::kAuto: return "auto";
+    case KvRotationChoice::kHadamard: return "hadamard";
+    case KvRotationChoice::kNone: return "none";
+  }
+  return "?";
+}
+
+Result<KvRotationChoice> parse_kv_cache_rotation(const std::string& s) {
+  if (s == "auto") return KvRotationChoice::kAuto;
+  if (s == "hadamard") return KvRotationChoice::kHadamard;
+  if (s == "none") return KvRotationChoice::kNone;
+  return invalid_argument("kv_cache_rotation must be one of auto, hadamard, none; got '" + s + "'");
+}
+
 std::string KvCacheSettings::to_string() const {
   std::ostringstream os;
   os << dtype_name(dtype);
@@ -64,7 +80,7 @@ std::string KvCacheSettings::to_string() const {
       const auto [v0, v1] = std::minmax_element(v_scales.begin(), v_scales.end());
       os << ", k " << *k0 << ".." << *k1 << ", v " << *v0 << ".." << *v1;
     }
-    os << ")";
+    os << "; keys rotated: " << (k_rotation == backend::KvRotation::kHadamard ? "hadamard" : "none") << ")";
   }
   return os.str();
 }
@@ -82,58 +98,73 @@ std::string kv_cache_scheme(const std::string& model_dir) {
   return qc.at("kv_cache_scheme").dump();
 }
 
-// The positive finite scalar `name` (shape [] or [1]); per-head tensors are refused.
-Result<float> read_scale(const model::WeightFiles& files, const std::string& name, const std::string& model_dir) {
+// The scales in tensor `name` into out[0, heads): a scalar (shape [] or [1]) for every head, or one per head
+// (compressed-tensors' attn_head strategy: [heads] or [heads, 1, 1]); each positive and finite.
+Status read_scales(const model::WeightFiles& files, const std::string& name, const std::string& model_dir, int heads,
+                   float* out) {
   XI_ASSIGN_OR_RETURN(const TensorView t, files.get(name));
   const int64_t n = t.numel();
-  if (n != 1)
-    return unimplemented("KV-cache scale " + name + " in " + model_dir + " has " + std::to_string(n) +
-                         " elements (shape " + t.shape.to_string() +
-                         "): only per-tensor (scalar) scales are supported for the FP8 KV cache");
+  if (n != 1 && n != heads)
+    return invalid_argument("KV-cache scale " + name + " in " + model_dir + " has " + std::to_string(n) +
+                            " elements (shape " + t.shape.to_string() + "): expected 1 (per tensor) or " +
+                            std::to_string(heads) + " (one per KV head)");
   if (t.dtype != DType::kF32 && t.dtype != DType::kBF16 && t.dtype != DType::kF16)
     return invalid_argument("KV-cache scale " + name + " in " + model_dir + ": dtype " + dtype_name(t.dtype) +
                             ", expected F32, BF16 or F16");
-  float v = 0;
-  convert_to_f32(t.dtype, t.data, &v, 1);
-  if (!(v > 0) || !std::isfinite(v))
-    return invalid_argument("KV-cache scale " + name + " in " + model_dir + " is " + std::to_string(v) +
-                            ": must be positive and finite");
-  return v;
+  std::vector<float> v(static_cast<size_t>(n));
+  convert_to_f32(t.dtype, t.data, v.data(), static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    if (!(v[static_cast<size_t>(i)] > 0) || !std::isfinite(v[static_cast<size_t>(i)]))
+      return invalid_argument("KV-cache scale " + name + " in " + model_dir +
+                              (n > 1 ? " (head " + std::to_string(i) + ")" : std::string()) + " is " +
+                              std::to_string(v[static_cast<size_t>(i)]) + ": must be positive and finite");
+  for (int h = 0; h < heads; ++h) out[h] = v[n == 1 ? 0 : static_cast<size_t>(h)];
+  return Status::ok_status();
 }
 
 }  // namespace
 
-Result<KvCacheSettings> resolve_kv_cache(KvCacheDtype d, float scale, const std::string& model_dir, int num_layers,
-                                         bool read_checkpoint, const backend::Backend& be) {
+Result<KvCacheSettings> resolve_kv_cache(const KvCacheRequest& req, const std::string& model_dir,
+                                         const model::ModelConfig& mc, bool read_checkpoint,
+                                         const backend::Backend& be) {
   KvCacheSettings s;
   const backend::BackendInfo info = be.info();
-  XI_ASSIGN_OR_RETURN(s.dtype, resolve_kv_cache_dtype(d, info.activation_dtype, info.name,
+  XI_ASSIGN_OR_RETURN(s.dtype, resolve_kv_cache_dtype(req.dtype, info.activation_dtype, info.name,
                                                       be.supports_kv_cache_dtype(DType::kFP8E4M3)));
+  const float scale = req.scale;
   if (!(scale >= 0) || !std::isfinite(scale))
     return invalid_argument("kv_cache_scale must be positive (0: the checkpoint's scales or 1.0), got " +
                             std::to_string(scale));
   if (s.dtype != DType::kFP8E4M3) {
     if (scale > 0) XI_LOG(WARN) << "kv_cache_scale " << scale << " ignored: the KV cache is " << dtype_name(s.dtype);
+    if (req.rotation == KvRotationChoice::kHadamard)
+      XI_LOG(WARN) << "kv_cache_rotation hadamard ignored: the KV cache is " << dtype_name(s.dtype)
+                   << " (keys are rotated in FP8 caches only)";
     return s;
   }
-  const auto layers = static_cast<size_t>(num_layers);
+  const bool rotatable = backend::kv_rotation_supported(mc.head_dim);
+  if (req.rotation == KvRotationChoice::kHadamard && !rotatable)
+    return invalid_argument("kv_cache_rotation hadamard needs a power-of-two head_dim in [16, 256]; the model's is " +
+                            std::to_string(mc.head_dim) + " (use auto or none)");
+  s.k_rotation = req.rotation != KvRotationChoice::kNone && rotatable ? backend::KvRotation::kHadamard
+                                                                      : backend::KvRotation::kNone;
+  s.num_kv_heads = mc.num_kv_heads;
+  const size_t count = static_cast<size_t>(mc.num_layers) * static_cast<size_t>(mc.num_kv_heads);
   if (scale > 0) {
-    s.k_scales.assign(layers, scale);
-    s.v_scales.assign(layers, scale);
+    s.k_scales.assign(count, scale);
+    s.v_scales.assign(count, scale);
     s.scales_source = "--kv-cache-scale";
     return s;
   }
-  s.k_scales.assign(layers, 1.0f);
-  s.v_scales.assign(layers, 1.0f);
+  s.k_scales.assign(count, 1.0f);
+  s.v_scales.assign(count, 1.0f);
   s.scales_source = "1.0 (default)";
   const bool dir = read_checkpoint && std::filesystem::is_directory(model_dir);
   const std::string scheme = dir ? kv_cache_scheme(model_dir) : std::string();
   if (!dir) return s;
   auto files = model::WeightFiles::open(model_dir);
   if (!files.ok()) return s;  // the model loader reports a missing or broken checkpoint
-  auto name = [](size_t l, const char* what) {
-    return "model.layers." + std::to_string(l) + ".self_attn." + what;
-  };
+  auto name = [](int l, const char* what) { return "model.layers." + std::to_string(l) + ".self_attn." + what; };
   const bool any = files->contains(name(0, "k_scale")) || files->contains(name(0, "v_scale"));
   if (!any) {
     if (!scheme.empty())
@@ -142,11 +173,17 @@ Result<KvCacheSettings> resolve_kv_cache(KvCacheDtype d, float scale, const std:
                               name(0, "v_scale") + " tensors");
     return s;
   }
-  for (size_t l = 0; l < layers; ++l) {
-    XI_ASSIGN_OR_RETURN(s.k_scales[l], read_scale(*files, name(l, "k_scale"), model_dir));
-    XI_ASSIGN_OR_RETURN(s.v_scales[l], read_scale(*files, name(l, "v_scale"), model_dir));
+  const int heads = mc.num_kv_heads;
+  bool per_head = false;
+  for (int l = 0; l < mc.num_layers; ++l) {
+    float* k = s.k_scales.data() + static_cast<size_t>(l) * static_cast<size_t>(heads);
+    float* v = s.v_scales.data() + static_cast<size_t>(l) * static_cast<size_t>(heads);
+    XI_RETURN_IF_ERROR(read_scales(*files, name(l, "k_scale"), model_dir, heads, k));
+    XI_RETURN_IF_ERROR(read_scales(*files, name(l, "v_scale"), model_dir, heads, v));
+    per_head = per_head || std::any_of(k, k + heads, [&](float x) { return x != k[0]; }) ||
+               std::any_of(v, v + heads, [&](float x) { return x != v[0]; });
   }
-  s.scales_source = "checkpoint k_scale / v_scale";
+  s.scales_source = per_head ? "checkpoint k_scale / v_scale per head" : "checkpoint k_scale / v_scale";
   return s;
 }
 

@@ -152,6 +152,7 @@ WindowLogits::WindowLogits(model::LlamaModel& model, backend::Backend& backend, 
   spec_ = backend::KvCacheSpec{cfg.num_layers,           blocks + 1,   block_size,
                                model.shard().num_kv_heads, cfg.head_dim, backend.info().activation_dtype};
   if (kv != nullptr) kv->apply_to(spec_);
+  spec_.kv_head_begin = model.shard().kv_head_begin;
   kv_ = backend.allocate_kv_cache(spec_);
   for (int b = 1; b <= blocks; ++b) block_table_.push_back(b);
 }

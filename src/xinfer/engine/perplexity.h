@@ -67,6 +67,9 @@ class WindowLogits {
   int vocab_size() const { return model_.config().vocab_size; }
   int chunk() const { return chunk_; }
   const backend::KvCacheSpec& kv_spec() const { return spec_; }
+  // The window's KV cache (this rank's KV heads): position p at block 1 + p / block_size, row p % block_size;
+  // valid until the next run() (compress/kv_scales.h reads it).
+  const backend::KvCache& kv_cache() const { return kv_; }
   // tokens: [len], window positions [start_pos, start_pos + len), len <= chunk; positions < start_pos must
   // have been fed by earlier calls since the window began at position 0. Returns logits [len - first_row, V]
   // of rows first_row .. len - 1 (none when first_row == len), valid until the next call.

@@ -171,7 +171,9 @@ void TensorParallelGroup::follower_main(Follower& f, const TensorParallelOptions
     if (job.kind == Follower::Job::kKv) {
       if (f.backend->supports_graphs()) f.backend->clear_graphs();  // recordings point at the old cache
       f.kv = backend::KvCache{};
-      f.kv = f.backend->allocate_kv_cache(job.spec);
+      backend::KvCacheSpec spec = job.spec;
+      spec.kv_head_begin = f.model->shard().kv_head_begin;  // this rank's heads of per-head scales
+      f.kv = f.backend->allocate_kv_cache(spec);
       {
         std::lock_guard<std::mutex> lock(f.mu);
         ++f.kv_allocations;

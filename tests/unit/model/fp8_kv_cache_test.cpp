@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -231,6 +232,99 @@ TEST(Fp8KvCpu, RopeKvWriteStoresTheScaledE4m3OfTheF32Cache) {
   });
 }
 
+// ---- key rotation (backend/kv_rotation.h) ----
+
+// The rotation is kv_rotation.h's definition: Sylvester's Hadamard matrix on the flat index f(i), times the
+// power-of-two scale, for every supported head_dim; q . k is preserved.
+TEST(KvRotation, IsTheScaledHadamardMatrixOfTheFlatIndex) {
+  std::mt19937 rng(5);
+  for (const int d : {16, 32, 64, 128, 256}) {
+    SCOPED_TRACE("head_dim " + std::to_string(d));
+    ASSERT_TRUE(backend::kv_rotation_supported(d));
+    auto flat = [d](int i) { return i < d / 2 ? 16 * (i / 8) + i % 8 : 16 * ((i - d / 2) / 8) + 8 + i % 8; };
+    // H[a][b] = (-1)^popcount(a & b) (Sylvester), on flat indices.
+    const std::vector<float> q = normals(static_cast<size_t>(d), rng), k = normals(static_cast<size_t>(d), rng);
+    std::vector<float> qr = q, kr = k;
+    backend::kv_rotate_head(qr.data(), d, false);
+    backend::kv_rotate_head(kr.data(), d, true);
+    double dot = 0, dot_r = 0, worst = 0;
+    for (int i = 0; i < d; ++i) {
+      double want_k = 0;
+      for (int j = 0; j < d; ++j) want_k += (std::popcount(static_cast<unsigned>(flat(i) & flat(j))) % 2 ? -1.0 : 1.0) * k[static_cast<size_t>(j)];
+      want_k *= backend::kv_rotation_scale(d, true);
+      worst = std::max(worst, std::abs(want_k - kr[static_cast<size_t>(i)]));
+      dot += static_cast<double>(q[static_cast<size_t>(i)]) * k[static_cast<size_t>(i)];
+      dot_r += static_cast<double>(qr[static_cast<size_t>(i)]) * kr[static_cast<size_t>(i)];
+    }
+    EXPECT_LT(worst, 1e-4) << "k' = H k * 2^-ceil(log2(d) / 2)";
+    EXPECT_NEAR(dot_r, dot, 1e-4 * std::sqrt(static_cast<double>(d))) << "q' . k' = q . k";
+    EXPECT_EQ(backend::kv_rotation_scale(d, true) * backend::kv_rotation_scale(d, false), 1.0f / static_cast<float>(d));
+  }
+  EXPECT_FALSE(backend::kv_rotation_supported(8));
+  EXPECT_FALSE(backend::kv_rotation_supported(96));
+  EXPECT_FALSE(backend::kv_rotation_supported(512));
+}
+
+// rope_kv_write with the rotation stores (and leaves in qkv) the rotated q and k of what it stores without it,
+// and attention over the rotated cache equals attention over the plain one (f32 caches: to rounding).
+TEST(KvRotation, RotatedCacheGivesTheSameAttention) {
+  for_each_case(13, [](cpu::CpuBackend& be, const OpCase& oc, OpSetup& c, std::mt19937& rng) {
+    const int max_pos = *std::max_element(c.plan.positions.begin(), c.plan.positions.end()) + 1;
+    std::vector<float> cs(static_cast<size_t>(max_pos) * oc.d);
+    for (int p = 0; p < max_pos; ++p)
+      for (int i = 0; i < oc.d / 2; ++i) {
+        const double a = p * std::pow(10000.0, -2.0 * i / oc.d);
+        cs[static_cast<size_t>(p) * oc.d + i] = static_cast<float>(std::cos(a));
+        cs[static_cast<size_t>(p) * oc.d + oc.d / 2 + i] = static_cast<float>(std::sin(a));
+      }
+    const std::vector<float> input = normals(static_cast<size_t>(c.T) * c.width, rng, 3.0f);
+    std::vector<float> qkv_r = input, qkv = input;
+    const backend::StepMeta meta = be.upload_step(c.plan);
+    backend::DeviceTensor kr = be.allocate(DType::kF32, c.cache_shape), vr = be.allocate(DType::kF32, c.cache_shape);
+    backend::LayerKvCache rotated{kr.view, vr.view};
+    rotated.k_rotation = backend::KvRotation::kHadamard;
+    const backend::LayerKvCache plain{c.kf.view, c.vf.view};
+    be.rope_kv_write(meta, host_view(qkv_r, Shape{c.T, c.width}), oc.hq, oc.hkv, oc.d,
+                     host_view(cs, Shape{max_pos, oc.d}), rotated);
+    be.rope_kv_write(meta, host_view(qkv, Shape{c.T, c.width}), oc.hq, oc.hkv, oc.d,
+                     host_view(cs, Shape{max_pos, oc.d}), plain);
+    // qkv_r's q and k heads are kv_rotate_head() of qkv's, bit for bit; v untouched.
+    size_t bad = 0;
+    for (int t = 0; t < c.T; ++t)
+      for (int h = 0; h < oc.hq + 2 * oc.hkv; ++h) {
+        std::vector<float> x(qkv.begin() + (static_cast<ptrdiff_t>(t) * c.width + h * oc.d),
+                             qkv.begin() + (static_cast<ptrdiff_t>(t) * c.width + (h + 1) * oc.d));
+        if (h < oc.hq + oc.hkv) backend::kv_rotate_head(x.data(), oc.d, h >= oc.hq);
+        bad += std::memcmp(x.data(), qkv_r.data() + static_cast<ptrdiff_t>(t) * c.width + h * oc.d,
+                           x.size() * sizeof(float)) != 0;
+      }
+    EXPECT_EQ(bad, 0u) << "heads not rotated as kv_rotate_head()";
+    backend::DeviceTensor out_r = be.allocate(DType::kF32, Shape{c.T, oc.hq * oc.d});
+    backend::DeviceTensor out = be.allocate(DType::kF32, Shape{c.T, oc.hq * oc.d});
+    const float scale = 1.0f / std::sqrt(static_cast<float>(oc.d));
+    be.paged_attention(meta, host_view(qkv_r, Shape{c.T, c.width}), oc.hq, oc.hkv, oc.d, scale, rotated, out_r.view);
+    be.paged_attention(meta, host_view(qkv, Shape{c.T, c.width}), oc.hq, oc.hkv, oc.d, scale, plain, out.view);
+    double err = 0, norm = 0;
+    for (int64_t i = 0; i < out.view.numel(); ++i) {
+      const double a = out_r.view.as<float>()[i], b = out.view.as<float>()[i];
+      err += (a - b) * (a - b);
+      norm += b * b;
+    }
+    EXPECT_LT(std::sqrt(err / norm), 1e-5) << "attention changed by the rotation";
+    // And into an FP8 cache with the case's scales: the codes of the rotated keys.
+    backend::LayerKvCache fp8{c.k8.view, c.v8.view, oc.k_scale, oc.v_scale};
+    fp8.k_rotation = backend::KvRotation::kHadamard;
+    std::vector<float> qkv8 = input;
+    be.rope_kv_write(meta, host_view(qkv8, Shape{c.T, c.width}), oc.hq, oc.hkv, oc.d,
+                     host_view(cs, Shape{max_pos, oc.d}), fp8);
+    EXPECT_EQ(qkv8, qkv_r) << "q and k rotated as with an f32 cache";
+    size_t bad_codes = 0;
+    for (int64_t i = 0; i < c.cache_shape.numel(); ++i)
+      bad_codes += static_cast<const uint8_t*>(c.k8.view.data)[i] != to_fp8_e4m3(kr.view.as<float>()[i] / oc.k_scale).bits;
+    EXPECT_EQ(bad_codes, 0u) << "fp8 codes are e4m3(rotated k / scale)";
+  });
+}
+
 // ---- goldens ----
 
 struct Golden {
@@ -272,11 +366,16 @@ TEST_P(Fp8KvGoldenTest, LogitsAndGreedyTokensNearTheGoldens) {
   auto m = model::LlamaModel::load(dir, be, opts);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   const model::ModelConfig& c = (*m)->config();
-  for (const float kv_scale : {1.0f, 0.05f}) {
+  const bool rotatable = backend::kv_rotation_supported(c.head_dim);
+  for (const float kv_scale : {1.0f, 0.05f, 0.0f}) {  // 0: per-head scales 0.04, 0.05, ... and rotated keys
     SCOPED_TRACE("kv scale " + std::to_string(kv_scale));
+    if (kv_scale == 0.0f && !rotatable) continue;
     backend::KvCacheSpec spec{c.num_layers, 128, 4, c.num_kv_heads, c.head_dim, DType::kFP8E4M3};
-    spec.k_scales.assign(static_cast<size_t>(c.num_layers), kv_scale);
-    spec.v_scales.assign(static_cast<size_t>(c.num_layers), kv_scale);
+    for (int i = 0; i < c.num_layers * c.num_kv_heads; ++i) {
+      spec.k_scales.push_back(kv_scale > 0 ? kv_scale : 0.04f + 0.01f * static_cast<float>(i % 3));
+      spec.v_scales.push_back(kv_scale > 0 ? kv_scale : 0.05f - 0.01f * static_cast<float>(i % 2));
+    }
+    if (kv_scale == 0.0f) spec.k_rotation = backend::KvRotation::kHadamard;
     engine::ModelRunner runner(**m, be, spec);
     const backend::KvCache prompt_kv = be.allocate_kv_cache(spec);
     double worst_rel = 0, worst_abs = 0;
@@ -313,9 +412,10 @@ TEST_P(Fp8KvGoldenTest, LogitsAndGreedyTokensNearTheGoldens) {
         seq.push_back(g.greedy[p][i]);
       }
     }
-    std::printf("[ fp8 kv ] %-12s scale %.2f: prompt logits rel L2 %.2e (max abs %.2e) vs transformers f32; "
+    std::printf("[ fp8 kv ] %-12s scale %s: prompt logits rel L2 %.2e (max abs %.2e) vs transformers f32; "
                 "greedy %d / %d tokens as the golden\n",
-                GetParam().c_str(), kv_scale, worst_rel, worst_abs, agree, tokens);
+                GetParam().c_str(), kv_scale > 0 ? std::to_string(kv_scale).c_str() : "per head, rotated",
+                worst_rel, worst_abs, agree, tokens);
     // Bounds above what was measured (session 9: 4-7% rel L2 and 50-57 of 60 tokens; llama_tied, whose
     // logits are the most sensitive of the goldens (the GPU tests' bf16 bound is 5x the others' for it),
     // 15-19% and 42-45 of 60): a broken cache gives ~100% and chance agreement.

@@ -1,7 +1,8 @@
 // --kv-cache-dtype (engine/kv_cache_dtype.h): parsing, resolution per backend, Engine::create refusing
 // what the CPU backend cannot run (with the message naming the backend) and planning an FP8 cache (1 byte an
 // element: 4x the f32 blocks in the same kv_cache_memory), and the FP8 scales: --kv-cache-scale, the
-// checkpoint's self_attn.k_scale / v_scale tensors, 1.0, and the errors for bad or per-head scales.
+// checkpoint's self_attn.k_scale / v_scale tensors (per tensor or per KV head), 1.0, the key rotation's
+// choices, and the errors for bad scales.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 
 #include "xinfer/engine/engine.h"
 #include "xinfer/engine/kv_cache_dtype.h"
+#include "xinfer/model/model_config.h"
 
 namespace xinfer::engine {
 namespace {
@@ -114,7 +116,8 @@ std::string checkpoint_with_scales(const std::string& name, const std::vector<fl
     for (const char* what : {"k_scale", "v_scale"}) {
       const std::string t = "model.layers." + std::to_string(l) + ".self_attn." + what;
       const size_t begin = data.size() * 4;
-      for (int i = 0; i < per; ++i) data.push_back(std::string(what) == "k_scale" ? scales[l] : 2 * scales[l]);
+      for (int i = 0; i < per; ++i)  // head i: (i + 1) x the layer's scale
+        data.push_back(static_cast<float>(i + 1) * (std::string(what) == "k_scale" ? scales[l] : 2 * scales[l]));
       header[t] = {{"dtype", "F32"}, {"shape", per == 1 ? nlohmann::json::array() : nlohmann::json::array({per})},
                    {"data_offsets", {begin, data.size() * 4}}};
       index["weight_map"][t] = "kv_scales.safetensors";
@@ -144,28 +147,37 @@ std::string checkpoint_with_scales(const std::string& name, const std::vector<fl
   return dir.string();
 }
 
+model::ModelConfig golden_config() {
+  auto c = model::load_model_config(golden_model());
+  XI_CHECK(c.ok()) << c.status().to_string();
+  return *c;  // 2 layers, 2 KV heads, head_dim 16
+}
+
 TEST(KvCacheScales, FromTheFlagTheCheckpointOrOne) {
   cpu::CpuBackend be{cpu::CpuBackendOptions{1}};
-  // Default: 1.0 for every layer; the flag overrides everything.
-  auto d = resolve_kv_cache(KvCacheDtype::kFP8, 0.0f, golden_model(), 2, true, be);
+  const model::ModelConfig mc = golden_config();
+  const KvCacheRequest fp8{KvCacheDtype::kFP8};
+  // Default: 1.0 for every layer and KV head; the flag overrides everything.
+  auto d = resolve_kv_cache(fp8, golden_model(), mc, true, be);
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   EXPECT_EQ(d->dtype, DType::kFP8E4M3);
-  EXPECT_EQ(d->k_scales, (std::vector<float>{1.0f, 1.0f}));
-  EXPECT_EQ(d->v_scales, (std::vector<float>{1.0f, 1.0f}));
-  EXPECT_EQ(d->to_string(), "fp8_e4m3 (scales: 1.0 (default), k 1..1, v 1..1)");
-  auto f = resolve_kv_cache(KvCacheDtype::kFP8, 0.25f, golden_model(), 2, true, be);
+  EXPECT_EQ(d->num_kv_heads, 2);
+  EXPECT_EQ(d->k_scales, (std::vector<float>{1.0f, 1.0f, 1.0f, 1.0f}));
+  EXPECT_EQ(d->v_scales, (std::vector<float>{1.0f, 1.0f, 1.0f, 1.0f}));
+  EXPECT_EQ(d->to_string(), "fp8_e4m3 (scales: 1.0 (default), k 1..1, v 1..1; keys rotated: hadamard)");
+  auto f = resolve_kv_cache({KvCacheDtype::kFP8, 0.25f}, golden_model(), mc, true, be);
   ASSERT_TRUE(f.ok());
-  EXPECT_EQ(f->k_scales, (std::vector<float>{0.25f, 0.25f}));
+  EXPECT_EQ(f->k_scales, (std::vector<float>{0.25f, 0.25f, 0.25f, 0.25f}));
   // The checkpoint's per-tensor scales (k_scale, v_scale = 2 * k_scale here), with its kv_cache_scheme.
   const std::string ck = checkpoint_with_scales("ok", {0.5f, 0.125f}, 1, true);
-  auto c = resolve_kv_cache(KvCacheDtype::kFP8, 0.0f, ck, 2, true, be);
+  auto c = resolve_kv_cache(fp8, ck, mc, true, be);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
-  EXPECT_EQ(c->k_scales, (std::vector<float>{0.5f, 0.125f}));
-  EXPECT_EQ(c->v_scales, (std::vector<float>{1.0f, 0.25f}));
+  EXPECT_EQ(c->k_scales, (std::vector<float>{0.5f, 0.5f, 0.125f, 0.125f}));
+  EXPECT_EQ(c->v_scales, (std::vector<float>{1.0f, 1.0f, 0.25f, 0.25f}));
   EXPECT_EQ(c->scales_source, "checkpoint k_scale / v_scale");
-  auto o = resolve_kv_cache(KvCacheDtype::kFP8, 3.0f, ck, 2, true, be);  // the flag wins
+  auto o = resolve_kv_cache({KvCacheDtype::kFP8, 3.0f}, ck, mc, true, be);  // the flag wins
   ASSERT_TRUE(o.ok());
-  EXPECT_EQ(o->k_scales, (std::vector<float>{3.0f, 3.0f}));
+  EXPECT_EQ(o->k_scales, (std::vector<float>{3.0f, 3.0f, 3.0f, 3.0f}));
   // The engine loads that checkpoint with its scales and generates.
   EngineConfig ec;
   ec.model_dir = ck;
@@ -174,30 +186,89 @@ TEST(KvCacheScales, FromTheFlagTheCheckpointOrOne) {
   auto e = Engine::create(ec);
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   // A bf16 / f32 cache ignores the scales.
-  auto a = resolve_kv_cache(KvCacheDtype::kAuto, 0.0f, ck, 2, true, be);
+  auto a = resolve_kv_cache({KvCacheDtype::kAuto}, ck, mc, true, be);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->dtype, DType::kF32);
   EXPECT_TRUE(a->k_scales.empty());
+  EXPECT_EQ(a->k_rotation, backend::KvRotation::kNone);
+}
+
+// compressed-tensors' attn_head strategy: one scale per KV head ([heads] tensors); each rank of a
+// tensor-parallel model takes its own heads'.
+TEST(KvCacheScales, PerHeadScalesFromTheCheckpoint) {
+  cpu::CpuBackend be{cpu::CpuBackendOptions{1}};
+  const model::ModelConfig mc = golden_config();
+  const std::string ck = checkpoint_with_scales("per_head_ok", {0.5f, 0.125f}, 2, true);
+  auto c = resolve_kv_cache({KvCacheDtype::kFP8}, ck, mc, true, be);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->k_scales, (std::vector<float>{0.5f, 1.0f, 0.125f, 0.25f}));
+  EXPECT_EQ(c->v_scales, (std::vector<float>{1.0f, 2.0f, 0.25f, 0.5f}));
+  EXPECT_EQ(c->scales_source, "checkpoint k_scale / v_scale per head");
+  backend::KvCacheSpec spec{mc.num_layers, 4, 16, 1, mc.head_dim, DType::kF32};
+  c->apply_to(spec);
+  spec.kv_head_begin = 1;  // the second of two ranks, one KV head each
+  const backend::KvCache cache = be.allocate_kv_cache(spec);
+  ASSERT_EQ(cache.layers.size(), 2u);
+  EXPECT_FALSE(cache.layers[0].per_head_scales());  // one head: a layer scale
+  EXPECT_EQ(cache.layers[0].k_scale, 1.0f);
+  EXPECT_EQ(cache.layers[1].v_scale, 0.5f);
+  EXPECT_EQ(cache.layers[0].k_rotation, backend::KvRotation::kHadamard);
+  spec.num_kv_heads = 2;
+  spec.kv_head_begin = 0;
+  const backend::KvCache both = be.allocate_kv_cache(spec);
+  ASSERT_TRUE(both.layers[1].per_head_scales());
+  EXPECT_EQ(both.layers[1].host_k_scale(0), 0.125f);
+  EXPECT_EQ(both.layers[1].host_k_scale(1), 0.25f);
+  EXPECT_EQ(both.layers[1].host_v_scale(1), 0.5f);
+  // The engine serves it: per-head scales on the CPU backend.
+  EngineConfig ec;
+  ec.model_dir = ck;
+  ec.kv_cache_memory = size_t{1} << 20;
+  ec.kv_cache_dtype = KvCacheDtype::kFP8;
+  auto e = Engine::create(ec);
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+}
+
+TEST(KvCacheScales, RotationChoices) {
+  cpu::CpuBackend be{cpu::CpuBackendOptions{1}};
+  model::ModelConfig mc = golden_config();
+  EXPECT_EQ(*parse_kv_cache_rotation("auto"), KvRotationChoice::kAuto);
+  EXPECT_EQ(*parse_kv_cache_rotation("hadamard"), KvRotationChoice::kHadamard);
+  EXPECT_EQ(*parse_kv_cache_rotation("none"), KvRotationChoice::kNone);
+  EXPECT_EQ(parse_kv_cache_rotation("random").status().message(),
+            "kv_cache_rotation must be one of auto, hadamard, none; got 'random'");
+  auto none = resolve_kv_cache({KvCacheDtype::kFP8, 0.0f, KvRotationChoice::kNone}, golden_model(), mc, true, be);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->k_rotation, backend::KvRotation::kNone);
+  mc.head_dim = 24;  // not a power of two: auto gives none, hadamard is refused
+  auto a = resolve_kv_cache({KvCacheDtype::kFP8}, golden_model(), mc, true, be);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->k_rotation, backend::KvRotation::kNone);
+  Status s = resolve_kv_cache({KvCacheDtype::kFP8, 0.0f, KvRotationChoice::kHadamard}, golden_model(), mc, true, be)
+                 .status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "kv_cache_rotation hadamard needs a power-of-two head_dim in [16, 256]; the model's is 24 "
+                         "(use auto or none)");
 }
 
 TEST(KvCacheScales, BadScalesNameTheTensorOrField) {
   cpu::CpuBackend be{cpu::CpuBackendOptions{1}};
-  Status s = resolve_kv_cache(KvCacheDtype::kFP8, -1.0f, golden_model(), 2, true, be).status();
+  const model::ModelConfig mc = golden_config();
+  Status s = resolve_kv_cache({KvCacheDtype::kFP8, -1.0f}, golden_model(), mc, true, be).status();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "kv_cache_scale must be positive (0: the checkpoint's scales or 1.0), got -1.000000");
-  const std::string per_head = checkpoint_with_scales("per_head", {0.5f, 0.5f}, 2, true);
-  s = resolve_kv_cache(KvCacheDtype::kFP8, 0.0f, per_head, 2, true, be).status();
-  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(s.message(), "KV-cache scale model.layers.0.self_attn.k_scale in " + per_head +
-                             " has 2 elements (shape [2]): only per-tensor (scalar) scales are supported for the "
-                             "FP8 KV cache");
+  const std::string three = checkpoint_with_scales("three_heads", {0.5f, 0.5f}, 3, true);
+  s = resolve_kv_cache({KvCacheDtype::kFP8}, three, mc, true, be).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "KV-cache scale model.layers.0.self_attn.k_scale in " + three +
+                             " has 3 elements (shape [3]): expected 1 (per tensor) or 2 (one per KV head)");
   const std::string zero = checkpoint_with_scales("zero", {0.0f, 0.5f}, 1, true);
-  s = resolve_kv_cache(KvCacheDtype::kFP8, 0.0f, zero, 2, true, be).status();
+  s = resolve_kv_cache({KvCacheDtype::kFP8}, zero, mc, true, be).status();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "KV-cache scale model.layers.0.self_attn.k_scale in " + zero +
                              " is 0.000000: must be positive and finite");
   const std::string missing = checkpoint_with_scales("missing", {}, 1, true);
-  s = resolve_kv_cache(KvCacheDtype::kFP8, 0.0f, missing, 2, true, be).status();
+  s = resolve_kv_cache({KvCacheDtype::kFP8}, missing, mc, true, be).status();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("quantization_config.kv_cache_scheme"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("has no model.layers.0.self_attn.k_scale / model.layers.0.self_attn.v_scale tensors"),

@@ -77,21 +77,26 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
   XI_CHECK_EQ(cache.k.shape[3], head_dim);
   const bool fp8 = cache.fp8();
   XI_CHECK(fp8 || cache.k.dtype == DType::kF32) << "cpu: KV cache in " << dtype_name(cache.k.dtype);
-  // fp8: the dequantized value of each code, for K and for V.
-  float k_lut[256], v_lut[256];
-  if (fp8)
-    for (int c = 0; c < 256; ++c) {
-      const float x = to_float(fp8_e4m3{static_cast<uint8_t>(c)});
-      k_lut[c] = x * cache.k_scale;
-      v_lut[c] = x * cache.v_scale;
-    }
+  // fp8: the dequantized value of each code, for K and for V of each KV head: [num_kv_heads, 256].
+  std::vector<float> k_lut, v_lut;
+  if (fp8) {
+    k_lut.resize(static_cast<size_t>(num_kv_heads) * 256);
+    v_lut.resize(k_lut.size());
+    for (int h = 0; h < num_kv_heads; ++h)
+      for (int c = 0; c < 256; ++c) {
+        const float x = to_float(fp8_e4m3{static_cast<uint8_t>(c)});
+        k_lut[static_cast<size_t>(h * 256 + c)] = x * cache.host_k_scale(h);
+        v_lut[static_cast<size_t>(h * 256 + c)] = x * cache.host_v_scale(h);
+      }
+  }
   // Row j of KV head kvh of cache `which` as f32: the cache's own memory (f32), or dequantized into `buf`.
-  auto cache_row = [&](const TensorView& which, const float* lut, const int32_t* table, int kvh, int j,
+  auto cache_row = [&](const TensorView& which, const std::vector<float>& lut, const int32_t* table, int kvh, int j,
                        float* buf) -> const float* {
     const int64_t off = ((static_cast<int64_t>(table[j / block_size]) * num_kv_heads + kvh) * block_size + j % block_size) * head_dim;
     if (!fp8) return which.as<float>() + off;
     const uint8_t* src = static_cast<const uint8_t*>(which.data) + off;
-    for (int d = 0; d < head_dim; ++d) buf[d] = lut[src[d]];
+    const float* head_lut = lut.data() + static_cast<size_t>(kvh) * 256;
+    for (int d = 0; d < head_dim; ++d) buf[d] = head_lut[src[d]];
     return buf;
   };
 

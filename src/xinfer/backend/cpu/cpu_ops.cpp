@@ -164,7 +164,10 @@ void CpuBackend::rope_kv_write(const backend::StepMeta& step, const TensorView& 
   const int64_t max_pos = cos_sin.shape[0];
   const bool fp8 = cache.fp8();
   XI_CHECK(fp8 || cache.k.dtype == DType::kF32) << "cpu: KV cache in " << dtype_name(cache.k.dtype);
-  XI_CHECK(!fp8 || (cache.k_scale > 0 && cache.v_scale > 0)) << "fp8 KV cache scales must be positive";
+  for (int h = 0; fp8 && h < num_kv_heads; ++h)
+    XI_CHECK(cache.host_k_scale(h) > 0 && cache.host_v_scale(h) > 0) << "fp8 KV cache scales must be positive";
+  const bool rotate = cache.k_rotation == backend::KvRotation::kHadamard;
+  XI_CHECK(!rotate || backend::kv_rotation_supported(head_dim)) << "no key rotation for head_dim " << head_dim;
   pool_->parallel_for(0, step.num_tokens, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       const int32_t pos = step.positions[t];
@@ -178,6 +181,7 @@ void CpuBackend::rope_kv_write(const backend::StepMeta& step, const TensorView& 
           x[i] = x1 * cs[i] - x2 * cs[half + i];
           x[i + half] = x2 * cs[i] + x1 * cs[half + i];
         }
+        if (rotate) backend::kv_rotate_head(x, head_dim, /*is_k=*/h >= num_heads);
       }
       const int32_t slot = step.slot_mapping[t];
       if (slot < 0) continue;  // padding row (graph buckets): no KV write
@@ -189,9 +193,10 @@ void CpuBackend::rope_kv_write(const backend::StepMeta& step, const TensorView& 
         if (fp8) {  // e4m3(x / scale): the division as the GPU kernels do it, then round to nearest even
           auto* kd = static_cast<fp8_e4m3*>(cache.k.data) + dst;
           auto* vd = static_cast<fp8_e4m3*>(cache.v.data) + dst;
+          const float ks = cache.host_k_scale(h), vs = cache.host_v_scale(h);
           for (int d = 0; d < head_dim; ++d) {
-            kd[d] = to_fp8_e4m3(k[h * head_dim + d] / cache.k_scale);
-            vd[d] = to_fp8_e4m3(v[h * head_dim + d] / cache.v_scale);
+            kd[d] = to_fp8_e4m3(k[h * head_dim + d] / ks);
+            vd[d] = to_fp8_e4m3(v[h * head_dim + d] / vs);
           }
           continue;
         }

@@ -602,11 +602,15 @@ void CudaBackend::rope_kv_write(const backend::StepMeta& step, const TensorView&
                                 const backend::LayerKvCache& cache) {
   check_step(step);
   check_rope_args(qkv, num_heads, num_kv_heads, head_dim, cos_sin, cache);
-  launch_rope_kv_write({bf16_ptr(qkv, "qkv"), cos_sin.as<float>(), step.positions, step.slot_mapping,
-                        kv_ptr(cache.k, "k cache"), kv_ptr(cache.v, "v cache"), step.num_tokens, num_heads,
-                        num_kv_heads, head_dim, to_int(cache.k.shape[2]), cache.fp8(), cache.k_scale,
-                        cache.v_scale},
-                       stream_);
+  RopeKvWriteArgs args{bf16_ptr(qkv, "qkv"), cos_sin.as<float>(), step.positions, step.slot_mapping,
+                       kv_ptr(cache.k, "k cache"), kv_ptr(cache.v, "v cache"), step.num_tokens, num_heads,
+                       num_kv_heads, head_dim, to_int(cache.k.shape[2]), cache.fp8(), cache.k_scale, cache.v_scale};
+  if (cache.per_head_scales()) {
+    args.k_head_scales = cache.k_head_scales.as<float>();
+    args.v_head_scales = cache.v_head_scales.as<float>();
+  }
+  args.k_rotation = cache.k_rotation == backend::KvRotation::kHadamard;
+  launch_rope_kv_write(args, stream_);
 }
 
 void CudaBackend::qk_norm(const TensorView& qkv, int num_heads, int num_kv_heads, int head_dim,
@@ -652,10 +656,15 @@ PagedAttentionParams paged_attention_params(const backend::StepMeta& step, const
   p.qkv_stride = (num_heads + 2 * num_kv_heads) * head_dim;
   p.scale = scale;
   if (cache.fp8()) {  // kv_fp8.cuh: the K scale folds into the softmax scale, the V scale into the output
-    XI_CHECK(cache.k_scale > 0 && cache.v_scale > 0) << "fp8 KV cache scales must be positive";
     p.kv_fp8 = true;
-    p.scale = scale * cache.k_scale;
-    p.v_scale = cache.v_scale;
+    if (cache.per_head_scales()) {  // positive: checked when resolved (engine/kv_cache_dtype.h)
+      p.k_head_scales = cache.k_head_scales.as<float>();
+      p.v_head_scales = cache.v_head_scales.as<float>();
+    } else {
+      XI_CHECK(cache.k_scale > 0 && cache.v_scale > 0) << "fp8 KV cache scales must be positive";
+      p.scale = scale * cache.k_scale;
+      p.v_scale = cache.v_scale;
+    }
   }
   return p;
 }
@@ -718,6 +727,7 @@ bool CudaBackend::fuses_rope_attention(int head_dim, const TensorView& cos_sin,
                                        const backend::LayerKvCache& cache) const {
   if (!rope_attention_fusion_) return false;
   if (cache.fp8()) return false;  // the fused kernel writes bf16 caches only
+  if (cache.k_rotation != backend::KvRotation::kNone) return false;  // nor rotates q and k (kv_rotation.h)
   // paged_attention would run the decode kernel, and it alone: every token is a decode.
   if (!decode_attention_supports(head_dim) || !prefill_attention_supports(head_dim)) return false;
   if (attn_host_.num_decode() == 0 || attn_host_.num_prefill_items() > 0 ||

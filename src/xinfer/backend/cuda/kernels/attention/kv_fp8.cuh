@@ -1,6 +1,6 @@
 // FP8 (OCP E4M3FN) KV-cache elements on the device: the store rounding of rope_kv_write and the in-register
 // dequantization of the attention kernels (decode, prefill, generic). backend.h gives the cache's contract:
-// an element stands for e4m3 * scale (one scale per layer for K, one for V).
+// an element stands for e4m3 * scale (one scale per layer for K, one for V, or one per layer and KV head).
 //
 //   store: e4m3_from_float(x / scale): IEEE division, then round to nearest even with saturation to +-448
 //          (cvt.rn.satfinite.e4m3x2.f32), as the CPU backend's to_fp8_e4m3(x / scale). NaN stays NaN (0x7f).
@@ -21,7 +21,18 @@
 
 #include <cstdint>
 
+#include "xinfer/backend/cuda/kernels/attention/paged_attention_params.h"
+
 namespace xinfer::cuda {
+
+// The score scale (softmax scale times the K scale) and the output scale (the V scale) of KV head kvh: the
+// layer's (folded by the caller into p.scale / p.v_scale) or the head's own (p.k_head_scales / v_head_scales).
+__device__ __forceinline__ float qk_scale_of(const PagedAttentionParams& p, int kvh) {
+  return p.k_head_scales != nullptr ? __fmul_rn(p.scale, __ldg(p.k_head_scales + kvh)) : p.scale;
+}
+__device__ __forceinline__ float v_scale_of(const PagedAttentionParams& p, int kvh) {
+  return p.v_head_scales != nullptr ? __ldg(p.v_head_scales + kvh) : p.v_scale;
+}
 
 // The f32 value of the e4m3 code in bits [7:0] of `w` shifted left by `byte` bytes (byte = 0..3).
 template <int kByte>

@@ -26,7 +26,7 @@ __device__ float block_reduce(float v, float* scratch) {
   return r;
 }
 
-// One cache element as f32: bf16, or an e4m3 code (its scale is applied by the caller: p.scale, p.v_scale).
+// One cache element as f32: bf16, or an e4m3 code (its scale is applied outside: qk_scale_of, v_scale_of).
 template <bool kFp8>
 __device__ __forceinline__ float kv_at(const void* row, int d) {
   if constexpr (kFp8)
@@ -46,7 +46,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_generic_kernel(Paged
   __shared__ float p_s[kThreads];
   __shared__ float scratch[kThreads / 32];
   const __nv_bfloat16* q = p.qkv + static_cast<size_t>(t) * p.qkv_stride + static_cast<size_t>(h) * D;
-  for (int d = threadIdx.x; d < D; d += kThreads) q_s[d] = __bfloat162float(q[d]) * p.scale;
+  const float qk_scale = qk_scale_of(p, kvh);
+  for (int d = threadIdx.x; d < D; d += kThreads) q_s[d] = __bfloat162float(q[d]) * qk_scale;
   __syncthreads();
   const int32_t* table = p.block_tables + static_cast<size_t>(seq) * p.max_blocks_per_seq;
   constexpr size_t kElemBytes = kFp8 ? 1 : 2;
@@ -84,8 +85,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_generic_kernel(Paged
     __syncthreads();
   }
   __nv_bfloat16* o = p.out + static_cast<size_t>(t) * p.num_heads * D + static_cast<size_t>(h) * D;
-  if (d0 < D) o[d0] = __float2bfloat16(acc0 / l * p.v_scale);
-  if (d1 < D) o[d1] = __float2bfloat16(acc1 / l * p.v_scale);
+  const float v_scale = v_scale_of(p, kvh);
+  if (d0 < D) o[d0] = __float2bfloat16(acc0 / l * v_scale);
+  if (d1 < D) o[d1] = __float2bfloat16(acc1 / l * v_scale);
 }
 
 }  // namespace

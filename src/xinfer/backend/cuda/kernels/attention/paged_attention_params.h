@@ -8,7 +8,8 @@
 //
 // FP8 KV cache (kv_fp8): k_cache / v_cache point at e4m3 codes (kv_fp8.cuh), same layout, 1 byte per element;
 // an element stands for code * k_scale (K) or code * v_scale (V). The kernels fold the K scale into `scale`
-// (the caller passes softmax scale * k_scale) and multiply the output by v_scale (1 for bf16 caches). The
+// (the caller passes softmax scale * k_scale) and multiply the output by v_scale (1 for bf16 caches), or
+// take each KV head's scales from k_head_scales / v_head_scales (per-head scales). The
 // decode and generic kernels and the mma.sync and kWgmmaSimple prefill kernels read FP8 caches; kWgmma (the
 // softmax / P V overlap) does not.
 #pragma once
@@ -36,6 +37,11 @@ struct PagedAttentionParams {
   int qkv_stride;  // (num_heads + 2 * num_kv_heads) * head_dim
   float scale;     // softmax scale, usually 1 / sqrt(head_dim) (times k_scale for an FP8 cache)
   float v_scale = 1.0f;  // output multiplier: the FP8 cache's V scale, 1 for bf16
+  // FP8 caches whose heads have scales of their own ([num_kv_heads] each, device memory), or nullptr: KV head
+  // h's scores are scaled by scale * k_head_scales[h] (scale then holds the softmax scale alone) and its output
+  // by v_head_scales[h] (v_scale unused). kv_fp8.cuh qk_scale_of / v_scale_of.
+  const float* k_head_scales = nullptr;
+  const float* v_head_scales = nullptr;
   bool kv_fp8 = false;   // k_cache / v_cache hold e4m3 codes (reinterpret them as const uint8_t*)
   // kv_fp8, decode kernel: codes -> f16 (one cvt per two codes) and f16 MMAs (Q rounded to f16, P in f16)
   // instead of codes -> bf16 by integer ops and bf16 MMAs. CudaBackend sets it by default

@@ -38,7 +38,7 @@ namespace {
 // 64u + 16t4 .. + 15 for load u. They become two bf16 chunks in registers (exact, kv_fp8.cuh) right before
 // the MMAs: chunk c = 2u + half holds dims 64(c / 2) + 16t4 + 8(c % 2) .. + 7, i.e. chunk_dim(c) + 16t4
 // instead of 32c + 8t4. Q is loaded in that order too, and O's dims follow the same substitution:
-// chunk_dim(c) + 16(g / 2) + 4qp + 2hi + (g % 2). The K scale is in p.scale, the V scale in p.v_scale.
+// chunk_dim(c) + 16(g / 2) + 4qp + 2hi + (g % 2). The K and V scales: qk_scale_of / v_scale_of (kv_fp8.cuh).
 template <int kD, int kW>
 struct DecodeConfig {
   static constexpr int kHeadDim = kD;
@@ -306,7 +306,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
   // for that row (concurrently written by the writer CTA) is dropped.
   const int tile_new = has_newest ? (newest - begin) / kT : -1;
 
-  const float scale_log2 = p.scale * 1.4426950408889634f;
+  const float scale_log2 = qk_scale_of(p, kvh) * 1.4426950408889634f;
   float o[kMT][4];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
@@ -452,7 +452,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
       float acc = 0.0f;
 #pragma unroll
       for (int w = 0; w < kW; ++w) acc += s_o[w][h][d];
-      out[i] = __float2bfloat16(acc / s_sum[h] * p.v_scale);
+      out[i] = __float2bfloat16(acc / s_sum[h] * v_scale_of(p, kvh));
     }
     return;
   }
@@ -531,7 +531,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
         acc.w += w * ov[u].w;
       }
     }
-    const float inv = p.v_scale / s_sum[h];
+    const float inv = v_scale_of(p, kvh) / s_sum[h];
     const __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
     const __nv_bfloat162 hi = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
     uint2 packed;

@@ -360,7 +360,8 @@ __device__ __forceinline__ uint32_t panel_swz(int r, int c) {
 // iteration it waits for its own copies, converts those chunks to bf16 (exact, kv_fp8.cuh) into the swizzled
 // K / V buffer and the barrier publishes them to the tensor cores: the bf16 kernel's schedule with a
 // shared-memory conversion per tile and no registers held across the MMAs (the kernel is at 232-255
-// registers). The K scale is folded into p.scale, the V scale applied in the epilogue (p.v_scale).
+// registers). The K scale is folded into the score scale, the V scale applied in the epilogue (qk_scale_of /
+// v_scale_of, kv_fp8.cuh).
 template <typename Cfg, bool kOverlap, bool kFp8 = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     paged_prefill_wgmma_kernel(PagedAttentionParams p, AttentionPlanView plan) {
@@ -466,7 +467,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
   for (int kk = 0; kk < kN / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
-  const float scale_log2 = p.scale * kLog2e;
+  const float scale_log2 = qk_scale_of(p, w.kv_head) * kLog2e;
   const uint32_t q_wg = q_s + wg * 64 * 128;  // this warpgroup's 64 rows inside each Q panel
 
   // S = Q K^T for K in buffer kb: kD / 16 k-steps; k-step ks lies in panel ks / 4 at byte 32 (ks % 4) of
@@ -656,7 +657,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     float l = row_sum[hh];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l > 0.0f ? p.v_scale / l : 0.0f;  // v_scale: 1 for bf16 caches
+    const float inv = l > 0.0f ? v_scale_of(p, w.kv_head) / l : 0.0f;  // 1 for bf16 caches
     const int r = r0 + 8 * hh;
     if (r < w.rows) {
       __nv_bfloat16* out =
@@ -778,7 +779,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
     row_max[i] = -INFINITY;
     row_sum[i] = 0.0f;
   }
-  const float scale_log2 = p.scale * kLog2e;
+  const float scale_log2 = qk_scale_of(p, w.kv_head) * kLog2e;
   const int lr = lane & 7;  // (row & 7) of every ldmatrix row address below
 
   for (int tile = 0; tile < num_tiles; ++tile) {
@@ -876,7 +877,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
       float l = row_sum[2 * mt + hh];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l > 0.0f ? p.v_scale / l : 0.0f;
+      const float inv = l > 0.0f ? v_scale_of(p, w.kv_head) / l : 0.0f;
       const int r = wr + mt * 16 + g + 8 * hh;  // r & 7 == g
 #pragma unroll
       for (int dt = 0; dt < kDT; ++dt)

@@ -10,6 +10,36 @@ namespace {
 
 constexpr int kWarps = 4;  // heads per CTA: one warp per head
 
+// The FP8 scale of KV head h: its own, or the layer's.
+__device__ __forceinline__ float head_scale(const float* head_scales, float layer_scale, int h) {
+  return head_scales != nullptr ? __ldg(head_scales + h) : layer_scale;
+}
+
+// kv_rotation.h's transform of one head, 16 values y[0, 16) per thread (flat index 16 j + e for the head's thread
+// j of `lanes`): the butterflies of bits 1..8 in registers, then of 16 j's bits across the threads (shuffles
+// within the head's aligned group of lanes, `mask`), each y[f] + y[f + b] / y[f] - y[f + b] as the host does;
+// then the power-of-two scale.
+__device__ __forceinline__ void hadamard_rotate16(float (&y)[16], int j, int lanes, unsigned mask, float scale) {
+#pragma unroll
+  for (int b = 1; b < 16; b *= 2)
+#pragma unroll
+    for (int f = 0; f < 16; ++f)
+      if ((f & b) == 0) {
+        const float u = y[f], v = y[f + b];
+        y[f] = __fadd_rn(u, v);
+        y[f + b] = __fsub_rn(u, v);
+      }
+  for (int b = 1; b < lanes; b *= 2) {
+    // This thread holds y[f + 16 b] (upper) or y[f]; either way one fma(+-1, mine, partner's) is the host's
+    // y[f] - y[f + b] or y[f] + y[f + b] with its single rounding.
+    const float sign = (j & b) != 0 ? -1.0f : 1.0f;
+#pragma unroll
+    for (int e = 0; e < 16; ++e) y[e] = __fmaf_rn(sign, y[e], __shfl_xor_sync(mask, y[e], b));
+  }
+#pragma unroll
+  for (int e = 0; e < 16; ++e) y[e] = __fmul_rn(y[e], scale);
+}
+
 // Grid (token, head group of kWarps). Warp w of CTA (t, y) takes head item y * kWarps + w of token t:
 // items [0, Hq + Hkv) are the q and k heads (rotated in place; k heads also go to the cache), items
 // [Hq + Hkv, Hq + 2 Hkv) are the v heads (copied to the cache).
@@ -50,8 +80,9 @@ __global__ void __launch_bounds__(kWarps * 32) rope_kv_write_kernel(RopeKvWriteA
         if (k8 != nullptr) {  // the f32 rotation of rope_rotate(), quantized before any bf16 rounding
           float r1, r2;
           rope_rotate_f32(__bfloat162float(x[i]), __bfloat162float(x[i + half]), c, s, r1, r2);
-          k8[i] = e4m3_from_float(r1, a.k_scale);
-          k8[i + half] = e4m3_from_float(r2, a.k_scale);
+          const float ks = head_scale(a.k_head_scales, a.k_scale, item - a.num_heads);
+          k8[i] = e4m3_from_float(r1, ks);
+          k8[i + half] = e4m3_from_float(r2, ks);
         }
       }
       __nv_bfloat16 y1, y2;
@@ -75,7 +106,8 @@ __global__ void __launch_bounds__(kWarps * 32) rope_kv_write_kernel(RopeKvWriteA
   const __nv_bfloat16* v = row + static_cast<size_t>(item) * D;
   if constexpr (kFp8) {
     uint8_t* dst = reinterpret_cast<uint8_t*>(a.v_cache) + cache_row(h);
-    for (int d = lane; d < D; d += 32) dst[d] = e4m3_from_float(__bfloat162float(v[d]), a.v_scale);
+    const float vs = head_scale(a.v_head_scales, a.v_scale, h);
+    for (int d = lane; d < D; d += 32) dst[d] = e4m3_from_float(__bfloat162float(v[d]), vs);
   } else {
     __nv_bfloat16* dst = a.v_cache + cache_row(h);
     for (int d = lane; d < D; d += 32) dst[d] = v[d];
@@ -88,7 +120,7 @@ __global__ void __launch_bounds__(kWarps * 32) rope_kv_write_kernel(RopeKvWriteA
 // so the same bits; one thread per 16 values instead of one per 2 (the scalar kernel's 2-byte accesses ran
 // at a third of the copy bandwidth at 2048 tokens).
 constexpr int kVecThreads = 128;
-template <bool kFp8>
+template <bool kFp8, bool kRotate>
 __global__ void __launch_bounds__(kVecThreads) rope_kv_write_vec_kernel(RopeKvWriteArgs a) {
   pdl_release();  // the next kernel may launch now: it waits for this one's results itself
   const int t = blockIdx.x;
@@ -112,7 +144,7 @@ __global__ void __launch_bounds__(kVecThreads) rope_kv_write_vec_kernel(RopeKvWr
     }
   }
   pdl_wait();
-  if (item >= items) return;
+  if (item >= items) return;  // whole heads: a head's per_head threads return together
   __nv_bfloat16* row = a.qkv + static_cast<size_t>(t) * items * D;
   const size_t block = slot >= 0 ? static_cast<size_t>(slot / a.block_size) : 0;
   const int offset = slot >= 0 ? slot % a.block_size : 0;
@@ -120,27 +152,66 @@ __global__ void __launch_bounds__(kVecThreads) rope_kv_write_vec_kernel(RopeKvWr
   if (item < rope_heads) {
     uint4* x = reinterpret_cast<uint4*>(row + static_cast<size_t>(item) * D);
     uint4 lo = x[j], hi = x[half / 8 + j];
-    const bool write_k = item >= a.num_heads && slot >= 0;
-    if constexpr (kFp8) {
-      if (write_k) {  // the f32 rotation of rope_rotate(), quantized before any bf16 rounding
-        const __nv_bfloat16* p = reinterpret_cast<const __nv_bfloat16*>(&lo);
-        const __nv_bfloat16* q = reinterpret_cast<const __nv_bfloat16*>(&hi);
-        uint2 k_lo, k_hi;
-        uint8_t* bl = reinterpret_cast<uint8_t*>(&k_lo);
-        uint8_t* bh = reinterpret_cast<uint8_t*>(&k_hi);
+    const bool is_k = item >= a.num_heads;
+    const bool write_k = is_k && slot >= 0;
+    if constexpr (kRotate) {
+      // The f32 RoPE of the 8 pairs, rotated; then bf16 in place, and the cache row (codes or bf16).
+      float y[16];
+      const __nv_bfloat16* p = reinterpret_cast<const __nv_bfloat16*>(&lo);
+      const __nv_bfloat16* q = reinterpret_cast<const __nv_bfloat16*>(&hi);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          float r1, r2;
-          rope_rotate_f32(__bfloat162float(p[e]), __bfloat162float(q[e]), c[e], s[e], r1, r2);
-          bl[e] = e4m3_from_float(r1, a.k_scale);
-          bh[e] = e4m3_from_float(r2, a.k_scale);
-        }
-        uint2* k8 = reinterpret_cast<uint2*>(reinterpret_cast<uint8_t*>(a.k_cache) + cache_row(item - a.num_heads));
-        k8[j] = k_lo;
-        k8[half / 8 + j] = k_hi;
+      for (int e = 0; e < 8; ++e)
+        rope_rotate_f32(__bfloat162float(p[e]), __bfloat162float(q[e]), c[e], s[e], y[e], y[8 + e]);
+      const int lane = static_cast<int>(threadIdx.x % 32);
+      const unsigned mask = per_head >= 32 ? 0xffffffffu : ((1u << per_head) - 1u) << (lane & ~(per_head - 1));
+      const int lg = __ffs(D) - 1;  // D is a power of two
+      hadamard_rotate16(y, j, per_head, mask, __int_as_float((127 - (is_k ? (lg + 1) / 2 : lg / 2)) << 23));
+      __nv_bfloat16* bl = reinterpret_cast<__nv_bfloat16*>(&lo);
+      __nv_bfloat16* bh = reinterpret_cast<__nv_bfloat16*>(&hi);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        bl[e] = __float2bfloat16_rn(y[e]);
+        bh[e] = __float2bfloat16_rn(y[8 + e]);
       }
+      if constexpr (kFp8) {
+        if (write_k) {
+          const float ks = head_scale(a.k_head_scales, a.k_scale, item - a.num_heads);
+          uint2 k_lo, k_hi;
+          uint8_t* cl = reinterpret_cast<uint8_t*>(&k_lo);
+          uint8_t* ch = reinterpret_cast<uint8_t*>(&k_hi);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            cl[e] = e4m3_from_float(y[e], ks);
+            ch[e] = e4m3_from_float(y[8 + e], ks);
+          }
+          uint2* k8 = reinterpret_cast<uint2*>(reinterpret_cast<uint8_t*>(a.k_cache) + cache_row(item - a.num_heads));
+          k8[j] = k_lo;
+          k8[half / 8 + j] = k_hi;
+        }
+      }
+    } else {
+      if constexpr (kFp8) {
+        if (write_k) {  // the f32 rotation of rope_rotate(), quantized before any bf16 rounding
+          const float ks = head_scale(a.k_head_scales, a.k_scale, item - a.num_heads);
+          const __nv_bfloat16* p = reinterpret_cast<const __nv_bfloat16*>(&lo);
+          const __nv_bfloat16* q = reinterpret_cast<const __nv_bfloat16*>(&hi);
+          uint2 k_lo, k_hi;
+          uint8_t* bl = reinterpret_cast<uint8_t*>(&k_lo);
+          uint8_t* bh = reinterpret_cast<uint8_t*>(&k_hi);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            float r1, r2;
+            rope_rotate_f32(__bfloat162float(p[e]), __bfloat162float(q[e]), c[e], s[e], r1, r2);
+            bl[e] = e4m3_from_float(r1, ks);
+            bh[e] = e4m3_from_float(r2, ks);
+          }
+          uint2* k8 = reinterpret_cast<uint2*>(reinterpret_cast<uint8_t*>(a.k_cache) + cache_row(item - a.num_heads));
+          k8[j] = k_lo;
+          k8[half / 8 + j] = k_hi;
+        }
+      }
+      rope_rotate8(lo, hi, c, s);
     }
-    rope_rotate8(lo, hi, c, s);
     x[j] = lo;
     x[half / 8 + j] = hi;
     if (!kFp8 && write_k) {
@@ -155,14 +226,15 @@ __global__ void __launch_bounds__(kVecThreads) rope_kv_write_vec_kernel(RopeKvWr
   const uint4* v = reinterpret_cast<const uint4*>(row + static_cast<size_t>(item) * D);
   const uint4 v0 = v[2 * j], v1 = v[2 * j + 1];
   if constexpr (kFp8) {
+    const float vs = head_scale(a.v_head_scales, a.v_scale, h);
     uint4 out;
     uint8_t* ob = reinterpret_cast<uint8_t*>(&out);
     const __nv_bfloat16* b0 = reinterpret_cast<const __nv_bfloat16*>(&v0);
     const __nv_bfloat16* b1 = reinterpret_cast<const __nv_bfloat16*>(&v1);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      ob[e] = e4m3_from_float(__bfloat162float(b0[e]), a.v_scale);
-      ob[8 + e] = e4m3_from_float(__bfloat162float(b1[e]), a.v_scale);
+      ob[e] = e4m3_from_float(__bfloat162float(b0[e]), vs);
+      ob[8 + e] = e4m3_from_float(__bfloat162float(b1[e]), vs);
     }
     reinterpret_cast<uint4*>(reinterpret_cast<uint8_t*>(a.v_cache) + cache_row(h))[j] = out;
   } else {
@@ -180,14 +252,22 @@ void launch_rope_kv_write(const RopeKvWriteArgs& a, cudaStream_t stream) {
   XI_CHECK_EQ(a.head_dim % 2, 0) << "rope: odd head_dim";
   if (a.num_tokens == 0) return;
   const int items = a.num_heads + 2 * a.num_kv_heads;
-  if (a.kv_fp8) XI_CHECK(a.k_scale > 0 && a.v_scale > 0) << "rope_kv_write: fp8 KV scales must be positive";
-  if (a.head_dim % 16 == 0 && aligned16(a.qkv) && aligned16(a.k_cache) && aligned16(a.v_cache) && aligned16(a.cos_sin)) {
+  if (a.kv_fp8 && a.k_head_scales == nullptr)
+    XI_CHECK(a.k_scale > 0 && a.v_scale > 0) << "rope_kv_write: fp8 KV scales must be positive";
+  const bool vec = a.head_dim % 16 == 0 && aligned16(a.qkv) && aligned16(a.k_cache) && aligned16(a.v_cache) &&
+                   aligned16(a.cos_sin);
+  // The rotation's lane groups (head_dim / 16 threads) are whole and aligned inside a warp up to head_dim 512.
+  XI_CHECK(!a.k_rotation || (vec && a.head_dim >= 16 && a.head_dim <= 256 && (a.head_dim & (a.head_dim - 1)) == 0))
+      << "rope_kv_write: key rotation needs a power-of-two head_dim in [16, 256] and 16-byte aligned buffers; got "
+      << a.head_dim;
+  if (vec) {
     const int threads = items * (a.head_dim / 16);
     const dim3 grid(static_cast<unsigned>(a.num_tokens), static_cast<unsigned>((threads + kVecThreads - 1) / kVecThreads));
+    auto go = [&](auto kernel) { launch_pdl(kernel, grid, kVecThreads, 0, stream, a); };
     if (a.kv_fp8)
-      launch_pdl(rope_kv_write_vec_kernel<true>, grid, kVecThreads, 0, stream, a);
+      a.k_rotation ? go(rope_kv_write_vec_kernel<true, true>) : go(rope_kv_write_vec_kernel<true, false>);
     else
-      launch_pdl(rope_kv_write_vec_kernel<false>, grid, kVecThreads, 0, stream, a);
+      a.k_rotation ? go(rope_kv_write_vec_kernel<false, true>) : go(rope_kv_write_vec_kernel<false, false>);
     return;
   }
   const dim3 grid(static_cast<unsigned>(a.num_tokens), static_cast<unsigned>((items + kWarps - 1) / kWarps));

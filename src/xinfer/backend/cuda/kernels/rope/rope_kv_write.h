@@ -9,8 +9,15 @@
 // head. Both give the same bits. Tokens with a negative slot (padding) are rotated but not cached.
 //
 // FP8 cache (kv_fp8): the cache holds e4m3 codes (k_cache / v_cache reinterpreted as uint8_t*), written as
-// e4m3(k / k_scale) and e4m3(v / v_scale) (attention/kv_fp8.cuh: round to nearest even, saturated). The k
-// written is the f32 rotation itself (the bf16 rounding of the in-place q/k result is not applied first).
+// e4m3(k / k_scale) and e4m3(v / v_scale) (attention/kv_fp8.cuh: round to nearest even, saturated), with the
+// scales of the token's KV head where the cache has per-head scales. The k written is the f32 rotation itself
+// (the bf16 rounding of the in-place q/k result is not applied first).
+//
+// Key rotation (k_rotation; backend/kv_rotation.h): the f32 RoPE result of every q and k head is multiplied by
+// the Walsh-Hadamard matrix of kv_rotation.h (its flat index is this kernel's (thread, value) layout: 16
+// values per thread, butterflies in registers, then across the head's threads by warp shuffles) and its
+// power-of-two scale; q and k are stored rotated (bf16 in place, k also to the cache). The vectorized path
+// only, with the host reference's add / subtract order, so the same f32 bits.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -35,6 +42,9 @@ struct RopeKvWriteArgs {
   bool kv_fp8 = false;   // the caches hold e4m3 codes: [num_blocks, Hkv, block_size, D] bytes each
   float k_scale = 1.0f;  // kv_fp8: stored code = e4m3(k / k_scale)
   float v_scale = 1.0f;  // kv_fp8: stored code = e4m3(v / v_scale)
+  const float* k_head_scales = nullptr;  // kv_fp8, per-head scales: [num_kv_heads] (device), instead of k_scale
+  const float* v_head_scales = nullptr;  // [num_kv_heads], instead of v_scale
+  bool k_rotation = false;  // q and k rotated after RoPE (backend/kv_rotation.h); head_dim 16..256, a power of 2
 };
 
 void launch_rope_kv_write(const RopeKvWriteArgs& args, cudaStream_t stream);
