@@ -84,7 +84,7 @@ class Checkpoint:
         self.raw = read_safetensors(model_dir / "model.safetensors", raw=True)
         q = self.c.get("quantization_config")
         self.q = q
-        self.group = q["config_groups"]["group_0"] if q else None
+        self.group = q["config_groups"].get("group_0") if q else None  # none: --scheme none (KV scales only)
         self.ignore = set(q["ignore"]) if q else set()
         self.w = {}
         self.quantized = set()

@@ -3,7 +3,9 @@
 transformers' compressed-tensors integration (CompressedTensorsConfig(run_compressed=False): the package's
 ModelCompressor.decompress_model) decompresses the checkpoint into a float LlamaForCausalLM, and every decompressed linear weight must equal numpy's within
 float32 rounding of scale * (q - zero). Needs torch and the compressed-tensors wheel (GPU machine; runs on
-its CPU). Prints one JSON line per directory and exits 1 on any mismatch.
+its CPU). With a kv_cache_scheme (--kv-cache-scheme fp8), the package must also have loaded every
+self_attn.k_scale / v_scale with our values (what vLLM reads). Prints one JSON line per directory and exits 1 on
+any mismatch.
 
     python3 tests/gpu/check_compressed_tensors.py DIR [DIR ...]
 """
@@ -55,10 +57,14 @@ def main() -> int:
             diff = float(np.abs(got[key] - want).max() / max(np.abs(want).max(), 1e-30))
             if diff > worst:
                 worst, worst_name = diff, key
-        ok = worst <= 1e-6 and len(ck.quantized) > 0
+        kv = {k: v for k, v in ck.w.items() if k.endswith(("self_attn.k_scale", "self_attn.v_scale"))}
+        kv_diff = max((float(np.abs(np.ravel(got[k]) - np.ravel(v)).max() / np.abs(v).max()) if k in got else float("inf")
+                       for k, v in kv.items()), default=0.0)
+        ok = worst <= 1e-6 and (len(ck.quantized) > 0 or len(kv) > 0) and kv_diff <= 1e-6
         bad += not ok
         print(json.dumps({"dir": d.name, "format": ck.q["format"], "modules": len(ck.quantized),
-                          "max_rel_diff": worst, "worst": worst_name, "ok": ok, "compressed_tensors": version}))
+                          "max_rel_diff": worst, "worst": worst_name, "kv_scales": len(kv), "kv_max_rel_diff": kv_diff,
+                          "ok": ok, "compressed_tensors": version}))
     return 1 if bad else 0
 
 
