@@ -159,9 +159,16 @@ Result<KvCacheSettings> resolve_kv_cache(const KvCacheRequest& req, const std::s
   s.k_scales.assign(count, 1.0f);
   s.v_scales.assign(count, 1.0f);
   s.scales_source = "1.0 (default)";
+  auto default_scales = [&] {  // as vLLM does, say what 1.0 costs and where calibrated scales come from
+    XI_LOG(WARN) << "fp8 KV cache: the checkpoint has no k_scale / v_scale and no --kv-cache-scale was given: scale "
+                    "1.0 in every layer; calibrated scales lose less accuracy (SmolLM2, WikiText-2: +0.29% PPL over "
+                    "the bf16 cache against +0.56% at 1.0, docs/kv_cache.md); `xinfer quantize --scheme none "
+                    "--kv-cache-scheme fp8` writes them";
+    return s;
+  };
   const bool dir = read_checkpoint && std::filesystem::is_directory(model_dir);
   const std::string scheme = dir ? kv_cache_scheme(model_dir) : std::string();
-  if (!dir) return s;
+  if (!dir) return default_scales();
   auto files = model::WeightFiles::open(model_dir);
   if (!files.ok()) return s;  // the model loader reports a missing or broken checkpoint
   auto name = [](int l, const char* what) { return "model.layers." + std::to_string(l) + ".self_attn." + what; };
@@ -171,7 +178,7 @@ Result<KvCacheSettings> resolve_kv_cache(const KvCacheRequest& req, const std::s
       return invalid_argument("quantization_config.kv_cache_scheme " + scheme + " in " + model_dir +
                               "/config.json, but the checkpoint has no " + name(0, "k_scale") + " / " +
                               name(0, "v_scale") + " tensors");
-    return s;
+    return default_scales();
   }
   const int heads = mc.num_kv_heads;
   bool per_head = false;
