@@ -328,15 +328,17 @@ nlohmann::ordered_json ModelQuantizer::report() const {
   }
   nlohmann::ordered_json r;
   r["scheme"] = scheme_name(options_.scheme.scheme);
-  r["method"] = options_.gptq ? "gptq" : "rtn";
-  if (options_.gptq) {
-    r["gptq_hessians"] = options_.gptq_sequential ? "true-sequential" : "float-model";
-    r["gptq_damp"] = options_.gptq_options.damp;
-    r["gptq_act_order"] = options_.gptq_options.act_order;
-    if (options_.gptq_options.act_order) r["gptq_static_groups"] = options_.gptq_options.static_groups;
+  if (options_.scheme.scheme != Scheme::kNone) {  // how the weights were quantized
+    r["method"] = options_.gptq ? "gptq" : "rtn";
+    if (options_.gptq) {
+      r["gptq_hessians"] = options_.gptq_sequential ? "true-sequential" : "float-model";
+      r["gptq_damp"] = options_.gptq_options.damp;
+      r["gptq_act_order"] = options_.gptq_options.act_order;
+      if (options_.gptq_options.act_order) r["gptq_static_groups"] = options_.gptq_options.static_groups;
+    }
+    r["weight_strategy"] = granularity_name(weight_args(options_.scheme).granularity);
+    r["weight_clip"] = weight_args(options_.scheme).mse_clip ? "mse" : "minmax";
   }
-  r["weight_strategy"] = granularity_name(weight_args(options_.scheme).granularity);
-  r["weight_clip"] = weight_args(options_.scheme).mse_clip ? "mse" : "minmax";
   if (options_.scheme.scheme == Scheme::kW4A16) {
     r["group_size"] = options_.scheme.group_size;
     r["symmetric"] = options_.scheme.symmetric;
