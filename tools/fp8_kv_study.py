@@ -33,32 +33,7 @@ def log_softmax(z):
 def forward(m, ids, kv_hook):
     """Logits [T, V]; kv_hook(layer, k, v) -> (k, v, v_offset) sees post-RoPE k and v [T, nkv, D] and returns what
     attention reads (v_offset [nkv, D] or None is added back to the attention output, per KV head)."""
-    T = len(ids)
-    pos = np.arange(T)
-    x = m.w["token_embd.weight"][np.array(ids)]
-    mask = np.triu(np.full((T, T), -np.inf, dtype=np.float32), 1)
-    g = m.nh // m.nkv
-    for layer in range(m.L):
-        p = f"blk.{layer}."
-        h = m.rms(x, m.w[p + "attn_norm.weight"])
-        q = (h @ m.w[p + "attn_q.weight"].T).reshape(T, m.nh, m.D)
-        k = (h @ m.w[p + "attn_k.weight"].T).reshape(T, m.nkv, m.D)
-        v = (h @ m.w[p + "attn_v.weight"].T).reshape(T, m.nkv, m.D)
-        q, k = m.rope(q, pos), m.rope(k, pos)
-        k, v, c = kv_hook(layer, k.astype(np.float32), v.astype(np.float32))
-        k, v = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
-        s = np.einsum("thd,shd->hts", q, k) / np.sqrt(m.D) + mask
-        s = np.exp(s - s.max(-1, keepdims=True))
-        s /= s.sum(-1, keepdims=True)
-        a = np.einsum("hts,shd->thd", s, v)
-        if c is not None:
-            a = a + np.repeat(c, g, axis=0)[None]
-        x = x + a.reshape(T, m.nh * m.D) @ m.w[p + "attn_output.weight"].T
-        h = m.rms(x, m.w[p + "ffn_norm.weight"])
-        gate = h @ m.w[p + "ffn_gate.weight"].T
-        up = h @ m.w[p + "ffn_up.weight"].T
-        x = x + (gate / (1 + np.exp(-gate)) * up) @ m.w[p + "ffn_down.weight"].T
-    return m.rms(x, m.w["output_norm.weight"]) @ m.lm_head.T
+    return m.forward(ids, kv=kv_hook)
 
 
 def e4m3(x, scale):

@@ -63,9 +63,11 @@ class GgufLlama:
         x1, x2 = x[..., :half], x[..., half:]
         return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
-    def forward(self, ids, act_blocks=False):
+    def forward(self, ids, act_blocks=False, kv=None):
         """Logits [T, V] of every position of `ids` (one sequence, no cache). act_blocks: fake-quantize every
-        linear's input to 8-bit blocks (block_fake_quant)."""
+        linear's input to 8-bit blocks (block_fake_quant). kv(layer, k, v) -> (k, v, offset), when given, replaces
+        what attention reads of the rotated k and of v ([T, kv_heads, D]; e.g. an FP8 KV cache), offset
+        ([kv_heads, D] or None) being added to each head's attention output (tools/fp8_kv_study.py)."""
         T = len(ids)
         pos = np.arange(T)
         x = self.w["token_embd.weight"][np.array(ids)]
@@ -78,11 +80,17 @@ class GgufLlama:
             k = self.linear(h, p + "attn_k.weight", act_blocks).reshape(T, self.nkv, self.D)
             v = self.linear(h, p + "attn_v.weight", act_blocks).reshape(T, self.nkv, self.D)
             q, k = self.rope(q, pos), self.rope(k, pos)
+            offset = None
+            if kv is not None:
+                k, v, offset = kv(l, k.astype(np.float32), v.astype(np.float32))
             k, v = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
             s = np.einsum("thd,shd->hts", q, k) / np.sqrt(self.D) + mask
             s = np.exp(s - s.max(-1, keepdims=True))
             s /= s.sum(-1, keepdims=True)
-            a = np.einsum("hts,shd->thd", s, v).reshape(T, self.nh * self.D)
+            a = np.einsum("hts,shd->thd", s, v)
+            if offset is not None:
+                a = a + np.repeat(offset, g, axis=0)[None]
+            a = a.reshape(T, self.nh * self.D)
             x = x + self.linear(a, p + "attn_output.weight", act_blocks)
             h = self.rms(x, self.w[p + "ffn_norm.weight"])
             gate = self.linear(h, p + "ffn_gate.weight", act_blocks)

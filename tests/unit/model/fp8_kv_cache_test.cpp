@@ -160,6 +160,18 @@ OpSetup setup_case(cpu::CpuBackend& be, const OpCase& oc, std::mt19937& rng) {
   return c;
 }
 
+// The default-RoPE table [max_pos, d] rope_kv_write takes: cos in [:, :d/2], sin in [:, d/2:] (theta 10000).
+std::vector<float> rope_table(int max_pos, int d) {
+  std::vector<float> cs(static_cast<size_t>(max_pos) * d);
+  for (int p = 0; p < max_pos; ++p)
+    for (int i = 0; i < d / 2; ++i) {
+      const double a = p * std::pow(10000.0, -2.0 * i / d);
+      cs[static_cast<size_t>(p) * d + i] = static_cast<float>(std::cos(a));
+      cs[static_cast<size_t>(p) * d + d / 2 + i] = static_cast<float>(std::sin(a));
+    }
+  return cs;
+}
+
 // body(be, case, its setup, the rng after the setup) for every op case, each from a fresh std::mt19937(seed).
 template <typename Body>
 void for_each_case(uint32_t seed, Body body) {
@@ -203,13 +215,7 @@ TEST(Fp8KvCpu, AttentionEqualsF32AttentionOnTheDequantizedCache) {
 TEST(Fp8KvCpu, RopeKvWriteStoresTheScaledE4m3OfTheF32Cache) {
   for_each_case(9, [](cpu::CpuBackend& be, const OpCase& oc, OpSetup& c, std::mt19937& rng) {
     const int max_pos = *std::max_element(c.plan.positions.begin(), c.plan.positions.end()) + 1;
-    std::vector<float> cs(static_cast<size_t>(max_pos) * oc.d);
-    for (int p = 0; p < max_pos; ++p)
-      for (int i = 0; i < oc.d / 2; ++i) {
-        const double a = p * std::pow(10000.0, -2.0 * i / oc.d);
-        cs[static_cast<size_t>(p) * oc.d + i] = static_cast<float>(std::cos(a));
-        cs[static_cast<size_t>(p) * oc.d + oc.d / 2 + i] = static_cast<float>(std::sin(a));
-      }
+    std::vector<float> cs = rope_table(max_pos, oc.d);
     std::vector<float> qkv8 = normals(static_cast<size_t>(c.T) * c.width, rng, 3.0f), qkvf = qkv8;
     const backend::StepMeta meta = be.upload_step(c.plan);
     be.rope_kv_write(meta, host_view(qkv8, Shape{c.T, c.width}), oc.hq, oc.hkv, oc.d,
@@ -270,13 +276,7 @@ TEST(KvRotation, IsTheScaledHadamardMatrixOfTheFlatIndex) {
 TEST(KvRotation, RotatedCacheGivesTheSameAttention) {
   for_each_case(13, [](cpu::CpuBackend& be, const OpCase& oc, OpSetup& c, std::mt19937& rng) {
     const int max_pos = *std::max_element(c.plan.positions.begin(), c.plan.positions.end()) + 1;
-    std::vector<float> cs(static_cast<size_t>(max_pos) * oc.d);
-    for (int p = 0; p < max_pos; ++p)
-      for (int i = 0; i < oc.d / 2; ++i) {
-        const double a = p * std::pow(10000.0, -2.0 * i / oc.d);
-        cs[static_cast<size_t>(p) * oc.d + i] = static_cast<float>(std::cos(a));
-        cs[static_cast<size_t>(p) * oc.d + oc.d / 2 + i] = static_cast<float>(std::sin(a));
-      }
+    std::vector<float> cs = rope_table(max_pos, oc.d);
     const std::vector<float> input = normals(static_cast<size_t>(c.T) * c.width, rng, 3.0f);
     std::vector<float> qkv_r = input, qkv = input;
     const backend::StepMeta meta = be.upload_step(c.plan);

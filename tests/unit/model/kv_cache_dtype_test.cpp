@@ -147,6 +147,16 @@ std::string checkpoint_with_scales(const std::string& name, const std::vector<fl
   return dir.string();
 }
 
+// An Engine on `model_dir` with an FP8 KV cache starts (its scales resolved and its cache allocated).
+void expect_fp8_engine_starts(const std::string& model_dir) {
+  EngineConfig ec;
+  ec.model_dir = model_dir;
+  ec.kv_cache_memory = size_t{1} << 20;
+  ec.kv_cache_dtype = KvCacheDtype::kFP8;
+  auto e = Engine::create(ec);
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+}
+
 model::ModelConfig golden_config() {
   auto c = model::load_model_config(golden_model());
   XI_CHECK(c.ok()) << c.status().to_string();
@@ -178,13 +188,7 @@ TEST(KvCacheScales, FromTheFlagTheCheckpointOrOne) {
   auto o = resolve_kv_cache({KvCacheDtype::kFP8, 3.0f}, ck, mc, true, be);  // the flag wins
   ASSERT_TRUE(o.ok());
   EXPECT_EQ(o->k_scales, (std::vector<float>{3.0f, 3.0f, 3.0f, 3.0f}));
-  // The engine loads that checkpoint with its scales and generates.
-  EngineConfig ec;
-  ec.model_dir = ck;
-  ec.kv_cache_memory = size_t{1} << 20;
-  ec.kv_cache_dtype = KvCacheDtype::kFP8;
-  auto e = Engine::create(ec);
-  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  expect_fp8_engine_starts(ck);  // the engine loads that checkpoint with its scales
   // A bf16 / f32 cache ignores the scales.
   auto a = resolve_kv_cache({KvCacheDtype::kAuto}, ck, mc, true, be);
   ASSERT_TRUE(a.ok());
@@ -220,13 +224,7 @@ TEST(KvCacheScales, PerHeadScalesFromTheCheckpoint) {
   EXPECT_EQ(both.layers[1].host_k_scale(0), 0.125f);
   EXPECT_EQ(both.layers[1].host_k_scale(1), 0.25f);
   EXPECT_EQ(both.layers[1].host_v_scale(1), 0.5f);
-  // The engine serves it: per-head scales on the CPU backend.
-  EngineConfig ec;
-  ec.model_dir = ck;
-  ec.kv_cache_memory = size_t{1} << 20;
-  ec.kv_cache_dtype = KvCacheDtype::kFP8;
-  auto e = Engine::create(ec);
-  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  expect_fp8_engine_starts(ck);  // per-head scales on the CPU backend
 }
 
 TEST(KvCacheScales, RotationChoices) {
