@@ -30,12 +30,6 @@ def log_softmax(z):
     return z - np.log(np.exp(z).sum(-1, keepdims=True))
 
 
-def forward(m, ids, kv_hook):
-    """Logits [T, V]; kv_hook(layer, k, v) -> (k, v, v_offset) sees post-RoPE k and v [T, nkv, D] and returns what
-    attention reads (v_offset [nkv, D] or None is added back to the attention output, per KV head)."""
-    return m.forward(ids, kv=kv_hook)
-
-
 def e4m3(x, scale):
     """x rounded to e4m3 codes times scale (scale broadcasts against x: a scalar or [nkv, 1])."""
     return (round_e4m3(x / scale) * scale).astype(np.float32)
@@ -57,7 +51,7 @@ def calibrate(m, windows, rotation):
         return k, v, None
 
     for w in windows:
-        forward(m, w, hook)
+        m.forward(w, kv=hook)
     for s in stats:
         s["kmean"] = (s["ksum"] / s["n"]).astype(np.float32)
         s["vmean"] = (s["vsum"] / s["n"]).astype(np.float32)
@@ -140,7 +134,7 @@ def main():
     nll_ref = 0.0
     n = 0
     for w in wins:
-        lp = log_softmax(forward(m, w, lambda layer, k, v: (k, v, None)).astype(np.float64))[:-1]
+        lp = log_softmax(m.forward(w).astype(np.float64))[:-1]
         tgt = np.array(w[1:])
         ref.append(lp)
         nll_ref += -lp[np.arange(len(tgt)), tgt].sum()
@@ -150,7 +144,7 @@ def main():
         nll = kl = agree = 0.0
         per_win = []
         for w, lr in zip(wins, ref):
-            lp = log_softmax(forward(m, w, hook).astype(np.float64))[:-1]
+            lp = log_softmax(m.forward(w, kv=hook).astype(np.float64))[:-1]
             tgt = np.array(w[1:])
             d = -lp[np.arange(len(tgt)), tgt].sum()
             nll += d
