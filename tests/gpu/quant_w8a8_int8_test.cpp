@@ -236,6 +236,34 @@ TEST(W8A8Int8, LinearMatchesCpuOracle) {
   }
 }
 
+// reserve_quant_workspace (the engine's start-up, before the KV cache is sized): after it, no step of up to the
+// reserved rows grows the workspace (a growth synchronizes with the device in flight and takes memory the plan
+// did not count), whether it runs the GEMV or the chunked cuBLASLt GEMM; a dense linear needs none.
+TEST(W8A8Int8, ReservedWorkspaceNeverGrows) {
+  std::mt19937 rng(53);
+  cuda::CudaBackendOptions o;
+  o.gemm_tuning_cache = "off";
+  cuda::CudaBackend be(o);
+  Int8Case c = make_int8_case(1008, 4096, quant::ActScaleMode::kDynamicPerToken, false, rng);
+  const int max_tokens = 2500;  // past the GEMM's 2048-row chunk
+  backend::LinearWeights dense;
+  dense.weight = c.lw.weight;  // only its format matters here
+  dense.format = quant::DenseFormat{};
+  be.reserve_quant_workspace({&dense}, max_tokens);
+  EXPECT_EQ(be.quant_workspace_bytes(), 0u);
+  be.reserve_quant_workspace({&dense, &c.lw}, max_tokens);
+  const size_t reserved = be.quant_workspace_bytes();
+  EXPECT_GE(reserved, static_cast<size_t>(max_tokens) * 4096 + 2048u * 1008 * 4);  // codes + the int32 sums
+  for (const int64_t m : {1, 17, 333, 2048, 2049, max_tokens}) {
+    const std::vector<float> x = random_bf16(static_cast<size_t>(m * 4096), rng);
+    auto xd = be.upload(host_view(x, Shape{m, 4096}), DType::kBF16);
+    auto yd = be.allocate(DType::kBF16, Shape{m, 1008});
+    be.linear(xd.view, c.lw, yd.view);
+    be.synchronize();
+    EXPECT_EQ(be.quant_workspace_bytes(), reserved) << "m=" << m;
+  }
+}
+
 // The GEMM directly, in both modes, with the rows split into chunks of 64 (chunk_rows forced small).
 TEST(W8A8Int8, GemmModesAndChunks) {
   std::mt19937 rng(53);

@@ -71,4 +71,17 @@ LogMessage::~LogMessage() {
 }
 
 }  // namespace detail
+
+DebugTimer::DebugTimer(const char* what, double min_ms, const char* file, int line)
+    : enabled_(log_level() <= LogLevel::kDebug), what_(what), min_ms_(min_ms), file_(file), line_(line) {
+  if (enabled_) start_ = std::chrono::steady_clock::now();
+}
+
+DebugTimer::~DebugTimer() {
+  if (!enabled_) return;
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+  if (ms < min_ms_) return;
+  detail::LogMessage(LogLevel::kDebug, file_, line_).stream() << what_ << " took " << ms << " ms" << (detail_.tellp() > 0 ? ": " : "") << detail_.str();
+}
+
 }  // namespace xinfer

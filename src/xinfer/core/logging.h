@@ -4,7 +4,9 @@
 // set_log_level().
 #pragma once
 
+#include <chrono>
 #include <sstream>
+#include <string>
 
 namespace xinfer {
 
@@ -35,6 +37,30 @@ struct LogVoidify {
 };
 
 }  // namespace detail
+
+// Host-time diagnosis at debug level (XINFER_LOG_LEVEL=debug): logs "<what> took X ms" when the scope took at
+// least min_ms. Costs one level check when debug logging is off. The timer's own line names the scope's caller:
+//   DebugTimer t("quant workspace grows", 0.1);  t.detail() << old_bytes << " -> " << new_bytes;
+class DebugTimer {
+ public:
+  explicit DebugTimer(const char* what, double min_ms = 0.0, const char* file = __builtin_FILE(),
+                      int line = __builtin_LINE());
+  ~DebugTimer();
+  DebugTimer(const DebugTimer&) = delete;
+  DebugTimer& operator=(const DebugTimer&) = delete;
+  bool enabled() const { return enabled_; }
+  std::ostream& detail() { return detail_; }  // appended to the line (nothing is written when disabled)
+
+ private:
+  bool enabled_;
+  const char* what_;
+  double min_ms_;
+  const char* file_;
+  int line_;
+  std::chrono::steady_clock::time_point start_;
+  std::ostringstream detail_;
+};
+
 }  // namespace xinfer
 
 #define XI_LOG_LEVEL_DEBUG ::xinfer::LogLevel::kDebug

@@ -142,6 +142,23 @@ void prepare_backend_for_model(backend::Backend& backend, const model::ModelConf
 #endif
 }
 
+void prepare_backend_for_weights(backend::Backend& backend, const model::LlamaModel& model, int max_tokens,
+                                 int max_decode_rows) {
+#if defined(XINFER_HAVE_CUDA)
+  auto* gpu = dynamic_cast<cuda::CudaBackend*>(&backend);
+  if (gpu == nullptr) return;
+  std::vector<const backend::LinearWeights*> linears;
+  for (int l = 0; l < model.config().num_layers; ++l) {
+    const model::LayerWeights& w = model.layer(l);
+    for (const backend::LinearWeights* lw : {&w.qkv, &w.o, &w.gate_up, &w.down}) linears.push_back(lw);
+  }
+  gpu->measure_w8a8_gemms(linears, max_decode_rows);
+  gpu->reserve_quant_workspace(linears, max_tokens);
+#else
+  (void)backend, (void)model, (void)max_tokens, (void)max_decode_rows;
+#endif
+}
+
 Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
   XI_RETURN_IF_ERROR(config.validate());
   const bool dummy = config.load_format == model::LoadFormat::kDummy;
@@ -230,18 +247,7 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
           ") does not fit; raise --tensor-parallel-size");
     load.max_model_len = config.max_model_len;  // 0: the rope table covers max_position_embeddings
     XI_ASSIGN_OR_RETURN(model, model::LlamaModel::load(config.model_dir, be, load));
-#if defined(XINFER_HAVE_CUDA)
-    // The W8A8 GEMMs' measured choices at the decode graph buckets, before serving (and before the KV cache is
-    // sized: the measurement's scratch stays allocated).
-    if (auto* gpu = dynamic_cast<cuda::CudaBackend*>(&be)) {
-      std::vector<const backend::LinearWeights*> linears;
-      for (int l = 0; l < mc.num_layers; ++l) {
-        const model::LayerWeights& w = model->layer(l);
-        for (const backend::LinearWeights* lw : {&w.qkv, &w.o, &w.gate_up, &w.down}) linears.push_back(lw);
-      }
-      gpu->measure_w8a8_gemms(linears, sc.max_num_seqs);
-    }
-#endif
+    prepare_backend_for_weights(be, *model, sc.max_num_batched_tokens, sc.max_num_seqs);
     be.synchronize();
     const backend::BackendInfo after = be.info();
     const size_t used = after.total_memory - after.free_memory;
@@ -633,10 +639,15 @@ void Engine::launch_pipelined(const sched::ScheduledStep& step, bool sampled) {
                                  [](const sched::ScheduledSeq& q) { return q.num_tokens() == 1; });
   // Behind the step in flight; placeholder rows read its ids on the device.
   const auto launch_begin = std::chrono::steady_clock::now();
-  if (sampled) {
-    runner_->start_sampled(chunks_, sample_inputs_, sampler_->eos_token_ids());
-  } else {
-    runner_->start_greedy(chunks_);
+  {
+    DebugTimer timer("step launch");
+    if (timer.enabled())
+      timer.detail() << next.tokens << " tokens, " << step.seqs.size() << " rows" << (next.decode_only ? ", decode only" : "");
+    if (sampled) {
+      runner_->start_sampled(chunks_, sample_inputs_, sampler_->eos_token_ids());
+    } else {
+      runner_->start_greedy(chunks_);
+    }
   }
   next.launched = std::chrono::steady_clock::now();
   {

@@ -81,6 +81,11 @@ void prepare_backend_for_model(backend::Backend& backend, const model::ModelConf
 void prepare_backend_for_model(backend::Backend& backend, const model::ModelConfig& mc, const model::ModelShard& shard,
                                int max_tokens, int max_logit_rows, int max_decode_seqs, int max_seq_len,
                                bool show_progress);
+// After the weights are loaded, before the KV cache is sized (CUDA; nothing elsewhere): the W8A8 GEMMs' choices
+// measured at the decode graph buckets up to max_decode_rows, and the quantized linears' workspace allocated for
+// steps of max_tokens rows, so that the memory plan counts it and serving never grows it.
+void prepare_backend_for_weights(backend::Backend& backend, const model::LlamaModel& model, int max_tokens,
+                                 int max_decode_rows);
 
 class Engine final : public EngineClient {
  public:

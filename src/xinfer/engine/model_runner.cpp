@@ -194,8 +194,14 @@ TensorView ModelRunner::forward(std::span<const SequenceChunk> chunks, bool* pad
   int bucket = 0, width = 0;
   *padded = graph_shape(chunks, &bucket, &width);
   if (*padded) return forward_padded(chunks, bucket, width);
-  backend::StepPlan p = plan(chunks, kv_spec_.block_size);
-  const backend::StepMeta meta = upload(p, 0);
+  backend::StepMeta meta;
+  {
+    DebugTimer timer("eager step: plan + upload");
+    backend::StepPlan p = plan(chunks, kv_spec_.block_size);
+    meta = upload(p, 0);
+  }
+  DebugTimer timer("eager step: forward launch");
+  if (timer.enabled()) timer.detail() << meta.num_tokens << " tokens";
   return model_.forward(meta, kv_);
 }
 

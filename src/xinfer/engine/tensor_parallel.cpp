@@ -9,6 +9,7 @@
 #include "xinfer/backend/cpu/cpu_communicator.h"
 #include "xinfer/core/check.h"
 #include "xinfer/core/logging.h"
+#include "xinfer/engine/engine.h"
 #include "xinfer/engine/model_runner.h"
 #include "xinfer/model/shard.h"
 #if defined(XINFER_HAVE_CUDA)
@@ -143,8 +144,12 @@ void TensorParallelGroup::follower_main(Follower& f, const TensorParallelOptions
     load.comm = f.comm.get();
     load.show_progress = false;  // rank 0 shows its own
     Result<std::unique_ptr<model::LlamaModel>> m = model::LlamaModel::load(options.model_dir, *f.backend, load);
-    if (m.ok()) f.model = std::move(*m);
-    else st = Status(m.status().code(), "tensor parallel rank " + std::to_string(f.rank) + ": " + m.status().message());
+    if (m.ok()) {
+      f.model = std::move(*m);
+      prepare_backend_for_weights(*f.backend, *f.model, load.max_tokens, load.max_logit_rows);
+    } else {
+      st = Status(m.status().code(), "tensor parallel rank " + std::to_string(f.rank) + ": " + m.status().message());
+    }
   }
   {
     std::lock_guard<std::mutex> lock(f.mu);

@@ -26,6 +26,7 @@
 #include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
 #include "xinfer/backend/cuda/kernels/random/random_normal.h"
 #include "xinfer/backend/cuda/kernels/rope/rope_kv_write.h"
+#include "xinfer/core/logging.h"
 
 namespace xinfer::cuda {
 namespace {
@@ -241,6 +242,8 @@ backend::StepMeta CudaBackend::upload_step(const backend::StepPlan& plan) {
   XI_CHECK_EQ(plan.block_tables.size(), plan.seq_lens.size() * static_cast<size_t>(plan.max_blocks_per_seq));
   XI_CHECK(plan.token_sources.empty() || plan.token_sources.size() == plan.token_ids.size())
       << "token_sources: one per token or none";
+  DebugTimer timer("upload_step", 0.2);
+  if (timer.enabled()) timer.detail() << plan.num_tokens() << " tokens, " << plan.num_seqs() << " sequences";
   host_step_ = plan;
   attn_host_ = build_attention_plan(plan);
 
@@ -257,7 +260,10 @@ backend::StepMeta CudaBackend::upload_step(const backend::StepPlan& plan) {
     offsets[i] = total;
     total += (arrays[i]->size() * sizeof(int32_t) + 15) / 16 * 16;
   }
-  XI_CUDA_CHECK(cudaEventSynchronize(step_copied_));  // the previous copy has left the staging buffer
+  {
+    DebugTimer wait("upload_step: staging buffer wait", 0.2);
+    XI_CUDA_CHECK(cudaEventSynchronize(step_copied_));  // the previous copy has left the staging buffer
+  }
   if (total > step_capacity_) {
     synchronize();  // kernels of the previous step may still read the device buffer
     const size_t capacity = std::max<size_t>(total * 2, 64u << 10);
@@ -458,6 +464,8 @@ void CudaBackend::add_rms_norm(const TensorView& residual, const TensorView& del
 void CudaBackend::linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) {
   const int64_t k = w.in_features(), n = w.out_features();
   const int64_t m = x.numel() / k;
+  DebugTimer timer("linear launch", 1.0);  // a slow one only: plans, workspace growth, tuning
+  if (timer.enabled()) timer.detail() << "m " << m << " n " << n << " k " << k << " " << quant::format_name(w.format);
   XI_CHECK_EQ(last_dim(x), k) << "linear: input width vs weight [" << n << ", " << k << "]";
   XI_CHECK_EQ(out.numel(), m * n);
   XI_CHECK(out.dtype == DType::kBF16 || out.dtype == DType::kF32) << "linear out dtype " << dtype_name(out.dtype);
@@ -626,6 +634,8 @@ void CudaBackend::qk_norm(const TensorView& qkv, int num_heads, int num_kv_heads
 
 float* CudaBackend::decode_workspace(size_t floats) {
   if (floats > decode_ws_floats_) {
+    DebugTimer timer("decode attention workspace growth (synchronizes)");
+    if (timer.enabled()) timer.detail() << decode_ws_floats_ << " -> " << floats << " floats";
     synchronize();
     if (decode_ws_) XI_CUDA_CHECK(cudaFree(decode_ws_));
     decode_ws_floats_ = std::max(floats, decode_ws_floats_ * 2);
@@ -761,6 +771,8 @@ void CudaBackend::rope_paged_attention(const backend::StepMeta& step, const Tens
                                        int num_kv_heads, int head_dim, const TensorView& cos_sin, float scale,
                                        const backend::LayerKvCache& cache, const TensorView& out) {
   check_step(step);
+  DebugTimer timer("rope_paged_attention launch", 1.0);
+  if (timer.enabled()) timer.detail() << step.num_tokens << " tokens";
   if (!fuses_rope_attention(head_dim, cos_sin, cache))
     return Backend::rope_paged_attention(step, qkv, num_heads, num_kv_heads, head_dim, cos_sin, scale, cache,
                                          out);

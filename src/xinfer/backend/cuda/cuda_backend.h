@@ -206,6 +206,11 @@ class CudaBackend final : public backend::Backend {
   // choices there (cublaslt_fp8_gemm.h, cublaslt_int8_gemm.h) are made now instead of inside the first decode
   // steps. Logs one line (shapes, rows, seconds).
   void measure_w8a8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_rows);
+  // Allocates the quantized linears' workspace (activation codes and scales, INT8 sums, dequantized weights) for
+  // steps of up to max_tokens rows through `linears` now, so that the memory plan counts it and it never grows
+  // (a growth waits for the device) during serving.
+  void reserve_quant_workspace(const std::vector<const backend::LinearWeights*>& linears, int max_tokens);
+  size_t quant_workspace_bytes() const { return quant_ws_bytes_; }
   GemmTuner& gemm() { return *gemm_; }
   // The GEMV configurations add_rms_norm_linear(a) runs the fused kernels with, or nullopt: the composition.
   std::optional<FusedLinearPlan> fused_linear_plan(const backend::NormLinearArgs& a);
@@ -275,6 +280,11 @@ class CudaBackend final : public backend::Backend {
     uint8_t* tail;
   };
   std::optional<W8a8Workspace> w8a8_workspace(const backend::LinearWeights& w, int m);
+  struct W8a8WorkspaceLayout {
+    size_t xq_bytes = 0, xs_bytes = 0, tail_bytes = 0;
+    size_t total() const { return xq_bytes + xs_bytes + tail_bytes; }
+  };
+  W8a8WorkspaceLayout w8a8_workspace_layout(const backend::LinearWeights& w, int m);
   // add_rms_norm_linear's norm and linear for a W8A8 linear: the norm kernel writes x's codes (rms_norm.h),
   // the GEMM / GEMV reads them; false (nothing run) where the linear quantizes x itself or is not W8A8.
   bool w8a8_norm_linear(const backend::NormLinearArgs& a);

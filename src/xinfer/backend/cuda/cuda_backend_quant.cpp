@@ -177,6 +177,8 @@ void* CudaBackend::quant_workspace(size_t bytes) {
       capture_quant_ws_bytes_ = std::max(capture_quant_ws_bytes_, bytes);
       return nullptr;
     }
+    DebugTimer timer("quant workspace growth (synchronizes)");
+    if (timer.enabled()) timer.detail() << quant_ws_bytes_ << " -> " << bytes << " bytes";
     synchronize();
     if (quant_ws_) XI_CUDA_CHECK(cudaFree(quant_ws_));
     quant_ws_bytes_ = bytes;
@@ -185,19 +187,40 @@ void* CudaBackend::quant_workspace(size_t bytes) {
   return quant_ws_;
 }
 
-std::optional<CudaBackend::W8a8Workspace> CudaBackend::w8a8_workspace(const backend::LinearWeights& w, int m) {
+CudaBackend::W8a8WorkspaceLayout CudaBackend::w8a8_workspace_layout(const backend::LinearWeights& w, int m) {
   const int64_t n = w.out_features(), k = w.in_features();
-  const size_t xq_bytes = (static_cast<size_t>(m) * k + 255) / 256 * 256;
-  const size_t xs_bytes = (static_cast<size_t>(m) * 4 + 255) / 256 * 256;
-  size_t tail_bytes = static_cast<size_t>(n) * 4;  // FP8: the broadcast weight scales
+  W8a8WorkspaceLayout l;
+  l.xq_bytes = (static_cast<size_t>(m) * k + 255) / 256 * 256;
+  l.xs_bytes = (static_cast<size_t>(m) * 4 + 255) / 256 * 256;
+  l.tail_bytes = static_cast<size_t>(n) * 4;  // FP8: the broadcast weight scales
   if (std::holds_alternative<quant::W8A8Int8Format>(w.format)) {
     const bool gemv = int8_runs_gemv(m, n, k);
     if (!gemv && !int8_) int8_ = std::make_unique<CublasLtInt8Gemm>();
-    tail_bytes = gemv ? 0 : int8_->acc_bytes(m, static_cast<int>(n));
+    l.tail_bytes = gemv ? 0 : int8_->acc_bytes(m, static_cast<int>(n));
   }
-  auto* ws = static_cast<uint8_t*>(quant_workspace(xq_bytes + xs_bytes + tail_bytes));
+  return l;
+}
+
+std::optional<CudaBackend::W8a8Workspace> CudaBackend::w8a8_workspace(const backend::LinearWeights& w, int m) {
+  const W8a8WorkspaceLayout l = w8a8_workspace_layout(w, m);
+  auto* ws = static_cast<uint8_t*>(quant_workspace(l.total()));
   if (ws == nullptr) return std::nullopt;  // recording failed (see top)
-  return W8a8Workspace{ws, reinterpret_cast<float*>(ws + xq_bytes), ws + xq_bytes + xs_bytes};
+  return W8a8Workspace{ws, reinterpret_cast<float*>(ws + l.xq_bytes), ws + l.xq_bytes + l.xs_bytes};
+}
+
+void CudaBackend::reserve_quant_workspace(const std::vector<const backend::LinearWeights*>& linears, int max_tokens) {
+  XI_CHECK(!capturing_) << "reserve_quant_workspace() while recording a graph";
+  size_t bytes = 0;
+  for (const backend::LinearWeights* w : linears) {
+    if (w->dense()) continue;
+    if (std::holds_alternative<quant::W8A8Fp8Format>(w->format) ||
+        std::holds_alternative<quant::W8A8Int8Format>(w->format)) {
+      bytes = std::max(bytes, w8a8_workspace_layout(*w, max_tokens).total());  // grows with m
+    } else if (max_tokens > kQuantGemvMaxRows) {  // weight-only formats: prefill rows dequantize the weight
+      bytes = std::max(bytes, static_cast<size_t>(w->out_features()) * w->in_features() * sizeof(__nv_bfloat16));
+    }
+  }
+  if (bytes > 0) quant_workspace(bytes);
 }
 
 void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out,

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/core/logging.h"
 
 namespace xinfer::cuda {
 
@@ -47,6 +48,8 @@ CublasLtFp8Gemm::~CublasLtFp8Gemm() {
 CublasLtFp8Gemm::Plan& CublasLtFp8Gemm::plan_for(const Fp8GemmArgs& g) {
   const Key key{g.m, g.n, g.k, g.y_f32, g.bias != nullptr};
   if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
+  DebugTimer timer("cuBLASLt FP8 plan");
+  if (timer.enabled()) timer.detail() << shape_text(g);
   auto plan = std::make_unique<Plan>();
   XI_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t trans = CUBLAS_OP_T, no_trans = CUBLAS_OP_N;
@@ -169,6 +172,8 @@ void CublasLtFp8Gemm::run(const Fp8GemmArgs& g, cudaStream_t stream) {
   if (!plan.decided) choose(plan, g, stream);
   set_pointers(plan, g);
   const float alpha = 1.0f, beta = 0.0f;
+  DebugTimer timer("cuBLASLt FP8 launch", 1.0);  // a slow one: the first use of a kernel loads its module
+  if (timer.enabled()) timer.detail() << shape_text(g) << ", algorithm " << plan.chosen;
   XI_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.op, &alpha, g.wq, plan.a, g.xq, plan.b, &beta, g.y, plan.c, g.y, plan.d,
                                  &plan.algos[static_cast<size_t>(plan.chosen)], workspace_, workspace_bytes_, stream));
 }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/core/logging.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_algo_choice.h"
 
 namespace xinfer::cuda {
@@ -65,6 +66,8 @@ std::string CublasLtGemm::shape_text(const GemmArgs& g) {
 const cublasLtMatmulAlgo_t* CublasLtGemm::find_heuristic(const GemmArgs& g) {
   Plan& plan = plan_for(g);
   if (!plan.heuristic_known) {
+    DebugTimer timer("cuBLASLt bf16 heuristic");
+    if (timer.enabled()) timer.detail() << shape_text(g);
     const std::vector<cublasLtMatmulAlgo_t> first = candidates(g, 1);
     plan.heuristic_known = true;
     plan.have_heuristic = !first.empty();

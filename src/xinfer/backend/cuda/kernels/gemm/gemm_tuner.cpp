@@ -231,7 +231,11 @@ GemmChoice GemmTuner::resolve(const GemmArgs& args) {
 GemmChoice GemmTuner::choice_for(const GemmArgs& args) {
   const GemmTuningKey exact{args.n, args.k, args.y_f32, args.bias != nullptr, args.m};
   auto it = resolved_.find(exact);
-  if (it == resolved_.end()) it = resolved_.emplace(exact, resolve(args)).first;
+  if (it == resolved_.end()) {
+    DebugTimer timer("bf16 GEMM choice");
+    if (timer.enabled()) timer.detail() << "m " << args.m << " n " << args.n << " k " << args.k;
+    it = resolved_.emplace(exact, resolve(args)).first;
+  }
   GemmChoice c = it->second;
   if (c.kind == GemmKind::kGemv && !gemv_supports(args)) {  // these pointers are not 16-byte aligned
     c = GemmChoice{};
