@@ -775,7 +775,7 @@ void bench_decode_layer(cuda::CudaBackend& be, double bw, B1Format f) {
   be.set_linear_fusion(cuda::LinearFusion::kWhenGemv);
   auto o_gate_up = [&](int l) {
     return backend::NormLinearArgs{residual.view, delta.view, W(l).norm2.view, eps, W(l).gate_up.lw, x.view,
-                                   gu.view, act.view, attn.view, W(l).o.lw, &W(l).down.lw};
+                                   gu.view, act.view, attn.view, W(l).o.lw, &W(l).down.lw, /*act_out_unread=*/true};
   };
   auto down_qkv = [&](int l) {
     return backend::NormLinearArgs{residual.view, delta.view, W(l + 1).norm1.view, eps, W(l + 1).qkv.lw,

@@ -15,6 +15,7 @@
 #include "xinfer/backend/cuda/cuda_backend.h"
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/device_ceilings.h"
+#include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
 
 namespace xinfer::bench {
 namespace {
@@ -151,6 +152,26 @@ void bench_layer(cuda::CudaBackend& be, double peak, double bw, const LayerCase&
         {"silu_mul", 0, [&](int) { be.silu_mul(gu.view, mlp.view); }},
         {"linear down", f * I, [&](int l) { be.linear(mlp.view, W(l).down.lw, delta.view); }},
     };
+    if (decode && kind == 1) {
+      // The SwiGLU + FP8 codes kernel as the chain runs it (silu_mul.h): two-pass (bf16 out, read back), the row
+      // in registers with bf16 out, and codes alone (the model's chain: act_out_unread).
+      backend::DeviceTensor codes = be.allocate(DType::kU8, Shape{T, I}), scales = be.allocate(DType::kF32, Shape{T});
+      struct Variant {
+        const char* name;
+        bool regs, out;
+      };
+      for (const Variant v : {Variant{"two-pass, bf16 out", false, true}, Variant{"in registers, bf16 out", true, true},
+                              Variant{"in registers, codes alone", true, false}}) {
+        const cuda::SiluMulArgs a{static_cast<const __nv_bfloat16*>(gu.view.data),
+                                  v.out ? static_cast<__nv_bfloat16*>(mlp.view.data) : nullptr, T, I,
+                                  cuda::RowQuant::kFp8, static_cast<uint8_t*>(codes.view.data),
+                                  static_cast<float*>(scales.view.data), nullptr, v.regs};
+        cuda::launch_silu_mul(a, s);
+        const double us = 1e6 * cuda::time_on_stream(s, 10, [&](int) { cuda::launch_silu_mul(a, s); });
+        const double bytes = static_cast<double>(T) * I * (4.0 + 1.0 + (v.out ? 2.0 : 0.0));
+        print_row(c.name + " fp8: silu_mul -> fp8 codes, " + v.name, us, bytes, false, bw, 56);
+      }
+    }
     for (const Op& op : ops) op.fn(0);  // workspaces and the tuner's choices before timing
     be.synchronize();
     double sum = 0;
@@ -170,7 +191,7 @@ void bench_layer(cuda::CudaBackend& be, double peak, double bw, const LayerCase&
     auto chain = [&](int l) {
       be.rope_paged_attention(meta, qkv.view, Hq, Hkv, D, cos_sin.view, scale, cache(l), attn.view);
       be.add_rms_norm_linear({residual.view, delta.view, norm.view, eps, W(l).gate_up.lw, x.view, gu.view, mlp.view,
-                              attn.view, W(l).o.lw, &W(l).down.lw});
+                              attn.view, W(l).o.lw, &W(l).down.lw, /*act_out_unread=*/true});
       be.add_rms_norm_linear({residual.view, delta.view, norm.view, eps, W(l + 1).qkv.lw, x.view, qkv.view, {}, mlp.view,
                               W(l).down.lw});
     };

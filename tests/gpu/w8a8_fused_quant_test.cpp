@@ -6,7 +6,8 @@
 // decode row), 3 (the GEMV), 40 and 300 (cuBLASLt); the counter says the fused path ran. A long down row
 // (k >= 8192) keeps m = 1 FP8 on the same split-K GEMV as the composition, so it is bit-exact too; a short
 // one swaps the composition's fused-quantization GEMV for the plain one on the same codes (within bf16
-// rounding). Without the act_linear hint, or with a bf16 consumer, nothing is left quantized.
+// rounding). Without the act_linear hint, or with a bf16 consumer, nothing is left quantized. With act_out_unread
+// the SwiGLU writes the codes alone (silu_mul.h) and down's result is unchanged.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -69,7 +70,7 @@ TEST(W8a8FusedQuant, NormAndSwigluQuantizationEqualTheComposition) {
   struct Case {
     int64_t hidden, inter;
   };
-  const Case shapes[] = {{1024, 1408}, {512, 8448}};
+  const Case shapes[] = {{1024, 1408}, {512, 8448}, {256, 16400}};  // 16400: past the SwiGLU rows in registers
   for (const Case& sh : shapes)
     for (const bool fp8 : {true, false})
       for (const bool static_scale : {false, true})
@@ -90,13 +91,13 @@ TEST(W8a8FusedQuant, NormAndSwigluQuantizationEqualTheComposition) {
           struct Out {
             backend::DeviceTensor gate_up, act, y;
           };
-          auto run = [&](bool fused, const backend::LinearWeights* hint) {
+          auto run = [&](bool fused, const backend::LinearWeights* hint, bool act_unread = false) {
             Out r{gpu().allocate(DType::kBF16, Shape{m, 2 * I}), gpu().allocate(DType::kBF16, Shape{m, I}),
                   gpu().allocate(DType::kBF16, Shape{m, H})};
             const backend::DeviceTensor fresh = gpu().upload(host_view(residual0, Shape{m, H}), DType::kBF16);
             XI_CUDA_CHECK(cudaMemcpy(residual.view.data, fresh.view.data, residual.view.bytes(), cudaMemcpyDeviceToDevice));
             const backend::NormLinearArgs a{residual.view, delta.view, norm.view, 1e-5f, gate_up.lw, normed.view,
-                                            r.gate_up.view, r.act.view, attn.view, o.lw, hint};
+                                            r.gate_up.view, r.act.view, attn.view, o.lw, hint, act_unread};
             if (fused)
               gpu().add_rms_norm_linear(a);
             else
@@ -121,6 +122,11 @@ TEST(W8a8FusedQuant, NormAndSwigluQuantizationEqualTheComposition) {
           } else {
             expect_same_bits(got.y.view, want.y.view, what + ": down");
           }
+          // act_out_unread (as the model runs it): the SwiGLU may write the codes alone; down's result is the same.
+          const int64_t unread_before = gpu().w8a8_quantized_inputs();
+          const Out unread = run(true, &down.lw, true);
+          EXPECT_EQ(gpu().w8a8_quantized_inputs() - unread_before, norm_fused ? 2 : 1) << what << ": act_out_unread";
+          expect_same_bits(unread.y.view, got.y.view, what + ": down with act_out_unread");
           // No hint, or a hint the next linear does not take: nothing is left quantized.
           const int64_t mid = gpu().w8a8_quantized_inputs();
           const Out plain = run(true, nullptr);

@@ -90,6 +90,9 @@ struct NormLinearArgs {
   // writes act_out. A device may prepare that input for it here (CUDA: a W8A8 linear's quantized codes, made
   // by the SwiGLU kernel); the results are the same without it.
   const LinearWeights* act_linear = nullptr;
+  // The caller reads act_out only through act_linear (the next linear() on it, with that weight): a device that
+  // prepared that input may leave act_out itself unwritten (CUDA: the W8A8 SwiGLU writes the codes alone).
+  bool act_out_unread = false;
 };
 
 struct KvCacheSpec {

@@ -362,7 +362,8 @@ TensorView LlamaModel::forward(const backend::StepMeta& step, const backend::KvC
       if (c.qk_norm) backend_.qk_norm(qkv, c.num_heads, c.num_kv_heads, c.head_dim, w.q_norm, w.k_norm, eps);
       backend_.rope_paged_attention(step, qkv, c.num_heads, c.num_kv_heads, c.head_dim, cos_sin_, scale,
                                     kv.layers[static_cast<size_t>(l)], attn);
-      backend_.add_rms_norm_linear({x, proj, w.post_attention_norm, eps, w.gate_up, h, gate_up, mlp, attn, w.o, &w.down});
+      backend_.add_rms_norm_linear(
+          {x, proj, w.post_attention_norm, eps, w.gate_up, h, gate_up, mlp, attn, w.o, &w.down, /*act_out_unread=*/true});
       if (l + 1 < c.num_layers) {
         const LayerWeights& next = layers_[static_cast<size_t>(l) + 1];
         backend_.add_rms_norm_linear({x, proj, next.input_norm, eps, next.qkv, h, qkv, {}, mlp, w.down});
@@ -460,7 +461,8 @@ void LlamaModel::forward_sharded(const backend::StepMeta& step, const backend::K
     observe(l, LinearSite::kO, attn);
     backend_.linear(attn, w.o, proj);  // partial: this rank's heads
     comm.all_reduce_sum(proj);
-    backend_.add_rms_norm_linear({x, proj, w.post_attention_norm, eps, w.gate_up, h, gate_up, mlp, {}, {}, &w.down});
+    backend_.add_rms_norm_linear({x, proj, w.post_attention_norm, eps, w.gate_up, h, gate_up, mlp, {}, {}, &w.down,
+                                  /*act_out_unread=*/observer_ == nullptr});  // the observer reads mlp
     observe(l, LinearSite::kGateUp, h);
     observe(l, LinearSite::kDown, mlp);
     backend_.linear(mlp, w.down, proj);  // partial: this rank's ffn columns

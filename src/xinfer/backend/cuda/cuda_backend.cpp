@@ -584,7 +584,7 @@ void CudaBackend::add_rms_norm_linear(const backend::NormLinearArgs& a) {
         add_rms_norm(a.residual, a.delta, a.norm_weight, a.eps, a.normed_out);
       linear(a.normed_out, a.linear, a.out);
     }
-    if (!a.act_out.empty()) swiglu(a.out, a.act_out, a.act_linear);
+    if (!a.act_out.empty()) swiglu(a.out, a.act_out, a.act_linear, a.act_out_unread);
     return;
   }
   if (plan->producer) launch_gemv(producer_args(a), *plan->producer, stream_, kProducerFusion);

@@ -290,7 +290,9 @@ class CudaBackend final : public backend::Backend {
   bool w8a8_norm_linear(const backend::NormLinearArgs& a);
   // silu_mul, also writing the codes `consumer` (a W8A8 linear about to read out) takes (silu_mul.h); the next
   // linear() on out with that weight then skips its quantization (quantized_input_).
-  void swiglu(const TensorView& gate_up, const TensorView& out, const backend::LinearWeights* consumer);
+  // out_unread (NormLinearArgs::act_out_unread): the codes alone where silu_mul can (out left unwritten).
+  void swiglu(const TensorView& gate_up, const TensorView& out, const backend::LinearWeights* consumer,
+              bool out_unread = false);
   // add_rms_norm_linear on weight-only quantized linears as two GEMVs (the producer adds into the residual,
   // the consumer folds the norm and the SwiGLU); false (nothing run) where that chain does not apply.
   bool quant_fused_chain(const backend::NormLinearArgs& a);

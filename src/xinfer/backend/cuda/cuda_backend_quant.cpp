@@ -372,7 +372,8 @@ bool CudaBackend::w8a8_norm_linear(const backend::NormLinearArgs& a) {
   return true;
 }
 
-void CudaBackend::swiglu(const TensorView& gate_up, const TensorView& out, const backend::LinearWeights* consumer) {
+void CudaBackend::swiglu(const TensorView& gate_up, const TensorView& out, const backend::LinearWeights* consumer,
+                         bool out_unread) {
   const float* input_scale = nullptr;
   const RowQuant kind = consumer == nullptr ? RowQuant::kNone : w8a8_row_quant(*consumer, input_scale);
   const int64_t inter = out.shape[out.shape.rank() - 1];
@@ -386,8 +387,10 @@ void CudaBackend::swiglu(const TensorView& gate_up, const TensorView& out, const
   const int m = static_cast<int>(out.numel() / inter);
   const std::optional<W8a8Workspace> ws = w8a8_workspace(*consumer, m);
   if (!ws) return;  // recording failed (see top)
-  launch_silu_mul({static_cast<const __nv_bfloat16*>(gate_up.data), static_cast<__nv_bfloat16*>(out.data), m,
-                   static_cast<int>(inter), kind, ws->xq, ws->xs, input_scale},
+  const bool codes_only = out_unread && silu_mul_codes_only_supported(static_cast<int>(inter));
+  launch_silu_mul({static_cast<const __nv_bfloat16*>(gate_up.data),
+                   codes_only ? nullptr : static_cast<__nv_bfloat16*>(out.data), m, static_cast<int>(inter), kind,
+                   ws->xq, ws->xs, input_scale},
                   stream_);
   quantized_input_ = {out.data, out.numel(), consumer->weight.data};
 }

@@ -71,7 +71,75 @@ __global__ void __launch_bounds__(kQuantThreads) silu_mul_quant_kernel(SiluMulAr
     q[i] = act_quant::codes8<kQuant == RowQuant::kFp8>(o[i], qinv);
 }
 
+// The same with the row in registers (kVecs 16-byte vectors per thread at most, inter <= kThreads * kVecs * 8):
+// every load of a thread is issued before its first SwiGLU (memory-level parallelism), the codes come from the
+// registers (no read-back), and out is written only where given (nullptr: the codes alone). The same bf16 values
+// and codes as silu_mul_quant_kernel.
+template <RowQuant kQuant, int kThreads, int kVecs>
+__global__ void __launch_bounds__(kThreads) silu_mul_quant_regs_kernel(SiluMulArgs a) {
+  __shared__ float red[kThreads / 32];
+  pdl_release();
+  pdl_wait();
+  const int64_t r = blockIdx.x;
+  const uint4* g = reinterpret_cast<const uint4*>(a.gate_up + r * 2 * a.inter);
+  const uint4* u = reinterpret_cast<const uint4*>(a.gate_up + r * 2 * a.inter + a.inter);
+  const int vecs = a.inter / 8;
+  uint4 gv[kVecs], uv[kVecs];
+#pragma unroll
+  for (int v = 0; v < kVecs; ++v) {
+    const int i = static_cast<int>(threadIdx.x) + v * kThreads;
+    if (i < vecs) {
+      gv[v] = g[i];
+      uv[v] = u[i];
+    }
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int v = 0; v < kVecs; ++v) {
+    if (static_cast<int>(threadIdx.x) + v * kThreads >= vecs) continue;
+    const __nv_bfloat16* gb = reinterpret_cast<const __nv_bfloat16*>(&gv[v]);
+    const __nv_bfloat16* ub = reinterpret_cast<const __nv_bfloat16*>(&uv[v]);
+    __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&gv[v]);  // in place: gate j is read before o j is written
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      ob[j] = __float2bfloat16(silu_mul_f32(__bfloat162float(gb[j]), __bfloat162float(ub[j])));
+      amax = fmaxf(amax, fabsf(__bfloat162float(ob[j])));
+    }
+  }
+  constexpr float kMax = kQuant == RowQuant::kFp8 ? act_quant::kFp8Max : act_quant::kInt8Max;
+  const float scale = a.q_input_scale != nullptr ? __ldg(a.q_input_scale) : act_quant::cta_max<kThreads>(amax, red) / kMax;
+  if (threadIdx.x == 0) a.q_scales[r] = scale;
+  const float qinv = act_quant::inverse_scale(scale);
+  uint2* q = reinterpret_cast<uint2*>(a.q + r * a.inter);
+  uint4* o = a.out != nullptr ? reinterpret_cast<uint4*>(a.out + r * a.inter) : nullptr;
+#pragma unroll
+  for (int v = 0; v < kVecs; ++v) {
+    const int i = static_cast<int>(threadIdx.x) + v * kThreads;
+    if (i < vecs) {
+      if (o != nullptr) o[i] = gv[v];
+      q[i] = act_quant::codes8<kQuant == RowQuant::kFp8>(gv[v], qinv);
+    }
+  }
+}
+
+// false (nothing launched) where a row does not fit the registers.
+template <RowQuant kQuant, int kThreads>
+bool launch_silu_mul_quant_regs(const SiluMulArgs& a, cudaStream_t stream) {
+  const int per_thread = (a.inter / 8 + kThreads - 1) / kThreads;
+  if (per_thread <= 2)
+    launch_pdl(silu_mul_quant_regs_kernel<kQuant, kThreads, 2>, a.rows, kThreads, 0, stream, a);
+  else if (per_thread <= 4)
+    launch_pdl(silu_mul_quant_regs_kernel<kQuant, kThreads, 4>, a.rows, kThreads, 0, stream, a);
+  else if (per_thread <= 8)
+    launch_pdl(silu_mul_quant_regs_kernel<kQuant, kThreads, 8>, a.rows, kThreads, 0, stream, a);
+  else
+    return false;
+  return true;
+}
+
 }  // namespace
+
+bool silu_mul_codes_only_supported(int inter) { return inter % 8 == 0 && inter / 8 <= 256 * 8; }
 
 void launch_silu_mul(const SiluMulArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
@@ -80,6 +148,16 @@ void launch_silu_mul(const SiluMulArgs& a, cudaStream_t stream) {
              reinterpret_cast<uintptr_t>(a.gate_up) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0)
         << "silu_mul: a quantized copy needs inter % 8 == 0 (got " << a.inter << ") and aligned buffers";
     const bool wide = a.rows < 128;
+    if (a.in_registers) {
+      const bool launched = a.q_kind == RowQuant::kFp8
+                                ? (wide ? launch_silu_mul_quant_regs<RowQuant::kFp8, 1024>(a, stream)
+                                        : launch_silu_mul_quant_regs<RowQuant::kFp8, 256>(a, stream))
+                                : (wide ? launch_silu_mul_quant_regs<RowQuant::kInt8, 1024>(a, stream)
+                                        : launch_silu_mul_quant_regs<RowQuant::kInt8, 256>(a, stream));
+      if (launched) return;
+    }
+    XI_CHECK(a.out != nullptr) << "silu_mul: codes alone (out == nullptr) need the row in registers (inter <= 16384), "
+                               << "got inter " << a.inter;
     if (a.q_kind == RowQuant::kFp8)
       wide ? launch_pdl(silu_mul_quant_kernel<RowQuant::kFp8, 1024>, a.rows, 1024, 0, stream, a)
            : launch_pdl(silu_mul_quant_kernel<RowQuant::kFp8, 256>, a.rows, 256, 0, stream, a);
