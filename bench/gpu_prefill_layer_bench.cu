@@ -225,7 +225,8 @@ void bench_decode_steps(cuda::CudaBackend& be, double peak, double bw) {
     fill_tensor(x.view, 3, be.stream());
     be.linear(x.view, head.lw, logits.view);
     be.synchronize();
-    const double lm = 1e6 * cuda::time_on_stream(be.stream(), 10, [&](int) { be.linear(x.view, head.lw, logits.view); });
+    const double lm =
+        1e6 * cuda::time_on_stream(be.stream(), 10, [&](int) { be.linear(x.view, head.lw, logits.view); });
     print_row("decode " + std::to_string(rows) + " rows: lm_head bf16 -> f32", lm, 2.0 * rows * V * H, true, peak, 56);
     const double am = 1e6 * cuda::time_on_stream(be.stream(), 10, [&](int) { be.argmax_rows(logits.view, ids.view); });
     print_row("decode " + std::to_string(rows) + " rows: argmax_rows (f32 logits)", am, 4.0 * rows * V, false, bw, 56);

@@ -81,7 +81,8 @@ DebugTimer::~DebugTimer() {
   if (!enabled_) return;
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
   if (ms < min_ms_) return;
-  detail::LogMessage(LogLevel::kDebug, file_, line_).stream() << what_ << " took " << ms << " ms" << (detail_.tellp() > 0 ? ": " : "") << detail_.str();
+  detail::LogMessage(LogLevel::kDebug, file_, line_).stream()
+      << what_ << " took " << ms << " ms" << (detail_.tellp() > 0 ? ": " : "") << detail_.str();
 }
 
 }  // namespace xinfer

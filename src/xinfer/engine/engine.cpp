@@ -642,7 +642,8 @@ void Engine::launch_pipelined(const sched::ScheduledStep& step, bool sampled) {
   {
     DebugTimer timer("step launch");
     if (timer.enabled())
-      timer.detail() << next.tokens << " tokens, " << step.seqs.size() << " rows" << (next.decode_only ? ", decode only" : "");
+      timer.detail() << next.tokens << " tokens, " << step.seqs.size() << " rows"
+                     << (next.decode_only ? ", decode only" : "");
     if (sampled) {
       runner_->start_sampled(chunks_, sample_inputs_, sampler_->eos_token_ids());
     } else {

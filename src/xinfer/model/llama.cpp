@@ -362,8 +362,8 @@ TensorView LlamaModel::forward(const backend::StepMeta& step, const backend::KvC
       if (c.qk_norm) backend_.qk_norm(qkv, c.num_heads, c.num_kv_heads, c.head_dim, w.q_norm, w.k_norm, eps);
       backend_.rope_paged_attention(step, qkv, c.num_heads, c.num_kv_heads, c.head_dim, cos_sin_, scale,
                                     kv.layers[static_cast<size_t>(l)], attn);
-      backend_.add_rms_norm_linear(
-          {x, proj, w.post_attention_norm, eps, w.gate_up, h, gate_up, mlp, attn, w.o, &w.down, /*act_out_unread=*/true});
+      backend_.add_rms_norm_linear({x, proj, w.post_attention_norm, eps, w.gate_up, h, gate_up, mlp, attn, w.o, &w.down,
+                                    /*act_out_unread=*/true});
       if (l + 1 < c.num_layers) {
         const LayerWeights& next = layers_[static_cast<size_t>(l) + 1];
         backend_.add_rms_norm_linear({x, proj, next.input_norm, eps, next.qkv, h, qkv, {}, mlp, w.down});
