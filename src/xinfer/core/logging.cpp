@@ -82,7 +82,7 @@ DebugTimer::~DebugTimer() {
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
   if (ms < min_ms_) return;
   detail::LogMessage(LogLevel::kDebug, file_, line_).stream()
-      << what_ << " took " << ms << " ms" << (detail_.tellp() > 0 ? ": " : "") << detail_.str();
+      << what_ << " took " << ms << " ms" << (detail_ && detail_->tellp() > 0 ? ": " + detail_->str() : "");
 }
 
 }  // namespace xinfer

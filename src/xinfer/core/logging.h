@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -49,7 +50,11 @@ class DebugTimer {
   DebugTimer(const DebugTimer&) = delete;
   DebugTimer& operator=(const DebugTimer&) = delete;
   bool enabled() const { return enabled_; }
-  std::ostream& detail() { return detail_; }  // appended to the line (nothing is written when disabled)
+  // Appended to the line; made on first use (guard with enabled(): a disabled timer writes nothing).
+  std::ostream& detail() {
+    if (!detail_) detail_.emplace();
+    return *detail_;
+  }
 
  private:
   bool enabled_;
@@ -58,7 +63,7 @@ class DebugTimer {
   const char* file_;
   int line_;
   std::chrono::steady_clock::time_point start_;
-  std::ostringstream detail_;
+  std::optional<std::ostringstream> detail_;  // none unless detail() was called: a disabled timer costs no stream
 };
 
 }  // namespace xinfer
