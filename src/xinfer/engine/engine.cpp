@@ -152,8 +152,8 @@ void prepare_backend_for_weights(backend::Backend& backend, const model::LlamaMo
     const model::LayerWeights& w = model.layer(l);
     for (const backend::LinearWeights* lw : {&w.qkv, &w.o, &w.gate_up, &w.down}) linears.push_back(lw);
   }
+  gpu->reserve_quant_workspace(linears, max_tokens);  // first: the measurement below then grows nothing
   gpu->measure_w8a8_gemms(linears, max_decode_rows);
-  gpu->reserve_quant_workspace(linears, max_tokens);
 #else
   (void)backend, (void)model, (void)max_tokens, (void)max_decode_rows;
 #endif
