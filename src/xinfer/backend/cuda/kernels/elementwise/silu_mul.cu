@@ -8,6 +8,29 @@
 namespace xinfer::cuda {
 namespace {
 
+// SwiGLU of 8 bf16 gate / up values (f32 math, bf16 out); *amax, where given, takes max |out|.
+__device__ __forceinline__ uint4 swiglu8(const uint4& gv, const uint4& uv, float* amax = nullptr) {
+  uint4 ov;
+  const __nv_bfloat16* gb = reinterpret_cast<const __nv_bfloat16*>(&gv);
+  const __nv_bfloat16* ub = reinterpret_cast<const __nv_bfloat16*>(&uv);
+  __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&ov);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    ob[j] = __float2bfloat16(silu_mul_f32(__bfloat162float(gb[j]), __bfloat162float(ub[j])));
+    if (amax != nullptr) *amax = fmaxf(*amax, fabsf(__bfloat162float(ob[j])));
+  }
+  return ov;
+}
+
+// A quantized row's scale (static, or the CTA's max / the format's max), stored by thread 0.
+template <RowQuant kQuant, int kThreads>
+__device__ __forceinline__ float row_scale(const SiluMulArgs& a, int64_t r, float amax, float* red) {
+  constexpr float kMax = kQuant == RowQuant::kFp8 ? act_quant::kFp8Max : act_quant::kInt8Max;
+  const float scale = a.q_input_scale != nullptr ? __ldg(a.q_input_scale) : act_quant::cta_max<kThreads>(amax, red) / kMax;
+  if (threadIdx.x == 0) a.q_scales[r] = scale;
+  return scale;
+}
+
 template <int kVec>
 __global__ void silu_mul_kernel(SiluMulArgs a) {
   pdl_release();  // the next kernel may launch now: it waits for this one's results itself
@@ -21,13 +44,8 @@ __global__ void silu_mul_kernel(SiluMulArgs a) {
     const __nv_bfloat16* u = g + a.inter;
     __nv_bfloat16* o = a.out + r * a.inter + i;
     if constexpr (kVec == 8) {
-      uint4 gv = *reinterpret_cast<const uint4*>(g), uv = *reinterpret_cast<const uint4*>(u), ov;
-      const __nv_bfloat16* gb = reinterpret_cast<const __nv_bfloat16*>(&gv);
-      const __nv_bfloat16* ub = reinterpret_cast<const __nv_bfloat16*>(&uv);
-      __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&ov);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) ob[j] = __float2bfloat16(silu_mul_f32(__bfloat162float(gb[j]), __bfloat162float(ub[j])));
-      *reinterpret_cast<uint4*>(o) = ov;
+      *reinterpret_cast<uint4*>(o) =
+          swiglu8(*reinterpret_cast<const uint4*>(g), *reinterpret_cast<const uint4*>(u));
     } else {
       o[0] = __float2bfloat16(silu_mul_f32(__bfloat162float(g[0]), __bfloat162float(u[0])));
     }
@@ -49,23 +67,8 @@ __global__ void __launch_bounds__(kQuantThreads) silu_mul_quant_kernel(SiluMulAr
   uint4* o = reinterpret_cast<uint4*>(a.out + r * a.inter);
   const int vecs = a.inter / 8;
   float amax = 0.0f;
-  for (int i = static_cast<int>(threadIdx.x); i < vecs; i += kQuantThreads) {
-    const uint4 gv = g[i], uv = u[i];
-    uint4 ov;
-    const __nv_bfloat16* gb = reinterpret_cast<const __nv_bfloat16*>(&gv);
-    const __nv_bfloat16* ub = reinterpret_cast<const __nv_bfloat16*>(&uv);
-    __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&ov);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      ob[j] = __float2bfloat16(silu_mul_f32(__bfloat162float(gb[j]), __bfloat162float(ub[j])));
-      amax = fmaxf(amax, fabsf(__bfloat162float(ob[j])));
-    }
-    o[i] = ov;
-  }
-  constexpr float kMax = kQuant == RowQuant::kFp8 ? act_quant::kFp8Max : act_quant::kInt8Max;
-  const float scale = a.q_input_scale != nullptr ? __ldg(a.q_input_scale) : act_quant::cta_max<kQuantThreads>(amax, red) / kMax;
-  if (threadIdx.x == 0) a.q_scales[r] = scale;
-  const float qinv = act_quant::inverse_scale(scale);
+  for (int i = static_cast<int>(threadIdx.x); i < vecs; i += kQuantThreads) o[i] = swiglu8(g[i], u[i], &amax);
+  const float qinv = act_quant::inverse_scale(row_scale<kQuant, kQuantThreads>(a, r, amax, red));
   uint2* q = reinterpret_cast<uint2*>(a.q + r * a.inter);
   for (int i = static_cast<int>(threadIdx.x); i < vecs; i += kQuantThreads)
     q[i] = act_quant::codes8<kQuant == RowQuant::kFp8>(o[i], qinv);
@@ -95,21 +98,9 @@ __global__ void __launch_bounds__(kThreads) silu_mul_quant_regs_kernel(SiluMulAr
   }
   float amax = 0.0f;
 #pragma unroll
-  for (int v = 0; v < kVecs; ++v) {
-    if (static_cast<int>(threadIdx.x) + v * kThreads >= vecs) continue;
-    const __nv_bfloat16* gb = reinterpret_cast<const __nv_bfloat16*>(&gv[v]);
-    const __nv_bfloat16* ub = reinterpret_cast<const __nv_bfloat16*>(&uv[v]);
-    __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&gv[v]);  // in place: gate j is read before o j is written
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      ob[j] = __float2bfloat16(silu_mul_f32(__bfloat162float(gb[j]), __bfloat162float(ub[j])));
-      amax = fmaxf(amax, fabsf(__bfloat162float(ob[j])));
-    }
-  }
-  constexpr float kMax = kQuant == RowQuant::kFp8 ? act_quant::kFp8Max : act_quant::kInt8Max;
-  const float scale = a.q_input_scale != nullptr ? __ldg(a.q_input_scale) : act_quant::cta_max<kThreads>(amax, red) / kMax;
-  if (threadIdx.x == 0) a.q_scales[r] = scale;
-  const float qinv = act_quant::inverse_scale(scale);
+  for (int v = 0; v < kVecs; ++v)
+    if (static_cast<int>(threadIdx.x) + v * kThreads < vecs) gv[v] = swiglu8(gv[v], uv[v], &amax);  // out in gv
+  const float qinv = act_quant::inverse_scale(row_scale<kQuant, kThreads>(a, r, amax, red));
   uint2* q = reinterpret_cast<uint2*>(a.q + r * a.inter);
   uint4* o = a.out != nullptr ? reinterpret_cast<uint4*>(a.out + r * a.inter) : nullptr;
 #pragma unroll
