@@ -149,6 +149,21 @@ __global__ void __launch_bounds__(kVecThreads) rope_kv_write_vec_kernel(RopeKvWr
   const size_t block = slot >= 0 ? static_cast<size_t>(slot / a.block_size) : 0;
   const int offset = slot >= 0 ? slot % a.block_size : 0;
   auto cache_row = [&](int kv_head) { return ((block * a.num_kv_heads + kv_head) * a.block_size + offset) * D; };
+  // FP8 caches: this thread's 16 f32 key values (dims 8j.. and half + 8j..) as e4m3 codes into the cache row.
+  auto write_k_codes = [&](int kv_head, const float (&y)[16]) {
+    const float ks = head_scale(a.k_head_scales, a.k_scale, kv_head);
+    uint2 k_lo, k_hi;
+    uint8_t* cl = reinterpret_cast<uint8_t*>(&k_lo);
+    uint8_t* ch = reinterpret_cast<uint8_t*>(&k_hi);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      cl[e] = e4m3_from_float(y[e], ks);
+      ch[e] = e4m3_from_float(y[8 + e], ks);
+    }
+    uint2* k8 = reinterpret_cast<uint2*>(reinterpret_cast<uint8_t*>(a.k_cache) + cache_row(kv_head));
+    k8[j] = k_lo;
+    k8[half / 8 + j] = k_hi;
+  };
   if (item < rope_heads) {
     uint4* x = reinterpret_cast<uint4*>(row + static_cast<size_t>(item) * D);
     uint4 lo = x[j], hi = x[half / 8 + j];
@@ -173,41 +188,18 @@ __global__ void __launch_bounds__(kVecThreads) rope_kv_write_vec_kernel(RopeKvWr
         bl[e] = __float2bfloat16_rn(y[e]);
         bh[e] = __float2bfloat16_rn(y[8 + e]);
       }
-      if constexpr (kFp8) {
-        if (write_k) {
-          const float ks = head_scale(a.k_head_scales, a.k_scale, item - a.num_heads);
-          uint2 k_lo, k_hi;
-          uint8_t* cl = reinterpret_cast<uint8_t*>(&k_lo);
-          uint8_t* ch = reinterpret_cast<uint8_t*>(&k_hi);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            cl[e] = e4m3_from_float(y[e], ks);
-            ch[e] = e4m3_from_float(y[8 + e], ks);
-          }
-          uint2* k8 = reinterpret_cast<uint2*>(reinterpret_cast<uint8_t*>(a.k_cache) + cache_row(item - a.num_heads));
-          k8[j] = k_lo;
-          k8[half / 8 + j] = k_hi;
-        }
-      }
+      if constexpr (kFp8)
+        if (write_k) write_k_codes(item - a.num_heads, y);
     } else {
       if constexpr (kFp8) {
         if (write_k) {  // the f32 rotation of rope_rotate(), quantized before any bf16 rounding
-          const float ks = head_scale(a.k_head_scales, a.k_scale, item - a.num_heads);
           const __nv_bfloat16* p = reinterpret_cast<const __nv_bfloat16*>(&lo);
           const __nv_bfloat16* q = reinterpret_cast<const __nv_bfloat16*>(&hi);
-          uint2 k_lo, k_hi;
-          uint8_t* bl = reinterpret_cast<uint8_t*>(&k_lo);
-          uint8_t* bh = reinterpret_cast<uint8_t*>(&k_hi);
+          float y[16];
 #pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            float r1, r2;
-            rope_rotate_f32(__bfloat162float(p[e]), __bfloat162float(q[e]), c[e], s[e], r1, r2);
-            bl[e] = e4m3_from_float(r1, ks);
-            bh[e] = e4m3_from_float(r2, ks);
-          }
-          uint2* k8 = reinterpret_cast<uint2*>(reinterpret_cast<uint8_t*>(a.k_cache) + cache_row(item - a.num_heads));
-          k8[j] = k_lo;
-          k8[half / 8 + j] = k_hi;
+          for (int e = 0; e < 8; ++e)
+            rope_rotate_f32(__bfloat162float(p[e]), __bfloat162float(q[e]), c[e], s[e], y[e], y[8 + e]);
+          write_k_codes(item - a.num_heads, y);
         }
       }
       rope_rotate8(lo, hi, c, s);
