@@ -39,6 +39,13 @@ __device__ inline uint32_t hash32(uint32_t x) {
 }
 #endif
 
+// The raw bf16 bits of a device tensor (bit-for-bit checks between two paths).
+inline std::vector<uint16_t> raw_bf16_of(cuda::CudaBackend& be, const TensorView& t) {
+  std::vector<uint16_t> out(static_cast<size_t>(t.numel()));
+  be.to_host_raw(t, out.data());
+  return out;
+}
+
 // ||a - b|| / ||b|| of two device tensors (read back as f32).
 inline double rel_l2(cuda::CudaBackend& be, const TensorView& a, const TensorView& b) {
   std::vector<float> x(static_cast<size_t>(a.numel())), y(static_cast<size_t>(b.numel()));

@@ -13,7 +13,7 @@
 // Timing: CUDA events around `reps` launches after warm-up, median of 5 such runs. Inputs are random
 // (never zeros); small working sets rotate among several copies so L2 does not serve them.
 //   usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer] [--fp8-rows]
-//          [--decode-steps] [--b1-layers]
+//          [--decode-steps] [--b1-layers] [--int8-wgmma]
 //          (--quant: the ceilings and the
 //          quantized linears only; --quant-dot: the ceilings and the int4 GEMVs at m 1..4 only, mma vs CUDA-core;
 //          --w8a8: the ceilings and W8A8 INT8 vs FP8 GEMMs / GEMVs only, gpu_w8a8_gemm_bench.cu;
@@ -22,7 +22,8 @@
 //          gpu_prefill_layer_bench.cu; --decode-steps: the same for the throughput rows' decode steps; --fp8-rows: the ceilings and the FP8 GEMM's candidate algorithms at
 //          128-1024 rows, gpu_w8a8_gemm_bench.cu; --b1-layers: the ceilings and the batch-1 decode layer in bf16,
 //          FP8, W8A16 and W4A16 weights, op by op, chained, and the model's chain without each op in turn, then
-//          the bf16 lm_head at m = 1)
+//          the bf16 lm_head at m = 1; --int8-wgmma: the ceilings and the W8A8-INT8 GEMM, cuBLASLt + epilogue vs
+//          our wgmma kernel with fused scales vs FP8, at the engine's row counts, gpu_w8a8_gemm_bench.cu)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -48,6 +49,7 @@ void bench_w8a8(cuda::CudaBackend& be, double bw, double peak, bool quick);  // 
 void bench_prefill_layer(cuda::CudaBackend& be, double peak, double bw);       // gpu_prefill_layer_bench.cu
 void bench_decode_steps(cuda::CudaBackend& be, double peak, double bw);        // gpu_prefill_layer_bench.cu
 void bench_fp8_rows(cuda::CudaBackend& be, double peak);                       // gpu_w8a8_gemm_bench.cu
+void bench_int8_wgmma(cuda::CudaBackend& be, double peak);                     // gpu_w8a8_gemm_bench.cu
 namespace {
 
 __global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
@@ -201,11 +203,12 @@ void bench_decode_attention_kv_fp8(cuda::CudaBackend& be, double bw, double peak
   struct Case {
     int batch, ctx;
   };
-  // b1 / b64 at 1k-8k; then the decode steps of the throughput rows (128/128: 480 x 192; 2048/2048: 256 x 3072;
-  // 128/2048: 857 x 1104) and 256 x 256, 512 x 512 (either side of the 2-warp rule's bound), whose grids of many
-  // one-partition CTAs run the decode kernel at each warp count (CudaBackend::set_decode_many_warps: 8, 4, 2).
-  const Case cases[] = {{1, 1024},   {1, 4096},   {1, 8192},   {64, 1024}, {64, 4096},
-                        {64, 8192}, {480, 192}, {256, 256}, {512, 512}, {256, 3072}, {857, 1104}};
+  // b1 / b64 at 1k-8k; then the decode steps of the throughput rows (128/128: 480 x 192 at the default budget,
+  // 954 x 192 at --max-num-seqs 1024; 2048/2048: 256 x 3072; 128/2048: 857 x 1104) and 256 x 256, 512 x 512
+  // (either side of the 2-warp rule's bound), whose grids of many one-partition CTAs run the decode kernel at
+  // each warp count (CudaBackend::set_decode_many_warps: 8, 4, 2).
+  const Case cases[] = {{1, 1024},  {1, 4096},   {1, 8192},  {64, 1024}, {64, 4096},  {64, 8192},
+                        {480, 192}, {954, 192}, {256, 256}, {512, 512}, {256, 3072}, {857, 1104}};
   const int default_warps = be.decode_many_warps();
   for (const Case& cs : cases)
     for (const bool fp8 : {false, true}) {
@@ -844,7 +847,7 @@ void bench_b1_layers(cuda::CudaBackend& be, double bw) {
 }
 
 // What one run measures: everything (kAll), or the ceilings and one section (the flags of main()).
-enum class Mode { kAll, kQuant, kQuantDot, kW8a8, kKvFp8, kPrefillLayer, kFp8Rows, kDecodeSteps, kB1Layers };
+enum class Mode { kAll, kQuant, kQuantDot, kW8a8, kKvFp8, kPrefillLayer, kFp8Rows, kDecodeSteps, kB1Layers, kInt8Wgmma };
 
 int run(bool quick, Mode mode) {
   cuda::CudaBackend be;
@@ -873,6 +876,9 @@ int run(bool quick, Mode mode) {
       return 0;
     case Mode::kFp8Rows:
       bench_fp8_rows(be, peak);
+      return 0;
+    case Mode::kInt8Wgmma:
+      bench_int8_wgmma(be, peak);
       return 0;
     case Mode::kKvFp8:
       bench_decode_attention_kv_fp8(be, bw, peak);
@@ -1004,7 +1010,8 @@ int main(int argc, char** argv) {
     Mode mode;
   } modes[] = {{"--quant", Mode::kQuant},           {"--quant-dot", Mode::kQuantDot},         {"--w8a8", Mode::kW8a8},
                {"--kv-fp8", Mode::kKvFp8},          {"--prefill-layer", Mode::kPrefillLayer}, {"--fp8-rows", Mode::kFp8Rows},
-               {"--decode-steps", Mode::kDecodeSteps}, {"--b1-layers", Mode::kB1Layers}};
+               {"--decode-steps", Mode::kDecodeSteps}, {"--b1-layers", Mode::kB1Layers},
+               {"--int8-wgmma", Mode::kInt8Wgmma}};
   for (int i = 1; i < argc; ++i) {
     bool known = std::strcmp(argv[i], "--quick") == 0;
     quick = quick || known;
@@ -1016,7 +1023,7 @@ int main(int argc, char** argv) {
     if (!known) {
       std::fprintf(stderr,
                    "usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer] "
-                   "[--fp8-rows] [--decode-steps] [--b1-layers]\n");
+                   "[--fp8-rows] [--decode-steps] [--b1-layers] [--int8-wgmma]\n");
       return 2;
     }
   }

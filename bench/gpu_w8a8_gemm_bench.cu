@@ -27,6 +27,7 @@
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_fp8_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_int8_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
+#include "xinfer/backend/cuda/kernels/gemm/w8a8_int8_wgmma.h"
 
 namespace xinfer::bench {
 namespace {
@@ -334,6 +335,76 @@ void bench_fp8_rows(cuda::CudaBackend& be, double peak) {
   for (const std::string& l : summary) std::printf("%s\n", l.c_str());
   std::printf("sum over the rows above: heuristic %.1f us, chosen %.1f us (%.3fx)\n", sum_heur, sum_chosen,
               sum_heur / sum_chosen);
+}
+
+// gpu_kernel_bench --int8-wgmma: the W8A8-INT8 GEMM at the Llama-3.1-8B shapes and the row counts of the engine's
+// steps (decode 128 / 256 / 481 / 954, prefill chunks 2048 / 8192), on quantized x (random codes): cuBLASLt FP8
+// with outer-vector scales (the FP8 path: the ceiling INT8 is held to), cuBLASLt int8 -> int32 + our epilogue (the
+// backend's measured algorithm) and our wgmma GEMM with fused scales in each configuration (w8a8_int8_wgmma.h),
+// TFLOP/s against the FP8 / INT8 dense peak (2x the measured bf16 GEMM). Each wgmma output is checked against the
+// cuBLASLt path's bits first ("CHECK FAILED" otherwise). Then the per-shape sums at each m.
+void bench_int8_wgmma(cuda::CudaBackend& be, double peak) {
+  cudaStream_t s = be.stream();
+  cuda::CublasLtFp8Gemm fp8;
+  cuda::CublasLtInt8Gemm int8;
+  const std::vector<int> ms = {128, 256, 481, 954, 2048, 8192};
+  const size_t nc = std::size(cuda::kInt8WgmmaConfigs);
+  std::vector<double> sum_fp8(ms.size()), sum_int8(ms.size());
+  std::vector<std::vector<double>> sum_wg(ms.size(), std::vector<double>(nc)), best_wg = sum_wg;
+  for (const Linear8b& sh : kLinears8b) {
+    W8 w = make_w8(be, sh.n, sh.k, 300);
+    for (size_t mi = 0; mi < ms.size(); ++mi) {
+      const int m = ms[mi];
+      const double flop = 2.0 * m * sh.n * sh.k;
+      auto xq8 = be.allocate(DType::kFP8E4M3, Shape{m, sh.k});
+      auto xi8 = be.allocate(DType::kI8, Shape{m, sh.k});
+      auto xs = be.allocate(DType::kF32, Shape{m});
+      fill_codes<<<1024, 256, 0, s>>>(static_cast<uint8_t*>(xq8.view.data), static_cast<size_t>(m) * sh.k, 7, true);
+      fill_codes<<<1024, 256, 0, s>>>(static_cast<uint8_t*>(xi8.view.data), static_cast<size_t>(m) * sh.k, 7, false);
+      fill_pos<<<64, 256, 0, s>>>(static_cast<float*>(xs.view.data), static_cast<size_t>(m), 8, 0.01f);
+      XI_CUDA_CHECK_LAUNCH();
+      auto y = be.allocate(DType::kBF16, Shape{m, sh.n});
+      auto y2 = be.allocate(DType::kBF16, Shape{m, sh.n});
+      auto acc = be.allocate(DType::kI32, Shape{std::min(m, 2048), sh.n});
+      const std::string what = std::string(sh.name) + " m=" + std::to_string(m);
+      const int reps = m >= 2048 ? 5 : 20;
+      const cuda::Fp8GemmArgs fa{static_cast<const uint8_t*>(xq8.view.data), static_cast<const float*>(xs.view.data),
+                                 static_cast<const uint8_t*>(w.fp8.view.data), static_cast<const float*>(w.scales.view.data),
+                                 nullptr, y.view.data, false, m, sh.n, sh.k};
+      fp8.run(fa, s);
+      const double t_fp8 = 1e6 * cuda::time_on_stream(s, reps, [&](int) { fp8.run(fa, s); });
+      row(what + " fp8 cuBLASLt", t_fp8, flop, true, 2 * peak);
+      const cuda::Int8GemmArgs ia{static_cast<const int8_t*>(xi8.view.data), static_cast<const float*>(xs.view.data),
+                                  static_cast<const int8_t*>(w.int8.view.data), static_cast<const float*>(w.scales.view.data),
+                                  nullptr, y2.view.data, false, m, sh.n, sh.k, static_cast<int32_t*>(acc.view.data)};
+      int8.run(ia, s);  // measures its algorithm choice (as the backend does) before the timing
+      const double t_int8 = 1e6 * cuda::time_on_stream(s, reps, [&](int) { int8.run(ia, s); });
+      row(what + " int8 cuBLASLt + epilogue", t_int8, flop, true, 2 * peak);
+      const std::vector<uint16_t> want = raw_bf16_of(be, y2.view);
+      sum_fp8[mi] += t_fp8;
+      sum_int8[mi] += t_int8;
+      for (size_t c = 0; c < nc; ++c) {
+        const cuda::Int8WgmmaConfig config = cuda::kInt8WgmmaConfigs[c];
+        cuda::Int8GemmArgs wa = ia;
+        wa.y = y.view.data;
+        XI_CUDA_CHECK(cudaMemsetAsync(y.view.data, 0xff, y.view.bytes(), s));
+        cuda::launch_w8a8_int8_wgmma(wa, s, config);
+        if (raw_bf16_of(be, y.view) != want)
+          std::printf("CHECK FAILED: %s %s differs from the cuBLASLt path\n", what.c_str(), cuda::to_string(config).c_str());
+        const double t = 1e6 * cuda::time_on_stream(s, reps, [&](int) { cuda::launch_w8a8_int8_wgmma(wa, s, config); });
+        row(what + " int8 " + cuda::to_string(config), t, flop, true, 2 * peak);
+        sum_wg[mi][c] += t;
+      }
+    }
+  }
+  for (size_t mi = 0; mi < ms.size(); ++mi) {
+    std::printf("sum of the 4 linears, m=%-5d fp8 %8.1f us  int8 cuBLASLt+epilogue %8.1f us (%.3f of fp8's time)",
+                ms[mi], sum_fp8[mi], sum_int8[mi], sum_int8[mi] / sum_fp8[mi]);
+    for (size_t c = 0; c < nc; ++c)
+      std::printf("  %s %.1f (%.3f)", cuda::to_string(cuda::kInt8WgmmaConfigs[c]).c_str(), sum_wg[mi][c],
+                  sum_wg[mi][c] / sum_fp8[mi]);
+    std::printf("\n");
+  }
 }
 
 }  // namespace xinfer::bench

@@ -10,7 +10,9 @@
 //    exact integer kernel (AVX2, k % 32 == 0), else 1e-5 relative L2; bf16 out 1e-2;
 //  - the outer-vector-scaled cuBLASLt mode where this cuBLASLt offers it (printed either way);
 //  - the GEMM's measured algorithm choice (eagerly and while recording) keeps the heuristic GEMM's bits;
-//  - recorded in a CUDA graph, both paths replay the eager bits; supports() says yes.
+//  - recorded in a CUDA graph, both paths replay the eager bits; supports() says yes;
+//  - the wgmma GEMM with fused scales (every configuration) against an exact reference, and linear() through
+//    it against the cuBLASLt path's bits, eagerly and replayed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include "gpu_test_util.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_int8_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
+#include "xinfer/backend/cuda/kernels/gemm/w8a8_int8_wgmma.h"
 #include "xinfer/backend/cuda/kernels/quant/quantize_activations.h"
 #include "xinfer/quant/quantized_linear.h"
 
@@ -369,6 +372,106 @@ TEST(W8A8Int8, MeasuredAlgorithmChoiceKeepsTheBits) {
                 measured_eager.algo_count(args(1), cuda::Int8GemmMode::kInt32Epilogue));
     EXPECT_GE(chosen, 0);
   }
+}
+
+// The wgmma GEMM with fused scales (w8a8_int8_wgmma.h), every compiled configuration, on shapes with partial
+// row / column tiles, odd n (single stores), k not a multiple of the 128-byte step, with and without bias:
+// f32 out is the exact reference's bits (int64 dot products, the oracle's scale order), bf16 out its rounding.
+TEST(W8A8Int8, WgmmaGemmMatchesExactReference) {
+  std::mt19937 rng(61);
+  std::uniform_int_distribution<int> v(-128, 127);
+  struct Shape3 {
+    int m, n, k;
+  };
+  const Shape3 shapes[] = {{17, 24, 16},   {1, 33, 48},     {130, 200, 144},  {333, 256, 512},
+                           {481, 1000, 1040}, {129, 257, 4096}, {256, 512, 128}};
+  int index = 0;
+  for (const Shape3& sh : shapes) {
+    const int m = sh.m, n = sh.n, k = sh.k;
+    const bool with_bias = index++ % 2 == 0;
+    Int8Case c = make_int8_case(n, k, quant::ActScaleMode::kDynamicPerToken, with_bias, rng);
+    std::vector<int8_t> x(static_cast<size_t>(m) * k);
+    for (auto& b : x) b = static_cast<int8_t>(v(rng));
+    std::vector<float> xs(static_cast<size_t>(m));
+    for (auto& q : xs) q = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) * 1e-2f;
+    std::vector<float> ref(static_cast<size_t>(m) * n);
+    std::vector<uint16_t> ref_bf16(ref.size());
+    for (int t = 0; t < m; ++t)
+      for (int j = 0; j < n; ++j) {
+        int64_t dot = 0;
+        for (int i = 0; i < k; ++i)
+          dot += int64_t{c.w[static_cast<size_t>(j) * k + i]} * x[static_cast<size_t>(t) * k + i];
+        const float r = c.scales[static_cast<size_t>(j)] * xs[static_cast<size_t>(t)] * static_cast<float>(dot);
+        const float y = with_bias ? r + c.bias[static_cast<size_t>(j)] : r;
+        ref[static_cast<size_t>(t) * n + j] = y;
+        ref_bf16[static_cast<size_t>(t) * n + j] = to_bf16(y).bits;
+      }
+    auto xd = gpu().upload(raw(x, DType::kI8, Shape{m, k}), DType::kI8);
+    auto xsd = gpu().upload(raw(xs, DType::kF32, Shape{m}), DType::kF32);
+    for (const cuda::Int8WgmmaConfig& config : cuda::kInt8WgmmaConfigs)
+      for (const bool f32_out : {true, false}) {
+        auto yd = gpu().allocate(f32_out ? DType::kF32 : DType::kBF16, Shape{m, n});
+        poison(yd.view);
+        const cuda::Int8GemmArgs args{static_cast<const int8_t*>(xd.view.data), static_cast<const float*>(xsd.view.data),
+                                      static_cast<const int8_t*>(c.lw.weight.data),
+                                      static_cast<const float*>(c.lw.scales.data),
+                                      with_bias ? static_cast<const __nv_bfloat16*>(c.lw.bias.data) : nullptr,
+                                      yd.view.data, f32_out, m, n, k, nullptr};
+        ASSERT_TRUE(cuda::w8a8_int8_wgmma_supports(m, n, k));
+        cuda::launch_w8a8_int8_wgmma(args, gpu().stream(), config);
+        const std::string what = cuda::to_string(config) + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                                 " k=" + std::to_string(k) + (f32_out ? " f32" : " bf16") + (with_bias ? " bias" : "");
+        size_t bad = 0;
+        if (f32_out) {
+          const std::vector<float> got = download(gpu(), yd.view);
+          for (size_t i = 0; i < got.size(); ++i) bad += std::memcmp(&got[i], &ref[i], sizeof(float)) != 0;
+        } else {
+          const std::vector<uint16_t> got = raw_bf16(yd.view);
+          for (size_t i = 0; i < got.size(); ++i) bad += got[i] != ref_bf16[i];
+        }
+        EXPECT_EQ(bad, 0u) << what << ": outputs off the exact reference's bits";
+      }
+  }
+  EXPECT_FALSE(cuda::w8a8_int8_wgmma_supports(4, 8, 24));  // k % 16 != 0: the cuBLASLt path takes it
+}
+
+// linear() with the wgmma GEMM (set_int8_gemm) gives the cuBLASLt path's bits, eagerly and replayed from a graph.
+TEST(W8A8Int8, WgmmaLinearEqualsCublasLtPath) {
+  std::mt19937 rng(67);
+  Int8Case c = make_int8_case(1008, 4096, quant::ActScaleMode::kDynamicPerToken, true, rng);
+  const std::vector<int64_t> ms = {17, 333, 481};
+  std::vector<backend::DeviceTensor> xs, want, got, replayed;
+  for (int64_t m : ms) {
+    const std::vector<float> x = random_bf16(static_cast<size_t>(m * c.k), rng);
+    xs.push_back(gpu().upload(host_view(x, Shape{m, c.k}), DType::kBF16));
+    for (auto* v : {&want, &got, &replayed}) v->push_back(gpu().allocate(DType::kBF16, Shape{m, c.n}));
+  }
+  gpu().set_int8_gemm("cublaslt");
+  for (size_t i = 0; i < ms.size(); ++i) gpu().linear(xs[i].view, c.lw, want[i].view);
+  gpu().set_int8_gemm("wgmma128s4");
+  for (size_t i = 0; i < ms.size(); ++i) gpu().linear(xs[i].view, c.lw, got[i].view);
+  backend::StepPlan p;
+  p.token_ids = {0};
+  p.positions = {0};
+  p.slot_mapping = {-1};
+  p.query_start_loc = {0, 1};
+  p.seq_lens = {1};
+  p.block_tables = {0};
+  p.max_blocks_per_seq = 1;
+  p.max_seq_len = 1;
+  p.logit_rows = {0};
+  gpu().upload_step(p);
+  gpu().begin_capture();
+  for (size_t i = 0; i < ms.size(); ++i) gpu().linear(xs[i].view, c.lw, replayed[i].view);
+  const bool captured = gpu().end_capture(0x1a89);
+  gpu().set_int8_gemm("cublaslt");
+  ASSERT_TRUE(captured);
+  ASSERT_TRUE(gpu().replay(0x1a89));
+  for (size_t i = 0; i < ms.size(); ++i) {
+    expect_same_bits(got[i].view, want[i].view, "wgmma vs cuBLASLt m=" + std::to_string(ms[i]));
+    expect_same_bits(replayed[i].view, want[i].view, "wgmma replayed m=" + std::to_string(ms[i]));
+  }
+  gpu().clear_graphs();
 }
 
 TEST(W8A8Int8, GraphReplayIsBitIdentical) {

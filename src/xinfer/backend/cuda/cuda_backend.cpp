@@ -85,6 +85,21 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device), 
   if (const char* v = std::getenv("XINFER_FP8_KV_F16")) fp8_kv_f16_mma_ = std::atoi(v) != 0;  // A/B switch
   if (const char* v = std::getenv("XINFER_DECODE_WARPS")) set_decode_many_warps(std::atoi(v));  // A/B switch
   if (const char* v = std::getenv("XINFER_FP8_KV_WGMMA")) fp8_kv_wgmma_prefill_ = std::atoi(v) != 0;  // A/B switch
+  if (const char* v = std::getenv("XINFER_INT8_GEMM")) set_int8_gemm(v);                            // A/B switch
+}
+
+void CudaBackend::set_int8_gemm(const std::string& name) {
+  if (name == "cublaslt") {
+    int8_wgmma_.reset();
+    return;
+  }
+  for (const Int8WgmmaConfig& c : kInt8WgmmaConfigs)
+    if (name == "wgmma" + std::to_string(c.bn) + "s" + std::to_string(c.stages)) {
+      int8_wgmma_ = c;
+      return;
+    }
+  XI_CHECK(false) << "W8A8-INT8 GEMM (XINFER_INT8_GEMM): cublaslt, wgmma128s3, wgmma128s4, wgmma256s3 or "
+                     "wgmma256s4, got '" << name << "'";
 }
 
 void CudaBackend::set_decode_many_warps(int warps) {

@@ -76,6 +76,7 @@
 #include "xinfer/backend/cuda/kernels/gemm/gemm_args.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
+#include "xinfer/backend/cuda/kernels/gemm/w8a8_int8_wgmma.h"
 
 namespace xinfer::cuda {
 
@@ -225,6 +226,9 @@ class CudaBackend final : public backend::Backend {
   // the copy ceiling at batch 64 against 59-65% (docs/PERF.md session 13); XINFER_FP8_KV_F16=0 turns it off.
   // Set it before graphs are recorded (recordings keep the variant they were made with).
   void set_fp8_kv_f16_mma(bool on) { fp8_kv_f16_mma_ = on; }
+  // The W8A8-INT8 GEMM past the GEMV's rows: "cublaslt" (int8 -> int32 workspace + our scale epilogue) or
+  // "wgmma<bn>s<stages>" (our wgmma kernel with the scales fused, w8a8_int8_wgmma.h); the same bits either way.
+  void set_int8_gemm(const std::string& name);
   // Warps per decode-attention CTA on steps whose grid is more than one wave of 8-warp CTAs (decode_warps():
   // large batches, one partition each): 8, 4 or 2, or 0 (the default): by context length, as measured.
   // XINFER_DECODE_WARPS sets it at construction (A/B switch). Set it before graphs are recorded.
@@ -310,6 +314,7 @@ class CudaBackend final : public backend::Backend {
   int64_t fused_linears_ = 0;
   bool rope_attention_fusion_ = true;
   bool fp8_kv_f16_mma_ = true;
+  std::optional<Int8WgmmaConfig> int8_wgmma_;  // set_int8_gemm
   int decode_many_warps_ = 0;
   bool fp8_kv_wgmma_prefill_ = true;
   int64_t fused_rope_attentions_ = 0;

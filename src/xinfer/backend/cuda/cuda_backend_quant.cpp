@@ -17,7 +17,9 @@
 //   W8A8-INT8 (any m) -> each row of x quantized to int8 with its scale (SmoothQuant's symmetric per-token or
 //                static codes, the oracle's bits), then for m <= kQuantGemvMaxRows our int8 GEMV
 //                (launch_w8a8_int8_gemv: int8 mma, int32 sums), else cuBLASLt's int8 GEMM into an int32
-//                workspace in chunks of rows plus our scale epilogue (cublaslt_int8_gemm.h kInt32Epilogue).
+//                workspace in chunks of rows plus our scale epilogue (cublaslt_int8_gemm.h kInt32Epilogue),
+//                or, opted in (set_int8_gemm, XINFER_INT8_GEMM), our wgmma GEMM with the scales fused
+//                (w8a8_int8_wgmma.h: the same bits, slower today).
 // The workspace (bf16, the largest n * k run so far) grows outside graph recordings; a recording that would
 // need it to grow fails (end_capture() grows it, the step runs eagerly), as for the decode workspace.
 #include <chrono>
@@ -33,6 +35,7 @@
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_algo_choice.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_fp8_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_int8_gemm.h"
+#include "xinfer/backend/cuda/kernels/gemm/w8a8_int8_wgmma.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
@@ -344,6 +347,11 @@ void CudaBackend::int8_linear(const TensorView& x, const backend::LinearWeights&
     return;
   }
   const Int8GemmArgs args{xq, ws->xs, wq, w_scales, bias, out.data, y_f32, m, ni, ki, reinterpret_cast<int32_t*>(ws->tail)};
+  if (int8_wgmma_ && w8a8_int8_wgmma_supports(m, ni, ki)) {
+    launch_w8a8_int8_wgmma(args, stream_, *int8_wgmma_);
+    ++int8_gemms_;
+    return;
+  }
   XI_CHECK(int8_->supported(args, Int8GemmMode::kInt32Epilogue))
       << "linear " << fmt(w) << " [" << n << ", " << k << "] at " << m
       << " rows: cuBLASLt has no int8 algorithm (k and n must be multiples of 4)";

@@ -8,6 +8,7 @@
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
 #include "xinfer/backend/cuda/kernels/attention/kv_fp8.cuh"
 #include "xinfer/backend/cuda/kernels/cp_async.cuh"
+#include "xinfer/backend/cuda/kernels/wgmma.cuh"
 
 namespace xinfer::cuda {
 namespace {
@@ -35,53 +36,6 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
       "{%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Warpgroup MMA (sm_90a). Shared operands are described by 64-bit matrix descriptors (make_desc); the
-// accumulator fragment of m64nN is, per warp w of the warpgroup, the m16n8 layout repeated over N:
-// d[4i + 2h + e] = D[16w + lane / 4 + 8h][8i + 2 (lane % 4) + e]. A register fragments (RS form) use the
-// m16n8k16 A layout.
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-__device__ __forceinline__ void wgmma_wait_all() {
-  wgmma_wait<0>();
-}
-// Makes this thread's generic-proxy shared-memory writes (st.shared, cp.async) visible to the async proxy
-// that wgmma reads operands through.
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-// Pins register operands of asynchronous wgmma in program order relative to the fence / wait around it
-// (the compiler must not move their reads or writes across those, which it cannot see through).
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-template <int N>
-__device__ __forceinline__ void fence_regs(uint32_t (&r)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
-}
-
-// 128-byte-swizzle descriptor: start address, leading / stride byte offsets (16-byte units), mode 1 in bits
-// 62-63. K-major operands: lbo unused (1), sbo = 1024 (8 rows of 128 bytes). MN-major operands: lbo = the
-// distance between 64-element column panels, sbo = 1024 (8 rows along K).
-__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
-  return static_cast<uint64_t>((addr & 0x3FFFFu) >> 4) |
-         (static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFFu) << 16) |
-         (static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFFu) << 32) | (uint64_t{1} << 62);
 }
 
 #define XI_ACC8(d, i)                                                                         \

@@ -6,14 +6,10 @@
 
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_int8_gemm.h"
+#include "xinfer/backend/cuda/kernels/gemm/int8_scale.cuh"
 
 namespace xinfer::cuda {
 namespace {
-
-__device__ __forceinline__ float scaled(int32_t a, float sx, float sw, const __nv_bfloat16* bias, int j) {
-  const float v = (sw * sx) * static_cast<float>(a);
-  return bias ? __fadd_rn(v, __bfloat162float(bias[j])) : v;
-}
 
 template <int kVec>
 __global__ void int8_scale_epilogue_kernel(const int32_t* __restrict__ acc, const float* __restrict__ xs,
@@ -28,8 +24,8 @@ __global__ void int8_scale_epilogue_kernel(const int32_t* __restrict__ acc, cons
     if constexpr (kVec == 4) {
       const int4 a = __ldcs(reinterpret_cast<const int4*>(acc) + i);  // read once: streaming
       const float4 sw = __ldg(reinterpret_cast<const float4*>(ws + j));
-      const float v0 = scaled(a.x, sx, sw.x, bias, j), v1 = scaled(a.y, sx, sw.y, bias, j + 1);
-      const float v2 = scaled(a.z, sx, sw.z, bias, j + 2), v3 = scaled(a.w, sx, sw.w, bias, j + 3);
+      const float v0 = int8_scaled(a.x, sx, sw.x, bias, j), v1 = int8_scaled(a.y, sx, sw.y, bias, j + 1);
+      const float v2 = int8_scaled(a.z, sx, sw.z, bias, j + 2), v3 = int8_scaled(a.w, sx, sw.w, bias, j + 3);
       if (y_f32) {
         reinterpret_cast<float4*>(y)[i] = make_float4(v0, v1, v2, v3);
       } else {
@@ -40,7 +36,7 @@ __global__ void int8_scale_epilogue_kernel(const int32_t* __restrict__ acc, cons
         reinterpret_cast<uint2*>(y)[i] = packed;
       }
     } else {
-      const float v = scaled(acc[e], sx, __ldg(ws + j), bias, j);
+      const float v = int8_scaled(acc[e], sx, __ldg(ws + j), bias, j);
       if (y_f32)
         static_cast<float*>(y)[e] = v;
       else

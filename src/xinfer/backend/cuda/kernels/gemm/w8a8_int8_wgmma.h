@@ -1,0 +1,44 @@
+// W8A8-INT8 GEMM on Hopper's warpgroup MMAs with the scales fused into its epilogue (sm_90a):
+//   y[m, n] = f32(sw[n] * sx[m]) * f32(xq[m, k] . wq[n, k]) (+ bias[n]),  xq, wq int8, exact int32 sums,
+// y bf16 or f32: the CPU oracle's arithmetic (quant/int_matmul.cpp run_w8a8_int8) and the cuBLASLt path's
+// (cublaslt_int8_gemm.h kInt32Epilogue) bit for bit, without its int32 round trip through memory (4 bytes written
+// and read back per output, plus a third kernel per linear) and without a workspace.
+//
+// Kernel (w8a8_int8_wgmma.cu): a CTA of two warpgroups owns a 128 x bn tile of y (bn 128 or 256); warpgroup w
+// computes rows 64w .. 64w + 63 with wgmma.m64n{bn}k32.s32.s8.s8, both operands in shared memory. k runs in
+// steps of 128 bytes through a ring of `stages` buffers (x tile 16 KB + w tile bn x 128 bytes each), filled by
+// cp.async (16-byte chunks, every thread) in the 128-byte-swizzled K-major layout the descriptors name (chunk c
+// of row r at c ^ (r % 8)); loads run stages - 2 steps ahead and one wgmma group stays in flight across the
+// barrier. Rows past m / n and columns past k are zero-filled, so any m, n and k % 16 == 0 work. The grid runs
+// the m tiles of one n tile next to each other (blockIdx.x over m): the weight tile is read from HBM once and
+// from L2 by the other row tiles. No allocation, no synchronization: graph-capturable.
+//
+// Status: opt-in (CudaBackend::set_int8_gemm, XINFER_INT8_GEMM=wgmma128s3), not the default. On an H200
+// (docs/PERF.md session 18, `gpu_kernel_bench --int8-wgmma`) the best configuration (128 x 128, 3 stages, two
+// CTAs per SM) reaches 45-54% of the INT8 dense peak where cuBLASLt int8 + our epilogue reaches 63-72% and FP8
+// 83-90%: every warp both loads and multiplies, with a CTA-wide barrier per k step. Beating cuBLASLt here takes
+// the Hopper mainloop: TMA loads by a producer warp into an mbarrier ring, two consumer warpgroups.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "xinfer/backend/cuda/kernels/gemm/cublaslt_int8_gemm.h"
+
+namespace xinfer::cuda {
+
+struct Int8WgmmaConfig {
+  int bn = 128;     // y columns per CTA: 128 or 256
+  int stages = 4;   // shared-memory ring: 3 or 4 (bn 128, 3 stages: two CTAs per SM)
+};
+std::string to_string(const Int8WgmmaConfig& c);  // "wgmma 128x128 s4"
+// The compiled configurations (the bench times each).
+inline constexpr Int8WgmmaConfig kInt8WgmmaConfigs[] = {{128, 3}, {128, 4}, {256, 3}, {256, 4}};
+
+// True if the kernel takes this shape: k % 16 == 0 (16-byte rows), m, n, k > 0, and an sm_90 device.
+bool w8a8_int8_wgmma_supports(int m, int n, int k);
+// Runs the GEMM (a.acc is not used). XI_CHECK-fails on unsupported arguments or configurations.
+void launch_w8a8_int8_wgmma(const Int8GemmArgs& a, cudaStream_t stream, Int8WgmmaConfig config = {});
+
+}  // namespace xinfer::cuda
