@@ -350,7 +350,7 @@ void bench_int8_wgmma(cuda::CudaBackend& be, double peak) {
   const std::vector<int> ms = {128, 256, 481, 954, 2048, 8192};
   const size_t nc = std::size(cuda::kInt8WgmmaConfigs);
   std::vector<double> sum_fp8(ms.size()), sum_int8(ms.size());
-  std::vector<std::vector<double>> sum_wg(ms.size(), std::vector<double>(nc)), best_wg = sum_wg;
+  std::vector<std::vector<double>> sum_wg(ms.size(), std::vector<double>(nc));
   for (const Linear8b& sh : kLinears8b) {
     W8 w = make_w8(be, sh.n, sh.k, 300);
     for (size_t mi = 0; mi < ms.size(); ++mi) {
@@ -401,7 +401,7 @@ void bench_int8_wgmma(cuda::CudaBackend& be, double peak) {
     std::printf("sum of the 4 linears, m=%-5d fp8 %8.1f us  int8 cuBLASLt+epilogue %8.1f us (%.3f of fp8's time)",
                 ms[mi], sum_fp8[mi], sum_int8[mi], sum_int8[mi] / sum_fp8[mi]);
     for (size_t c = 0; c < nc; ++c)
-      std::printf("  %s %.1f (%.3f)", cuda::to_string(cuda::kInt8WgmmaConfigs[c]).c_str(), sum_wg[mi][c],
+      std::printf("  %s %.1f (%.3f)", cuda::config_name(cuda::kInt8WgmmaConfigs[c]).c_str(), sum_wg[mi][c],
                   sum_wg[mi][c] / sum_fp8[mi]);
     std::printf("\n");
   }

@@ -448,8 +448,15 @@ TEST(W8A8Int8, WgmmaLinearEqualsCublasLtPath) {
   }
   gpu().set_int8_gemm("cublaslt");
   for (size_t i = 0; i < ms.size(); ++i) gpu().linear(xs[i].view, c.lw, want[i].view);
-  gpu().set_int8_gemm("wgmma128s4");
-  for (size_t i = 0; i < ms.size(); ++i) gpu().linear(xs[i].view, c.lw, got[i].view);
+  for (const char* name : {"wgmma128s4", "wgmma128s6tma"}) {
+    gpu().set_int8_gemm(name);
+    for (size_t i = 0; i < ms.size(); ++i) {
+      poison(got[i].view);
+      gpu().linear(xs[i].view, c.lw, got[i].view);
+      expect_same_bits(got[i].view, want[i].view, std::string(name) + " vs cuBLASLt m=" + std::to_string(ms[i]));
+    }
+  }
+  EXPECT_DEATH(gpu().set_int8_gemm("wgmma999"), "XINFER_INT8_GEMM");
   backend::StepPlan p;
   p.token_ids = {0};
   p.positions = {0};
@@ -467,10 +474,8 @@ TEST(W8A8Int8, WgmmaLinearEqualsCublasLtPath) {
   gpu().set_int8_gemm("cublaslt");
   ASSERT_TRUE(captured);
   ASSERT_TRUE(gpu().replay(0x1a89));
-  for (size_t i = 0; i < ms.size(); ++i) {
-    expect_same_bits(got[i].view, want[i].view, "wgmma vs cuBLASLt m=" + std::to_string(ms[i]));
-    expect_same_bits(replayed[i].view, want[i].view, "wgmma replayed m=" + std::to_string(ms[i]));
-  }
+  for (size_t i = 0; i < ms.size(); ++i)
+    expect_same_bits(replayed[i].view, want[i].view, "wgmma (tma) replayed m=" + std::to_string(ms[i]));
   gpu().clear_graphs();
 }
 

@@ -93,13 +93,15 @@ void CudaBackend::set_int8_gemm(const std::string& name) {
     int8_wgmma_.reset();
     return;
   }
-  for (const Int8WgmmaConfig& c : kInt8WgmmaConfigs)
-    if (name == "wgmma" + std::to_string(c.bn) + "s" + std::to_string(c.stages)) {
+  std::string names = "cublaslt";
+  for (const Int8WgmmaConfig& c : kInt8WgmmaConfigs) {
+    if (name == config_name(c)) {
       int8_wgmma_ = c;
       return;
     }
-  XI_CHECK(false) << "W8A8-INT8 GEMM (XINFER_INT8_GEMM): cublaslt, wgmma128s3, wgmma128s4, wgmma256s3 or "
-                     "wgmma256s4, got '" << name << "'";
+    names += ", " + config_name(c);
+  }
+  XI_CHECK(false) << "W8A8-INT8 GEMM (XINFER_INT8_GEMM): one of " << names << "; got '" << name << "'";
 }
 
 void CudaBackend::set_decode_many_warps(int warps) {

@@ -227,7 +227,8 @@ class CudaBackend final : public backend::Backend {
   // Set it before graphs are recorded (recordings keep the variant they were made with).
   void set_fp8_kv_f16_mma(bool on) { fp8_kv_f16_mma_ = on; }
   // The W8A8-INT8 GEMM past the GEMV's rows: "cublaslt" (int8 -> int32 workspace + our scale epilogue) or
-  // "wgmma<bn>s<stages>" (our wgmma kernel with the scales fused, w8a8_int8_wgmma.h); the same bits either way.
+  // one of our wgmma kernels with the scales fused (config_name(): "wgmma128s4", "wgmma128s6tma", ...;
+  // w8a8_int8_wgmma.h); the same bits either way.
   void set_int8_gemm(const std::string& name);
   // Warps per decode-attention CTA on steps whose grid is more than one wave of 8-warp CTAs (decode_warps():
   // large batches, one partition each): 8, 4 or 2, or 0 (the default): by context length, as measured.

@@ -376,15 +376,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
       for (int e = 0; e < 2; ++e) pr[nt][e] = fast_exp2(x[nt][e] - m_new);
     l_run = l_run * alpha + (pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]);
 
-    // Rescale O: accumulator columns are heads 2t4, 2t4 + 1, whose alpha lives in lanes 8t4, 8t4 + 4.
-    const float alpha_lo = __shfl_sync(0xffffffffu, alpha, 8 * t4);
-    const float alpha_hi = __shfl_sync(0xffffffffu, alpha, 8 * t4 + 4);
+    // Rescale O: accumulator columns are heads 2t4, 2t4 + 1, whose alpha lives in lanes 8t4, 8t4 + 4. Past the
+    // first tiles no head's max moves in most tiles: where every alpha of the warp is exactly 1 the products
+    // would be O itself, so the shuffles and 4 * kMT multiplies are skipped (warp-uniform; the same bits).
+    if (__any_sync(0xffffffffu, alpha != 1.0f)) {
+      const float alpha_lo = __shfl_sync(0xffffffffu, alpha, 8 * t4);
+      const float alpha_hi = __shfl_sync(0xffffffffu, alpha, 8 * t4 + 4);
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) {
-      o[mt][0] *= alpha_lo;
-      o[mt][1] *= alpha_hi;
-      o[mt][2] *= alpha_lo;
-      o[mt][3] *= alpha_hi;
+      for (int mt = 0; mt < kMT; ++mt) {
+        o[mt][0] *= alpha_lo;
+        o[mt][1] *= alpha_hi;
+        o[mt][2] *= alpha_lo;
+        o[mt][3] *= alpha_hi;
+      }
     }
 
     // O^T += V^T P^T.

@@ -1,13 +1,16 @@
 // The W8A8-INT8 GEMM on warpgroup MMAs with its scales fused (w8a8_int8_wgmma.h).
 #include "xinfer/backend/cuda/kernels/gemm/w8a8_int8_wgmma.h"
 
+#include <cuda.h>  // CUtensorMap and its encoder's types (the encoder itself comes through the runtime)
 #include <cuda_bf16.h>
+#include <cudaTypedefs.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <mutex>
 
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/cp_async.cuh"
-#include "xinfer/backend/cuda/kernels/gemm/int8_scale.cuh"
 #include "xinfer/backend/cuda/kernels/wgmma.cuh"
 
 namespace xinfer::cuda {
@@ -57,6 +60,67 @@ __device__ __forceinline__ void wgmma_s8(uint32_t (&d)[128], uint64_t a, uint64_
       : "memory");
 }
 #undef XI_S32X8
+
+// The epilogue straight from one warp's accumulators: acc[4j + 2h + e] = y[row0 + 8h][n0 + 8j + 2 (lane % 4) + e],
+// in the oracle's order (int8_scale.cuh): f32(sw * sx) * f32(dot), then + bias, never contracted into an FMA.
+// The weight scales (and bias) of kChunk column pairs are loaded together (indices clamped into range), then
+// their outputs stored: one load latency per chunk, not one per column behind each store.
+template <int kN>
+__device__ __forceinline__ void store_tile(const Int8GemmArgs& a, const uint32_t (&acc)[kN], int row0, int n0, int lane) {
+  constexpr int kPairs = kN / 4, kChunk = kN >= 128 ? 2 : 4;  // bn 256: fewer registers beside its 128 sums
+  // Two consecutive outputs per store where every pair is aligned: even n (even columns) and an aligned y.
+  const bool pairs = a.n % 2 == 0 && reinterpret_cast<uintptr_t>(a.y) % (a.y_f32 ? 8 : 4) == 0;
+  float sx[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) sx[h] = __ldg(a.x_scales + min(row0 + 8 * h, a.m - 1));
+#pragma unroll
+  for (int j0 = 0; j0 < kPairs; j0 += kChunk) {
+    float sw[kChunk][2], bias[kChunk][2];
+#pragma unroll
+    for (int jj = 0; jj < kChunk; ++jj)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = min(n0 + 8 * (j0 + jj) + 2 * (lane % 4) + e, a.n - 1);
+        sw[jj][e] = __ldg(a.w_scales + col);
+        bias[jj][e] = a.bias ? __bfloat162float(a.bias[col]) : 0.0f;
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 8 * h;
+      if (row >= a.m) continue;
+      const size_t base = static_cast<size_t>(row) * a.n;
+#pragma unroll
+      for (int jj = 0; jj < kChunk; ++jj) {
+        const int j = j0 + jj, col = n0 + 8 * j + 2 * (lane % 4);
+        if (col >= a.n) continue;
+        const bool two = col + 1 < a.n;
+        float v[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          v[e] = (sw[jj][e] * sx[h]) * static_cast<float>(static_cast<int32_t>(acc[4 * j + 2 * h + e]));
+          if (a.bias) v[e] = __fadd_rn(v[e], bias[jj][e]);
+        }
+        if (a.y_f32) {
+          float* y = static_cast<float*>(a.y) + base + col;
+          if (pairs && two) {
+            *reinterpret_cast<float2*>(y) = make_float2(v[0], v[1]);
+          } else {
+            y[0] = v[0];
+            if (two) y[1] = v[1];
+          }
+        } else {
+          __nv_bfloat16* y = static_cast<__nv_bfloat16*>(a.y) + base + col;
+          if (pairs && two) {
+            *reinterpret_cast<__nv_bfloat162*>(y) = __floats2bfloat162_rn(v[0], v[1]);
+          } else {
+            y[0] = __float2bfloat16(v[0]);
+            if (two) y[1] = __float2bfloat16(v[1]);
+          }
+        }
+      }
+    }
+  }
+}
 
 template <int kBN, int kStages>
 constexpr int smem_bytes() {
@@ -123,42 +187,168 @@ __global__ void __launch_bounds__(kThreads, kBN == 128 && kStages == 3 ? 2 : 1)
   }
   wgmma_wait<0>();
   fence_regs(acc);
+  store_tile(a, acc, m0 + wg * 64 + warp * 16 + lane / 4, n0, lane);
+}
 
-  // Epilogue straight from the accumulators: acc[4j + 2h + e] = y[row0 + 8h][n0 + 8j + 2 (lane % 4) + e].
-  const int row0 = m0 + wg * 64 + warp * 16 + lane / 4;
-  const bool pairs = a.n % 2 == 0;  // two consecutive outputs per store (aligned: even column, even n)
+// ---- The warp-specialized TMA kernel ----
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// One arrival that also announces `bytes` of transactions (the TMA loads completing on this barrier).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Blocks until the barrier's phase of this parity has completed (parity 1 before any phase: at once).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// A 2-D TMA load of the box at (c0: bytes along the row, c1: rows) into shared memory, completing on `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+constexpr int kTmaThreads = 384;  // a producer warpgroup and two consumer warpgroups
+
+template <int kBN, int kStages>
+constexpr int tma_smem_bytes() {
+  return smem_bytes<kBN, kStages>() + 2 * kStages * 8;  // + the full / empty barriers
+}
+
+// Persistent: grid min(tiles, SMs), kTmaThreads threads, tma_smem_bytes() of dynamic shared memory. CTA i takes
+// tiles i, i + gridDim.x, ... (m tiles fastest: the CTAs running at once share weight tiles through L2); the ring
+// and its barrier phases run on across tiles, so the producer loads the next tile while the consumers store one.
+template <int kBN, int kStages>
+__global__ void __launch_bounds__(kTmaThreads, 1)  // two CTAs per SM would leave too few registers for wgmma
+    w8a8_int8_wgmma_tma_kernel(const __grid_constant__ CUtensorMap tm_x, const __grid_constant__ CUtensorMap tm_w,
+                               Int8GemmArgs a) {
+  constexpr int kABytes = kBM * kBK, kStageBytes = (kBM + kBN) * kBK;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t bars = ring + kStages * kStageBytes;  // full[kStages], then empty[kStages]
+  auto full = [&](int b) { return bars + 8u * static_cast<uint32_t>(b); };
+  auto empty = [&](int b) { return bars + 8u * static_cast<uint32_t>(kStages + b); };
+  const int tid = static_cast<int>(threadIdx.x), wg = tid / 128;
+  const int tiles_m = (a.m + kBM - 1) / kBM, tiles = tiles_m * ((a.n + kBN - 1) / kBN);
+  const int steps = (a.k + kBK - 1) / kBK;
+  if (tid == 0) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = row0 + 8 * h;
-    if (row >= a.m) continue;
-    const float sx = __ldg(a.x_scales + row);
-    const size_t base = static_cast<size_t>(row) * a.n;
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      const int col = n0 + 8 * j + 2 * (lane % 4);
-      if (col >= a.n) continue;
-      const bool two = col + 1 < a.n;
-      const float v0 = int8_scaled(static_cast<int32_t>(acc[4 * j + 2 * h]), sx, __ldg(a.w_scales + col), a.bias, col);
-      const float v1 = two ? int8_scaled(static_cast<int32_t>(acc[4 * j + 2 * h + 1]), sx, __ldg(a.w_scales + col + 1), a.bias, col + 1) : 0.0f;
-      if (a.y_f32) {
-        float* y = static_cast<float*>(a.y) + base + col;
-        if (pairs && two) {
-          *reinterpret_cast<float2*>(y) = make_float2(v0, v1);
-        } else {
-          y[0] = v0;
-          if (two) y[1] = v1;
-        }
-      } else {
-        __nv_bfloat16* y = static_cast<__nv_bfloat16*>(a.y) + base + col;
-        if (pairs && two) {
-          *reinterpret_cast<__nv_bfloat162*>(y) = __floats2bfloat162_rn(v0, v1);
-        } else {
-          y[0] = __float2bfloat16(v0);
-          if (two) y[1] = __float2bfloat16(v1);
+    for (int b = 0; b < kStages; ++b) {
+      mbar_init(full(b), 1);         // the producer's arrive (+ the loads' bytes)
+      mbar_init(empty(b), 2 * 128);  // every consumer thread, once its wgmma group on the stage has completed
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // producer: one thread issues every load; the CTA stays resident until the consumers finish
+    if (tid == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tm_x)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tm_w)) : "memory");
+      int it = 0;  // steps issued so far, across tiles: buffer it % kStages, round it / kStages
+      for (int tile = static_cast<int>(blockIdx.x); tile < tiles; tile += static_cast<int>(gridDim.x)) {
+        const int m0 = (tile % tiles_m) * kBM, n0 = (tile / tiles_m) * kBN;
+        for (int s = 0; s < steps; ++s, ++it) {
+          const int b = it % kStages;
+          mbar_wait(empty(b), ((it / kStages) & 1) ^ 1);  // round r waits for the consumers' release of round r - 1
+          const uint32_t dst = ring + static_cast<uint32_t>(b * kStageBytes);
+          mbar_arrive_expect_tx(full(b), kStageBytes);     // whole boxes, zero-filled past the edges, count
+          tma_load_2d(dst, &tm_x, full(b), s * kBK, m0);
+          tma_load_2d(dst + kABytes, &tm_w, full(b), s * kBK, n0);
         }
       }
     }
+    return;
   }
+
+  const int c = wg - 1, warp = (tid % 128) / 32, lane = tid % 32;  // consumer c: rows 64c .. 64c + 63 of a tile
+  uint32_t acc[kBN / 2];
+  int it = 0;
+  for (int tile = static_cast<int>(blockIdx.x); tile < tiles; tile += static_cast<int>(gridDim.x)) {
+    const int m0 = (tile % tiles_m) * kBM, n0 = (tile / tiles_m) * kBN;
+#pragma unroll
+    for (int i = 0; i < kBN / 2; ++i) acc[i] = 0;
+    for (int s = 0; s < steps; ++s, ++it) {
+      const int b = it % kStages;
+      mbar_wait(full(b), (it / kStages) & 1);
+      const uint32_t sa = ring + static_cast<uint32_t>(b * kStageBytes + c * 64 * 128);
+      const uint32_t sb = ring + static_cast<uint32_t>(b * kStageBytes + kABytes);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kBK / 32; ++ks)
+        wgmma_s8(acc, make_desc(sa + 32 * ks, 16, 1024), make_desc(sb + 32 * ks, 16, 1024));
+      wgmma_commit();
+      wgmma_wait<1>();                                   // the previous step's group has completed: release it
+      if (s > 0) mbar_arrive(empty((it - 1) % kStages));
+    }
+    wgmma_wait<0>();
+    mbar_arrive(empty((it - 1) % kStages));  // the tile's last stage
+    fence_regs(acc);
+    store_tile(a, acc, m0 + c * 64 + warp * 16 + lane / 4, n0, lane);
+  }
+}
+
+// cuTensorMapEncodeTiled through the runtime (no libcuda link), looked up once.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    XI_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
+    XI_CHECK(q == cudaDriverEntryPointSuccess && p != nullptr) << "W8A8-INT8 wgmma GEMM: no cuTensorMapEncodeTiled";
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// The tensor map of an int8 [rows, k] row-major matrix in boxes of box_rows x 128 bytes, 128-byte swizzle.
+CUtensorMap int8_tensor_map(const int8_t* base, int rows, int k, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBK), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<int8_t*>(base), dims,
+                                          strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  XI_CHECK(r == CUDA_SUCCESS) << "W8A8-INT8 wgmma GEMM: cuTensorMapEncodeTiled failed (" << static_cast<int>(r)
+                              << ") for [" << rows << ", " << k << "] in boxes of " << box_rows;
+  return map;
+}
+
+template <int kBN, int kStages>
+void launch_tma(const Int8GemmArgs& a, cudaStream_t stream) {
+  constexpr int kSmem = tma_smem_bytes<kBN, kStages>();
+  static std::once_flag attributes;
+  std::call_once(attributes, [] {
+    XI_CUDA_CHECK(cudaFuncSetAttribute(w8a8_int8_wgmma_tma_kernel<kBN, kStages>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  });
+  static const int sms = [] {
+    int device = 0, count = 0;
+    XI_CUDA_CHECK(cudaGetDevice(&device));
+    XI_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+  }();
+  const CUtensorMap tm_x = int8_tensor_map(a.xq, a.m, a.k, kBM), tm_w = int8_tensor_map(a.wq, a.n, a.k, kBN);
+  const int64_t tiles = static_cast<int64_t>((a.m + kBM - 1) / kBM) * ((a.n + kBN - 1) / kBN);
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, sms));
+  w8a8_int8_wgmma_tma_kernel<kBN, kStages><<<grid, kTmaThreads, kSmem, stream>>>(tm_x, tm_w, a);
+  XI_CUDA_CHECK_LAUNCH();
 }
 
 template <int kBN, int kStages>
@@ -178,7 +368,11 @@ void launch(const Int8GemmArgs& a, cudaStream_t stream) {
 }  // namespace
 
 std::string to_string(const Int8WgmmaConfig& c) {
-  return "wgmma 128x" + std::to_string(c.bn) + " s" + std::to_string(c.stages);
+  return "wgmma 128x" + std::to_string(c.bn) + " s" + std::to_string(c.stages) + (c.tma ? " tma" : "");
+}
+
+std::string config_name(const Int8WgmmaConfig& c) {
+  return "wgmma" + std::to_string(c.bn) + "s" + std::to_string(c.stages) + (c.tma ? "tma" : "");
 }
 
 bool w8a8_int8_wgmma_supports(int m, int n, int k) { return m > 0 && n > 0 && k > 0 && k % 16 == 0; }
@@ -189,6 +383,11 @@ void launch_w8a8_int8_wgmma(const Int8GemmArgs& a, cudaStream_t stream, Int8Wgmm
   XI_CHECK((a.n + 255) / 256 <= 65535) << "W8A8-INT8 wgmma GEMM: n " << a.n << " too large";
   XI_CHECK(reinterpret_cast<uintptr_t>(a.xq) % 16 == 0 && reinterpret_cast<uintptr_t>(a.wq) % 16 == 0)
       << "W8A8-INT8 wgmma GEMM: xq / wq must be 16-byte aligned";
+  if (config.tma) {
+    if (config.bn == 128 && config.stages == 6) return launch_tma<128, 6>(a, stream);
+    if (config.bn == 256 && config.stages == 4) return launch_tma<256, 4>(a, stream);
+    XI_CHECK(false) << "W8A8-INT8 wgmma GEMM: no " << to_string(config) << " kernel";
+  }
   if (config.bn == 128 && config.stages == 3) return launch<128, 3>(a, stream);
   if (config.bn == 128 && config.stages == 4) return launch<128, 4>(a, stream);
   if (config.bn == 256 && config.stages == 3) return launch<256, 3>(a, stream);

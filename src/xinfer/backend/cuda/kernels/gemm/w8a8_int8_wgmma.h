@@ -4,7 +4,8 @@
 // (cublaslt_int8_gemm.h kInt32Epilogue) bit for bit, without its int32 round trip through memory (4 bytes written
 // and read back per output, plus a third kernel per linear) and without a workspace.
 //
-// Kernel (w8a8_int8_wgmma.cu): a CTA of two warpgroups owns a 128 x bn tile of y (bn 128 or 256); warpgroup w
+// Two kernels (w8a8_int8_wgmma.cu) share the tiles, the MMAs and the epilogue.
+// cp.async kernel: a CTA of two warpgroups owns a 128 x bn tile of y (bn 128 or 256); warpgroup w
 // computes rows 64w .. 64w + 63 with wgmma.m64n{bn}k32.s32.s8.s8, both operands in shared memory. k runs in
 // steps of 128 bytes through a ring of `stages` buffers (x tile 16 KB + w tile bn x 128 bytes each), filled by
 // cp.async (16-byte chunks, every thread) in the 128-byte-swizzled K-major layout the descriptors name (chunk c
@@ -12,6 +13,11 @@
 // barrier. Rows past m / n and columns past k are zero-filled, so any m, n and k % 16 == 0 work. The grid runs
 // the m tiles of one n tile next to each other (blockIdx.x over m): the weight tile is read from HBM once and
 // from L2 by the other row tiles. No allocation, no synchronization: graph-capturable.
+// TMA kernel (tma): three warpgroups; one thread of the first issues the tiles' TMA loads (2-D tensor maps of
+// xq and wq, 128-byte swizzle, zero fill past the edges) into the ring, each stage guarded by a "full"
+// mbarrier (the loads' bytes) and an "empty" one (the 256 consumer threads, once their wgmma group on it has
+// completed); the other two warpgroups only wait, multiply and store. The tensor maps are encoded per call on
+// the host (cuTensorMapEncodeTiled through the runtime's driver entry point: no libcuda link).
 //
 // Status: opt-in (CudaBackend::set_int8_gemm, XINFER_INT8_GEMM=wgmma128s3), not the default. On an H200
 // (docs/PERF.md session 18, `gpu_kernel_bench --int8-wgmma`) the best configuration (128 x 128, 3 stages, two
@@ -29,12 +35,17 @@
 namespace xinfer::cuda {
 
 struct Int8WgmmaConfig {
-  int bn = 128;     // y columns per CTA: 128 or 256
-  int stages = 4;   // shared-memory ring: 3 or 4 (bn 128, 3 stages: two CTAs per SM)
+  int bn = 128;      // y columns per CTA: 128 or 256
+  int stages = 4;    // shared-memory ring (cp.async: 3 or 4, bn 128 with 3 stages: two CTAs per SM; tma: 6 for
+                     // bn 128, 4 for bn 256, one CTA per SM)
+  bool tma = false;  // the warp-specialized kernel: a producer warpgroup's TMA loads, two consumer warpgroups
 };
-std::string to_string(const Int8WgmmaConfig& c);  // "wgmma 128x128 s4"
+std::string to_string(const Int8WgmmaConfig& c);  // "wgmma 128x128 s4", "wgmma 128x128 s6 tma"
+// The name set_int8_gemm / XINFER_INT8_GEMM take for it: "wgmma128s4", "wgmma128s6tma".
+std::string config_name(const Int8WgmmaConfig& c);
 // The compiled configurations (the bench times each).
-inline constexpr Int8WgmmaConfig kInt8WgmmaConfigs[] = {{128, 3}, {128, 4}, {256, 3}, {256, 4}};
+inline constexpr Int8WgmmaConfig kInt8WgmmaConfigs[] = {{128, 3, false}, {128, 4, false}, {256, 3, false},
+                                                        {256, 4, false}, {128, 6, true},  {256, 4, true}};
 
 // True if the kernel takes this shape: k % 16 == 0 (16-byte rows), m, n, k > 0, and an sm_90 device.
 bool w8a8_int8_wgmma_supports(int m, int n, int k);
