@@ -5,14 +5,14 @@
 //    scale the published max |x_t| / 127;
 //  - the int8 GEMV alone (launch_w8a8_int8_gemv, every pipelined schedule) on awkward shapes (n 1 / 33 / 100,
 //    k 16 / 80 / 1040: partial last steps) against an exact int64 reference of the dot products;
-//  - linear() at m <= 16 (GEMV) and m > 16 (cuBLASLt int8 -> int32 + epilogue, rows in chunks: chunk_rows
-//    forced small once) against the oracle: f32 out without bias is the oracle's bits where the oracle runs its
-//    exact integer kernel (AVX2, k % 32 == 0), else 1e-5 relative L2; bf16 out 1e-2;
+//  - linear() at m <= 16 (GEMV) and m > 16 (the wgmma GEMM by default) against the oracle: f32 out without
+//    bias is the oracle's bits where the oracle runs its exact integer kernel (AVX2, k % 32 == 0), else 1e-5
+//    relative L2; bf16 out 1e-2;
 //  - the outer-vector-scaled cuBLASLt mode where this cuBLASLt offers it (printed either way);
 //  - the GEMM's measured algorithm choice (eagerly and while recording) keeps the heuristic GEMM's bits;
 //  - recorded in a CUDA graph, both paths replay the eager bits; supports() says yes;
 //  - the wgmma GEMM with fused scales (every configuration) against an exact reference, and linear() through
-//    it against the cuBLASLt path's bits, eagerly and replayed.
+//    it (the default past 16 rows) against the cuBLASLt path's bits, eagerly and replayed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -244,26 +244,34 @@ TEST(W8A8Int8, LinearMatchesCpuOracle) {
 // did not count), whether it runs the GEMV or the chunked cuBLASLt GEMM; a dense linear needs none.
 TEST(W8A8Int8, ReservedWorkspaceNeverGrows) {
   std::mt19937 rng(53);
-  cuda::CudaBackendOptions o;
-  o.gemm_tuning_cache = "off";
-  cuda::CudaBackend be(o);
   Int8Case c = make_int8_case(1008, 4096, quant::ActScaleMode::kDynamicPerToken, false, rng);
-  const int max_tokens = 2500;  // past the GEMM's 2048-row chunk
-  backend::LinearWeights dense;
-  dense.weight = c.lw.weight;  // only its format matters here
-  dense.format = quant::DenseFormat{};
-  be.reserve_quant_workspace({&dense}, max_tokens);
-  EXPECT_EQ(be.quant_workspace_bytes(), 0u);
-  be.reserve_quant_workspace({&dense, &c.lw}, max_tokens);
-  const size_t reserved = be.quant_workspace_bytes();
-  EXPECT_GE(reserved, static_cast<size_t>(max_tokens) * 4096 + 2048u * 1008 * 4);  // codes + the int32 sums
-  for (const int64_t m : {1, 17, 333, 2048, 2049, max_tokens}) {
-    const std::vector<float> x = random_bf16(static_cast<size_t>(m * 4096), rng);
-    auto xd = be.upload(host_view(x, Shape{m, 4096}), DType::kBF16);
-    auto yd = be.allocate(DType::kBF16, Shape{m, 1008});
-    be.linear(xd.view, c.lw, yd.view);
-    be.synchronize();
-    EXPECT_EQ(be.quant_workspace_bytes(), reserved) << "m=" << m;
+  const int max_tokens = 2500;  // past the cuBLASLt GEMM's 2048-row chunk
+  // The default (wgmma GEMM: no int32 sums) and the cuBLASLt path (int32 sums of up to 2048 rows).
+  for (const char* gemm : {"auto", "cublaslt"}) {
+    cuda::CudaBackendOptions o;
+    o.gemm_tuning_cache = "off";
+    cuda::CudaBackend be(o);
+    be.set_int8_gemm(gemm);
+    backend::LinearWeights dense;
+    dense.weight = c.lw.weight;  // only its format matters here
+    dense.format = quant::DenseFormat{};
+    be.reserve_quant_workspace({&dense}, max_tokens);
+    EXPECT_EQ(be.quant_workspace_bytes(), 0u);
+    be.reserve_quant_workspace({&dense, &c.lw}, max_tokens);
+    const size_t reserved = be.quant_workspace_bytes(), codes = static_cast<size_t>(max_tokens) * 4096;
+    if (std::string(gemm) == "cublaslt")
+      EXPECT_GE(reserved, codes + 2048u * 1008 * 4);  // codes + the int32 sums
+    else
+      EXPECT_LT(reserved, codes + 2048u * 1008 * 4) << "the wgmma GEMM needs no int32 sums";
+    EXPECT_GE(reserved, codes);
+    for (const int64_t m : {1, 17, 333, 2048, 2049, max_tokens}) {
+      const std::vector<float> x = random_bf16(static_cast<size_t>(m * 4096), rng);
+      auto xd = be.upload(host_view(x, Shape{m, 4096}), DType::kBF16);
+      auto yd = be.allocate(DType::kBF16, Shape{m, 1008});
+      be.linear(xd.view, c.lw, yd.view);
+      be.synchronize();
+      EXPECT_EQ(be.quant_workspace_bytes(), reserved) << gemm << " m=" << m;
+    }
   }
 }
 
@@ -375,7 +383,8 @@ TEST(W8A8Int8, MeasuredAlgorithmChoiceKeepsTheBits) {
 }
 
 // The wgmma GEMM with fused scales (w8a8_int8_wgmma.h), every compiled configuration, on shapes with partial
-// row / column tiles, odd n (single stores), k not a multiple of the 128-byte step, with and without bias:
+// row / column tiles, odd n (single stores), k not a multiple of the 128-byte step, several tiles per persistent
+// CTA, with and without bias:
 // f32 out is the exact reference's bits (int64 dot products, the oracle's scale order), bf16 out its rounding.
 TEST(W8A8Int8, WgmmaGemmMatchesExactReference) {
   std::mt19937 rng(61);
@@ -383,8 +392,9 @@ TEST(W8A8Int8, WgmmaGemmMatchesExactReference) {
   struct Shape3 {
     int m, n, k;
   };
-  const Shape3 shapes[] = {{17, 24, 16},   {1, 33, 48},     {130, 200, 144},  {333, 256, 512},
-                           {481, 1000, 1040}, {129, 257, 4096}, {256, 512, 128}};
+  // The last two give the persistent kernels several tiles per CTA (the ping-pong consumers' turns).
+  const Shape3 shapes[] = {{17, 24, 16},   {1, 33, 48},      {130, 200, 144},  {333, 256, 512}, {481, 1000, 1040},
+                           {129, 257, 4096}, {256, 512, 128}, {300, 8192, 256}, {1100, 2048, 64}};
   int index = 0;
   for (const Shape3& sh : shapes) {
     const int m = sh.m, n = sh.n, k = sh.k;
@@ -435,7 +445,8 @@ TEST(W8A8Int8, WgmmaGemmMatchesExactReference) {
   EXPECT_FALSE(cuda::w8a8_int8_wgmma_supports(4, 8, 24));  // k % 16 != 0: the cuBLASLt path takes it
 }
 
-// linear() with the wgmma GEMM (set_int8_gemm) gives the cuBLASLt path's bits, eagerly and replayed from a graph.
+// linear() through the wgmma GEMM (the default "auto" and fixed configurations, set_int8_gemm) gives the cuBLASLt
+// path's bits, eagerly and (the default) replayed from a graph; the default's choice by rows.
 TEST(W8A8Int8, WgmmaLinearEqualsCublasLtPath) {
   std::mt19937 rng(67);
   Int8Case c = make_int8_case(1008, 4096, quant::ActScaleMode::kDynamicPerToken, true, rng);
@@ -448,7 +459,7 @@ TEST(W8A8Int8, WgmmaLinearEqualsCublasLtPath) {
   }
   gpu().set_int8_gemm("cublaslt");
   for (size_t i = 0; i < ms.size(); ++i) gpu().linear(xs[i].view, c.lw, want[i].view);
-  for (const char* name : {"wgmma128s4", "wgmma128s6tma"}) {
+  for (const char* name : {"auto", "wgmma128s4", "wgmma128s6tma", "wgmma128s8pp", "wgmma256s5pp"}) {
     gpu().set_int8_gemm(name);
     for (size_t i = 0; i < ms.size(); ++i) {
       poison(got[i].view);
@@ -457,6 +468,11 @@ TEST(W8A8Int8, WgmmaLinearEqualsCublasLtPath) {
     }
   }
   EXPECT_DEATH(gpu().set_int8_gemm("wgmma999"), "XINFER_INT8_GEMM");
+  gpu().set_int8_gemm("auto");  // the default's choice by rows; cuBLASLt where the kernel does not take k
+  EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(17, 1008, 4096)), "wgmma128s8pp");
+  EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(cuda::kInt8WgmmaWideRows, 1008, 4096)), "wgmma128s8pp");
+  EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(cuda::kInt8WgmmaWideRows + 1, 1008, 4096)), "wgmma256s5pp");
+  EXPECT_FALSE(gpu().int8_wgmma_for(333, 1008, 4100).has_value());
   backend::StepPlan p;
   p.token_ids = {0};
   p.positions = {0};
@@ -471,11 +487,10 @@ TEST(W8A8Int8, WgmmaLinearEqualsCublasLtPath) {
   gpu().begin_capture();
   for (size_t i = 0; i < ms.size(); ++i) gpu().linear(xs[i].view, c.lw, replayed[i].view);
   const bool captured = gpu().end_capture(0x1a89);
-  gpu().set_int8_gemm("cublaslt");
   ASSERT_TRUE(captured);
   ASSERT_TRUE(gpu().replay(0x1a89));
   for (size_t i = 0; i < ms.size(); ++i)
-    expect_same_bits(replayed[i].view, want[i].view, "wgmma (tma) replayed m=" + std::to_string(ms[i]));
+    expect_same_bits(replayed[i].view, want[i].view, "wgmma (auto) replayed m=" + std::to_string(ms[i]));
   gpu().clear_graphs();
 }
 

@@ -89,19 +89,23 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device), 
 }
 
 void CudaBackend::set_int8_gemm(const std::string& name) {
-  if (name == "cublaslt") {
-    int8_wgmma_.reset();
-    return;
-  }
-  std::string names = "cublaslt";
+  int8_cublaslt_ = name == "cublaslt";
+  int8_wgmma_fixed_.reset();
+  if (name == "auto" || name == "cublaslt") return;
+  std::string names = "auto, cublaslt";
   for (const Int8WgmmaConfig& c : kInt8WgmmaConfigs) {
     if (name == config_name(c)) {
-      int8_wgmma_ = c;
+      int8_wgmma_fixed_ = c;
       return;
     }
     names += ", " + config_name(c);
   }
   XI_CHECK(false) << "W8A8-INT8 GEMM (XINFER_INT8_GEMM): one of " << names << "; got '" << name << "'";
+}
+
+std::optional<Int8WgmmaConfig> CudaBackend::int8_wgmma_for(int m, int n, int k) const {
+  if (int8_cublaslt_ || !w8a8_int8_wgmma_supports(m, n, k)) return std::nullopt;
+  return int8_wgmma_fixed_ ? *int8_wgmma_fixed_ : int8_wgmma_auto_config(m);
 }
 
 void CudaBackend::set_decode_many_warps(int warps) {

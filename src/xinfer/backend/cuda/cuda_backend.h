@@ -51,7 +51,8 @@
 // and W8A8-FP8 (per-channel or per-tensor weight scales, dynamic per-token or static activation scales:
 // kernels/quant/quantize_activations.h, then cuBLASLt's FP8 GEMM with outer-vector scales,
 // kernels/gemm/cublaslt_fp8_gemm.h), and W8A8-INT8 (int8 activations per token or static, then our int8
-// GEMV for m <= 16 or cuBLASLt's int8 GEMM with int32 sums and our scale epilogue, cublaslt_int8_gemm.h).
+// GEMV for m <= 16, else our wgmma GEMM with the scales fused, w8a8_int8_wgmma.h, or cuBLASLt's int8 GEMM with
+// int32 sums and our scale epilogue, cublaslt_int8_gemm.h: set_int8_gemm).
 // linear() runs up to kQuantGemvMaxRows (16) rows through the quantized tensor-core GEMV where it takes the weight
 // (k % 32 / 16, group % 32, no g_idx), otherwise it dequantizes the weight into a bf16 workspace and runs the
 // tuned bf16 GEMM (prefill, and the slower path for the rest). add_rms_norm_linear fuses dense linears only
@@ -226,10 +227,13 @@ class CudaBackend final : public backend::Backend {
   // the copy ceiling at batch 64 against 59-65% (docs/PERF.md session 13); XINFER_FP8_KV_F16=0 turns it off.
   // Set it before graphs are recorded (recordings keep the variant they were made with).
   void set_fp8_kv_f16_mma(bool on) { fp8_kv_f16_mma_ = on; }
-  // The W8A8-INT8 GEMM past the GEMV's rows: "cublaslt" (int8 -> int32 workspace + our scale epilogue) or
-  // one of our wgmma kernels with the scales fused (config_name(): "wgmma128s4", "wgmma128s6tma", ...;
-  // w8a8_int8_wgmma.h); the same bits either way.
+  // The W8A8-INT8 GEMM past the GEMV's rows (the same bits whichever runs): "auto" (the default: our wgmma
+  // kernels with the scales fused, by rows: int8_wgmma_auto_config in w8a8_int8_wgmma.h; cuBLASLt for a shape
+  // they do not take), "cublaslt" (int8 -> int32 workspace + our scale epilogue, cublaslt_int8_gemm.h), or one
+  // wgmma configuration by its config_name() ("wgmma128s8pp", ...) at every row count. XINFER_INT8_GEMM sets it.
   void set_int8_gemm(const std::string& name);
+  // The wgmma configuration an m x n x k W8A8-INT8 GEMM runs with under that choice, or nullopt: cuBLASLt.
+  std::optional<Int8WgmmaConfig> int8_wgmma_for(int m, int n, int k) const;
   // Warps per decode-attention CTA on steps whose grid is more than one wave of 8-warp CTAs (decode_warps():
   // large batches, one partition each): 8, 4 or 2, or 0 (the default): by context length, as measured.
   // XINFER_DECODE_WARPS sets it at construction (A/B switch). Set it before graphs are recorded.
@@ -248,7 +252,7 @@ class CudaBackend final : public backend::Backend {
   int64_t quant_dequant_gemms() const { return quant_dequant_gemms_; }
   int64_t fp8_gemms() const { return fp8_gemms_; }  // W8A8-FP8 linears (activation quantization + FP8 GEMM)
   int64_t fp8_gemvs() const { return fp8_gemvs_; }  // W8A8-FP8 decode linears (quantization + our FP8 GEMV)
-  int64_t int8_gemms() const { return int8_gemms_; }  // W8A8-INT8 linears (quantization + cuBLASLt int8 GEMM)
+  int64_t int8_gemms() const { return int8_gemms_; }  // W8A8-INT8 linears past the GEMV (quantization + GEMM)
   int64_t int8_gemvs() const { return int8_gemvs_; }  // W8A8-INT8 decode linears (quantization + int8 GEMV)
   // W8A8 linears whose x came quantized from the norm / SwiGLU kernel before them (no quantization kernel).
   int64_t w8a8_quantized_inputs() const { return w8a8_quantized_inputs_; }
@@ -315,7 +319,8 @@ class CudaBackend final : public backend::Backend {
   int64_t fused_linears_ = 0;
   bool rope_attention_fusion_ = true;
   bool fp8_kv_f16_mma_ = true;
-  std::optional<Int8WgmmaConfig> int8_wgmma_;  // set_int8_gemm
+  bool int8_cublaslt_ = false;                     // set_int8_gemm("cublaslt")
+  std::optional<Int8WgmmaConfig> int8_wgmma_fixed_;  // set_int8_gemm(config name); neither: "auto"
   int decode_many_warps_ = 0;
   bool fp8_kv_wgmma_prefill_ = true;
   int64_t fused_rope_attentions_ = 0;

@@ -16,10 +16,10 @@
 //                vector first); a shape cuBLASLt has no FP8 algorithm for fails naming layer shape and m.
 //   W8A8-INT8 (any m) -> each row of x quantized to int8 with its scale (SmoothQuant's symmetric per-token or
 //                static codes, the oracle's bits), then for m <= kQuantGemvMaxRows our int8 GEMV
-//                (launch_w8a8_int8_gemv: int8 mma, int32 sums), else cuBLASLt's int8 GEMM into an int32
-//                workspace in chunks of rows plus our scale epilogue (cublaslt_int8_gemm.h kInt32Epilogue),
-//                or, opted in (set_int8_gemm, XINFER_INT8_GEMM), our wgmma GEMM with the scales fused
-//                (w8a8_int8_wgmma.h: the same bits, slower today).
+//                (launch_w8a8_int8_gemv: int8 mma, int32 sums), else our wgmma GEMM with the scales fused
+//                (w8a8_int8_wgmma.h, by rows; set_int8_gemm / XINFER_INT8_GEMM), or where it does not take the
+//                shape (k % 16 != 0) or "cublaslt" is chosen, cuBLASLt's int8 GEMM into an int32 workspace in
+//                chunks of rows plus our scale epilogue (cublaslt_int8_gemm.h kInt32Epilogue): the same bits.
 // The workspace (bf16, the largest n * k run so far) grows outside graph recordings; a recording that would
 // need it to grow fails (end_capture() grows it, the step runs eagerly), as for the decode workspace.
 #include <chrono>
@@ -196,10 +196,10 @@ CudaBackend::W8a8WorkspaceLayout CudaBackend::w8a8_workspace_layout(const backen
   l.xq_bytes = (static_cast<size_t>(m) * k + 255) / 256 * 256;
   l.xs_bytes = (static_cast<size_t>(m) * 4 + 255) / 256 * 256;
   l.tail_bytes = static_cast<size_t>(n) * 4;  // FP8: the broadcast weight scales
-  if (std::holds_alternative<quant::W8A8Int8Format>(w.format)) {
-    const bool gemv = int8_runs_gemv(m, n, k);
-    if (!gemv && !int8_) int8_ = std::make_unique<CublasLtInt8Gemm>();
-    l.tail_bytes = gemv ? 0 : int8_->acc_bytes(m, static_cast<int>(n));
+  if (std::holds_alternative<quant::W8A8Int8Format>(w.format)) {  // int32 sums for cuBLASLt only
+    const bool cublaslt = !int8_runs_gemv(m, n, k) && !int8_wgmma_for(m, static_cast<int>(n), static_cast<int>(k));
+    if (cublaslt && !int8_) int8_ = std::make_unique<CublasLtInt8Gemm>();
+    l.tail_bytes = cublaslt ? int8_->acc_bytes(m, static_cast<int>(n)) : 0;
   }
   return l;
 }
@@ -347,8 +347,8 @@ void CudaBackend::int8_linear(const TensorView& x, const backend::LinearWeights&
     return;
   }
   const Int8GemmArgs args{xq, ws->xs, wq, w_scales, bias, out.data, y_f32, m, ni, ki, reinterpret_cast<int32_t*>(ws->tail)};
-  if (int8_wgmma_ && w8a8_int8_wgmma_supports(m, ni, ki)) {
-    launch_w8a8_int8_wgmma(args, stream_, *int8_wgmma_);
+  if (const std::optional<Int8WgmmaConfig> config = int8_wgmma_for(m, ni, ki)) {
+    launch_w8a8_int8_wgmma(args, stream_, *config);
     ++int8_gemms_;
     return;
   }

@@ -11,6 +11,7 @@
 
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/cp_async.cuh"
+#include "xinfer/backend/cuda/kernels/gemm/int8_scale.cuh"
 #include "xinfer/backend/cuda/kernels/wgmma.cuh"
 
 namespace xinfer::cuda {
@@ -62,7 +63,7 @@ __device__ __forceinline__ void wgmma_s8(uint32_t (&d)[128], uint64_t a, uint64_
 #undef XI_S32X8
 
 // The epilogue straight from one warp's accumulators: acc[4j + 2h + e] = y[row0 + 8h][n0 + 8j + 2 (lane % 4) + e],
-// in the oracle's order (int8_scale.cuh): f32(sw * sx) * f32(dot), then + bias, never contracted into an FMA.
+// in the oracle's order (int8_scale.cuh).
 // The weight scales (and bias) of kChunk column pairs are loaded together (indices clamped into range), then
 // their outputs stored: one load latency per chunk, not one per column behind each store.
 template <int kN>
@@ -97,8 +98,8 @@ __device__ __forceinline__ void store_tile(const Int8GemmArgs& a, const uint32_t
         float v[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          v[e] = (sw[jj][e] * sx[h]) * static_cast<float>(static_cast<int32_t>(acc[4 * j + 2 * h + e]));
-          if (a.bias) v[e] = __fadd_rn(v[e], bias[jj][e]);
+          v[e] = int8_scaled(static_cast<int32_t>(acc[4 * j + 2 * h + e]), sx[h], sw[jj][e]);
+          if (a.bias) v[e] = int8_biased(v[e], bias[jj][e]);
         }
         if (a.y_f32) {
           float* y = static_cast<float*>(a.y) + base + col;
@@ -224,33 +225,51 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 
 constexpr int kTmaThreads = 384;  // a producer warpgroup and two consumer warpgroups
 
-template <int kBN, int kStages>
+// Rows of y per tile: 128 (cooperative: both consumer warpgroups on one tile, 64 rows each) or 64 (ping-pong:
+// each consumer warpgroup on its own tiles, alternately, so one stores while the other multiplies).
+template <bool kPingPong>
+constexpr int tma_tile_rows() {
+  return kPingPong ? 64 : kBM;
+}
+
+template <int kBN, int kStages, bool kPingPong>
 constexpr int tma_smem_bytes() {
-  return smem_bytes<kBN, kStages>() + 2 * kStages * 8;  // + the full / empty barriers
+  return kStages * (tma_tile_rows<kPingPong>() + kBN) * kBK + 1024 + (2 * kStages + 2) * 8;  // + alignment, barriers
 }
 
 // Persistent: grid min(tiles, SMs), kTmaThreads threads, tma_smem_bytes() of dynamic shared memory. CTA i takes
 // tiles i, i + gridDim.x, ... (m tiles fastest: the CTAs running at once share weight tiles through L2); the ring
 // and its barrier phases run on across tiles, so the producer loads the next tile while the consumers store one.
-template <int kBN, int kStages>
+// The producer loads the CTA's tiles in order, step by step; cooperative: both consumers take every step (rows
+// 64c .. 64c + 63 of the tile), ping-pong: consumer c takes the steps of the CTA's tiles c, c + 2, ... (its ring
+// position: the tile's index among the CTA's tiles x steps + step), so the two alternate on the tensor cores.
+// Ping-pong also orders the consumers' mainloops (two more mbarriers): a consumer starts a tile's steps only once
+// the other has issued all of its previous tile's, so every ring stage it waits on is at most one phase ahead of
+// the phase it has seen (a barrier's parity tells only that much).
+template <int kBN, int kStages, bool kPingPong>
 __global__ void __launch_bounds__(kTmaThreads, 1)  // two CTAs per SM would leave too few registers for wgmma
     w8a8_int8_wgmma_tma_kernel(const __grid_constant__ CUtensorMap tm_x, const __grid_constant__ CUtensorMap tm_w,
                                Int8GemmArgs a) {
-  constexpr int kABytes = kBM * kBK, kStageBytes = (kBM + kBN) * kBK;
+  constexpr int kRows = tma_tile_rows<kPingPong>();
+  constexpr int kABytes = kRows * kBK, kStageBytes = (kRows + kBN) * kBK;
+  constexpr uint32_t kConsumers = kPingPong ? 128 : 256;  // threads that release each stage
   extern __shared__ uint8_t smem_raw[];
   const uint32_t ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const uint32_t bars = ring + kStages * kStageBytes;  // full[kStages], then empty[kStages]
+  const uint32_t bars = ring + kStages * kStageBytes;  // full[kStages], empty[kStages], then order[2] (ping-pong)
   auto full = [&](int b) { return bars + 8u * static_cast<uint32_t>(b); };
   auto empty = [&](int b) { return bars + 8u * static_cast<uint32_t>(kStages + b); };
+  auto order = [&](int c) { return bars + 8u * static_cast<uint32_t>(2 * kStages + c); };  // consumer c may go on
   const int tid = static_cast<int>(threadIdx.x), wg = tid / 128;
-  const int tiles_m = (a.m + kBM - 1) / kBM, tiles = tiles_m * ((a.n + kBN - 1) / kBN);
+  const int tiles_m = (a.m + kRows - 1) / kRows, tiles = tiles_m * ((a.n + kBN - 1) / kBN);
   const int steps = (a.k + kBK - 1) / kBK;
   if (tid == 0) {
 #pragma unroll
     for (int b = 0; b < kStages; ++b) {
-      mbar_init(full(b), 1);         // the producer's arrive (+ the loads' bytes)
-      mbar_init(empty(b), 2 * 128);  // every consumer thread, once its wgmma group on the stage has completed
+      mbar_init(full(b), 1);           // the producer's arrive (+ the loads' bytes)
+      mbar_init(empty(b), kConsumers);  // every consuming thread, once its wgmma group on the stage has completed
     }
+    mbar_init(order(0), 128);  // ping-pong: the other consumer's threads, after each of their mainloops
+    mbar_init(order(1), 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -261,7 +280,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)  // two CTAs per SM would leav
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tm_w)) : "memory");
       int it = 0;  // steps issued so far, across tiles: buffer it % kStages, round it / kStages
       for (int tile = static_cast<int>(blockIdx.x); tile < tiles; tile += static_cast<int>(gridDim.x)) {
-        const int m0 = (tile % tiles_m) * kBM, n0 = (tile / tiles_m) * kBN;
+        const int m0 = (tile % tiles_m) * kRows, n0 = (tile / tiles_m) * kBN;
         for (int s = 0; s < steps; ++s, ++it) {
           const int b = it % kStages;
           mbar_wait(empty(b), ((it / kStages) & 1) ^ 1);  // round r waits for the consumers' release of round r - 1
@@ -275,17 +294,25 @@ __global__ void __launch_bounds__(kTmaThreads, 1)  // two CTAs per SM would leav
     return;
   }
 
-  const int c = wg - 1, warp = (tid % 128) / 32, lane = tid % 32;  // consumer c: rows 64c .. 64c + 63 of a tile
+  const int c = wg - 1, warp = (tid % 128) / 32, lane = tid % 32;
+  const int first = static_cast<int>(blockIdx.x) + (kPingPong ? c * static_cast<int>(gridDim.x) : 0);
+  const int stride = static_cast<int>(gridDim.x) * (kPingPong ? 2 : 1);
+  const int row_in_tile = (kPingPong ? 0 : c * 64) + warp * 16 + lane / 4;
   uint32_t acc[kBN / 2];
-  int it = 0;
-  for (int tile = static_cast<int>(blockIdx.x); tile < tiles; tile += static_cast<int>(gridDim.x)) {
-    const int m0 = (tile % tiles_m) * kBM, n0 = (tile / tiles_m) * kBN;
+  int j = 0;  // this consumer's tiles so far
+  for (int tile = first, local = kPingPong ? c : 0; tile < tiles; tile += stride, local += kPingPong ? 2 : 1, ++j) {
+    const int m0 = (tile % tiles_m) * kRows, n0 = (tile / tiles_m) * kBN;
+    if constexpr (kPingPong) {  // consumer 0's tile j after consumer 1's tile j - 1; consumer 1's after consumer 0's j
+      if (c == 1) mbar_wait(order(1), j & 1);
+      else if (j > 0) mbar_wait(order(0), (j - 1) & 1);
+    }
 #pragma unroll
     for (int i = 0; i < kBN / 2; ++i) acc[i] = 0;
+    int it = local * steps;  // this tile's first ring position
     for (int s = 0; s < steps; ++s, ++it) {
       const int b = it % kStages;
       mbar_wait(full(b), (it / kStages) & 1);
-      const uint32_t sa = ring + static_cast<uint32_t>(b * kStageBytes + c * 64 * 128);
+      const uint32_t sa = ring + static_cast<uint32_t>(b * kStageBytes + (kPingPong ? 0 : c * 64 * 128));
       const uint32_t sb = ring + static_cast<uint32_t>(b * kStageBytes + kABytes);
       wgmma_fence();
 #pragma unroll
@@ -295,10 +322,11 @@ __global__ void __launch_bounds__(kTmaThreads, 1)  // two CTAs per SM would leav
       wgmma_wait<1>();                                   // the previous step's group has completed: release it
       if (s > 0) mbar_arrive(empty((it - 1) % kStages));
     }
+    if constexpr (kPingPong) mbar_arrive(order(1 - c));  // the other consumer may start its next tile's steps
     wgmma_wait<0>();
     mbar_arrive(empty((it - 1) % kStages));  // the tile's last stage
     fence_regs(acc);
-    store_tile(a, acc, m0 + c * 64 + warp * 16 + lane / 4, n0, lane);
+    store_tile(a, acc, m0 + row_in_tile, n0, lane);
   }
 }
 
@@ -330,12 +358,12 @@ CUtensorMap int8_tensor_map(const int8_t* base, int rows, int k, int box_rows) {
   return map;
 }
 
-template <int kBN, int kStages>
+template <int kBN, int kStages, bool kPingPong>
 void launch_tma(const Int8GemmArgs& a, cudaStream_t stream) {
-  constexpr int kSmem = tma_smem_bytes<kBN, kStages>();
+  constexpr int kSmem = tma_smem_bytes<kBN, kStages, kPingPong>(), kRows = tma_tile_rows<kPingPong>();
   static std::once_flag attributes;
   std::call_once(attributes, [] {
-    XI_CUDA_CHECK(cudaFuncSetAttribute(w8a8_int8_wgmma_tma_kernel<kBN, kStages>,
+    XI_CUDA_CHECK(cudaFuncSetAttribute(w8a8_int8_wgmma_tma_kernel<kBN, kStages, kPingPong>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   });
   static const int sms = [] {
@@ -344,10 +372,10 @@ void launch_tma(const Int8GemmArgs& a, cudaStream_t stream) {
     XI_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
     return count;
   }();
-  const CUtensorMap tm_x = int8_tensor_map(a.xq, a.m, a.k, kBM), tm_w = int8_tensor_map(a.wq, a.n, a.k, kBN);
-  const int64_t tiles = static_cast<int64_t>((a.m + kBM - 1) / kBM) * ((a.n + kBN - 1) / kBN);
+  const CUtensorMap tm_x = int8_tensor_map(a.xq, a.m, a.k, kRows), tm_w = int8_tensor_map(a.wq, a.n, a.k, kBN);
+  const int64_t tiles = static_cast<int64_t>((a.m + kRows - 1) / kRows) * ((a.n + kBN - 1) / kBN);
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, sms));
-  w8a8_int8_wgmma_tma_kernel<kBN, kStages><<<grid, kTmaThreads, kSmem, stream>>>(tm_x, tm_w, a);
+  w8a8_int8_wgmma_tma_kernel<kBN, kStages, kPingPong><<<grid, kTmaThreads, kSmem, stream>>>(tm_x, tm_w, a);
   XI_CUDA_CHECK_LAUNCH();
 }
 
@@ -368,11 +396,16 @@ void launch(const Int8GemmArgs& a, cudaStream_t stream) {
 }  // namespace
 
 std::string to_string(const Int8WgmmaConfig& c) {
-  return "wgmma 128x" + std::to_string(c.bn) + " s" + std::to_string(c.stages) + (c.tma ? " tma" : "");
+  return "wgmma " + std::to_string(c.ping_pong ? 64 : 128) + "x" + std::to_string(c.bn) + " s" + std::to_string(c.stages) +
+         (c.tma ? (c.ping_pong ? " tma ping-pong" : " tma") : "");
 }
 
 std::string config_name(const Int8WgmmaConfig& c) {
-  return "wgmma" + std::to_string(c.bn) + "s" + std::to_string(c.stages) + (c.tma ? "tma" : "");
+  return "wgmma" + std::to_string(c.bn) + "s" + std::to_string(c.stages) + (c.tma ? (c.ping_pong ? "pp" : "tma") : "");
+}
+
+Int8WgmmaConfig int8_wgmma_auto_config(int m) {
+  return m <= kInt8WgmmaWideRows ? Int8WgmmaConfig{128, 8, true, true} : Int8WgmmaConfig{256, 5, true, true};
 }
 
 bool w8a8_int8_wgmma_supports(int m, int n, int k) { return m > 0 && n > 0 && k > 0 && k % 16 == 0; }
@@ -384,8 +417,10 @@ void launch_w8a8_int8_wgmma(const Int8GemmArgs& a, cudaStream_t stream, Int8Wgmm
   XI_CHECK(reinterpret_cast<uintptr_t>(a.xq) % 16 == 0 && reinterpret_cast<uintptr_t>(a.wq) % 16 == 0)
       << "W8A8-INT8 wgmma GEMM: xq / wq must be 16-byte aligned";
   if (config.tma) {
-    if (config.bn == 128 && config.stages == 6) return launch_tma<128, 6>(a, stream);
-    if (config.bn == 256 && config.stages == 4) return launch_tma<256, 4>(a, stream);
+    if (!config.ping_pong && config.bn == 128 && config.stages == 6) return launch_tma<128, 6, false>(a, stream);
+    if (!config.ping_pong && config.bn == 256 && config.stages == 4) return launch_tma<256, 4, false>(a, stream);
+    if (config.ping_pong && config.bn == 128 && config.stages == 8) return launch_tma<128, 8, true>(a, stream);
+    if (config.ping_pong && config.bn == 256 && config.stages == 5) return launch_tma<256, 5, true>(a, stream);
     XI_CHECK(false) << "W8A8-INT8 wgmma GEMM: no " << to_string(config) << " kernel";
   }
   if (config.bn == 128 && config.stages == 3) return launch<128, 3>(a, stream);
