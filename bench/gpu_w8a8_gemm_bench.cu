@@ -55,6 +55,20 @@ __global__ void fill_bf16_pm1(__nv_bfloat16* p, size_t n, uint32_t seed) {
     p[i] = __float2bfloat16(static_cast<float>(hash32(static_cast<uint32_t>(i) ^ seed) & 0xffff) / 32768.0f - 1.0f);
 }
 
+// Quantized activations [m, k] in both formats (random e4m3 / int8 codes) and their [m] scales.
+struct QuantX {
+  backend::DeviceTensor fp8, int8, scales;
+};
+QuantX make_quant_x(cuda::CudaBackend& be, int m, int k) {
+  cudaStream_t s = be.stream();
+  QuantX x{be.allocate(DType::kFP8E4M3, Shape{m, k}), be.allocate(DType::kI8, Shape{m, k}), be.allocate(DType::kF32, Shape{m})};
+  fill_codes<<<1024, 256, 0, s>>>(static_cast<uint8_t*>(x.fp8.view.data), static_cast<size_t>(m) * k, 7, true);
+  fill_codes<<<1024, 256, 0, s>>>(static_cast<uint8_t*>(x.int8.view.data), static_cast<size_t>(m) * k, 7, false);
+  fill_pos<<<64, 256, 0, s>>>(static_cast<float*>(x.scales.view.data), static_cast<size_t>(m), 8, 0.01f);
+  XI_CUDA_CHECK_LAUNCH();
+  return x;
+}
+
 struct W8 {  // one weight in both formats: e4m3 and int8 codes, [n] scales
   backend::DeviceTensor fp8, int8, scales;
   backend::LinearWeights lw_fp8, lw_int8;
@@ -94,13 +108,8 @@ void bench_w8a8(cuda::CudaBackend& be, double bw, double peak, bool quick) {
     // ---- GEMMs ----
     for (int m : quick ? std::vector<int>{128, 2048, 8192} : std::vector<int>{128, 512, 2048, 8192}) {
       const double flop = 2.0 * m * sh.n * sh.k;
-      auto xq8 = be.allocate(DType::kFP8E4M3, Shape{m, sh.k});
-      auto xi8 = be.allocate(DType::kI8, Shape{m, sh.k});
-      auto xs = be.allocate(DType::kF32, Shape{m});
-      fill_codes<<<1024, 256, 0, s>>>(static_cast<uint8_t*>(xq8.view.data), static_cast<size_t>(m) * sh.k, 7, true);
-      fill_codes<<<1024, 256, 0, s>>>(static_cast<uint8_t*>(xi8.view.data), static_cast<size_t>(m) * sh.k, 7, false);
-      fill_pos<<<64, 256, 0, s>>>(static_cast<float*>(xs.view.data), static_cast<size_t>(m), 8, 0.01f);
-      XI_CUDA_CHECK_LAUNCH();
+      const QuantX qx = make_quant_x(be, m, sh.k);
+      const backend::DeviceTensor &xq8 = qx.fp8, &xi8 = qx.int8, &xs = qx.scales;
       auto y = be.allocate(DType::kBF16, Shape{m, sh.n});
       auto y2 = be.allocate(DType::kBF16, Shape{m, sh.n});
       auto acc = be.allocate(DType::kI32, Shape{m, sh.n});  // unchunked size (the chunked calls use its front)
@@ -356,13 +365,8 @@ void bench_int8_wgmma(cuda::CudaBackend& be, double peak) {
     for (size_t mi = 0; mi < ms.size(); ++mi) {
       const int m = ms[mi];
       const double flop = 2.0 * m * sh.n * sh.k;
-      auto xq8 = be.allocate(DType::kFP8E4M3, Shape{m, sh.k});
-      auto xi8 = be.allocate(DType::kI8, Shape{m, sh.k});
-      auto xs = be.allocate(DType::kF32, Shape{m});
-      fill_codes<<<1024, 256, 0, s>>>(static_cast<uint8_t*>(xq8.view.data), static_cast<size_t>(m) * sh.k, 7, true);
-      fill_codes<<<1024, 256, 0, s>>>(static_cast<uint8_t*>(xi8.view.data), static_cast<size_t>(m) * sh.k, 7, false);
-      fill_pos<<<64, 256, 0, s>>>(static_cast<float*>(xs.view.data), static_cast<size_t>(m), 8, 0.01f);
-      XI_CUDA_CHECK_LAUNCH();
+      const QuantX qx = make_quant_x(be, m, sh.k);
+      const backend::DeviceTensor &xq8 = qx.fp8, &xi8 = qx.int8, &xs = qx.scales;
       auto y = be.allocate(DType::kBF16, Shape{m, sh.n});
       auto y2 = be.allocate(DType::kBF16, Shape{m, sh.n});
       auto acc = be.allocate(DType::kI32, Shape{std::min(m, 2048), sh.n});

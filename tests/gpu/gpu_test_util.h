@@ -57,6 +57,21 @@ void at_each_decode_warps(int num_decode, int num_kv_heads, int group, Run&& run
 }
 
 // Normal(0, scale) values rounded to bf16 so both backends see identical inputs.
+// One decode-like step uploaded on gpu() (recording a CUDA graph needs one).
+inline void upload_trivial_step() {
+  backend::StepPlan p;
+  p.token_ids = {0};
+  p.positions = {0};
+  p.slot_mapping = {-1};
+  p.query_start_loc = {0, 1};
+  p.seq_lens = {1};
+  p.block_tables = {0};
+  p.max_blocks_per_seq = 1;
+  p.max_seq_len = 1;
+  p.logit_rows = {0};
+  gpu().upload_step(p);
+}
+
 inline std::vector<float> random_bf16(size_t n, std::mt19937& rng, float scale = 1.0f) {
   std::normal_distribution<float> d(0.0f, scale);
   std::vector<float> v(n);

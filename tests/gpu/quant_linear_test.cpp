@@ -664,21 +664,6 @@ TEST(QuantLinear, DequantizedWeightMatchesReference) {
   }
 }
 
-// One decode-like step uploaded (graph recording needs one).
-void upload_trivial_step() {
-  backend::StepPlan p;
-  p.token_ids = {0};
-  p.positions = {0};
-  p.slot_mapping = {-1};
-  p.query_start_loc = {0, 1};
-  p.seq_lens = {1};
-  p.block_tables = {0};
-  p.max_blocks_per_seq = 1;
-  p.max_seq_len = 1;
-  p.logit_rows = {0};
-  gpu().upload_step(p);
-}
-
 TEST(QuantLinear, GraphReplayIsBitIdentical) {
   std::mt19937 rng(19);
   // The largest weight first (grows the workspace eagerly), then a recording with both paths.

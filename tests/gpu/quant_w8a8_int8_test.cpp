@@ -392,9 +392,12 @@ TEST(W8A8Int8, WgmmaGemmMatchesExactReference) {
   struct Shape3 {
     int m, n, k;
   };
-  // The last two give the persistent kernels several tiles per CTA (the ping-pong consumers' turns).
-  const Shape3 shapes[] = {{17, 24, 16},   {1, 33, 48},      {130, 200, 144},  {333, 256, 512}, {481, 1000, 1040},
-                           {129, 257, 4096}, {256, 512, 128}, {300, 8192, 256}, {1100, 2048, 64}};
+  // The last three give the persistent kernels (132 CTAs on an H200) several tiles per CTA with the ring wrapping
+  // across tiles (the ping-pong consumers' turns and order barriers): 1100 x 2048 x 1024, 64 x 128 tiles: 288 tiles
+  // of 8 steps; 600 x 4096 x 2048: 320 of 16; 1100 x 4096 x 512: 144 128 x 256 tiles, 288 of 64 x 256.
+  const Shape3 shapes[] = {{17, 24, 16},       {1, 33, 48},        {130, 200, 144},   {333, 256, 512},
+                           {481, 1000, 1040},  {129, 257, 4096},   {256, 512, 128},   {1100, 2048, 1024},
+                           {600, 4096, 2048},  {1100, 4096, 512}};
   int index = 0;
   for (const Shape3& sh : shapes) {
     const int m = sh.m, n = sh.n, k = sh.k;
@@ -457,6 +460,9 @@ TEST(W8A8Int8, WgmmaLinearEqualsCublasLtPath) {
     xs.push_back(gpu().upload(host_view(x, Shape{m, c.k}), DType::kBF16));
     for (auto* v : {&want, &got, &replayed}) v->push_back(gpu().allocate(DType::kBF16, Shape{m, c.n}));
   }
+  struct RestoreDefault {  // the shared backend goes back to the default however this test ends
+    ~RestoreDefault() { gpu().set_int8_gemm("auto"); }
+  } restore;
   gpu().set_int8_gemm("cublaslt");
   for (size_t i = 0; i < ms.size(); ++i) gpu().linear(xs[i].view, c.lw, want[i].view);
   for (const char* name : {"auto", "wgmma128s4", "wgmma128s6tma", "wgmma128s8pp", "wgmma256s5pp"}) {
@@ -473,17 +479,7 @@ TEST(W8A8Int8, WgmmaLinearEqualsCublasLtPath) {
   EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(cuda::kInt8WgmmaWideRows, 1008, 4096)), "wgmma128s8pp");
   EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(cuda::kInt8WgmmaWideRows + 1, 1008, 4096)), "wgmma256s5pp");
   EXPECT_FALSE(gpu().int8_wgmma_for(333, 1008, 4100).has_value());
-  backend::StepPlan p;
-  p.token_ids = {0};
-  p.positions = {0};
-  p.slot_mapping = {-1};
-  p.query_start_loc = {0, 1};
-  p.seq_lens = {1};
-  p.block_tables = {0};
-  p.max_blocks_per_seq = 1;
-  p.max_seq_len = 1;
-  p.logit_rows = {0};
-  gpu().upload_step(p);
+  upload_trivial_step();
   gpu().begin_capture();
   for (size_t i = 0; i < ms.size(); ++i) gpu().linear(xs[i].view, c.lw, replayed[i].view);
   const bool captured = gpu().end_capture(0x1a89);
@@ -508,17 +504,7 @@ TEST(W8A8Int8, GraphReplayIsBitIdentical) {
     graph.push_back(gpu().allocate(DType::kBF16, Shape{m, c.n}));
   }
   for (size_t i = 0; i < ms.size(); ++i) gpu().linear(xs[i].view, c.lw, eager[i].view);  // grows the workspace
-  backend::StepPlan p;
-  p.token_ids = {0};
-  p.positions = {0};
-  p.slot_mapping = {-1};
-  p.query_start_loc = {0, 1};
-  p.seq_lens = {1};
-  p.block_tables = {0};
-  p.max_blocks_per_seq = 1;
-  p.max_seq_len = 1;
-  p.logit_rows = {0};
-  gpu().upload_step(p);
+  upload_trivial_step();
   gpu().begin_capture();
   for (size_t i = 0; i < ms.size(); ++i) gpu().linear(xs[i].view, c.lw, graph[i].view);
   ASSERT_TRUE(gpu().end_capture(0x1a88));

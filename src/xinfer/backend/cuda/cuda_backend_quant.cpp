@@ -23,6 +23,7 @@
 // The workspace (bf16, the largest n * k run so far) grows outside graph recordings; a recording that would
 // need it to grow fails (end_capture() grows it, the step runs eagerly), as for the decode workspace.
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -347,7 +348,8 @@ void CudaBackend::int8_linear(const TensorView& x, const backend::LinearWeights&
     return;
   }
   const Int8GemmArgs args{xq, ws->xs, wq, w_scales, bias, out.data, y_f32, m, ni, ki, reinterpret_cast<int32_t*>(ws->tail)};
-  if (const std::optional<Int8WgmmaConfig> config = int8_wgmma_for(m, ni, ki)) {
+  const bool aligned = reinterpret_cast<uintptr_t>(wq) % 16 == 0 && reinterpret_cast<uintptr_t>(xq) % 16 == 0;
+  if (const std::optional<Int8WgmmaConfig> config = aligned ? int8_wgmma_for(m, ni, ki) : std::nullopt) {
     launch_w8a8_int8_wgmma(args, stream_, *config);
     ++int8_gemms_;
     return;

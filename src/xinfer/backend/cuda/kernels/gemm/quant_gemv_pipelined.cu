@@ -15,12 +15,12 @@
 //
 // persistent: grid = min(tiles, SMs x ctas_per_sm) and a CTA loops over tiles blockIdx.x, + gridDim.x, ...;
 // a warp's ring then runs on across its tiles (the next tile's weights are in flight during the reduction).
-#include <atomic>
 
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/cp_async.cuh"
 #include "xinfer/backend/cuda/kernels/gemm/quant_gemv_math.cuh"
 #include "xinfer/backend/cuda/kernels/pdl.cuh"
+#include "xinfer/backend/cuda/kernels/smem_limit.h"
 
 namespace xinfer::cuda::quant_gemv {
 namespace {
@@ -160,15 +160,7 @@ template <Kind kKind, bool kFold, int kStages, int kMinBlocks, bool kNormed>
 void launch_typed(const Params& p, const QuantGemvConfig& c, cudaStream_t stream) {
   auto* kernel = quant_gemv_pipelined_kernel<kKind, kFold, kStages, kMinBlocks, kNormed>;
   const size_t smem = smem_bytes(kStages);
-  // The dynamic shared-memory limit is a per-device function attribute: raised once per device (bit mask).
-  static std::atomic<uint64_t> raised{0};
-  int dev = 0;
-  XI_CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = uint64_t{1} << (dev & 63);
-  if ((raised.load(std::memory_order_acquire) & bit) == 0) {
-    XI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    raised.fetch_or(bit, std::memory_order_release);
-  }
+  raise_smem_limit(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));  // per device
   const int tiles = tile_count(p.n, p.swiglu_out != nullptr);
   const int grid = c.persistent ? std::min(tiles, sm_count() * kMinBlocks) : tiles;
   if (c.pdl)

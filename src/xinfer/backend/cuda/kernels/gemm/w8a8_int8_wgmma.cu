@@ -7,11 +7,11 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
 
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/cp_async.cuh"
 #include "xinfer/backend/cuda/kernels/gemm/int8_scale.cuh"
+#include "xinfer/backend/cuda/kernels/smem_limit.h"
 #include "xinfer/backend/cuda/kernels/wgmma.cuh"
 
 namespace xinfer::cuda {
@@ -123,6 +123,25 @@ __device__ __forceinline__ void store_tile(const Int8GemmArgs& a, const uint32_t
   }
 }
 
+// kRows rows of the int8 [rows, k] matrix src from row0, the 128 bytes from column k0, into the 128-byte-swizzled
+// K-major tile at dst by cp.async (every thread of the CTA): row r's 16-byte chunk c at r * 128 + (c ^ (r % 8)) * 16.
+// Rows past `rows` and chunks past k (k % 16 == 0: a chunk is all in or all out) are zeros. kStream: weights,
+// fetched past L1 in 256-byte L2 lines.
+template <int kRows, bool kStream>
+__device__ __forceinline__ void copy_tile(uint32_t dst, const int8_t* src, int row0, int rows, int k, int k0, int tid) {
+#pragma unroll
+  for (int i = 0; i < kRows * 8 / kThreads; ++i) {
+    const int idx = tid + i * kThreads, r = idx / 8, c = idx % 8;
+    const bool ok = row0 + r < rows && k0 + 16 * c < k;
+    const int8_t* p = ok ? src + static_cast<size_t>(row0 + r) * k + k0 + 16 * c : src;
+    const uint32_t d = dst + static_cast<uint32_t>(r * 128 + ((c ^ (r & 7)) << 4));
+    if constexpr (kStream)
+      cp_async_16_stream(d, p, ok);
+    else
+      cp_async_16(d, p, ok);
+  }
+}
+
 template <int kBN, int kStages>
 constexpr int smem_bytes() {
   return kStages * (kBM + kBN) * kBK + 1024;  // + alignment of the ring to the 1024-byte swizzle atom
@@ -140,25 +159,10 @@ __global__ void __launch_bounds__(kThreads, kBN == 128 && kStages == 3 ? 2 : 1)
   const int m0 = static_cast<int>(blockIdx.x) * kBM, n0 = static_cast<int>(blockIdx.y) * kBN;
   const int steps = (a.k + kBK - 1) / kBK;
 
-  // Step s into buffer b: row r's 16-byte chunk c at r * 128 + ((c ^ (r % 8)) * 16); rows past m / n and chunks
-  // past k (k % 16 == 0: a chunk is all in or all out) are zeros.
-  auto load_step = [&](int s, int b) {
-    const uint32_t sa = ring + static_cast<uint32_t>(b * kStageBytes), sb = sa + kABytes;
-    const int k0 = s * kBK;
-#pragma unroll
-    for (int i = 0; i < kBM * 8 / kThreads; ++i) {
-      const int idx = tid + i * kThreads, r = idx / 8, c = idx % 8;
-      const bool ok = m0 + r < a.m && k0 + 16 * c < a.k;
-      const int8_t* src = ok ? a.xq + static_cast<size_t>(m0 + r) * a.k + k0 + 16 * c : a.xq;
-      cp_async_16(sa + static_cast<uint32_t>(r * 128 + ((c ^ (r & 7)) << 4)), src, ok);
-    }
-#pragma unroll
-    for (int i = 0; i < kBN * 8 / kThreads; ++i) {
-      const int idx = tid + i * kThreads, r = idx / 8, c = idx % 8;
-      const bool ok = n0 + r < a.n && k0 + 16 * c < a.k;
-      const int8_t* src = ok ? a.wq + static_cast<size_t>(n0 + r) * a.k + k0 + 16 * c : a.wq;
-      cp_async_16_stream(sb + static_cast<uint32_t>(r * 128 + ((c ^ (r & 7)) << 4)), src, ok);
-    }
+  auto load_step = [&](int s, int b) {  // step s into buffer b: the x tile, then the (streamed) weight tile
+    const uint32_t sa = ring + static_cast<uint32_t>(b * kStageBytes);
+    copy_tile<kBM, false>(sa, a.xq, m0, a.m, a.k, s * kBK, tid);
+    copy_tile<kBN, true>(sa + kABytes, a.wq, n0, a.n, a.k, s * kBK, tid);
   };
 
   uint32_t acc[kBN / 2];
@@ -361,17 +365,10 @@ CUtensorMap int8_tensor_map(const int8_t* base, int rows, int k, int box_rows) {
 template <int kBN, int kStages, bool kPingPong>
 void launch_tma(const Int8GemmArgs& a, cudaStream_t stream) {
   constexpr int kSmem = tma_smem_bytes<kBN, kStages, kPingPong>(), kRows = tma_tile_rows<kPingPong>();
-  static std::once_flag attributes;
-  std::call_once(attributes, [] {
-    XI_CUDA_CHECK(cudaFuncSetAttribute(w8a8_int8_wgmma_tma_kernel<kBN, kStages, kPingPong>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  });
-  static const int sms = [] {
-    int device = 0, count = 0;
-    XI_CUDA_CHECK(cudaGetDevice(&device));
-    XI_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    return count;
-  }();
+  raise_smem_limit(reinterpret_cast<const void*>(w8a8_int8_wgmma_tma_kernel<kBN, kStages, kPingPong>), kSmem);
+  int device = 0, sms = 0;  // this device's (tensor-parallel ranks launch on several)
+  XI_CUDA_CHECK(cudaGetDevice(&device));
+  XI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const CUtensorMap tm_x = int8_tensor_map(a.xq, a.m, a.k, kRows), tm_w = int8_tensor_map(a.wq, a.n, a.k, kBN);
   const int64_t tiles = static_cast<int64_t>((a.m + kRows - 1) / kRows) * ((a.n + kBN - 1) / kBN);
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, sms));
@@ -382,12 +379,8 @@ void launch_tma(const Int8GemmArgs& a, cudaStream_t stream) {
 template <int kBN, int kStages>
 void launch(const Int8GemmArgs& a, cudaStream_t stream) {
   constexpr int kSmem = smem_bytes<kBN, kStages>();
-  static const bool attributes_set = [] {
-    XI_CUDA_CHECK(cudaFuncSetAttribute(w8a8_int8_wgmma_kernel<kBN, kStages>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    return true;
-  }();
-  (void)attributes_set;
+  raise_smem_limit(reinterpret_cast<const void*>(w8a8_int8_wgmma_kernel<kBN, kStages>), kSmem);
+  XI_CHECK((a.n + kBN - 1) / kBN <= 65535) << "W8A8-INT8 wgmma GEMM: n " << a.n << " too large for its grid";
   const dim3 grid(static_cast<unsigned>((a.m + kBM - 1) / kBM), static_cast<unsigned>((a.n + kBN - 1) / kBN));
   w8a8_int8_wgmma_kernel<kBN, kStages><<<grid, kThreads, kSmem, stream>>>(a);
   XI_CUDA_CHECK_LAUNCH();
@@ -413,7 +406,6 @@ bool w8a8_int8_wgmma_supports(int m, int n, int k) { return m > 0 && n > 0 && k 
 void launch_w8a8_int8_wgmma(const Int8GemmArgs& a, cudaStream_t stream, Int8WgmmaConfig config) {
   XI_CHECK(w8a8_int8_wgmma_supports(a.m, a.n, a.k))
       << "W8A8-INT8 wgmma GEMM: m " << a.m << " n " << a.n << " k " << a.k << " (k must be a multiple of 16)";
-  XI_CHECK((a.n + 255) / 256 <= 65535) << "W8A8-INT8 wgmma GEMM: n " << a.n << " too large";
   XI_CHECK(reinterpret_cast<uintptr_t>(a.xq) % 16 == 0 && reinterpret_cast<uintptr_t>(a.wq) % 16 == 0)
       << "W8A8-INT8 wgmma GEMM: xq / wq must be 16-byte aligned";
   if (config.tma) {

@@ -57,7 +57,8 @@ inline constexpr Int8WgmmaConfig kInt8WgmmaConfigs[] = {{128, 3, false}, {128, 4
 inline constexpr int kInt8WgmmaWideRows = 512;
 Int8WgmmaConfig int8_wgmma_auto_config(int m);
 
-// True if the kernel takes this shape: k % 16 == 0 (16-byte rows), m, n, k > 0, and an sm_90 device.
+// True if the kernels take this shape: m, n, k > 0 and k % 16 == 0 (16-byte rows). xq and wq must also be
+// 16-byte aligned (launch_w8a8_int8_wgmma checks). The build is sm_90a only.
 bool w8a8_int8_wgmma_supports(int m, int n, int k);
 // Runs the GEMM (a.acc is not used). XI_CHECK-fails on unsupported arguments or configurations.
 void launch_w8a8_int8_wgmma(const Int8GemmArgs& a, cudaStream_t stream, Int8WgmmaConfig config = {});
