@@ -1,6 +1,6 @@
-// Raising a kernel's dynamic shared-memory limit (cudaFuncAttributeMaxDynamicSharedMemorySize) before launches that
-// need more than 48 KB. The attribute is per device, and the tensor-parallel ranks of one process launch the same
-// kernels on several devices, so it is set once per (kernel, device, size).
+// Raising a kernel's dynamic shared-memory limit (cudaFuncAttributeMaxDynamicSharedMemorySize) before
+// launches that need more than 48 KB. The attribute is per device, and the tensor-parallel ranks of one
+// process launch the same kernels on several devices, so it is set once per (kernel, device, size).
 #pragma once
 
 #include <cuda_runtime.h>

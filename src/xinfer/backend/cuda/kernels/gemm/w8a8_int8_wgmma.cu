@@ -2,8 +2,8 @@
 #include "xinfer/backend/cuda/kernels/gemm/w8a8_int8_wgmma.h"
 
 #include <cuda.h>  // CUtensorMap and its encoder's types (the encoder itself comes through the runtime)
-#include <cuda_bf16.h>
 #include <cudaTypedefs.h>
+#include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -21,9 +21,9 @@ constexpr int kThreads = 256;  // two warpgroups
 constexpr int kBM = 128;       // y rows per CTA (64 per warpgroup)
 constexpr int kBK = 128;       // k bytes per step: one 128-byte swizzle row
 
-#define XI_S32X8(d, i)                                                                                           \
-  "+r"(d[i]), "+r"(d[i + 1]), "+r"(d[i + 2]), "+r"(d[i + 3]), "+r"(d[i + 4]), "+r"(d[i + 5]), "+r"(d[i + 6]), \
-      "+r"(d[i + 7])
+#define XI_S32X8(d, i)                                                                        \
+  "+r"(d[i]), "+r"(d[i + 1]), "+r"(d[i + 2]), "+r"(d[i + 3]), "+r"(d[i + 4]), "+r"(d[i + 5]), \
+      "+r"(d[i + 6]), "+r"(d[i + 7])
 
 // d[64 x 128] += A[64 x 32] . B[128 x 32]^T, s8 in (both K-major in shared memory), s32 accumulate.
 __device__ __forceinline__ void wgmma_s8(uint32_t (&d)[64], uint64_t a, uint64_t b) {
@@ -62,12 +62,13 @@ __device__ __forceinline__ void wgmma_s8(uint32_t (&d)[128], uint64_t a, uint64_
 }
 #undef XI_S32X8
 
-// The epilogue straight from one warp's accumulators: acc[4j + 2h + e] = y[row0 + 8h][n0 + 8j + 2 (lane % 4) + e],
-// in the oracle's order (int8_scale.cuh).
-// The weight scales (and bias) of kChunk column pairs are loaded together (indices clamped into range), then
-// their outputs stored: one load latency per chunk, not one per column behind each store.
+// The epilogue straight from one warp's accumulators, in the oracle's order (int8_scale.cuh):
+// acc[4j + 2h + e] = y[row0 + 8h][n0 + 8j + 2 (lane % 4) + e]. The weight scales (and bias) of kChunk column
+// pairs are loaded together (indices clamped into range), then their outputs stored: one load latency per
+// chunk, not one per column behind each store.
 template <int kN>
-__device__ __forceinline__ void store_tile(const Int8GemmArgs& a, const uint32_t (&acc)[kN], int row0, int n0, int lane) {
+__device__ __forceinline__ void store_tile(const Int8GemmArgs& a, const uint32_t (&acc)[kN], int row0, int n0,
+                                           int lane) {
   constexpr int kPairs = kN / 4, kChunk = kN >= 128 ? 2 : 4;  // bn 256: fewer registers beside its 128 sums
   // Two consecutive outputs per store where every pair is aligned: even n (even columns) and an aligned y.
   const bool pairs = a.n % 2 == 0 && reinterpret_cast<uintptr_t>(a.y) % (a.y_f32 ? 8 : 4) == 0;
@@ -123,12 +124,13 @@ __device__ __forceinline__ void store_tile(const Int8GemmArgs& a, const uint32_t
   }
 }
 
-// kRows rows of the int8 [rows, k] matrix src from row0, the 128 bytes from column k0, into the 128-byte-swizzled
-// K-major tile at dst by cp.async (every thread of the CTA): row r's 16-byte chunk c at r * 128 + (c ^ (r % 8)) * 16.
-// Rows past `rows` and chunks past k (k % 16 == 0: a chunk is all in or all out) are zeros. kStream: weights,
-// fetched past L1 in 256-byte L2 lines.
+// kRows rows of the int8 [rows, k] matrix src from row0, the 128 bytes from column k0, into the
+// 128-byte-swizzled K-major tile at dst by cp.async (every thread of the CTA): row r's 16-byte chunk c at
+// byte r * 128 + (c ^ (r % 8)) * 16. Rows past `rows` and chunks past k (k % 16 == 0: a chunk is all in or
+// all out) are zeros. kStream: weights, fetched past L1 in 256-byte L2 lines.
 template <int kRows, bool kStream>
-__device__ __forceinline__ void copy_tile(uint32_t dst, const int8_t* src, int row0, int rows, int k, int k0, int tid) {
+__device__ __forceinline__ void copy_tile(uint32_t dst, const int8_t* src, int row0, int rows, int k, int k0,
+                                          int tid) {
 #pragma unroll
   for (int i = 0; i < kRows * 8 / kThreads; ++i) {
     const int idx = tid + i * kThreads, r = idx / 8, c = idx % 8;
@@ -177,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, kBN == 128 && kStages == 3 ? 2 : 1)
   for (int s = 0; s < steps; ++s) {
     cp_async_wait<kStages - 3>();  // this thread's copies of step s landed
     fence_proxy_async();           // ... and are visible to the async proxy wgmma reads through
-    __syncthreads();               // everyone's; and every wgmma group of step s - 2 has completed (waited below)
+    __syncthreads();  // everyone's; and every wgmma group of step s - 2 has completed (waited below)
     const int next = s + kStages - 2;  // its buffer, (s - 2) % kStages, is free now
     if (next < steps) load_step(next, next % kStages);
     cp_async_commit();
@@ -185,7 +187,8 @@ __global__ void __launch_bounds__(kThreads, kBN == 128 && kStages == 3 ? 2 : 1)
     const uint32_t sb = ring + static_cast<uint32_t>((s % kStages) * kStageBytes + kABytes);
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < kBK / 32; ++ks)  // 32 bytes of k per wgmma: the descriptors' start moves along the row
+    // 32 bytes of k per wgmma: the descriptors' start moves along the row.
+    for (int ks = 0; ks < kBK / 32; ++ks)
       wgmma_s8(acc, make_desc(sa + 32 * ks, 16, 1024), make_desc(sb + 32 * ks, 16, 1024));
     wgmma_commit();
     wgmma_wait<1>();  // step s - 1's group done: its buffer may be refilled after the next barrier
@@ -219,10 +222,11 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   } while (!done);
 }
 // A 2-D TMA load of the box at (c0: bytes along the row, c1: rows) into shared memory, completing on `bar`.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1) {
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0,
+                                            int c1) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
-          dst),
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], "
+      "[%2];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
       : "memory");
 }
@@ -238,39 +242,45 @@ constexpr int tma_tile_rows() {
 
 template <int kBN, int kStages, bool kPingPong>
 constexpr int tma_smem_bytes() {
-  return kStages * (tma_tile_rows<kPingPong>() + kBN) * kBK + 1024 + (2 * kStages + 2) * 8;  // + alignment, barriers
+  return kStages * (tma_tile_rows<kPingPong>() + kBN) * kBK + 1024 +
+         (2 * kStages + 2) * 8;  // + alignment, barriers
 }
 
-// Persistent: grid min(tiles, SMs), kTmaThreads threads, tma_smem_bytes() of dynamic shared memory. CTA i takes
-// tiles i, i + gridDim.x, ... (m tiles fastest: the CTAs running at once share weight tiles through L2); the ring
-// and its barrier phases run on across tiles, so the producer loads the next tile while the consumers store one.
-// The producer loads the CTA's tiles in order, step by step; cooperative: both consumers take every step (rows
-// 64c .. 64c + 63 of the tile), ping-pong: consumer c takes the steps of the CTA's tiles c, c + 2, ... (its ring
-// position: the tile's index among the CTA's tiles x steps + step), so the two alternate on the tensor cores.
-// Ping-pong also orders the consumers' mainloops (two more mbarriers): a consumer starts a tile's steps only once
-// the other has issued all of its previous tile's, so every ring stage it waits on is at most one phase ahead of
-// the phase it has seen (a barrier's parity tells only that much).
+// Persistent: grid min(tiles, SMs), kTmaThreads threads, tma_smem_bytes() of dynamic shared memory. CTA i
+// takes tiles i, i + gridDim.x, ... (m tiles fastest: the CTAs running at once share weight tiles through
+// L2); the ring and its barrier phases run on across tiles, so the producer loads the next tile while the
+// consumers store one. The producer loads the CTA's tiles in order, step by step; cooperative: both consumers
+// take every step (rows 64c .. 64c + 63 of the tile), ping-pong: consumer c takes the steps of the CTA's
+// tiles c, c + 2, ... (its ring position: the tile's index among the CTA's tiles x steps + step), so the two
+// alternate on the tensor cores. Ping-pong also orders the consumers' mainloops (two more mbarriers): a
+// consumer starts a tile's steps only once the other has issued all of its previous tile's, so every ring
+// stage it waits on is at most one phase ahead of the phase it has seen (a barrier's parity tells only that
+// much).
 template <int kBN, int kStages, bool kPingPong>
 __global__ void __launch_bounds__(kTmaThreads, 1)  // two CTAs per SM would leave too few registers for wgmma
-    w8a8_int8_wgmma_tma_kernel(const __grid_constant__ CUtensorMap tm_x, const __grid_constant__ CUtensorMap tm_w,
-                               Int8GemmArgs a) {
+    w8a8_int8_wgmma_tma_kernel(const __grid_constant__ CUtensorMap tm_x,
+                               const __grid_constant__ CUtensorMap tm_w, Int8GemmArgs a) {
   constexpr int kRows = tma_tile_rows<kPingPong>();
   constexpr int kABytes = kRows * kBK, kStageBytes = (kRows + kBN) * kBK;
   constexpr uint32_t kConsumers = kPingPong ? 128 : 256;  // threads that release each stage
   extern __shared__ uint8_t smem_raw[];
   const uint32_t ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const uint32_t bars = ring + kStages * kStageBytes;  // full[kStages], empty[kStages], then order[2] (ping-pong)
+  const uint32_t bars =
+      ring + kStages * kStageBytes;  // full[kStages], empty[kStages], then order[2] (ping-pong)
   auto full = [&](int b) { return bars + 8u * static_cast<uint32_t>(b); };
   auto empty = [&](int b) { return bars + 8u * static_cast<uint32_t>(kStages + b); };
-  auto order = [&](int c) { return bars + 8u * static_cast<uint32_t>(2 * kStages + c); };  // consumer c may go on
+  auto order = [&](int c) {
+    return bars + 8u * static_cast<uint32_t>(2 * kStages + c);
+  };  // consumer c may go on
   const int tid = static_cast<int>(threadIdx.x), wg = tid / 128;
   const int tiles_m = (a.m + kRows - 1) / kRows, tiles = tiles_m * ((a.n + kBN - 1) / kBN);
   const int steps = (a.k + kBK - 1) / kBK;
   if (tid == 0) {
 #pragma unroll
     for (int b = 0; b < kStages; ++b) {
-      mbar_init(full(b), 1);           // the producer's arrive (+ the loads' bytes)
-      mbar_init(empty(b), kConsumers);  // every consuming thread, once its wgmma group on the stage has completed
+      mbar_init(full(b), 1);  // the producer's arrive (+ the loads' bytes)
+      mbar_init(empty(b),
+                kConsumers);  // every consuming thread, once its wgmma group on the stage has completed
     }
     mbar_init(order(0), 128);  // ping-pong: the other consumer's threads, after each of their mainloops
     mbar_init(order(1), 128);
@@ -287,9 +297,10 @@ __global__ void __launch_bounds__(kTmaThreads, 1)  // two CTAs per SM would leav
         const int m0 = (tile % tiles_m) * kRows, n0 = (tile / tiles_m) * kBN;
         for (int s = 0; s < steps; ++s, ++it) {
           const int b = it % kStages;
-          mbar_wait(empty(b), ((it / kStages) & 1) ^ 1);  // round r waits for the consumers' release of round r - 1
+          mbar_wait(empty(b),
+                    ((it / kStages) & 1) ^ 1);  // round r waits for the consumers' release of round r - 1
           const uint32_t dst = ring + static_cast<uint32_t>(b * kStageBytes);
-          mbar_arrive_expect_tx(full(b), kStageBytes);     // whole boxes, zero-filled past the edges, count
+          mbar_arrive_expect_tx(full(b), kStageBytes);  // whole boxes, zero-filled past the edges, count
           tma_load_2d(dst, &tm_x, full(b), s * kBK, m0);
           tma_load_2d(dst + kABytes, &tm_w, full(b), s * kBK, n0);
         }
@@ -304,11 +315,15 @@ __global__ void __launch_bounds__(kTmaThreads, 1)  // two CTAs per SM would leav
   const int row_in_tile = (kPingPong ? 0 : c * 64) + warp * 16 + lane / 4;
   uint32_t acc[kBN / 2];
   int j = 0;  // this consumer's tiles so far
-  for (int tile = first, local = kPingPong ? c : 0; tile < tiles; tile += stride, local += kPingPong ? 2 : 1, ++j) {
+  for (int tile = first, local = kPingPong ? c : 0; tile < tiles;
+       tile += stride, local += kPingPong ? 2 : 1, ++j) {
     const int m0 = (tile % tiles_m) * kRows, n0 = (tile / tiles_m) * kBN;
-    if constexpr (kPingPong) {  // consumer 0's tile j after consumer 1's tile j - 1; consumer 1's after consumer 0's j
-      if (c == 1) mbar_wait(order(1), j & 1);
-      else if (j > 0) mbar_wait(order(0), (j - 1) & 1);
+    if constexpr (kPingPong) {  // consumer 0's tile j after consumer 1's tile j - 1; consumer 1's after
+                                // consumer 0's j
+      if (c == 1)
+        mbar_wait(order(1), j & 1);
+      else if (j > 0)
+        mbar_wait(order(0), (j - 1) & 1);
     }
 #pragma unroll
     for (int i = 0; i < kBN / 2; ++i) acc[i] = 0;
@@ -323,7 +338,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)  // two CTAs per SM would leav
       for (int ks = 0; ks < kBK / 32; ++ks)
         wgmma_s8(acc, make_desc(sa + 32 * ks, 16, 1024), make_desc(sb + 32 * ks, 16, 1024));
       wgmma_commit();
-      wgmma_wait<1>();                                   // the previous step's group has completed: release it
+      wgmma_wait<1>();  // the previous step's group has completed: release it
       if (s > 0) mbar_arrive(empty((it - 1) % kStages));
     }
     if constexpr (kPingPong) mbar_arrive(order(1 - c));  // the other consumer may start its next tile's steps
@@ -339,8 +354,10 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult q{};
-    XI_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
-    XI_CHECK(q == cudaDriverEntryPointSuccess && p != nullptr) << "W8A8-INT8 wgmma GEMM: no cuTensorMapEncodeTiled";
+    XI_CUDA_CHECK(
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
+    XI_CHECK(q == cudaDriverEntryPointSuccess && p != nullptr)
+        << "W8A8-INT8 wgmma GEMM: no cuTensorMapEncodeTiled";
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
   }();
   return fn;
@@ -353,12 +370,13 @@ CUtensorMap int8_tensor_map(const int8_t* base, int rows, int k, int box_rows) {
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k)};
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBK), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<int8_t*>(base), dims,
-                                          strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  XI_CHECK(r == CUDA_SUCCESS) << "W8A8-INT8 wgmma GEMM: cuTensorMapEncodeTiled failed (" << static_cast<int>(r)
-                              << ") for [" << rows << ", " << k << "] in boxes of " << box_rows;
+  const CUresult r =
+      tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<int8_t*>(base), dims, strides,
+                           box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  XI_CHECK(r == CUDA_SUCCESS) << "W8A8-INT8 wgmma GEMM: cuTensorMapEncodeTiled failed ("
+                              << static_cast<int>(r) << ") for [" << rows << ", " << k << "] in boxes of "
+                              << box_rows;
   return map;
 }
 
@@ -369,7 +387,8 @@ void launch_tma(const Int8GemmArgs& a, cudaStream_t stream) {
   int device = 0, sms = 0;  // this device's (tensor-parallel ranks launch on several)
   XI_CUDA_CHECK(cudaGetDevice(&device));
   XI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const CUtensorMap tm_x = int8_tensor_map(a.xq, a.m, a.k, kRows), tm_w = int8_tensor_map(a.wq, a.n, a.k, kBN);
+  const CUtensorMap tm_x = int8_tensor_map(a.xq, a.m, a.k, kRows),
+                    tm_w = int8_tensor_map(a.wq, a.n, a.k, kBN);
   const int64_t tiles = static_cast<int64_t>((a.m + kRows - 1) / kRows) * ((a.n + kBN - 1) / kBN);
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, sms));
   w8a8_int8_wgmma_tma_kernel<kBN, kStages, kPingPong><<<grid, kTmaThreads, kSmem, stream>>>(tm_x, tm_w, a);
@@ -389,19 +408,22 @@ void launch(const Int8GemmArgs& a, cudaStream_t stream) {
 }  // namespace
 
 std::string to_string(const Int8WgmmaConfig& c) {
-  return "wgmma " + std::to_string(c.ping_pong ? 64 : 128) + "x" + std::to_string(c.bn) + " s" + std::to_string(c.stages) +
-         (c.tma ? (c.ping_pong ? " tma ping-pong" : " tma") : "");
+  return "wgmma " + std::to_string(c.ping_pong ? 64 : 128) + "x" + std::to_string(c.bn) + " s" +
+         std::to_string(c.stages) + (c.tma ? (c.ping_pong ? " tma ping-pong" : " tma") : "");
 }
 
 std::string config_name(const Int8WgmmaConfig& c) {
-  return "wgmma" + std::to_string(c.bn) + "s" + std::to_string(c.stages) + (c.tma ? (c.ping_pong ? "pp" : "tma") : "");
+  return "wgmma" + std::to_string(c.bn) + "s" + std::to_string(c.stages) +
+         (c.tma ? (c.ping_pong ? "pp" : "tma") : "");
 }
 
 Int8WgmmaConfig int8_wgmma_auto_config(int m) {
   return m <= kInt8WgmmaWideRows ? Int8WgmmaConfig{128, 8, true, true} : Int8WgmmaConfig{256, 5, true, true};
 }
 
-bool w8a8_int8_wgmma_supports(int m, int n, int k) { return m > 0 && n > 0 && k > 0 && k % 16 == 0; }
+bool w8a8_int8_wgmma_supports(int m, int n, int k) {
+  return m > 0 && n > 0 && k > 0 && k % 16 == 0;
+}
 
 void launch_w8a8_int8_wgmma(const Int8GemmArgs& a, cudaStream_t stream, Int8WgmmaConfig config) {
   XI_CHECK(w8a8_int8_wgmma_supports(a.m, a.n, a.k))
@@ -409,10 +431,14 @@ void launch_w8a8_int8_wgmma(const Int8GemmArgs& a, cudaStream_t stream, Int8Wgmm
   XI_CHECK(reinterpret_cast<uintptr_t>(a.xq) % 16 == 0 && reinterpret_cast<uintptr_t>(a.wq) % 16 == 0)
       << "W8A8-INT8 wgmma GEMM: xq / wq must be 16-byte aligned";
   if (config.tma) {
-    if (!config.ping_pong && config.bn == 128 && config.stages == 6) return launch_tma<128, 6, false>(a, stream);
-    if (!config.ping_pong && config.bn == 256 && config.stages == 4) return launch_tma<256, 4, false>(a, stream);
-    if (config.ping_pong && config.bn == 128 && config.stages == 8) return launch_tma<128, 8, true>(a, stream);
-    if (config.ping_pong && config.bn == 256 && config.stages == 5) return launch_tma<256, 5, true>(a, stream);
+    if (!config.ping_pong && config.bn == 128 && config.stages == 6)
+      return launch_tma<128, 6, false>(a, stream);
+    if (!config.ping_pong && config.bn == 256 && config.stages == 4)
+      return launch_tma<256, 4, false>(a, stream);
+    if (config.ping_pong && config.bn == 128 && config.stages == 8)
+      return launch_tma<128, 8, true>(a, stream);
+    if (config.ping_pong && config.bn == 256 && config.stages == 5)
+      return launch_tma<256, 5, true>(a, stream);
     XI_CHECK(false) << "W8A8-INT8 wgmma GEMM: no " << to_string(config) << " kernel";
   }
   if (config.bn == 128 && config.stages == 3) return launch<128, 3>(a, stream);
