@@ -448,6 +448,51 @@ TEST(W8A8Int8, WgmmaGemmMatchesExactReference) {
   EXPECT_FALSE(cuda::w8a8_int8_wgmma_supports(4, 8, 24));  // k % 16 != 0: the cuBLASLt path takes it
 }
 
+// The dynamic shared-memory limit is a per-device attribute: the wgmma GEMM (every configuration needs more than
+// 48 KB) runs on each GPU of the process after device 0 has run it, as tensor-parallel ranks do, with the exact
+// reference's bits. Until session 18's review fix the limit was raised on the first device only. Needs two GPUs.
+TEST(W8A8Int8, WgmmaRunsOnEveryDevice) {
+  int devices = 0;
+  XI_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  if (devices < 2) GTEST_SKIP() << "one GPU: the per-device check needs two";
+  std::mt19937 rng(71);
+  std::uniform_int_distribution<int> v(-128, 127);
+  const int m = 300, n = 520, k = 384;
+  std::vector<int8_t> x(static_cast<size_t>(m) * k), w(static_cast<size_t>(n) * k);
+  for (auto& b : x) b = static_cast<int8_t>(v(rng));
+  for (auto& b : w) b = static_cast<int8_t>(v(rng));
+  std::vector<float> xs(static_cast<size_t>(m), 1e-2f), ws(static_cast<size_t>(n), 3e-3f), ref(static_cast<size_t>(m) * n);
+  for (int t = 0; t < m; ++t)
+    for (int j = 0; j < n; ++j) {
+      int64_t dot = 0;
+      for (int i = 0; i < k; ++i) dot += int64_t{w[static_cast<size_t>(j) * k + i]} * x[static_cast<size_t>(t) * k + i];
+      ref[static_cast<size_t>(t) * n + j] = ws[static_cast<size_t>(j)] * xs[static_cast<size_t>(t)] * static_cast<float>(dot);
+    }
+  for (int d = 0; d < devices; ++d) {
+    cuda::CudaBackendOptions o;
+    o.device = d;  // the constructor makes it this thread's device
+    o.gemm_tuning_cache = "off";
+    cuda::CudaBackend be(o);
+    auto xd = be.upload(raw(x, DType::kI8, Shape{m, k}), DType::kI8);
+    auto wd = be.upload(raw(w, DType::kI8, Shape{n, k}), DType::kI8);
+    auto xsd = be.upload(raw(xs, DType::kF32, Shape{m}), DType::kF32);
+    auto wsd = be.upload(raw(ws, DType::kF32, Shape{n}), DType::kF32);
+    auto yd = be.allocate(DType::kF32, Shape{m, n});
+    for (const cuda::Int8WgmmaConfig& config : cuda::kInt8WgmmaConfigs) {
+      XI_CUDA_CHECK(cudaMemsetAsync(yd.view.data, 0xff, yd.view.bytes(), be.stream()));  // NaNs
+      const cuda::Int8GemmArgs args{static_cast<const int8_t*>(xd.view.data), static_cast<const float*>(xsd.view.data),
+                                    static_cast<const int8_t*>(wd.view.data), static_cast<const float*>(wsd.view.data),
+                                    nullptr, yd.view.data, true, m, n, k, nullptr};
+      cuda::launch_w8a8_int8_wgmma(args, be.stream(), config);
+      const std::vector<float> got = download(be, yd.view);
+      size_t bad = 0;
+      for (size_t i = 0; i < got.size(); ++i) bad += std::memcmp(&got[i], &ref[i], sizeof(float)) != 0;
+      EXPECT_EQ(bad, 0u) << "device " << d << " " << cuda::to_string(config);
+    }
+  }
+  XI_CUDA_CHECK(cudaSetDevice(0));  // gpu()'s device, for the tests after this one
+}
+
 // linear() through the wgmma GEMM (the default "auto" and fixed configurations, set_int8_gemm) gives the cuBLASLt
 // path's bits, eagerly and (the default) replayed from a graph; the default's choice by rows.
 TEST(W8A8Int8, WgmmaLinearEqualsCublasLtPath) {
@@ -465,7 +510,7 @@ TEST(W8A8Int8, WgmmaLinearEqualsCublasLtPath) {
   } restore;
   gpu().set_int8_gemm("cublaslt");
   for (size_t i = 0; i < ms.size(); ++i) gpu().linear(xs[i].view, c.lw, want[i].view);
-  for (const char* name : {"auto", "wgmma128s4", "wgmma128s6tma", "wgmma128s8pp", "wgmma256s5pp"}) {
+  for (const char* name : {"auto", "wgmma128s6", "wgmma256s4", "wgmma128s8pp", "wgmma256s5pp"}) {
     gpu().set_int8_gemm(name);
     for (size_t i = 0; i < ms.size(); ++i) {
       poison(got[i].view);

@@ -17,9 +17,8 @@
 namespace xinfer::cuda {
 namespace {
 
-constexpr int kThreads = 256;  // two warpgroups
-constexpr int kBM = 128;       // y rows per CTA (64 per warpgroup)
-constexpr int kBK = 128;       // k bytes per step: one 128-byte swizzle row
+constexpr int kBM = 128;  // y rows of a cooperative tile (64 per consumer warpgroup)
+constexpr int kBK = 128;  // k bytes per step: one 128-byte swizzle row
 
 #define XI_S32X8(d, i)                                                                        \
   "+r"(d[i]), "+r"(d[i + 1]), "+r"(d[i + 2]), "+r"(d[i + 3]), "+r"(d[i + 4]), "+r"(d[i + 5]), \
@@ -124,82 +123,6 @@ __device__ __forceinline__ void store_tile(const Int8GemmArgs& a, const uint32_t
   }
 }
 
-// kRows rows of the int8 [rows, k] matrix src from row0, the 128 bytes from column k0, into the
-// 128-byte-swizzled K-major tile at dst by cp.async (every thread of the CTA): row r's 16-byte chunk c at
-// byte r * 128 + (c ^ (r % 8)) * 16. Rows past `rows` and chunks past k (k % 16 == 0: a chunk is all in or
-// all out) are zeros. kStream: weights, fetched past L1 in 256-byte L2 lines.
-template <int kRows, bool kStream>
-__device__ __forceinline__ void copy_tile(uint32_t dst, const int8_t* src, int row0, int rows, int k, int k0,
-                                          int tid) {
-#pragma unroll
-  for (int i = 0; i < kRows * 8 / kThreads; ++i) {
-    const int idx = tid + i * kThreads, r = idx / 8, c = idx % 8;
-    const bool ok = row0 + r < rows && k0 + 16 * c < k;
-    const int8_t* p = ok ? src + static_cast<size_t>(row0 + r) * k + k0 + 16 * c : src;
-    const uint32_t d = dst + static_cast<uint32_t>(r * 128 + ((c ^ (r & 7)) << 4));
-    if constexpr (kStream)
-      cp_async_16_stream(d, p, ok);
-    else
-      cp_async_16(d, p, ok);
-  }
-}
-
-template <int kBN, int kStages>
-constexpr int smem_bytes() {
-  return kStages * (kBM + kBN) * kBK + 1024;  // + alignment of the ring to the 1024-byte swizzle atom
-}
-
-// Grid (ceil(m / kBM), ceil(n / kBN)), kThreads threads, smem_bytes() of dynamic shared memory.
-template <int kBN, int kStages>
-__global__ void __launch_bounds__(kThreads, kBN == 128 && kStages == 3 ? 2 : 1)
-    w8a8_int8_wgmma_kernel(Int8GemmArgs a) {
-  static_assert(kStages >= 3, "loads run stages - 2 steps ahead of a wgmma group left in flight");
-  constexpr int kABytes = kBM * kBK, kStageBytes = (kBM + kBN) * kBK;
-  extern __shared__ uint8_t smem_raw[];
-  const uint32_t ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const int tid = static_cast<int>(threadIdx.x), wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
-  const int m0 = static_cast<int>(blockIdx.x) * kBM, n0 = static_cast<int>(blockIdx.y) * kBN;
-  const int steps = (a.k + kBK - 1) / kBK;
-
-  auto load_step = [&](int s, int b) {  // step s into buffer b: the x tile, then the (streamed) weight tile
-    const uint32_t sa = ring + static_cast<uint32_t>(b * kStageBytes);
-    copy_tile<kBM, false>(sa, a.xq, m0, a.m, a.k, s * kBK, tid);
-    copy_tile<kBN, true>(sa + kABytes, a.wq, n0, a.n, a.k, s * kBK, tid);
-  };
-
-  uint32_t acc[kBN / 2];
-#pragma unroll
-  for (int i = 0; i < kBN / 2; ++i) acc[i] = 0;
-
-#pragma unroll
-  for (int s = 0; s < kStages - 2; ++s) {
-    if (s < steps) load_step(s, s);
-    cp_async_commit();
-  }
-  for (int s = 0; s < steps; ++s) {
-    cp_async_wait<kStages - 3>();  // this thread's copies of step s landed
-    fence_proxy_async();           // ... and are visible to the async proxy wgmma reads through
-    __syncthreads();  // everyone's; and every wgmma group of step s - 2 has completed (waited below)
-    const int next = s + kStages - 2;  // its buffer, (s - 2) % kStages, is free now
-    if (next < steps) load_step(next, next % kStages);
-    cp_async_commit();
-    const uint32_t sa = ring + static_cast<uint32_t>((s % kStages) * kStageBytes + wg * 64 * 128);
-    const uint32_t sb = ring + static_cast<uint32_t>((s % kStages) * kStageBytes + kABytes);
-    wgmma_fence();
-#pragma unroll
-    // 32 bytes of k per wgmma: the descriptors' start moves along the row.
-    for (int ks = 0; ks < kBK / 32; ++ks)
-      wgmma_s8(acc, make_desc(sa + 32 * ks, 16, 1024), make_desc(sb + 32 * ks, 16, 1024));
-    wgmma_commit();
-    wgmma_wait<1>();  // step s - 1's group done: its buffer may be refilled after the next barrier
-  }
-  wgmma_wait<0>();
-  fence_regs(acc);
-  store_tile(a, acc, m0 + wg * 64 + warp * 16 + lane / 4, n0, lane);
-}
-
-// ---- The warp-specialized TMA kernel ----
-
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
@@ -231,22 +154,22 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
-constexpr int kTmaThreads = 384;  // a producer warpgroup and two consumer warpgroups
+constexpr int kThreads = 384;  // a producer warpgroup and two consumer warpgroups
 
 // Rows of y per tile: 128 (cooperative: both consumer warpgroups on one tile, 64 rows each) or 64 (ping-pong:
 // each consumer warpgroup on its own tiles, alternately, so one stores while the other multiplies).
 template <bool kPingPong>
-constexpr int tma_tile_rows() {
+constexpr int tile_rows() {
   return kPingPong ? 64 : kBM;
 }
 
 template <int kBN, int kStages, bool kPingPong>
-constexpr int tma_smem_bytes() {
-  return kStages * (tma_tile_rows<kPingPong>() + kBN) * kBK + 1024 +
-         (2 * kStages + 2) * 8;  // + alignment, barriers
+constexpr int smem_bytes() {
+  // The ring, the slack to align it to 1024 bytes, its full / empty barriers and the two order barriers.
+  return kStages * (tile_rows<kPingPong>() + kBN) * kBK + 1024 + (2 * kStages + 2) * 8;
 }
 
-// Persistent: grid min(tiles, SMs), kTmaThreads threads, tma_smem_bytes() of dynamic shared memory. CTA i
+// Persistent: grid min(tiles, SMs), kThreads threads, smem_bytes() of dynamic shared memory. CTA i
 // takes tiles i, i + gridDim.x, ... (m tiles fastest: the CTAs running at once share weight tiles through
 // L2); the ring and its barrier phases run on across tiles, so the producer loads the next tile while the
 // consumers store one. The producer loads the CTA's tiles in order, step by step; cooperative: both consumers
@@ -257,21 +180,19 @@ constexpr int tma_smem_bytes() {
 // stage it waits on is at most one phase ahead of the phase it has seen (a barrier's parity tells only that
 // much).
 template <int kBN, int kStages, bool kPingPong>
-__global__ void __launch_bounds__(kTmaThreads, 1)  // two CTAs per SM would leave too few registers for wgmma
-    w8a8_int8_wgmma_tma_kernel(const __grid_constant__ CUtensorMap tm_x,
-                               const __grid_constant__ CUtensorMap tm_w, Int8GemmArgs a) {
-  constexpr int kRows = tma_tile_rows<kPingPong>();
+__global__ void __launch_bounds__(kThreads, 1)  // two CTAs per SM would leave too few registers for wgmma
+    w8a8_int8_wgmma_kernel(const __grid_constant__ CUtensorMap tm_x, const __grid_constant__ CUtensorMap tm_w,
+                           Int8GemmArgs a) {
+  constexpr int kRows = tile_rows<kPingPong>();
   constexpr int kABytes = kRows * kBK, kStageBytes = (kRows + kBN) * kBK;
   constexpr uint32_t kConsumers = kPingPong ? 128 : 256;  // threads that release each stage
   extern __shared__ uint8_t smem_raw[];
   const uint32_t ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const uint32_t bars =
-      ring + kStages * kStageBytes;  // full[kStages], empty[kStages], then order[2] (ping-pong)
+  // Barriers after the ring: full[kStages], empty[kStages], then order[2] (ping-pong: consumer c may go on).
+  const uint32_t bars = ring + kStages * kStageBytes;
   auto full = [&](int b) { return bars + 8u * static_cast<uint32_t>(b); };
   auto empty = [&](int b) { return bars + 8u * static_cast<uint32_t>(kStages + b); };
-  auto order = [&](int c) {
-    return bars + 8u * static_cast<uint32_t>(2 * kStages + c);
-  };  // consumer c may go on
+  auto order = [&](int c) { return bars + 8u * static_cast<uint32_t>(2 * kStages + c); };
   const int tid = static_cast<int>(threadIdx.x), wg = tid / 128;
   const int tiles_m = (a.m + kRows - 1) / kRows, tiles = tiles_m * ((a.n + kBN - 1) / kBN);
   const int steps = (a.k + kBK - 1) / kBK;
@@ -279,8 +200,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)  // two CTAs per SM would leav
 #pragma unroll
     for (int b = 0; b < kStages; ++b) {
       mbar_init(full(b), 1);  // the producer's arrive (+ the loads' bytes)
-      mbar_init(empty(b),
-                kConsumers);  // every consuming thread, once its wgmma group on the stage has completed
+      // Every consuming thread, once its wgmma group on the stage has completed.
+      mbar_init(empty(b), kConsumers);
     }
     mbar_init(order(0), 128);  // ping-pong: the other consumer's threads, after each of their mainloops
     mbar_init(order(1), 128);
@@ -297,8 +218,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)  // two CTAs per SM would leav
         const int m0 = (tile % tiles_m) * kRows, n0 = (tile / tiles_m) * kBN;
         for (int s = 0; s < steps; ++s, ++it) {
           const int b = it % kStages;
-          mbar_wait(empty(b),
-                    ((it / kStages) & 1) ^ 1);  // round r waits for the consumers' release of round r - 1
+          // Round r waits for the consumers' release of round r - 1.
+          mbar_wait(empty(b), ((it / kStages) & 1) ^ 1);
           const uint32_t dst = ring + static_cast<uint32_t>(b * kStageBytes);
           mbar_arrive_expect_tx(full(b), kStageBytes);  // whole boxes, zero-filled past the edges, count
           tma_load_2d(dst, &tm_x, full(b), s * kBK, m0);
@@ -318,8 +239,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)  // two CTAs per SM would leav
   for (int tile = first, local = kPingPong ? c : 0; tile < tiles;
        tile += stride, local += kPingPong ? 2 : 1, ++j) {
     const int m0 = (tile % tiles_m) * kRows, n0 = (tile / tiles_m) * kBN;
-    if constexpr (kPingPong) {  // consumer 0's tile j after consumer 1's tile j - 1; consumer 1's after
-                                // consumer 0's j
+    // Ping-pong: consumer 0's tile j after consumer 1's tile j - 1; consumer 1's after consumer 0's j.
+    if constexpr (kPingPong) {
       if (c == 1)
         mbar_wait(order(1), j & 1);
       else if (j > 0)
@@ -381,9 +302,9 @@ CUtensorMap int8_tensor_map(const int8_t* base, int rows, int k, int box_rows) {
 }
 
 template <int kBN, int kStages, bool kPingPong>
-void launch_tma(const Int8GemmArgs& a, cudaStream_t stream) {
-  constexpr int kSmem = tma_smem_bytes<kBN, kStages, kPingPong>(), kRows = tma_tile_rows<kPingPong>();
-  raise_smem_limit(reinterpret_cast<const void*>(w8a8_int8_wgmma_tma_kernel<kBN, kStages, kPingPong>), kSmem);
+void launch(const Int8GemmArgs& a, cudaStream_t stream) {
+  constexpr int kSmem = smem_bytes<kBN, kStages, kPingPong>(), kRows = tile_rows<kPingPong>();
+  raise_smem_limit(reinterpret_cast<const void*>(w8a8_int8_wgmma_kernel<kBN, kStages, kPingPong>), kSmem);
   int device = 0, sms = 0;  // this device's (tensor-parallel ranks launch on several)
   XI_CUDA_CHECK(cudaGetDevice(&device));
   XI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -391,17 +312,7 @@ void launch_tma(const Int8GemmArgs& a, cudaStream_t stream) {
                     tm_w = int8_tensor_map(a.wq, a.n, a.k, kBN);
   const int64_t tiles = static_cast<int64_t>((a.m + kRows - 1) / kRows) * ((a.n + kBN - 1) / kBN);
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, sms));
-  w8a8_int8_wgmma_tma_kernel<kBN, kStages, kPingPong><<<grid, kTmaThreads, kSmem, stream>>>(tm_x, tm_w, a);
-  XI_CUDA_CHECK_LAUNCH();
-}
-
-template <int kBN, int kStages>
-void launch(const Int8GemmArgs& a, cudaStream_t stream) {
-  constexpr int kSmem = smem_bytes<kBN, kStages>();
-  raise_smem_limit(reinterpret_cast<const void*>(w8a8_int8_wgmma_kernel<kBN, kStages>), kSmem);
-  XI_CHECK((a.n + kBN - 1) / kBN <= 65535) << "W8A8-INT8 wgmma GEMM: n " << a.n << " too large for its grid";
-  const dim3 grid(static_cast<unsigned>((a.m + kBM - 1) / kBM), static_cast<unsigned>((a.n + kBN - 1) / kBN));
-  w8a8_int8_wgmma_kernel<kBN, kStages><<<grid, kThreads, kSmem, stream>>>(a);
+  w8a8_int8_wgmma_kernel<kBN, kStages, kPingPong><<<grid, kThreads, kSmem, stream>>>(tm_x, tm_w, a);
   XI_CUDA_CHECK_LAUNCH();
 }
 
@@ -409,16 +320,15 @@ void launch(const Int8GemmArgs& a, cudaStream_t stream) {
 
 std::string to_string(const Int8WgmmaConfig& c) {
   return "wgmma " + std::to_string(c.ping_pong ? 64 : 128) + "x" + std::to_string(c.bn) + " s" +
-         std::to_string(c.stages) + (c.tma ? (c.ping_pong ? " tma ping-pong" : " tma") : "");
+         std::to_string(c.stages) + (c.ping_pong ? " ping-pong" : "");
 }
 
 std::string config_name(const Int8WgmmaConfig& c) {
-  return "wgmma" + std::to_string(c.bn) + "s" + std::to_string(c.stages) +
-         (c.tma ? (c.ping_pong ? "pp" : "tma") : "");
+  return "wgmma" + std::to_string(c.bn) + "s" + std::to_string(c.stages) + (c.ping_pong ? "pp" : "");
 }
 
 Int8WgmmaConfig int8_wgmma_auto_config(int m) {
-  return m <= kInt8WgmmaWideRows ? Int8WgmmaConfig{128, 8, true, true} : Int8WgmmaConfig{256, 5, true, true};
+  return m <= kInt8WgmmaWideRows ? Int8WgmmaConfig{128, 8, true} : Int8WgmmaConfig{256, 5, true};
 }
 
 bool w8a8_int8_wgmma_supports(int m, int n, int k) {
@@ -430,21 +340,10 @@ void launch_w8a8_int8_wgmma(const Int8GemmArgs& a, cudaStream_t stream, Int8Wgmm
       << "W8A8-INT8 wgmma GEMM: m " << a.m << " n " << a.n << " k " << a.k << " (k must be a multiple of 16)";
   XI_CHECK(reinterpret_cast<uintptr_t>(a.xq) % 16 == 0 && reinterpret_cast<uintptr_t>(a.wq) % 16 == 0)
       << "W8A8-INT8 wgmma GEMM: xq / wq must be 16-byte aligned";
-  if (config.tma) {
-    if (!config.ping_pong && config.bn == 128 && config.stages == 6)
-      return launch_tma<128, 6, false>(a, stream);
-    if (!config.ping_pong && config.bn == 256 && config.stages == 4)
-      return launch_tma<256, 4, false>(a, stream);
-    if (config.ping_pong && config.bn == 128 && config.stages == 8)
-      return launch_tma<128, 8, true>(a, stream);
-    if (config.ping_pong && config.bn == 256 && config.stages == 5)
-      return launch_tma<256, 5, true>(a, stream);
-    XI_CHECK(false) << "W8A8-INT8 wgmma GEMM: no " << to_string(config) << " kernel";
-  }
-  if (config.bn == 128 && config.stages == 3) return launch<128, 3>(a, stream);
-  if (config.bn == 128 && config.stages == 4) return launch<128, 4>(a, stream);
-  if (config.bn == 256 && config.stages == 3) return launch<256, 3>(a, stream);
-  if (config.bn == 256 && config.stages == 4) return launch<256, 4>(a, stream);
+  if (!config.ping_pong && config.bn == 128 && config.stages == 6) return launch<128, 6, false>(a, stream);
+  if (!config.ping_pong && config.bn == 256 && config.stages == 4) return launch<256, 4, false>(a, stream);
+  if (config.ping_pong && config.bn == 128 && config.stages == 8) return launch<128, 8, true>(a, stream);
+  if (config.ping_pong && config.bn == 256 && config.stages == 5) return launch<256, 5, true>(a, stream);
   XI_CHECK(false) << "W8A8-INT8 wgmma GEMM: no " << to_string(config) << " kernel";
 }
 
