@@ -133,6 +133,22 @@ Int8Case make_int8_case(int64_t n, int64_t k, quant::ActScaleMode act, bool with
   return c;
 }
 
+// The exact W8A8-INT8 result in the oracle's order: y[t, j] = f32(ws[j] * xs[t]) * f32(dot) (+ bias[j]), dot the
+// int64 sum of w[j, :] * x[t, :]; bias empty: none.
+std::vector<float> exact_int8_reference(const std::vector<int8_t>& w, const std::vector<int8_t>& x,
+                                        const std::vector<float>& ws, const std::vector<float>& xs,
+                                        const std::vector<float>& bias, int m, int n, int k) {
+  std::vector<float> ref(static_cast<size_t>(m) * n);
+  for (int t = 0; t < m; ++t)
+    for (int j = 0; j < n; ++j) {
+      int64_t dot = 0;
+      for (int i = 0; i < k; ++i) dot += int64_t{w[static_cast<size_t>(j) * k + i]} * x[static_cast<size_t>(t) * k + i];
+      const float r = ws[static_cast<size_t>(j)] * xs[static_cast<size_t>(t)] * static_cast<float>(dot);
+      ref[static_cast<size_t>(t) * n + j] = bias.empty() ? r : r + bias[static_cast<size_t>(j)];
+    }
+  return ref;
+}
+
 TEST(W8A8Int8, GemvSchedulesMatchExactReference) {
   std::mt19937 rng(43);
   std::uniform_int_distribution<int> v(-127, 127);
@@ -147,14 +163,7 @@ TEST(W8A8Int8, GemvSchedulesMatchExactReference) {
       std::vector<float> ws(static_cast<size_t>(sh.n)), xs(static_cast<size_t>(m));
       for (auto& s : ws) s = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) * 1e-3f;
       for (auto& s : xs) s = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) * 1e-2f;
-      std::vector<float> ref(static_cast<size_t>(m) * sh.n);
-      for (int t = 0; t < m; ++t)
-        for (int j = 0; j < sh.n; ++j) {
-          int64_t dot = 0;
-          for (int i = 0; i < sh.k; ++i)
-            dot += int64_t{w[static_cast<size_t>(j) * sh.k + i]} * x[static_cast<size_t>(t) * sh.k + i];
-          ref[static_cast<size_t>(t) * sh.n + j] = ws[static_cast<size_t>(j)] * xs[static_cast<size_t>(t)] * static_cast<float>(dot);
-        }
+      const std::vector<float> ref = exact_int8_reference(w, x, ws, xs, {}, m, sh.n, sh.k);
       auto wd = gpu().upload(raw(w, DType::kI8, Shape{sh.n, sh.k}), DType::kI8);
       auto xd = gpu().upload(raw(x, DType::kI8, Shape{m, sh.k}), DType::kI8);
       auto wsd = gpu().upload(raw(ws, DType::kF32, Shape{sh.n}), DType::kF32);
@@ -285,14 +294,7 @@ TEST(W8A8Int8, GemmModesAndChunks) {
   for (auto& b : x) b = static_cast<int8_t>(v(rng));
   std::vector<float> xs(static_cast<size_t>(m));
   for (auto& s : xs) s = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) * 1e-2f;
-  std::vector<float> ref(static_cast<size_t>(m) * n);
-  for (int t = 0; t < m; ++t)
-    for (int j = 0; j < n; ++j) {
-      int64_t dot = 0;
-      for (int i = 0; i < k; ++i) dot += int64_t{c.w[static_cast<size_t>(j) * k + i]} * x[static_cast<size_t>(t) * k + i];
-      const float r = c.scales[static_cast<size_t>(j)] * xs[static_cast<size_t>(t)] * static_cast<float>(dot);
-      ref[static_cast<size_t>(t) * n + j] = r + c.bias[static_cast<size_t>(j)];
-    }
+  const std::vector<float> ref = exact_int8_reference(c.w, x, c.scales, xs, c.bias, m, n, k);
   auto xd = gpu().upload(raw(x, DType::kI8, Shape{m, k}), DType::kI8);
   auto xsd = gpu().upload(raw(xs, DType::kF32, Shape{m}), DType::kF32);
   auto yd = gpu().allocate(DType::kF32, Shape{m, n});
@@ -407,18 +409,10 @@ TEST(W8A8Int8, WgmmaGemmMatchesExactReference) {
     for (auto& b : x) b = static_cast<int8_t>(v(rng));
     std::vector<float> xs(static_cast<size_t>(m));
     for (auto& q : xs) q = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) * 1e-2f;
-    std::vector<float> ref(static_cast<size_t>(m) * n);
+    const std::vector<float> ref =
+        exact_int8_reference(c.w, x, c.scales, xs, with_bias ? c.bias : std::vector<float>{}, m, n, k);
     std::vector<uint16_t> ref_bf16(ref.size());
-    for (int t = 0; t < m; ++t)
-      for (int j = 0; j < n; ++j) {
-        int64_t dot = 0;
-        for (int i = 0; i < k; ++i)
-          dot += int64_t{c.w[static_cast<size_t>(j) * k + i]} * x[static_cast<size_t>(t) * k + i];
-        const float r = c.scales[static_cast<size_t>(j)] * xs[static_cast<size_t>(t)] * static_cast<float>(dot);
-        const float y = with_bias ? r + c.bias[static_cast<size_t>(j)] : r;
-        ref[static_cast<size_t>(t) * n + j] = y;
-        ref_bf16[static_cast<size_t>(t) * n + j] = to_bf16(y).bits;
-      }
+    for (size_t i = 0; i < ref.size(); ++i) ref_bf16[i] = to_bf16(ref[i]).bits;
     auto xd = gpu().upload(raw(x, DType::kI8, Shape{m, k}), DType::kI8);
     auto xsd = gpu().upload(raw(xs, DType::kF32, Shape{m}), DType::kF32);
     for (const cuda::Int8WgmmaConfig& config : cuda::kInt8WgmmaConfigs)
@@ -461,13 +455,8 @@ TEST(W8A8Int8, WgmmaRunsOnEveryDevice) {
   std::vector<int8_t> x(static_cast<size_t>(m) * k), w(static_cast<size_t>(n) * k);
   for (auto& b : x) b = static_cast<int8_t>(v(rng));
   for (auto& b : w) b = static_cast<int8_t>(v(rng));
-  std::vector<float> xs(static_cast<size_t>(m), 1e-2f), ws(static_cast<size_t>(n), 3e-3f), ref(static_cast<size_t>(m) * n);
-  for (int t = 0; t < m; ++t)
-    for (int j = 0; j < n; ++j) {
-      int64_t dot = 0;
-      for (int i = 0; i < k; ++i) dot += int64_t{w[static_cast<size_t>(j) * k + i]} * x[static_cast<size_t>(t) * k + i];
-      ref[static_cast<size_t>(t) * n + j] = ws[static_cast<size_t>(j)] * xs[static_cast<size_t>(t)] * static_cast<float>(dot);
-    }
+  const std::vector<float> xs(static_cast<size_t>(m), 1e-2f), ws(static_cast<size_t>(n), 3e-3f);
+  const std::vector<float> ref = exact_int8_reference(w, x, ws, xs, {}, m, n, k);
   for (int d = 0; d < devices; ++d) {
     cuda::CudaBackendOptions o;
     o.device = d;  // the constructor makes it this thread's device

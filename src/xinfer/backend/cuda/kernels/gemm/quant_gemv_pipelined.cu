@@ -20,7 +20,7 @@
 #include "xinfer/backend/cuda/kernels/cp_async.cuh"
 #include "xinfer/backend/cuda/kernels/gemm/quant_gemv_math.cuh"
 #include "xinfer/backend/cuda/kernels/pdl.cuh"
-#include "xinfer/backend/cuda/kernels/smem_limit.h"
+#include "xinfer/backend/cuda/kernels/device_launch.h"
 
 namespace xinfer::cuda::quant_gemv {
 namespace {
@@ -147,13 +147,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) quant_gemv_pipelined_ker
     finish_tile<kKind, kNormed>(p, rb, ss_red[ti & 1], tile, warp, lane, acc, ss);
   }
   cp_async_wait<0>();
-}
-
-int sm_count() {
-  int dev = 0, sms = 0;
-  XI_CUDA_CHECK(cudaGetDevice(&dev));
-  XI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
 }
 
 template <Kind kKind, bool kFold, int kStages, int kMinBlocks, bool kNormed>

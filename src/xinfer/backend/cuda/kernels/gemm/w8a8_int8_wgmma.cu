@@ -11,7 +11,7 @@
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/cp_async.cuh"
 #include "xinfer/backend/cuda/kernels/gemm/int8_scale.cuh"
-#include "xinfer/backend/cuda/kernels/smem_limit.h"
+#include "xinfer/backend/cuda/kernels/device_launch.h"
 #include "xinfer/backend/cuda/kernels/wgmma.cuh"
 
 namespace xinfer::cuda {
@@ -305,13 +305,10 @@ template <int kBN, int kStages, bool kPingPong>
 void launch(const Int8GemmArgs& a, cudaStream_t stream) {
   constexpr int kSmem = smem_bytes<kBN, kStages, kPingPong>(), kRows = tile_rows<kPingPong>();
   raise_smem_limit(reinterpret_cast<const void*>(w8a8_int8_wgmma_kernel<kBN, kStages, kPingPong>), kSmem);
-  int device = 0, sms = 0;  // this device's (tensor-parallel ranks launch on several)
-  XI_CUDA_CHECK(cudaGetDevice(&device));
-  XI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const CUtensorMap tm_x = int8_tensor_map(a.xq, a.m, a.k, kRows),
                     tm_w = int8_tensor_map(a.wq, a.n, a.k, kBN);
   const int64_t tiles = static_cast<int64_t>((a.m + kRows - 1) / kRows) * ((a.n + kBN - 1) / kBN);
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, sms));
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count()));
   w8a8_int8_wgmma_kernel<kBN, kStages, kPingPong><<<grid, kThreads, kSmem, stream>>>(tm_x, tm_w, a);
   XI_CUDA_CHECK_LAUNCH();
 }

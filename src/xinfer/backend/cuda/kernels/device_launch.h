@@ -1,0 +1,35 @@
+// Per-device facts a kernel launch needs, read for the current device: tensor-parallel ranks of one process launch
+// the same kernels on several devices, so neither is kept once per process.
+//   raise_smem_limit  a kernel's dynamic shared-memory limit (cudaFuncAttributeMaxDynamicSharedMemorySize), for
+//                     launches past 48 KB: a per-device attribute, set once per (kernel, device, size);
+//   sm_count          the current device's SMs (persistent grids).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <set>
+#include <tuple>
+
+#include "xinfer/backend/cuda/cuda_check.h"
+
+namespace xinfer::cuda {
+
+inline void raise_smem_limit(const void* kernel, int bytes) {
+  static std::mutex mu;
+  static std::set<std::tuple<const void*, int, int>> raised;  // (kernel, device, bytes)
+  int device = 0;
+  XI_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mu);
+  if (raised.insert({kernel, device, bytes}).second)
+    XI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+inline int sm_count() {
+  int device = 0, sms = 0;
+  XI_CUDA_CHECK(cudaGetDevice(&device));
+  XI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+}  // namespace xinfer::cuda
