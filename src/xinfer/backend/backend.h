@@ -403,10 +403,6 @@ class Backend {
   // residual[T, H] += delta[T, H]; out[T, H] = rms_norm(residual) * weight   (fused add + norm)
   virtual void add_rms_norm(const TensorView& residual, const TensorView& delta, const TensorView& weight,
                             float eps, const TensorView& out) = 0;
-  // The model's decoder linears in the order a step runs them (layer by layer), given after loading and after
-  // any weight is replaced; the pointers need not outlive the call. A device may use it to fetch the next
-  // weights ahead of a decode step's linears (CUDA: into L2, weight_prefetch_plan.h). Default: ignored.
-  virtual void plan_weight_prefetch(const std::vector<const LinearWeights*>& linears) { (void)linears; }
   // out[T, N] = x[T, K] @ w.weight[N, K]^T + w.bias
   virtual void linear(const TensorView& x, const LinearWeights& w, const TensorView& out) = 0;
   // (linear ->) (add_)rms_norm -> linear (-> silu_mul) as one op (NormLinearArgs); the results are those of

@@ -65,9 +65,6 @@ void EngineFlags::add_to(FlagSet& flags) {
   flags.add("--fused-rope-attention", &config.fused_rope_attention,
             "CUDA: on decode-only steps RoPE and the KV-cache write run inside the decode attention kernel; "
             "--no-fused-rope-attention: a rope kernel, then attention");
-  flags.add("--l2-weight-prefetch", &config.l2_weight_prefetch_mb,
-            "CUDA: on decode steps of up to 16 rows, MiB of the next weights kept in flight to L2 ahead of the "
-            "running linear, so HBM streams them while norms, attention and SwiGLU run; 0: off");
   flags.add("--enable-prefix-caching", &sc.enable_prefix_caching, "reuse KV blocks of identical prompt prefixes");
   flags.add("--max-num-seqs", &sc.max_num_seqs, "most sequences running at once");
   flags.add("--max-num-batched-tokens", &sc.max_num_batched_tokens, "most tokens in one forward pass");

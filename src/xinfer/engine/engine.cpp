@@ -60,7 +60,6 @@ Result<BackendBundle> make_backend(const EngineConfig& config, const model::Mode
       options.gemv_pdl = config.gemv_pdl;
       options.linear_fusion = config.fused_linears ? cuda::LinearFusion::kWhenGemv : cuda::LinearFusion::kOff;
       options.rope_attention_fusion = config.fused_rope_attention;
-      options.weight_prefetch_bytes = static_cast<size_t>(config.l2_weight_prefetch_mb) << 20;
       auto gpu = std::make_unique<cuda::CudaBackend>(options);
       // Rank `device`'s own shapes (its heads, its linears): validate_tensor_parallel has passed.
       XI_ASSIGN_OR_RETURN(const model::ModelShard shard,

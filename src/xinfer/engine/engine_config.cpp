@@ -27,8 +27,6 @@ Status EngineConfig::validate() const {
     return bad("gpu_memory_utilization must be in (0, 1], got " + std::to_string(gpu_memory_utilization));
   if (max_model_len < 0) return bad("max_model_len must be >= 0, got " + std::to_string(max_model_len));
   if (max_waiting < 1) return bad("max_waiting must be >= 1, got " + std::to_string(max_waiting));
-  if (l2_weight_prefetch_mb < 0 || l2_weight_prefetch_mb > 1024)
-    return bad("l2_weight_prefetch_mb must be in [0, 1024], got " + std::to_string(l2_weight_prefetch_mb));
   if (tensor_parallel_size < 1)
     return bad("tensor_parallel_size must be >= 1, got " + std::to_string(tensor_parallel_size));
   // num_blocks is derived later: check the rest with a placeholder.
@@ -52,8 +50,7 @@ std::string EngineConfig::to_string() const {
      << " gemm_tuning=" << gemm_tuning
      << " gemm_tuning_cache=" << (gemm_tuning_cache.empty() ? "default" : gemm_tuning_cache)
      << " gemv_pdl=" << gemv_pdl << " fused_linears=" << fused_linears
-     << " fused_rope_attention=" << fused_rope_attention << " l2_weight_prefetch_mb=" << l2_weight_prefetch_mb
-     << " tensor_parallel_size=" << tensor_parallel_size
+     << " fused_rope_attention=" << fused_rope_attention << " tensor_parallel_size=" << tensor_parallel_size
      << " | "
      << scheduler.to_string();
   return os.str();

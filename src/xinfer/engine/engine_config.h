@@ -74,9 +74,6 @@ struct EngineConfig {
   // CUDA: on decode-only steps RoPE, the KV-cache write and attention run as one kernel
   // (backend/cuda/cuda_backend.h; `--no-fused-rope-attention`: the rope kernel, then attention).
   bool fused_rope_attention = true;
-  // CUDA: on decode steps of up to 16 rows, the window of weight bytes (MiB) kept in flight to L2 ahead of the
-  // running linear (backend/cuda/weight_prefetch_plan.h); 0: off (`--l2-weight-prefetch`).
-  int l2_weight_prefetch_mb = 0;
   // Asynchronous scheduling (docs/engine.md): the host schedules and launches step N+1 while the device
   // computes step N (placeholder tokens fed from N's device-side ids), then applies N's results. Pipelined:
   // steps of plain-argmax rows (device_greedy) and steps the device samples whole (device_sampling; no

@@ -84,7 +84,6 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& dir, bac
     model->shard_ = shard;
     XI_RETURN_IF_ERROR(model->load_gguf_weights(file));
     model->make_rope_table();
-    model->plan_weight_prefetch();
     model->allocate_workspace();
     return model;
   }
@@ -284,15 +283,7 @@ Status LlamaModel::load_weights(const std::string& dir) {
   }
   progress.finish();
   make_rope_table();
-  plan_weight_prefetch();
   return Status();
-}
-
-void LlamaModel::plan_weight_prefetch() {
-  std::vector<const backend::LinearWeights*> linears;
-  for (const LayerWeights& w : layers_)
-    for (const backend::LinearWeights* l : {&w.qkv, &w.o, &w.gate_up, &w.down}) linears.push_back(l);
-  backend_.plan_weight_prefetch(linears);
 }
 
 void LlamaModel::make_rope_table() {
@@ -497,7 +488,6 @@ void LlamaModel::replace_layer(int l, const LayerWeights& w,
   if (replaced_.empty()) replaced_.resize(static_cast<size_t>(config_.num_layers));
   layers_[static_cast<size_t>(l)] = w;
   replaced_[static_cast<size_t>(l)] = std::move(buffers);
-  plan_weight_prefetch();  // the old layer's weights may be freed now
 }
 
 }  // namespace xinfer::model

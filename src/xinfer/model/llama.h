@@ -122,7 +122,6 @@ class LlamaModel {
   Status load_weights(const std::string& dir);  // dir unused for dummy weights
   Status load_gguf_weights(const GgufFile& file);  // gguf_weights.cpp
   void make_rope_table();                          // cos_sin_ for max_model_len_ positions
-  void plan_weight_prefetch();                     // the decoder linears, in step order, to the backend
   void allocate_workspace();
   void forward_observed(const backend::StepMeta& step, const backend::KvCache& kv);  // the unfused path
   // Tensor parallel layers: the o / down partials all-reduced before they enter the residual.

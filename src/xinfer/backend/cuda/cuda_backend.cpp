@@ -22,7 +22,6 @@
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuning_cache.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemv.h"
-#include "xinfer/backend/cuda/kernels/memory/l2_prefetch.h"
 #include "xinfer/backend/cuda/kernels/norm/qk_norm.h"
 #include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
 #include "xinfer/backend/cuda/kernels/random/random_normal.h"
@@ -87,38 +86,6 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device), 
   if (const char* v = std::getenv("XINFER_DECODE_WARPS")) set_decode_many_warps(std::atoi(v));  // A/B switch
   if (const char* v = std::getenv("XINFER_FP8_KV_WGMMA")) fp8_kv_wgmma_prefill_ = std::atoi(v) != 0;  // A/B switch
   if (const char* v = std::getenv("XINFER_INT8_GEMM")) set_int8_gemm(v);                            // A/B switch
-  size_t prefetch_bytes = options.weight_prefetch_bytes;
-  prefetch_max_rows_ = options.weight_prefetch_max_rows;
-  if (const char* v = std::getenv("XINFER_L2_PREFETCH_MB")) prefetch_bytes = std::strtoull(v, nullptr, 10) << 20;
-  if (const char* v = std::getenv("XINFER_L2_PREFETCH_ROWS")) prefetch_max_rows_ = std::atoi(v);
-  set_weight_prefetch(prefetch_bytes, prefetch_max_rows_);
-}
-
-void CudaBackend::plan_weight_prefetch(const std::vector<const backend::LinearWeights*>& linears) {
-  prefetch_linears_.clear();
-  for (const backend::LinearWeights* w : linears) {
-    WeightPrefetchPlan::Linear l{w->weight.data, {}};
-    for (const TensorView* t : {&w->weight, &w->scales, &w->zeros})
-      if (!t->empty() && t->device == Device::kCuda) l.ranges.push_back({t->data, t->bytes()});
-    prefetch_linears_.push_back(std::move(l));
-  }
-  prefetch_plan_.set(prefetch_linears_, prefetch_plan_.lead_bytes());
-  clear_graphs();  // recordings hold the old plan's launches (and its pointers)
-}
-
-void CudaBackend::set_weight_prefetch(size_t window_bytes, int max_rows) {
-  XI_CHECK(max_rows >= 0) << "weight prefetch rows must be >= 0, got " << max_rows;
-  prefetch_max_rows_ = max_rows;
-  prefetch_plan_.set(prefetch_linears_, window_bytes);
-  clear_graphs();
-}
-
-void CudaBackend::prefetch_weights(const backend::LinearWeights& w, int64_t m) {
-  if (!prefetch_plan_.enabled() || m > prefetch_max_rows_) return;
-  const std::vector<L2PrefetchRange> ranges = prefetch_plan_.advance(w.weight.data);
-  if (ranges.empty()) return;
-  launch_l2_prefetch(ranges.data(), static_cast<int>(ranges.size()), stream_);
-  ++weight_prefetches_;
 }
 
 void CudaBackend::set_int8_gemm(const std::string& name) {
@@ -524,7 +491,6 @@ void CudaBackend::linear(const TensorView& x, const backend::LinearWeights& w, c
   XI_CHECK_EQ(out.numel(), m * n);
   XI_CHECK(out.dtype == DType::kBF16 || out.dtype == DType::kF32) << "linear out dtype " << dtype_name(out.dtype);
   if (!w.bias.empty()) XI_CHECK_EQ(w.bias.numel(), n);
-  prefetch_weights(w, m);
   // x's codes left by swiglu() for this weight (cuda_backend.h quantized_input_): this call consumes the record.
   const QuantizedInput q = std::exchange(quantized_input_, {});
   const bool x_quantized = q.x != nullptr && q.x == x.data && q.numel == x.numel() && q.weight == w.weight.data;
@@ -642,11 +608,7 @@ void CudaBackend::add_rms_norm_linear(const backend::NormLinearArgs& a) {
     if (!a.act_out.empty()) swiglu(a.out, a.act_out, a.act_linear, a.act_out_unread);
     return;
   }
-  if (plan->producer) {
-    prefetch_weights(a.delta_linear, m);
-    launch_gemv(producer_args(a), *plan->producer, stream_, kProducerFusion);
-  }
-  prefetch_weights(a.linear, m);
+  if (plan->producer) launch_gemv(producer_args(a), *plan->producer, stream_, kProducerFusion);
   launch_gemv(consumer_args(a), plan->consumer, stream_, consumer_fusion(a, plan->swiglu));
   if (!a.act_out.empty() && !plan->swiglu) silu_mul(a.out, a.act_out);
   ++fused_linears_;

@@ -78,7 +78,6 @@
 #include "xinfer/backend/cuda/kernels/gemm/gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
 #include "xinfer/backend/cuda/kernels/gemm/w8a8_int8_wgmma.h"
-#include "xinfer/backend/cuda/weight_prefetch_plan.h"
 
 namespace xinfer::cuda {
 
@@ -131,11 +130,6 @@ struct CudaBackendOptions {
   // rope_paged_attention as one decode-attention kernel on decode-only steps (see above); false: the
   // composition.
   bool rope_attention_fusion = true;
-  // L2 weight prefetch on decode steps of up to weight_prefetch_max_rows rows (see plan_weight_prefetch):
-  // the window of weight bytes kept in flight to L2 ahead of the running linear; 0: off.
-  // XINFER_L2_PREFETCH_MB / XINFER_L2_PREFETCH_ROWS override them at construction.
-  size_t weight_prefetch_bytes = 0;
-  int weight_prefetch_max_rows = 16;
 };
 
 class CudaBackend final : public backend::Backend {
@@ -170,16 +164,6 @@ class CudaBackend final : public backend::Backend {
                     const TensorView& out) override;
   void linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) override;
   void add_rms_norm_linear(const backend::NormLinearArgs& a) override;
-  // L2 weight prefetch (weight_prefetch_plan.h): before each registered linear of a step of at most
-  // weight_prefetch_max_rows rows, one small kernel (kernels/memory/l2_prefetch.h) asks for the weight bytes
-  // up to the window past that linear's start, so the GEMVs after attention, the norms and SwiGLU find their
-  // weights in L2. Off with a zero window. set_weight_prefetch() changes the window (recorded graphs are
-  // dropped: they hold the launches of the old one).
-  void plan_weight_prefetch(const std::vector<const backend::LinearWeights*>& linears) override;
-  void set_weight_prefetch(size_t window_bytes, int max_rows);
-  size_t weight_prefetch_bytes() const { return prefetch_plan_.lead_bytes(); }
-  int weight_prefetch_max_rows() const { return prefetch_max_rows_; }
-  int64_t weight_prefetches() const { return weight_prefetches_; }  // prefetch kernels launched so far
   // bf16 or FP8 e4m3 (kernels/attention/kv_fp8.cuh): rope_kv_write, the decode and mma.sync prefill kernels
   // and the generic kernel read and write e4m3 caches; the fused RoPE + decode kernel and the wgmma prefill
   // kernels are bf16 only (FP8 steps run rope_kv_write + decode / mma.sync prefill instead).
@@ -321,8 +305,6 @@ class CudaBackend final : public backend::Backend {
   // add_rms_norm_linear on weight-only quantized linears as two GEMVs (the producer adds into the residual,
   // the consumer folds the norm and the SwiGLU); false (nothing run) where that chain does not apply.
   bool quant_fused_chain(const backend::NormLinearArgs& a);
-  // Launches the L2 prefetch the plan asks for before linear `w` runs on m rows (nothing past the row limit).
-  void prefetch_weights(const backend::LinearWeights& w, int64_t m);
   // The quantized linears' workspace (dequantized weights, quantized activations), at least `bytes` long;
   // nullptr while recording a graph that would have to grow it (the recording is failed).
   void* quant_workspace(size_t bytes);
@@ -342,10 +324,6 @@ class CudaBackend final : public backend::Backend {
   int decode_many_warps_ = 0;
   bool fp8_kv_wgmma_prefill_ = true;
   int64_t fused_rope_attentions_ = 0;
-  std::vector<WeightPrefetchPlan::Linear> prefetch_linears_;  // the last plan_weight_prefetch(), for set_weight_prefetch
-  WeightPrefetchPlan prefetch_plan_;
-  int prefetch_max_rows_ = 16;
-  int64_t weight_prefetches_ = 0;
 
   // upload_step() state
   void* step_host_ = nullptr;    // pinned staging buffer

@@ -373,7 +373,6 @@ bool CudaBackend::w8a8_norm_linear(const backend::NormLinearArgs& a) {
   if (kind == RowQuant::kFp8 && fp8_row_quantizes_x(m, n, k, a.out.dtype)) return false;
   const std::optional<W8a8Workspace> ws = w8a8_workspace(a.linear, m);
   if (!ws) return true;  // recording failed (see top): nothing to launch
-  prefetch_weights(a.linear, m);
   launch_add_rms_norm({static_cast<__nv_bfloat16*>(a.residual.data),
                        a.delta.empty() ? nullptr : static_cast<const __nv_bfloat16*>(a.delta.data),
                        static_cast<const __nv_bfloat16*>(a.norm_weight.data), nullptr, m, static_cast<int>(k), a.eps, kind,
@@ -443,12 +442,10 @@ bool CudaBackend::quant_fused_chain(const backend::NormLinearArgs& a) {
     return w.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(w.bias.data);
   };
   if (!a.delta_x.empty()) {
-    prefetch_weights(a.delta_linear, m);
     launch_quant_gemv({static_cast<const __nv_bfloat16*>(a.delta_x.data), qd, bias_of(a.delta_linear), residual, false, m},
                       stream_, producer_config, producer);
     ++quant_gemvs_;
   }
-  prefetch_weights(a.linear, m);
   launch_quant_gemv({residual, q, bias_of(a.linear), a.out.data, false, m}, stream_, config, consumer);
   ++quant_gemvs_;
   if (!a.act_out.empty() && !swiglu) silu_mul(a.out, a.act_out);
