@@ -524,6 +524,46 @@ TEST(W8A8Int8, WgmmaLinearEqualsCublasLtPath) {
   gpu().clear_graphs();
 }
 
+// measure_int8_gemms() keeps a measured configuration per (n, k, row bucket) that "auto" then runs (buckets 32, 64,
+// .., 1024 up to max_tokens), the rule by rows for shapes and buckets it did not measure;
+// choosing a GEMM (set_int8_gemm) forgets the measurements, and the configurations give the cuBLASLt path's bits
+// (WgmmaLinearEqualsCublasLtPath), so linear() through the measured choice does too.
+TEST(W8A8Int8, MeasuredConfigurationPerShapeAndRowBucket) {
+  std::mt19937 rng(71);
+  Int8Case c = make_int8_case(1008, 4096, quant::ActScaleMode::kDynamicPerToken, true, rng);
+  struct RestoreDefault {
+    ~RestoreDefault() { gpu().set_int8_gemm("auto"); }
+  } restore;
+  gpu().set_int8_gemm("auto");
+  gpu().measure_int8_gemms({&c.lw}, 600);
+  auto is_config = [](const std::optional<cuda::Int8WgmmaConfig>& got) {
+    if (!got) return false;
+    for (const cuda::Int8WgmmaConfig& k : cuda::kInt8WgmmaConfigs)
+      if (cuda::config_name(k) == cuda::config_name(*got)) return true;
+    return false;
+  };
+  for (int m : {17, 32, 33, 300, 513, 600, 1024}) EXPECT_TRUE(is_config(gpu().int8_wgmma_for(m, 1008, 4096))) << m;
+  // Past the last bucket (1024) and for another shape: the rule.
+  EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(1025, 1008, 4096)),
+            cuda::config_name(cuda::int8_wgmma_auto_config(1025)));
+  EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(300, 2000, 4096)), cuda::config_name(cuda::int8_wgmma_auto_config(300)));
+  // linear() at 300 rows through the measured choice: the cuBLASLt path's bits.
+  const std::vector<float> x = random_bf16(300 * 4096, rng);
+  backend::DeviceTensor xd = gpu().upload(host_view(x, Shape{300, 4096}), DType::kBF16);
+  backend::DeviceTensor got = gpu().allocate(DType::kBF16, Shape{300, 1008});
+  backend::DeviceTensor want = gpu().allocate(DType::kBF16, Shape{300, 1008});
+  gpu().linear(xd.view, c.lw, got.view);
+  gpu().set_int8_gemm("cublaslt");  // forgets the measurements
+  gpu().linear(xd.view, c.lw, want.view);
+  expect_same_bits(got.view, want.view, "measured choice vs cuBLASLt m=300");
+  gpu().set_int8_gemm("auto");
+  EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(600, 1008, 4096)), cuda::config_name(cuda::int8_wgmma_auto_config(600)));
+  // Nothing is measured under a fixed choice.
+  gpu().set_int8_gemm("wgmma256s4");
+  gpu().measure_int8_gemms({&c.lw}, 600);
+  EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(300, 1008, 4096)), "wgmma256s4");
+}
+
 TEST(W8A8Int8, GraphReplayIsBitIdentical) {
   EXPECT_TRUE(gpu().supports(quant::W8A8Int8Format{}));
   EXPECT_TRUE(gpu().supports(quant::W8A8Int8Format{quant::ActScaleMode::kStaticPerTensor}));

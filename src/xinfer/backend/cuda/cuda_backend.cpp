@@ -90,9 +90,11 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device), 
 
 void CudaBackend::set_int8_gemm(const std::string& name) {
   int8_cublaslt_ = name == "cublaslt";
+  int8_rule_only_ = name == "rule";
   int8_wgmma_fixed_.reset();
-  if (name == "auto" || name == "cublaslt") return;
-  std::string names = "auto, cublaslt";
+  int8_measured_.clear();
+  if (name == "auto" || name == "cublaslt" || name == "rule") return;
+  std::string names = "auto, rule, cublaslt";
   for (const Int8WgmmaConfig& c : kInt8WgmmaConfigs) {
     if (name == config_name(c)) {
       int8_wgmma_fixed_ = c;
@@ -105,7 +107,10 @@ void CudaBackend::set_int8_gemm(const std::string& name) {
 
 std::optional<Int8WgmmaConfig> CudaBackend::int8_wgmma_for(int m, int n, int k) const {
   if (int8_cublaslt_ || !w8a8_int8_wgmma_supports(m, n, k)) return std::nullopt;
-  return int8_wgmma_fixed_ ? *int8_wgmma_fixed_ : int8_wgmma_auto_config(m);
+  if (int8_wgmma_fixed_) return *int8_wgmma_fixed_;
+  if (const auto it = int8_measured_.find({n, k, int8_wgmma_row_bucket(m)}); it != int8_measured_.end())
+    return it->second;
+  return int8_wgmma_auto_config(m);
 }
 
 void CudaBackend::set_decode_many_warps(int warps) {

@@ -65,9 +65,11 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -208,6 +210,12 @@ class CudaBackend final : public backend::Backend {
   // choices there (cublaslt_fp8_gemm.h, cublaslt_int8_gemm.h) are made now instead of inside the first decode
   // steps. Logs one line (shapes, rows, seconds).
   void measure_w8a8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_rows);
+  // Times the wgmma configurations (kInt8WgmmaConfigs) of the W8A8-INT8 GEMM on every distinct W8A8-INT8 shape of
+  // `linears` at each decode row bucket up to max_tokens (int8_wgmma_row_bucket: 32, 64, .., kInt8MeasuredMaxRows;
+  // each measured at min(bucket, max_tokens) rows) and keeps the fastest per (n, k, bucket): "auto" then runs
+  // it there (int8_wgmma_for), the rule by rows elsewhere. Every configuration gives the same bits. Logs one line;
+  // nothing to do under set_int8_gemm("cublaslt"), "rule" or a fixed configuration.
+  void measure_int8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_tokens);
   // Allocates the quantized linears' workspace (activation codes and scales, INT8 sums, dequantized weights) for
   // steps of up to max_tokens rows through `linears` now, so that the memory plan counts it and it never grows
   // (a growth waits for the device) during serving.
@@ -228,9 +236,11 @@ class CudaBackend final : public backend::Backend {
   // Set it before graphs are recorded (recordings keep the variant they were made with).
   void set_fp8_kv_f16_mma(bool on) { fp8_kv_f16_mma_ = on; }
   // The W8A8-INT8 GEMM past the GEMV's rows (the same bits whichever runs): "auto" (the default: our wgmma
-  // kernels with the scales fused, by rows: int8_wgmma_auto_config in w8a8_int8_wgmma.h; cuBLASLt for a shape
-  // they do not take), "cublaslt" (int8 -> int32 workspace + our scale epilogue, cublaslt_int8_gemm.h), or one
-  // wgmma configuration by its config_name() ("wgmma128s8pp", ...) at every row count. XINFER_INT8_GEMM sets it.
+  // kernels with the scales fused, the configuration measure_int8_gemms() found fastest for the shape and row
+  // bucket, else by rows: int8_wgmma_auto_config in w8a8_int8_wgmma.h; cuBLASLt for a shape they do not take),
+  // "rule" (that rule alone: nothing measured), "cublaslt" (int8 -> int32 workspace + our scale epilogue,
+  // cublaslt_int8_gemm.h), or one wgmma configuration by its config_name() ("wgmma128s8pp", ...) at every row
+  // count. XINFER_INT8_GEMM sets it; setting it forgets the measurements.
   void set_int8_gemm(const std::string& name);
   // The wgmma configuration an m x n x k W8A8-INT8 GEMM runs with under that choice, or nullopt: cuBLASLt.
   std::optional<Int8WgmmaConfig> int8_wgmma_for(int m, int n, int k) const;
@@ -320,7 +330,9 @@ class CudaBackend final : public backend::Backend {
   bool rope_attention_fusion_ = true;
   bool fp8_kv_f16_mma_ = true;
   bool int8_cublaslt_ = false;                     // set_int8_gemm("cublaslt")
+  bool int8_rule_only_ = false;                    // set_int8_gemm("rule"): auto without measurements
   std::optional<Int8WgmmaConfig> int8_wgmma_fixed_;  // set_int8_gemm(config name); neither: "auto"
+  std::map<std::tuple<int, int, int>, Int8WgmmaConfig> int8_measured_;  // (n, k, row bucket): measure_int8_gemms
   int decode_many_warps_ = 0;
   bool fp8_kv_wgmma_prefill_ = true;
   int64_t fused_rope_attentions_ = 0;

@@ -22,10 +22,12 @@
 //                chunks of rows plus our scale epilogue (cublaslt_int8_gemm.h kInt32Epilogue): the same bits.
 // The workspace (bf16, the largest n * k run so far) grows outside graph recordings; a recording that would
 // need it to grow fails (end_capture() grows it, the step runs eagerly), as for the decode workspace.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -317,6 +319,76 @@ void CudaBackend::measure_w8a8_gemms(const std::vector<const backend::LinearWeig
     XI_LOG(INFO) << "cuda: W8A8 GEMM choices measured for " << shapes << " shapes at " << rows.size()
                  << " decode batch sizes (" << rows.front() << ".." << rows.back() << ") in "
                  << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s";
+}
+
+void CudaBackend::measure_int8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_tokens) {
+  XI_CHECK(!capturing_) << "measure_int8_gemms() while recording a graph";
+  if (int8_cublaslt_ || int8_rule_only_ || int8_wgmma_fixed_ || max_tokens <= 16) return;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<int> buckets;  // int8_wgmma_row_bucket's up to max_tokens (rows <= 16 run the GEMV)
+  for (int b = 32; b / 2 < max_tokens && b <= kInt8MeasuredMaxRows; b *= 2) buckets.push_back(b);
+  cudaEvent_t t0, t1;
+  XI_CUDA_CHECK(cudaEventCreate(&t0));
+  XI_CUDA_CHECK(cudaEventCreate(&t1));
+  std::map<std::string, int> wins;
+  std::set<std::pair<int64_t, int64_t>> seen;
+  int shapes = 0;
+  for (const backend::LinearWeights* w : linears) {
+    const int64_t n = w->out_features(), k = w->in_features();
+    if (!std::holds_alternative<quant::W8A8Int8Format>(w->format) || !seen.insert({n, k}).second) continue;
+    const int ni = static_cast<int>(n), ki = static_cast<int>(k), rows = std::min(buckets.back(), max_tokens);
+    const auto* wq = device_ptr<int8_t>(w->weight, DType::kI8, "weight", *w);
+    if (!w8a8_int8_wgmma_supports(rows, ni, ki) || reinterpret_cast<uintptr_t>(wq) % 16 != 0) continue;
+    ++shapes;
+    // Scratch codes (any values: the timing does not depend on them), scales and output.
+    backend::DeviceTensor xq = allocate(DType::kI8, Shape{rows, k});
+    backend::DeviceTensor xs = allocate(DType::kF32, Shape{rows});
+    backend::DeviceTensor y = allocate(DType::kBF16, Shape{rows, n});
+    XI_CUDA_CHECK(cudaMemsetAsync(xq.view.data, 0x11, xq.view.bytes(), stream_));
+    XI_CUDA_CHECK(cudaMemsetAsync(xs.view.data, 0x3c, xs.view.bytes(), stream_));
+    for (const int b : buckets) {
+      const int m = std::min(b, max_tokens);
+      const Int8GemmArgs args{static_cast<const int8_t*>(xq.view.data), static_cast<const float*>(xs.view.data), wq,
+                              device_ptr<float>(w->scales, DType::kF32, "scales", *w), nullptr, y.view.data, false,
+                              m, ni, ki, nullptr};
+      // Best of two runs of 5 launches after a warm-up; the rule's choice stays unless beaten by more than 1%.
+      auto time_us = [&](const Int8WgmmaConfig& c) {
+        launch_w8a8_int8_wgmma(args, stream_, c);
+        float best = 1e30f;
+        for (int rep = 0; rep < 2; ++rep) {
+          XI_CUDA_CHECK(cudaEventRecord(t0, stream_));
+          for (int i = 0; i < 5; ++i) launch_w8a8_int8_wgmma(args, stream_, c);
+          XI_CUDA_CHECK(cudaEventRecord(t1, stream_));
+          XI_CUDA_CHECK(cudaEventSynchronize(t1));
+          float ms = 0;
+          XI_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+          best = std::min(best, ms * 200.0f);
+        }
+        return best;
+      };
+      Int8WgmmaConfig chosen = int8_wgmma_auto_config(m);
+      float chosen_us = time_us(chosen);
+      for (const Int8WgmmaConfig& c : kInt8WgmmaConfigs) {
+        if (config_name(c) == config_name(chosen)) continue;
+        if (const float t = time_us(c); t < 0.99f * chosen_us) {
+          chosen = c;
+          chosen_us = t;
+        }
+      }
+      int8_measured_[{ni, ki, b}] = chosen;
+      ++wins[config_name(chosen)];
+      XI_LOG(DEBUG) << "cuda: W8A8-INT8 GEMM [" << n << ", " << k << "] at " << m << " rows: " << to_string(chosen)
+                    << " " << chosen_us << " us";
+    }
+  }
+  XI_CUDA_CHECK(cudaEventDestroy(t0));
+  XI_CUDA_CHECK(cudaEventDestroy(t1));
+  if (shapes == 0) return;
+  std::string summary;
+  for (const auto& [name, count] : wins) summary += (summary.empty() ? "" : ", ") + name + " x" + std::to_string(count);
+  XI_LOG(INFO) << "cuda: W8A8-INT8 GEMM configurations measured for " << shapes << " shapes at " << buckets.size()
+               << " row buckets (32.." << buckets.back() << ") in "
+               << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s: " << summary;
 }
 
 void CudaBackend::int8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out,

@@ -20,7 +20,8 @@
 // graph-capturable.
 //
 // The backend's default for W8A8-INT8 past the GEMV's rows since session 18
-// (int8_wgmma_auto_config: ping-pong); the cooperative configurations stay for the bench. A first mainloop in
+// (int8_wgmma_auto_config: ping-pong, or per shape the configuration CudaBackend::measure_int8_gemms found
+// fastest, cooperative ones included). A first mainloop in
 // which every warp cp.async-loaded the ring, one CTA barrier per k step, reached 45-54% of the INT8 peak and
 // was removed (docs/PERF.md session 18).
 #pragma once
@@ -54,6 +55,17 @@ inline constexpr Int8WgmmaConfig kInt8WgmmaConfigs[] = {
 // us).
 inline constexpr int kInt8WgmmaWideRows = 512;
 Int8WgmmaConfig int8_wgmma_auto_config(int m);
+
+// The measured choice (CudaBackend::measure_int8_gemms) covers decode-sized steps: rows 17 to
+// kInt8MeasuredMaxRows in power-of-two buckets (a bucket b holds the rows b / 2 + 1 .. b; 32 holds 17..32);
+// the rule past them. On an H200 (docs/PERF.md session 19) it gained 0.7% at 128/128; measuring the prefill-sized
+// rows too looked slower for those steps, in runs confounded with a first-run effect.
+inline constexpr int kInt8MeasuredMaxRows = 1024;
+constexpr int int8_wgmma_row_bucket(int m) {
+  int b = 32;
+  while (b < m) b *= 2;
+  return b;
+}
 
 // True if the kernels take this shape: m, n, k > 0 and k % 16 == 0 (16-byte rows). xq and wq must also be
 // 16-byte aligned (launch_w8a8_int8_wgmma checks). The build is sm_90a only.
