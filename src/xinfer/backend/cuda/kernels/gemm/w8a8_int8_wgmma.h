@@ -19,11 +19,10 @@
 // weight tile comes from HBM once and from L2 for the others. No allocation, no synchronization:
 // graph-capturable.
 //
-// The backend's default for W8A8-INT8 past the GEMV's rows since session 18
-// (int8_wgmma_auto_config: ping-pong, or per shape the configuration CudaBackend::measure_int8_gemms found
-// fastest, cooperative ones included). A first mainloop in
-// which every warp cp.async-loaded the ring, one CTA barrier per k step, reached 45-54% of the INT8 peak and
-// was removed (docs/PERF.md session 18).
+// The backend's default for W8A8-INT8 past the GEMV's rows since session 18 (int8_wgmma_auto_config:
+// ping-pong, or per shape the configuration CudaBackend::measure_int8_gemms found fastest, cooperative ones
+// included). A first mainloop in which every warp cp.async-loaded the ring, one CTA barrier per k step,
+// reached 45-54% of the INT8 peak and was removed (docs/PERF.md session 18).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -58,8 +57,8 @@ Int8WgmmaConfig int8_wgmma_auto_config(int m);
 
 // The measured choice (CudaBackend::measure_int8_gemms) covers decode-sized steps: rows 17 to
 // kInt8MeasuredMaxRows in power-of-two buckets (a bucket b holds the rows b / 2 + 1 .. b; 32 holds 17..32);
-// the rule past them. On an H200 (docs/PERF.md session 19) it gained 0.7% at 128/128; measuring the prefill-sized
-// rows too looked slower for those steps, in runs confounded with a first-run effect.
+// the rule past them. On an H200 (docs/PERF.md session 19) it gained 0.7% at 128/128; measuring the
+// prefill-sized rows too looked slower for those steps, in runs confounded with a first-run effect.
 inline constexpr int kInt8MeasuredMaxRows = 1024;
 constexpr int int8_wgmma_row_bucket(int m) {
   int b = 32;
