@@ -327,9 +327,6 @@ void CudaBackend::measure_int8_gemms(const std::vector<const backend::LinearWeig
   const auto start = std::chrono::steady_clock::now();
   std::vector<int> buckets;  // int8_wgmma_row_bucket's up to max_tokens (rows <= 16 run the GEMV)
   for (int b = 32; b / 2 < max_tokens && b <= kInt8MeasuredMaxRows; b *= 2) buckets.push_back(b);
-  cudaEvent_t t0, t1;
-  XI_CUDA_CHECK(cudaEventCreate(&t0));
-  XI_CUDA_CHECK(cudaEventCreate(&t1));
   std::map<std::string, int> wins;
   std::set<std::pair<int64_t, int64_t>> seen;
   int shapes = 0;
@@ -351,38 +348,20 @@ void CudaBackend::measure_int8_gemms(const std::vector<const backend::LinearWeig
       const Int8GemmArgs args{static_cast<const int8_t*>(xq.view.data), static_cast<const float*>(xs.view.data), wq,
                               device_ptr<float>(w->scales, DType::kF32, "scales", *w), nullptr, y.view.data, false,
                               m, ni, ki, nullptr};
-      // Best of two runs of 5 launches after a warm-up; the rule's choice stays unless beaten by more than 1%.
-      auto time_us = [&](const Int8WgmmaConfig& c) {
-        launch_w8a8_int8_wgmma(args, stream_, c);
-        float best = 1e30f;
-        for (int rep = 0; rep < 2; ++rep) {
-          XI_CUDA_CHECK(cudaEventRecord(t0, stream_));
-          for (int i = 0; i < 5; ++i) launch_w8a8_int8_wgmma(args, stream_, c);
-          XI_CUDA_CHECK(cudaEventRecord(t1, stream_));
-          XI_CUDA_CHECK(cudaEventSynchronize(t1));
-          float ms = 0;
-          XI_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-          best = std::min(best, ms * 200.0f);
-        }
-        return best;
-      };
-      Int8WgmmaConfig chosen = int8_wgmma_auto_config(m);
-      float chosen_us = time_us(chosen);
-      for (const Int8WgmmaConfig& c : kInt8WgmmaConfigs) {
-        if (config_name(c) == config_name(chosen)) continue;
-        if (const float t = time_us(c); t < 0.99f * chosen_us) {
-          chosen = c;
-          chosen_us = t;
-        }
-      }
+      // The rule's configuration first: fastest_algo keeps it unless another is more than 1% faster.
+      std::vector<Int8WgmmaConfig> candidates = {int8_wgmma_auto_config(m)};
+      for (const Int8WgmmaConfig& c : kInt8WgmmaConfigs)
+        if (config_name(c) != config_name(candidates[0])) candidates.push_back(c);
+      const int best = fastest_algo(static_cast<int>(candidates.size()), stream_, stream_, [&](int i) {
+        launch_w8a8_int8_wgmma(args, stream_, candidates[static_cast<size_t>(i)]);
+        return CUBLAS_STATUS_SUCCESS;
+      });
+      const Int8WgmmaConfig chosen = candidates[static_cast<size_t>(best)];
       int8_measured_[{ni, ki, b}] = chosen;
       ++wins[config_name(chosen)];
-      XI_LOG(DEBUG) << "cuda: W8A8-INT8 GEMM [" << n << ", " << k << "] at " << m << " rows: " << to_string(chosen)
-                    << " " << chosen_us << " us";
+      XI_LOG(DEBUG) << "cuda: W8A8-INT8 GEMM [" << n << ", " << k << "] at " << m << " rows: " << to_string(chosen);
     }
   }
-  XI_CUDA_CHECK(cudaEventDestroy(t0));
-  XI_CUDA_CHECK(cudaEventDestroy(t1));
   if (shapes == 0) return;
   std::string summary;
   for (const auto& [name, count] : wins) summary += (summary.empty() ? "" : ", ") + name + " x" + std::to_string(count);
