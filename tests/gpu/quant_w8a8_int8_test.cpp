@@ -384,7 +384,8 @@ TEST(W8A8Int8, MeasuredAlgorithmChoiceKeepsTheBits) {
   }
 }
 
-// The wgmma GEMM with fused scales (w8a8_int8_wgmma.h), every compiled configuration, on shapes with partial
+// The wgmma GEMM with fused scales (w8a8_int8_wgmma.h), every compiled configuration (in the band by shape and in
+// bands of 3 n tiles, a narrower last band where the n tiles do not divide), on shapes with partial
 // row / column tiles, odd n (single stores), k not a multiple of the 128-byte step, several tiles per persistent
 // CTA, with and without bias:
 // f32 out is the exact reference's bits (int64 dot products, the oracle's scale order), bf16 out its rounding.
@@ -415,7 +416,13 @@ TEST(W8A8Int8, WgmmaGemmMatchesExactReference) {
     for (size_t i = 0; i < ref.size(); ++i) ref_bf16[i] = to_bf16(ref[i]).bits;
     auto xd = gpu().upload(raw(x, DType::kI8, Shape{m, k}), DType::kI8);
     auto xsd = gpu().upload(raw(xs, DType::kF32, Shape{m}), DType::kF32);
+    std::vector<cuda::Int8WgmmaConfig> configs;  // each in the band by shape and in bands of 3 n tiles
     for (const cuda::Int8WgmmaConfig& config : cuda::kInt8WgmmaConfigs)
+      for (const int band : {0, 3}) {
+        configs.push_back(config);
+        configs.back().band = band;
+      }
+    for (const cuda::Int8WgmmaConfig& config : configs)
       for (const bool f32_out : {true, false}) {
         auto yd = gpu().allocate(f32_out ? DType::kF32 : DType::kBF16, Shape{m, n});
         poison(yd.view);
@@ -499,7 +506,8 @@ TEST(W8A8Int8, WgmmaLinearEqualsCublasLtPath) {
   } restore;
   gpu().set_int8_gemm("cublaslt");
   for (size_t i = 0; i < ms.size(); ++i) gpu().linear(xs[i].view, c.lw, want[i].view);
-  for (const char* name : {"auto", "wgmma128s6", "wgmma256s4", "wgmma128s8pp", "wgmma256s5pp"}) {
+  for (const char* name :
+       {"auto", "wgmma128s6", "wgmma256s4", "wgmma128s8pp", "wgmma256s5pp", "wgmma128x128s6pp", "wgmma256s5ppb1"}) {
     gpu().set_int8_gemm(name);
     for (size_t i = 0; i < ms.size(); ++i) {
       poison(got[i].view);
@@ -508,10 +516,14 @@ TEST(W8A8Int8, WgmmaLinearEqualsCublasLtPath) {
     }
   }
   EXPECT_DEATH(gpu().set_int8_gemm("wgmma999"), "XINFER_INT8_GEMM");
+  EXPECT_DEATH(gpu().set_int8_gemm("wgmma256s5ppb0"), "XINFER_INT8_GEMM");  // a band is 1 or more n tiles
+  EXPECT_DEATH(gpu().set_int8_gemm("wgmma256s5ppbx"), "XINFER_INT8_GEMM");
   gpu().set_int8_gemm("auto");  // the default's choice by rows; cuBLASLt where the kernel does not take k
   EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(17, 1008, 4096)), "wgmma128s8pp");
-  EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(cuda::kInt8WgmmaWideRows, 1008, 4096)), "wgmma128s8pp");
-  EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(cuda::kInt8WgmmaWideRows + 1, 1008, 4096)), "wgmma256s5pp");
+  EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(cuda::kInt8WgmmaSmallRows, 1008, 4096)), "wgmma128s8pp");
+  EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(cuda::kInt8WgmmaSmallRows + 1, 1008, 4096)), "wgmma128x128s6pp");
+  EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(2048, 1008, 4096)), "wgmma128x128s6pp");
+  EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(2048, 1008, cuda::kInt8WgmmaLongK)), "wgmma256s4");
   EXPECT_FALSE(gpu().int8_wgmma_for(333, 1008, 4100).has_value());
   upload_trivial_step();
   gpu().begin_capture();
@@ -545,8 +557,8 @@ TEST(W8A8Int8, MeasuredConfigurationPerShapeAndRowBucket) {
   for (int m : {17, 32, 33, 300, 513, 600, 1024}) EXPECT_TRUE(is_config(gpu().int8_wgmma_for(m, 1008, 4096))) << m;
   // Past the last bucket (1024) and for another shape: the rule.
   EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(1025, 1008, 4096)),
-            cuda::config_name(cuda::int8_wgmma_auto_config(1025)));
-  EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(300, 2000, 4096)), cuda::config_name(cuda::int8_wgmma_auto_config(300)));
+            cuda::config_name(cuda::int8_wgmma_auto_config(1025, 4096)));
+  EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(300, 2000, 4096)), cuda::config_name(cuda::int8_wgmma_auto_config(300, 4096)));
   // linear() at 300 rows through the measured choice: the cuBLASLt path's bits.
   const std::vector<float> x = random_bf16(300 * 4096, rng);
   backend::DeviceTensor xd = gpu().upload(host_view(x, Shape{300, 4096}), DType::kBF16);
@@ -557,7 +569,7 @@ TEST(W8A8Int8, MeasuredConfigurationPerShapeAndRowBucket) {
   gpu().linear(xd.view, c.lw, want.view);
   expect_same_bits(got.view, want.view, "measured choice vs cuBLASLt m=300");
   gpu().set_int8_gemm("auto");
-  EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(600, 1008, 4096)), cuda::config_name(cuda::int8_wgmma_auto_config(600)));
+  EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(600, 1008, 4096)), cuda::config_name(cuda::int8_wgmma_auto_config(600, 4096)));
   // Nothing is measured under a fixed choice.
   gpu().set_int8_gemm("wgmma256s4");
   gpu().measure_int8_gemms({&c.lw}, 600);

@@ -1,5 +1,5 @@
-// The row buckets of the measured W8A8-INT8 GEMM choice (w8a8_int8_wgmma.h int8_wgmma_row_bucket), no GPU
-// needed.
+// The host-side choices of the W8A8-INT8 wgmma GEMM (w8a8_int8_wgmma.h), no GPU needed: the row buckets of the
+// measured choice, the rule by shape, the tile rows and the band of the tile order.
 #include <gtest/gtest.h>
 
 #include "xinfer/backend/cuda/kernels/gemm/w8a8_int8_wgmma.h"
@@ -16,6 +16,35 @@ TEST(Int8WgmmaRowBucket, PowersOfTwoFrom32) {
   EXPECT_EQ(int8_wgmma_row_bucket(cuda::kInt8MeasuredMaxRows), cuda::kInt8MeasuredMaxRows);
   EXPECT_GT(int8_wgmma_row_bucket(cuda::kInt8MeasuredMaxRows + 1),
             cuda::kInt8MeasuredMaxRows);  // not measured
+}
+
+TEST(Int8WgmmaRule, ByRowsAndK) {
+  using cuda::config_name;
+  using cuda::int8_wgmma_auto_config;
+  EXPECT_EQ(config_name(int8_wgmma_auto_config(17, 4096)), "wgmma128s8pp");
+  EXPECT_EQ(config_name(int8_wgmma_auto_config(cuda::kInt8WgmmaSmallRows, 14336)), "wgmma128s8pp");
+  EXPECT_EQ(config_name(int8_wgmma_auto_config(cuda::kInt8WgmmaSmallRows + 1, 4096)), "wgmma128x128s6pp");
+  // Long k: cooperative 128 x 256 past the measured rows only.
+  EXPECT_EQ(config_name(int8_wgmma_auto_config(cuda::kInt8MeasuredMaxRows, 14336)), "wgmma128x128s6pp");
+  EXPECT_EQ(config_name(int8_wgmma_auto_config(cuda::kInt8MeasuredMaxRows + 1, 14336)), "wgmma256s4");
+  EXPECT_EQ(config_name(int8_wgmma_auto_config(8192, cuda::kInt8WgmmaLongK - 16)), "wgmma128x128s6pp");
+  EXPECT_EQ(cuda::int8_wgmma_rows(int8_wgmma_auto_config(8192, 4096)), 128);
+  EXPECT_EQ(cuda::int8_wgmma_rows(int8_wgmma_auto_config(100, 4096)), 64);
+  EXPECT_EQ(cuda::int8_wgmma_rows(int8_wgmma_auto_config(8192, 14336)), 128);  // cooperative
+}
+
+TEST(Int8WgmmaBand, OneWhileXFitsHalfOfL2ElseSquareWindow) {
+  using cuda::int8_wgmma_band;
+  constexpr int64_t l2 = 50 << 20;  // an H200's
+  // x of 2048 x 4096 = 8 MiB: m tiles fastest.
+  EXPECT_EQ(int8_wgmma_band(2048, 4096, 128, 128, 264, l2), 1);
+  EXPECT_EQ(int8_wgmma_band(6400, 4096, 128, 128, 264, l2), 1);  // 25 MiB: half of L2
+  // Past it: floor(sqrt(window * rows / bn)) -- 264 tiles of 128 x 128: 16; 132 of 128 x 256: 8.
+  EXPECT_EQ(int8_wgmma_band(6401, 4096, 128, 128, 264, l2), 16);
+  EXPECT_EQ(int8_wgmma_band(8192, 14336, 128, 256, 132, l2), 8);
+  EXPECT_EQ(int8_wgmma_band(8192, 14336, 128, 256, 1, l2), 1);  // a tiny window
+  // 64-row ping-pong tiles: always 1 (measured slower in bands).
+  EXPECT_EQ(int8_wgmma_band(8192, 14336, 64, 256, 264, l2), 1);
 }
 
 }  // namespace

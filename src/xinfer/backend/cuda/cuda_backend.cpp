@@ -96,13 +96,25 @@ void CudaBackend::set_int8_gemm(const std::string& name) {
   if (name == "auto" || name == "cublaslt" || name == "rule") return;
   std::string names = "auto, rule, cublaslt";
   for (const Int8WgmmaConfig& c : kInt8WgmmaConfigs) {
-    if (name == config_name(c)) {
+    const std::string base = config_name(c);
+    // The name alone (the band by shape), or with "b<n tiles>" for a fixed band of the tile order.
+    if (name == base) {
       int8_wgmma_fixed_ = c;
       return;
     }
-    names += ", " + config_name(c);
+    const std::string band = name.size() > base.size() + 1 && name.compare(0, base.size() + 1, base + "b") == 0
+                                 ? name.substr(base.size() + 1)
+                                 : "";
+    if (!band.empty() && band.size() <= 3 && band.find_first_not_of("0123456789") == std::string::npos &&
+        std::stoi(band) > 0) {
+      int8_wgmma_fixed_ = c;
+      int8_wgmma_fixed_->band = std::stoi(band);
+      return;
+    }
+    names += ", " + base;
   }
-  XI_CHECK(false) << "W8A8-INT8 GEMM (XINFER_INT8_GEMM): one of " << names << "; got '" << name << "'";
+  XI_CHECK(false) << "W8A8-INT8 GEMM (XINFER_INT8_GEMM): one of " << names << " (each optionally with b<band>, e.g. "
+                  << config_name(kInt8WgmmaConfigs[0]) << "b4); got '" << name << "'";
 }
 
 std::optional<Int8WgmmaConfig> CudaBackend::int8_wgmma_for(int m, int n, int k) const {
@@ -110,7 +122,7 @@ std::optional<Int8WgmmaConfig> CudaBackend::int8_wgmma_for(int m, int n, int k) 
   if (int8_wgmma_fixed_) return *int8_wgmma_fixed_;
   if (const auto it = int8_measured_.find({n, k, int8_wgmma_row_bucket(m)}); it != int8_measured_.end())
     return it->second;
-  return int8_wgmma_auto_config(m);
+  return int8_wgmma_auto_config(m, k);
 }
 
 void CudaBackend::set_decode_many_warps(int warps) {

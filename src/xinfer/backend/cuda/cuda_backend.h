@@ -213,7 +213,7 @@ class CudaBackend final : public backend::Backend {
   // Times the wgmma configurations (kInt8WgmmaConfigs) of the W8A8-INT8 GEMM on every distinct W8A8-INT8 shape of
   // `linears` at each decode row bucket up to max_tokens (int8_wgmma_row_bucket: 32, 64, .., kInt8MeasuredMaxRows;
   // each measured at min(bucket, max_tokens) rows) and keeps the fastest per (n, k, bucket): "auto" then runs
-  // it there (int8_wgmma_for), the rule by rows elsewhere. Every configuration gives the same bits. Logs one line;
+  // it there (int8_wgmma_for), the rule by shape elsewhere. Every configuration gives the same bits. Logs one line;
   // nothing to do under set_int8_gemm("cublaslt"), "rule" or a fixed configuration.
   void measure_int8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_tokens);
   // Allocates the quantized linears' workspace (activation codes and scales, INT8 sums, dequantized weights) for
@@ -237,10 +237,11 @@ class CudaBackend final : public backend::Backend {
   void set_fp8_kv_f16_mma(bool on) { fp8_kv_f16_mma_ = on; }
   // The W8A8-INT8 GEMM past the GEMV's rows (the same bits whichever runs): "auto" (the default: our wgmma
   // kernels with the scales fused, the configuration measure_int8_gemms() found fastest for the shape and row
-  // bucket, else by rows: int8_wgmma_auto_config in w8a8_int8_wgmma.h; cuBLASLt for a shape they do not take),
+  // bucket, else by shape: int8_wgmma_auto_config in w8a8_int8_wgmma.h; cuBLASLt for a shape they do not take),
   // "rule" (that rule alone: nothing measured), "cublaslt" (int8 -> int32 workspace + our scale epilogue,
   // cublaslt_int8_gemm.h), or one wgmma configuration by its config_name() ("wgmma128s8pp", ...) at every row
-  // count. XINFER_INT8_GEMM sets it; setting it forgets the measurements.
+  // count, optionally with a fixed band of the tile order ("wgmma256s5ppb1": m tiles fastest). XINFER_INT8_GEMM
+  // sets it; setting it forgets the measurements.
   void set_int8_gemm(const std::string& name);
   // The wgmma configuration an m x n x k W8A8-INT8 GEMM runs with under that choice, or nullopt: cuBLASLt.
   std::optional<Int8WgmmaConfig> int8_wgmma_for(int m, int n, int k) const;

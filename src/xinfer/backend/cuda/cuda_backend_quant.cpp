@@ -349,7 +349,7 @@ void CudaBackend::measure_int8_gemms(const std::vector<const backend::LinearWeig
                               device_ptr<float>(w->scales, DType::kF32, "scales", *w), nullptr, y.view.data, false,
                               m, ni, ki, nullptr};
       // The rule's configuration first: fastest_algo keeps it unless another is more than 1% faster.
-      std::vector<Int8WgmmaConfig> candidates = {int8_wgmma_auto_config(m)};
+      std::vector<Int8WgmmaConfig> candidates = {int8_wgmma_auto_config(m, ki)};
       for (const Int8WgmmaConfig& c : kInt8WgmmaConfigs)
         if (config_name(c) != config_name(candidates[0])) candidates.push_back(c);
       const int best = fastest_algo(static_cast<int>(candidates.size()), stream_, stream_, [&](int i) {

@@ -1,12 +1,14 @@
 // Per-device facts a kernel launch needs, read for the current device: tensor-parallel ranks of one process launch
-// the same kernels on several devices, so neither is kept once per process.
+// the same kernels on several devices, so none is kept once per process.
 //   raise_smem_limit  a kernel's dynamic shared-memory limit (cudaFuncAttributeMaxDynamicSharedMemorySize), for
 //                     launches past 48 KB: a per-device attribute, set once per (kernel, device, size);
-//   sm_count          the current device's SMs (persistent grids).
+//   sm_count          the current device's SMs (persistent grids);
+//   l2_bytes          its L2 cache bytes.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <mutex>
 #include <set>
 #include <tuple>
@@ -30,6 +32,14 @@ inline int sm_count() {
   XI_CUDA_CHECK(cudaGetDevice(&device));
   XI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   return sms;
+}
+
+// The current device's L2 bytes (tile orders that keep operands in L2).
+inline int64_t l2_bytes() {
+  int device = 0, bytes = 0;
+  XI_CUDA_CHECK(cudaGetDevice(&device));
+  XI_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device));
+  return bytes;
 }
 
 }  // namespace xinfer::cuda

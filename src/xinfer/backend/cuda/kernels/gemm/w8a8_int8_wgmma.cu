@@ -17,7 +17,6 @@
 namespace xinfer::cuda {
 namespace {
 
-constexpr int kBM = 128;  // y rows of a cooperative tile (64 per consumer warpgroup)
 constexpr int kBK = 128;  // k bytes per step: one 128-byte swizzle row
 
 #define XI_S32X8(d, i)                                                                        \
@@ -146,22 +145,26 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 
 constexpr int kThreads = 384;  // a producer warpgroup and two consumer warpgroups
 
-// Rows of y per tile: 128 (cooperative: both consumer warpgroups on one tile, 64 rows each) or 64 (ping-pong:
-// each consumer warpgroup on its own tiles, alternately, so one stores while the other multiplies).
-template <bool kPingPong>
-constexpr int tile_rows() {
-  return kPingPong ? 64 : kBM;
-}
-
-template <int kBN, int kStages, bool kPingPong>
+template <int kRows, int kBN, int kStages>
 constexpr int smem_bytes() {
   // The ring, the slack to align it to 1024 bytes, its full / empty barriers and the two order barriers.
-  return kStages * (tile_rows<kPingPong>() + kBN) * kBK + 1024 + (2 * kStages + 2) * 8;
+  return kStages * (kRows + kBN) * kBK + 1024 + (2 * kStages + 2) * 8;
 }
 
-// Persistent: grid min(tiles, SMs), kThreads threads, smem_bytes() of dynamic shared memory. CTA i
-// takes tiles i, i + gridDim.x, ... (m tiles fastest: the CTAs running at once share weight tiles through
-// L2); the ring and its barrier phases run on across tiles, so the producer loads the next tile while the
+// Tile t's first row and column. The tiles run in bands of `band` n tiles (the last band may be narrower); within
+// a band m goes slowest, so the CTAs running at once (consecutive t) share a few weight tiles and a few x row
+// blocks through L2, and a band's weight tiles stay in L2 while it walks down m. band 1: m tiles fastest.
+__device__ __forceinline__ void tile_origin(int t, int tiles_m, int tiles_n, int band, int rows, int cols,
+                                            int& m0, int& n0) {
+  const int per_band = band * tiles_m, b = t / per_band, r = t - b * per_band;
+  const int width = min(band, tiles_n - b * band);
+  m0 = (r / width) * rows;
+  n0 = (b * band + r % width) * cols;
+}
+
+// Persistent: grid min(tiles, SMs), kThreads threads, smem_bytes() of dynamic shared memory. Tiles are kRows x
+// kBN: 128 rows cooperative, 64 or 128 ping-pong (a consumer's 128 rows are two m64 row blocks per wgmma step).
+// CTA i takes tiles i, i + gridDim.x, ... in tile_origin's order; the ring and its barrier phases run on across tiles, so the producer loads the next tile while the
 // consumers store one. The producer loads the CTA's tiles in order, step by step; cooperative: both consumers
 // take every step (rows 64c .. 64c + 63 of the tile), ping-pong: consumer c takes the steps of the CTA's
 // tiles c, c + 2, ... (its ring position: the tile's index among the CTA's tiles x steps + step), so the two
@@ -169,11 +172,13 @@ constexpr int smem_bytes() {
 // consumer starts a tile's steps only once the other has issued all of its previous tile's, so every ring
 // stage it waits on is at most one phase ahead of the phase it has seen (a barrier's parity tells only that
 // much).
-template <int kBN, int kStages, bool kPingPong>
+template <int kRows, int kBN, int kStages, bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1)  // two CTAs per SM would leave too few registers for wgmma
     w8a8_int8_wgmma_kernel(const __grid_constant__ CUtensorMap tm_x, const __grid_constant__ CUtensorMap tm_w,
-                           Int8GemmArgs a) {
-  constexpr int kRows = tile_rows<kPingPong>();
+                           Int8GemmArgs a, int band) {
+  // Row blocks of 64 (one wgmma's m) each consumer warpgroup multiplies per step.
+  constexpr int kBlocks = kPingPong ? kRows / 64 : kRows / 128;
+  static_assert(kBlocks >= 1 && (kPingPong ? kRows : kRows / 2) == 64 * kBlocks, "tile rows: 64 or 128");
   constexpr int kABytes = kRows * kBK, kStageBytes = (kRows + kBN) * kBK;
   constexpr uint32_t kConsumers = kPingPong ? 128 : 256;  // threads that release each stage
   extern __shared__ uint8_t smem_raw[];
@@ -184,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // two CTAs per SM would leave t
   auto empty = [&](int b) { return bars + 8u * static_cast<uint32_t>(kStages + b); };
   auto order = [&](int c) { return bars + 8u * static_cast<uint32_t>(2 * kStages + c); };
   const int tid = static_cast<int>(threadIdx.x), wg = tid / 128;
-  const int tiles_m = (a.m + kRows - 1) / kRows, tiles = tiles_m * ((a.n + kBN - 1) / kBN);
+  const int tiles_m = (a.m + kRows - 1) / kRows, tiles_n = (a.n + kBN - 1) / kBN, tiles = tiles_m * tiles_n;
   const int steps = (a.k + kBK - 1) / kBK;
   if (tid == 0) {
 #pragma unroll
@@ -199,13 +204,18 @@ __global__ void __launch_bounds__(kThreads, 1)  // two CTAs per SM would leave t
   }
   __syncthreads();
 
+  // Ping-pong on 128-row tiles keeps two row blocks' sums (128 registers) live through a tile's epilogue: the
+  // producer gives registers to the consumers (40 + 2 x 232 per thread of each warpgroup, within the SM's 64K).
+  constexpr bool kMoveRegisters = kPingPong && kBlocks == 2;
   if (wg == 0) {  // producer: one thread issues every load; the CTA stays resident until the consumers finish
+    if constexpr (kMoveRegisters) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (tid == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tm_x)) : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tm_w)) : "memory");
       int it = 0;  // steps issued so far, across tiles: buffer it % kStages, round it / kStages
       for (int tile = static_cast<int>(blockIdx.x); tile < tiles; tile += static_cast<int>(gridDim.x)) {
-        const int m0 = (tile % tiles_m) * kRows, n0 = (tile / tiles_m) * kBN;
+        int m0, n0;
+        tile_origin(tile, tiles_m, tiles_n, band, kRows, kBN, m0, n0);
         for (int s = 0; s < steps; ++s, ++it) {
           const int b = it % kStages;
           // Round r waits for the consumers' release of round r - 1.
@@ -220,15 +230,17 @@ __global__ void __launch_bounds__(kThreads, 1)  // two CTAs per SM would leave t
     return;
   }
 
+  if constexpr (kMoveRegisters) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
   const int c = wg - 1, warp = (tid % 128) / 32, lane = tid % 32;
   const int first = static_cast<int>(blockIdx.x) + (kPingPong ? c * static_cast<int>(gridDim.x) : 0);
   const int stride = static_cast<int>(gridDim.x) * (kPingPong ? 2 : 1);
   const int row_in_tile = (kPingPong ? 0 : c * 64) + warp * 16 + lane / 4;
-  uint32_t acc[kBN / 2];
+  uint32_t acc[kBlocks][kBN / 2];
   int j = 0;  // this consumer's tiles so far
   for (int tile = first, local = kPingPong ? c : 0; tile < tiles;
        tile += stride, local += kPingPong ? 2 : 1, ++j) {
-    const int m0 = (tile % tiles_m) * kRows, n0 = (tile / tiles_m) * kBN;
+    int m0, n0;
+    tile_origin(tile, tiles_m, tiles_n, band, kRows, kBN, m0, n0);
     // Ping-pong: consumer 0's tile j after consumer 1's tile j - 1; consumer 1's after consumer 0's j.
     if constexpr (kPingPong) {
       if (c == 1)
@@ -237,7 +249,9 @@ __global__ void __launch_bounds__(kThreads, 1)  // two CTAs per SM would leave t
         mbar_wait(order(0), (j - 1) & 1);
     }
 #pragma unroll
-    for (int i = 0; i < kBN / 2; ++i) acc[i] = 0;
+    for (int r = 0; r < kBlocks; ++r)
+#pragma unroll
+      for (int i = 0; i < kBN / 2; ++i) acc[r][i] = 0;
     int it = local * steps;  // this tile's first ring position
     for (int s = 0; s < steps; ++s, ++it) {
       const int b = it % kStages;
@@ -247,7 +261,9 @@ __global__ void __launch_bounds__(kThreads, 1)  // two CTAs per SM would leave t
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kBK / 32; ++ks)
-        wgmma_s8(acc, make_desc(sa + 32 * ks, 16, 1024), make_desc(sb + 32 * ks, 16, 1024));
+#pragma unroll
+        for (int r = 0; r < kBlocks; ++r)  // row block r: 64 rows of 128 bytes further into the A box
+          wgmma_s8(acc[r], make_desc(sa + r * 64 * kBK + 32 * ks, 16, 1024), make_desc(sb + 32 * ks, 16, 1024));
       wgmma_commit();
       wgmma_wait<1>();  // the previous step's group has completed: release it
       if (s > 0) mbar_arrive(empty((it - 1) % kStages));
@@ -255,8 +271,11 @@ __global__ void __launch_bounds__(kThreads, 1)  // two CTAs per SM would leave t
     if constexpr (kPingPong) mbar_arrive(order(1 - c));  // the other consumer may start its next tile's steps
     wgmma_wait<0>();
     mbar_arrive(empty((it - 1) % kStages));  // the tile's last stage
-    fence_regs(acc);
-    store_tile(a, acc, m0 + row_in_tile, n0, lane);
+#pragma unroll
+    for (int r = 0; r < kBlocks; ++r) {
+      fence_regs(acc[r]);
+      store_tile(a, acc[r], m0 + r * 64 + row_in_tile, n0, lane);
+    }
   }
 }
 
@@ -291,31 +310,48 @@ CUtensorMap int8_tensor_map(const int8_t* base, int rows, int k, int box_rows) {
   return map;
 }
 
-template <int kBN, int kStages, bool kPingPong>
-void launch(const Int8GemmArgs& a, cudaStream_t stream) {
-  constexpr int kSmem = smem_bytes<kBN, kStages, kPingPong>(), kRows = tile_rows<kPingPong>();
-  raise_smem_limit(reinterpret_cast<const void*>(w8a8_int8_wgmma_kernel<kBN, kStages, kPingPong>), kSmem);
+template <int kRows, int kBN, int kStages, bool kPingPong>
+void launch(const Int8GemmArgs& a, cudaStream_t stream, int band) {
+  constexpr int kSmem = smem_bytes<kRows, kBN, kStages>();
+  const auto kernel = w8a8_int8_wgmma_kernel<kRows, kBN, kStages, kPingPong>;
+  raise_smem_limit(reinterpret_cast<const void*>(kernel), kSmem);
   const CUtensorMap tm_x = int8_tensor_map(a.xq, a.m, a.k, kRows),
                     tm_w = int8_tensor_map(a.wq, a.n, a.k, kBN);
-  const int64_t tiles = static_cast<int64_t>((a.m + kRows - 1) / kRows) * ((a.n + kBN - 1) / kBN);
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, sm_count()));
-  w8a8_int8_wgmma_kernel<kBN, kStages, kPingPong><<<grid, kThreads, kSmem, stream>>>(tm_x, tm_w, a);
+  const int tiles_m = (a.m + kRows - 1) / kRows, tiles_n = (a.n + kBN - 1) / kBN;
+  const unsigned grid =
+      static_cast<unsigned>(std::min<int64_t>(static_cast<int64_t>(tiles_m) * tiles_n, sm_count()));
+  if (band <= 0) {
+    const int window = static_cast<int>(grid) * (kPingPong ? 2 : 1);
+    band = int8_wgmma_band(a.m, a.k, kRows, kBN, window, l2_bytes());
+  }
+  kernel<<<grid, kThreads, kSmem, stream>>>(tm_x, tm_w, a, std::clamp(band, 1, tiles_n));
   XI_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 std::string to_string(const Int8WgmmaConfig& c) {
-  return "wgmma " + std::to_string(c.ping_pong ? 64 : 128) + "x" + std::to_string(c.bn) + " s" +
-         std::to_string(c.stages) + (c.ping_pong ? " ping-pong" : "");
+  std::string s = "wgmma ";
+  s.append(std::to_string(int8_wgmma_rows(c))).append("x").append(std::to_string(c.bn));
+  s.append(" s").append(std::to_string(c.stages));
+  if (c.ping_pong) s += " ping-pong";
+  if (c.band > 0) s.append(" band ").append(std::to_string(c.band));
+  return s;
 }
 
 std::string config_name(const Int8WgmmaConfig& c) {
-  return "wgmma" + std::to_string(c.bn) + "s" + std::to_string(c.stages) + (c.ping_pong ? "pp" : "");
+  std::string s = "wgmma";
+  if (c.ping_pong && int8_wgmma_rows(c) == 128) s += "128x";  // named by both sides: "wgmma128x128s6pp"
+  s.append(std::to_string(c.bn)).append("s").append(std::to_string(c.stages));
+  if (c.ping_pong) s += "pp";
+  if (c.band > 0) s.append("b").append(std::to_string(c.band));
+  return s;
 }
 
-Int8WgmmaConfig int8_wgmma_auto_config(int m) {
-  return m <= kInt8WgmmaWideRows ? Int8WgmmaConfig{128, 8, true} : Int8WgmmaConfig{256, 5, true};
+Int8WgmmaConfig int8_wgmma_auto_config(int m, int k) {
+  if (m <= kInt8WgmmaSmallRows) return {128, 8, true};
+  if (m > kInt8MeasuredMaxRows && k >= kInt8WgmmaLongK) return {256, 4, false};
+  return {128, 6, true, 128};
 }
 
 bool w8a8_int8_wgmma_supports(int m, int n, int k) {
@@ -327,10 +363,12 @@ void launch_w8a8_int8_wgmma(const Int8GemmArgs& a, cudaStream_t stream, Int8Wgmm
       << "W8A8-INT8 wgmma GEMM: m " << a.m << " n " << a.n << " k " << a.k << " (k must be a multiple of 16)";
   XI_CHECK(reinterpret_cast<uintptr_t>(a.xq) % 16 == 0 && reinterpret_cast<uintptr_t>(a.wq) % 16 == 0)
       << "W8A8-INT8 wgmma GEMM: xq / wq must be 16-byte aligned";
-  if (!config.ping_pong && config.bn == 128 && config.stages == 6) return launch<128, 6, false>(a, stream);
-  if (!config.ping_pong && config.bn == 256 && config.stages == 4) return launch<256, 4, false>(a, stream);
-  if (config.ping_pong && config.bn == 128 && config.stages == 8) return launch<128, 8, true>(a, stream);
-  if (config.ping_pong && config.bn == 256 && config.stages == 5) return launch<256, 5, true>(a, stream);
+  const int rows = int8_wgmma_rows(config), bn = config.bn, st = config.stages, band = config.band;
+  if (!config.ping_pong && rows == 128 && bn == 128 && st == 6) return launch<128, 128, 6, false>(a, stream, band);
+  if (!config.ping_pong && rows == 128 && bn == 256 && st == 4) return launch<128, 256, 4, false>(a, stream, band);
+  if (config.ping_pong && rows == 64 && bn == 128 && st == 8) return launch<64, 128, 8, true>(a, stream, band);
+  if (config.ping_pong && rows == 64 && bn == 256 && st == 5) return launch<64, 256, 5, true>(a, stream, band);
+  if (config.ping_pong && rows == 128 && bn == 128 && st == 6) return launch<128, 128, 6, true>(a, stream, band);
   XI_CHECK(false) << "W8A8-INT8 wgmma GEMM: no " << to_string(config) << " kernel";
 }
 

@@ -27,6 +27,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_int8_gemm.h"
@@ -35,29 +36,51 @@ namespace xinfer::cuda {
 
 struct Int8WgmmaConfig {
   int bn = 128;    // y columns per tile: 128 or 256
-  int stages = 8;  // shared-memory ring: 6 / 4 (cooperative, bn 128 / 256), 8 / 5 (ping-pong)
+  int stages = 8;  // shared-memory ring: 6 / 4 (cooperative, bn 128 / 256), 8 / 5 (ping-pong), 6 (ping-pong 128 rows)
   // 64-row tiles, each consumer warpgroup on its own; else 128-row tiles shared by both (cooperative)
   bool ping_pong = true;
+  int rows = 0;  // y rows per tile: 0 = the mode's (64 ping-pong, 128 cooperative); 128 ping-pong: two m64 blocks
+  int band = 0;  // n tiles per band of the tile order (tile_origin in the .cu); 0 = int8_wgmma_band's
 };
-// "wgmma 128x128 s6", "wgmma 64x128 s8 ping-pong"
+// Tile rows of a configuration (its `rows`, or the mode's).
+constexpr int int8_wgmma_rows(const Int8WgmmaConfig& c) {
+  return c.rows > 0 ? c.rows : c.ping_pong ? 64 : 128;
+}
+// The band the launch takes for band 0 on an m x n x k GEMM with `rows` x `bn` tiles, `window` tiles in flight
+// at once (the grid; twice it ping-pong) and l2_bytes of L2. While x (m x k bytes) fits in half of L2, or with
+// 64-row ping-pong tiles, band 1: m tiles fastest. Otherwise the window forms about (window / band) row blocks x
+// band column tiles, and band = sqrt(window * rows / bn) loads the fewest operand rows per k step, so that x is
+// read from HBM tiles_n / band times instead of tiles_n. H200, `gpu_kernel_bench --int8-wgmma` (docs/PERF.md
+// session 20), the four Llama-3.1-8B linears at 8192 rows: 128 x 128 ping-pong 2,509 us in bands of 16 vs 3,002
+// in band 1; at 2048 rows band 1 was as fast or faster in every configuration, and 64-row ping-pong tiles were
+// slower in bands at every row count (gate_up at 8192 rows: 2,028 vs 1,448 us).
+constexpr int int8_wgmma_band(int m, int k, int rows, int bn, int window, int64_t l2_bytes) {
+  if (rows < 128 || static_cast<int64_t>(m) * k <= l2_bytes / 2) return 1;
+  int band = 1;
+  while ((band + 1) * (band + 1) * bn <= window * rows) ++band;  // the largest band <= sqrt(window * rows / bn)
+  return band;
+}
+// "wgmma 128x128 s6", "wgmma 64x128 s8 ping-pong", "wgmma 128x128 s6 ping-pong band 4"
 std::string to_string(const Int8WgmmaConfig& c);
-// The name set_int8_gemm / XINFER_INT8_GEMM take for it: "wgmma128s6", "wgmma128s8pp".
+// The name set_int8_gemm / XINFER_INT8_GEMM take for it: "wgmma128s6", "wgmma128s8pp", "wgmma128x128s6pp",
+// "wgmma256s5ppb8" (band 8).
 std::string config_name(const Int8WgmmaConfig& c);
-// The compiled configurations (the bench times each).
+// The compiled configurations (the bench times each), band 0.
 inline constexpr Int8WgmmaConfig kInt8WgmmaConfigs[] = {
-    {128, 6, false}, {256, 4, false}, {128, 8, true}, {256, 5, true}};
+    {128, 6, false}, {256, 4, false}, {128, 8, true}, {256, 5, true}, {128, 6, true, 128}};
 
-// The backend's default by rows (CudaBackend::set_int8_gemm "auto"): ping-pong with 64 x 128 tiles up to
-// kInt8WgmmaWideRows rows, 64 x 256 above. H200, the four Llama-3.1-8B linears together (docs/PERF.md session
-// 18, `gpu_kernel_bench --int8-wgmma`): 0.82 / 0.87 / 0.84 / 0.91 / 0.82 of cuBLASLt int8 + epilogue's time
-// at 128 / 481 / 954 / 2048 / 8192 rows; of the shapes alone only down at 954 rows was slower (92.1 vs 84.9
-// us).
-inline constexpr int kInt8WgmmaWideRows = 512;
-Int8WgmmaConfig int8_wgmma_auto_config(int m);
+// The backend's default by shape (CudaBackend::set_int8_gemm "auto" past the measured rows, "rule" everywhere):
+// ping-pong on 64 x 128 tiles up to kInt8WgmmaSmallRows rows; past kInt8MeasuredMaxRows with k >= kInt8WgmmaLongK
+// cooperative 128 x 256; else ping-pong on 128 x 128 tiles. H200, `gpu_kernel_bench --int8-wgmma` (docs/PERF.md
+// session 20), the four Llama-3.1-8B linears together against cuBLASLt FP8 (the ceiling): 1.18 / 1.08 / 1.07 /
+// 1.03 / 1.01 / 0.98 of its time at 128 / 256 / 481 / 954 / 2048 / 8192 rows.
+inline constexpr int kInt8WgmmaSmallRows = 256;
+inline constexpr int kInt8WgmmaLongK = 8192;
+Int8WgmmaConfig int8_wgmma_auto_config(int m, int k);
 
 // The measured choice (CudaBackend::measure_int8_gemms) covers decode-sized steps: rows 17 to
 // kInt8MeasuredMaxRows in power-of-two buckets (a bucket b holds the rows b / 2 + 1 .. b; 32 holds 17..32);
-// the rule past them. On an H200 (docs/PERF.md session 19) it gained 0.7% at 128/128; measuring the
+// the rule past them (int8_wgmma_auto_config needs kInt8MeasuredMaxRows). On an H200 (docs/PERF.md session 19) it gained 0.7% at 128/128; measuring the
 // prefill-sized rows too looked slower for those steps, in runs confounded with a first-run effect.
 inline constexpr int kInt8MeasuredMaxRows = 1024;
 constexpr int int8_wgmma_row_bucket(int m) {
