@@ -164,8 +164,8 @@ __device__ __forceinline__ void tile_origin(int t, int tiles_m, int tiles_n, int
 
 // Persistent: grid min(tiles, SMs), kThreads threads, smem_bytes() of dynamic shared memory. Tiles are kRows x
 // kBN: 128 rows cooperative, 64 or 128 ping-pong (a consumer's 128 rows are two m64 row blocks per wgmma step).
-// CTA i takes tiles i, i + gridDim.x, ... in tile_origin's order; the ring and its barrier phases run on across tiles, so the producer loads the next tile while the
-// consumers store one. The producer loads the CTA's tiles in order, step by step; cooperative: both consumers
+// CTA i takes tiles i, i + gridDim.x, ... in tile_origin's order; the ring and its barrier phases run on across
+// tiles, so the producer loads the next tile while the consumers store one. The producer loads the CTA's tiles in order, step by step; cooperative: both consumers
 // take every step (rows 64c .. 64c + 63 of the tile), ping-pong: consumer c takes the steps of the CTA's
 // tiles c, c + 2, ... (its ring position: the tile's index among the CTA's tiles x steps + step), so the two
 // alternate on the tensor cores. Ping-pong also orders the consumers' mainloops (two more mbarriers): a
@@ -263,7 +263,8 @@ __global__ void __launch_bounds__(kThreads, 1)  // two CTAs per SM would leave t
       for (int ks = 0; ks < kBK / 32; ++ks)
 #pragma unroll
         for (int r = 0; r < kBlocks; ++r)  // row block r: 64 rows of 128 bytes further into the A box
-          wgmma_s8(acc[r], make_desc(sa + r * 64 * kBK + 32 * ks, 16, 1024), make_desc(sb + 32 * ks, 16, 1024));
+          wgmma_s8(acc[r], make_desc(sa + r * 64 * kBK + 32 * ks, 16, 1024),
+                   make_desc(sb + 32 * ks, 16, 1024));
       wgmma_commit();
       wgmma_wait<1>();  // the previous step's group has completed: release it
       if (s > 0) mbar_arrive(empty((it - 1) % kStages));

@@ -8,20 +8,21 @@
 // warpgroups; one thread of the first issues the tiles' TMA loads (2-D tensor maps of xq and wq, 128-byte
 // swizzle, zero fill past the edges) into the ring, each stage guarded by a "full" mbarrier (the loads'
 // bytes) and an "empty" one (its consumer threads, once their wgmma group on it has completed); the other two
-// warpgroups only wait, multiply and store: both on each 128-row tile (cooperative) or each on its own 64-row
-// tiles in turn, one storing while the other multiplies (ping-pong). The epilogue loads the scales of a few
+// warpgroups only wait, multiply and store: both on each 128-row tile (cooperative) or each on its own 64- or
+// 128-row tiles in turn, one storing while the other multiplies (ping-pong; on 128-row tiles each consumer
+// multiplies two m64 row blocks and takes registers from the producer, setmaxnreg). The epilogue loads the scales of a few
 // column pairs at once, then stores them. The tensor maps are encoded per call on the host
 // (cuTensorMapEncodeTiled through the runtime's driver entry point: no libcuda link).
 //
 // k runs in steps of 128 bytes through a ring of `stages` buffers; wgmma.m64n{bn}k32.s32.s8.s8 reads both
 // operands from shared memory. Rows past m / n and columns past k are zero-filled, so any m, n and
 // k % 16 == 0 work. CTAs running at once take neighbouring m tiles of one n tile (m tiles fastest): the
-// weight tile comes from HBM once and from L2 for the others. No allocation, no synchronization:
-// graph-capturable.
+// weight tile comes from HBM once and from L2 for the others; once x outgrows half of L2 the tiles run in
+// bands of n tiles (int8_wgmma_band), so x is read from HBM once per band instead of once per n tile. No
+// allocation, no synchronization: graph-capturable.
 //
-// The backend's default for W8A8-INT8 past the GEMV's rows since session 18 (int8_wgmma_auto_config:
-// ping-pong, or per shape the configuration CudaBackend::measure_int8_gemms found fastest, cooperative ones
-// included). A first mainloop in which every warp cp.async-loaded the ring, one CTA barrier per k step,
+// The backend's default for W8A8-INT8 past the GEMV's rows since session 18 (int8_wgmma_auto_config by rows and
+// k, or per shape the configuration CudaBackend::measure_int8_gemms found fastest). A first mainloop in which every warp cp.async-loaded the ring, one CTA barrier per k step,
 // reached 45-54% of the INT8 peak and was removed (docs/PERF.md session 18).
 #pragma once
 
