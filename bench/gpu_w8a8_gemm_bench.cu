@@ -351,7 +351,8 @@ void bench_fp8_rows(cuda::CudaBackend& be, double peak) {
 // with outer-vector scales (the FP8 path: the ceiling INT8 is held to), cuBLASLt int8 -> int32 + our epilogue (the
 // backend's measured algorithm) and our wgmma GEMM with fused scales in each configuration (w8a8_int8_wgmma.h),
 // TFLOP/s against the FP8 / INT8 dense peak (2x the measured bf16 GEMM). Each wgmma output is checked against the
-// cuBLASLt path's bits first ("CHECK FAILED" otherwise). Then the per-shape sums at each m.
+// cuBLASLt path's bits first ("CHECK FAILED" otherwise). Then the per-shape sums at each m, and
+// the sum of the configurations the backend's rule (int8_wgmma_auto_config) runs at each shape.
 void bench_int8_wgmma(cuda::CudaBackend& be, double peak) {
   cudaStream_t s = be.stream();
   cuda::CublasLtFp8Gemm fp8;
@@ -366,7 +367,7 @@ void bench_int8_wgmma(cuda::CudaBackend& be, double peak) {
       configs.back().band = band;
     }
   const size_t nc = configs.size();
-  std::vector<double> sum_fp8(ms.size()), sum_int8(ms.size());
+  std::vector<double> sum_fp8(ms.size()), sum_int8(ms.size()), sum_rule(ms.size());
   std::vector<std::vector<double>> sum_wg(ms.size(), std::vector<double>(nc));
   for (const Linear8b& sh : kLinears8b) {
     W8 w = make_w8(be, sh.n, sh.k, 300);
@@ -406,12 +407,16 @@ void bench_int8_wgmma(cuda::CudaBackend& be, double peak) {
         const double t = 1e6 * cuda::time_on_stream(s, reps, [&](int) { cuda::launch_w8a8_int8_wgmma(wa, s, config); });
         row(what + " int8 " + cuda::to_string(config), t, flop, true, 2 * peak);
         sum_wg[mi][c] += t;
+        // The backend's rule at this shape (int8_wgmma_auto_config, band by shape: band 0 here).
+        if (config.band == 0 && cuda::config_name(config) == cuda::config_name(cuda::int8_wgmma_auto_config(m, sh.k)))
+          sum_rule[mi] += t;
       }
     }
   }
   for (size_t mi = 0; mi < ms.size(); ++mi) {
-    std::printf("sum of the 4 linears, m=%-5d fp8 %8.1f us  int8 cuBLASLt+epilogue %8.1f us (%.3f of fp8's time)",
-                ms[mi], sum_fp8[mi], sum_int8[mi], sum_int8[mi] / sum_fp8[mi]);
+    std::printf("sum of the 4 linears, m=%-5d fp8 %8.1f us  int8 cuBLASLt+epilogue %8.1f us (%.3f of fp8's time)"
+                "  the rule %.1f (%.3f)",
+                ms[mi], sum_fp8[mi], sum_int8[mi], sum_int8[mi] / sum_fp8[mi], sum_rule[mi], sum_rule[mi] / sum_fp8[mi]);
     for (size_t c = 0; c < nc; ++c)
       std::printf("  %s %.1f (%.3f)", cuda::config_name(configs[c]).c_str(), sum_wg[mi][c],
                   sum_wg[mi][c] / sum_fp8[mi]);
