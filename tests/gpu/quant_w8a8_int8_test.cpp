@@ -518,6 +518,7 @@ TEST(W8A8Int8, WgmmaLinearEqualsCublasLtPath) {
   EXPECT_DEATH(gpu().set_int8_gemm("wgmma999"), "XINFER_INT8_GEMM");
   EXPECT_DEATH(gpu().set_int8_gemm("wgmma256s5ppb0"), "XINFER_INT8_GEMM");  // a band is 1 or more n tiles
   EXPECT_DEATH(gpu().set_int8_gemm("wgmma256s5ppbx"), "XINFER_INT8_GEMM");
+  EXPECT_DEATH(gpu().set_int8_gemm("wgmma256s5ppb007"), "XINFER_INT8_GEMM");  // not a name config_name writes
   gpu().set_int8_gemm("auto");  // the default's choice by rows; cuBLASLt where the kernel does not take k
   EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(17, 1008, 4096)), "wgmma128s8pp");
   EXPECT_EQ(cuda::config_name(*gpu().int8_wgmma_for(cuda::kInt8WgmmaSmallRows, 1008, 4096)), "wgmma128s8pp");

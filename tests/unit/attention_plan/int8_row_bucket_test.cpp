@@ -45,6 +45,7 @@ TEST(Int8WgmmaBand, OneWhileXFitsHalfOfL2ElseSquareWindow) {
   EXPECT_EQ(int8_wgmma_band(8192, 14336, 128, 256, 1, l2), 1);  // a tiny window
   // 64-row ping-pong tiles: always 1 (measured slower in bands).
   EXPECT_EQ(int8_wgmma_band(8192, 14336, 64, 256, 264, l2), 1);
+  EXPECT_EQ(int8_wgmma_band(8192, 14336, 128, 0, 264, l2), 1);  // no columns: no loop
 }
 
 }  // namespace

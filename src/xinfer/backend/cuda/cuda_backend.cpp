@@ -105,15 +105,16 @@ void CudaBackend::set_int8_gemm(const std::string& name) {
     const std::string band = name.size() > base.size() + 1 && name.compare(0, base.size() + 1, base + "b") == 0
                                  ? name.substr(base.size() + 1)
                                  : "";
-    if (!band.empty() && band.size() <= 3 && band.find_first_not_of("0123456789") == std::string::npos &&
-        std::stoi(band) > 0) {
+    // b1..b999, written as config_name writes it (no leading zero).
+    if (!band.empty() && band.size() <= 3 && band[0] != '0' &&
+        band.find_first_not_of("0123456789") == std::string::npos) {
       int8_wgmma_fixed_ = c;
       int8_wgmma_fixed_->band = std::stoi(band);
       return;
     }
     names += ", " + base;
   }
-  XI_CHECK(false) << "W8A8-INT8 GEMM (XINFER_INT8_GEMM): one of " << names << " (each optionally with b<band>, e.g. "
+  XI_CHECK(false) << "W8A8-INT8 GEMM (XINFER_INT8_GEMM): one of " << names << " (each optionally with a band b1..b999, e.g. "
                   << config_name(kInt8WgmmaConfigs[0]) << "b4); got '" << name << "'";
 }
 

@@ -144,6 +144,13 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 }
 
 constexpr int kThreads = 384;  // a producer warpgroup and two consumer warpgroups
+// Registers per thread after the hand-off of ping-pong on 128-row tiles (setmaxnreg): the producer's warpgroup
+// drops to kProducerRegs, the consumers' rise to kConsumerRegs. The CTA's pool is what it launched with
+// (launch bounds: 65536 / kThreads rounded down to 8 = 168 per thread); an increase past the pool would wait
+// forever, so the launch checks the compiled count (kRegsAtLaunch) once.
+constexpr int kProducerRegs = 40, kConsumerRegs = 232, kRegsAtLaunch = (65536 / kThreads) & ~7;
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * kRegsAtLaunch,
+              "setmaxnreg hand-off larger than the CTA's registers");
 
 template <int kRows, int kBN, int kStages>
 constexpr int smem_bytes() {
@@ -154,6 +161,7 @@ constexpr int smem_bytes() {
 // Tile t's first row and column. The tiles run in bands of `band` n tiles (the last band may be narrower); within
 // a band m goes slowest, so the CTAs running at once (consecutive t) share a few weight tiles and a few x row
 // blocks through L2, and a band's weight tiles stay in L2 while it walks down m. band 1: m tiles fastest.
+// Needs 1 <= band <= tiles_n (the launch clamps it).
 __device__ __forceinline__ void tile_origin(int t, int tiles_m, int tiles_n, int band, int rows, int cols,
                                             int& m0, int& n0) {
   const int per_band = band * tiles_m, b = t / per_band, r = t - b * per_band;
@@ -208,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // two CTAs per SM would leave t
   // producer gives registers to the consumers (40 + 2 x 232 per thread of each warpgroup, within the SM's 64K).
   constexpr bool kMoveRegisters = kPingPong && kBlocks == 2;
   if (wg == 0) {  // producer: one thread issues every load; the CTA stays resident until the consumers finish
-    if constexpr (kMoveRegisters) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if constexpr (kMoveRegisters) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs) : "memory");
     if (tid == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tm_x)) : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tm_w)) : "memory");
@@ -230,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // two CTAs per SM would leave t
     return;
   }
 
-  if constexpr (kMoveRegisters) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  if constexpr (kMoveRegisters) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs) : "memory");
   const int c = wg - 1, warp = (tid % 128) / 32, lane = tid % 32;
   const int first = static_cast<int>(blockIdx.x) + (kPingPong ? c * static_cast<int>(gridDim.x) : 0);
   const int stride = static_cast<int>(gridDim.x) * (kPingPong ? 2 : 1);
@@ -316,6 +324,15 @@ void launch(const Int8GemmArgs& a, cudaStream_t stream, int band) {
   constexpr int kSmem = smem_bytes<kRows, kBN, kStages>();
   const auto kernel = w8a8_int8_wgmma_kernel<kRows, kBN, kStages, kPingPong>;
   raise_smem_limit(reinterpret_cast<const void*>(kernel), kSmem);
+  if constexpr (kPingPong && kRows == 128) {  // the setmaxnreg hand-off needs the registers it moves
+    static const int regs = [&] {
+      cudaFuncAttributes attr{};
+      XI_CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel)));
+      return attr.numRegs;
+    }();
+    XI_CHECK(regs >= kRegsAtLaunch) << "W8A8-INT8 wgmma GEMM: the 128-row ping-pong kernel was built with " << regs
+                                    << " registers per thread; its register hand-off needs " << kRegsAtLaunch;
+  }
   const CUtensorMap tm_x = int8_tensor_map(a.xq, a.m, a.k, kRows),
                     tm_w = int8_tensor_map(a.wq, a.n, a.k, kBN);
   const int tiles_m = (a.m + kRows - 1) / kRows, tiles_n = (a.n + kBN - 1) / kBN;

@@ -56,7 +56,7 @@ constexpr int int8_wgmma_rows(const Int8WgmmaConfig& c) {
 // in band 1; at 2048 rows band 1 was as fast or faster in every configuration, and 64-row ping-pong tiles were
 // slower in bands at every row count (gate_up at 8192 rows: 2,028 vs 1,448 us).
 constexpr int int8_wgmma_band(int m, int k, int rows, int bn, int window, int64_t l2_bytes) {
-  if (rows < 128 || static_cast<int64_t>(m) * k <= l2_bytes / 2) return 1;
+  if (rows < 128 || bn <= 0 || static_cast<int64_t>(m) * k <= l2_bytes / 2) return 1;
   int band = 1;
   while ((band + 1) * (band + 1) * bn <= window * rows) ++band;  // the largest band <= sqrt(window * rows / bn)
   return band;
