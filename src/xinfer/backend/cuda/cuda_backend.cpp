@@ -102,9 +102,7 @@ void CudaBackend::set_int8_gemm(const std::string& name) {
       int8_wgmma_fixed_ = c;
       return;
     }
-    const std::string band = name.size() > base.size() + 1 && name.compare(0, base.size() + 1, base + "b") == 0
-                                 ? name.substr(base.size() + 1)
-                                 : "";
+    const std::string band = name.starts_with(base + "b") ? name.substr(base.size() + 1) : "";
     // b1..b999, written as config_name writes it (no leading zero).
     if (!band.empty() && band.size() <= 3 && band[0] != '0' &&
         band.find_first_not_of("0123456789") == std::string::npos) {

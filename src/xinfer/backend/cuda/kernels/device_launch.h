@@ -27,19 +27,17 @@ inline void raise_smem_limit(const void* kernel, int bytes) {
     XI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-inline int sm_count() {
-  int device = 0, sms = 0;
+// One attribute of the current device.
+inline int current_device_attribute(cudaDeviceAttr attr) {
+  int device = 0, value = 0;
   XI_CUDA_CHECK(cudaGetDevice(&device));
-  XI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
+  XI_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, device));
+  return value;
 }
 
+inline int sm_count() { return current_device_attribute(cudaDevAttrMultiProcessorCount); }
+
 // The current device's L2 bytes (tile orders that keep operands in L2).
-inline int64_t l2_bytes() {
-  int device = 0, bytes = 0;
-  XI_CUDA_CHECK(cudaGetDevice(&device));
-  XI_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device));
-  return bytes;
-}
+inline int64_t l2_bytes() { return current_device_attribute(cudaDevAttrL2CacheSize); }
 
 }  // namespace xinfer::cuda

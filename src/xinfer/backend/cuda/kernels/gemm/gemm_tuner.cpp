@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/device_launch.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuning_cache.h"
 #include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
 #include "xinfer/backend/cuda/kernels/random/random_normal.h"
@@ -115,9 +116,7 @@ struct GemmTuner::Scratch {
   bool ok = true;
 
   Scratch(const GemmShape& s, int max_m, cudaStream_t stream) {
-    int dev = 0, l2 = 0;
-    XI_CUDA_CHECK(cudaGetDevice(&dev));
-    XI_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+    const int64_t l2 = l2_bytes();
     const size_t wbytes = static_cast<size_t>(s.n) * s.k * 2;
     const size_t copies = std::clamp<size_t>((2 * static_cast<size_t>(l2) + wbytes - 1) / wbytes, 1, 8);
     for (size_t c = 0; c < copies && ok; ++c) w.push_back(alloc(wbytes));
