@@ -109,8 +109,9 @@ TEST(W8a8FusedQuant, NormAndSwigluQuantizationEqualTheComposition) {
           const std::vector<uint16_t> want_residual = raw_bf16(residual.view);
           const int64_t before = gpu().w8a8_quantized_inputs();
           const Out got = run(true, &down.lw);
-          // m = 1 FP8: the norm stays unfused where the GEMV quantizes x itself (qkv / gate_up shapes).
-          const bool norm_fused = !(fp8 && m == 1);
+          // m = 1 FP8: the norm stays unfused where the GEMV quantizes x itself (the dot GEMV's qkv / gate_up
+          // shapes; XINFER_FP8_GEMV=stream: never).
+          const bool norm_fused = !(fp8 && cuda::CudaBackend::fp8_gemv_quantizes_x(m, 2 * I, H));
           EXPECT_EQ(gpu().w8a8_quantized_inputs() - before, norm_fused ? 2 : 1) << what;
           EXPECT_EQ(raw_bf16(residual.view), want_residual) << what << ": residual";
           expect_same_bits(got.gate_up.view, want.gate_up.view, what + ": gate_up");

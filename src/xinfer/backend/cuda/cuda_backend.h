@@ -267,6 +267,9 @@ class CudaBackend final : public backend::Backend {
   int64_t int8_gemvs() const { return int8_gemvs_; }  // W8A8-INT8 decode linears (quantization + int8 GEMV)
   // W8A8 linears whose x came quantized from the norm / SwiGLU kernel before them (no quantization kernel).
   int64_t w8a8_quantized_inputs() const { return w8a8_quantized_inputs_; }
+  // Whether a W8A8-FP8 linear of m rows and this shape, bf16 out, quantizes its bf16 x inside its GEMV (the dot
+  // GEMV's decode rows where that pays, cuda_backend_quant.cpp): then the norm before it does not quantize.
+  static bool fp8_gemv_quantizes_x(int m, int64_t n, int64_t k);
   // The device view of a quantized LinearWeights (checks dtypes and sizes, naming the format).
   QuantWeight quant_weight(const backend::LinearWeights& w) const;
 
