@@ -1,7 +1,8 @@
 // Per-device facts a kernel launch needs, read for the current device: tensor-parallel ranks of one process launch
 // the same kernels on several devices, so none is kept once per process.
 //   raise_smem_limit  a kernel's dynamic shared-memory limit (cudaFuncAttributeMaxDynamicSharedMemorySize), for
-//                     launches past 48 KB: a per-device attribute, set once per (kernel, device, size);
+//                     launches past 48 KB: a per-device attribute, raised per (kernel, device) to the largest
+//                     size asked so far (a limit set lower after a larger one would fail those launches);
 //   sm_count          the current device's SMs (persistent grids);
 //   l2_bytes          its L2 cache bytes.
 #pragma once
@@ -9,9 +10,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
 #include <mutex>
-#include <set>
-#include <tuple>
+#include <utility>
 
 #include "xinfer/backend/cuda/cuda_check.h"
 
@@ -19,12 +20,15 @@ namespace xinfer::cuda {
 
 inline void raise_smem_limit(const void* kernel, int bytes) {
   static std::mutex mu;
-  static std::set<std::tuple<const void*, int, int>> raised;  // (kernel, device, bytes)
+  static std::map<std::pair<const void*, int>, int> raised;  // (kernel, device) -> the limit set
   int device = 0;
   XI_CUDA_CHECK(cudaGetDevice(&device));
   const std::lock_guard<std::mutex> lock(mu);
-  if (raised.insert({kernel, device, bytes}).second)
+  int& limit = raised[{kernel, device}];
+  if (bytes > limit) {  // never lowered: a later launch of fewer bytes runs under the larger limit
     XI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    limit = bytes;
+  }
 }
 
 // One attribute of the current device.

@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/cp_async.cuh"
@@ -21,15 +23,15 @@ using f16_pairs::fp8_x_pairs;
 using f16_pairs::hfma2;
 using quant_gemv::e4m3x2_to_f16x2;
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 512;  // 16 warps: the f16 math is latency-bound at 8 warps per SM (session 21)
 constexpr int kWarps = kThreads / 32;
 constexpr int kUnit = 16;                 // bytes (e4m3 columns) of a row per thread and load
 constexpr int kMaxQ = 4;                  // rows per row lane and stage
 constexpr int kMaxStages = 16;            // mbarriers
-constexpr int kRingBytes = 96 * 1024;     // two CTAs per SM fit beside the light kernels' shared memory
-constexpr int kStageTarget = 16 * 1024;   // bytes per stage where rows allow
-constexpr int kMaxK = 8 * kThreads * kUnit;  // 32768: at most 8 units per thread (kJ)
-constexpr int kMaxRowsPerCta = 2048;         // 24 KB of per-row scale, bias and sum
+constexpr int kRingBytes = 96 * 1024;     // two CTAs per SM fit (with their per-row arrays)
+constexpr int kStageTarget = 32 * 1024;   // bytes per stage where rows allow: fewer barriers per byte
+constexpr int kMaxK = 4 * kThreads * kUnit;  // 32768: at most 4 units per thread (kJ)
+constexpr int kMaxRowsPerCta = 256;          // 3 KB of per-row scale, bias and sum
 
 // The schedule of one weight shape (host-computed, see the header).
 struct Geometry {
@@ -77,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_stream_gemv_kernel(StreamPara
   float* const row_bias = row_scale + g.rows_cap;
   float* const row_dot = row_bias + g.rows_cap;
   __shared__ __align__(8) uint64_t full[kMaxStages];
-  __shared__ float red[2][kWarps][kMaxQ];
+  __shared__ float red[2][kWarps][kMaxQ];  // per stage: each warp's sum per row (double-buffered)
   __shared__ float amax_red[kWarps];
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int cta = static_cast<int>(blockIdx.x), ctas = static_cast<int>(gridDim.x);
@@ -178,14 +180,14 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_stream_gemv_kernel(StreamPara
           const int c = col + u * g.width;
           if (u >= g.units_per || c >= units) continue;
           const uint4 wv = *reinterpret_cast<const uint4*>(stage + static_cast<size_t>(sr) * p.k + c * kUnit);
-          uint32_t h = 0u;
+          uint32_t h[2] = {0u, 0u};  // two chains of 4 (columns 0..7, 8..15): half the dependent latency
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const uint32_t wd = (&wv.x)[e];
-            h = hfma2(e4m3x2_to_f16x2(wd, false), xp[u][2 * e], h);
-            h = hfma2(e4m3x2_to_f16x2(wd, true), xp[u][2 * e + 1], h);
+            h[e / 2] = hfma2(e4m3x2_to_f16x2(wd, false), xp[u][2 * e], h[e / 2]);
+            h[e / 2] = hfma2(e4m3x2_to_f16x2(wd, true), xp[u][2 * e + 1], h[e / 2]);
           }
-          acc[r] += f16x2_sum(h);
+          acc[r] += f16x2_sum(h[0]) + f16x2_sum(h[1]);
         }
       }
     }
@@ -198,16 +200,16 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_stream_gemv_kernel(StreamPara
       for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
       if (lane == 0) rb[warp][r] = v;
     }
-    __syncthreads();  // every thread is done with slot b and this stage's rb is complete
+    __syncthreads();  // every thread is done with slot b, and rb is complete
     if (tid == 0 && j + g.stages < total) {
       fence_proxy_async_shared();  // the slot's reads above before the copy that overwrites it
       issue(j + g.stages);
     }
-    if (tid < rows) {  // row tid of the stage: lane tid % lanes, its row r = tid / lanes
+    if (tid < rows) {  // row tid of the stage: lane tid % lanes, its row r = tid / lanes, that lane's warps in order
       const int r = tid / g.lanes, w0 = (tid % g.lanes) * g.width / 32, w1 = w0 + (g.width + 31) / 32;
-      float v = 0.f;
-      for (int w = w0; w < w1; ++w) v += rb[w][r];
-      row_dot[j * g.stage_rows + tid] = v;
+      float dot = 0.f;
+      for (int w = w0; w < w1; ++w) dot += rb[w][r];
+      row_dot[j * g.stage_rows + tid] = dot;
     }
   }
   __syncthreads();
@@ -225,8 +227,7 @@ template <bool kQuantX>
 void (*pick_kernel(int units_per))(StreamParams) {
   if (units_per <= 1) return fp8_stream_gemv_kernel<1, kQuantX>;
   if (units_per <= 2) return fp8_stream_gemv_kernel<2, kQuantX>;
-  if (units_per <= 4) return fp8_stream_gemv_kernel<4, kQuantX>;
-  return fp8_stream_gemv_kernel<8, kQuantX>;
+  return fp8_stream_gemv_kernel<4, kQuantX>;
 }
 
 }  // namespace
@@ -240,7 +241,7 @@ bool fp8_stream_gemv_supports(int n, int k, int m) {
 void launch_fp8_stream_gemv(const Fp8StreamGemvArgs& a, cudaStream_t stream, bool pdl) {
   XI_CHECK(fp8_stream_gemv_supports(a.n, a.k, 1))
       << "FP8 stream GEMV: unsupported [" << a.n << ", " << a.k << "] (k % 16 == 0, k <= " << kMaxK
-      << ", k % 512 == 0 up to 4096)";
+      << ", k % 512 == 0 up to 8192)";
   const void* x = a.x != nullptr ? static_cast<const void*>(a.x) : static_cast<const void*>(a.xq);
   XI_CHECK(x != nullptr && (a.x != nullptr || a.xs != nullptr)) << "FP8 stream GEMV: no x (bf16, or codes and scale)";
   XI_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0)
@@ -252,7 +253,11 @@ void launch_fp8_stream_gemv(const Fp8StreamGemvArgs& a, cudaStream_t stream, boo
   const int smem = static_cast<int>(smem_bytes(sp.g));
   raise_smem_limit(reinterpret_cast<const void*>(kernel), smem);
   const dim3 grid(static_cast<unsigned>(ctas));
-  if (pdl)
+  static const bool no_pdl = [] {  // XINFER_FP8_STREAM_PDL=0: plain launches (an A/B switch, read once)
+    const char* v = std::getenv("XINFER_FP8_STREAM_PDL");
+    return v != nullptr && std::strcmp(v, "0") == 0;
+  }();
+  if (pdl && !no_pdl)
     launch_pdl(kernel, grid, dim3(kThreads), static_cast<size_t>(smem), stream, sp);
   else
     kernel<<<grid, kThreads, smem, stream>>>(sp);
