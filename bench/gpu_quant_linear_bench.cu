@@ -13,7 +13,6 @@
 //   - prefill (m = 2048): dequantize + bf16 GEMM in TFLOP/s against the bf16 GEMM alone;
 //   - W8A8-FP8: our FP8 GEMV alone (m <= 16, each pipelined schedule, on e4m3 x), the CUDA-core FP8 GEMV on e4m3 x
 //     and with the activation quantization fused (m 1..4, "fp8 quantizing": bf16 x in, the default marked *),
-//     the streaming FP8 GEMV (quant_stream_gemv.h, m = 1, "fp8 stream" on codes / "fp8 quantizing stream"),
 //     then per-token activation
 //     quantization + FP8 GEMV (m <= 16) / cuBLASLt FP8 GEMM through CudaBackend::linear at the same m: bytes = e4m3 weight + f32 scales + x + y; TFLOP/s at m = 2048 against the bf16 ceiling (FP8 dense
 //     peak is twice bf16's).
@@ -32,7 +31,6 @@
 #include "xinfer/backend/cuda/device_ceilings.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
-#include "xinfer/backend/cuda/kernels/gemm/quant_stream_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
 
 namespace xinfer::bench {
@@ -249,29 +247,6 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
                                           s, dc);
               });
               line(what + " fp8 " + cuda::to_string(dc), tc, static_cast<double>(qbytes) + fio, false, bw);
-            }
-            // The streaming FP8 GEMV (quant_stream_gemv.h, m = 1) on the codes, then quantizing bf16 x itself.
-            if (cuda::fp8_stream_gemv_supports(sh.n, sh.k, m)) {
-              for (const bool quantizing : {false, true}) {
-                const double tc = graph_us(s, 20, [&](int i) {
-                  const backend::LinearWeights& lw = wi(i);
-                  cuda::Fp8StreamGemvArgs a;
-                  if (quantizing) {
-                    a.x = static_cast<const __nv_bfloat16*>(x.view.data);
-                  } else {
-                    a.xq = static_cast<const uint8_t*>(xq.view.data);
-                    a.xs = static_cast<const float*>(xs.view.data);
-                  }
-                  a.w = static_cast<const uint8_t*>(lw.weight.data);
-                  a.w_scales = static_cast<const float*>(lw.scales.data);
-                  a.y = y.view.data;
-                  a.n = sh.n;
-                  a.k = sh.k;
-                  cuda::launch_fp8_stream_gemv(a, s, true);
-                });
-                line(what + (quantizing ? " fp8 quantizing stream pdl" : " fp8 stream pdl"), tc,
-                     static_cast<double>(qbytes) + (quantizing ? io : fio), false, bw);
-              }
             }
             // The same with the activation quantization fused (bf16 x in: the bytes of the unfused linear below).
             const cuda::DotGemvConfig fchosen = cuda::fp8_quant_dot_gemv_default_config(sh.n, sh.k, true);

@@ -3,8 +3,9 @@
 // function of stage size, ring depth, copies per stage, CTAs per SM, threads per CTA and what the consumer does
 // with each stage (nothing, XOR, the streaming FP8 GEMV's f16 math, that math plus shuffle sums); and whether a
 // programmatic dependent (PDL) whose CTAs sit resident in griddepcontrol.wait slows the kernel it waits for.
-// The question behind it: quant_stream_gemv.cu's batch-1 GEMV reached 40-63% of the copy bandwidth and its
-// decode chain ran slower with PDL than without (session 21, docs/PERF.md).
+// The question behind it: session 21's streaming batch-1 FP8 GEMV (quant_stream_gemv.cu, commit 5a6c0e9, not
+// kept) reached 40-67% of the copy bandwidth and its decode chain ran slower with PDL than without (docs/PERF.md
+// "Session 21").
 //   nvcc -arch=sm_90a -O3 -std=c++17 -o /tmp/bulk_stream_probe bench/probes/bulk_stream_probe.cu
 //   /tmp/bulk_stream_probe   (prints one line per variant: GB/s of the matrix's bytes)
 #include <cuda_fp16.h>

@@ -8,8 +8,8 @@
 //    f32 out with the scale applied in f32 (group % step == 0) is held to 1e-4 relative L2 (bf16 noise is 4e-3): the kernel's
 //    arithmetic is the oracle's up to summation order; folded scales (int4 g32 / g64, int8 g32) to 1e-2
 //    (one bf16 rounding of each weight);
-//  - the CUDA-core GEMV (m 1..4, int4, int8 and W8A8-FP8) in each compiled schedule, and the streaming FP8 GEMV
-//    (m = 1): f16 products and chunk sums, so f32 out to 3e-3 relative L2 and bf16 out to 1e-2;
+//  - the CUDA-core GEMV (m 1..4, int4, int8 and W8A8-FP8) in each compiled schedule: f16 products and chunk
+//    sums, so f32 out to 3e-3 relative L2 and bf16 out to 1e-2;
 //  - the dequantize + bf16 GEMM path: m 17..61, and what the GEMV does not take at m = 1 (g_idx act-order, group
 //    16, k % 128 != 0), against the oracle (bf16 weights: 1e-2);
 //  - the path counters say which path ran; the dequantized weight alone against quant::dequantize_matrix;
@@ -34,7 +34,6 @@
 #include "gpu_test_util.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
-#include "xinfer/backend/cuda/kernels/gemm/quant_stream_gemv.h"
 #include "xinfer/backend/cuda/kernels/quant/quantize_activations.h"
 #include "xinfer/model/gguf_repack.h"
 #include "xinfer/quant/gguf_types.h"
@@ -612,191 +611,6 @@ TEST(QuantLinear, Fp8FusedQuantDotGemvEqualsQuantizeThenGemv) {
   for (const auto& [n, k] : std::vector<std::pair<int, int>>{{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}})
     EXPECT_TRUE(cuda::fp8_quant_dot_gemv_supports(n, k, 1, cuda::fp8_quant_dot_gemv_default_config(n, k, true)))
         << n << " x " << k;
-}
-
-// y = x . W^T * xs * ws (+ bias) in f64 on decoded e4m3 codes (one token), and sum |x w| * scale per output:
-// the FP8 GEMVs' reference (f16 sums per 16 columns; see Fp8DotGemvSchedulesMatchReference for the bounds).
-struct Fp8Reference {
-  std::vector<float> y;
-  std::vector<double> magnitude;
-};
-Fp8Reference fp8_reference(const std::vector<uint8_t>& xq, float xs, const std::vector<uint8_t>& w,
-                           const std::vector<float>& ws, const std::vector<float>* bias, int n, int k) {
-  std::vector<double> decoded(256);
-  for (int b = 0; b < 256; ++b) decoded[static_cast<size_t>(b)] = to_float(fp8_e4m3{static_cast<uint8_t>(b)});
-  Fp8Reference r{std::vector<float>(static_cast<size_t>(n)), std::vector<double>(static_cast<size_t>(n))};
-  for (int j = 0; j < n; ++j) {
-    double acc = 0, a = 0;
-    for (int i = 0; i < k; ++i) {
-      const double v = decoded[xq[static_cast<size_t>(i)]] * decoded[w[static_cast<size_t>(j) * k + i]];
-      acc += v;
-      a += std::abs(v);
-    }
-    const double sc = static_cast<double>(xs) * ws[ws.size() == 1 ? 0 : static_cast<size_t>(j)];
-    r.y[static_cast<size_t>(j)] = static_cast<float>(acc * sc + (bias ? (*bias)[static_cast<size_t>(j)] : 0.0f));
-    r.magnitude[static_cast<size_t>(j)] = a * sc;
-  }
-  return r;
-}
-
-// The streaming FP8 GEMV (quant_stream_gemv.h) on e4m3 codes against the f64 reference: every schedule shape it
-// derives (row lanes of 1..8 at k <= 4096 with idle warps at k 1536, 1..8 units per thread past it, 1..4 rows per
-// stage, rings of 2..12 stages), rows that do not fill the last stage, one to thousands of rows per CTA, bf16
-// and f32 out, bias, per-channel and per-tensor weight scales, with and without PDL; the same f16 arithmetic
-// per 16 columns as the dot GEMV, so its bounds. Then what it does not take.
-TEST(QuantLinear, Fp8StreamGemvMatchesReference) {
-  std::mt19937 rng(53);
-  std::uniform_int_distribution<int> byte(0, 255);
-  auto code = [&] {
-    uint8_t b = static_cast<uint8_t>(byte(rng));
-    if ((b & 0x7f) == 0x7f) b ^= 1;  // no NaN codes
-    return b;
-  };
-  struct Case {
-    int n, k;
-    bool per_channel;
-  };
-  const std::vector<Case> cases = {{4097, 1024, false}, {40, 14336, true}, {300, 4096, true},  {131, 4608, false},
-                                   {3, 32768, true},    {1000, 1536, true}, {7, 512, false},   {1, 8192, true},
-                                   {133, 2048, true}};
-  int run = 0;
-  double worst[2] = {0, 0};  // [bf16 out, f32 out]
-  for (const Case& cs : cases) {
-    ASSERT_TRUE(cuda::fp8_stream_gemv_supports(cs.n, cs.k, 1)) << cs.n << " x " << cs.k;
-    std::vector<uint8_t> w(static_cast<size_t>(cs.n) * cs.k), xq(static_cast<size_t>(cs.k));
-    for (auto& b : w) b = code();
-    for (auto& b : xq) b = code();
-    std::vector<float> ws(cs.per_channel ? cs.n : 1);
-    for (auto& v : ws) v = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / std::sqrt(float(cs.k));
-    const std::vector<float> xs = {std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / 448.0f};
-    std::vector<float> bias = random_bf16(static_cast<size_t>(cs.n), rng, 0.5f);
-    auto wd = gpu().upload(raw_view(w, DType::kFP8E4M3, Shape{cs.n, cs.k}), DType::kFP8E4M3);
-    auto wsd = gpu().upload(raw_view(ws, DType::kF32, Shape{static_cast<int64_t>(ws.size())}), DType::kF32);
-    auto xqd = gpu().upload(raw_view(xq, DType::kFP8E4M3, Shape{1, cs.k}), DType::kFP8E4M3);
-    auto xsd = gpu().upload(raw_view(xs, DType::kF32, Shape{1}), DType::kF32);
-    auto bd = gpu().upload(host_view(bias, Shape{cs.n}), DType::kBF16);
-    for (int variant = 0; variant < 2; ++variant) {
-      const bool f32_out = run % 2 == 0, with_bias = run % 3 != 1, pdl = variant == 1;
-      ++run;
-      auto yd = gpu().allocate(f32_out ? DType::kF32 : DType::kBF16, Shape{1, cs.n});
-      poison(yd.view);
-      cuda::Fp8StreamGemvArgs a;
-      a.xq = static_cast<const uint8_t*>(xqd.view.data);
-      a.xs = static_cast<const float*>(xsd.view.data);
-      a.w = static_cast<const uint8_t*>(wd.view.data);
-      a.w_scales = static_cast<const float*>(wsd.view.data);
-      a.per_channel = cs.per_channel;
-      a.bias = with_bias ? static_cast<const __nv_bfloat16*>(bd.view.data) : nullptr;
-      a.y = yd.view.data;
-      a.y_f32 = f32_out;
-      a.n = cs.n;
-      a.k = cs.k;
-      cuda::launch_fp8_stream_gemv(a, gpu().stream(), pdl);
-      const Fp8Reference ref = fp8_reference(xq, xs[0], w, ws, with_bias ? &bias : nullptr, cs.n, cs.k);
-      const std::vector<float> got = download(gpu(), yd.view);
-      const std::string what = "fp8 stream gemv n=" + std::to_string(cs.n) + " k=" + std::to_string(cs.k) +
-                               (cs.per_channel ? " channel" : " tensor") + (f32_out ? " f32" : " bf16") +
-                               (with_bias ? " bias" : "") + (pdl ? " pdl" : "");
-      const Compare cmp = compare(got, ref.y);
-      EXPECT_EQ(cmp.nans, 0) << what << ": unwritten outputs";
-      if (cs.n == 1) {  // one output may cancel: against sum |x w| (as the dot GEMV's test)
-        const double err = std::abs(static_cast<double>(got[0]) - ref.y[0]);
-        EXPECT_LT(err / ref.magnitude[0], f32_out ? 1e-3 : 4e-3) << what;
-      } else {
-        EXPECT_LT(cmp.rel_l2, f32_out ? 3e-3 : 1e-2) << what;
-        worst[f32_out ? 1 : 0] = std::max(worst[f32_out ? 1 : 0], cmp.rel_l2);
-      }
-    }
-  }
-  std::printf("[ stream ] fp8: worst relative L2 vs f64: bf16 out %.3g, f32 out %.3g\n", worst[0], worst[1]);
-  // The 8B, Qwen2.5-7B and 70B shapes stream; k past 32768, row lanes of partial warps and m > 1 do not.
-  for (const auto& [n, k] : std::vector<std::pair<int, int>>{
-           {6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}, {4608, 3584}, {37888, 3584}, {3584, 18944},
-           {10240, 8192}, {8192, 8192}, {57344, 8192}, {8192, 28672}})
-    EXPECT_TRUE(cuda::fp8_stream_gemv_supports(n, k, 1)) << n << " x " << k;
-  EXPECT_FALSE(cuda::fp8_stream_gemv_supports(64, 576, 1));    // 36 units per row: not whole warps
-  EXPECT_FALSE(cuda::fp8_stream_gemv_supports(64, 16, 1));
-  EXPECT_FALSE(cuda::fp8_stream_gemv_supports(64, 32784, 1));  // past 8 units per thread
-  EXPECT_FALSE(cuda::fp8_stream_gemv_supports(64, 4104, 1));   // k % 16 != 0
-  EXPECT_FALSE(cuda::fp8_stream_gemv_supports(64, 4096, 2));
-  EXPECT_FALSE(cuda::fp8_stream_gemv_supports(0, 4096, 1));
-}
-
-// The streaming GEMV quantizing bf16 x in its CTAs equals launch_quantize_fp8_rows + the GEMV on those codes,
-// bit for bit (activation_quant.cuh's arithmetic in both): dynamic and static scales, an outlier channel, and
-// an all-zero x (scale 0: codes 0, y = the bias or 0).
-TEST(QuantLinear, Fp8StreamGemvQuantizingXEqualsQuantizeThenGemv) {
-  std::mt19937 rng(59);
-  std::uniform_int_distribution<int> byte(0, 255);
-  struct Case {
-    int n, k;
-    bool static_scale, zero_x;
-  };
-  const std::vector<Case> cases = {{300, 4096, false, false}, {40, 14336, false, false}, {4097, 1024, true, false},
-                                   {131, 4608, false, true},  {3, 32768, true, false},   {1000, 1536, false, false}};
-  int run = 0;
-  for (const Case& cs : cases) {
-    std::vector<uint8_t> w(static_cast<size_t>(cs.n) * cs.k);
-    for (auto& b : w) {
-      b = static_cast<uint8_t>(byte(rng));
-      if ((b & 0x7f) == 0x7f) b ^= 1;
-    }
-    std::vector<float> ws(static_cast<size_t>(cs.n));
-    for (auto& v : ws) v = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / std::sqrt(float(cs.k));
-    std::vector<float> x = random_bf16(static_cast<size_t>(cs.k), rng);
-    x[static_cast<size_t>((7 * cs.n + 3) % cs.k)] = 40.0f;  // an outlier channel
-    if (cs.zero_x) std::fill(x.begin(), x.end(), 0.0f);
-    const std::vector<float> input_scale = {2.5f / 448.0f};  // |x| past 2.5 saturates
-    std::vector<float> bias = random_bf16(static_cast<size_t>(cs.n), rng, 0.5f);
-    auto wd = gpu().upload(raw_view(w, DType::kFP8E4M3, Shape{cs.n, cs.k}), DType::kFP8E4M3);
-    auto wsd = gpu().upload(raw_view(ws, DType::kF32, Shape{cs.n}), DType::kF32);
-    auto isd = gpu().upload(raw_view(input_scale, DType::kF32, Shape{1}), DType::kF32);
-    auto bd = gpu().upload(host_view(bias, Shape{cs.n}), DType::kBF16);
-    auto xd = gpu().upload(host_view(x, Shape{1, cs.k}), DType::kBF16);
-    auto xq = gpu().allocate(DType::kFP8E4M3, Shape{1, cs.k});
-    auto xs = gpu().allocate(DType::kF32, Shape{1});
-    const float* in_scale = cs.static_scale ? static_cast<const float*>(isd.view.data) : nullptr;
-    cuda::launch_quantize_fp8_rows(static_cast<const __nv_bfloat16*>(xd.view.data), 1, cs.k, in_scale,
-                                   static_cast<uint8_t*>(xq.view.data), static_cast<float*>(xs.view.data), gpu().stream());
-    const bool f32_out = run % 2 == 0, with_bias = run % 3 != 2;
-    ++run;
-    cuda::Fp8StreamGemvArgs a;
-    a.w = static_cast<const uint8_t*>(wd.view.data);
-    a.w_scales = static_cast<const float*>(wsd.view.data);
-    a.bias = with_bias ? static_cast<const __nv_bfloat16*>(bd.view.data) : nullptr;
-    a.y_f32 = f32_out;
-    a.n = cs.n;
-    a.k = cs.k;
-    auto y1 = gpu().allocate(f32_out ? DType::kF32 : DType::kBF16, Shape{1, cs.n});
-    auto y2 = gpu().allocate(f32_out ? DType::kF32 : DType::kBF16, Shape{1, cs.n});
-    poison(y1.view);
-    poison(y2.view);
-    cuda::Fp8StreamGemvArgs codes = a;
-    codes.xq = static_cast<const uint8_t*>(xq.view.data);
-    codes.xs = static_cast<const float*>(xs.view.data);
-    codes.y = y1.view.data;
-    cuda::launch_fp8_stream_gemv(codes, gpu().stream(), true);
-    cuda::Fp8StreamGemvArgs bf16 = a;
-    bf16.x = static_cast<const __nv_bfloat16*>(xd.view.data);
-    bf16.input_scale = in_scale;
-    bf16.y = y2.view.data;
-    cuda::launch_fp8_stream_gemv(bf16, gpu().stream(), false);
-    const std::vector<float> c1 = download(gpu(), y1.view), c2 = download(gpu(), y2.view);
-    const std::string what = "fp8 stream gemv quantizing x, n=" + std::to_string(cs.n) + " k=" + std::to_string(cs.k) +
-                             (cs.static_scale ? " static" : " dynamic") + (cs.zero_x ? " zero x" : "");
-    int differ = 0, nans = 0;
-    for (size_t i = 0; i < c1.size(); ++i) {
-      differ += std::memcmp(&c1[i], &c2[i], sizeof(float)) != 0 ? 1 : 0;
-      nans += std::isnan(c2[i]) ? 1 : 0;
-    }
-    EXPECT_EQ(nans, 0) << what << ": unwritten outputs";
-    EXPECT_EQ(differ, 0) << what << ": outputs differ from quantize + stream GEMV";
-    if (cs.zero_x) {
-      for (int j = 0; j < cs.n; ++j) {
-        EXPECT_EQ(c2[static_cast<size_t>(j)], with_bias ? bias[static_cast<size_t>(j)] : 0.0f) << what << ", output " << j;
-      }
-    }
-  }
 }
 
 TEST(QuantLinear, DequantizePathMatchesCpuOracle) {

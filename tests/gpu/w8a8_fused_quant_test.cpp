@@ -110,7 +110,7 @@ TEST(W8a8FusedQuant, NormAndSwigluQuantizationEqualTheComposition) {
           const int64_t before = gpu().w8a8_quantized_inputs();
           const Out got = run(true, &down.lw);
           // m = 1 FP8: the norm stays unfused where the GEMV quantizes x itself (the dot GEMV's qkv / gate_up
-          // shapes; XINFER_FP8_GEMV=stream: never).
+          // shapes: the backend's rule).
           const bool norm_fused = !(fp8 && cuda::CudaBackend::fp8_gemv_quantizes_x(m, 2 * I, H));
           EXPECT_EQ(gpu().w8a8_quantized_inputs() - before, norm_fused ? 2 : 1) << what;
           EXPECT_EQ(raw_bf16(residual.view), want_residual) << what << ": residual";

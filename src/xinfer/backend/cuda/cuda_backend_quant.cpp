@@ -3,12 +3,9 @@
 //   int8 (default) / int4 (XINFER_INT_GEMV=dot), m = 1, bf16 y -> launch_dot_gemv (quant_dot_gemv.h), the
 //                CUDA-core GEMV; XINFER_INT_GEMV=mma keeps both on the mma GEMV (read once per process). int4
 //                stays opt-in: under it the W4A16 batched == solo engine test fails (docs/cuda_backend.md)
-//   W8A8-FP8, m = 1, bf16 y -> XINFER_FP8_GEMV (read once per process) picks the decode row's GEMV:
-//                "dot" (default) the CUDA-core FP8 GEMV: rows shorter than 8192 launch_fp8_quant_dot_gemv (x
-//                quantized in each CTA: one launch, the bits of the two-kernel path), longer ones quantize x
-//                first, then launch_fp8_dot_gemv (split-K); "stream" launch_fp8_stream_gemv (quant_stream_gemv.h:
-//                one CTA per SM streaming its rows through shared memory, the norms and the SwiGLU hand it
-//                codes, the o projection's bf16 x is quantized in its CTAs); "mma" neither (the mma GEMV below)
+//   W8A8-FP8, m = 1, bf16 y (default; XINFER_FP8_GEMV=mma turns it off) -> the CUDA-core FP8 GEMV: rows
+//                shorter than 8192 launch_fp8_quant_dot_gemv (x quantized in each CTA: one launch, the bits of
+//                the two-kernel path), longer ones quantize x first, then launch_fp8_dot_gemv (split-K)
 //   m <= kQuantGemvMaxRows and the GEMV takes the weight -> launch_quant_gemv (weights read once per 8 rows)
 //   otherwise -> the weight dequantized to bf16 into a workspace, then the bf16 GEMM (GemmTuner::run, the
 //                tuner's choice for the shape): prefill in every format, and g_idx / odd group sizes at any m
@@ -45,7 +42,6 @@
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
-#include "xinfer/backend/cuda/kernels/gemm/quant_stream_gemv.h"
 #include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
 #include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
 #include "xinfer/backend/cuda/kernels/quant/quantize_activations.h"
@@ -79,25 +75,14 @@ bool int_dot_gemv_enabled(int bits) {
   return mode == 1 || (mode == 0 && bits == 8);
 }
 
-// The GEMV of W8A8-FP8 single decode rows (m = 1, bf16 y; see top): XINFER_FP8_GEMV=dot (default) | stream |
-// mma. An unknown value fails at the first such row, naming the choices.
-enum class Fp8RowGemv { kDot, kStream, kMma };
-Fp8RowGemv fp8_row_gemv() {
-  static const Fp8RowGemv mode = [] {
+// W8A8-FP8 single decode rows (m = 1, bf16 y) run the CUDA-core FP8 GEMV, with the activation quantization
+// fused where it pays (see top), unless XINFER_FP8_GEMV=mma (the A/B switch: quantize x, then the mma GEMV).
+bool fp8_dot_gemv_enabled() {
+  static const bool enabled = [] {
     const char* v = std::getenv("XINFER_FP8_GEMV");
-    if (v == nullptr || std::strcmp(v, "dot") == 0) return Fp8RowGemv::kDot;
-    if (std::strcmp(v, "stream") == 0) return Fp8RowGemv::kStream;
-    XI_CHECK(std::strcmp(v, "mma") == 0) << "XINFER_FP8_GEMV=" << v << ": expected dot, stream or mma";
-    return Fp8RowGemv::kMma;
+    return v == nullptr || std::strcmp(v, "mma") != 0;
   }();
-  return mode;
-}
-bool fp8_dot_gemv_enabled() { return fp8_row_gemv() == Fp8RowGemv::kDot; }
-
-// One FP8 decode row on the streaming GEMV (XINFER_FP8_GEMV=stream, where its shape rules allow).
-bool fp8_row_streams(int m, int64_t n, int64_t k, DType out_dtype) {
-  return m == 1 && out_dtype == DType::kBF16 && fp8_row_gemv() == Fp8RowGemv::kStream &&
-         fp8_stream_gemv_supports(static_cast<int>(n), static_cast<int>(k), m);
+  return enabled;
 }
 
 // The row quantization a W8A8 linear's input takes (quantize_activations.h), or kNone for other formats;
@@ -264,15 +249,6 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
   const auto* bias = w.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(w.bias.data);
   const int ni = static_cast<int>(n), ki = static_cast<int>(k);
   const bool dot_row = m == 1 && out.dtype == DType::kBF16 && fp8_dot_gemv_enabled();
-  const bool stream_row = fp8_row_streams(m, n, k, out.dtype) && reinterpret_cast<uintptr_t>(x.data) % 16 == 0 &&
-                          reinterpret_cast<uintptr_t>(wq) % 16 == 0;
-  if (stream_row && !x_quantized) {  // one decode row, x quantized in the streaming GEMV's CTAs
-    launch_fp8_stream_gemv({static_cast<const __nv_bfloat16*>(x.data), input_scale, nullptr, nullptr, wq, ws_in,
-                            f.per_channel, bias, out.data, false, ni, ki},
-                           stream_, options_.gemv_pdl);
-    ++fp8_gemvs_;
-    return;
-  }
   if (!x_quantized && fp8_row_quantizes_x(m, n, k, out.dtype)) {
     // One decode row: the CUDA-core FP8 GEMV quantizing x itself (one launch; the same bits as below).
     const DotGemvConfig config = fp8_quant_dot_gemv_default_config(ni, ki, options_.gemv_pdl);
@@ -288,12 +264,6 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
   if (!ws) return;  // recording failed (see top)
   if (!x_quantized)
     launch_quantize_fp8_rows(static_cast<const __nv_bfloat16*>(x.data), m, ki, input_scale, ws->xq, ws->xs, stream_);
-  if (stream_row) {  // codes from the norm or the SwiGLU
-    launch_fp8_stream_gemv({nullptr, nullptr, ws->xq, ws->xs, wq, ws_in, f.per_channel, bias, out.data, false, ni, ki},
-                           stream_, options_.gemv_pdl);
-    ++fp8_gemvs_;
-    return;
-  }
   if (dot_row && fp8_dot_gemv_supports(ni, ki, m)) {  // the split-K dot GEMV on the quantized row
     launch_fp8_dot_gemv({ws->xq, ws->xs, wq, ws_in, f.per_channel, bias, out.data, false, m, ni, ki}, stream_,
                         fp8_dot_gemv_default_config(ni, ki, options_.gemv_pdl));

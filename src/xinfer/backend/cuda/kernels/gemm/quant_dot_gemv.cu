@@ -8,7 +8,6 @@
 
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
-#include "xinfer/backend/cuda/kernels/gemm/f16_pairs.cuh"
 #include "xinfer/backend/cuda/kernels/gemm/quant_gemv_math.cuh"
 #include "xinfer/backend/cuda/kernels/quant/activation_quant.cuh"
 #include "xinfer/backend/cuda/kernels/pdl.cuh"
@@ -49,15 +48,27 @@ struct DotParams {
 
 // Weights are read once past L1 (quant_gemv_math.cuh's load, as the other GEMVs).
 using quant_gemv::load_weights;
-using f16_pairs::f16x2_sum;
-using f16_pairs::fp8_x_pairs;
-using f16_pairs::hfma2;
 
+__device__ __forceinline__ uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
 __device__ __forceinline__ uint32_t f16x2(float lo, float hi) {
   uint32_t d;
   asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
 }
+__device__ __forceinline__ float f16x2_sum(uint32_t v) {
+  const __half2 h = *reinterpret_cast<const __half2*>(&v);
+  return __low2float(h) + __high2float(h);
+}
+
 // x columns 8i..8i+7 (one 16-byte load, bf16 pairs (x0, x1) ... (x6, x7)) as the f16x2 pairs the weight
 // word's nibble masks produce: (x0, x4), (x1, x5), (x2, x6), (x3, x7).
 __device__ __forceinline__ void x_pairs(const uint4& a, uint32_t (&xp)[4]) {
@@ -87,6 +98,16 @@ __device__ __forceinline__ void byte_pairs(uint32_t wd, uint32_t c8, uint32_t (&
 }
 
 using quant_gemv::e4m3x2_to_f16x2;  // two e4m3 (bytes 0, 1 or 2, 3) as f16x2, exact
+
+// 8 e4m3 x values (a.x: columns 0..3, a.y: 4..7) as natural f16x2 pairs times 2^-8, exact (products with an
+// e4m3 weight stay <= 448 * 448 / 256 = 784, so 8 of them sum in f16 without overflow).
+__device__ __forceinline__ void fp8_x_pairs(const uint2& a, uint32_t (&xp)[4]) {
+  constexpr uint32_t kInv256 = 0x1C001C00u;
+  xp[0] = hmul2(e4m3x2_to_f16x2(a.x, false), kInv256);
+  xp[1] = hmul2(e4m3x2_to_f16x2(a.x, true), kInv256);
+  xp[2] = hmul2(e4m3x2_to_f16x2(a.y, false), kInv256);
+  xp[3] = hmul2(e4m3x2_to_f16x2(a.y, true), kInv256);
+}
 
 // x columns 8i..8i+7 as natural f16x2 pairs (x0, x1) ... (x6, x7) (the int8 pairing).
 __device__ __forceinline__ void x_pairs_natural(const uint4& a, uint32_t (&xp)[4]) {
