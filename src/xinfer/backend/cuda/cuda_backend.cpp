@@ -112,8 +112,9 @@ void CudaBackend::set_int8_gemm(const std::string& name) {
     }
     names += ", " + base;
   }
-  XI_CHECK(false) << "W8A8-INT8 GEMM (XINFER_INT8_GEMM): one of " << names << " (each optionally with a band b1..b999, e.g. "
-                  << config_name(kInt8WgmmaConfigs[0]) << "b4); got '" << name << "'";
+  XI_CHECK(false) << "W8A8-INT8 GEMM (XINFER_INT8_GEMM): one of " << names
+                  << " (each optionally with a band b1..b999, e.g. " << config_name(kInt8WgmmaConfigs[0])
+                  << "b4); got '" << name << "'";
 }
 
 std::optional<Int8WgmmaConfig> CudaBackend::int8_wgmma_for(int m, int n, int k) const {

@@ -17,9 +17,10 @@
 //   W8A8-INT8 (any m) -> each row of x quantized to int8 with its scale (SmoothQuant's symmetric per-token or
 //                static codes, the oracle's bits), then for m <= kQuantGemvMaxRows our int8 GEMV
 //                (launch_w8a8_int8_gemv: int8 mma, int32 sums), else our wgmma GEMM with the scales fused
-//                (w8a8_int8_wgmma.h, measured or by shape; set_int8_gemm / XINFER_INT8_GEMM), or where it does not take the
-//                shape (k % 16 != 0) or "cublaslt" is chosen, cuBLASLt's int8 GEMM into an int32 workspace in
-//                chunks of rows plus our scale epilogue (cublaslt_int8_gemm.h kInt32Epilogue): the same bits.
+//                (w8a8_int8_wgmma.h, measured or by shape; set_int8_gemm / XINFER_INT8_GEMM), or where it does
+//                not take the shape (k % 16 != 0) or "cublaslt" is chosen, cuBLASLt's int8 GEMM into an int32
+//                workspace in chunks of rows plus our scale epilogue (cublaslt_int8_gemm.h kInt32Epilogue): the
+//                same bits.
 // The workspace (bf16, the largest n * k run so far) grows outside graph recordings; a recording that would
 // need it to grow fails (end_capture() grows it, the step runs eagerly), as for the decode workspace.
 #include <algorithm>

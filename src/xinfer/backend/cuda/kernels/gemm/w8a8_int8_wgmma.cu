@@ -173,13 +173,13 @@ __device__ __forceinline__ void tile_origin(int t, int tiles_m, int tiles_n, int
 // Persistent: grid min(tiles, SMs), kThreads threads, smem_bytes() of dynamic shared memory. Tiles are kRows x
 // kBN: 128 rows cooperative, 64 or 128 ping-pong (a consumer's 128 rows are two m64 row blocks per wgmma step).
 // CTA i takes tiles i, i + gridDim.x, ... in tile_origin's order; the ring and its barrier phases run on across
-// tiles, so the producer loads the next tile while the consumers store one. The producer loads the CTA's tiles in order, step by step; cooperative: both consumers
-// take every step (rows 64c .. 64c + 63 of the tile), ping-pong: consumer c takes the steps of the CTA's
-// tiles c, c + 2, ... (its ring position: the tile's index among the CTA's tiles x steps + step), so the two
-// alternate on the tensor cores. Ping-pong also orders the consumers' mainloops (two more mbarriers): a
-// consumer starts a tile's steps only once the other has issued all of its previous tile's, so every ring
-// stage it waits on is at most one phase ahead of the phase it has seen (a barrier's parity tells only that
-// much).
+// tiles, so the producer loads the next tile while the consumers store one. The producer loads the CTA's tiles
+// in order, step by step; cooperative: both consumers take every step (rows 64c .. 64c + 63 of the tile),
+// ping-pong: consumer c takes the steps of the CTA's tiles c, c + 2, ... (its ring position: the tile's index
+// among the CTA's tiles x steps + step), so the two alternate on the tensor cores. Ping-pong also orders the
+// consumers' mainloops (two more mbarriers): a consumer starts a tile's steps only once the other has issued
+// all of its previous tile's, so every ring stage it waits on is at most one phase ahead of the phase it has
+// seen (a barrier's parity tells only that much).
 template <int kRows, int kBN, int kStages, bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1)  // two CTAs per SM would leave too few registers for wgmma
     w8a8_int8_wgmma_kernel(const __grid_constant__ CUtensorMap tm_x, const __grid_constant__ CUtensorMap tm_w,

@@ -10,8 +10,8 @@
 // bytes) and an "empty" one (its consumer threads, once their wgmma group on it has completed); the other two
 // warpgroups only wait, multiply and store: both on each 128-row tile (cooperative) or each on its own 64- or
 // 128-row tiles in turn, one storing while the other multiplies (ping-pong; on 128-row tiles each consumer
-// multiplies two m64 row blocks and takes registers from the producer, setmaxnreg). The epilogue loads the scales of a few
-// column pairs at once, then stores them. The tensor maps are encoded per call on the host
+// multiplies two m64 row blocks and takes registers from the producer, setmaxnreg). The epilogue loads the
+// scales of a few column pairs at once, then stores them. The tensor maps are encoded per call on the host
 // (cuTensorMapEncodeTiled through the runtime's driver entry point: no libcuda link).
 //
 // k runs in steps of 128 bytes through a ring of `stages` buffers; wgmma.m64n{bn}k32.s32.s8.s8 reads both
@@ -21,9 +21,10 @@
 // bands of n tiles (int8_wgmma_band), so x is read from HBM once per band instead of once per n tile. No
 // allocation, no synchronization: graph-capturable.
 //
-// The backend's default for W8A8-INT8 past the GEMV's rows since session 18 (int8_wgmma_auto_config by rows and
-// k, or per shape the configuration CudaBackend::measure_int8_gemms found fastest). A first mainloop in which every warp cp.async-loaded the ring, one CTA barrier per k step,
-// reached 45-54% of the INT8 peak and was removed (docs/PERF.md session 18).
+// The backend's default for W8A8-INT8 past the GEMV's rows since session 18 (int8_wgmma_auto_config by rows
+// and k, or per shape the configuration CudaBackend::measure_int8_gemms found fastest). A first mainloop in
+// which every warp cp.async-loaded the ring, one CTA barrier per k step, reached 45-54% of the INT8 peak and
+// was removed (docs/PERF.md session 18).
 #pragma once
 
 #include <cuda_runtime.h>
