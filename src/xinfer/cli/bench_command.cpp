@@ -21,6 +21,7 @@
 // Results go to <--output-dir>/<name>.json (default bench/results/, created when missing).
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cinttypes>
 #include <chrono>
 #include <cmath>
@@ -44,6 +45,7 @@
 #include "xinfer/cli/flags.h"
 #include "xinfer/core/logging.h"
 #include "xinfer/core/progress_bar.h"
+#include "xinfer/engine/backend_factory.h"
 #include "xinfer/engine/engine.h"
 #include "xinfer/engine/sampling_params.h"
 #include "xinfer/model/dummy_quantized.h"
@@ -228,6 +230,15 @@ RunResult run_batch(engine::Engine& eng, Shape2 shape, int n, uint64_t seed, con
   return r;
 }
 
+// Throughput mode's batch limits: vLLM's offline defaults (EngineArgs for its LLM class), by device.
+constexpr int kOfflineSeqs = 512, kOfflineBatchedTokens = 8192;
+constexpr int kLargeGpuSeqs = 1024, kLargeGpuBatchedTokens = 16384, kLargeGpuGiB = 70;
+bool large_gpu(const engine::CudaDeviceSummary& d) {
+  std::string name = d.name;
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  return d.total_memory >= (static_cast<size_t>(kLargeGpuGiB) << 30) && name.find("a100") == std::string::npos;
+}
+
 int run_bench(int argc, char** argv) {
   std::string model = "llama-3.1-8b", load_format, name, output_dir = "bench/results", quantization;
   int input_len = 128, output_len = 128, num_prompts = 0, num_iters = 5;
@@ -239,11 +250,13 @@ int run_bench(int argc, char** argv) {
   engine_flags.backend = "cuda";
   engine::EngineConfig& ec = engine_flags.config;
   sched::SchedulerConfig& sc = ec.scheduler;
-  sc.max_num_batched_tokens = 8192;
-  // Offline throughput wants the largest batch that still pays off: on the H200 (Llama-3.1-8B, 128/128)
-  // 512 sequences give 16.9k output tok/s against 15.7k at the server's 256 (docs/PERF.md); decode graphs
-  // are recorded up to 512 rows.
-  sc.max_num_seqs = 512;
+  // Offline throughput wants the largest batch that still pays off. As vLLM's offline defaults (its LLM class):
+  // on a GPU of >= 70 GiB other than an A100, 1024 sequences and 16,384 batched tokens (resolved below, after the
+  // flags; on an H200, Llama-3.1-8B FP8 128/128: 29.9k output tok/s against 28.3k at 512 / 8192, docs/PERF.md
+  // session 16); else 512 and 8192 (bf16 on the H200: 512 sequences give 16.9k tok/s against 15.7k at the
+  // server's 256).
+  sc.max_num_batched_tokens = kOfflineBatchedTokens;
+  sc.max_num_seqs = kOfflineSeqs;
   sc.enable_prefix_caching = false;  // random prompts never share blocks; keep the figure about compute
   FlagSet flags("xinfer bench",
                 "Offline throughput or batch-1 latency of the engine at fixed input/output lengths, with MBU/MFU\n"
@@ -265,6 +278,13 @@ int run_bench(int argc, char** argv) {
   flags.add("--latency", &latency, "latency mode: one request at a time; TTFT and inter-token latency");
   flags.add("--num-iters", &num_iters, "latency mode: measured requests (after one warm-up)");
   engine_flags.add_to(flags);
+  flags.set_default_text("--max-num-seqs", std::to_string(kLargeGpuSeqs) + " in throughput mode on a GPU of >= " +
+                                               std::to_string(kLargeGpuGiB) + " GiB other than an A100, else " +
+                                               std::to_string(kOfflineSeqs));
+  flags.set_default_text("--max-num-batched-tokens",
+                         std::to_string(kLargeGpuBatchedTokens) + " in throughput mode on a GPU of >= " +
+                             std::to_string(kLargeGpuGiB) + " GiB other than an A100, else " +
+                             std::to_string(kOfflineBatchedTokens));
   flags.add("--temperature", &sampling.temperature,
             "sampling temperature of every request; 0: greedy (argmax); > 0 samples, each request with its own "
             "seed derived from --seed and its index (reproducible)");
@@ -315,6 +335,13 @@ int run_bench(int argc, char** argv) {
   ec.max_waiting = 1 << 20;
   ec.show_progress = progress;
   if (latency) sc.max_num_seqs = std::max(sc.max_num_seqs, 1);
+  if (!latency && ec.backend == engine::BackendKind::kCuda) {
+    auto dev = engine::cuda_device_summary(0);
+    if (dev.ok() && large_gpu(*dev)) {
+      if (!flags.was_set("--max-num-seqs")) sc.max_num_seqs = kLargeGpuSeqs;
+      if (!flags.was_set("--max-num-batched-tokens")) sc.max_num_batched_tokens = kLargeGpuBatchedTokens;
+    }
+  }
 
   auto created = engine::Engine::create(ec);
   if (!created.ok()) return fail(created.status().to_string());

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "xinfer/core/check.h"
+
 namespace xinfer::cli {
 namespace {
 
@@ -201,6 +203,15 @@ std::string FlagSet::help() const {
   }
   os << "  --help                    show this help\n";
   return os.str();
+}
+
+void FlagSet::set_default_text(const std::string& name, std::string text) {
+  for (auto& f : flags_)
+    if (f.name == name) {
+      f.default_text = std::move(text);
+      return;
+    }
+  XI_CHECK(false) << "set_default_text: no flag " << name;
 }
 
 bool FlagSet::was_set(const std::string& name) const {

@@ -23,6 +23,19 @@ Status usable_cuda_device() {
 #endif
 }
 
+Result<CudaDeviceSummary> cuda_device_summary(int device) {
+  XI_RETURN_IF_ERROR(usable_cuda_device());
+#if defined(XINFER_HAVE_CUDA)
+  cudaDeviceProp props{};
+  if (const cudaError_t err = cudaGetDeviceProperties(&props, device); err != cudaSuccess)
+    return unavailable("CUDA device " + std::to_string(device) + ": " + cudaGetErrorString(err));
+  return CudaDeviceSummary{props.name, props.totalGlobalMem};
+#else
+  (void)device;
+  return unimplemented("this xinfer was built without the CUDA backend");
+#endif
+}
+
 Result<std::unique_ptr<backend::Backend>> create_backend(BackendKind kind, int threads, int device) {
   if (kind == BackendKind::kCpu)
     return std::unique_ptr<backend::Backend>(
