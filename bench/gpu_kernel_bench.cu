@@ -260,19 +260,10 @@ void bench_decode_attention_kv_fp8(cuda::CudaBackend& be, double bw, double peak
         if (cuda::decode_warps(batch, ctx, Hkv, Hq / Hkv, be.num_sms(), 2) == cuda::kDecodeWarps) continue;  // one geometry
         for (const int w : {8, 4, 2}) {  // the many-CTA grid at each warp count (f16 variant for fp8)
           be.set_decode_many_warps(w);
-          // fp8 at 4 and 2 warps: two K/V tiles per warp in flight (the default), then one (as bf16).
-          for (const int ahead : {2, 1}) {
-            if (ahead == 1 && (!fp8 || w == cuda::kDecodeWarps)) continue;
-            be.set_fp8_kv_ahead(ahead);
-            op(0);
-            const bool two = fp8 && w != cuda::kDecodeWarps && ahead == 2;
-            std::snprintf(what, sizeof(what), "  %s b%d ctx%d, %d warps x %d CTAs/SM%s%s", fp8 ? "fp8" : "bf16", batch,
-                          ctx, w, two ? cuda::decode_ctas_per_sm(w) * 3 / 4 : cuda::decode_ctas_per_sm(w),
-                          two ? ", 2 tiles ahead" : fp8 && w != cuda::kDecodeWarps ? ", 1 tile ahead" : "",
-                          w == warps_now && ahead == 2 ? " *" : "");
-            report(what, time_graph(s, kOps, op), bytes, false, bw);
-          }
-          be.set_fp8_kv_ahead(2);
+          op(0);
+          std::snprintf(what, sizeof(what), "  %s b%d ctx%d, %d warps x %d CTAs/SM%s", fp8 ? "fp8" : "bf16", batch, ctx, w,
+                        cuda::decode_ctas_per_sm(w), w == warps_now ? " *" : "");
+          report(what, time_graph(s, kOps, op), bytes, false, bw);
         }
         be.set_decode_many_warps(default_warps);
     }

@@ -9,8 +9,7 @@
 //    128; block sizes 1, 8, 16, 32; kv lengths 1, 54, 97, 2048, 2049, 5000; batches 1, 3, 17, 64, 300; a graph
 //    bucket) with K and V scales != 1; every case with both decode variants (bf16 MMAs on codes converted by
 //    integer ops, and the default f16 one: CudaBackend::set_fp8_kv_f16_mma), and grids of many one-partition
-//    CTAs also at 8, 4 and 2 warps per CTA (CudaBackend::set_decode_many_warps), the 4- and 2-warp CTAs with
-//    two K/V tiles per warp in flight (the default) and with one (CudaBackend::set_fp8_kv_ahead);
+//    CTAs also at 8, 4 and 2 warps per CTA (CudaBackend::set_decode_many_warps);
 //  - per-head scales (each kernel reads each KV head's own) and the keys' Hadamard rotation in rope_kv_write;
 //  - a whole model (dummy weights, head dim 128 and 64) with an FP8 cache (one layer with per-head scales,
 //    rotated keys) on both backends: greedy decode with
@@ -167,15 +166,6 @@ TEST_P(Fp8AttentionTest, MatchesCpu) {
     const Compare cw = expect_close(out.g.view, out.c.view, kTol, ac.name + " (" + std::to_string(w) + " warps)");
     std::printf("[ fp8 attention ] %-34s %d warps rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), w, cw.rel_l2,
                 cw.max_abs);
-    if (w == cuda::kDecodeWarps) return;
-    // 4 and 2 warps keep two K/V tiles per warp in flight by default; one, as the bf16 kernel does, too.
-    gpu().set_fp8_kv_ahead(1);
-    poison(out.g.view);
-    gpu().paged_attention(meta, qkv.g.view, ac.hq, ac.hkv, ac.d, scale, cache.gpu_cache(), out.g.view);
-    const Compare c1 = expect_close(out.g.view, out.c.view, kTol, ac.name + " (" + std::to_string(w) + " warps, 1 ahead)");
-    gpu().set_fp8_kv_ahead(2);
-    std::printf("[ fp8 attention ] %-34s %d warps, 1 tile ahead rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), w,
-                c1.rel_l2, c1.max_abs);
   });
   // Prefill-only steps: both prefill kernels that read FP8 caches, launched directly whatever the backend's
   // choice (the mma.sync kernel's register loads; kWgmmaSimple's codes staged by cp.async and converted in

@@ -84,7 +84,6 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device), 
   rope_attention_fusion_ = options.rope_attention_fusion;
   if (const char* v = std::getenv("XINFER_FP8_KV_F16")) fp8_kv_f16_mma_ = std::atoi(v) != 0;  // A/B switch
   if (const char* v = std::getenv("XINFER_DECODE_WARPS")) set_decode_many_warps(std::atoi(v));  // A/B switch
-  if (const char* v = std::getenv("XINFER_DECODE_KV_AHEAD")) set_fp8_kv_ahead(std::atoi(v));  // A/B switch
   if (const char* v = std::getenv("XINFER_FP8_KV_WGMMA")) fp8_kv_wgmma_prefill_ = std::atoi(v) != 0;  // A/B switch
   if (const char* v = std::getenv("XINFER_INT8_GEMM")) set_int8_gemm(v);                            // A/B switch
 }
@@ -751,11 +750,6 @@ bool CudaBackend::decode_launch(int num_heads, int num_kv_heads, int head_dim, i
   return true;
 }
 
-void CudaBackend::set_fp8_kv_ahead(int tiles) {
-  XI_CHECK(tiles == 1 || tiles == 2) << "decode attention: 1 or 2 K/V tiles ahead, not " << tiles;
-  fp8_kv_ahead_ = tiles;
-}
-
 void CudaBackend::paged_attention(const backend::StepMeta& step, const TensorView& qkv, int num_heads,
                                   int num_kv_heads, int head_dim, float scale,
                                   const backend::LayerKvCache& cache, const TensorView& out) {
@@ -763,7 +757,6 @@ void CudaBackend::paged_attention(const backend::StepMeta& step, const TensorVie
   check_attention_args(qkv, num_heads, num_kv_heads, head_dim, cache, out);
   PagedAttentionParams p = paged_attention_params(step, qkv, num_heads, num_kv_heads, head_dim, scale, cache, out);
   p.kv_fp8_f16 = p.kv_fp8 && fp8_kv_f16_mma_;
-  p.kv_fp8_ahead = fp8_kv_ahead_;
   if (!decode_attention_supports(head_dim) || !prefill_attention_supports(head_dim)) {
     launch_paged_attention_generic(p, attn_view_, stream_);
     return;

@@ -235,9 +235,6 @@ class CudaBackend final : public backend::Backend {
   // the copy ceiling at batch 64 against 59-65% (docs/PERF.md session 13); XINFER_FP8_KV_F16=0 turns it off.
   // Set it before graphs are recorded (recordings keep the variant they were made with).
   void set_fp8_kv_f16_mma(bool on) { fp8_kv_f16_mma_ = on; }
-  // FP8 KV caches, decode attention in 4- or 2-warp CTAs: K/V tiles each warp keeps in flight (2 by default, or
-  // 1 as the bf16 kernel does; PagedAttentionParams::kv_fp8_ahead). XINFER_DECODE_KV_AHEAD=1 sets 1 (A/B).
-  void set_fp8_kv_ahead(int tiles);
   // The W8A8-INT8 GEMM past the GEMV's rows (the same bits whichever runs): "auto" (the default: our wgmma
   // kernels with the scales fused, the configuration measure_int8_gemms() found fastest for the shape and row
   // bucket, else by shape: int8_wgmma_auto_config in w8a8_int8_wgmma.h; cuBLASLt for a shape they do not take),
@@ -336,7 +333,6 @@ class CudaBackend final : public backend::Backend {
   int64_t fused_linears_ = 0;
   bool rope_attention_fusion_ = true;
   bool fp8_kv_f16_mma_ = true;
-  int fp8_kv_ahead_ = 2;
   bool int8_cublaslt_ = false;                     // set_int8_gemm("cublaslt")
   bool int8_rule_only_ = false;                    // set_int8_gemm("rule"): auto without measurements
   std::optional<Int8WgmmaConfig> int8_wgmma_fixed_;  // set_int8_gemm(config name); neither: "auto"

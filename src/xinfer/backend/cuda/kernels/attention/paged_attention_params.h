@@ -47,9 +47,6 @@ struct PagedAttentionParams {
   // instead of codes -> bf16 by integer ops and bf16 MMAs. CudaBackend sets it by default
   // (CudaBackend::set_fp8_kv_f16_mma); false here, for direct launches, is the bf16-MMA variant.
   bool kv_fp8_f16 = false;
-  // kv_fp8, decode kernel with 4- or 2-warp CTAs: K/V tiles each warp keeps in flight in registers (2, or 1 as
-  // the bf16 kernel does). CudaBackend leaves 2 unless XINFER_DECODE_KV_AHEAD=1 (an A/B switch).
-  int kv_fp8_ahead = 2;
 };
 
 // Device views of a step's attention work partition (arrays live in the backend's step buffer).

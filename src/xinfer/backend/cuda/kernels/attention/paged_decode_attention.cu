@@ -120,13 +120,8 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
 // read back: a CTA's own global writes are not visible through the read-only path), and head tile 0 of
 // them writes both to the cache at the token's slot. A negative slot (padding) writes nothing and attends
 // to the cache's row, as the unfused pair does. `rope` is unused without kRope.
-// kAhead: K/V tiles a warp holds in registers (1 or 2). Two FP8 tiles take the registers of one bf16 tile, more
-// than 16 warps' worth per SM: such CTAs run 3/4 as many per SM (12 warps, 168 registers a thread).
-template <typename Cfg, int kAhead>
-inline constexpr int kDecodeMinCtas = kAhead == 2 ? Cfg::kCtasPerSm * 3 / 4 : Cfg::kCtasPerSm;
-
-template <typename Cfg, bool kRope, bool kFp8, bool kF16 = false, int kAhead = 1>
-__global__ void __launch_bounds__(Cfg::kThreads, (kDecodeMinCtas<Cfg, kAhead>))
+template <typename Cfg, bool kRope, bool kFp8, bool kF16 = false>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
     paged_decode_kernel(PagedAttentionParams p, AttentionPlanView plan, DecodeRopeParams rope,
                         int partition_size, int head_tiles, float* workspace) {
   constexpr int kD = Cfg::kHeadDim, kC = Cfg::kChunks, kW = Cfg::kWarps, kH = Cfg::kHeads, kT = Cfg::kTile;
@@ -214,20 +209,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, (kDecodeMinCtas<Cfg, kAhead>))
   };
 
   const int n_tiles = (end - begin + kT - 1) / kT;
-  // K/V tiles in registers: kAhead per warp, each refilled with the tile kAhead * kW further on once it is
-  // used, so kAhead tiles' loads are in flight while one is computed. An FP8 tile is half a bf16 tile's
-  // bytes (and registers): two keep as many bytes in flight per warp as bf16's one, which short contexts
-  // (a few tiles per warp, latency-bound) need.
-  static_assert(kAhead == 1 || kAhead == 2, "one or two tiles per warp in registers");
-  uint4 kr[kAhead][2][kL], vr[kAhead][2][kL];
-  auto load_tile = [&](uint4 (&kt)[2][kL], uint4 (&vt)[2][kL], int tile) {
+  uint4 kr[2][kL], vr[2][kL];
+  int tile = warp;
+  if (tile < n_tiles) {
     const size_t off[2] = {row_offset(begin + tile * kT + g), row_offset(begin + tile * kT + 8 + g)};
-    load_rows(kt, k_base, off);
-    load_rows(vt, v_base, off);
-  };
-#pragma unroll
-  for (int a = 0; a < kAhead; ++a)
-    if (warp + a * kW < n_tiles) load_tile(kr[a], vr[a], warp + a * kW);
+    load_rows(kr, k_base, off);
+    load_rows(vr, v_base, off);
+  }
   // kRope: the partition holding the newest row builds it (has_newest); the token's row t and KV slot.
   const int newest = kv_len - 1;
   const bool has_newest = kRope && end == kv_len;
@@ -241,11 +229,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, (kDecodeMinCtas<Cfg, kAhead>))
   }
   pdl_wait();
   if constexpr (!kRope) {
-#pragma unroll
-    for (int a = 0; a < kAhead; ++a) {
-      const int tile = warp + a * kW;
-      if (tile < n_tiles && begin + tile * kT + kT >= kv_len)  // warp-uniform: this tile holds row kv_len - 1
-        load_tile(kr[a], vr[a], tile);
+    if (tile < n_tiles && begin + tile * kT + kT >= kv_len) {  // warp-uniform: this tile holds row kv_len - 1
+      const size_t off[2] = {row_offset(begin + tile * kT + g), row_offset(begin + tile * kT + 8 + g)};
+      load_rows(kr, k_base, off);
+      load_rows(vr, v_base, off);
     }
   }
 
@@ -326,14 +313,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, (kDecodeMinCtas<Cfg, kAhead>))
   float m_run = -INFINITY;  // running max (log2 units) of head g; same in the 4 lanes of row g
   float l_run = 0.0f;       // this lane's share of the running sum of head g
 
-  // One tile of the warp: S = Q K^T, online softmax, O += P V, and the loads of tile + kAhead * kW into kr, vr.
-  auto step = [&](uint4 (&kr)[2][kL], uint4 (&vr)[2][kL], int tile) {
+  for (; tile < n_tiles; tile += kW) {
     const int tb = begin + tile * kT;
-    const bool has_next = tile + kAhead * kW < n_tiles;  // warp-uniform
+    const bool has_next = tile + kW < n_tiles;  // warp-uniform
     size_t next_off[2] = {0, 0};
     if (has_next) {
-      next_off[0] = row_offset(tb + kAhead * kW * kT + g);
-      next_off[1] = row_offset(tb + kAhead * kW * kT + 8 + g);
+      next_off[0] = row_offset(tb + kW * kT + g);
+      next_off[1] = row_offset(tb + kW * kT + 8 + g);
     }
 
     if constexpr (kRope) {
@@ -422,12 +408,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, (kDecodeMinCtas<Cfg, kAhead>))
         mma(o[2 * c + qp], vt[0][2 * qp], vt[0][2 * qp + 1], vt[1][2 * qp], vt[1][2 * qp + 1], pb0, pb1);
     }
     if (has_next) load_rows(vr, v_base, next_off);
-  };
-  for (int tile = warp; tile < n_tiles; tile += kAhead * kW) {
-    step(kr[0], vr[0], tile);
-    if constexpr (kAhead == 2) {
-      if (tile + kW < n_tiles) step(kr[1], vr[1], tile + kW);
-    }
   }
 
   // Merge the warps: per head, the CTA max and each warp's weight exp2(m_warp - max). Warps without a
@@ -565,7 +545,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, (kDecodeMinCtas<Cfg, kAhead>))
   }
 }
 
-template <int kD, int kW, bool kRope, bool kFp8, bool kF16, int kAhead = 1>
+template <int kD, int kW, bool kRope, bool kFp8, bool kF16>
 void launch_decode(const PagedAttentionParams& p, const AttentionPlanView& plan, const DecodeRopeParams& rope,
                    int partition_size, float* workspace, cudaStream_t stream) {
   using Cfg = DecodeConfig<kD, kW>;
@@ -582,7 +562,7 @@ void launch_decode(const PagedAttentionParams& p, const AttentionPlanView& plan,
       << " head tiles is too many split-KV slots (partition size " << partition_size << " too small)";
   const dim3 grid(static_cast<unsigned>(parts), static_cast<unsigned>(p.num_kv_heads * head_tiles),
                   static_cast<unsigned>(plan.num_decode));
-  launch_pdl(paged_decode_kernel<Cfg, kRope, kFp8, kF16, kAhead>, grid, Cfg::kThreads, 0, stream, p, plan, rope, partition_size,
+  launch_pdl(paged_decode_kernel<Cfg, kRope, kFp8, kF16>, grid, Cfg::kThreads, 0, stream, p, plan, rope, partition_size,
              head_tiles, workspace);
 }
 
@@ -590,19 +570,10 @@ void launch_decode(const PagedAttentionParams& p, const AttentionPlanView& plan,
 template <int kD, bool kRope, bool kFp8, bool kF16 = false>
 void launch_decode_warps(const PagedAttentionParams& p, const AttentionPlanView& plan, const DecodeRopeParams& rope,
                          int partition_size, int warps, float* workspace, cudaStream_t stream) {
-  // FP8 caches in CTAs of 4 or 2 warps (one-partition grids of many CTAs, whose short contexts leave a warp
-  // few tiles: latency-bound) hold two tiles per warp unless p.kv_fp8_ahead says 1.
-  const bool ahead2 = kFp8 && p.kv_fp8_ahead != 1;
   switch (warps) {
     case 8: return launch_decode<kD, 8, kRope, kFp8, kF16>(p, plan, rope, partition_size, workspace, stream);
-    case 4:
-      if constexpr (kFp8)
-        if (ahead2) return launch_decode<kD, 4, kRope, kFp8, kF16, 2>(p, plan, rope, partition_size, workspace, stream);
-      return launch_decode<kD, 4, kRope, kFp8, kF16>(p, plan, rope, partition_size, workspace, stream);
-    case 2:
-      if constexpr (kFp8)
-        if (ahead2) return launch_decode<kD, 2, kRope, kFp8, kF16, 2>(p, plan, rope, partition_size, workspace, stream);
-      return launch_decode<kD, 2, kRope, kFp8, kF16>(p, plan, rope, partition_size, workspace, stream);
+    case 4: return launch_decode<kD, 4, kRope, kFp8, kF16>(p, plan, rope, partition_size, workspace, stream);
+    case 2: return launch_decode<kD, 2, kRope, kFp8, kF16>(p, plan, rope, partition_size, workspace, stream);
     default: XI_CHECK(false) << "decode attention: no " << warps << "-warp kernel (8, 4 or 2)";
   }
 }
