@@ -62,6 +62,17 @@ def test_sampling_flags_reach_the_sampler(xinfer_bin, tmp_path, greedy_doc):
     assert named["name"] == "mine" and named["sampling"]["temperature"] == 0.8
 
 
+def test_batch_limits_default_by_device(xinfer_bin, greedy_doc):
+    """Throughput mode takes vLLM's offline batch limits by device: without a GPU (here: the CPU backend) 512
+    sequences and 8192 batched tokens; --help says what a large GPU gets."""
+    assert "max_num_seqs=512 max_num_batched_tokens=8192" in greedy_doc["engine_config"]
+    r = subprocess.run([str(xinfer_bin), "bench", "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0
+    help_text = " ".join(r.stdout.split())
+    assert "(default: 1024 in throughput mode on a GPU of >= 70 GiB other than an A100, else 512)" in help_text
+    assert "(default: 16384 in throughput mode on a GPU of >= 70 GiB other than an A100, else 8192)" in help_text
+
+
 def test_invalid_sampling_flag_fails_before_loading(xinfer_bin, tmp_path):
     r = subprocess.run([str(xinfer_bin), "bench", "--model", str(MODEL), "--backend", "cpu", "--top-p", "1.5",
                         "--output-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)

@@ -21,7 +21,6 @@
 // Results go to <--output-dir>/<name>.json (default bench/results/, created when missing).
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cinttypes>
 #include <chrono>
 #include <cmath>
@@ -50,6 +49,7 @@
 #include "xinfer/engine/sampling_params.h"
 #include "xinfer/model/dummy_quantized.h"
 #include "xinfer/model/preset_configs.h"
+#include "xinfer/scheduler/scheduler_config.h"
 
 namespace xinfer::cli {
 namespace {
@@ -230,15 +230,6 @@ RunResult run_batch(engine::Engine& eng, Shape2 shape, int n, uint64_t seed, con
   return r;
 }
 
-// Throughput mode's batch limits: vLLM's offline defaults (EngineArgs for its LLM class), by device.
-constexpr int kOfflineSeqs = 512, kOfflineBatchedTokens = 8192;
-constexpr int kLargeGpuSeqs = 1024, kLargeGpuBatchedTokens = 16384, kLargeGpuGiB = 70;
-bool large_gpu(const engine::CudaDeviceSummary& d) {
-  std::string name = d.name;
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-  return d.total_memory >= (static_cast<size_t>(kLargeGpuGiB) << 30) && name.find("a100") == std::string::npos;
-}
-
 int run_bench(int argc, char** argv) {
   std::string model = "llama-3.1-8b", load_format, name, output_dir = "bench/results", quantization;
   int input_len = 128, output_len = 128, num_prompts = 0, num_iters = 5;
@@ -250,13 +241,13 @@ int run_bench(int argc, char** argv) {
   engine_flags.backend = "cuda";
   engine::EngineConfig& ec = engine_flags.config;
   sched::SchedulerConfig& sc = ec.scheduler;
-  // Offline throughput wants the largest batch that still pays off. As vLLM's offline defaults (its LLM class):
-  // on a GPU of >= 70 GiB other than an A100, 1024 sequences and 16,384 batched tokens (resolved below, after the
-  // flags; on an H200, Llama-3.1-8B FP8 128/128: 29.9k output tok/s against 28.3k at 512 / 8192, docs/PERF.md
-  // session 16); else 512 and 8192 (bf16 on the H200: 512 sequences give 16.9k tok/s against 15.7k at the
-  // server's 256).
-  sc.max_num_batched_tokens = kOfflineBatchedTokens;
-  sc.max_num_seqs = kOfflineSeqs;
+  // Offline throughput wants the largest batch that still pays off: sched::offline_batch_limits, vLLM's offline
+  // defaults by device, resolved after the flags (on an H200, Llama-3.1-8B FP8 128/128: 30.0-30.4k output tok/s
+  // at 1024 / 16384 against 28.6k at 512 / 8192, docs/PERF.md session 22). Without a GPU: 512 / 8192.
+  const sched::BatchLimits cpu_limits = sched::offline_batch_limits("", 0);
+  const sched::BatchLimits large_limits = sched::offline_batch_limits("", size_t{1} << 40);
+  sc.max_num_batched_tokens = cpu_limits.max_num_batched_tokens;
+  sc.max_num_seqs = cpu_limits.max_num_seqs;
   sc.enable_prefix_caching = false;  // random prompts never share blocks; keep the figure about compute
   FlagSet flags("xinfer bench",
                 "Offline throughput or batch-1 latency of the engine at fixed input/output lengths, with MBU/MFU\n"
@@ -278,13 +269,11 @@ int run_bench(int argc, char** argv) {
   flags.add("--latency", &latency, "latency mode: one request at a time; TTFT and inter-token latency");
   flags.add("--num-iters", &num_iters, "latency mode: measured requests (after one warm-up)");
   engine_flags.add_to(flags);
-  flags.set_default_text("--max-num-seqs", std::to_string(kLargeGpuSeqs) + " in throughput mode on a GPU of >= " +
-                                               std::to_string(kLargeGpuGiB) + " GiB other than an A100, else " +
-                                               std::to_string(kOfflineSeqs));
-  flags.set_default_text("--max-num-batched-tokens",
-                         std::to_string(kLargeGpuBatchedTokens) + " in throughput mode on a GPU of >= " +
-                             std::to_string(kLargeGpuGiB) + " GiB other than an A100, else " +
-                             std::to_string(kOfflineBatchedTokens));
+  const std::string large_gpu = " in throughput mode on a GPU of >= 70 GiB other than an A100, else ";
+  flags.set_default_text("--max-num-seqs", std::to_string(large_limits.max_num_seqs) + large_gpu +
+                                               std::to_string(cpu_limits.max_num_seqs));
+  flags.set_default_text("--max-num-batched-tokens", std::to_string(large_limits.max_num_batched_tokens) + large_gpu +
+                                                         std::to_string(cpu_limits.max_num_batched_tokens));
   flags.add("--temperature", &sampling.temperature,
             "sampling temperature of every request; 0: greedy (argmax); > 0 samples, each request with its own "
             "seed derived from --seed and its index (reproducible)");
@@ -336,10 +325,10 @@ int run_bench(int argc, char** argv) {
   ec.show_progress = progress;
   if (latency) sc.max_num_seqs = std::max(sc.max_num_seqs, 1);
   if (!latency && ec.backend == engine::BackendKind::kCuda) {
-    auto dev = engine::cuda_device_summary(0);
-    if (dev.ok() && large_gpu(*dev)) {
-      if (!flags.was_set("--max-num-seqs")) sc.max_num_seqs = kLargeGpuSeqs;
-      if (!flags.was_set("--max-num-batched-tokens")) sc.max_num_batched_tokens = kLargeGpuBatchedTokens;
+    if (auto dev = engine::cuda_device_summary(0); dev.ok()) {
+      const sched::BatchLimits limits = sched::offline_batch_limits(dev->name, dev->total_memory);
+      if (!flags.was_set("--max-num-seqs")) sc.max_num_seqs = limits.max_num_seqs;
+      if (!flags.was_set("--max-num-batched-tokens")) sc.max_num_batched_tokens = limits.max_num_batched_tokens;
     }
   }
 

@@ -1,6 +1,7 @@
 #include "xinfer/scheduler/scheduler_config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <sstream>
 
@@ -51,6 +52,14 @@ std::string SchedulerConfig::to_string() const {
      << " max_bypass=" << max_bypass << " prefill_tokens_per_decode=" << prefill_tokens_per_decode
      << " min_prefill_budget=" << min_prefill_budget;
   return os.str();
+}
+
+BatchLimits offline_batch_limits(const std::string& device_name, size_t device_memory) {
+  std::string name = device_name;
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  constexpr size_t kLargeGpu = size_t{70} << 30;  // bytes
+  if (device_memory >= kLargeGpu && name.find("a100") == std::string::npos) return {1024, 16384};
+  return {512, 8192};
 }
 
 }  // namespace xinfer::sched

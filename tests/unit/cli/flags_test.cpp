@@ -41,6 +41,17 @@ TEST(Flags, ParsesEveryTypeInBothSpellings) {
   EXPECT_NE(flags.help().find("(default: 1 KiB)"), std::string::npos);
 }
 
+TEST(Flags, DefaultTextCanBeReplacedAfterRegistration) {
+  int n = 512;
+  FlagSet flags("prog", "test");
+  flags.add("--n", &n, "n");
+  EXPECT_NE(flags.help().find("(default: 512)"), std::string::npos);
+  flags.set_default_text("--n", "1024 on a large GPU, else 512");
+  EXPECT_NE(flags.help().find("(default: 1024 on a large GPU, else 512)"), std::string::npos);
+  EXPECT_EQ(flags.help().find("(default: 512)"), std::string::npos);
+  EXPECT_DEATH(flags.set_default_text("--missing", "x"), "no flag --missing");
+}
+
 TEST(Flags, ErrorsNameTheFlagAndTheValue) {
   int n = 0;
   ByteSize mem;
