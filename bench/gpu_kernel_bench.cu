@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -210,8 +211,11 @@ void bench_decode_attention_kv_fp8(cuda::CudaBackend& be, double bw, double peak
   const Case cases[] = {{1, 1024},  {1, 4096},   {1, 8192},  {64, 1024}, {64, 4096},  {64, 8192},
                         {480, 192}, {954, 192}, {256, 256}, {512, 512}, {256, 3072}, {857, 1104}};
   const int default_warps = be.decode_many_warps();
+  // XINFER_BENCH_KV_CASE=BxCTX (e.g. 954x192) runs that case alone (a profiler's run of one kernel).
+  const char* only = std::getenv("XINFER_BENCH_KV_CASE");
   for (const Case& cs : cases)
     for (const bool fp8 : {false, true}) {
+      if (only != nullptr && std::to_string(cs.batch) + "x" + std::to_string(cs.ctx) != only) continue;
         const int batch = cs.batch, ctx = cs.ctx;
         const int blocks_per_seq = ctx / bs;
         const size_t elem = fp8 ? 1 : 2;

@@ -216,7 +216,7 @@ void bench_prefill_layer(cuda::CudaBackend& be, double peak, double bw) {
 // context of ~192), 2048/2048 x 256 (~250 rows at ~3,072) and 128/2048 x 1000 (~857 rows at ~1,100), FP8 weights.
 void bench_decode_steps(cuda::CudaBackend& be, double peak, double bw) {
   // The step's tail: the bf16 lm_head into f32 logits, then the greedy argmax, at each row count below.
-  for (const int rows : {480, 954}) {
+  for (const int rows : {245, 411, 480, 954}) {
     const int V = 128256, H = 4096;
     Weight head = make_weight(be, 0, V, H, 77);
     backend::DeviceTensor x = be.allocate(DType::kBF16, Shape{rows, H});
@@ -236,6 +236,9 @@ void bench_decode_steps(cuda::CudaBackend& be, double peak, double bw) {
   bench_layer(be, peak, bw, {"decode 480x192 fp8kv", 480, 1, 192, DType::kFP8E4M3, {1, 2}});
   bench_layer(be, peak, bw, {"decode 256x3072 fp8kv", 256, 1, 3072, DType::kFP8E4M3, {1}});
   bench_layer(be, peak, bw, {"decode 857x1100 fp8kv", 857, 1, 1100, DType::kFP8E4M3, {1}});
+  // The decode-only steps of 2048/128 (~245 rows at contexts 2048..2176) and 2048/2048 (~411 rows, 2048..4096).
+  bench_layer(be, peak, bw, {"decode 245x2112 fp8kv", 245, 1, 2112, DType::kFP8E4M3, {1}});
+  bench_layer(be, peak, bw, {"decode 411x3072 fp8kv", 411, 1, 3072, DType::kFP8E4M3, {1}});
 }
 
 }  // namespace xinfer::bench

@@ -114,8 +114,7 @@ bool ModelRunner::graph_shape(std::span<const SequenceChunk> chunks, int* bucket
     if (c.tokens.size() != 1 || c.all_logits) return false;
     max_blocks = std::max(max_blocks, c.block_table.size());
   }
-  int b = 1;
-  while (static_cast<size_t>(b) < chunks.size()) b *= 2;
+  const int b = backend::decode_graph_bucket(static_cast<int>(chunks.size()));
   const model::LoadOptions& lo = model_.options();
   if (b > lo.max_tokens || b > lo.max_logit_rows) return false;
   const int bs = kv_spec_.block_size;

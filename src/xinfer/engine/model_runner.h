@@ -9,9 +9,10 @@
 // p), which must already cover every position up to start_pos + tokens.size() - 1.
 //
 // Graphs (GraphMode::kOn, on backends that supports_graphs()): a decode-only step (every chunk feeds one
-// token) of n <= 256 sequences is padded to a graph key (bucket, width):
-//   bucket = n rounded up to 1, 2, 4, 8, 16, 32, 64, 128, 256 (and within the model's max_tokens and
-//            max_logit_rows); padded rows feed token 0 at position 0 with slot -1 (no KV write),
+// token) of n <= kMaxGraphBatch (512) sequences is padded to a graph key (bucket, width):
+//   bucket = backend::decode_graph_bucket(n): n rounded up to 1, 2, 4, .., 128, then to a multiple of 64 up to
+//            512 (and within the model's max_tokens and max_logit_rows); padded rows feed token 0 at position 0
+//            with slot -1 (no KV write),
 //            seq_len 1 and an all-zero block-table row; their logits are computed and ignored;
 //   width  = block-table width: the longest table rounded up to a power of two >= 16 blocks (at most
 //            the model's max_model_len in blocks); attention is sized for width * block_size tokens.
@@ -42,6 +43,7 @@
 #include <vector>
 
 #include "xinfer/backend/backend.h"
+#include "xinfer/backend/decode_graph_buckets.h"
 #include "xinfer/engine/device_sampling.h"
 #include "xinfer/engine/sampler.h"
 #include "xinfer/engine/step_followers.h"
@@ -66,7 +68,7 @@ enum class GraphMode { kOff, kOn, kPaddedEager };
 
 class ModelRunner {
  public:
-  static constexpr int kMaxGraphBatch = 512;
+  static constexpr int kMaxGraphBatch = backend::kMaxDecodeGraphRows;
   static constexpr int kMinGraphBlocks = 16;
 
   ModelRunner(model::LlamaModel& model, backend::Backend& backend, const backend::KvCacheSpec& kv_spec,

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/decode_graph_buckets.h"
 
 namespace xinfer::cuda {
 namespace {
@@ -161,7 +162,7 @@ int offer_algo(const AlgoQuery& q, const cublasLtMatmulAlgo_t& algo, std::vector
   return static_cast<int>(algos.size()) - 1;
 }
 
-bool variant_rows(int rows) { return rows >= 2 && rows <= 256 && (rows & (rows - 1)) == 0; }
+bool variant_rows(int rows) { return rows >= 2 && backend::decode_graph_bucket(rows) == rows; }
 
 int algo_row_bucket(int rows) {
   int b = 1;
