@@ -1,7 +1,6 @@
 // Decode graph buckets: the row counts a decode-only step is padded to for a CUDA graph (engine/model_runner.h),
-// which are also the row counts at which the W8A8 GEMMs time their algorithm variants at start-up
-// (backend/cuda/kernels/gemm/cublaslt_algo_choice.h variant_rows), so every graph-replayed decode step runs a
-// measured choice. Powers of two up to 128 (small steps stream the weights: extra rows cost little), then
+// which up to 256 rows are also the row counts at which the W8A8 GEMMs time their algorithm variants at start-up
+// (backend/cuda/kernels/gemm/cublaslt_algo_choice.h variant_rows). Powers of two up to 128 (small steps stream the weights: extra rows cost little), then
 // multiples of 64 up to kMaxDecodeGraphRows: past 128 rows the GEMMs and the lm_head grow with the rows, and
 // doubling padded a step of 260 sequences to 512 (the 2048/128 row's decode steps ran 17.5 ms at ~245 rows
 // against 13.5 ms for the same layer chain unpadded: docs/PERF.md session 22); GEMM tiles of 128 rows make a

@@ -6,7 +6,7 @@
 // w x^T, A transposed (the only FP8 layout Hopper takes, "TN"). Descriptors and the candidate algorithms are
 // cached per (m, n, k, output dtype, bias); one handle and a 32 MiB workspace per instance. supported() asks the
 // heuristic once per shape (false where cuBLASLt has no algorithm, e.g. k % 16 != 0).
-// Which algorithm runs: at the decode graph buckets (variant_rows: 2, 4, .., 128, 192, .., 512), measured at the shape's
+// Which algorithm runs: at the decode graph buckets up to 256 (variant_rows: 2, 4, .., 128, 192, 256), measured at the shape's
 // first call (cublaslt_algo_choice.h) among the heuristic's algorithm (cuBLASLt 13 offers one per shape for
 // outer-vector FP8) and the ~100 tile-shape and split-K variants of it that the shape accepts: up to 1.7x faster
 // there on an H200 (docs/PERF.md session 13). Other row counts take the heuristic's algorithm: its winner changes
