@@ -57,9 +57,8 @@ std::string SchedulerConfig::to_string() const {
 BatchLimits offline_batch_limits(const std::string& device_name, size_t device_memory) {
   std::string name = device_name;
   std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-  constexpr size_t kLargeGpu = size_t{70} << 30;  // bytes
-  if (device_memory >= kLargeGpu && name.find("a100") == std::string::npos) return {1024, 16384};
-  return {512, 8192};
+  if (device_memory >= kLargeGpuBytes && name.find("a100") == std::string::npos) return kLargeGpuOfflineBatchLimits;
+  return kOfflineBatchLimits;
 }
 
 }  // namespace xinfer::sched

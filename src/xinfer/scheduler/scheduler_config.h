@@ -65,6 +65,9 @@ struct BatchLimits {
   int max_num_seqs = 0;
   int max_num_batched_tokens = 0;
 };
+inline constexpr BatchLimits kOfflineBatchLimits{512, 8192};
+inline constexpr BatchLimits kLargeGpuOfflineBatchLimits{1024, 16384};
+inline constexpr size_t kLargeGpuBytes = size_t{70} << 30;
 BatchLimits offline_batch_limits(const std::string& device_name, size_t device_memory);
 
 }  // namespace xinfer::sched
