@@ -3,7 +3,9 @@ each variant scored by KL, PPL and top-1 agreement against the float cache on wi
 
 Variants: K and V rounded to e4m3 with a scale of 1 (xinfer's default), with calibrated per-head scales (max |x| /
 448 over the calibration windows), K alone / V alone, and with a calibrated per-(layer, KV head, channel) offset
-removed before rounding. An offset is exact in real arithmetic: softmax(q . (k_i - b)) = softmax(q . k_i) because
+removed before rounding. The "FP8 MMA" variants (docs/PERF.md session 22) also round what an attention kernel on
+e4m3 tensor cores would: q per (token, head) to e4m3 with scale max |q| / 448, in the keys' Hadamard basis, and the
+unnormalized probabilities exp(s - row max) in [0, 1] to e4m3, unscaled or times 448 (the row sums unrounded). An offset is exact in real arithmetic: softmax(q . (k_i - b)) = softmax(q . k_i) because
 q . b is the same for every key of a query, and sum_i p_i (v_i - c) + c = sum_i p_i v_i because the p_i sum to 1; so
 the cache may hold k - b and v - c, and attention adds c to its output. The float32 forward is
 tools/gguf_numpy_reference.py's, the e4m3 rounding tools/quantize_numpy_reference.py's.
@@ -97,6 +99,21 @@ def make_hook(stats, quant_k=True, quant_v=True, per_head=False, center_k=False,
     return hook
 
 
+def make_attn_round(rotate=None, round_q=False, round_p=None):
+    """attn_round for GgufLlama.forward: q to e4m3 per (token, head) (in the basis rotate, as the kernel would see
+    it next to rotated keys), p to e4m3 (round_p: None, "unscaled", or "448": times 448 then back)."""
+    def f(kind, x):
+        if kind == "q" and round_q:
+            y = np.einsum("thd,ed->the", x, rotate) if rotate is not None else x
+            sc = np.maximum(np.abs(y).max(-1, keepdims=True), 1e-30) / 448.0
+            y = e4m3(y, sc)
+            return np.einsum("the,ed->thd", y, rotate) if rotate is not None else y
+        if kind == "p" and round_p is not None:
+            return e4m3(x, 1.0 / 448.0) if round_p == "448" else e4m3(x, 1.0)
+        return x
+    return f
+
+
 def main():
     path, test_ids, calib_ids = sys.argv[1:4]
     windows = int(sys.argv[4]) if len(sys.argv) > 4 else 8
@@ -128,6 +145,15 @@ def main():
         "e4m3 K+V, K and V Hadamard, per-head scales": make_hook(stats, rotate_k=hd, rotate_v=hd, per_head=True),
         "e4m3 K+V, K Hadamard, per-head scales": make_hook(stats, rotate_k=hd, per_head=True),
     }
+    base = "e4m3 K+V, K Hadamard, per-head scales"
+    attn_variants = {
+        "FP8 MMA: + q e4m3": make_attn_round(hd, round_q=True),
+        "FP8 MMA: + p e4m3 unscaled": make_attn_round(hd, round_p="unscaled"),
+        "FP8 MMA: + p e4m3 x448": make_attn_round(hd, round_p="448"),
+        "FP8 MMA: + q and p (x448) e4m3": make_attn_round(hd, round_q=True, round_p="448"),
+    }
+    for name in attn_variants:
+        variants[name] = variants[base]
     if len(sys.argv) > 6:
         variants = {k: v for k, v in variants.items() if k in sys.argv[6].split(";")}
     ref = []
@@ -144,7 +170,7 @@ def main():
         nll = kl = agree = 0.0
         per_win = []
         for w, lr in zip(wins, ref):
-            lp = log_softmax(m.forward(w, kv=hook).astype(np.float64))[:-1]
+            lp = log_softmax(m.forward(w, kv=hook, attn_round=attn_variants.get(name)).astype(np.float64))[:-1]
             tgt = np.array(w[1:])
             d = -lp[np.arange(len(tgt)), tgt].sum()
             nll += d

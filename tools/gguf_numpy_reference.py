@@ -63,11 +63,14 @@ class GgufLlama:
         x1, x2 = x[..., :half], x[..., half:]
         return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
-    def forward(self, ids, act_blocks=False, kv=None):
+    def forward(self, ids, act_blocks=False, kv=None, attn_round=None):
         """Logits [T, V] of every position of `ids` (one sequence, no cache). act_blocks: fake-quantize every
         linear's input to 8-bit blocks (block_fake_quant). kv(layer, k, v) -> (k, v, offset), when given, replaces
         what attention reads of the rotated k and of v ([T, kv_heads, D]; e.g. an FP8 KV cache), offset
-        ([kv_heads, D] or None) being added to each head's attention output (tools/fp8_kv_study.py)."""
+        ([kv_heads, D] or None) being added to each head's attention output (tools/fp8_kv_study.py).
+        attn_round(kind, x), when given, rounds the attention's tensor-core operands as an FP8 attention kernel
+        would: kind "q" the rotated q [T, heads, D], kind "p" the unnormalized probabilities exp(s - row max)
+        [heads, T, T] before P V, the row sums taken before the rounding (FlashAttention-3's FP8 path)."""
         T = len(ids)
         pos = np.arange(T)
         x = self.w["token_embd.weight"][np.array(ids)]
@@ -80,14 +83,20 @@ class GgufLlama:
             k = self.linear(h, p + "attn_k.weight", act_blocks).reshape(T, self.nkv, self.D)
             v = self.linear(h, p + "attn_v.weight", act_blocks).reshape(T, self.nkv, self.D)
             q, k = self.rope(q, pos), self.rope(k, pos)
+            if attn_round is not None:
+                q = attn_round("q", q.astype(np.float32))
             offset = None
             if kv is not None:
                 k, v, offset = kv(l, k.astype(np.float32), v.astype(np.float32))
             k, v = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
             s = np.einsum("thd,shd->hts", q, k) / np.sqrt(self.D) + mask
             s = np.exp(s - s.max(-1, keepdims=True))
-            s /= s.sum(-1, keepdims=True)
-            a = np.einsum("hts,shd->thd", s, v)
+            if attn_round is None:
+                s /= s.sum(-1, keepdims=True)
+                a = np.einsum("hts,shd->thd", s, v)
+            else:
+                rows = s.sum(-1, keepdims=True)  # [heads, T, 1], from the unrounded probabilities
+                a = np.einsum("hts,shd->thd", attn_round("p", s.astype(np.float32)), v) / rows.transpose(1, 0, 2)
             if offset is not None:
                 a = a + np.repeat(offset, g, axis=0)[None]
             a = a.reshape(T, self.nh * self.D)
