@@ -236,7 +236,7 @@ void bench_decode_steps(cuda::CudaBackend& be, double peak, double bw) {
   bench_layer(be, peak, bw, {"decode 480x192 fp8kv", 480, 1, 192, DType::kFP8E4M3, {1, 2}});
   bench_layer(be, peak, bw, {"decode 256x3072 fp8kv", 256, 1, 3072, DType::kFP8E4M3, {1}});
   bench_layer(be, peak, bw, {"decode 857x1100 fp8kv", 857, 1, 1100, DType::kFP8E4M3, {1}});
-  // The decode-only steps of 2048/128 (~245 rows at contexts 2048..2176) and 2048/2048 (~411 rows, 2048..4096).
+  // The decode-only steps of 2048/128 (~245 rows, contexts 2048..2176), 2048/2048 (~411 rows, 2048..4096).
   bench_layer(be, peak, bw, {"decode 245x2112 fp8kv", 245, 1, 2112, DType::kFP8E4M3, {1}});
   bench_layer(be, peak, bw, {"decode 411x3072 fp8kv", 411, 1, 3072, DType::kFP8E4M3, {1}});
 }

@@ -5,7 +5,8 @@ Variants: K and V rounded to e4m3 with a scale of 1 (xinfer's default), with cal
 448 over the calibration windows), K alone / V alone, and with a calibrated per-(layer, KV head, channel) offset
 removed before rounding. The "FP8 MMA" variants (docs/PERF.md session 22) also round what an attention kernel on
 e4m3 tensor cores would: q per (token, head) to e4m3 with scale max |q| / 448, in the keys' Hadamard basis, and the
-unnormalized probabilities exp(s - row max) in [0, 1] to e4m3, unscaled or times 448 (the row sums unrounded). An offset is exact in real arithmetic: softmax(q . (k_i - b)) = softmax(q . k_i) because
+unnormalized probabilities exp(s - row max) in [0, 1] to e4m3, unscaled or times 448 (the row sums unrounded).
+An offset is exact in real arithmetic: softmax(q . (k_i - b)) = softmax(q . k_i) because
 q . b is the same for every key of a query, and sum_i p_i (v_i - c) + c = sum_i p_i v_i because the p_i sum to 1; so
 the cache may hold k - b and v - c, and attention adds c to its output. The float32 forward is
 tools/gguf_numpy_reference.py's, the e4m3 rounding tools/quantize_numpy_reference.py's.
@@ -100,8 +101,8 @@ def make_hook(stats, quant_k=True, quant_v=True, per_head=False, center_k=False,
 
 
 def make_attn_round(rotate=None, round_q=False, round_p=None):
-    """attn_round for GgufLlama.forward: q to e4m3 per (token, head) (in the basis rotate, as the kernel would see
-    it next to rotated keys), p to e4m3 (round_p: None, "unscaled", or "448": times 448 then back)."""
+    """attn_round for GgufLlama.forward: q to e4m3 per (token, head) (in the basis `rotate`, as a kernel would
+    see it next to rotated keys), p to e4m3 (round_p: None, "unscaled", or "448": times 448 then back)."""
     def f(kind, x):
         if kind == "q" and round_q:
             y = np.einsum("thd,ed->the", x, rotate) if rotate is not None else x
@@ -170,7 +171,8 @@ def main():
         nll = kl = agree = 0.0
         per_win = []
         for w, lr in zip(wins, ref):
-            lp = log_softmax(m.forward(w, kv=hook, attn_round=attn_variants.get(name)).astype(np.float64))[:-1]
+            logits = m.forward(w, kv=hook, attn_round=attn_variants.get(name))
+            lp = log_softmax(logits.astype(np.float64))[:-1]
             tgt = np.array(w[1:])
             d = -lp[np.arange(len(tgt)), tgt].sum()
             nll += d

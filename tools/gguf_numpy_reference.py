@@ -68,9 +68,10 @@ class GgufLlama:
         linear's input to 8-bit blocks (block_fake_quant). kv(layer, k, v) -> (k, v, offset), when given, replaces
         what attention reads of the rotated k and of v ([T, kv_heads, D]; e.g. an FP8 KV cache), offset
         ([kv_heads, D] or None) being added to each head's attention output (tools/fp8_kv_study.py).
-        attn_round(kind, x), when given, rounds the attention's tensor-core operands as an FP8 attention kernel
-        would: kind "q" the rotated q [T, heads, D], kind "p" the unnormalized probabilities exp(s - row max)
-        [heads, T, T] before P V, the row sums taken before the rounding (FlashAttention-3's FP8 path)."""
+        attn_round(kind, x), when given, rounds the attention's tensor-core operands as an FP8 attention
+        kernel would: kind "q" the rotated q [T, heads, D], kind "p" the unnormalized probabilities
+        exp(s - row max) [heads, T, T] before P V, the row sums taken before the rounding (FlashAttention-3's
+        FP8 path)."""
         T = len(ids)
         pos = np.arange(T)
         x = self.w["token_embd.weight"][np.array(ids)]
@@ -95,8 +96,8 @@ class GgufLlama:
                 s /= s.sum(-1, keepdims=True)
                 a = np.einsum("hts,shd->thd", s, v)
             else:
-                rows = s.sum(-1, keepdims=True)  # [heads, T, 1], from the unrounded probabilities
-                a = np.einsum("hts,shd->thd", attn_round("p", s.astype(np.float32)), v) / rows.transpose(1, 0, 2)
+                rows = s.sum(-1, keepdims=True).transpose(1, 0, 2)  # [T, heads, 1], of the unrounded p
+                a = np.einsum("hts,shd->thd", attn_round("p", s.astype(np.float32)), v) / rows
             if offset is not None:
                 a = a + np.repeat(offset, g, axis=0)[None]
             a = a.reshape(T, self.nh * self.D)

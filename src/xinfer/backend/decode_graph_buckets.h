@@ -1,11 +1,11 @@
-// Decode graph buckets: the row counts a decode-only step is padded to for a CUDA graph (engine/model_runner.h),
-// which up to 256 rows are also the row counts at which the W8A8 GEMMs time their algorithm variants at start-up
-// (backend/cuda/kernels/gemm/cublaslt_algo_choice.h variant_rows). Powers of two up to 128 (small steps stream the weights: extra rows cost little), then
-// multiples of 64 up to kMaxDecodeGraphRows: past 128 rows the GEMMs and the lm_head grow with the rows, and
-// doubling padded a step of 260 sequences to 512 (the 2048/128 row's decode steps ran 17.5 ms at ~245 rows
-// against 13.5 ms for the same layer chain unpadded: docs/PERF.md session 22); GEMM tiles of 128 rows make a
-// finer step pay little more. Device-agnostic: the CPU backend has no graphs, but the engine's padding rule is
-// the same.
+// Decode graph buckets: the row counts a decode-only step is padded to for a CUDA graph
+// (engine/model_runner.h); up to 256 rows also those at which the W8A8 GEMMs time their algorithm variants at
+// start-up (backend/cuda/kernels/gemm/cublaslt_algo_choice.h variant_rows). Powers of two up to 128 (small
+// steps stream the weights: extra rows cost little), then multiples of 64 up to kMaxDecodeGraphRows: past 128
+// rows the GEMMs, the lm_head and the sampling grow with the rows, and doubling ran a step of 260 sequences
+// on 512 rows. (On the four benchmark rows, whose decode steps sit below 256 rows, near 411 or past 512, the
+// change measured within noise: docs/PERF.md session 22.) GEMM tiles of 128 rows make a finer step pay little
+// more. Device-agnostic: the CPU backend has no graphs, but the engine's padding rule is the same.
 #pragma once
 
 namespace xinfer::backend {

@@ -42,8 +42,8 @@ class FlagSet {
   int parse_or_exit_code(int argc, char** argv);
   std::string help() const;
   bool was_set(const std::string& name) const;
-  // Replaces the "(default: ...)" text --help shows for a registered flag, for defaults resolved after parsing
-  // (e.g. by device); XI_CHECKs that the flag exists.
+  // Replaces the "(default: ...)" text --help shows for a registered flag, for defaults resolved after
+  // parsing (e.g. by device); XI_CHECKs that the flag exists.
   void set_default_text(const std::string& name, std::string text);
 
  private:

@@ -10,10 +10,11 @@
 //
 // Graphs (GraphMode::kOn, on backends that supports_graphs()): a decode-only step (every chunk feeds one
 // token) of n <= kMaxGraphBatch (512) sequences is padded to a graph key (bucket, width):
-//   bucket = backend::decode_graph_bucket(n): n rounded up to 1, 2, 4, .., 128, then to a multiple of 64 up to
-//            512 (and within the model's max_tokens and max_logit_rows); padded rows feed token 0 at position 0
-//            with slot -1 (no KV write),
-//            seq_len 1 and an all-zero block-table row; their logits are computed and ignored;
+//   bucket = backend::decode_graph_bucket(n): n rounded up to 1, 2, 4, .., 128, then to a multiple of 64 up
+//   to
+//            512 (and within the model's max_tokens and max_logit_rows); padded rows feed token 0 at position
+//            0 with slot -1 (no KV write), seq_len 1 and an all-zero block-table row; their logits are
+//            computed and ignored;
 //   width  = block-table width: the longest table rounded up to a power of two >= 16 blocks (at most
 //            the model's max_model_len in blocks); attention is sized for width * block_size tokens.
 // The first step of a key records the forward (Backend::begin_capture/end_capture); later steps of the
@@ -29,10 +30,11 @@
 // and their host copies are double-buffered, and finish_greedy() waits only for the oldest step's copy (a
 // fence).
 //
-// Tensor parallelism (set_followers): every step's plan goes to the other ranks first, with the graph key of a
-// recorded step (each rank records and replays its own graph of it) and, for a step that feeds device tokens,
-// the ids buffer to receive: rank 0 broadcasts the in-flight step's sampled ids (Communicator::broadcast of
-// LoadOptions::comm) before its upload, so every rank feeds the same tokens (step_followers.h).
+// Tensor parallelism (set_followers): every step's plan goes to the other ranks first, with the graph key of
+// a recorded step (each rank records and replays its own graph of it) and, for a step that feeds device
+// tokens, the ids buffer to receive: rank 0 broadcasts the in-flight step's sampled ids
+// (Communicator::broadcast of LoadOptions::comm) before its upload, so every rank feeds the same tokens
+// (step_followers.h).
 #pragma once
 
 #include <cstdint>

@@ -57,7 +57,8 @@ std::string SchedulerConfig::to_string() const {
 BatchLimits offline_batch_limits(const std::string& device_name, size_t device_memory) {
   std::string name = device_name;
   std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (device_memory >= kLargeGpuBytes && name.find("a100") == std::string::npos) return kLargeGpuOfflineBatchLimits;
+  if (device_memory >= kLargeGpuBytes && name.find("a100") == std::string::npos)
+    return kLargeGpuOfflineBatchLimits;
   return kOfflineBatchLimits;
 }
 

@@ -58,9 +58,9 @@ struct SchedulerConfig {
   std::string to_string() const;
 };
 
-// Batch limits for offline throughput (`xinfer bench`'s throughput mode), vLLM's offline defaults (its LLM class)
-// by device: 1024 sequences and 16,384 batched tokens on a GPU of at least 70 GiB other than an A100 (H100, H200,
-// MI300X), else 512 and 8192 (device_memory 0: no GPU).
+// Batch limits for offline throughput (`xinfer bench`'s throughput mode), vLLM's offline defaults (its LLM
+// class) by device: 1024 sequences and 16,384 batched tokens on a GPU of at least 70 GiB other than an A100
+// (H100, H200, MI300X), else 512 and 8192 (device_memory 0: no GPU).
 struct BatchLimits {
   int max_num_seqs = 0;
   int max_num_batched_tokens = 0;

@@ -1,6 +1,6 @@
-// backend/decode_graph_buckets.h: the rows a decode-only step is padded to for a CUDA graph (ModelRunner) and at
-// which the W8A8 GEMMs time their variants (variant_rows). Expected values by hand from the rule: powers of two
-// up to 128, then multiples of 64 up to 512, 0 outside [1, 512].
+// backend/decode_graph_buckets.h: the rows a decode-only step is padded to for a CUDA graph (ModelRunner) and
+// at which the W8A8 GEMMs time their variants (variant_rows). Expected values by hand from the rule: powers
+// of two up to 128, then multiples of 64 up to 512, 0 outside [1, 512].
 #include "xinfer/backend/decode_graph_buckets.h"
 
 #include <gtest/gtest.h>

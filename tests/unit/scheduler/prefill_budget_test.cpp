@@ -160,8 +160,8 @@ TEST(PrefillBudget, WithoutTheLeverDecodeStepsCarryLongChunks) {
   EXPECT_GT(r.max_prefill_in_busy_step, 1000);
 }
 
-// `xinfer bench`'s throughput batch limits by device (vLLM's offline defaults): the large limits need both the
-// memory and a device that is not an A100 (vLLM measured larger token budgets slower there).
+// `xinfer bench`'s throughput batch limits by device (vLLM's offline defaults): the large limits need both
+// the memory and a device that is not an A100 (vLLM measured larger token budgets slower there).
 TEST(OfflineBatchLimits, ByDeviceMemoryAndName) {
   constexpr size_t kGiB = size_t{1} << 30;
   auto limits = [](const char* name, size_t bytes) {

@@ -162,7 +162,9 @@ int offer_algo(const AlgoQuery& q, const cublasLtMatmulAlgo_t& algo, std::vector
   return static_cast<int>(algos.size()) - 1;
 }
 
-bool variant_rows(int rows) { return rows >= 2 && rows <= 256 && backend::decode_graph_bucket(rows) == rows; }
+bool variant_rows(int rows) {
+  return rows >= 2 && rows <= 256 && backend::decode_graph_bucket(rows) == rows;
+}
 
 int algo_row_bucket(int rows) {
   int b = 1;

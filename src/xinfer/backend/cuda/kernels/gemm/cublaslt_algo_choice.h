@@ -37,13 +37,14 @@ struct AlgoQuery {
 // has none.
 std::vector<cublasLtMatmulAlgo_t> candidate_algos(const AlgoQuery& q, int max_algos, bool pad_rows, bool variants);
 
-// The row counts whose plans time the ~100 tile / split-K variants (variant_rows): the decode graph buckets from 2
-// to 256 rows (backend/decode_graph_buckets.h: 2, 4, .., 128, 192, 256), which the graph-replayed decode steps of
-// up to 256 sequences run at. On an H200 the best variant beats the heuristic's first by up to 1.7x there (FP8
-// down at 128 rows: 22.5 vs 38.5 us, PERF.md session 13), while at other rows the winner changes from one row
-// count to the next and timing every new count costs more than it saves (a 128/128 run measuring each step's rows
-// lost 40%). The buckets above 256 (320 .. 512) keep the heuristic's: within 5% of the best at 384-512 rows
-// (session 13), and timing them at start-up doubled its cost (7 s) without a measured gain (session 22).
+// The row counts whose plans time the ~100 tile / split-K variants (variant_rows): the decode graph buckets
+// from 2 to 256 rows (backend/decode_graph_buckets.h: 2, 4, .., 128, 192, 256), which the graph-replayed
+// decode steps of up to 256 sequences run at. On an H200 the best variant beats the heuristic's first by up
+// to 1.7x there (FP8 down at 128 rows: 22.5 vs 38.5 us, PERF.md session 13), while at other rows the winner
+// changes from one row count to the next and timing every new count costs more than it saves (a 128/128 run
+// measuring each step's rows lost 40%). The buckets above 256 (320 .. 512) keep the heuristic's: within 5% of
+// the best at 384-512 rows (session 13), and timing them at start-up doubled its cost (7 s) without a
+// measured gain (session 22).
 bool variant_rows(int rows);
 
 using AlgoCheck = std::function<bool(const cublasLtMatmulAlgo_t&)>;

@@ -1,19 +1,20 @@
-// W8A8 FP8 GEMMs through cuBLASLt: y[m, n] = (sx[m] sw[n]) * (xq[m, k] @ wq[n, k]^T) (+ bias[n]), e4m3 inputs,
-// f32 accumulation (fast accumulation on by default, see plan_for), y bf16 or f32. The per-token x
+// W8A8 FP8 GEMMs through cuBLASLt: y[m, n] = (sx[m] sw[n]) * (xq[m, k] @ wq[n, k]^T) (+ bias[n]), e4m3
+// inputs, f32 accumulation (fast accumulation on by default, see plan_for), y bf16 or f32. The per-token x
 // per-channel scales are cuBLASLt's outer-vector scaling (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, CUDA
 // 12.9+ on sm_90): A = wq with its [n] scales, B = xq with its [m] scales, applied to the f32 products before
 // the bias epilogue. Layout as CublasLtGemm (cublaslt_gemm.h): row-major y = x w^T is column-major y^T =
 // w x^T, A transposed (the only FP8 layout Hopper takes, "TN"). Descriptors and the candidate algorithms are
-// cached per (m, n, k, output dtype, bias); one handle and a 32 MiB workspace per instance. supported() asks the
-// heuristic once per shape (false where cuBLASLt has no algorithm, e.g. k % 16 != 0).
-// Which algorithm runs: at the decode graph buckets up to 256 (variant_rows: 2, 4, .., 128, 192, 256), measured at the shape's
-// first call (cublaslt_algo_choice.h) among the heuristic's algorithm (cuBLASLt 13 offers one per shape for
-// outer-vector FP8) and the ~100 tile-shape and split-K variants of it that the shape accepts: up to 1.7x faster
-// there on an H200 (docs/PERF.md session 13). Other row counts take the heuristic's algorithm: its winner changes
-// from one count to the next and timing every new count cost more than it saved. Algorithms differ in their f32
-// summation order, so the decisions are shared by every instance of the process (by exact shape): two engines of
-// one process compute every FP8 linear alike (two processes may not, where two candidates time within noise).
-// set_algo() (the bench) overrides; set_measure(false) keeps the heuristic's first.
+// cached per (m, n, k, output dtype, bias); one handle and a 32 MiB workspace per instance. supported() asks
+// the heuristic once per shape (false where cuBLASLt has no algorithm, e.g. k % 16 != 0). Which algorithm
+// runs: at the decode graph buckets up to 256 rows (variant_rows: 2, 4, .., 128, 192, 256), measured at the
+// shape's first call (cublaslt_algo_choice.h) among the heuristic's algorithm (cuBLASLt 13 offers one per
+// shape for outer-vector FP8) and the ~100 tile-shape and split-K variants of it that the shape accepts: up
+// to 1.7x faster there on an H200 (docs/PERF.md session 13). Other row counts take the heuristic's algorithm:
+// its winner changes from one count to the next and timing every new count cost more than it saved.
+// Algorithms differ in their f32 summation order, so the decisions are shared by every instance of the
+// process (by exact shape): two engines of one process compute every FP8 linear alike (two processes may not,
+// where two candidates time within noise). set_algo() (the bench) overrides; set_measure(false) keeps the
+// heuristic's first.
 #pragma once
 
 #include <cublasLt.h>
