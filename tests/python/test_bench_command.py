@@ -73,6 +73,16 @@ def test_batch_limits_default_by_device(xinfer_bin, greedy_doc):
     assert "(default: 16384 in throughput mode on a GPU of >= 70 GiB other than an A100, else 8192)" in help_text
 
 
+def test_preemptions_are_counted_and_change_no_token(xinfer_bin, tmp_path, greedy_doc):
+    """A KV cache of 3 MiB (24 blocks of 16 tokens) for 16 requests of 64 tokens forces preemptions: the result
+    counts them and the tokens whose KV they dropped, and the recomputed requests produce the greedy run's tokens."""
+    doc = bench(xinfer_bin, tmp_path, "--kv-cache-memory", "3MiB")
+    steps = doc["results"][0]["step_breakdown"]
+    assert steps["preemptions"] > 0 and steps["preempted_tokens"] >= steps["preemptions"]
+    assert greedy_doc["results"][0]["step_breakdown"]["preemptions"] == 0
+    assert digest(doc) == digest(greedy_doc)
+
+
 def test_invalid_sampling_flag_fails_before_loading(xinfer_bin, tmp_path):
     r = subprocess.run([str(xinfer_bin), "bench", "--model", str(MODEL), "--backend", "cpu", "--top-p", "1.5",
                         "--output-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)

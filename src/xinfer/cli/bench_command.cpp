@@ -119,7 +119,8 @@ double percentile(std::vector<double> v, double p) {
 
 // Where the engine thread's time went between two stats snapshots: per step kind, the count, tokens per
 // step, milliseconds per step in the model runner ("device": upload, forward, sampling, wait) and per
-// pipelined launch on the host, and the host-only time (scheduling, bookkeeping, callbacks) per step.
+// pipelined launch on the host, and the host-only time (scheduling, bookkeeping, callbacks) per step; and the
+// preemptions with the tokens whose KV they dropped (recomputed later: the cost of running out of KV blocks).
 nlohmann::json step_breakdown(const engine::EngineStats& a, const engine::EngineStats& b) {
   auto per = [](double s, int64_t n) { return n > 0 ? s / static_cast<double>(n) * 1e3 : 0.0; };
   auto kind = [&](int64_t steps, int64_t tokens, double device_s, int64_t launches, double launch_s) {
@@ -131,17 +132,20 @@ nlohmann::json step_breakdown(const engine::EngineStats& a, const engine::Engine
                           {"launch_ms_per_launch", per(launch_s, launches)}};
   };
   const int64_t steps = b.num_steps - a.num_steps;
-  return {{"decode_only",
-           kind(b.decode_only_steps - a.decode_only_steps, b.decode_only_tokens - a.decode_only_tokens,
-                b.decode_only_device_s - a.decode_only_device_s, b.decode_only_launches - a.decode_only_launches,
-                b.decode_only_launch_s - a.decode_only_launch_s)},
-          {"mixed", kind(b.mixed_steps - a.mixed_steps, b.mixed_tokens - a.mixed_tokens,
-                         b.mixed_device_s - a.mixed_device_s, b.mixed_launches - a.mixed_launches,
-                         b.mixed_launch_s - a.mixed_launch_s)},
-          {"host_s", b.host_s - a.host_s},
-          {"host_ms_per_step", steps > 0 ? (b.host_s - a.host_s) / static_cast<double>(steps) * 1e3 : 0.0},
-          {"launch_ms_per_step", steps > 0 ? (b.launch_s - a.launch_s) / static_cast<double>(steps) * 1e3 : 0.0},
-          {"async_steps", b.async_steps - a.async_steps}};
+  return {
+      {"decode_only",
+       kind(b.decode_only_steps - a.decode_only_steps, b.decode_only_tokens - a.decode_only_tokens,
+            b.decode_only_device_s - a.decode_only_device_s, b.decode_only_launches - a.decode_only_launches,
+            b.decode_only_launch_s - a.decode_only_launch_s)},
+      {"mixed", kind(b.mixed_steps - a.mixed_steps, b.mixed_tokens - a.mixed_tokens,
+                     b.mixed_device_s - a.mixed_device_s, b.mixed_launches - a.mixed_launches,
+                     b.mixed_launch_s - a.mixed_launch_s)},
+      {"host_s", b.host_s - a.host_s},
+      {"host_ms_per_step", steps > 0 ? (b.host_s - a.host_s) / static_cast<double>(steps) * 1e3 : 0.0},
+      {"launch_ms_per_step", steps > 0 ? (b.launch_s - a.launch_s) / static_cast<double>(steps) * 1e3 : 0.0},
+      {"async_steps", b.async_steps - a.async_steps},
+      {"preemptions", b.num_preemptions - a.num_preemptions},
+      {"preempted_tokens", b.num_preempted_tokens - a.num_preempted_tokens}};
 }
 
 void print_step_breakdown(const nlohmann::json& b) {
@@ -165,6 +169,10 @@ void print_step_breakdown(const nlohmann::json& b) {
         "  async scheduling: %lld steps launched behind the step in flight (their runner time is the step "
         "period); launching one took %.3f ms of the host time\n",
         static_cast<long long>(async_steps), b["launch_ms_per_step"].get<double>());
+  if (const int64_t preemptions = b["preemptions"].get<int64_t>(); preemptions > 0)
+    std::printf("  preemptions: %lld, dropping the KV of %lld tokens (recomputed on re-admission)\n",
+                static_cast<long long>(preemptions),
+                static_cast<long long>(b["preempted_tokens"].get<int64_t>()));
 }
 
 // Submits `n` random prompts of `shape` at once, sampling with `sampling` (max_tokens and ignore_eos set

@@ -921,6 +921,7 @@ void Engine::publish_stats() {
   stats_.num_free_blocks = ss.kv.num_free_blocks;
   stats_.num_total_blocks = ss.kv.num_usable_blocks;
   stats_.num_preemptions = ss.num_preemptions;
+  stats_.num_preempted_tokens = ss.num_preempted_tokens;
   stats_.prefix_query_tokens = ss.kv.prefix_query_tokens;
   stats_.prefix_hit_tokens = ss.kv.prefix_hit_tokens;
   stats_.prompt_tokens = prompt_tokens_total_;

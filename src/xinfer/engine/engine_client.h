@@ -87,6 +87,7 @@ struct EngineStats {
   int num_free_blocks = 0;
   int num_total_blocks = 0;
   int64_t num_preemptions = 0;         // cumulative
+  int64_t num_preempted_tokens = 0;    // cumulative: KV tokens preemptions dropped (SchedulerStats)
   int64_t prefix_query_tokens = 0;     // cumulative
   int64_t prefix_hit_tokens = 0;       // cumulative
   int64_t prompt_tokens = 0;           // cumulative, finished + running

@@ -133,6 +133,7 @@ void Scheduler::preempt(Sequence* s, ScheduledStep& step) {
   for (PendingStep& p : pending_)
     for (InFlight& f : p.rows)
       if (f.seq == s) f.kv_dropped = true;
+  num_preempted_tokens_ += s->num_scheduled();
   s->num_in_flight = 0;
   s->num_computed = 0;
   s->status = SeqStatus::kWaiting;
@@ -483,6 +484,7 @@ SchedulerStats Scheduler::stats() const {
   s.kv = kv_.stats();
   s.num_steps = static_cast<int64_t>(step_index_);
   s.num_preemptions = num_preemptions_;
+  s.num_preempted_tokens = num_preempted_tokens_;
   s.num_finished = num_finished_;
   s.num_aborted = num_aborted_;
   s.decode_interval = decode_interval_;

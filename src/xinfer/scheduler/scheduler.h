@@ -73,6 +73,9 @@ struct SchedulerStats {
   kv::KVCacheStats kv;
   int64_t num_steps = 0;
   int64_t num_preemptions = 0;  // cumulative
+  // Cumulative: tokens whose KV the preemptions dropped (computed or in flight), which the victims compute
+  // again when re-admitted (less what the prefix cache still holds then).
+  int64_t num_preempted_tokens = 0;
   int64_t num_finished = 0;     // cumulative, aborts included
   int64_t num_aborted = 0;
   int decode_interval = 0;
@@ -168,6 +171,7 @@ class Scheduler {
   double admission_step_time_ewma_ = 0;  // seconds, over steps that admitted prefills
 
   int64_t num_preemptions_ = 0;
+  int64_t num_preempted_tokens_ = 0;
   int64_t num_finished_ = 0;
   int64_t num_aborted_ = 0;
   StepMetrics last_metrics_;

@@ -218,6 +218,7 @@ TEST(Scheduler, PreemptsLowestPriorityThenMostRecent) {
   EXPECT_NE(find_seq(s, 4), nullptr);
   EXPECT_EQ(h.sched.find(3)->status, SeqStatus::kWaiting);
   EXPECT_EQ(h.sched.find(3)->metrics.num_preemptions, 1);
+  EXPECT_EQ(h.sched.stats().num_preempted_tokens, 8) << "3's prompt, computed in the first step";
   // Positions 9..11 fit; position 12 needs a fourth block each and none is free: 2 goes (prio 1).
   for (int i = 0; i < 3; ++i) {
     h.step(&s);
@@ -226,6 +227,8 @@ TEST(Scheduler, PreemptsLowestPriorityThenMostRecent) {
   h.step(&s);
   EXPECT_EQ(s.preempted_ids, (std::vector<uint64_t>{2}));
   EXPECT_EQ(h.sched.stats().num_preemptions, 2);
+  EXPECT_EQ(h.sched.stats().num_preempted_tokens, 8 + 12)
+      << "and 2's prompt plus its decodes at positions 8..11";
   // Run to completion: preempted sequences recompute prompt + outputs and finish with all tokens.
   std::vector<FinishedRequest> all;
   for (int i = 0; i < 500 && h.sched.has_unfinished(); ++i) {
