@@ -49,7 +49,6 @@
 #include "xinfer/engine/sampling_params.h"
 #include "xinfer/model/dummy_quantized.h"
 #include "xinfer/model/preset_configs.h"
-#include "xinfer/scheduler/scheduler_config.h"
 
 namespace xinfer::cli {
 namespace {
@@ -249,11 +248,11 @@ int run_bench(int argc, char** argv) {
   engine_flags.backend = "cuda";
   engine::EngineConfig& ec = engine_flags.config;
   sched::SchedulerConfig& sc = ec.scheduler;
-  // Offline throughput wants the largest batch that still pays off: sched::offline_batch_limits, vLLM's
+  // Offline throughput wants the largest batch that still pays off: engine::offline_batch_limits, vLLM's
   // offline defaults by device, resolved after the flags (on an H200, Llama-3.1-8B FP8 128/128: 30.0-30.4k
   // output tok/s at 1024 / 16384 against 28.6k at 512 / 8192, docs/PERF.md session 22). Without a GPU: 512 /
   // 8192.
-  const sched::BatchLimits small = sched::kOfflineBatchLimits, large = sched::kLargeGpuOfflineBatchLimits;
+  const engine::BatchLimits small = engine::kOfflineBatchLimits, large = engine::kLargeGpuOfflineBatchLimits;
   sc.max_num_batched_tokens = small.max_num_batched_tokens;
   sc.max_num_seqs = small.max_num_seqs;
   sc.enable_prefix_caching = false;  // random prompts never share blocks; keep the figure about compute
@@ -278,7 +277,7 @@ int run_bench(int argc, char** argv) {
   flags.add("--num-iters", &num_iters, "latency mode: measured requests (after one warm-up)");
   engine_flags.add_to(flags);
   const std::string large_gpu =
-      " in throughput mode on a GPU of >= " + std::to_string(sched::kLargeGpuBytes >> 30) +
+      " in throughput mode on a GPU of >= " + std::to_string(engine::kLargeGpuBytes >> 30) +
       " GiB other than an A100, else ";
   flags.set_default_text("--max-num-seqs",
                          std::to_string(large.max_num_seqs) + large_gpu + std::to_string(small.max_num_seqs));
@@ -337,7 +336,7 @@ int run_bench(int argc, char** argv) {
   if (latency) sc.max_num_seqs = std::max(sc.max_num_seqs, 1);
   if (!latency && ec.backend == engine::BackendKind::kCuda) {
     if (auto dev = engine::cuda_device_summary(0); dev.ok()) {
-      const sched::BatchLimits limits = sched::offline_batch_limits(dev->name, dev->total_memory);
+      const engine::BatchLimits limits = engine::offline_batch_limits(dev->name, dev->total_memory);
       if (!flags.was_set("--max-num-seqs")) sc.max_num_seqs = limits.max_num_seqs;
       if (!flags.was_set("--max-num-batched-tokens"))
         sc.max_num_batched_tokens = limits.max_num_batched_tokens;

@@ -1,5 +1,7 @@
 #include "xinfer/engine/engine_config.h"
 
+#include <algorithm>
+#include <cctype>
 #include <sstream>
 
 namespace xinfer::engine {
@@ -54,6 +56,14 @@ std::string EngineConfig::to_string() const {
      << " | "
      << scheduler.to_string();
   return os.str();
+}
+
+BatchLimits offline_batch_limits(const std::string& device_name, size_t device_memory) {
+  std::string name = device_name;
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (device_memory >= kLargeGpuBytes && name.find("a100") == std::string::npos)
+    return kLargeGpuOfflineBatchLimits;
+  return kOfflineBatchLimits;
 }
 
 }  // namespace xinfer::engine

@@ -25,6 +25,19 @@ enum class BackendKind { kCpu, kCuda };
 const char* backend_kind_name(BackendKind k);                   // "cpu", "cuda"
 Result<BackendKind> parse_backend_kind(const std::string& s);   // INVALID_ARGUMENT for anything else
 
+// Batch limits for offline throughput (`xinfer bench`'s throughput mode), vLLM's offline defaults (its LLM
+// class) by device: 1024 sequences and 16,384 batched tokens on a GPU of at least 70 GiB other than an A100
+// (H100, H200, MI300X), else 512 and 8192 (device_memory 0: no GPU). Here rather than in scheduler/, which
+// knows no devices.
+struct BatchLimits {
+  int max_num_seqs = 0;
+  int max_num_batched_tokens = 0;
+};
+inline constexpr BatchLimits kOfflineBatchLimits{512, 8192};
+inline constexpr BatchLimits kLargeGpuOfflineBatchLimits{1024, 16384};
+inline constexpr size_t kLargeGpuBytes = size_t{70} << 30;
+BatchLimits offline_batch_limits(const std::string& device_name, size_t device_memory);
+
 struct EngineConfig {
   std::string model_dir;                 // Hugging Face directory: config.json + *.safetensors
   std::string served_model_name;         // empty: base name of model_dir

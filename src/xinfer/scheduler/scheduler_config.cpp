@@ -1,7 +1,6 @@
 #include "xinfer/scheduler/scheduler_config.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <sstream>
 
@@ -52,14 +51,6 @@ std::string SchedulerConfig::to_string() const {
      << " max_bypass=" << max_bypass << " prefill_tokens_per_decode=" << prefill_tokens_per_decode
      << " min_prefill_budget=" << min_prefill_budget;
   return os.str();
-}
-
-BatchLimits offline_batch_limits(const std::string& device_name, size_t device_memory) {
-  std::string name = device_name;
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (device_memory >= kLargeGpuBytes && name.find("a100") == std::string::npos)
-    return kLargeGpuOfflineBatchLimits;
-  return kOfflineBatchLimits;
 }
 
 }  // namespace xinfer::sched

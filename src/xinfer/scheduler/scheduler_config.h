@@ -3,7 +3,6 @@
 // docs/scheduler.md explains the policy these knobs steer.
 #pragma once
 
-#include <cstddef>
 #include <string>
 
 #include "xinfer/core/status.h"
@@ -57,17 +56,5 @@ struct SchedulerConfig {
   // "block_size=16 num_blocks=... ..." on one line, every field.
   std::string to_string() const;
 };
-
-// Batch limits for offline throughput (`xinfer bench`'s throughput mode), vLLM's offline defaults (its LLM
-// class) by device: 1024 sequences and 16,384 batched tokens on a GPU of at least 70 GiB other than an A100
-// (H100, H200, MI300X), else 512 and 8192 (device_memory 0: no GPU).
-struct BatchLimits {
-  int max_num_seqs = 0;
-  int max_num_batched_tokens = 0;
-};
-inline constexpr BatchLimits kOfflineBatchLimits{512, 8192};
-inline constexpr BatchLimits kLargeGpuOfflineBatchLimits{1024, 16384};
-inline constexpr size_t kLargeGpuBytes = size_t{70} << 30;
-BatchLimits offline_batch_limits(const std::string& device_name, size_t device_memory);
 
 }  // namespace xinfer::sched

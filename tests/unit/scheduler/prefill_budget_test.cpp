@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <utility>
 #include <vector>
 
 #include "scheduler_test_util.h"
@@ -158,23 +157,6 @@ TEST(PrefillBudget, WithoutTheLeverDecodeStepsCarryLongChunks) {
   EXPECT_TRUE(r.every_decode_scheduled);
   // Today's rule: a chunk takes what the decodes leave of 2048 (>= 1500 with ~256-540 decoding).
   EXPECT_GT(r.max_prefill_in_busy_step, 1000);
-}
-
-// `xinfer bench`'s throughput batch limits by device (vLLM's offline defaults): the large limits need both
-// the memory and a device that is not an A100 (vLLM measured larger token budgets slower there).
-TEST(OfflineBatchLimits, ByDeviceMemoryAndName) {
-  constexpr size_t kGiB = size_t{1} << 30;
-  auto limits = [](const char* name, size_t bytes) {
-    const BatchLimits b = offline_batch_limits(name, bytes);
-    return std::pair(b.max_num_seqs, b.max_num_batched_tokens);
-  };
-  EXPECT_EQ(limits("NVIDIA H200", 140 * kGiB), std::pair(1024, 16384));
-  EXPECT_EQ(limits("NVIDIA H100 80GB HBM3", 80 * kGiB - 300 * (kGiB >> 10)), std::pair(1024, 16384));
-  EXPECT_EQ(limits("NVIDIA A100-SXM4-80GB", 80 * kGiB), std::pair(512, 8192));
-  EXPECT_EQ(limits("NVIDIA L40S", 45 * kGiB), std::pair(512, 8192));
-  EXPECT_EQ(limits("big", 70 * kGiB), std::pair(1024, 16384));
-  EXPECT_EQ(limits("big", 70 * kGiB - 1), std::pair(512, 8192));
-  EXPECT_EQ(limits("", 0), std::pair(512, 8192));  // no GPU
 }
 
 }  // namespace
