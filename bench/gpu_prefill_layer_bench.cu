@@ -6,7 +6,9 @@
 // prefill's time goes, and what a fusion saves.
 // gpu_kernel_bench --decode-steps: the same for the large-batch decode steps of the throughput rows (eager, as
 // steps past 256 rows run), the decode attention's KV reads against the copy ceiling; INT8 next to FP8 at 480 x 192.
+#include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <functional>
 #include <string>
 #include <vector>
@@ -239,6 +241,183 @@ void bench_decode_steps(cuda::CudaBackend& be, double peak, double bw) {
   // The decode-only steps of 2048/128 (~245 rows, contexts 2048..2176), 2048/2048 (~411 rows, 2048..4096).
   bench_layer(be, peak, bw, {"decode 245x2112 fp8kv", 245, 1, 2112, DType::kFP8E4M3, {1}});
   bench_layer(be, peak, bw, {"decode 411x3072 fp8kv", 411, 1, 3072, DType::kFP8E4M3, {1}});
+}
+
+namespace {
+
+// gpu_kernel_bench --decode-overlap: the decode step's attention (KV-bandwidth bound) run beside the other half
+// of the batch's GEMMs (FLOP bound) on a second stream, as NanoFlow's nano-batches do. Two lanes, each a
+// backend of its own (stream, step metadata, workspaces) with half the sequences; the weights and the KV
+// cache are shared. A lane's layer is A (rope_paged_attention) then G (o, norm, gate_up, SwiGLU, down, norm,
+// the next layer's qkv: the forward's two add_rms_norm_linear calls). Variants, us per layer: all rows on one
+// stream (the engine today); the two halves in turn on one stream (what halving the GEMMs costs); the two lanes
+// free-running on two streams; the two lanes alternating (lane 1's A(l) starts when lane 0's A(l) ends, lane
+// 0's A(l + 1) when lane 1's A(l) ends, so each attention runs beside the other lane's G); and the last with
+// the FP8 GEMMs planned for fewer SMs (CudaBackendOptions::fp8_gemm_sm_count) so the attention keeps some.
+struct OverlapLane {
+  std::unique_ptr<cuda::CudaBackend> be;
+  backend::StepMeta meta;
+  backend::DeviceTensor residual, delta, x, qkv, attn, gu, mlp, cos_sin, norm;
+  int rows = 0;
+};
+
+void bench_overlap_case(const std::string& name, int seqs, int ctx, double bw) {
+  const int H = 4096, Hq = 32, Hkv = 8, D = 128, I = 14336, bs = 16, layers = 2, steps = 8;
+  const int width = (Hq + 2 * Hkv) * D;
+  const float eps = 1e-5f, scale = 0.088f;
+  const int per_seq = (ctx + bs - 1) / bs;
+  cuda::CudaBackend owner;  // the weights and the KV cache
+  backend::KvCache kv = owner.allocate_kv_cache({layers, seqs * per_seq + 1, bs, Hkv, D, DType::kFP8E4M3});
+  struct LayerW {
+    Weight qkv, o, gate_up, down;
+  };
+  std::vector<LayerW> lw;
+  for (int l = 0; l < layers; ++l)
+    lw.push_back({make_weight(owner, 1, width, H, 10 + l), make_weight(owner, 1, H, Hq * D, 20 + l),
+                  make_weight(owner, 1, 2 * I, H, 30 + l), make_weight(owner, 1, H, I, 40 + l)});
+  owner.synchronize();
+  auto W = [&](int l) -> LayerW& { return lw[static_cast<size_t>(l % layers)]; };
+  auto cache = [&](int l) -> const backend::LayerKvCache& { return kv.layers[static_cast<size_t>(l % layers)]; };
+
+  auto make_lane = [&](int first, int count, int sm_count) {
+    OverlapLane lane;
+    cuda::CudaBackendOptions o;
+    o.gemm_tuning = false;
+    o.fp8_gemm_sm_count = sm_count;
+    lane.be = std::make_unique<cuda::CudaBackend>(o);
+    cuda::CudaBackend& be = *lane.be;
+    backend::StepPlan plan;
+    plan.max_blocks_per_seq = per_seq;
+    plan.query_start_loc = {0};
+    for (int q = first; q < first + count; ++q) {
+      for (int i = 0; i < per_seq; ++i) plan.block_tables.push_back(1 + q * per_seq + i);
+      const int t = ctx - 1;
+      plan.token_ids.push_back(1);
+      plan.positions.push_back(t);
+      plan.slot_mapping.push_back((1 + q * per_seq + t / bs) * bs + t % bs);
+      plan.query_start_loc.push_back(static_cast<int32_t>(plan.token_ids.size()));
+      plan.seq_lens.push_back(ctx);
+    }
+    plan.max_seq_len = ctx;
+    lane.meta = be.upload_step(plan);
+    lane.rows = count;
+    auto act = [&](int64_t cols) { return be.allocate(DType::kBF16, Shape{count, cols}); };
+    lane.residual = act(H), lane.delta = act(H), lane.x = act(H), lane.qkv = act(width), lane.attn = act(Hq * D),
+    lane.gu = act(2 * I), lane.mlp = act(I);
+    for (auto* t : {&lane.residual, &lane.delta, &lane.x, &lane.qkv, &lane.attn, &lane.gu, &lane.mlp})
+      fill_tensor(t->view, 5, be.stream());
+    lane.cos_sin = be.allocate(DType::kF32, Shape{ctx, D});
+    XI_CUDA_CHECK(cudaMemset(lane.cos_sin.view.data, 0, static_cast<size_t>(ctx) * D * 4));
+    lane.norm = be.allocate(DType::kBF16, Shape{H});
+    std::vector<uint16_t> ones(H, 0x3f80);  // bf16 1.0
+    XI_CUDA_CHECK(cudaMemcpy(lane.norm.view.data, ones.data(), ones.size() * 2, cudaMemcpyHostToDevice));
+    return lane;
+  };
+  auto attention = [&](OverlapLane& n, int l) {
+    n.be->rope_paged_attention(n.meta, n.qkv.view, Hq, Hkv, D, n.cos_sin.view, scale, cache(l), n.attn.view);
+  };
+  auto gemms = [&](OverlapLane& n, int l) {
+    n.be->add_rms_norm_linear({n.residual.view, n.delta.view, n.norm.view, eps, W(l).gate_up.lw, n.x.view, n.gu.view,
+                               n.mlp.view, n.attn.view, W(l).o.lw, &W(l).down.lw, /*act_out_unread=*/true});
+    n.be->add_rms_norm_linear({n.residual.view, n.delta.view, n.norm.view, eps, W(l + 1).qkv.lw, n.x.view, n.qkv.view,
+                               {}, n.mlp.view, W(l).down.lw});
+  };
+  // us per layer of `body` (which issues `steps` layers on the lanes' streams, forked from and joined to lane 0's),
+  // the median of 5 timed runs after 2 warm-up runs.
+  cudaEvent_t start, stop, fork, join;
+  for (cudaEvent_t* e : {&start, &stop, &fork, &join}) XI_CUDA_CHECK(cudaEventCreate(e));
+  auto time_layers = [&](std::vector<OverlapLane*> lanes, const std::function<void()>& body) {
+    cudaStream_t s0 = lanes[0]->be->stream();
+    std::vector<double> runs;
+    for (int r = 0; r < 7; ++r) {
+      XI_CUDA_CHECK(cudaEventRecord(start, s0));
+      for (size_t i = 1; i < lanes.size(); ++i) XI_CUDA_CHECK(cudaStreamWaitEvent(lanes[i]->be->stream(), start));
+      body();
+      for (size_t i = 1; i < lanes.size(); ++i) {
+        XI_CUDA_CHECK(cudaEventRecord(join, lanes[i]->be->stream()));
+        XI_CUDA_CHECK(cudaStreamWaitEvent(s0, join));
+      }
+      XI_CUDA_CHECK(cudaEventRecord(stop, s0));
+      XI_CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      XI_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (r >= 2) runs.push_back(1e3 * ms / steps);
+    }
+    std::sort(runs.begin(), runs.end());
+    return runs[runs.size() / 2];
+  };
+  const double kv_bytes = 2.0 * seqs * static_cast<double>(ctx) * Hkv * D;
+  const double gemm_flops = 2.0 * seqs * H * (static_cast<double>(width) + H + 2.0 * I + I);
+  std::printf("%s (Llama-3.1-8B FP8 layer, FP8 KV, %d decodes at context %d): KV %.1f MB, GEMM %.1f GFLOP per layer\n",
+              name.c_str(), seqs, ctx, kv_bytes / 1e6, gemm_flops / 1e9);
+
+  OverlapLane all = make_lane(0, seqs, 0);
+  const double a_all = time_layers({&all}, [&] { for (int l = 0; l < steps; ++l) attention(all, l); });
+  const double g_all = time_layers({&all}, [&] { for (int l = 0; l < steps; ++l) gemms(all, l); });
+  const double one = time_layers({&all}, [&] {
+    for (int l = 0; l < steps; ++l) {
+      attention(all, l);
+      gemms(all, l);
+    }
+  });
+  std::printf("%s: one stream, all rows: A %.1f us (%.1f%% of the copy ceiling) + G %.1f us; the layer %.1f us\n",
+              name.c_str(), a_all, 100 * kv_bytes / (a_all * 1e-6) / 1e9 / bw, g_all, one);
+  for (const int sm : {0, 120, 112, 100, 88}) {
+    const int half = seqs / 2;
+    OverlapLane l0 = make_lane(0, half, sm), l1 = make_lane(half, seqs - half, sm);
+    const double a_half = time_layers({&l0}, [&] { for (int l = 0; l < steps; ++l) attention(l0, l); });
+    const double g_half = time_layers({&l0}, [&] { for (int l = 0; l < steps; ++l) gemms(l0, l); });
+    const double turns = time_layers({&l0, &l1}, [&] {
+      for (int l = 0; l < steps; ++l) {
+        attention(l0, l);
+        gemms(l0, l);
+        XI_CUDA_CHECK(cudaEventRecord(fork, l0.be->stream()));  // lane 1 after lane 0: one stream's order
+        XI_CUDA_CHECK(cudaStreamWaitEvent(l1.be->stream(), fork));
+        attention(l1, l);
+        gemms(l1, l);
+        XI_CUDA_CHECK(cudaEventRecord(fork, l1.be->stream()));
+        XI_CUDA_CHECK(cudaStreamWaitEvent(l0.be->stream(), fork));
+      }
+    });
+    const double free_run = time_layers({&l0, &l1}, [&] {
+      for (int l = 0; l < steps; ++l) {
+        attention(l0, l);
+        gemms(l0, l);
+        attention(l1, l);
+        gemms(l1, l);
+      }
+    });
+    cudaEvent_t a0, a1;
+    XI_CUDA_CHECK(cudaEventCreateWithFlags(&a0, cudaEventDisableTiming));
+    XI_CUDA_CHECK(cudaEventCreateWithFlags(&a1, cudaEventDisableTiming));
+    const double alternating = time_layers({&l0, &l1}, [&] {
+      for (int l = 0; l < steps; ++l) {
+        if (l > 0) XI_CUDA_CHECK(cudaStreamWaitEvent(l0.be->stream(), a1));
+        attention(l0, l);
+        XI_CUDA_CHECK(cudaEventRecord(a0, l0.be->stream()));
+        XI_CUDA_CHECK(cudaStreamWaitEvent(l1.be->stream(), a0));
+        attention(l1, l);
+        XI_CUDA_CHECK(cudaEventRecord(a1, l1.be->stream()));
+        gemms(l0, l);
+        gemms(l1, l);
+      }
+    });
+    cudaEventDestroy(a0);
+    cudaEventDestroy(a1);
+    std::printf("%s, halves of %d rows, FP8 GEMMs on %s SMs: A %.1f + G %.1f us per half; the layer: halves in turn "
+                "%.1f, two streams free %.1f, alternating %.1f us (%.3fx the one-stream layer; ideal max(2A, 2G) %.1f)\n",
+                name.c_str(), half, sm == 0 ? "all" : std::to_string(sm).c_str(), a_half, g_half, turns, free_run,
+                alternating, one / alternating, 2 * std::max(a_half, g_half));
+  }
+  for (cudaEvent_t e : {start, stop, fork, join}) cudaEventDestroy(e);
+}
+
+}  // namespace
+
+void bench_decode_overlap(double bw) {
+  bench_overlap_case("overlap 857x1100", 857, 1100, bw);  // 128/2048's decode steps
+  bench_overlap_case("overlap 411x3072", 411, 3072, bw);  // 2048/2048's
+  bench_overlap_case("overlap 954x192", 954, 192, bw);    // 128/128's
 }
 
 }  // namespace xinfer::bench
