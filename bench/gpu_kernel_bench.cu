@@ -49,7 +49,6 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
 void bench_w8a8(cuda::CudaBackend& be, double bw, double peak, bool quick);  // gpu_w8a8_gemm_bench.cu
 void bench_prefill_layer(cuda::CudaBackend& be, double peak, double bw);       // gpu_prefill_layer_bench.cu
 void bench_decode_steps(cuda::CudaBackend& be, double peak, double bw);        // gpu_prefill_layer_bench.cu
-void bench_decode_overlap(double bw);                                          // gpu_prefill_layer_bench.cu
 void bench_fp8_rows(cuda::CudaBackend& be, double peak);                       // gpu_w8a8_gemm_bench.cu
 void bench_int8_wgmma(cuda::CudaBackend& be, double peak);                     // gpu_w8a8_gemm_bench.cu
 namespace {
@@ -852,7 +851,7 @@ void bench_b1_layers(cuda::CudaBackend& be, double bw) {
 }
 
 // What one run measures: everything (kAll), or the ceilings and one section (the flags of main()).
-enum class Mode { kAll, kQuant, kQuantDot, kW8a8, kKvFp8, kPrefillLayer, kFp8Rows, kDecodeSteps, kDecodeOverlap, kB1Layers, kInt8Wgmma };
+enum class Mode { kAll, kQuant, kQuantDot, kW8a8, kKvFp8, kPrefillLayer, kFp8Rows, kDecodeSteps, kB1Layers, kInt8Wgmma };
 
 int run(bool quick, Mode mode) {
   cuda::CudaBackend be;
@@ -878,9 +877,6 @@ int run(bool quick, Mode mode) {
       return 0;
     case Mode::kDecodeSteps:
       bench_decode_steps(be, peak, bw);
-      return 0;
-    case Mode::kDecodeOverlap:
-      bench_decode_overlap(bw);
       return 0;
     case Mode::kFp8Rows:
       bench_fp8_rows(be, peak);
@@ -1018,7 +1014,7 @@ int main(int argc, char** argv) {
     Mode mode;
   } modes[] = {{"--quant", Mode::kQuant},           {"--quant-dot", Mode::kQuantDot},         {"--w8a8", Mode::kW8a8},
                {"--kv-fp8", Mode::kKvFp8},          {"--prefill-layer", Mode::kPrefillLayer}, {"--fp8-rows", Mode::kFp8Rows},
-               {"--decode-steps", Mode::kDecodeSteps}, {"--decode-overlap", Mode::kDecodeOverlap}, {"--b1-layers", Mode::kB1Layers},
+               {"--decode-steps", Mode::kDecodeSteps}, {"--b1-layers", Mode::kB1Layers},
                {"--int8-wgmma", Mode::kInt8Wgmma}};
   for (int i = 1; i < argc; ++i) {
     bool known = std::strcmp(argv[i], "--quick") == 0;
@@ -1031,7 +1027,7 @@ int main(int argc, char** argv) {
     if (!known) {
       std::fprintf(stderr,
                    "usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer] "
-                   "[--fp8-rows] [--decode-steps] [--decode-overlap] [--b1-layers] [--int8-wgmma]\n");
+                   "[--fp8-rows] [--decode-steps] [--b1-layers] [--int8-wgmma]\n");
       return 2;
     }
   }

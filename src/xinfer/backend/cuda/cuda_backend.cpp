@@ -77,12 +77,11 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device), 
                              << props.name << " (sm_" << props.major << props.minor << ")";
   device_name_ = props.name;
   num_sms_ = props.multiProcessorCount;
-  XI_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, options.stream_priority));
+  XI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   XI_CUDA_CHECK(cudaEventCreateWithFlags(&step_copied_, cudaEventDisableTiming));
   gemm_ = std::make_unique<GemmTuner>(options.gemm_workspace_bytes);
   linear_fusion_ = options.linear_fusion;
   rope_attention_fusion_ = options.rope_attention_fusion;
-  fp8_gemm_sm_count_ = options.fp8_gemm_sm_count;
   if (const char* v = std::getenv("XINFER_FP8_KV_F16")) fp8_kv_f16_mma_ = std::atoi(v) != 0;  // A/B switch
   if (const char* v = std::getenv("XINFER_DECODE_WARPS")) set_decode_many_warps(std::atoi(v));  // A/B switch
   if (const char* v = std::getenv("XINFER_FP8_KV_WGMMA")) fp8_kv_wgmma_prefill_ = std::atoi(v) != 0;  // A/B switch

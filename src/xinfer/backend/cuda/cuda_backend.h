@@ -132,11 +132,6 @@ struct CudaBackendOptions {
   // rope_paged_attention as one decode-attention kernel on decode-only steps (see above); false: the
   // composition.
   bool rope_attention_fusion = true;
-  // The backend's stream priority (cudaDeviceGetStreamPriorityRange: 0 the default, lower is higher); and the
-  // SM count the W8A8-FP8 cuBLASLt GEMMs plan for (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET; 0: all), leaving the
-  // rest of the SMs to a concurrent stream. gpu_kernel_bench --decode-overlap's two-stream probe sets them.
-  int stream_priority = 0;
-  int fp8_gemm_sm_count = 0;
 };
 
 class CudaBackend final : public backend::Backend {
@@ -388,7 +383,6 @@ class CudaBackend final : public backend::Backend {
   int64_t quant_gemvs_ = 0, quant_dequant_gemms_ = 0, fp8_gemms_ = 0, fp8_gemvs_ = 0, int8_gemms_ = 0, int8_gemvs_ = 0;
   int64_t w8a8_quantized_inputs_ = 0;
   std::unique_ptr<CublasLtFp8Gemm> fp8_;    // created at the first W8A8-FP8 linear
-  int fp8_gemm_sm_count_ = 0;               // CudaBackendOptions::fp8_gemm_sm_count
   std::unique_ptr<CublasLtInt8Gemm> int8_;  // created at the first W8A8-INT8 linear with m > 16
 
   // Graphs. The signature of a step: what a recording bakes in (array sizes fix the offsets in the step

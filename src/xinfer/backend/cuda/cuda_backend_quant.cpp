@@ -285,10 +285,7 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
     launch_broadcast_scale(ws_in, ni, wsv, stream_);
     w_scales = wsv;
   }
-  if (!fp8_) {
-    fp8_ = std::make_unique<CublasLtFp8Gemm>();
-    fp8_->set_sm_count_target(fp8_gemm_sm_count_);
-  }
+  if (!fp8_) fp8_ = std::make_unique<CublasLtFp8Gemm>();
   const Fp8GemmArgs args{ws->xq, ws->xs, wq, w_scales, bias, out.data, out.dtype == DType::kF32, m, ni, ki};
   XI_CHECK(fp8_->supported(args)) << "linear " << fmt(w) << " [" << n << ", " << k << "] at " << m
                                   << " rows: cuBLASLt has no FP8 algorithm (k and n must be multiples of 16)";

@@ -60,9 +60,6 @@ class CublasLtFp8Gemm {
   int chosen_algo(const Fp8GemmArgs& args);
   std::string describe(const Fp8GemmArgs& args, int index);  // candidate index's cuBLASLt configuration
   void set_measure(bool measure) { measure_ = measure; }
-  // Plans made after this call target `sms` SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET; 0: all): the heuristic
-  // and the kernels' grids leave the other SMs to a concurrent stream.
-  void set_sm_count_target(int sms) { sm_count_target_ = sms; }
 
  private:
   struct Plan;
@@ -76,7 +73,6 @@ class CublasLtFp8Gemm {
   size_t workspace_bytes_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   bool measure_ = true;
-  int sm_count_target_ = 0;
   AlgoTuneScratch tune_;
 };
 
