@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/device_ceilings.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
+#include "xinfer/backend/cuda/kernels/gemm/int4_decode_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
 
@@ -159,9 +161,21 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
   }
   std::vector<std::string> summary;
   double token_us[8] = {0}, token_roof[8] = {0};
+  // XINFER_BENCH_QUANT_ONLY=FORMAT[:SHAPE[:M]] (e.g. int4-g128:gate_up:1) runs that row alone (for ncu).
+  std::string only_format, only_shape;
+  int only_m = 0;
+  if (const char* v = std::getenv("XINFER_BENCH_QUANT_ONLY")) {
+    const std::string o = v;
+    const size_t a = o.find(':'), b = a == std::string::npos ? a : o.find(':', a + 1);
+    only_format = o.substr(0, a);
+    if (a != std::string::npos) only_shape = o.substr(a + 1, b == std::string::npos ? b : b - a - 1);
+    if (b != std::string::npos) only_m = std::atoi(o.c_str() + b + 1);
+  }
   for (size_t fi = 0; fi < formats.size(); ++fi) {
     const QuantFormat& qf = formats[fi];
+    if (!only_format.empty() && only_format != qf.name) continue;
     for (const Linear8b& sh : kLinears8b) {
+      if (!only_shape.empty() && only_shape != sh.name) continue;
       QuantTensors first = make_weight(be, qf.format, sh.n, sh.k, 100);
       const bool fp8 = std::holds_alternative<quant::W8A8Fp8Format>(qf.format);
       const cuda::QuantWeight q0 = fp8 ? cuda::QuantWeight{} : be.quant_weight(first.lw);
@@ -175,7 +189,7 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
                                " k=" + std::to_string(sh.k);
       // Correctness: the GEMV against the dequantize path (bf16 weight, tuned GEMM) at m = 1 and 8.
       for (int m : {1, 8}) {
-        if (fp8) break;  // fp8: checked against the CPU oracle in quant_linear_test only
+        if (fp8 || only_m > 0) break;  // fp8: checked against the CPU oracle in quant_linear_test only
         auto x = be.allocate(DType::kBF16, Shape{m, sh.k});
         fill_bf16<<<256, 256, 0, s>>>(static_cast<__nv_bfloat16*>(x.view.data), static_cast<size_t>(x.view.numel()), 5);
         auto y1 = be.allocate(DType::kF32, Shape{m, sh.n});
@@ -209,6 +223,7 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
                             : quick  ? std::vector<int>{1, 8, 16, 2048}
                                      : std::vector<int>{1, 2, 4, 8, 16, 32, 2048};
       for (int m : ms) {
+        if (only_m > 0 && m != only_m) continue;
         auto x = be.allocate(DType::kBF16, Shape{m, sh.k});
         fill_bf16<<<256, 256, 0, s>>>(static_cast<__nv_bfloat16*>(x.view.data), static_cast<size_t>(x.view.numel()), 9);
         auto y = be.allocate(DType::kBF16, Shape{m, sh.n});
@@ -308,6 +323,24 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
             line(what + " gemv " + cuda::to_string(c) + (is_default ? " *" : ""), tc, static_cast<double>(qbytes) + io,
                  false, bw);
             t = std::min(t, tc);
+          }
+          if (m == 1 &&
+              cuda::int4_decode_gemv_supports(q0)) {  // the tensor-core int4 decode GEMV (linear()'s default)
+            const cuda::Int4GemvSchedule chosen = cuda::int4_decode_gemv_default_schedule(q0);
+            for (const int warps : {4, 8})
+              for (const bool prefetch : {false, true}) {
+                const cuda::Int4GemvSchedule sched{warps, prefetch};
+                const double tc = graph_us(s, 20, [&](int i) {
+                  const cuda::QuantWeight q = be.quant_weight(wi(i));
+                  cuda::launch_int4_decode_gemv(
+                      {static_cast<const __nv_bfloat16*>(x.view.data), q, nullptr, y.view.data, false, 1}, s,
+                      true, sched);
+                });
+                const bool is_default = sched.warps == chosen.warps && sched.prefetch == chosen.prefetch;
+                line(what + " int4 tc " + cuda::to_string(sched) + " pdl" + (is_default ? " *" : ""), tc,
+                     static_cast<double>(qbytes) + io, false, bw);
+                t = std::min(t, tc);
+              }
           }
           if (cuda::dot_gemv_supports(q0, m)) {  // the CUDA-core GEMV, each compiled schedule
             const cuda::DotGemvConfig dchosen = cuda::dot_gemv_default_config(q0, m, true);

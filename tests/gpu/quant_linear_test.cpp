@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "xinfer/backend/cuda/kernels/gemm/int4_decode_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
 #include "xinfer/backend/cuda/kernels/quant/quantize_activations.h"
@@ -365,6 +366,64 @@ TEST(QuantLinear, DotGemvSchedulesMatchCpuOracle) {
   QuantCase cg = make_case(quant::IntGroupFormat{4, 128, false}, 16, 256, false, false, rng);
   EXPECT_TRUE(cuda::dot_gemv_supports(gpu().quant_weight(cg.lw), 4));
   EXPECT_FALSE(cuda::dot_gemv_supports(gpu().quant_weight(cg.lw), 5));
+}
+
+// The tensor-core int4 decode GEMV (int4_decode_gemv.h, linear()'s default for int4 at m = 1) against the
+// oracle, directly through launch_int4_decode_gemv in each schedule, with and without PDL: groups 128 / 256 /
+// 512 and one group over all of k (k 32, 576, 4096), symmetric and with zero points; a partial last row tile
+// (n 1, 7, 33, 4097), a partial last step and warps without steps (k 32, 192, 576), rows of several batches
+// per warp (k 4224, 14336), a row long enough that x needs the shared-memory opt-in (k 28672: 56 KB), many
+// tiles (n 70000). Its sums are f32 (exact bf16 products): f32 out within 1e-4 relative L2, bf16 out within
+// bf16's rounding.
+TEST(QuantLinear, Int4DecodeGemvMatchesCpuOracle) {
+  std::mt19937 rng(43);
+  struct Case {
+    int bits, group;
+    bool zeros;
+    int64_t n, k;
+  };
+  const std::vector<Case> cases = {
+      {4, 128, false, 33, 576},  {4, 128, true, 4097, 1024}, {4, 128, true, 70, 192},
+      {4, 32, false, 7, 32},     {4, 128, false, 1, 4224},   {4, 256, true, 130, 4224},
+      {4, 128, true, 48, 14336}, {4, 128, false, 40, 28672}, {4, 512, true, 70000, 256},
+      {4, 576, false, 9, 576},   {4, 4096, true, 300, 4096}, {4, 128, false, 6144, 4096}};
+  int run = 0;
+  for (const Case& cs : cases) {
+    QuantCase c =
+        make_case(quant::IntGroupFormat{cs.bits, cs.group, cs.zeros}, cs.n, cs.k, cs.n % 2 == 0, false, rng);
+    const cuda::QuantWeight q = gpu().quant_weight(c.lw);
+    ASSERT_TRUE(cuda::int4_decode_gemv_supports(q)) << cuda::describe(q);
+    for (const cuda::Int4GemvSchedule sched :
+         {cuda::Int4GemvSchedule{8, false}, cuda::Int4GemvSchedule{8, true}, cuda::Int4GemvSchedule{4, false},
+          cuda::Int4GemvSchedule{4, true}}) {
+      const bool pdl = run % 3 != 0;
+      const bool f32_out = c.n == 1 || (run++ % 2 == 0);
+      const std::vector<float> x = random_bf16(static_cast<size_t>(c.k), rng);
+      auto xd = gpu().upload(host_view(x, Shape{1, c.k}), DType::kBF16);
+      auto yd = gpu().allocate(f32_out ? DType::kF32 : DType::kBF16, Shape{1, c.n});
+      poison(yd.view);
+      cuda::launch_int4_decode_gemv(
+          {static_cast<const __nv_bfloat16*>(xd.view.data), q,
+           c.lw.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(c.lw.bias.data), yd.view.data,
+           f32_out, 1},
+          gpu().stream(), pdl, sched);
+      const Compare cmp = compare(download(gpu(), yd.view), oracle(c, x, 1));
+      const std::string what = name(c, 1, f32_out) + " " + cuda::to_string(sched) + (pdl ? " pdl" : "");
+      EXPECT_EQ(cmp.nans, 0) << what << ": unwritten outputs";
+      EXPECT_LT(cmp.rel_l2, f32_out ? 1e-4 : 1e-2) << what;
+    }
+  }
+  // What it does not take: g_idx, groups of 32 / 64 or not a power of two (below k), int8, k % 32 != 0.
+  QuantCase ca = make_case(quant::IntGroupFormat{4, 128, false}, 16, 256, false, true, rng);
+  EXPECT_FALSE(cuda::int4_decode_gemv_supports(gpu().quant_weight(ca.lw)));
+  for (const int group : {32, 64, 96, 384}) {
+    QuantCase cg = make_case(quant::IntGroupFormat{4, group, false}, 16, 768, false, false, rng);
+    EXPECT_FALSE(cuda::int4_decode_gemv_supports(gpu().quant_weight(cg.lw))) << group;
+  }
+  QuantCase c8 = make_case(quant::IntGroupFormat{8, 128, false}, 16, 256, false, false, rng);
+  EXPECT_FALSE(cuda::int4_decode_gemv_supports(gpu().quant_weight(c8.lw)));
+  QuantCase c48 = make_case(quant::IntGroupFormat{4, 48, false}, 16, 48, false, false, rng);
+  EXPECT_FALSE(cuda::int4_decode_gemv_supports(gpu().quant_weight(c48.lw)));
 }
 
 // The FP8 GEMV alone (launch_fp8_gemv) in each pipelined schedule, on e4m3 x and weights made on the host: against

@@ -1,11 +1,14 @@
 // CudaBackend's weight-only quantized linears (kernels/gemm/quant_linear.h): which formats it runs
 // (supports()), the checks of a LinearWeights in those formats, and the dispatch of linear():
+//   int4, m = 1 (default; not with XINFER_INT_GEMV=dot / mma) -> launch_int4_decode_gemv
+//   (int4_decode_gemv.h),
+//                the tensor-core decode GEMV with the lean instruction stream
 //   int8 (default) / int4 (XINFER_INT_GEMV=dot), m = 1, bf16 y -> launch_dot_gemv (quant_dot_gemv.h), the
 //                CUDA-core GEMV; XINFER_INT_GEMV=mma keeps both on the mma GEMV (read once per process). int4
 //                stays opt-in: under it the W4A16 batched == solo engine test fails (docs/cuda_backend.md)
 //   W8A8-FP8, m = 1, bf16 y (default; XINFER_FP8_GEMV=mma turns it off) -> the CUDA-core FP8 GEMV: rows
-//                shorter than 8192 launch_fp8_quant_dot_gemv (x quantized in each CTA: one launch, the bits of
-//                the two-kernel path), longer ones quantize x first, then launch_fp8_dot_gemv (split-K)
+//                shorter than 8192 launch_fp8_quant_dot_gemv (x quantized in each CTA: one launch, the bits
+//                of the two-kernel path), longer ones quantize x first, then launch_fp8_dot_gemv (split-K)
 //   m <= kQuantGemvMaxRows and the GEMV takes the weight -> launch_quant_gemv (weights read once per 8 rows)
 //   otherwise -> the weight dequantized to bf16 into a workspace, then the bf16 GEMM (GemmTuner::run, the
 //                tuner's choice for the shape): prefill in every format, and g_idx / odd group sizes at any m
@@ -17,10 +20,10 @@
 //   W8A8-INT8 (any m) -> each row of x quantized to int8 with its scale (SmoothQuant's symmetric per-token or
 //                static codes, the oracle's bits), then for m <= kQuantGemvMaxRows our int8 GEMV
 //                (launch_w8a8_int8_gemv: int8 mma, int32 sums), else our wgmma GEMM with the scales fused
-//                (w8a8_int8_wgmma.h, measured or by shape; set_int8_gemm / XINFER_INT8_GEMM), or where it does
-//                not take the shape (k % 16 != 0) or "cublaslt" is chosen, cuBLASLt's int8 GEMM into an int32
-//                workspace in chunks of rows plus our scale epilogue (cublaslt_int8_gemm.h kInt32Epilogue): the
-//                same bits.
+//                (w8a8_int8_wgmma.h, measured or by shape; set_int8_gemm / XINFER_INT8_GEMM), or where it
+//                does not take the shape (k % 16 != 0) or "cublaslt" is chosen, cuBLASLt's int8 GEMM into an
+//                int32 workspace in chunks of rows plus our scale epilogue (cublaslt_int8_gemm.h
+//                kInt32Epilogue): the same bits.
 // The workspace (bf16, the largest n * k run so far) grows outside graph recordings; a recording that would
 // need it to grow fails (end_capture() grows it, the step runs eagerly), as for the decode workspace.
 #include <algorithm>
@@ -36,14 +39,15 @@
 
 #include "xinfer/backend/cuda/cuda_backend.h"
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_algo_choice.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_fp8_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_int8_gemm.h"
-#include "xinfer/backend/cuda/kernels/gemm/w8a8_int8_wgmma.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
+#include "xinfer/backend/cuda/kernels/gemm/int4_decode_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
-#include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
+#include "xinfer/backend/cuda/kernels/gemm/w8a8_int8_wgmma.h"
 #include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
 #include "xinfer/backend/cuda/kernels/quant/quantize_activations.h"
 #include "xinfer/core/logging.h"
@@ -64,16 +68,26 @@ const T* device_ptr(const TensorView& t, DType dtype, const char* what, const ba
   return static_cast<const T*>(t.data);
 }
 
-// Whether int `bits` single decode rows (m = 1, bf16 y; at m >= 2 it measured slower) run the CUDA-core GEMV
-// (see top): int8 by default, int4 with XINFER_INT_GEMV=dot, neither with XINFER_INT_GEMV=mma.
-bool int_dot_gemv_enabled(int bits) {
-  static const int mode = [] {  // 0: default, 1: dot, 2: mma
+// XINFER_INT_GEMV (read once per process): 0 unset (the defaults), 1 "dot", 2 "mma" (see top).
+int int_gemv_mode() {
+  static const int mode = [] {
     const char* v = std::getenv("XINFER_INT_GEMV");
     if (v != nullptr && std::strcmp(v, "dot") == 0) return 1;
     if (v != nullptr && std::strcmp(v, "mma") == 0) return 2;
     return 0;
   }();
-  return mode == 1 || (mode == 0 && bits == 8);
+  return mode;
+}
+
+// Whether int `bits` single decode rows (m = 1, bf16 y; at m >= 2 it measured slower) run the CUDA-core GEMV
+// (see top): int8 by default, int4 with XINFER_INT_GEMV=dot, neither with XINFER_INT_GEMV=mma.
+bool int_dot_gemv_enabled(int bits) {
+  return int_gemv_mode() == 1 || (int_gemv_mode() == 0 && bits == 8);
+}
+
+// Whether int4 single decode rows run the tensor-core decode GEMV (int4_decode_gemv.h): by default.
+bool int4_decode_gemv_enabled() {
+  return int_gemv_mode() == 0;
 }
 
 // W8A8-FP8 single decode rows (m = 1, bf16 y) run the CUDA-core FP8 GEMV, with the activation quantization
@@ -521,6 +535,13 @@ void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWei
   if (!w.bias.empty()) XI_CHECK(w.bias.dtype == DType::kBF16) << "linear bias must be bf16";
   const bool y_f32 = out.dtype == DType::kF32;
   const auto* xp = static_cast<const __nv_bfloat16*>(x.data);
+  if (m == 1 && q.bits == 4 && int4_decode_gemv_enabled() && int4_decode_gemv_supports(q) &&
+      reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
+    launch_int4_decode_gemv({xp, q, bias, out.data, y_f32, m}, stream_, options_.gemv_pdl,
+                            int4_decode_gemv_default_schedule(q));
+    ++quant_gemvs_;
+    return;
+  }
   if (m == 1 && !y_f32 && int_dot_gemv_enabled(q.bits) && dot_gemv_supports(q, m) && reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
     launch_dot_gemv({xp, q, bias, out.data, false, m}, stream_, dot_gemv_default_config(q, m, options_.gemv_pdl));
     ++quant_gemvs_;

@@ -1,0 +1,295 @@
+// The int4 decode GEMV at m = 1 on tensor cores (int4_decode_gemv.h).
+#include "xinfer/backend/cuda/kernels/gemm/int4_decode_gemv.h"
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/device_launch.h"
+#include "xinfer/backend/cuda/kernels/gemm/quant_gemv_math.cuh"
+#include "xinfer/backend/cuda/kernels/pdl.cuh"
+
+namespace xinfer::cuda {
+namespace {
+
+constexpr int kStepCols = 128;  // columns of a warp step: 4 lanes x 32
+constexpr int kBatch = 4;       // steps a warp's lanes load at once (16 bytes of two rows each)
+constexpr int kMaxK = 65536;    // x in shared memory: 2 k bytes (past 48 KB with the opt-in attribute)
+
+struct Params {
+  const __nv_bfloat16* x;     // [k]
+  const uint8_t* w;           // [n, k / 2]
+  const float* scales;        // [n, G]
+  const uint8_t* zeros;       // [n, G] or nullptr (8)
+  const __nv_bfloat16* bias;  // [n] or nullptr
+  void* y;                    // [n] bf16 or f32
+  bool y_f32;
+  int n, k, G;
+  int group_shift;  // column c is in group c >> group_shift (31: one group)
+};
+
+// One step's operands of a lane: 16 bytes of rows g and g + 8, the step's group scales and zero points (raw:
+// the f16 constants a zero point makes are formed at use, two integer operations, fewer registers held per
+// step).
+struct Step {
+  uint4 w[2];
+  float s[2];
+  uint32_t z[2];
+};
+
+// (a & kMask) | kMagic as one LOP3 (written as C, ptxas splits it in two: one immediate per LOP3).
+template <uint32_t kMask, uint32_t kMagic>
+__device__ __forceinline__ uint32_t and_or(uint32_t a) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "n"(kMask), "n"(kMagic));
+  return d;
+}
+__device__ __forceinline__ uint32_t hadd2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// The 8 nibbles of word `wd` as f16 pairs q - z, exactly, in the pairing (e0, e4), (e1, e5), (e2, e6), (e3,
+// e7): under the exponent 0x6400 the low nibble of each half is 1024 + q, the next one 1024 + 16 q; one SHF,
+// four LOP3 and four f16x2 adds / FMAs (x 1/16) per word.
+__device__ __forceinline__ void nibble_pairs(uint32_t wd, uint32_t z, uint32_t (&a)[4]) {
+  constexpr uint32_t kMagic = 0x64006400u, kSixteenth = 0x2C002C00u;
+  const uint32_t zlo = (0xE400u + z) * 0x00010001u;         // -(1024 + z)
+  const uint32_t zhi = (0xD400u + (z << 4)) * 0x00010001u;  // -(64 + z)
+  const uint32_t w8 = wd >> 8;
+  a[0] = hadd2(and_or<0x000F000Fu, kMagic>(wd), zlo);
+  a[1] = hfma2(and_or<0x00F000F0u, kMagic>(wd), kSixteenth, zhi);
+  a[2] = hadd2(and_or<0x000F000Fu, kMagic>(w8), zlo);
+  a[3] = hfma2(and_or<0x00F000F0u, kMagic>(w8), kSixteenth, zhi);
+}
+
+// A lane's read positions, advanced by whole batches so that the steps of a batch are immediate offsets
+// (session 23's first version spent as many integer instructions on addresses as on the nibbles).
+struct LaneCursor {
+  const uint8_t* w[2];  // rows g, g + 8 at this lane's 16 bytes of its warp's first step of the batch
+  int grp[2];           // the rows' index into scales / zeros at that step (row * G + group)
+  int step;             // the batch's first step (of this warp)
+};
+
+// Step s of the batch (s = c.step + u * kWarps): its weights at byte offset u * kWarps * 64; its group
+// (s * 128) >> group_shift, i.e. s itself for groups of 128 (kG128: immediate offsets too).
+template <int kWarps, bool kZeros, bool kG128>
+__device__ __forceinline__ void load_step(const Params& p, const LaneCursor& c, int u, bool live, Step& st) {
+  const int gi =
+      kG128 ? u * kWarps : ((c.step + u * kWarps) << 7 >> p.group_shift) - (c.step << 7 >> p.group_shift);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    st.w[r] = live ? quant_gemv::load_weights(c.w[r] + u * kWarps * 64) : make_uint4(0, 0, 0, 0);
+    st.s[r] = __ldg(p.scales + c.grp[r] + gi);
+    st.z[r] = kZeros ? static_cast<uint32_t>(__ldg(p.zeros + c.grp[r] + gi)) : 8u;
+  }
+}
+
+// grid: ceil(n / 16) CTAs of kWarps warps; dynamic shared memory: steps * 256 bytes of x pairs.
+// Occupancy: 24 warps per SM (<= 85 registers), 16 with prefetch or zero points (<= 128: held to 85 registers
+// the zero-point kernels spilled 32-40 bytes and ran gate_up at 25.2 us against the symmetric kernel's 19.0).
+template <int kWarps, int kU, bool kZeros, bool kG128, bool kPrefetch>
+__global__ void __launch_bounds__(kWarps * 32, (kPrefetch || kZeros ? 16 : 24) / kWarps)
+    int4_decode_gemv_kernel(Params p) {
+  extern __shared__ uint4 xs[];  // [step][word i][t]: x columns 128 s + 32 t + 8 i .. + 7, re-paired, f16
+  __shared__ float red[kWarps][16];
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int steps = (p.k + kStepCols - 1) / kStepCols;
+  LaneCursor c;
+  c.step = warp;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = min(static_cast<int>(blockIdx.x) * 16 + g + 8 * r, p.n - 1);
+    c.w[r] = p.w + static_cast<size_t>(row) * (p.k / 2) + warp * 64 + t * 16;
+    c.grp[r] = row * p.G + ((warp << 7) >> p.group_shift);
+  }
+  // A lane's last step may end past k (k % 128 != 0): its 16 bytes are then not loaded (x reads as 0 there).
+  const bool tail = p.k % kStepCols != 0;
+  auto load_batch = [&](Step(&st)[kU]) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int step = c.step + u * kWarps;
+      if (step < steps)
+        load_step<kWarps, kZeros, kG128>(p, c, u, !tail || step * kStepCols + t * 32 < p.k, st[u]);
+    }
+  };
+  auto advance = [&] {
+    const int next = c.step + kU * kWarps;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      c.w[r] += kU * kWarps * 64;
+      const int dg = kG128 ? kU * kWarps : (next << 7 >> p.group_shift) - (c.step << 7 >> p.group_shift);
+      c.grp[r] += dg;
+    }
+    c.step = next;
+  };
+  Step st0[kU], st1[kU];
+  load_batch(st0);
+  pdl_release();
+  pdl_wait();
+  // x -> shared memory: 8 columns per thread and pass, pairs (x0, x4), (x1, x5), (x2, x6), (x3, x7); zeros
+  // past k.
+  for (int c8 = static_cast<int>(threadIdx.x); c8 < steps * 16; c8 += kWarps * 32) {
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (c8 * 8 < p.k) {
+      const uint4 a = __ldg(reinterpret_cast<const uint4*>(p.x) + c8);
+      using quant_gemv::bf16x2_to_f16x2;
+      v = make_uint4(
+          bf16x2_to_f16x2(__byte_perm(a.x, a.z, 0x5410)), bf16x2_to_f16x2(__byte_perm(a.x, a.z, 0x7632)),
+          bf16x2_to_f16x2(__byte_perm(a.y, a.w, 0x5410)), bf16x2_to_f16x2(__byte_perm(a.y, a.w, 0x7632)));
+    }
+    const int step = c8 / 16, tt = (c8 / 4) % 4, i = c8 % 4;
+    xs[(step * 4 + i) * 4 + tt] = v;
+  }
+  __syncthreads();
+  float acc[2] = {0.f, 0.f};
+  const uint4* xl = xs + warp * 16 + t;  // this warp's batch's first step, word 0, lane column t
+  // The batch whose first step is `step0` (weights in st) into acc.
+  auto compute = [&](const Step(&st)[kU], int step0) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      if (step0 + u * kWarps >= steps) break;
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint4 xv = xl[u * kWarps * 16 + i * 4];
+        uint32_t a[2][4];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) nibble_pairs((&st[u].w[r].x)[i], st[u].z[r], a[r]);
+        quant_gemv::mma_f16(d, a[0][0], a[1][0], a[0][1], a[1][1], xv.x, xv.y);
+        quant_gemv::mma_f16(d, a[0][2], a[1][2], a[0][3], a[1][3], xv.z, xv.w);
+      }
+      acc[0] = fmaf(d[0], st[u].s[0], acc[0]);
+      acc[1] = fmaf(d[2], st[u].s[1], acc[1]);
+    }
+  };
+  // Batches alternate between st0 and st1; kPrefetch requests the next batch's weights before computing this
+  // one (twice the registers), else after it.
+  auto run = [&](const Step(&cur)[kU], Step(&nxt)[kU]) {
+    const int step0 = c.step;
+    const bool more = step0 + kU * kWarps < steps;
+    if (kPrefetch && more) {
+      advance();
+      load_batch(nxt);
+    }
+    compute(cur, step0);
+    if (!kPrefetch && more) {
+      advance();
+      load_batch(nxt);
+    }
+    xl += kU * kWarps * 16;
+    return more;
+  };
+  if constexpr (kPrefetch) {
+    while (run(st0, st1) && run(st1, st0)) {
+    }
+  } else {
+    while (run(st0, st0)) {
+    }
+  }
+  if (t == 0) {
+    red[warp][g] = acc[0];
+    red[warp][g + 8] = acc[1];
+  }
+  __syncthreads();
+  const int tid = static_cast<int>(threadIdx.x);
+  const int row = static_cast<int>(blockIdx.x) * 16 + tid;
+  if (tid < 16 && row < p.n) {
+    float v = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) v += red[w][tid];
+    if (p.bias) v += __bfloat162float(p.bias[row]);
+    if (p.y_f32)
+      static_cast<float*>(p.y)[row] = v;
+    else
+      static_cast<__nv_bfloat16*>(p.y)[row] = __float2bfloat16(v);
+  }
+}
+
+int group_shift(const QuantWeight& w) {
+  if (w.group_size >= w.k) return 31;
+  int shift = 0;
+  while ((1 << shift) < w.group_size) ++shift;
+  return (1 << shift) == w.group_size ? shift : -1;
+}
+
+}  // namespace
+
+bool int4_decode_gemv_supports(const QuantWeight& w) {
+  return w.bits == 4 && !w.is_signed && w.g_idx == nullptr && w.n >= 1 && w.k >= 32 && w.k % 32 == 0 &&
+         w.k <= kMaxK && (w.group_size >= w.k || w.group_size % kStepCols == 0) && group_shift(w) >= 0 &&
+         static_cast<int64_t>(w.n) * w.groups() < (int64_t{1} << 31) &&
+         reinterpret_cast<uintptr_t>(w.w) % 16 == 0;
+}
+
+std::string to_string(const Int4GemvSchedule& s) {
+  return std::to_string(s.warps) + " warps" + (s.prefetch ? " prefetch" : "");
+}
+
+Int4GemvSchedule int4_decode_gemv_default_schedule(const QuantWeight& w) {
+  // H200, m = 1, the 8B shapes (docs/PERF.md session 23, us): symmetric weights take 8 warps (16 warps lost
+  // everywhere, e.g. gate_up 34.2 vs 19.1), prefetching where a warp has more than one batch (k > 4096 at 8
+  // warps: down 12.1 vs 13.1; qkv 7.1 vs 6.3 without). Zero points hold ~92 registers, 16 warps per SM: no
+  // prefetch (down 14.3 vs 12.2), and 4-warp CTAs on the many-tile shapes (gate_up 20.3 vs 23.3 at 8; o, qkv,
+  // down best at 8).
+  Int4GemvSchedule s;
+  const int tiles = (w.n + 15) / 16, steps = (w.k + kStepCols - 1) / kStepCols;
+  if (w.zeros) {
+    s.warps = tiles >= 1024 ? 4 : 8;
+    s.prefetch = false;
+  } else {
+    s.warps = 8;
+    s.prefetch = steps > kBatch * s.warps;
+  }
+  return s;
+}
+
+void launch_int4_decode_gemv(const QuantLinearArgs& a, cudaStream_t stream, bool pdl,
+                             const Int4GemvSchedule& sched) {
+  const QuantWeight& w = a.w;
+  XI_CHECK(int4_decode_gemv_supports(w)) << "int4 decode GEMV: unsupported weight " << describe(w);
+  XI_CHECK_EQ(a.m, 1) << "int4 decode GEMV: one row of x";
+  XI_CHECK(reinterpret_cast<uintptr_t>(a.x) % 16 == 0) << "int4 decode GEMV: x must be 16-byte aligned";
+  XI_CHECK(sched.warps == 4 || sched.warps == 8) << "int4 decode GEMV: " << to_string(sched);
+  Params p{a.x, w.w, w.scales, w.zeros, a.bias, a.y, a.y_f32, w.n, w.k, w.groups(), group_shift(w)};
+  const int tiles = (w.n + 15) / 16;
+  const int steps = (w.k + kStepCols - 1) / kStepCols;
+  const size_t smem = static_cast<size_t>(steps) * kStepCols * 2;  // x: 128 f16 columns per step
+  auto launch = [&](auto kernel) {
+    if (smem > 40 * 1024) raise_smem_limit(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
+    if (pdl)
+      launch_pdl(kernel, dim3(tiles), dim3(sched.warps * 32), smem, stream, p);
+    else
+      kernel<<<tiles, sched.warps * 32, smem, stream>>>(p);
+  };
+  auto pick = [&](auto zeros, auto g128, auto prefetch) {
+    constexpr bool kZ = decltype(zeros)::value, kG = decltype(g128)::value, kP = decltype(prefetch)::value;
+    if (sched.warps == 8)
+      launch(int4_decode_gemv_kernel<8, kBatch, kZ, kG, kP>);
+    else
+      launch(int4_decode_gemv_kernel<4, kBatch, kZ, kG, kP>);
+  };
+  using T = std::true_type;
+  using F = std::false_type;
+  auto pick_prefetch = [&](auto zeros, auto g128) {
+    sched.prefetch ? pick(zeros, g128, T{}) : pick(zeros, g128, F{});
+  };
+  const bool g128 = w.group_size == kStepCols && w.k > kStepCols;
+  if (w.zeros)
+    g128 ? pick_prefetch(T{}, T{}) : pick_prefetch(T{}, F{});
+  else
+    g128 ? pick_prefetch(F{}, T{}) : pick_prefetch(F{}, F{});
+  XI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace xinfer::cuda

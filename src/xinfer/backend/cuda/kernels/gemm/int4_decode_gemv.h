@@ -1,0 +1,52 @@
+// The int4 decode GEMV for one row of x (m = 1): y[1, n] = x[1, k] @ W[n, k]^T (+ bias), W int4 per group in
+// the CPU layout of quant_linear.h (no repack), bf16 x, f32 accumulation, y bf16 or f32. Tensor cores do the
+// multiply-adds so that the instruction stream per weight stays short: the H200 streams ~34 int4 weights per
+// SM-clock at its copy bandwidth against 128 issue slots, and the mma GEMV (quant_gemv.cu) and the CUDA-core
+// GEMV (quant_dot_gemv.cu) issue ~3.7 and ~4.0 instructions per weight (Nsight Compute, gate_up 28672 x 4096,
+// session 23), so both stall at 45-65% of the bandwidth with only 25% occupancy (their registers). This one
+// issues ~2.3 (8.6 M instructions for that shape, 36% of the issue slots) and reads gate_up at 77% of the copy
+// bandwidth (docs/PERF.md session 23).
+//
+// Kernel (int4_decode_gemv.cu): a CTA of 4 or 8 warps owns 16 weight rows; warp w takes the 128-column steps
+// w, w + warps, ... (the CTA's warps read 64-byte pieces side by side of every row), 4 steps' weights in
+// flight per batch (and the next batch too with Int4GemvSchedule::prefetch), the first batch requested before
+// pdl_wait(). Lane (g = lane / 4, t = lane % 4) loads 16 bytes of rows g and g + 8 at column 32 t of the step
+// and the step's group scale, the 8 words' nibbles masked under the f16 exponent 0x6400 (1024 + q and 1024 +
+// 16 q exactly: four LOP3 and one shift per 8 weights) and the magic and zero point taken off by one f16x2
+// add / FMA per pair (exact), then mma.sync m16n8k16 (f16, f32 sums) against x. x is converted once per CTA:
+// after pdl_wait() the CTA stores x in shared memory as f16 (exact in f16's normal range; saturating past
+// 65504), re-paired to match the nibble masks ((x0, x4), (x1, x5), ...) and laid out so a warp's four column
+// offsets hit distinct banks (2 k bytes). Every B column is x (all 8 token columns alike), so every lane's C
+// fragment holds its two rows' sums. Each step's f32 sums are scaled by the group's scale (the oracle's
+// arithmetic up to summation order). At the end the warps' partial sums meet in shared memory; bias; store.
+//
+// Requirements (int4_decode_gemv_supports): int4, k % 32 == 0, a power-of-two group that is a multiple of 128
+// or one group over all of k (an mma's 16 columns come from the 4 lanes t: a step must lie in one group;
+// groups of 32 and 64, GGUF's Q4 blocks among them, run the other GEMVs), no g_idx, x 16-byte aligned, k <=
+// 65536 (x's 2 k bytes of shared memory).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
+
+namespace xinfer::cuda {
+
+bool int4_decode_gemv_supports(const QuantWeight& w);
+
+// The compiled schedules: 4 or 8 warps per CTA; prefetch: a warp requests its next batch of steps before it
+// computes the current one (twice the weight registers), else after.
+struct Int4GemvSchedule {
+  int warps = 8;
+  bool prefetch = false;
+};
+std::string to_string(const Int4GemvSchedule& s);
+Int4GemvSchedule int4_decode_gemv_default_schedule(const QuantWeight& w);
+
+// a.m must be 1. pdl: the launch allows programmatic dependent launch (pdl.cuh).
+void launch_int4_decode_gemv(const QuantLinearArgs& a, cudaStream_t stream, bool pdl,
+                             const Int4GemvSchedule& s);
+
+}  // namespace xinfer::cuda
