@@ -370,11 +370,11 @@ TEST(QuantLinear, DotGemvSchedulesMatchCpuOracle) {
 
 // The tensor-core int4 decode GEMV (int4_decode_gemv.h, linear()'s default for int4 at m = 1) against the
 // oracle, directly through launch_int4_decode_gemv in each schedule, with and without PDL: groups 128 / 256 /
-// 512 and one group over all of k (k 32, 576, 4096), symmetric and with zero points; a partial last row tile
-// (n 1, 7, 33, 4097), a partial last step and warps without steps (k 32, 192, 576), rows of several batches
-// per warp (k 4224, 14336), a row long enough that x needs the shared-memory opt-in (k 28672: 56 KB), many
-// tiles (n 70000). Its sums are f32 (exact bf16 products): f32 out within 1e-4 relative L2, bf16 out within
-// bf16's rounding.
+// 512 (several per row: k 1024 .. 65536) and one group over all of k (k 32, 256, 576, 4096), symmetric and
+// with zero points; a partial last row tile (n 1, 7, 17, 33, 4097), a partial last step and warps without
+// steps (k 32, 192, 576), rows of several batches per warp (k 4224, 14336), rows long enough that x needs the
+// shared-memory opt-in (k 28672: 56 KB; k 65536, the longest taken: 128 KB), many tiles (n 70000). Its sums
+// are f32 (products of f16 values, exact): f32 out within 1e-4 relative L2, bf16 out within bf16's rounding.
 TEST(QuantLinear, Int4DecodeGemvMatchesCpuOracle) {
   std::mt19937 rng(43);
   struct Case {
@@ -386,7 +386,8 @@ TEST(QuantLinear, Int4DecodeGemvMatchesCpuOracle) {
       {4, 128, false, 33, 576},  {4, 128, true, 4097, 1024}, {4, 128, true, 70, 192},
       {4, 32, false, 7, 32},     {4, 128, false, 1, 4224},   {4, 256, true, 130, 4224},
       {4, 128, true, 48, 14336}, {4, 128, false, 40, 28672}, {4, 512, true, 70000, 256},
-      {4, 576, false, 9, 576},   {4, 4096, true, 300, 4096}, {4, 128, false, 6144, 4096}};
+      {4, 576, false, 9, 576},   {4, 4096, true, 300, 4096}, {4, 128, false, 6144, 4096},
+      {4, 512, true, 200, 3072}, {4, 256, false, 17, 65536}};
   int run = 0;
   for (const Case& cs : cases) {
     QuantCase c =

@@ -4,8 +4,8 @@
 // SM-clock at its copy bandwidth against 128 issue slots, and the mma GEMV (quant_gemv.cu) and the CUDA-core
 // GEMV (quant_dot_gemv.cu) issue ~3.7 and ~4.0 instructions per weight (Nsight Compute, gate_up 28672 x 4096,
 // session 23), so both stall at 45-65% of the bandwidth with only 25% occupancy (their registers). This one
-// issues ~2.3 (8.6 M instructions for that shape, 36% of the issue slots) and reads gate_up at 77% of the copy
-// bandwidth (docs/PERF.md session 23).
+// issues ~2.3 (8.6 M instructions for that shape, 36% of the issue slots) and reads gate_up at 77% of the
+// copy bandwidth (docs/PERF.md session 23).
 //
 // Kernel (int4_decode_gemv.cu): a CTA of 4 or 8 warps owns 16 weight rows; warp w takes the 128-column steps
 // w, w + warps, ... (the CTA's warps read 64-byte pieces side by side of every row), 4 steps' weights in
@@ -23,7 +23,10 @@
 // Requirements (int4_decode_gemv_supports): int4, k % 32 == 0, a power-of-two group that is a multiple of 128
 // or one group over all of k (an mma's 16 columns come from the 4 lanes t: a step must lie in one group;
 // groups of 32 and 64, GGUF's Q4 blocks among them, run the other GEMVs), no g_idx, x 16-byte aligned, k <=
-// 65536 (x's 2 k bytes of shared memory).
+// 65536 (x's 2 k bytes of shared memory). Numerics it does not share with the other GEMVs: zero points are
+// exact up to 64 (-(64 + z) is built as f16 bits 0xD400 + 16 z; int4 checkpoints hold 0..15, GPTQ v1's 16
+// included), and x goes through f16 (|x| past 65504 saturates, below 6.1e-5 it keeps f16's subnormal steps),
+// so an outlier activation can part m = 1 from m >= 2 (bf16 x).
 #pragma once
 
 #include <cuda_runtime.h>
