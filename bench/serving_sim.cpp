@@ -9,7 +9,8 @@
 //       --max-decode-interval N --max-num-seqs N --reorder-window N] [--sweep] [--mix] [--no-groups]
 //
 // --client-delay S (default 0.0005): seconds from a finish to the client's next send; --step-scale X scales
-// the step-time model (another card, another host). --mix prints what the measured steps carried (share with prefill, decode rows and prefill tokens per step,
+// the step-time model (another card, another host). Preemptions (and the KV tokens they drop) print when there are
+// any. --mix prints what the measured steps carried (share with prefill, decode rows and prefill tokens per step,
 // admissions); --no-groups sends group-0 requests (the server gives every HTTP request its own group).
 //
 // Step-time model (h200-8b: Llama-3.1-8B bf16 on one H200, fitted to docs/PERF.md's measurements: batch-1
@@ -104,6 +105,7 @@ struct Result {
   double ttft_p50, ttft_p99, itl_p50, itl_p99, tok_s, duration_s;
   StepMix mix;
   double itl_p25, itl_p40, itl_p60, itl_p75, itl_mean;
+  int64_t preemptions = 0, preempted_tokens = 0;  // the scheduler's, over the whole run (warm-up included)
 };
 
 // Runs `n` requests at `concurrency` from time `t` (advanced); returns the figures of the requests sent after
@@ -179,15 +181,25 @@ Result simulate(const Options& o) {
   SchedulerConfig c = o.sched;
   Scheduler s(c, [&t] { return t; });
   uint64_t id = 0;
-  if (o.steady) return run_phase(s, t, o, o.warmup + o.num_prompts, id, o.warmup);
-  if (o.warmup > 0) run_phase(s, t, o, o.warmup, id);
-  return run_phase(s, t, o, o.num_prompts, id);
+  Result r;
+  if (o.steady) {
+    r = run_phase(s, t, o, o.warmup + o.num_prompts, id, o.warmup);
+  } else {
+    if (o.warmup > 0) run_phase(s, t, o, o.warmup, id);
+    r = run_phase(s, t, o, o.num_prompts, id);
+  }
+  r.preemptions = s.stats().num_preemptions;
+  r.preempted_tokens = s.stats().num_preempted_tokens;
+  return r;
 }
 
 void print(const char* label, const Options& o, const Result& r) {
   std::printf("%-44s c=%-4d tok/s %8.0f  TTFT p50 %7.1f p99 %7.1f ms (%.2fx)  ITL p50 %6.2f p99 %6.2f ms (%.2fx)\n",
               label, o.concurrency, r.tok_s, r.ttft_p50 * 1e3, r.ttft_p99 * 1e3, r.ttft_p99 / r.ttft_p50,
               r.itl_p50 * 1e3, r.itl_p99 * 1e3, r.itl_p99 / r.itl_p50);
+  if (r.preemptions > 0)
+    std::printf("    preemptions %lld, their KV tokens to compute again %lld\n", static_cast<long long>(r.preemptions),
+                static_cast<long long>(r.preempted_tokens));
   if (!o.show_mix) return;
   const StepMix& m = r.mix;
   const double n = static_cast<double>(std::max<int64_t>(1, m.steps));
