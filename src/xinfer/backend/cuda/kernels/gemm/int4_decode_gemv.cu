@@ -47,28 +47,20 @@ __device__ __forceinline__ uint32_t and_or(uint32_t a) {
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "n"(kMask), "n"(kMagic));
   return d;
 }
-__device__ __forceinline__ uint32_t hadd2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-__device__ __forceinline__ uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {
-  uint32_t d;
-  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
+using quant_gemv::f16x2_sub;
+using quant_gemv::hfma2;
 
 // The 8 nibbles of word `wd` as f16 pairs q - z, exactly, in the pairing (e0, e4), (e1, e5), (e2, e6), (e3,
 // e7): under the exponent 0x6400 the low nibble of each half is 1024 + q, the next one 1024 + 16 q; one SHF,
-// four LOP3 and four f16x2 adds / FMAs (x 1/16) per word.
+// four LOP3 and four f16x2 subtracts / FMAs (x 1/16) per word.
 __device__ __forceinline__ void nibble_pairs(uint32_t wd, uint32_t z, uint32_t (&a)[4]) {
   constexpr uint32_t kMagic = 0x64006400u, kSixteenth = 0x2C002C00u;
-  const uint32_t zlo = (0xE400u + z) * 0x00010001u;         // -(1024 + z)
+  const uint32_t zlo = (0x6400u + z) * 0x00010001u;         // 1024 + z
   const uint32_t zhi = (0xD400u + (z << 4)) * 0x00010001u;  // -(64 + z)
   const uint32_t w8 = wd >> 8;
-  a[0] = hadd2(and_or<0x000F000Fu, kMagic>(wd), zlo);
+  a[0] = f16x2_sub(and_or<0x000F000Fu, kMagic>(wd), zlo);
   a[1] = hfma2(and_or<0x00F000F0u, kMagic>(wd), kSixteenth, zhi);
-  a[2] = hadd2(and_or<0x000F000Fu, kMagic>(w8), zlo);
+  a[2] = f16x2_sub(and_or<0x000F000Fu, kMagic>(w8), zlo);
   a[3] = hfma2(and_or<0x00F000F0u, kMagic>(w8), kSixteenth, zhi);
 }
 

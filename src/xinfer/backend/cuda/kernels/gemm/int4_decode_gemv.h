@@ -13,12 +13,13 @@
 // pdl_wait(). Lane (g = lane / 4, t = lane % 4) loads 16 bytes of rows g and g + 8 at column 32 t of the step
 // and the step's group scale, the 8 words' nibbles masked under the f16 exponent 0x6400 (1024 + q and 1024 +
 // 16 q exactly: four LOP3 and one shift per 8 weights) and the magic and zero point taken off by one f16x2
-// add / FMA per pair (exact), then mma.sync m16n8k16 (f16, f32 sums) against x. x is converted once per CTA:
-// after pdl_wait() the CTA stores x in shared memory as f16 (exact in f16's normal range; saturating past
-// 65504), re-paired to match the nibble masks ((x0, x4), (x1, x5), ...) and laid out so a warp's four column
-// offsets hit distinct banks (2 k bytes). Every B column is x (all 8 token columns alike), so every lane's C
-// fragment holds its two rows' sums. Each step's f32 sums are scaled by the group's scale (the oracle's
-// arithmetic up to summation order). At the end the warps' partial sums meet in shared memory; bias; store.
+// subtract / FMA per pair (exact), then mma.sync m16n8k16 (f16, f32 sums) against x. x is converted once per
+// CTA: after pdl_wait() the CTA stores x in shared memory as f16 (exact in f16's normal range; saturating
+// past 65504), re-paired to match the nibble masks ((x0, x4), (x1, x5), ...) and laid out so a warp's four
+// column offsets hit distinct banks (2 k bytes). Every B column is x (all 8 token columns alike), so every
+// lane's C fragment holds its two rows' sums. Each step's f32 sums are scaled by the group's scale (the
+// oracle's arithmetic up to summation order). At the end the warps' partial sums meet in shared memory; bias;
+// store.
 //
 // Requirements (int4_decode_gemv_supports): int4, k % 32 == 0, a power-of-two group that is a multiple of 128
 // or one group over all of k (an mma's 16 columns come from the 4 lanes t: a step must lie in one group;

@@ -325,6 +325,12 @@ __device__ __forceinline__ uint32_t f16x2_sub(uint32_t a, uint32_t b) {
   asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
+// a * b + c on f16 pairs (the CUDA-core GEMV's products, the int4 decode GEMV's nibble scaling).
+__device__ __forceinline__ uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
 // xh: x's 16 columns of this step as 8 f16 pairs (bf16x2_to_f16x2 of the loaded words, shared by all rows).
 __device__ __forceinline__ void compute_step_int8_f16(const Params& p, const StepLoad& l, const uint32_t (&xh)[8],
                                                       float (&acc)[4]) {
