@@ -4,6 +4,9 @@
 // against the GEMM FLOPs at the measured ceilings (the FP8 / INT8 dense peaks are twice bf16's). x32 is the
 // layers' share of a 2048-token TTFT (plus the embedding, the final norm and one lm_head row): where the
 // prefill's time goes, and what a fusion saves.
+// gpu_kernel_bench --act-quant: the W8A8 activation quantization kernels alone (the SwiGLU with its codes,
+// add_rms_norm with its codes, the bf16 rows' quantization) at the row counts of decode and prefill steps,
+// their bytes against the copy ceiling.
 // gpu_kernel_bench --decode-steps: the same for the large-batch decode steps of the throughput rows (eager, as
 // steps past 256 rows run), the decode attention's KV reads against the copy ceiling; INT8 next to FP8 at 480 x 192.
 #include <cstdio>
@@ -16,6 +19,8 @@
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/device_ceilings.h"
 #include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
+#include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
+#include "xinfer/backend/cuda/kernels/quant/quantize_activations.h"
 
 namespace xinfer::bench {
 namespace {
@@ -208,8 +213,47 @@ void bench_layer(cuda::CudaBackend& be, double peak, double bw, const LayerCase&
 
 }  // namespace
 
+void bench_act_quant(cuda::CudaBackend& be, double bw) {
+  const int H = 4096, I = 14336, max_rows = 12288;
+  cudaStream_t s = be.stream();
+  backend::DeviceTensor gu = be.allocate(DType::kBF16, Shape{max_rows, 2 * I}),
+                        mlp = be.allocate(DType::kBF16, Shape{max_rows, I}),
+                        residual = be.allocate(DType::kBF16, Shape{max_rows, H}),
+                        delta = be.allocate(DType::kBF16, Shape{max_rows, H}), norm = be.allocate(DType::kBF16, Shape{H}),
+                        codes = be.allocate(DType::kU8, Shape{max_rows, I}), scales = be.allocate(DType::kF32, Shape{max_rows});
+  for (auto* t : {&gu, &mlp, &residual, &delta, &norm}) fill_tensor(t->view, 11, s);
+  auto* q = static_cast<uint8_t*>(codes.view.data);
+  auto* qs = static_cast<float*>(scales.view.data);
+  auto bf = [](const backend::DeviceTensor& t) { return static_cast<__nv_bfloat16*>(t.view.data); };
+  for (const int rows : {1, 64, 256, 954, 2048, 12288}) {
+    const std::string r = "act quant " + std::to_string(rows) + " rows: ";
+    const double n_i = static_cast<double>(rows) * I, n_h = static_cast<double>(rows) * H;
+    for (const cuda::RowQuant kind : {cuda::RowQuant::kFp8, cuda::RowQuant::kInt8}) {
+      const std::string k = kind == cuda::RowQuant::kFp8 ? "fp8" : "int8";
+      const cuda::SiluMulArgs a{bf(gu), nullptr, rows, I, kind, q, qs, nullptr, true};
+      print_row(r + "silu_mul -> " + k + " codes alone (I 14336)", graph_us(s, 10, [&](int) { cuda::launch_silu_mul(a, s); }),
+                n_i * 5, false, bw, 64);
+      const cuda::RmsNormArgs n{bf(residual), bf(delta), bf(norm), nullptr, rows, H, 1e-5f, kind, q, qs, nullptr};
+      print_row(r + "add_rms_norm -> " + k + " codes (H 4096, delta)",
+                graph_us(s, 10, [&](int) { cuda::launch_add_rms_norm(n, s); }), n_h * 7, false, bw, 64);
+      print_row(r + "quantize rows -> " + k + " (k 4096)", graph_us(s, 10, [&](int) {
+                  if (kind == cuda::RowQuant::kFp8)
+                    cuda::launch_quantize_fp8_rows(bf(delta), rows, H, nullptr, q, qs, s);
+                  else
+                    cuda::launch_quantize_int8_rows(bf(delta), rows, H, nullptr, reinterpret_cast<int8_t*>(q), qs, s);
+                }),
+                n_h * 3, false, bw, 64);
+    }
+    const cuda::SiluMulArgs plain{bf(gu), bf(mlp), rows, I};
+    print_row(r + "silu_mul -> bf16 (I 14336)", graph_us(s, 10, [&](int) { cuda::launch_silu_mul(plain, s); }), n_i * 6,
+              false, bw, 64);
+  }
+}
+
 void bench_prefill_layer(cuda::CudaBackend& be, double peak, double bw) {
   bench_layer(be, peak, bw, {"prefill layer", 1, 2048, 2048, DType::kBF16, {0, 1, 2}});
+  // The prompts of a 128/128 mixed step (~12k tokens of 128-token prompts; docs/PERF.md session 22), FP8.
+  bench_layer(be, peak, bw, {"prefill 96x128 fp8kv", 96, 128, 128, DType::kFP8E4M3, {1}});
 }
 
 // The decode steps of the throughput rows (docs/PERF.md session 12): 128/128 x 1000 prompts (~480 rows at a mean

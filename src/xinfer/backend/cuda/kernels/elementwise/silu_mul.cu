@@ -8,25 +8,41 @@
 namespace xinfer::cuda {
 namespace {
 
-// SwiGLU of 8 bf16 gate / up values (f32 math, bf16 out); *amax, where given, takes max |out|.
-__device__ __forceinline__ uint4 swiglu8(const uint4& gv, const uint4& uv, float* amax = nullptr) {
+// SwiGLU of 8 bf16 gate / up values (one 16-byte vector each; f32 math, bf16 out, two values per conversion).
+__device__ __forceinline__ uint4 swiglu8(const uint4& gv, const uint4& uv) {
   uint4 ov;
-  const __nv_bfloat16* gb = reinterpret_cast<const __nv_bfloat16*>(&gv);
-  const __nv_bfloat16* ub = reinterpret_cast<const __nv_bfloat16*>(&uv);
-  __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&ov);
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    ob[j] = __float2bfloat16(silu_mul_f32(__bfloat162float(gb[j]), __bfloat162float(ub[j])));
-    if (amax != nullptr) *amax = fmaxf(*amax, fabsf(__bfloat162float(ob[j])));
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t g = (&gv.x)[j], u = (&uv.x)[j];
+    (&ov.x)[j] = act_quant::bf16x2_bits(silu_mul_f32(act_quant::bf16_lo(g), act_quant::bf16_lo(u)),
+                                        silu_mul_f32(act_quant::bf16_hi(g), act_quant::bf16_hi(u)));
   }
   return ov;
 }
 
-// A quantized row's scale (static, or the CTA's max / the format's max), stored by thread 0.
+// The same, amax taking max |out| of the f32 values before their rounding (the caller rounds the row's max:
+// act_quant::bf16_round; the max of the bf16 outputs, one instruction per value less).
+__device__ __forceinline__ uint4 swiglu8(const uint4& gv, const uint4& uv, float& amax) {
+  uint4 ov;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t g = (&gv.x)[j], u = (&uv.x)[j];
+    const float lo = silu_mul_f32(act_quant::bf16_lo(g), act_quant::bf16_lo(u));
+    const float hi = silu_mul_f32(act_quant::bf16_hi(g), act_quant::bf16_hi(u));
+    amax = fmaxf(amax, fmaxf(fabsf(lo), fabsf(hi)));
+    (&ov.x)[j] = act_quant::bf16x2_bits(lo, hi);
+  }
+  return ov;
+}
+
+// A quantized row's scale (static, or the CTA's max / the format's max), stored by thread 0. amax: this thread's
+// max |out| before the bf16 rounding (swiglu8).
 template <RowQuant kQuant, int kThreads>
 __device__ __forceinline__ float row_scale(const SiluMulArgs& a, int64_t r, float amax, float* red) {
   constexpr float kMax = kQuant == RowQuant::kFp8 ? act_quant::kFp8Max : act_quant::kInt8Max;
-  const float scale = a.q_input_scale != nullptr ? __ldg(a.q_input_scale) : act_quant::cta_max<kThreads>(amax, red) / kMax;
+  const float scale = a.q_input_scale != nullptr
+                          ? __ldg(a.q_input_scale)
+                          : act_quant::bf16_round(act_quant::cta_max<kThreads>(amax, red)) / kMax;
   if (threadIdx.x == 0) a.q_scales[r] = scale;
   return scale;
 }
@@ -44,8 +60,7 @@ __global__ void silu_mul_kernel(SiluMulArgs a) {
     const __nv_bfloat16* u = g + a.inter;
     __nv_bfloat16* o = a.out + r * a.inter + i;
     if constexpr (kVec == 8) {
-      *reinterpret_cast<uint4*>(o) =
-          swiglu8(*reinterpret_cast<const uint4*>(g), *reinterpret_cast<const uint4*>(u));
+      *reinterpret_cast<uint4*>(o) = swiglu8(*reinterpret_cast<const uint4*>(g), *reinterpret_cast<const uint4*>(u));
     } else {
       o[0] = __float2bfloat16(silu_mul_f32(__bfloat162float(g[0]), __bfloat162float(u[0])));
     }
@@ -67,7 +82,7 @@ __global__ void __launch_bounds__(kQuantThreads) silu_mul_quant_kernel(SiluMulAr
   uint4* o = reinterpret_cast<uint4*>(a.out + r * a.inter);
   const int vecs = a.inter / 8;
   float amax = 0.0f;
-  for (int i = static_cast<int>(threadIdx.x); i < vecs; i += kQuantThreads) o[i] = swiglu8(g[i], u[i], &amax);
+  for (int i = static_cast<int>(threadIdx.x); i < vecs; i += kQuantThreads) o[i] = swiglu8(g[i], u[i], amax);
   const float qinv = act_quant::inverse_scale(row_scale<kQuant, kQuantThreads>(a, r, amax, red));
   uint2* q = reinterpret_cast<uint2*>(a.q + r * a.inter);
   for (int i = static_cast<int>(threadIdx.x); i < vecs; i += kQuantThreads)
@@ -99,7 +114,7 @@ __global__ void __launch_bounds__(kThreads) silu_mul_quant_regs_kernel(SiluMulAr
   float amax = 0.0f;
 #pragma unroll
   for (int v = 0; v < kVecs; ++v)
-    if (static_cast<int>(threadIdx.x) + v * kThreads < vecs) gv[v] = swiglu8(gv[v], uv[v], &amax);  // out in gv
+    if (static_cast<int>(threadIdx.x) + v * kThreads < vecs) gv[v] = swiglu8(gv[v], uv[v], amax);  // out in gv
   const float qinv = act_quant::inverse_scale(row_scale<kQuant, kThreads>(a, r, amax, red));
   uint2* q = reinterpret_cast<uint2*>(a.q + r * a.inter);
   uint4* o = a.out != nullptr ? reinterpret_cast<uint4*>(a.out + r * a.inter) : nullptr;

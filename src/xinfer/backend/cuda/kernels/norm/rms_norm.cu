@@ -49,56 +49,79 @@ __global__ void __launch_bounds__(kThreads) add_rms_norm_kernel(RmsNormArgs a) {
   float ss = 0.0f;
   for (int i = threadIdx.x; i < vecs; i += kThreads) {
     uint4 r = res[i];
-    __nv_bfloat16* rv = reinterpret_cast<__nv_bfloat16*>(&r);
     if (del) {
-      uint4 d = del[i];
-      const __nv_bfloat16* dv = reinterpret_cast<const __nv_bfloat16*>(&d);
-      for (int j = 0; j < kVec; ++j) rv[j] = __float2bfloat16(__bfloat162float(rv[j]) + __bfloat162float(dv[j]));
+      const uint4 d = del[i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t rw = (&r.x)[j], dw = (&d.x)[j];
+        (&r.x)[j] = act_quant::bf16x2_bits(act_quant::bf16_lo(rw) + act_quant::bf16_lo(dw),
+                                           act_quant::bf16_hi(rw) + act_quant::bf16_hi(dw));
+      }
       res[i] = r;
     }
-    for (int j = 0; j < kVec; ++j) {
-      const float x = __bfloat162float(rv[j]);
-      ss += x * x;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float lo = act_quant::bf16_lo((&r.x)[j]), hi = act_quant::bf16_hi((&r.x)[j]);
+      ss += lo * lo;
+      ss += hi * hi;
     }
   }
   const float inv = rsqrtf(block_sum(ss) / static_cast<float>(a.hidden) + a.eps);
-  auto normed = [&](int i, const uint4& wv) {
-    uint4 r = res[i], o;
-    const __nv_bfloat16* rv = reinterpret_cast<const __nv_bfloat16*>(&r);
-    const __nv_bfloat16* ww = reinterpret_cast<const __nv_bfloat16*>(&wv);
-    __nv_bfloat16* ov = reinterpret_cast<__nv_bfloat16*>(&o);
-    for (int j = 0; j < kVec; ++j)
-      ov[j] = __float2bfloat16(__bfloat162float(rv[j]) * inv * __bfloat162float(ww[j]));
+  // Chunk i of out (x * inv * w in f32, rounded to bf16); amax, where given, takes max |value| before the
+  // rounding (the row's max is rounded once: act_quant::bf16_round).
+  auto normed = [&](int i, const uint4& wv, float* amax) {
+    const uint4 r = res[i];
+    uint4 o;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t rw = (&r.x)[j], ww = (&wv.x)[j];
+      const float lo = act_quant::bf16_lo(rw) * inv * act_quant::bf16_lo(ww);
+      const float hi = act_quant::bf16_hi(rw) * inv * act_quant::bf16_hi(ww);
+      if (amax != nullptr) *amax = fmaxf(*amax, fmaxf(fabsf(lo), fabsf(hi)));
+      (&o.x)[j] = act_quant::bf16x2_bits(lo, hi);
+    }
     return o;
   };
-  float amax = 0.0f;  // max |out| of this thread's values (quantized copy, dynamic scale)
-  auto normalize = [&](int i, const uint4& wv) {
-    const uint4 o = normed(i, wv);
-    if (kQuant == RowQuant::kNone || a.out != nullptr) out[i] = o;
-    if constexpr (kQuant != RowQuant::kNone) {
-      const __nv_bfloat16* ov = reinterpret_cast<const __nv_bfloat16*>(&o);
-      for (int j = 0; j < kVec; ++j) amax = fmaxf(amax, fabsf(__bfloat162float(ov[j])));
-    }
-  };
-  // fn(i, weight chunk i) over this thread's chunks: the early-loaded weights first, then the rest.
-  auto for_each_chunk = [&](auto&& fn) {
+  if constexpr (kQuant == RowQuant::kNone) {
+    auto normalize = [&](int i, const uint4& wv) { out[i] = normed(i, wv, nullptr); };
 #pragma unroll
     for (int j = 0; j < kEarly; ++j) {
       const int i = static_cast<int>(threadIdx.x) + j * kThreads;
-      if (i < vecs) fn(i, w_early[j]);
+      if (i < vecs) normalize(i, w_early[j]);
     }
-    for (int i = static_cast<int>(threadIdx.x) + kEarly * kThreads; i < vecs; i += kThreads) fn(i, __ldg(w + i));
-  };
-  for_each_chunk(normalize);
-  if constexpr (kQuant != RowQuant::kNone) {
-    // Second pass: the same bf16 values again (the row is in L1), as codes of the row's scale.
+    for (int i = static_cast<int>(threadIdx.x) + kEarly * kThreads; i < vecs; i += kThreads) normalize(i, __ldg(w + i));
+  } else {
+    // The early chunks' outputs stay in registers for their codes; later chunks (hidden past 8192) are
+    // normalized again from the residual (in L1): the same bits.
+    float amax = 0.0f;
+    uint4 o_early[kEarly];
+#pragma unroll
+    for (int j = 0; j < kEarly; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + j * kThreads;
+      if (i < vecs) {
+        o_early[j] = normed(i, w_early[j], &amax);
+        if (a.out != nullptr) out[i] = o_early[j];
+      }
+    }
+    for (int i = static_cast<int>(threadIdx.x) + kEarly * kThreads; i < vecs; i += kThreads) {
+      const uint4 o = normed(i, __ldg(w + i), &amax);
+      if (a.out != nullptr) out[i] = o;
+    }
     __shared__ float red[kThreads / 32];
     constexpr float kMax = kQuant == RowQuant::kFp8 ? act_quant::kFp8Max : act_quant::kInt8Max;
-    const float scale = a.q_input_scale != nullptr ? __ldg(a.q_input_scale) : act_quant::cta_max<kThreads>(amax, red) / kMax;
+    const float scale = a.q_input_scale != nullptr ? __ldg(a.q_input_scale)
+                                                   : act_quant::bf16_round(act_quant::cta_max<kThreads>(amax, red)) / kMax;
     if (threadIdx.x == 0) a.q_scales[row] = scale;
     const float qinv = act_quant::inverse_scale(scale);
     uint2* q = reinterpret_cast<uint2*>(a.q + static_cast<size_t>(row) * a.hidden);
-    for_each_chunk([&](int i, const uint4& wv) { q[i] = act_quant::codes8<kQuant == RowQuant::kFp8>(normed(i, wv), qinv); });
+    constexpr bool kFp8 = kQuant == RowQuant::kFp8;
+#pragma unroll
+    for (int j = 0; j < kEarly; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + j * kThreads;
+      if (i < vecs) q[i] = act_quant::codes8<kFp8>(o_early[j], qinv);
+    }
+    for (int i = static_cast<int>(threadIdx.x) + kEarly * kThreads; i < vecs; i += kThreads)
+      q[i] = act_quant::codes8<kFp8>(normed(i, __ldg(w + i), nullptr), qinv);
   }
 }
 

@@ -7,7 +7,8 @@
 // (quant/quantized_linear.cpp fake_quantize_activations, quant/int_matmul.cpp run_w8a8_int8: the same f32
 // division, reciprocal, product and round-to-nearest-even), so the quantized activations are bit-identical
 // to the CPU's (no fast-math: 1 / s is the IEEE division).
-// One CTA of 256 threads per row; no allocation, graph-capturable.
+// One CTA of 256 threads per row (16-byte vectors and the row in registers where k % 8 == 0 and k <= 16384);
+// no allocation, graph-capturable.
 #pragma once
 
 #include <cuda_bf16.h>
