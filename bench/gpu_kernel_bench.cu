@@ -12,20 +12,23 @@
 //
 // Timing: CUDA events around `reps` launches after warm-up, median of 5 such runs. Inputs are random
 // (never zeros); small working sets rotate among several copies so L2 does not serve them.
-//   usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer] [--fp8-rows]
-//          [--decode-steps] [--b1-layers] [--int8-wgmma] [--act-quant]
+//   usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer]
+//   [--fp8-rows]
+//          [--decode-steps] [--b1-layers] [--int8-wgmma] [--act-quant] [--rope-kv]
 //          (--quant: the ceilings and the
-//          quantized linears only; --quant-dot: the ceilings and the int4 GEMVs at m 1..4 only, mma vs CUDA-core;
+//          quantized linears only; --quant-dot: the ceilings and the int4 GEMVs at m 1..4 only, mma vs
+//          CUDA-core;
 //          --w8a8: the ceilings and W8A8 INT8 vs FP8 GEMMs / GEMVs only, gpu_w8a8_gemm_bench.cu;
 //          --kv-fp8: the ceilings and decode attention with a bf16 vs an FP8 KV cache only;
-//          --prefill-layer: the ceilings and one 8B layer over a 2048-token prompt op by op, bf16 / FP8 / INT8,
-//          gpu_prefill_layer_bench.cu; --decode-steps: the same for the throughput rows' decode steps; --fp8-rows: the ceilings and the FP8 GEMM's candidate algorithms at
-//          128-1024 rows, gpu_w8a8_gemm_bench.cu; --b1-layers: the ceilings and the batch-1 decode layer in bf16,
-//          FP8, W8A16 and W4A16 weights, op by op, chained, and the model's chain without each op in turn, then
-//          the bf16 lm_head at m = 1; --int8-wgmma: the ceilings and the W8A8-INT8 GEMM, cuBLASLt + epilogue vs
-//          our wgmma kernel with fused scales vs FP8, at the engine's row counts, gpu_w8a8_gemm_bench.cu;
+//          --prefill-layer: the ceilings and one 8B layer over a 2048-token prompt op by op, bf16 / FP8 /
+//          INT8, gpu_prefill_layer_bench.cu; --decode-steps: the same for the throughput rows' decode steps;
+//          --fp8-rows: the ceilings and the FP8 GEMM's candidate algorithms at 128-1024 rows,
+//          gpu_w8a8_gemm_bench.cu; --b1-layers: the ceilings and the batch-1 decode layer in bf16, FP8, W8A16
+//          and W4A16 weights, op by op, chained, and the model's chain without each op in turn, then the bf16
+//          lm_head at m = 1; --int8-wgmma: the ceilings and the W8A8-INT8 GEMM, cuBLASLt + epilogue vs our
+//          wgmma kernel with fused scales vs FP8, at the engine's row counts, gpu_w8a8_gemm_bench.cu;
 //          --act-quant: the ceilings and the W8A8 activation quantization kernels at 1-12288 rows,
-//          gpu_prefill_layer_bench.cu)
+//          gpu_prefill_layer_bench.cu; --rope-kv: the ceilings and rope_kv_write at 1024-12288 prompt tokens)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -51,7 +54,8 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
 void bench_w8a8(cuda::CudaBackend& be, double bw, double peak, bool quick);  // gpu_w8a8_gemm_bench.cu
 void bench_prefill_layer(cuda::CudaBackend& be, double peak, double bw);       // gpu_prefill_layer_bench.cu
 void bench_decode_steps(cuda::CudaBackend& be, double peak, double bw);        // gpu_prefill_layer_bench.cu
-void bench_act_quant(cuda::CudaBackend& be, double bw);                       // gpu_prefill_layer_bench.cu
+void bench_act_quant(cuda::CudaBackend& be, double bw);                        // gpu_prefill_layer_bench.cu
+void bench_rope_kv(cuda::CudaBackend& be, double bw);                          // gpu_prefill_layer_bench.cu
 void bench_fp8_rows(cuda::CudaBackend& be, double peak);                       // gpu_w8a8_gemm_bench.cu
 void bench_int8_wgmma(cuda::CudaBackend& be, double peak);                     // gpu_w8a8_gemm_bench.cu
 namespace {
@@ -854,7 +858,20 @@ void bench_b1_layers(cuda::CudaBackend& be, double bw) {
 }
 
 // What one run measures: everything (kAll), or the ceilings and one section (the flags of main()).
-enum class Mode { kAll, kQuant, kQuantDot, kW8a8, kKvFp8, kPrefillLayer, kFp8Rows, kDecodeSteps, kB1Layers, kInt8Wgmma, kActQuant };
+enum class Mode {
+  kAll,
+  kQuant,
+  kQuantDot,
+  kW8a8,
+  kKvFp8,
+  kPrefillLayer,
+  kFp8Rows,
+  kDecodeSteps,
+  kB1Layers,
+  kInt8Wgmma,
+  kActQuant,
+  kRopeKv
+};
 
 int run(bool quick, Mode mode) {
   cuda::CudaBackend be;
@@ -883,6 +900,9 @@ int run(bool quick, Mode mode) {
       return 0;
     case Mode::kActQuant:
       bench_act_quant(be, bw);
+      return 0;
+    case Mode::kRopeKv:
+      bench_rope_kv(be, bw);
       return 0;
     case Mode::kFp8Rows:
       bench_fp8_rows(be, peak);
@@ -1018,10 +1038,17 @@ int main(int argc, char** argv) {
   const struct {
     const char* flag;
     Mode mode;
-  } modes[] = {{"--quant", Mode::kQuant},           {"--quant-dot", Mode::kQuantDot},         {"--w8a8", Mode::kW8a8},
-               {"--kv-fp8", Mode::kKvFp8},          {"--prefill-layer", Mode::kPrefillLayer}, {"--fp8-rows", Mode::kFp8Rows},
-               {"--decode-steps", Mode::kDecodeSteps}, {"--b1-layers", Mode::kB1Layers},
-               {"--int8-wgmma", Mode::kInt8Wgmma}, {"--act-quant", Mode::kActQuant}};
+  } modes[] = {{"--quant", Mode::kQuant},
+               {"--quant-dot", Mode::kQuantDot},
+               {"--w8a8", Mode::kW8a8},
+               {"--kv-fp8", Mode::kKvFp8},
+               {"--prefill-layer", Mode::kPrefillLayer},
+               {"--fp8-rows", Mode::kFp8Rows},
+               {"--decode-steps", Mode::kDecodeSteps},
+               {"--b1-layers", Mode::kB1Layers},
+               {"--int8-wgmma", Mode::kInt8Wgmma},
+               {"--act-quant", Mode::kActQuant},
+               {"--rope-kv", Mode::kRopeKv}};
   for (int i = 1; i < argc; ++i) {
     bool known = std::strcmp(argv[i], "--quick") == 0;
     quick = quick || known;
@@ -1031,9 +1058,10 @@ int main(int argc, char** argv) {
         known = true;
       }
     if (!known) {
-      std::fprintf(stderr,
-                   "usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer] "
-                   "[--fp8-rows] [--decode-steps] [--b1-layers] [--int8-wgmma] [--act-quant]\n");
+      std::fprintf(
+          stderr,
+          "usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer] "
+          "[--fp8-rows] [--decode-steps] [--b1-layers] [--int8-wgmma] [--act-quant] [--rope-kv]\n");
       return 2;
     }
   }

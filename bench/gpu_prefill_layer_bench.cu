@@ -7,9 +7,12 @@
 // gpu_kernel_bench --act-quant: the W8A8 activation quantization kernels alone (the SwiGLU with its codes,
 // add_rms_norm with its codes, the bf16 rows' quantization) at the row counts of decode and prefill steps,
 // their bytes against the copy ceiling.
-// gpu_kernel_bench --decode-steps: the same for the large-batch decode steps of the throughput rows (eager, as
-// steps past 256 rows run), the decode attention's KV reads against the copy ceiling; INT8 next to FP8 at 480 x 192.
+// gpu_kernel_bench --rope-kv: rope_kv_write alone over prompts of 128 tokens, bf16 / FP8 / FP8 rotated KV.
+// gpu_kernel_bench --decode-steps: the same for the large-batch decode steps of the throughput rows (eager,
+// as steps past 256 rows run), the decode attention's KV reads against the copy ceiling; INT8 next to FP8 at
+// 480 x 192.
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -80,31 +83,47 @@ struct LayerCase {
   std::vector<int> kinds;
 };
 
+// The step of `seqs` sequences of `q_len` new tokens each at context `ctx` (blocks of bs from block 1 on, one
+// table per sequence); *attended: the (query, key) pairs a causal attention scores.
+backend::StepPlan make_step_plan(int seqs, int q_len, int ctx, int bs, double* attended) {
+  const int per_seq = (ctx + bs - 1) / bs;
+  backend::StepPlan plan;
+  plan.max_blocks_per_seq = per_seq;
+  plan.query_start_loc = {0};
+  *attended = 0;
+  for (int q = 0; q < seqs; ++q) {
+    for (int i = 0; i < per_seq; ++i) plan.block_tables.push_back(1 + q * per_seq + i);
+    for (int t = ctx - q_len; t < ctx; ++t) {
+      plan.token_ids.push_back(1);
+      plan.positions.push_back(t);
+      plan.slot_mapping.push_back((1 + q * per_seq + t / bs) * bs + t % bs);
+      *attended += t + 1;
+    }
+    plan.query_start_loc.push_back(static_cast<int32_t>(plan.token_ids.size()));
+    plan.seq_lens.push_back(ctx);
+  }
+  plan.max_seq_len = ctx;
+  return plan;
+}
+
+// The KV cache of `layers` layers for `blocks` blocks of 16; FP8 with the keys rotated, as the engine's
+// `--kv-cache-dtype fp8` runs it (kv_cache_rotation auto), unless `rotate` is false.
+backend::KvCache make_kv_cache(cuda::CudaBackend& be, int layers, int blocks, DType kv_dtype,
+                               bool rotate = true) {
+  backend::KvCacheSpec spec{layers, blocks, 16, 8, 128, kv_dtype};
+  if (kv_dtype == DType::kFP8E4M3 && rotate) spec.k_rotation = backend::KvRotation::kHadamard;
+  return be.allocate_kv_cache(spec);
+}
+
 void bench_layer(cuda::CudaBackend& be, double peak, double bw, const LayerCase& c) {
   const int H = 4096, Hq = 32, Hkv = 8, D = 128, I = 14336, bs = 16, layers = 2;
   const int width = (Hq + 2 * Hkv) * D;
   const int T = c.seqs * c.q_len;
   cudaStream_t s = be.stream();
   const int per_seq = (c.ctx + bs - 1) / bs;
-  const int blocks = c.seqs * per_seq;
-  backend::KvCache kv = be.allocate_kv_cache({layers, blocks + 1, bs, Hkv, D, c.kv_dtype});
-  backend::StepPlan plan;
-  plan.max_blocks_per_seq = per_seq;
-  plan.query_start_loc = {0};
+  backend::KvCache kv = make_kv_cache(be, layers, c.seqs * per_seq + 1, c.kv_dtype);
   double attended = 0;
-  for (int q = 0; q < c.seqs; ++q) {
-    for (int i = 0; i < per_seq; ++i) plan.block_tables.push_back(1 + q * per_seq + i);
-    for (int t = c.ctx - c.q_len; t < c.ctx; ++t) {
-      plan.token_ids.push_back(1);
-      plan.positions.push_back(t);
-      plan.slot_mapping.push_back((1 + q * per_seq + t / bs) * bs + t % bs);
-      attended += t + 1;
-    }
-    plan.query_start_loc.push_back(static_cast<int32_t>(plan.token_ids.size()));
-    plan.seq_lens.push_back(c.ctx);
-  }
-  plan.max_seq_len = c.ctx;
-  const backend::StepMeta meta = be.upload_step(plan);
+  const backend::StepMeta meta = be.upload_step(make_step_plan(c.seqs, c.q_len, c.ctx, bs, &attended));
   const double gemm_flops = 2.0 * T * H * (static_cast<double>(width) + H + 2.0 * I + I);
   const double attn_flops = 4.0 * D * Hq * attended;
   const double kv_bytes = 2.0 * c.seqs * static_cast<double>(c.ctx) * Hkv * D * static_cast<double>(dtype_bytes(c.kv_dtype, 1));
@@ -219,8 +238,10 @@ void bench_act_quant(cuda::CudaBackend& be, double bw) {
   backend::DeviceTensor gu = be.allocate(DType::kBF16, Shape{max_rows, 2 * I}),
                         mlp = be.allocate(DType::kBF16, Shape{max_rows, I}),
                         residual = be.allocate(DType::kBF16, Shape{max_rows, H}),
-                        delta = be.allocate(DType::kBF16, Shape{max_rows, H}), norm = be.allocate(DType::kBF16, Shape{H}),
-                        codes = be.allocate(DType::kU8, Shape{max_rows, I}), scales = be.allocate(DType::kF32, Shape{max_rows});
+                        delta = be.allocate(DType::kBF16, Shape{max_rows, H}),
+                        norm = be.allocate(DType::kBF16, Shape{H}),
+                        codes = be.allocate(DType::kU8, Shape{max_rows, I}),
+                        scales = be.allocate(DType::kF32, Shape{max_rows});
   for (auto* t : {&gu, &mlp, &residual, &delta, &norm}) fill_tensor(t->view, 11, s);
   auto* q = static_cast<uint8_t*>(codes.view.data);
   auto* qs = static_cast<float*>(scales.view.data);
@@ -231,22 +252,61 @@ void bench_act_quant(cuda::CudaBackend& be, double bw) {
     for (const cuda::RowQuant kind : {cuda::RowQuant::kFp8, cuda::RowQuant::kInt8}) {
       const std::string k = kind == cuda::RowQuant::kFp8 ? "fp8" : "int8";
       const cuda::SiluMulArgs a{bf(gu), nullptr, rows, I, kind, q, qs, nullptr, true};
-      print_row(r + "silu_mul -> " + k + " codes alone (I 14336)", graph_us(s, 10, [&](int) { cuda::launch_silu_mul(a, s); }),
-                n_i * 5, false, bw, 64);
-      const cuda::RmsNormArgs n{bf(residual), bf(delta), bf(norm), nullptr, rows, H, 1e-5f, kind, q, qs, nullptr};
+      print_row(r + "silu_mul -> " + k + " codes alone (I 14336)",
+                graph_us(s, 10, [&](int) { cuda::launch_silu_mul(a, s); }), n_i * 5, false, bw, 64);
+      const cuda::RmsNormArgs n{bf(residual), bf(delta), bf(norm), nullptr, rows,   H,
+                                1e-5f,        kind,      q,        qs,      nullptr};
       print_row(r + "add_rms_norm -> " + k + " codes (H 4096, delta)",
                 graph_us(s, 10, [&](int) { cuda::launch_add_rms_norm(n, s); }), n_h * 7, false, bw, 64);
-      print_row(r + "quantize rows -> " + k + " (k 4096)", graph_us(s, 10, [&](int) {
-                  if (kind == cuda::RowQuant::kFp8)
-                    cuda::launch_quantize_fp8_rows(bf(delta), rows, H, nullptr, q, qs, s);
-                  else
-                    cuda::launch_quantize_int8_rows(bf(delta), rows, H, nullptr, reinterpret_cast<int8_t*>(q), qs, s);
-                }),
+      print_row(r + "quantize rows -> " + k + " (k 4096)",
+                graph_us(s, 10,
+                         [&](int) {
+                           if (kind == cuda::RowQuant::kFp8)
+                             cuda::launch_quantize_fp8_rows(bf(delta), rows, H, nullptr, q, qs, s);
+                           else
+                             cuda::launch_quantize_int8_rows(bf(delta), rows, H, nullptr,
+                                                             reinterpret_cast<int8_t*>(q), qs, s);
+                         }),
                 n_h * 3, false, bw, 64);
     }
     const cuda::SiluMulArgs plain{bf(gu), bf(mlp), rows, I};
-    print_row(r + "silu_mul -> bf16 (I 14336)", graph_us(s, 10, [&](int) { cuda::launch_silu_mul(plain, s); }), n_i * 6,
-              false, bw, 64);
+    print_row(r + "silu_mul -> bf16 (I 14336)",
+              graph_us(s, 10, [&](int) { cuda::launch_silu_mul(plain, s); }), n_i * 6, false, bw, 64);
+  }
+}
+
+void bench_rope_kv(cuda::CudaBackend& be, double bw) {
+  const int Hq = 32, Hkv = 8, D = 128, width = (Hq + 2 * Hkv) * D, q_len = 128;
+  cudaStream_t s = be.stream();
+  // XINFER_BENCH_ROPE_TOKENS=N: that token count alone (one kernel for a profiler).
+  const char* only = std::getenv("XINFER_BENCH_ROPE_TOKENS");
+  for (const int tokens : {1024, 2048, 12288}) {
+    if (only != nullptr && std::atoi(only) != tokens) continue;
+    // Prompts of 128 tokens (a 128/128 mixed step's shape); qkv larger than L2 at 12288 tokens.
+    const int seqs = tokens / q_len;
+    double attended = 0;
+    const backend::StepMeta meta = be.upload_step(make_step_plan(seqs, q_len, q_len, 16, &attended));
+    backend::DeviceTensor qkv = be.allocate(DType::kBF16, Shape{tokens, width});
+    fill_tensor(qkv.view, 3, s);
+    auto cos_sin = be.allocate(DType::kF32, Shape{q_len, D});
+    XI_CUDA_CHECK(cudaMemset(cos_sin.view.data, 0, static_cast<size_t>(q_len) * D * 4));
+    struct Kind {
+      const char* name;
+      DType dtype;
+      bool rotate;
+    };
+    for (const Kind k : {Kind{"bf16 KV", DType::kBF16, false}, Kind{"fp8 KV", DType::kFP8E4M3, false},
+                         Kind{"fp8 KV, keys rotated", DType::kFP8E4M3, true}}) {
+      backend::KvCache kv = make_kv_cache(be, 1, seqs * (q_len / 16) + 1, k.dtype, k.rotate);
+      // qkv read, q and k written back, K and V into the cache.
+      const double bytes = static_cast<double>(tokens) *
+                           (2.0 * width + 2.0 * (Hq + Hkv) * D + 2.0 * Hkv * D * dtype_bytes(k.dtype, 1));
+      print_row(
+          "rope_kv_write " + std::to_string(tokens) + " tokens, " + k.name,
+          graph_us(s, 10,
+                   [&](int) { be.rope_kv_write(meta, qkv.view, Hq, Hkv, D, cos_sin.view, kv.layers[0]); }),
+          bytes, false, bw, 56);
+    }
   }
 }
 

@@ -2,7 +2,9 @@
 // dequantization of the attention kernels (decode, prefill, generic). backend.h gives the cache's contract:
 // an element stands for e4m3 * scale (one scale per layer for K, one for V, or one per layer and KV head).
 //
-//   store: e4m3_from_float(x / scale): IEEE division, then round to nearest even with saturation to +-448
+//   store: e4m3_from_float(x / scale): the IEEE division's quotient (div_by_scale), then round to nearest
+//   even
+//          with saturation to +-448
 //          (cvt.rn.satfinite.e4m3x2.f32), as the CPU backend's to_fp8_e4m3(x / scale). NaN stays NaN (0x7f).
 //   read:  e4m3 -> bf16 exactly (every e4m3 value is a bf16 value); the scales are applied outside the
 //          tensor-core work: the K scale folds into the softmax scale, the V scale into the output
@@ -77,9 +79,32 @@ __device__ __forceinline__ uint4 e4m3x16_half_to_f16x8(const uint4& v, int half)
   return make_uint4(e4m3x2_to_f16x2(a), e4m3x2_to_f16x2(a >> 16), e4m3x2_to_f16x2(b), e4m3x2_to_f16x2(b >> 16));
 }
 
-// x -> the code of x / scale (see above).
+// x / scale rounded to nearest even, as the IEEE division, without its branches (the division's range checks
+// kept a thread's 16 conversions from overlapping): with inv = RN(1 / scale), q = RN(x inv) is within an ulp
+// of x / scale, the remainder x - q scale is exact in one fma, and q + rem inv rounded once is RN(x / scale)
+// (Markstein's theorem) wherever nothing overflows or underflows (|x| >= 2^-100 keeps the remainder normal).
+// Past that the codes agree anyway: an overflowing q is kept (it saturates to +-448 like the true quotient),
+// a zero q keeps x's sign (the correction would add +0 to -0), and quotients below 2^-100 / scale code to +-0
+// whatever their last bits. NaN stays NaN.
+__device__ __forceinline__ float div_by_scale(float x, float scale, float inv) {
+  const float q = __fmul_rn(x, inv);
+  const float rq = __fmaf_rn(-q, scale, x);
+  const float q2 = __fmaf_rn(rq, inv, q);
+  return isinf(q) || q == 0.0f ? q : q2;
+}
+
+// x -> the code of x / scale (see above); inv: __frcp_rn(scale), computed once per scale by the caller.
+__device__ __forceinline__ uint8_t e4m3_from_float(float x, float scale, float inv) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(div_by_scale(x, scale, inv), __NV_SATFINITE, __NV_E4M3));
+}
 __device__ __forceinline__ uint8_t e4m3_from_float(float x, float scale) {
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3));
+  return e4m3_from_float(x, scale, __frcp_rn(scale));
+}
+
+// The codes of a / scale (low byte) and b / scale (high byte): one conversion for the pair, the same codes.
+__device__ __forceinline__ uint16_t e4m3x2_from_float(float a, float b, float scale, float inv) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(div_by_scale(a, scale, inv), div_by_scale(b, scale, inv)),
+                                  __NV_SATFINITE, __NV_E4M3);
 }
 
 }  // namespace xinfer::cuda

@@ -35,8 +35,8 @@ __device__ __forceinline__ uint4 swiglu8(const uint4& gv, const uint4& uv, float
   return ov;
 }
 
-// A quantized row's scale (static, or the CTA's max / the format's max), stored by thread 0. amax: this thread's
-// max |out| before the bf16 rounding (swiglu8).
+// A quantized row's scale (static, or the CTA's max / the format's max), stored by thread 0. amax: this
+// thread's max |out| before the bf16 rounding (swiglu8).
 template <RowQuant kQuant, int kThreads>
 __device__ __forceinline__ float row_scale(const SiluMulArgs& a, int64_t r, float amax, float* red) {
   constexpr float kMax = kQuant == RowQuant::kFp8 ? act_quant::kFp8Max : act_quant::kInt8Max;
@@ -60,7 +60,8 @@ __global__ void silu_mul_kernel(SiluMulArgs a) {
     const __nv_bfloat16* u = g + a.inter;
     __nv_bfloat16* o = a.out + r * a.inter + i;
     if constexpr (kVec == 8) {
-      *reinterpret_cast<uint4*>(o) = swiglu8(*reinterpret_cast<const uint4*>(g), *reinterpret_cast<const uint4*>(u));
+      *reinterpret_cast<uint4*>(o) =
+          swiglu8(*reinterpret_cast<const uint4*>(g), *reinterpret_cast<const uint4*>(u));
     } else {
       o[0] = __float2bfloat16(silu_mul_f32(__bfloat162float(g[0]), __bfloat162float(u[0])));
     }
@@ -114,7 +115,8 @@ __global__ void __launch_bounds__(kThreads) silu_mul_quant_regs_kernel(SiluMulAr
   float amax = 0.0f;
 #pragma unroll
   for (int v = 0; v < kVecs; ++v)
-    if (static_cast<int>(threadIdx.x) + v * kThreads < vecs) gv[v] = swiglu8(gv[v], uv[v], amax);  // out in gv
+    if (static_cast<int>(threadIdx.x) + v * kThreads < vecs)
+      gv[v] = swiglu8(gv[v], uv[v], amax);  // out in gv
   const float qinv = act_quant::inverse_scale(row_scale<kQuant, kThreads>(a, r, amax, red));
   uint2* q = reinterpret_cast<uint2*>(a.q + r * a.inter);
   uint4* o = a.out != nullptr ? reinterpret_cast<uint4*>(a.out + r * a.inter) : nullptr;
@@ -127,6 +129,38 @@ __global__ void __launch_bounds__(kThreads) silu_mul_quant_regs_kernel(SiluMulAr
     }
   }
 }
+
+// The same bits with the row's bf16 SwiGLU in shared memory (inter * 2 bytes) instead of its gate / up values
+// in registers: gate / up stream through a few registers per thread, so a CTA holds 28 KB for an 8B row
+// (against 57 KB of registers) and an SM keeps 7 rows in flight, not 3. Each thread reads back only what it
+// wrote; the CTA's max is the one barrier.
+template <RowQuant kQuant, int kThreads>
+__global__ void __launch_bounds__(kThreads) silu_mul_quant_smem_kernel(SiluMulArgs a) {
+  extern __shared__ uint4 row_out[];  // inter / 8 vectors
+  __shared__ float red[kThreads / 32];
+  pdl_release();
+  pdl_wait();
+  const int64_t r = blockIdx.x;
+  const uint4* g = reinterpret_cast<const uint4*>(a.gate_up + r * 2 * a.inter);
+  const uint4* u = reinterpret_cast<const uint4*>(a.gate_up + r * 2 * a.inter + a.inter);
+  uint4* o = a.out != nullptr ? reinterpret_cast<uint4*>(a.out + r * a.inter) : nullptr;
+  const int vecs = a.inter / 8;
+  float amax = 0.0f;
+#pragma unroll 4
+  for (int i = static_cast<int>(threadIdx.x); i < vecs; i += kThreads) {
+    const uint4 v = swiglu8(__ldg(g + i), __ldg(u + i), amax);
+    row_out[i] = v;
+    if (o != nullptr) o[i] = v;
+  }
+  const float qinv = act_quant::inverse_scale(row_scale<kQuant, kThreads>(a, r, amax, red));
+  uint2* q = reinterpret_cast<uint2*>(a.q + r * a.inter);
+#pragma unroll 4
+  for (int i = static_cast<int>(threadIdx.x); i < vecs; i += kThreads)
+    q[i] = act_quant::codes8<kQuant == RowQuant::kFp8>(row_out[i], qinv);
+}
+
+// Rows whose SwiGLU fits the default 48 KB of shared memory.
+constexpr int kSmemMaxInter = 48 * 1024 / 2;
 
 // false (nothing launched) where a row does not fit the registers.
 template <RowQuant kQuant, int kThreads>
@@ -154,6 +188,14 @@ void launch_silu_mul(const SiluMulArgs& a, cudaStream_t stream) {
              reinterpret_cast<uintptr_t>(a.gate_up) % 16 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0)
         << "silu_mul: a quantized copy needs inter % 8 == 0 (got " << a.inter << ") and aligned buffers";
     const bool wide = a.rows < 128;
+    if (a.in_registers && !wide && a.inter <= kSmemMaxInter) {
+      const size_t smem = static_cast<size_t>(a.inter) * 2;
+      if (a.q_kind == RowQuant::kFp8)
+        launch_pdl(silu_mul_quant_smem_kernel<RowQuant::kFp8, 256>, a.rows, 256, smem, stream, a);
+      else
+        launch_pdl(silu_mul_quant_smem_kernel<RowQuant::kInt8, 256>, a.rows, 256, smem, stream, a);
+      return;
+    }
     if (a.in_registers) {
       const bool launched = a.q_kind == RowQuant::kFp8
                                 ? (wide ? launch_silu_mul_quant_regs<RowQuant::kFp8, 1024>(a, stream)

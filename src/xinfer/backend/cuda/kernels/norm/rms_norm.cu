@@ -89,7 +89,8 @@ __global__ void __launch_bounds__(kThreads) add_rms_norm_kernel(RmsNormArgs a) {
       const int i = static_cast<int>(threadIdx.x) + j * kThreads;
       if (i < vecs) normalize(i, w_early[j]);
     }
-    for (int i = static_cast<int>(threadIdx.x) + kEarly * kThreads; i < vecs; i += kThreads) normalize(i, __ldg(w + i));
+    for (int i = static_cast<int>(threadIdx.x) + kEarly * kThreads; i < vecs; i += kThreads)
+      normalize(i, __ldg(w + i));
   } else {
     // The early chunks' outputs stay in registers for their codes; later chunks (hidden past 8192) are
     // normalized again from the residual (in L1): the same bits.
@@ -109,8 +110,9 @@ __global__ void __launch_bounds__(kThreads) add_rms_norm_kernel(RmsNormArgs a) {
     }
     __shared__ float red[kThreads / 32];
     constexpr float kMax = kQuant == RowQuant::kFp8 ? act_quant::kFp8Max : act_quant::kInt8Max;
-    const float scale = a.q_input_scale != nullptr ? __ldg(a.q_input_scale)
-                                                   : act_quant::bf16_round(act_quant::cta_max<kThreads>(amax, red)) / kMax;
+    const float scale = a.q_input_scale != nullptr
+                            ? __ldg(a.q_input_scale)
+                            : act_quant::bf16_round(act_quant::cta_max<kThreads>(amax, red)) / kMax;
     if (threadIdx.x == 0) a.q_scales[row] = scale;
     const float qinv = act_quant::inverse_scale(scale);
     uint2* q = reinterpret_cast<uint2*>(a.q + static_cast<size_t>(row) * a.hidden);

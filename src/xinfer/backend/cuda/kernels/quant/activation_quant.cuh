@@ -69,8 +69,12 @@ __device__ __forceinline__ int8_t to_int8(float x, float inv) {
 }
 
 // The two bf16 of a 32-bit word as f32 (exact): the low half, the high half.
-__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ float bf16_lo(uint32_t w) {
+  return __uint_as_float(w << 16);
+}
+__device__ __forceinline__ float bf16_hi(uint32_t w) {
+  return __uint_as_float(w & 0xffff0000u);
+}
 
 // Two f32 rounded to bf16 (nearest even: two __float2bfloat16's bits) in one word, lo in the low half.
 __device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
@@ -80,19 +84,25 @@ __device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
 
 // The f32 max |x| of a value before its bf16 rounding gives, rounded, the max of the rounded values (rounding
 // to nearest is monotonic and symmetric): a row's scale from f32 values the kernel then rounds.
-__device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
+__device__ __forceinline__ float bf16_round(float x) {
+  return __bfloat162float(__float2bfloat16(x));
+}
 
 // The codes of the 4 bf16 in two words under inv: e4m3 (one cvt per pair, the bits of to_e4m3) or int8 bytes,
 // the first value in the low byte.
 template <bool kFp8>
 __device__ __forceinline__ uint32_t codes4(uint32_t w0, uint32_t w1, float inv) {
   if constexpr (kFp8) {
-    const uint32_t c0 = __nv_cvt_float2_to_fp8x2(make_float2(bf16_lo(w0) * inv, bf16_hi(w0) * inv), __NV_SATFINITE, __NV_E4M3);
-    const uint32_t c1 = __nv_cvt_float2_to_fp8x2(make_float2(bf16_lo(w1) * inv, bf16_hi(w1) * inv), __NV_SATFINITE, __NV_E4M3);
+    const uint32_t c0 = __nv_cvt_float2_to_fp8x2(make_float2(bf16_lo(w0) * inv, bf16_hi(w0) * inv),
+                                                 __NV_SATFINITE, __NV_E4M3);
+    const uint32_t c1 = __nv_cvt_float2_to_fp8x2(make_float2(bf16_lo(w1) * inv, bf16_hi(w1) * inv),
+                                                 __NV_SATFINITE, __NV_E4M3);
     return c0 | c1 << 16;
   } else {
-    const uint32_t b0 = static_cast<uint8_t>(to_int8(bf16_lo(w0), inv)), b1 = static_cast<uint8_t>(to_int8(bf16_hi(w0), inv));
-    const uint32_t b2 = static_cast<uint8_t>(to_int8(bf16_lo(w1), inv)), b3 = static_cast<uint8_t>(to_int8(bf16_hi(w1), inv));
+    const uint32_t b0 = static_cast<uint8_t>(to_int8(bf16_lo(w0), inv)),
+                   b1 = static_cast<uint8_t>(to_int8(bf16_hi(w0), inv));
+    const uint32_t b2 = static_cast<uint8_t>(to_int8(bf16_lo(w1), inv)),
+                   b3 = static_cast<uint8_t>(to_int8(bf16_hi(w1), inv));
     return b0 | b1 << 8 | b2 << 16 | b3 << 24;
   }
 }

@@ -38,7 +38,8 @@ __global__ void __launch_bounds__(kThreads)
 // thread loads its vectors, then (after the CTA's max) writes their codes, 8 bytes per store.
 template <bool kFp8, int kVecs>
 __global__ void __launch_bounds__(kThreads)
-    quantize_rows_vec_kernel(const __nv_bfloat16* x, int k, const float* input_scale, uint8_t* q, float* scales) {
+    quantize_rows_vec_kernel(const __nv_bfloat16* x, int k, const float* input_scale, uint8_t* q,
+                             float* scales) {
   __shared__ float red[kThreads / 32];
   const size_t row = blockIdx.x;
   const uint4* xr = reinterpret_cast<const uint4*>(x + row * k);
@@ -75,9 +76,10 @@ __global__ void __launch_bounds__(kThreads)
 
 // false (nothing launched) where the vectorized kernel does not apply: k % 8, alignment, rows past 16384.
 template <bool kFp8>
-bool launch_quantize_rows_vec(const __nv_bfloat16* x, int m, int k, const float* input_scale, uint8_t* q, float* scales,
-                              cudaStream_t stream) {
-  if (k % 8 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(q) % 8 != 0) return false;
+bool launch_quantize_rows_vec(const __nv_bfloat16* x, int m, int k, const float* input_scale, uint8_t* q,
+                              float* scales, cudaStream_t stream) {
+  if (k % 8 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(q) % 8 != 0)
+    return false;
   const int per_thread = (k / 8 + kThreads - 1) / kThreads;
   if (per_thread <= 2)
     quantize_rows_vec_kernel<kFp8, 2><<<m, kThreads, 0, stream>>>(x, k, input_scale, q, scales);
@@ -110,7 +112,8 @@ void launch_quantize_fp8_rows(const __nv_bfloat16* x, int m, int k, const float*
 void launch_quantize_int8_rows(const __nv_bfloat16* x, int m, int k, const float* input_scale, int8_t* q,
                                float* scales, cudaStream_t stream) {
   if (m <= 0) return;
-  if (launch_quantize_rows_vec<false>(x, m, k, input_scale, reinterpret_cast<uint8_t*>(q), scales, stream)) return;
+  if (launch_quantize_rows_vec<false>(x, m, k, input_scale, reinterpret_cast<uint8_t*>(q), scales, stream))
+    return;
   quantize_int8_rows_kernel<<<m, kThreads, 0, stream>>>(x, k, input_scale, q, scales);
   XI_CUDA_CHECK_LAUNCH();
 }

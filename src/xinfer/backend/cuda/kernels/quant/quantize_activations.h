@@ -1,7 +1,7 @@
 // Activation quantization for the W8A8 linears: each row of x (bf16) to e4m3 or int8 with its f32 scale,
 //   fp8  dynamic per token:  s_t = max_i |x[t, i]| / 448, q[t, i] = e4m3_satfinite(x[t, i] * (1 / s_t))
-//   int8 dynamic per token:  s_t = max_i |x[t, i]| / 127, q[t, i] = clamp(rne(x[t, i] * (1 / s_t)), -127, 127)
-//   static per tensor:       s_t = *input_scale for every row (the checkpoint's), the same rounding
+//   int8 dynamic per token:  s_t = max_i |x[t, i]| / 127, q[t, i] = clamp(rne(x[t, i] * (1 / s_t)), -127,
+//   127) static per tensor:       s_t = *input_scale for every row (the checkpoint's), the same rounding
 //                            (int8: values past 127 s clamp);
 // a row with s_t == 0 gets q = 0 (and s_t = 0). Exactly the CPU oracle's arithmetic
 // (quant/quantized_linear.cpp fake_quantize_activations, quant/int_matmul.cpp run_w8a8_int8: the same f32

@@ -150,15 +150,15 @@ __global__ void __launch_bounds__(kVecThreads) rope_kv_write_vec_kernel(RopeKvWr
   const int offset = slot >= 0 ? slot % a.block_size : 0;
   auto cache_row = [&](int kv_head) { return ((block * a.num_kv_heads + kv_head) * a.block_size + offset) * D; };
   // FP8 caches: this thread's 16 f32 key values (dims 8j.. and half + 8j..) as e4m3 codes into the cache row.
-  auto write_k_codes = [&](int kv_head, const float (&y)[16]) {
-    const float ks = head_scale(a.k_head_scales, a.k_scale, kv_head);
+  auto write_k_codes = [&](int kv_head, const float(&y)[16]) {
+    const float ks = head_scale(a.k_head_scales, a.k_scale, kv_head), inv = __frcp_rn(ks);
     uint2 k_lo, k_hi;
-    uint8_t* cl = reinterpret_cast<uint8_t*>(&k_lo);
-    uint8_t* ch = reinterpret_cast<uint8_t*>(&k_hi);
+    uint16_t* cl = reinterpret_cast<uint16_t*>(&k_lo);
+    uint16_t* ch = reinterpret_cast<uint16_t*>(&k_hi);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      cl[e] = e4m3_from_float(y[e], ks);
-      ch[e] = e4m3_from_float(y[8 + e], ks);
+    for (int e = 0; e < 4; ++e) {
+      cl[e] = e4m3x2_from_float(y[2 * e], y[2 * e + 1], ks, inv);
+      ch[e] = e4m3x2_from_float(y[8 + 2 * e], y[8 + 2 * e + 1], ks, inv);
     }
     uint2* k8 = reinterpret_cast<uint2*>(reinterpret_cast<uint8_t*>(a.k_cache) + cache_row(kv_head));
     k8[j] = k_lo;
@@ -218,15 +218,15 @@ __global__ void __launch_bounds__(kVecThreads) rope_kv_write_vec_kernel(RopeKvWr
   const uint4* v = reinterpret_cast<const uint4*>(row + static_cast<size_t>(item) * D);
   const uint4 v0 = v[2 * j], v1 = v[2 * j + 1];
   if constexpr (kFp8) {
-    const float vs = head_scale(a.v_head_scales, a.v_scale, h);
+    const float vs = head_scale(a.v_head_scales, a.v_scale, h), inv = __frcp_rn(vs);
     uint4 out;
-    uint8_t* ob = reinterpret_cast<uint8_t*>(&out);
+    uint16_t* ob = reinterpret_cast<uint16_t*>(&out);
     const __nv_bfloat16* b0 = reinterpret_cast<const __nv_bfloat16*>(&v0);
     const __nv_bfloat16* b1 = reinterpret_cast<const __nv_bfloat16*>(&v1);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      ob[e] = e4m3_from_float(__bfloat162float(b0[e]), vs);
-      ob[8 + e] = e4m3_from_float(__bfloat162float(b1[e]), vs);
+    for (int e = 0; e < 4; ++e) {
+      ob[e] = e4m3x2_from_float(__bfloat162float(b0[2 * e]), __bfloat162float(b0[2 * e + 1]), vs, inv);
+      ob[4 + e] = e4m3x2_from_float(__bfloat162float(b1[2 * e]), __bfloat162float(b1[2 * e + 1]), vs, inv);
     }
     reinterpret_cast<uint4*>(reinterpret_cast<uint8_t*>(a.v_cache) + cache_row(h))[j] = out;
   } else {
