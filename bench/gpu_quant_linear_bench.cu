@@ -5,17 +5,20 @@
 //     timed as CUDA-graph replays of 20 calls (as decode steps run), bytes = the quantized weight
 //     (values + f32 scales + zero points) + x + y, against the copy bandwidth: the roofline of the quantized
 //     bytes (one pass over them per launch of 8 rows) against the copy bandwidth;
-//   - int4 / int8 at m = 1..4: also the CUDA-core GEMV (quant_dot_gemv.h), each compiled schedule (its default
-//     marked "dot*"); --quant-dot: only these rows (int4 g128 / g128-zp / g32-zp and int8 per channel, m 1..4,
-//     the mma GEMV's default beside them);
+//   - int4 / int8 at m = 1..4: also the CUDA-core GEMV (quant_dot_gemv.h), each compiled schedule (its
+//   default
+//     marked "dot*"); --quant-dot: only these rows (int4 g128 / g128-zp / g32 / g32-zp and int8 per channel,
+//     m 1..4, the mma GEMV's default beside them);
 //   - m = 16, 32: the GEMV in launches of 8 rows against dequantize + bf16 GEMM (where the crossover is; GB/s
 //     of both on the same basis, one pass over the quantized bytes, so they compare by time);
 //   - prefill (m = 2048): dequantize + bf16 GEMM in TFLOP/s against the bf16 GEMM alone;
-//   - W8A8-FP8: our FP8 GEMV alone (m <= 16, each pipelined schedule, on e4m3 x), the CUDA-core FP8 GEMV on e4m3 x
+//   - W8A8-FP8: our FP8 GEMV alone (m <= 16, each pipelined schedule, on e4m3 x), the CUDA-core FP8 GEMV on
+//   e4m3 x
 //     and with the activation quantization fused (m 1..4, "fp8 quantizing": bf16 x in, the default marked *),
 //     then per-token activation
-//     quantization + FP8 GEMV (m <= 16) / cuBLASLt FP8 GEMM through CudaBackend::linear at the same m: bytes = e4m3 weight + f32 scales + x + y; TFLOP/s at m = 2048 against the bf16 ceiling (FP8 dense
-//     peak is twice bf16's).
+//     quantization + FP8 GEMV (m <= 16) / cuBLASLt FP8 GEMM through CudaBackend::linear at the same m: bytes
+//     = e4m3 weight + f32 scales + x + y; TFLOP/s at m = 2048 against the bf16 ceiling (FP8 dense peak is
+//     twice bf16's).
 // Checked first on every shape and format: the GEMV and the dequantize path agree (relative L2 < 1e-2 at
 // m = 1 and 8). Weights rotate among copies totalling >= 512 MiB so L2 (50 MB) does not serve them.
 #include <algorithm>
@@ -149,6 +152,7 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
   if (dot_only)
     formats = {{"int4-g128", quant::IntGroupFormat{4, 128, false}},
                {"int4-g128-zp", quant::IntGroupFormat{4, 128, true}},
+               {"int4-g32", quant::IntGroupFormat{4, 32, false}},
                {"int4-g32-zp", quant::IntGroupFormat{4, 32, true}},
                {"int8-channel", quant::Int8ChannelFormat{}},
                {"fp8", quant::W8A8Fp8Format{}}};

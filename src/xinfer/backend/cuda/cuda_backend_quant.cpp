@@ -1,7 +1,8 @@
 // CudaBackend's weight-only quantized linears (kernels/gemm/quant_linear.h): which formats it runs
 // (supports()), the checks of a LinearWeights in those formats, and the dispatch of linear():
-//   int4 with groups >= 128, m = 1 (default; not with XINFER_INT_GEMV=dot / mma) -> launch_int4_decode_gemv
-//                (int4_decode_gemv.h), the tensor-core decode GEMV with the lean instruction stream
+//   int4 with power-of-two groups >= 32, m = 1 (default; not with XINFER_INT_GEMV=dot / mma) ->
+//                launch_int4_decode_gemv (int4_decode_gemv.h), the tensor-core decode GEMV with the lean
+//                instruction stream (groups of 32 / 64 with the scales folded into bf16 weights)
 //   int8 (default) / int4 (XINFER_INT_GEMV=dot), m = 1, bf16 y -> launch_dot_gemv (quant_dot_gemv.h), the
 //                CUDA-core GEMV; XINFER_INT_GEMV=mma keeps both on the mma GEMV (read once per process). int4
 //                stays opt-in: under it the W4A16 batched == solo engine test fails (docs/cuda_backend.md)

@@ -64,20 +64,35 @@ __device__ __forceinline__ void nibble_pairs(uint32_t wd, uint32_t z, uint32_t (
   a[3] = hfma2(and_or<0x00F000F0u, kMagic>(w8), kSixteenth, zhi);
 }
 
+// The 8 nibbles of word `wd` with the scale folded in (kFold: groups of 32 / 64), in the same pairing: bf16
+// (q - z) exactly under the exponent 0x4300 (128 + q; one shift per nibble position), then times the bf16
+// scale, one bf16 rounding: the weights the mma GEMV (quant_gemv.cu) folds for these groups, bit for bit.
+__device__ __forceinline__ void nibble_pairs_folded(uint32_t wd, uint32_t zz, uint32_t ss, uint32_t (&a)[4]) {
+  constexpr uint32_t kMagic = 0x43004300u;
+  a[0] = quant_gemv::bf16x2_mul(quant_gemv::bf16x2_sub(and_or<0x000F000Fu, kMagic>(wd), zz), ss);
+  a[1] = quant_gemv::bf16x2_mul(quant_gemv::bf16x2_sub(and_or<0x000F000Fu, kMagic>(wd >> 4), zz), ss);
+  a[2] = quant_gemv::bf16x2_mul(quant_gemv::bf16x2_sub(and_or<0x000F000Fu, kMagic>(wd >> 8), zz), ss);
+  a[3] = quant_gemv::bf16x2_mul(quant_gemv::bf16x2_sub(and_or<0x000F000Fu, kMagic>(wd >> 12), zz), ss);
+}
+
 // A lane's read positions, advanced by whole batches so that the steps of a batch are immediate offsets
 // (session 23's first version spent as many integer instructions on addresses as on the nibbles).
 struct LaneCursor {
   const uint8_t* w[2];  // rows g, g + 8 at this lane's 16 bytes of its warp's first step of the batch
-  int grp[2];           // the rows' index into scales / zeros at that step (row * G + group)
+  int grp[2];           // the rows' index into scales / zeros at that step (row * G + group); kFold: row * G
   int step;             // the batch's first step (of this warp)
+  int t;                // the lane's 32-column piece of a step
 };
 
 // Step s of the batch (s = c.step + u * kWarps): its weights at byte offset u * kWarps * 64; its group
-// (s * 128) >> group_shift, i.e. s itself for groups of 128 (kG128: immediate offsets too).
-template <int kWarps, bool kZeros, bool kG128>
+// (s * 128) >> group_shift, i.e. s itself for groups of 128 (kG128: immediate offsets too). kFold (groups of
+// 32 / 64): the group of the lane's own 32 columns, a lane past k taking the last group (its weights are not
+// loaded and x is 0 there).
+template <int kWarps, bool kZeros, bool kG128, bool kFold>
 __device__ __forceinline__ void load_step(const Params& p, const LaneCursor& c, int u, bool live, Step& st) {
-  const int gi =
-      kG128 ? u * kWarps : ((c.step + u * kWarps) << 7 >> p.group_shift) - (c.step << 7 >> p.group_shift);
+  const int gi = kFold   ? min(((c.step + u * kWarps) << 7) + 32 * c.t, p.k - 32) >> p.group_shift
+                 : kG128 ? u * kWarps
+                         : ((c.step + u * kWarps) << 7 >> p.group_shift) - (c.step << 7 >> p.group_shift);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     st.w[r] = live ? quant_gemv::load_weights(c.w[r] + u * kWarps * 64) : make_uint4(0, 0, 0, 0);
@@ -86,10 +101,11 @@ __device__ __forceinline__ void load_step(const Params& p, const LaneCursor& c, 
   }
 }
 
-// grid: ceil(n / 16) CTAs of kWarps warps; dynamic shared memory: steps * 256 bytes of x pairs.
+// grid: ceil(n / 16) CTAs of kWarps warps; dynamic shared memory: steps * 256 bytes of x pairs (f16; kFold:
+// bf16, the mma in bf16 with the scales in the weights and the sums over all steps in the mma's f32).
 // Occupancy: 24 warps per SM (<= 85 registers), 16 with prefetch or zero points (<= 128: held to 85 registers
 // the zero-point kernels spilled 32-40 bytes and ran gate_up at 25.2 us against the symmetric kernel's 19.0).
-template <int kWarps, int kU, bool kZeros, bool kG128, bool kPrefetch>
+template <int kWarps, int kU, bool kZeros, bool kG128, bool kPrefetch, bool kFold>
 __global__ void __launch_bounds__(kWarps * 32, (kPrefetch || kZeros ? 16 : 24) / kWarps)
     int4_decode_gemv_kernel(Params p) {
   extern __shared__ uint4 xs[];  // [step][word i][t]: x columns 128 s + 32 t + 8 i .. + 7, re-paired, f16
@@ -99,11 +115,12 @@ __global__ void __launch_bounds__(kWarps * 32, (kPrefetch || kZeros ? 16 : 24) /
   const int steps = (p.k + kStepCols - 1) / kStepCols;
   LaneCursor c;
   c.step = warp;
+  c.t = t;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = min(static_cast<int>(blockIdx.x) * 16 + g + 8 * r, p.n - 1);
     c.w[r] = p.w + static_cast<size_t>(row) * (p.k / 2) + warp * 64 + t * 16;
-    c.grp[r] = row * p.G + ((warp << 7) >> p.group_shift);
+    c.grp[r] = row * p.G + (kFold ? 0 : (warp << 7) >> p.group_shift);
   }
   // A lane's last step may end past k (k % 128 != 0): its 16 bytes are then not loaded (x reads as 0 there).
   const bool tail = p.k % kStepCols != 0;
@@ -112,7 +129,7 @@ __global__ void __launch_bounds__(kWarps * 32, (kPrefetch || kZeros ? 16 : 24) /
     for (int u = 0; u < kU; ++u) {
       const int step = c.step + u * kWarps;
       if (step < steps)
-        load_step<kWarps, kZeros, kG128>(p, c, u, !tail || step * kStepCols + t * 32 < p.k, st[u]);
+        load_step<kWarps, kZeros, kG128, kFold>(p, c, u, !tail || step * kStepCols + t * 32 < p.k, st[u]);
     }
   };
   auto advance = [&] {
@@ -120,8 +137,8 @@ __global__ void __launch_bounds__(kWarps * 32, (kPrefetch || kZeros ? 16 : 24) /
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       c.w[r] += kU * kWarps * 64;
-      const int dg = kG128 ? kU * kWarps : (next << 7 >> p.group_shift) - (c.step << 7 >> p.group_shift);
-      c.grp[r] += dg;
+      if constexpr (!kFold)
+        c.grp[r] += kG128 ? kU * kWarps : (next << 7 >> p.group_shift) - (c.step << 7 >> p.group_shift);
     }
     c.step = next;
   };
@@ -135,22 +152,44 @@ __global__ void __launch_bounds__(kWarps * 32, (kPrefetch || kZeros ? 16 : 24) /
     uint4 v = make_uint4(0, 0, 0, 0);
     if (c8 * 8 < p.k) {
       const uint4 a = __ldg(reinterpret_cast<const uint4*>(p.x) + c8);
-      using quant_gemv::bf16x2_to_f16x2;
-      v = make_uint4(
-          bf16x2_to_f16x2(__byte_perm(a.x, a.z, 0x5410)), bf16x2_to_f16x2(__byte_perm(a.x, a.z, 0x7632)),
-          bf16x2_to_f16x2(__byte_perm(a.y, a.w, 0x5410)), bf16x2_to_f16x2(__byte_perm(a.y, a.w, 0x7632)));
+      v = make_uint4(__byte_perm(a.x, a.z, 0x5410), __byte_perm(a.x, a.z, 0x7632),
+                     __byte_perm(a.y, a.w, 0x5410), __byte_perm(a.y, a.w, 0x7632));
+      if constexpr (!kFold) {
+        using quant_gemv::bf16x2_to_f16x2;
+        v = make_uint4(bf16x2_to_f16x2(v.x), bf16x2_to_f16x2(v.y), bf16x2_to_f16x2(v.z),
+                       bf16x2_to_f16x2(v.w));
+      }
     }
     const int step = c8 / 16, tt = (c8 / 4) % 4, i = c8 % 4;
     xs[(step * 4 + i) * 4 + tt] = v;
   }
   __syncthreads();
   float acc[2] = {0.f, 0.f};
+  float dsum[4] = {0.f, 0.f, 0.f, 0.f};  // kFold: the mma's sums over all steps
   const uint4* xl = xs + warp * 16 + t;  // this warp's batch's first step, word 0, lane column t
-  // The batch whose first step is `step0` (weights in st) into acc.
+  // The batch whose first step is `step0` (weights in st) into acc (kFold: dsum).
   auto compute = [&](const Step(&st)[kU], int step0) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       if (step0 + u * kWarps >= steps) break;
+      if constexpr (kFold) {
+        uint32_t zz[2], ss[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          zz[r] = (0x4300u | st[u].z[r]) * 0x00010001u;  // bf16 128 + z, both halves
+          ss[r] = quant_gemv::pack_bf16x2(st[u].s[r], st[u].s[r]);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint4 xv = xl[u * kWarps * 16 + i * 4];
+          uint32_t a[2][4];
+#pragma unroll
+          for (int r = 0; r < 2; ++r) nibble_pairs_folded((&st[u].w[r].x)[i], zz[r], ss[r], a[r]);
+          quant_gemv::mma(dsum, a[0][0], a[1][0], a[0][1], a[1][1], xv.x, xv.y);
+          quant_gemv::mma(dsum, a[0][2], a[1][2], a[0][3], a[1][3], xv.z, xv.w);
+        }
+        continue;
+      }
       float d[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -189,6 +228,10 @@ __global__ void __launch_bounds__(kWarps * 32, (kPrefetch || kZeros ? 16 : 24) /
     while (run(st0, st0)) {
     }
   }
+  if constexpr (kFold) {
+    acc[0] = dsum[0];
+    acc[1] = dsum[2];
+  }
   if (t == 0) {
     red[warp][g] = acc[0];
     red[warp][g + 8] = acc[1];
@@ -217,10 +260,15 @@ int group_shift(const QuantWeight& w) {
 
 }  // namespace
 
+// Groups of 32 / 64 below k: the scales go into the bf16 weights (an mma's 16 columns span 4 lanes' groups).
+bool folded(const QuantWeight& w) {
+  return w.group_size < kStepCols && w.group_size < w.k;
+}
+
 bool int4_decode_gemv_supports(const QuantWeight& w) {
   return w.bits == 4 && !w.is_signed && w.g_idx == nullptr && w.n >= 1 && w.k >= 32 && w.k % 32 == 0 &&
-         w.k <= kMaxK && (w.group_size >= w.k || w.group_size % kStepCols == 0) && group_shift(w) >= 0 &&
-         static_cast<int64_t>(w.n) * w.groups() < (int64_t{1} << 31) &&
+         w.k <= kMaxK && (w.group_size >= w.k || w.group_size % kStepCols == 0 || w.group_size % 32 == 0) &&
+         group_shift(w) >= 0 && static_cast<int64_t>(w.n) * w.groups() < (int64_t{1} << 31) &&
          reinterpret_cast<uintptr_t>(w.w) % 16 == 0;
 }
 
@@ -264,23 +312,26 @@ void launch_int4_decode_gemv(const QuantLinearArgs& a, cudaStream_t stream, bool
     else
       kernel<<<tiles, sched.warps * 32, smem, stream>>>(p);
   };
-  auto pick = [&](auto zeros, auto g128, auto prefetch) {
+  auto pick = [&](auto zeros, auto g128, auto prefetch, auto fold) {
     constexpr bool kZ = decltype(zeros)::value, kG = decltype(g128)::value, kP = decltype(prefetch)::value;
+    constexpr bool kF = decltype(fold)::value;
     if (sched.warps == 8)
-      launch(int4_decode_gemv_kernel<8, kBatch, kZ, kG, kP>);
+      launch(int4_decode_gemv_kernel<8, kBatch, kZ, kG, kP, kF>);
     else
-      launch(int4_decode_gemv_kernel<4, kBatch, kZ, kG, kP>);
+      launch(int4_decode_gemv_kernel<4, kBatch, kZ, kG, kP, kF>);
   };
   using T = std::true_type;
   using F = std::false_type;
-  auto pick_prefetch = [&](auto zeros, auto g128) {
-    sched.prefetch ? pick(zeros, g128, T{}) : pick(zeros, g128, F{});
+  auto pick_prefetch = [&](auto zeros, auto g128, auto fold) {
+    sched.prefetch ? pick(zeros, g128, T{}, fold) : pick(zeros, g128, F{}, fold);
   };
   const bool g128 = w.group_size == kStepCols && w.k > kStepCols;
-  if (w.zeros)
-    g128 ? pick_prefetch(T{}, T{}) : pick_prefetch(T{}, F{});
+  if (folded(w))
+    w.zeros ? pick_prefetch(T{}, F{}, T{}) : pick_prefetch(F{}, F{}, T{});
+  else if (w.zeros)
+    g128 ? pick_prefetch(T{}, T{}, F{}) : pick_prefetch(T{}, F{}, F{});
   else
-    g128 ? pick_prefetch(F{}, T{}) : pick_prefetch(F{}, F{});
+    g128 ? pick_prefetch(F{}, T{}, F{}) : pick_prefetch(F{}, F{}, F{});
   XI_CUDA_CHECK_LAUNCH();
 }
 

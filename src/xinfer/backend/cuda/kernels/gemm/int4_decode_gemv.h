@@ -21,13 +21,18 @@
 // oracle's arithmetic up to summation order). At the end the warps' partial sums meet in shared memory; bias;
 // store.
 //
-// Requirements (int4_decode_gemv_supports): int4, k % 32 == 0, a power-of-two group that is a multiple of 128
-// or one group over all of k (an mma's 16 columns come from the 4 lanes t: a step must lie in one group;
-// groups of 32 and 64, GGUF's Q4 blocks among them, run the other GEMVs), no g_idx, x 16-byte aligned, k <=
-// 65536 (x's 2 k bytes of shared memory). Numerics it does not share with the other GEMVs: zero points are
-// exact up to 64 (-(64 + z) is built as f16 bits 0xD400 + 16 z; int4 checkpoints hold 0..15, GPTQ v1's 16
-// included), and x goes through f16 (|x| past 65504 saturates, below 6.1e-5 it keeps f16's subnormal steps),
-// so an outlier activation can part m = 1 from m >= 2 (bf16 x).
+// Groups of 32 and 64 (GPTQ g32 / g64, GGUF's Q4 blocks repacked): an mma's 16 columns come from the 4 lanes
+// t, whose 32-column pieces lie in different groups, so a step's sums cannot take one scale. There the scale
+// goes into the weights instead, as the mma GEMV folds them: bf16 (q - z) exactly (magic 0x4300), times the
+// bf16 scale (one rounding, as a bf16 checkpoint has), x stays bf16 in shared memory, and the mma's f32 sums
+// run over all steps: the mma GEMV's products, so m = 1 and m >= 2 differ by summation order only.
+//
+// Requirements (int4_decode_gemv_supports): int4, k % 32 == 0, a power-of-two group of 32 or more, or one
+// group over all of k, no g_idx, x 16-byte aligned, k <= 65536 (x's 2 k bytes of shared memory). Numerics of
+// the unfolded path (groups of 128 and more) it does not share with the other GEMVs: zero points are exact up
+// to 64 (-(64 + z) is built as f16 bits 0xD400 + 16 z; int4 checkpoints hold 0..15, GPTQ v1's 16 included),
+// and x goes through f16 (|x| past 65504 saturates, below 6.1e-5 it keeps f16's subnormal steps), so an
+// outlier activation can part m = 1 from m >= 2 (bf16 x).
 #pragma once
 
 #include <cuda_runtime.h>
