@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kThreads) silu_mul_quant_regs_kernel(SiluMulAr
 
 // The same bits with the row's bf16 SwiGLU in shared memory (inter * 2 bytes) instead of its gate / up values
 // in registers: gate / up stream through a few registers per thread, so a CTA holds 28 KB for an 8B row
-// (against 57 KB of registers) and an SM keeps 7 rows in flight, not 3. Each thread reads back only what it
+// (against 57 KB of registers) and an SM keeps 6-7 rows in flight, not 3. Each thread reads back only what it
 // wrote; the CTA's max is the one barrier.
 template <RowQuant kQuant, int kThreads>
 __global__ void __launch_bounds__(kThreads) silu_mul_quant_smem_kernel(SiluMulArgs a) {
@@ -159,8 +159,8 @@ __global__ void __launch_bounds__(kThreads) silu_mul_quant_smem_kernel(SiluMulAr
     q[i] = act_quant::codes8<kQuant == RowQuant::kFp8>(row_out[i], qinv);
 }
 
-// Rows whose SwiGLU fits the default 48 KB of shared memory.
-constexpr int kSmemMaxInter = 48 * 1024 / 2;
+// Rows whose SwiGLU fits the default 48 KB of shared memory beside the kernel's static reduction buffer.
+constexpr int kSmemMaxInter = (48 * 1024 - 1024) / 2;
 
 // false (nothing launched) where a row does not fit the registers.
 template <RowQuant kQuant, int kThreads>

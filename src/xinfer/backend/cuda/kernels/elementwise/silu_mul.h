@@ -4,7 +4,7 @@
 // Optionally (q_kind != kNone, I % 8 == 0 only; one CTA per row then) each row of out is also quantized for
 // the W8A8 linear that reads it next (the down projection), with quantize_activations.h's arithmetic on the
 // bf16 values written: the codes and scales of silu_mul followed by launch_quantize_*_rows, bit for bit. From
-// 128 rows on, a row of up to 24576 values waits for its scale as bf16 in shared memory (gate / up streamed: 6-7
+// 128 rows on, a row of up to 24064 values waits for its scale as bf16 in shared memory (gate / up streamed: 6-7
 // rows in flight per SM); fewer rows keep a row of up to 16384 values in registers (one CTA of 1024 threads per
 // row: every load in flight before the first SwiGLU). Either way out may be nullptr: the codes alone
 // (silu_mul_codes_only_supported), 2 bytes per value fewer written.
