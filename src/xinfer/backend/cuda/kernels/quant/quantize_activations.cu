@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// false (nothing launched) where the vectorized kernel does not apply: k % 8, alignment, rows past 16384.
+// false (nothing launched) where the vectorized kernel does not apply: k % 8, alignment, rows longer than 16384.
 template <bool kFp8>
 bool launch_quantize_rows_vec(const __nv_bfloat16* x, int m, int k, const float* input_scale, uint8_t* q,
                               float* scales, cudaStream_t stream) {
