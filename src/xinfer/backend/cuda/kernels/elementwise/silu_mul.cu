@@ -68,32 +68,10 @@ __global__ void silu_mul_kernel(SiluMulArgs a) {
   }
 }
 
-// One CTA per row: out's row, then its codes from the bf16 values this thread wrote (read back: the same
-// thread's writes, in L1 / L2), after the CTA's max where the scale is dynamic. kQuantThreads: 1024 for
-// fewer rows than the GPU has SMs (a decode row of 14336 in one CTA of 256 took longer than silu_mul and the
-// quantization kernel it replaces), 256 else.
-template <RowQuant kQuant, int kQuantThreads>
-__global__ void __launch_bounds__(kQuantThreads) silu_mul_quant_kernel(SiluMulArgs a) {
-  __shared__ float red[kQuantThreads / 32];
-  pdl_release();
-  pdl_wait();
-  const int64_t r = blockIdx.x;
-  const uint4* g = reinterpret_cast<const uint4*>(a.gate_up + r * 2 * a.inter);
-  const uint4* u = reinterpret_cast<const uint4*>(a.gate_up + r * 2 * a.inter + a.inter);
-  uint4* o = reinterpret_cast<uint4*>(a.out + r * a.inter);
-  const int vecs = a.inter / 8;
-  float amax = 0.0f;
-  for (int i = static_cast<int>(threadIdx.x); i < vecs; i += kQuantThreads) o[i] = swiglu8(g[i], u[i], amax);
-  const float qinv = act_quant::inverse_scale(row_scale<kQuant, kQuantThreads>(a, r, amax, red));
-  uint2* q = reinterpret_cast<uint2*>(a.q + r * a.inter);
-  for (int i = static_cast<int>(threadIdx.x); i < vecs; i += kQuantThreads)
-    q[i] = act_quant::codes8<kQuant == RowQuant::kFp8>(o[i], qinv);
-}
-
-// The same with the row in registers (kVecs 16-byte vectors per thread at most, inter <= kThreads * kVecs * 8):
-// every load of a thread is issued before its first SwiGLU (memory-level parallelism), the codes come from the
-// registers (no read-back), and out is written only where given (nullptr: the codes alone). The same bf16 values
-// and codes as silu_mul_quant_kernel.
+// The same with the row in registers (kVecs 16-byte vectors per thread at most, inter <= kThreads * kVecs *
+// 8): every load of a thread is issued before its first SwiGLU (memory-level parallelism), the codes come
+// from the registers (no read-back), and out is written only where given (nullptr: the codes alone). The same
+// bf16 values and codes as silu_mul_quant_kernel (below).
 template <RowQuant kQuant, int kThreads, int kVecs>
 __global__ void __launch_bounds__(kThreads) silu_mul_quant_regs_kernel(SiluMulArgs a) {
   __shared__ float red[kThreads / 32];
@@ -130,13 +108,16 @@ __global__ void __launch_bounds__(kThreads) silu_mul_quant_regs_kernel(SiluMulAr
   }
 }
 
-// The same bits with the row's bf16 SwiGLU in shared memory (inter * 2 bytes) instead of its gate / up values
-// in registers: gate / up stream through a few registers per thread, so a CTA holds 28 KB for an 8B row
-// (against 57 KB of registers) and an SM keeps 6-7 rows in flight, not 3. Each thread reads back only what it
-// wrote; the CTA's max is the one barrier.
-template <RowQuant kQuant, int kThreads>
-__global__ void __launch_bounds__(kThreads) silu_mul_quant_smem_kernel(SiluMulArgs a) {
-  extern __shared__ uint4 row_out[];  // inter / 8 vectors
+// One CTA per row: the row's bf16 SwiGLU into a row buffer, then, after the CTA's max where the scale is
+// dynamic, its codes from that buffer; each thread reads back only what it wrote. kRowInSmem: the buffer is
+// shared memory (inter * 2 bytes; out written too where given): gate / up stream through a few registers per
+// thread, so a CTA holds 28 KB for an 8B row (against 57 KB of registers in silu_mul_quant_regs_kernel) and
+// an SM keeps 6-7 rows in flight, not 3. Else the buffer is out itself (rows too long for either: the writes
+// are read back from L1 / L2); kThreads 1024 for fewer rows than the GPU has SMs (a decode row of 14336 in
+// one CTA of 256 took longer than silu_mul and the quantization kernel it replaces), 256 else.
+template <RowQuant kQuant, int kThreads, bool kRowInSmem>
+__global__ void __launch_bounds__(kThreads) silu_mul_quant_kernel(SiluMulArgs a) {
+  extern __shared__ uint4 row_smem[];  // kRowInSmem: inter / 8 vectors
   __shared__ float red[kThreads / 32];
   pdl_release();
   pdl_wait();
@@ -144,19 +125,20 @@ __global__ void __launch_bounds__(kThreads) silu_mul_quant_smem_kernel(SiluMulAr
   const uint4* g = reinterpret_cast<const uint4*>(a.gate_up + r * 2 * a.inter);
   const uint4* u = reinterpret_cast<const uint4*>(a.gate_up + r * 2 * a.inter + a.inter);
   uint4* o = a.out != nullptr ? reinterpret_cast<uint4*>(a.out + r * a.inter) : nullptr;
+  uint4* row = kRowInSmem ? row_smem : o;
   const int vecs = a.inter / 8;
   float amax = 0.0f;
 #pragma unroll 4
   for (int i = static_cast<int>(threadIdx.x); i < vecs; i += kThreads) {
     const uint4 v = swiglu8(__ldg(g + i), __ldg(u + i), amax);
-    row_out[i] = v;
-    if (o != nullptr) o[i] = v;
+    row[i] = v;
+    if (kRowInSmem && o != nullptr) o[i] = v;
   }
   const float qinv = act_quant::inverse_scale(row_scale<kQuant, kThreads>(a, r, amax, red));
   uint2* q = reinterpret_cast<uint2*>(a.q + r * a.inter);
 #pragma unroll 4
   for (int i = static_cast<int>(threadIdx.x); i < vecs; i += kThreads)
-    q[i] = act_quant::codes8<kQuant == RowQuant::kFp8>(row_out[i], qinv);
+    q[i] = act_quant::codes8<kQuant == RowQuant::kFp8>(row[i], qinv);
 }
 
 // Rows whose SwiGLU fits the default 48 KB of shared memory beside the kernel's static reduction buffer.
@@ -191,9 +173,9 @@ void launch_silu_mul(const SiluMulArgs& a, cudaStream_t stream) {
     if (a.in_registers && !wide && a.inter <= kSmemMaxInter) {
       const size_t smem = static_cast<size_t>(a.inter) * 2;
       if (a.q_kind == RowQuant::kFp8)
-        launch_pdl(silu_mul_quant_smem_kernel<RowQuant::kFp8, 256>, a.rows, 256, smem, stream, a);
+        launch_pdl(silu_mul_quant_kernel<RowQuant::kFp8, 256, true>, a.rows, 256, smem, stream, a);
       else
-        launch_pdl(silu_mul_quant_smem_kernel<RowQuant::kInt8, 256>, a.rows, 256, smem, stream, a);
+        launch_pdl(silu_mul_quant_kernel<RowQuant::kInt8, 256, true>, a.rows, 256, smem, stream, a);
       return;
     }
     if (a.in_registers) {
@@ -207,11 +189,11 @@ void launch_silu_mul(const SiluMulArgs& a, cudaStream_t stream) {
     XI_CHECK(a.out != nullptr) << "silu_mul: codes alone (out == nullptr) need the row in registers (inter <= 16384), "
                                << "got inter " << a.inter;
     if (a.q_kind == RowQuant::kFp8)
-      wide ? launch_pdl(silu_mul_quant_kernel<RowQuant::kFp8, 1024>, a.rows, 1024, 0, stream, a)
-           : launch_pdl(silu_mul_quant_kernel<RowQuant::kFp8, 256>, a.rows, 256, 0, stream, a);
+      wide ? launch_pdl(silu_mul_quant_kernel<RowQuant::kFp8, 1024, false>, a.rows, 1024, 0, stream, a)
+           : launch_pdl(silu_mul_quant_kernel<RowQuant::kFp8, 256, false>, a.rows, 256, 0, stream, a);
     else
-      wide ? launch_pdl(silu_mul_quant_kernel<RowQuant::kInt8, 1024>, a.rows, 1024, 0, stream, a)
-           : launch_pdl(silu_mul_quant_kernel<RowQuant::kInt8, 256>, a.rows, 256, 0, stream, a);
+      wide ? launch_pdl(silu_mul_quant_kernel<RowQuant::kInt8, 1024, false>, a.rows, 1024, 0, stream, a)
+           : launch_pdl(silu_mul_quant_kernel<RowQuant::kInt8, 256, false>, a.rows, 256, 0, stream, a);
     return;
   }
   const int vec = a.inter % 8 == 0 ? 8 : 1;

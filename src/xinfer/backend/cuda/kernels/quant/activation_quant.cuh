@@ -15,6 +15,19 @@ namespace xinfer::cuda::act_quant {
 constexpr float kFp8Max = 448.0f;
 constexpr float kInt8Max = 127.0f;
 
+// The two bf16 of a 32-bit word as f32 (exact): the low half, the high half.
+__device__ __forceinline__ float bf16_lo(uint32_t w) {
+  return __uint_as_float(w << 16);
+}
+__device__ __forceinline__ float bf16_hi(uint32_t w) {
+  return __uint_as_float(w & 0xffff0000u);
+}
+
+// max |x| of the two bf16 of a 32-bit word.
+__device__ __forceinline__ float bf16x2_abs_max(uint32_t w) {
+  return fmaxf(fabsf(bf16_lo(w)), fabsf(bf16_hi(w)));
+}
+
 // The maximum of v over a CTA of kThreads threads (every thread gets it). `red`: kThreads / 32 floats of
 // shared memory, free again when this returns.
 template <int kThreads>
@@ -39,10 +52,7 @@ __device__ float cta_abs_max(const __nv_bfloat16* x, int k, float* red) {
     for (int i = static_cast<int>(threadIdx.x) * 8; i < k; i += kThreads * 8) {
       const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + i));
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t w = (&v.x)[j];
-        amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(w << 16)), fabsf(__uint_as_float(w & 0xffff0000u))));
-      }
+      for (int j = 0; j < 4; ++j) amax = fmaxf(amax, bf16x2_abs_max((&v.x)[j]));
     }
   } else {
     for (int i = static_cast<int>(threadIdx.x); i < k; i += kThreads) amax = fmaxf(amax, fabsf(__bfloat162float(x[i])));
@@ -66,14 +76,6 @@ __device__ __forceinline__ uint8_t to_e4m3(float x, float inv) {
 // same code: the bounds are integers; a NaN clamps to -127 either way).
 __device__ __forceinline__ int8_t to_int8(float x, float inv) {
   return static_cast<int8_t>(__float2int_rn(fminf(fmaxf(x * inv, -kInt8Max), kInt8Max)));
-}
-
-// The two bf16 of a 32-bit word as f32 (exact): the low half, the high half.
-__device__ __forceinline__ float bf16_lo(uint32_t w) {
-  return __uint_as_float(w << 16);
-}
-__device__ __forceinline__ float bf16_hi(uint32_t w) {
-  return __uint_as_float(w & 0xffff0000u);
 }
 
 // Two f32 rounded to bf16 (nearest even: two __float2bfloat16's bits) in one word, lo in the low half.

@@ -58,10 +58,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < kVecs; ++j)
 #pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        const uint32_t word = (&v[j].x)[w];
-        amax = fmaxf(amax, fmaxf(fabsf(act_quant::bf16_lo(word)), fabsf(act_quant::bf16_hi(word))));
-      }
+      for (int w = 0; w < 4; ++w) amax = fmaxf(amax, act_quant::bf16x2_abs_max((&v[j].x)[w]));
     s = act_quant::cta_max<kThreads>(amax, red) / (kFp8 ? act_quant::kFp8Max : act_quant::kInt8Max);
   }
   if (threadIdx.x == 0) scales[row] = s;

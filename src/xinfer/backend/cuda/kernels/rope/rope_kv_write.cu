@@ -75,14 +75,15 @@ __global__ void __launch_bounds__(kWarps * 32) rope_kv_write_kernel(RopeKvWriteA
     const bool write_k = item >= a.num_heads && slot >= 0;
     __nv_bfloat16* k = write_k && !kFp8 ? a.k_cache + cache_row(item - a.num_heads) : nullptr;
     uint8_t* k8 = write_k && kFp8 ? reinterpret_cast<uint8_t*>(a.k_cache) + cache_row(item - a.num_heads) : nullptr;
+    const float ks = k8 != nullptr ? head_scale(a.k_head_scales, a.k_scale, item - a.num_heads) : 1.0f;
+    const float ks_inv = __frcp_rn(ks);
     auto rotate = [&](int i, float c, float s) {
       if constexpr (kFp8) {
         if (k8 != nullptr) {  // the f32 rotation of rope_rotate(), quantized before any bf16 rounding
           float r1, r2;
           rope_rotate_f32(__bfloat162float(x[i]), __bfloat162float(x[i + half]), c, s, r1, r2);
-          const float ks = head_scale(a.k_head_scales, a.k_scale, item - a.num_heads);
-          k8[i] = e4m3_from_float(r1, ks);
-          k8[i + half] = e4m3_from_float(r2, ks);
+          k8[i] = e4m3_from_float(r1, ks, ks_inv);
+          k8[i + half] = e4m3_from_float(r2, ks, ks_inv);
         }
       }
       __nv_bfloat16 y1, y2;
@@ -106,8 +107,8 @@ __global__ void __launch_bounds__(kWarps * 32) rope_kv_write_kernel(RopeKvWriteA
   const __nv_bfloat16* v = row + static_cast<size_t>(item) * D;
   if constexpr (kFp8) {
     uint8_t* dst = reinterpret_cast<uint8_t*>(a.v_cache) + cache_row(h);
-    const float vs = head_scale(a.v_head_scales, a.v_scale, h);
-    for (int d = lane; d < D; d += 32) dst[d] = e4m3_from_float(__bfloat162float(v[d]), vs);
+    const float vs = head_scale(a.v_head_scales, a.v_scale, h), vs_inv = __frcp_rn(vs);
+    for (int d = lane; d < D; d += 32) dst[d] = e4m3_from_float(__bfloat162float(v[d]), vs, vs_inv);
   } else {
     __nv_bfloat16* dst = a.v_cache + cache_row(h);
     for (int d = lane; d < D; d += 32) dst[d] = v[d];
