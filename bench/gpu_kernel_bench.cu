@@ -14,7 +14,7 @@
 // (never zeros); small working sets rotate among several copies so L2 does not serve them.
 //   usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer]
 //   [--fp8-rows]
-//          [--decode-steps] [--b1-layers] [--int8-wgmma] [--act-quant] [--rope-kv]
+//          [--decode-steps] [--b1-layers] [--int8-wgmma] [--act-quant] [--rope-kv] [--prefill-attn]
 //          (--quant: the ceilings and the
 //          quantized linears only; --quant-dot: the ceilings and the int4 GEMVs at m 1..4 only, mma vs
 //          CUDA-core;
@@ -28,7 +28,8 @@
 //          lm_head at m = 1; --int8-wgmma: the ceilings and the W8A8-INT8 GEMM, cuBLASLt + epilogue vs our
 //          wgmma kernel with fused scales vs FP8, at the engine's row counts, gpu_w8a8_gemm_bench.cu;
 //          --act-quant: the ceilings and the W8A8 activation quantization kernels at 1-12288 rows,
-//          gpu_prefill_layer_bench.cu; --rope-kv: the ceilings and rope_kv_write at 1024-12288 prompt tokens)
+//          gpu_prefill_layer_bench.cu; --rope-kv: the ceilings and rope_kv_write at 1024-12288 prompt tokens;
+//          --prefill-attn: the ceilings and the prefill attention kernels over bf16 and FP8 caches)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -532,10 +533,14 @@ void bench_rope_attention(cuda::CudaBackend& be, double bw) {
 }
 
 // Prefill attention, Llama-3.1-8B shape (32 q heads, 8 KV heads, D 128, block 16), causal with cached
-// prefixes: one 2048-token prompt, 8 x 512, 64 x 128, and a 512-token chunk on a 3584-token cached prefix.
-// flops = 4 * D * Hq * sum over query rows of attended keys (QK^T and PV). Both prefill kernels are launched
-// directly on the same step (wgmma: the backend's choice; mma.sync: the fallback), checked against each
-// other first; the 2048-token prompt is also timed through CudaBackend::paged_attention.
+// prefixes: one 2048-token prompt, 7 x 2048 (the 2048/128 row's mixed step), 8 x 512, 96 x 128 (the 128/128
+// row's mixed step), 64 x 128, and a 512-token chunk on a 3584-token cached prefix; over a bf16 cache and
+// over an FP8 one (random codes, scales 0.02 / 0.03). flops = 4 * D * Hq * sum over query rows of attended
+// keys (QK^T and PV). The prefill kernels are launched directly on the same step (bf16: wgmma, wgmma-simple,
+// mma.sync; FP8: wgmma-simple and mma.sync with bf16 MMAs and with f16 MMAs,
+// PagedAttentionParams::kv_fp8_f16), checked against the mma.sync kernel (bf16 MMAs) first; the 2048-token
+// prompt is also timed through CudaBackend::paged_attention (the backend's choice).
+// XINFER_BENCH_PREFILL_CASE=NAME runs one case.
 void bench_prefill_attention(cuda::CudaBackend& be, double peak, bool quick) {
   const int Hq = 32, Hkv = 8, D = 128, bs = 16;
   const int width = (Hq + 2 * Hkv) * D;
@@ -544,89 +549,129 @@ void bench_prefill_attention(cuda::CudaBackend& be, double peak, bool quick) {
     const char* name;
     int seqs, cached, q_len;
   };
-  const Case cases[] = {{"2048 tokens", 1, 0, 2048}, {"8 x 512", 8, 0, 512}, {"64 x 128", 64, 0, 128},
-                        {"512 on 3584 cached", 1, 3584, 512}};
-  for (const Case& c : cases) {
-    const int len = c.cached + c.q_len, blocks_per_seq = (len + bs - 1) / bs, T = c.seqs * c.q_len;
-    backend::KvCache kv = be.allocate_kv_cache({1, c.seqs * blocks_per_seq + 1, bs, Hkv, D, DType::kBF16});
-    fill(kv.layers[0].k, 6);
-    fill(kv.layers[0].v, 7);
-    backend::StepPlan plan;
-    plan.max_blocks_per_seq = blocks_per_seq;
-    plan.query_start_loc.push_back(0);
-    double attended = 0;  // sum over query rows of the keys they attend to
-    for (int q = 0; q < c.seqs; ++q) {
-      const int first_block = 1 + q * blocks_per_seq;
-      for (int i = 0; i < blocks_per_seq; ++i) plan.block_tables.push_back(first_block + i);
-      for (int t = 0; t < c.q_len; ++t) {
-        const int pos = c.cached + t;
-        plan.token_ids.push_back(1);
-        plan.positions.push_back(pos);
-        plan.slot_mapping.push_back((first_block + pos / bs) * bs + pos % bs);
-        attended += pos + 1;
+  const Case cases[] = {{"2048 tokens", 1, 0, 2048}, {"7 x 2048", 7, 0, 2048},
+                        {"8 x 512", 8, 0, 512},      {"96 x 128", 96, 0, 128},
+                        {"64 x 128", 64, 0, 128},    {"512 on 3584 cached", 1, 3584, 512}};
+  const char* only = std::getenv("XINFER_BENCH_PREFILL_CASE");
+  for (const Case& c : cases)
+    for (const bool fp8 : {false, true}) {
+      if (only != nullptr && std::string(only) != c.name) continue;
+      const int len = c.cached + c.q_len, blocks_per_seq = (len + bs - 1) / bs, T = c.seqs * c.q_len;
+      backend::KvCacheSpec spec{1, c.seqs * blocks_per_seq + 1,         bs, Hkv,
+                                D, fp8 ? DType::kFP8E4M3 : DType::kBF16};
+      if (fp8) {
+        spec.k_scales.assign(Hkv, 0.02f);
+        spec.v_scales.assign(Hkv, 0.03f);
       }
-      plan.query_start_loc.push_back(plan.num_tokens());
-      plan.seq_lens.push_back(len);
-    }
-    plan.max_seq_len = len;
-    const backend::StepMeta meta = be.upload_step(plan);
-    auto qkv = be.allocate(DType::kBF16, Shape{T, width});
-    fill(qkv.view, 8);
-    const double flops = 4.0 * D * Hq * attended;
+      backend::KvCache kv = be.allocate_kv_cache(spec);
+      if (!fp8) {
+        fill(kv.layers[0].k, 6);
+        fill(kv.layers[0].v, 7);
+      } else {  // random codes, the NaN codes 0x7f / 0xff left out
+        std::vector<uint8_t> codes(kv.layers[0].k.bytes());
+        for (size_t i = 0; i < codes.size(); ++i) {
+          const auto code = static_cast<uint8_t>(i * 2654435761u >> 13);
+          codes[i] = (code & 0x7f) == 0x7f ? static_cast<uint8_t>(code - 0x40) : code;
+        }
+        XI_CUDA_CHECK(
+            cudaMemcpyAsync(kv.layers[0].k.data, codes.data(), codes.size(), cudaMemcpyHostToDevice, s));
+        XI_CUDA_CHECK(
+            cudaMemcpyAsync(kv.layers[0].v.data, codes.data(), codes.size(), cudaMemcpyHostToDevice, s));
+        XI_CUDA_CHECK(cudaStreamSynchronize(s));
+      }
+      backend::StepPlan plan;
+      plan.max_blocks_per_seq = blocks_per_seq;
+      plan.query_start_loc.push_back(0);
+      double attended = 0;  // sum over query rows of the keys they attend to
+      for (int q = 0; q < c.seqs; ++q) {
+        const int first_block = 1 + q * blocks_per_seq;
+        for (int i = 0; i < blocks_per_seq; ++i) plan.block_tables.push_back(first_block + i);
+        for (int t = 0; t < c.q_len; ++t) {
+          const int pos = c.cached + t;
+          plan.token_ids.push_back(1);
+          plan.positions.push_back(pos);
+          plan.slot_mapping.push_back((first_block + pos / bs) * bs + pos % bs);
+          attended += pos + 1;
+        }
+        plan.query_start_loc.push_back(plan.num_tokens());
+        plan.seq_lens.push_back(len);
+      }
+      plan.max_seq_len = len;
+      const backend::StepMeta meta = be.upload_step(plan);
+      auto qkv = be.allocate(DType::kBF16, Shape{T, width});
+      fill(qkv.view, 8);
+      const double flops = 4.0 * D * Hq * attended;
 
-    const cuda::AttentionPlanHost host = cuda::build_attention_plan(plan);
-    int32_t* items = nullptr;
-    XI_CUDA_CHECK(cudaMalloc(&items, host.prefill_items.size() * sizeof(int32_t)));
-    XI_CUDA_CHECK(cudaMemcpyAsync(items, host.prefill_items.data(), host.prefill_items.size() * sizeof(int32_t),
-                                  cudaMemcpyHostToDevice, s));
-    cuda::AttentionPlanView view{};
-    view.num_prefill_items = host.num_prefill_items();
-    view.prefill_items = items;
-    std::vector<backend::DeviceTensor> outs;
-    const std::pair<cuda::PrefillKernel, const char*> kernels[] = {{cuda::PrefillKernel::kWgmma, "wgmma"},
-                                                                   {cuda::PrefillKernel::kWgmmaSimple, "wgmma-simple"},
-                                                                   {cuda::PrefillKernel::kMmaSync, "mma.sync"}};
-    std::vector<std::function<void()>> launches;
-    for (const auto& k : kernels) {
-      outs.push_back(be.allocate(DType::kBF16, Shape{T, Hq * D}));
-      const cuda::PagedAttentionParams p =
-          cuda::paged_attention_params(meta, qkv.view, Hq, Hkv, D, 0.088f, kv.layers[0], outs.back().view);
-      const cuda::PrefillKernel kernel = k.first;
-      launches.push_back([p, view, s, kernel] { cuda::launch_paged_prefill_attention(p, view, s, kernel); });
-    }
-    // Correctness first: the kernels agree with the mma.sync one (each is checked against the CPU in
-    // gpu_tests).
-    for (auto& launch : launches) launch();
-    std::vector<std::vector<float>> res(launches.size(), std::vector<float>(static_cast<size_t>(T) * Hq * D));
-    for (size_t i = 0; i < launches.size(); ++i) be.to_host_f32(outs[i].view, res[i].data());
-    std::printf("prefill attn %s: %.2f GFLOP, roofline %.1f us at %.0f TFLOP/s; rel_l2 vs mma.sync:", c.name,
-                flops / 1e9, flops / (peak * 1e12) * 1e6, peak);
-    for (size_t i = 0; i + 1 < launches.size(); ++i) {
-      const std::vector<float>& a = res[i];
-      const std::vector<float>& b = res.back();
-      double err = 0, norm = 0;
-      for (size_t j = 0; j < a.size(); ++j) {
-        err += (static_cast<double>(a[j]) - b[j]) * (static_cast<double>(a[j]) - b[j]);
-        norm += static_cast<double>(b[j]) * b[j];
+      const cuda::AttentionPlanHost host = cuda::build_attention_plan(plan);
+      int32_t* items = nullptr;
+      XI_CUDA_CHECK(cudaMalloc(&items, host.prefill_items.size() * sizeof(int32_t)));
+      XI_CUDA_CHECK(cudaMemcpyAsync(items, host.prefill_items.data(),
+                                    host.prefill_items.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+      cuda::AttentionPlanView view{};
+      view.num_prefill_items = host.num_prefill_items();
+      view.prefill_items = items;
+      struct Variant {
+        cuda::PrefillKernel kernel;
+        bool f16;
+        const char* name;
+      };
+      // The reference (mma.sync, bf16 MMAs) last.
+      const std::vector<Variant> variants =
+          fp8 ? std::vector<Variant>{{cuda::PrefillKernel::kWgmmaSimple, true, "wgmma-simple f16"},
+                                     {cuda::PrefillKernel::kMmaSync, true, "mma.sync f16"},
+                                     {cuda::PrefillKernel::kWgmmaSimple, false, "wgmma-simple bf16"},
+                                     {cuda::PrefillKernel::kMmaSync, false, "mma.sync bf16"}}
+              : std::vector<Variant>{{cuda::PrefillKernel::kWgmma, false, "wgmma"},
+                                     {cuda::PrefillKernel::kWgmmaSimple, false, "wgmma-simple"},
+                                     {cuda::PrefillKernel::kMmaSync, false, "mma.sync"}};
+      std::vector<backend::DeviceTensor> outs;
+      std::vector<std::function<void()>> launches;
+      for (const Variant& v : variants) {
+        outs.push_back(be.allocate(DType::kBF16, Shape{T, Hq * D}));
+        cuda::PagedAttentionParams p =
+            cuda::paged_attention_params(meta, qkv.view, Hq, Hkv, D, 0.088f, kv.layers[0], outs.back().view);
+        p.kv_fp8_f16 = v.f16;
+        const cuda::PrefillKernel kernel = v.kernel;
+        launches.push_back(
+            [p, view, s, kernel] { cuda::launch_paged_prefill_attention(p, view, s, kernel); });
       }
-      const double rel = std::sqrt(err / std::max(norm, 1e-30));  // NaN (unwritten / broken) fails too
-      std::printf(" %s %.1e%s", kernels[i].second, rel, rel < 1e-2 ? "" : " <-- MISMATCH");
+      // Correctness first: the variants agree with the reference (each is checked against the CPU in
+      // gpu_tests).
+      for (auto& launch : launches) launch();
+      std::vector<std::vector<float>> res(launches.size(),
+                                          std::vector<float>(static_cast<size_t>(T) * Hq * D));
+      for (size_t i = 0; i < launches.size(); ++i) be.to_host_f32(outs[i].view, res[i].data());
+      const char* cache = fp8 ? "fp8 " : "bf16";
+      std::printf("prefill attn %s %s: %.2f GFLOP, roofline %.1f us at %.0f TFLOP/s; rel_l2 vs %s:", cache,
+                  c.name, flops / 1e9, flops / (peak * 1e12) * 1e6, peak, variants.back().name);
+      for (size_t i = 0; i + 1 < launches.size(); ++i) {
+        const std::vector<float>& a = res[i];
+        const std::vector<float>& b = res.back();
+        double err = 0, norm = 0;
+        for (size_t j = 0; j < a.size(); ++j) {
+          err += (static_cast<double>(a[j]) - b[j]) * (static_cast<double>(a[j]) - b[j]);
+          norm += static_cast<double>(b[j]) * b[j];
+        }
+        const double rel = std::sqrt(err / std::max(norm, 1e-30));  // NaN (unwritten / broken) fails too
+        std::printf(" %s %.1e%s", variants[i].name, rel, rel < 1e-2 ? "" : " <-- MISMATCH");
+      }
+      std::printf("\n");
+      const int reps = quick ? 5 : 20;
+      for (size_t i = 0; i < launches.size(); ++i) {
+        const double t = time_op(s, reps, [&](int) { launches[i](); });
+        report(std::string("prefill attn 32/8x128 ") + cache + " " + c.name + " " + variants[i].name, t,
+               flops, true, peak);
+      }
+      if (c.cached == 0 && c.seqs == 1) {
+        const double t = time_op(s, reps, [&](int) {
+          be.paged_attention(meta, qkv.view, Hq, Hkv, D, 0.088f, kv.layers[0], outs[0].view);
+        });
+        report(std::string("prefill attn 32/8x128 ") + cache + " 2048 tokens (backend's choice)", t, flops,
+               true, peak);
+      }
+      be.synchronize();
+      XI_CUDA_CHECK(cudaFree(items));
     }
-    std::printf("\n");
-    const int reps = quick ? 5 : 20;
-    for (size_t i = 0; i < launches.size(); ++i) {
-      const double t = time_op(s, reps, [&](int) { launches[i](); });
-      report(std::string("prefill attn 32/8x128 ") + c.name + " " + kernels[i].second, t, flops, true, peak);
-    }
-    if (c.cached == 0 && c.seqs == 1) {
-      const double t = time_op(s, reps, [&](int) {
-        be.paged_attention(meta, qkv.view, Hq, Hkv, D, 0.088f, kv.layers[0], outs[0].view);
-      });
-      report("prefill attn 32/8x128 2048 tokens (causal)", t, flops, true, peak);
-    }
-    be.synchronize();
-    XI_CUDA_CHECK(cudaFree(items));
-  }
 }
 
 // Random e4m3 / int8 / packed-int4 codes for the quantized weights: bytes in 0..119 with a random sign bit, so
@@ -870,7 +915,8 @@ enum class Mode {
   kB1Layers,
   kInt8Wgmma,
   kActQuant,
-  kRopeKv
+  kRopeKv,
+  kPrefillAttn
 };
 
 int run(bool quick, Mode mode) {
@@ -903,6 +949,9 @@ int run(bool quick, Mode mode) {
       return 0;
     case Mode::kRopeKv:
       bench_rope_kv(be, bw);
+      return 0;
+    case Mode::kPrefillAttn:
+      bench_prefill_attention(be, peak, quick);
       return 0;
     case Mode::kFp8Rows:
       bench_fp8_rows(be, peak);
@@ -1048,7 +1097,8 @@ int main(int argc, char** argv) {
                {"--b1-layers", Mode::kB1Layers},
                {"--int8-wgmma", Mode::kInt8Wgmma},
                {"--act-quant", Mode::kActQuant},
-               {"--rope-kv", Mode::kRopeKv}};
+               {"--rope-kv", Mode::kRopeKv},
+               {"--prefill-attn", Mode::kPrefillAttn}};
   for (int i = 1; i < argc; ++i) {
     bool known = std::strcmp(argv[i], "--quick") == 0;
     quick = quick || known;
@@ -1061,7 +1111,8 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer] "
-          "[--fp8-rows] [--decode-steps] [--b1-layers] [--int8-wgmma] [--act-quant] [--rope-kv]\n");
+          "[--fp8-rows] [--decode-steps] [--b1-layers] [--int8-wgmma] [--act-quant] [--rope-kv] "
+          "[--prefill-attn]\n");
       return 2;
     }
   }

@@ -4,12 +4,13 @@
 //  - paged attention over caches of identical codes (random N(0, 1) values quantized with the layer's
 //    scales, subnormal codes and saturated ones included), through each GPU path: the split-KV decode
 //    kernel (16-byte loads of 16 codes, dequantized in registers), the prefill kernels (through the backend's
-//    choice, and on prefill-only steps both kWgmmaSimple and mma.sync launched directly) and the generic
+//    choice, and on prefill-only steps both kWgmmaSimple and mma.sync launched directly, each with bf16 and
+//    with f16 MMAs) and the generic
 //    kernel (other head dims); shapes as the bf16 attention tests (GQA 1, 4, 7, 8, 16, MQA; head dim 64 and
-//    128; block sizes 1, 8, 16, 32; kv lengths 1, 54, 97, 2048, 2049, 5000; batches 1, 3, 17, 64, 300; a graph
-//    bucket) with K and V scales != 1; every case with both decode variants (bf16 MMAs on codes converted by
-//    integer ops, and the default f16 one: CudaBackend::set_fp8_kv_f16_mma), and grids of many one-partition
-//    CTAs also at 8, 4 and 2 warps per CTA (CudaBackend::set_decode_many_warps);
+//    128; block sizes 1, 8, 16, 32; kv lengths 1, 54, 97, 2048, 2049, 5000; batches 1, 3, 17, 64, 300; a
+//    graph bucket) with K and V scales != 1; every case with both decode variants (bf16 MMAs on codes
+//    converted by integer ops, and the default f16 one: CudaBackend::set_fp8_kv_f16_mma), and grids of many
+//    one-partition CTAs also at 8, 4 and 2 warps per CTA (CudaBackend::set_decode_many_warps);
 //  - per-head scales (each kernel reads each KV head's own) and the keys' Hadamard rotation in rope_kv_write;
 //  - a whole model (dummy weights, head dim 128 and 64) with an FP8 cache (one layer with per-head scales,
 //    rotated keys) on both backends: greedy decode with
@@ -178,17 +179,21 @@ TEST_P(Fp8AttentionTest, MatchesCpu) {
     cuda::AttentionPlanView view{};
     view.num_prefill_items = host.num_prefill_items();
     view.prefill_items = items.ptr;
-    const cuda::PagedAttentionParams p =
-        cuda::paged_attention_params(meta, qkv.g.view, ac.hq, ac.hkv, ac.d, scale, cache.gpu_cache(), out.g.view);
+    cuda::PagedAttentionParams p = cuda::paged_attention_params(meta, qkv.g.view, ac.hq, ac.hkv, ac.d, scale,
+                                                                cache.gpu_cache(), out.g.view);
     const std::pair<cuda::PrefillKernel, const char*> kernels[] = {{cuda::PrefillKernel::kWgmmaSimple, "wgmma-s"},
                                                                   {cuda::PrefillKernel::kMmaSync, "mma.sync"}};
-    for (const auto& [kernel, label] : kernels) {
-      poison(out.g.view);
-      cuda::launch_paged_prefill_attention(p, view, gpu().stream(), kernel);
-      const Compare ck = expect_close(out.g.view, out.c.view, kTol, ac.name + " (" + label + ")");
-      std::printf("[ fp8 attention ] %-34s prefill %-8s rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), label,
-                  ck.rel_l2, ck.max_abs);
-    }
+    for (const bool f16 :
+         {false, true})  // codes -> bf16 for bf16 MMAs; codes -> f16 for f16 MMAs (the default)
+      for (const auto& [kernel, label] : kernels) {
+        p.kv_fp8_f16 = f16;
+        poison(out.g.view);
+        cuda::launch_paged_prefill_attention(p, view, gpu().stream(), kernel);
+        const std::string what = std::string(label) + (f16 ? " f16" : " bf16");
+        const Compare ck = expect_close(out.g.view, out.c.view, kTol, ac.name + " (" + what + ")");
+        std::printf("[ fp8 attention ] %-34s prefill %-13s rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(),
+                    what.c_str(), ck.rel_l2, ck.max_abs);
+      }
   }
 }
 

@@ -93,10 +93,8 @@ TEST(AttentionPlan, ShortPromptBesidePrefillChunks) {
   EXPECT_TRUE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{0, 2048}}))));
   EXPECT_TRUE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{3584, 512}, {0, 64}}))));
   EXPECT_FALSE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{4, 1}}))));  // no prefill at all
-  // FP8 caches: only from a mean tile context of 4096 (the shared-memory conversion per tile).
-  EXPECT_FALSE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{0, 2048}})), true));
-  EXPECT_TRUE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{3584, 512}})), true));
-  EXPECT_FALSE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{3584, 512}, {0, 64}})), true));
+  EXPECT_TRUE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{0, 1024}}))));  // the bound itself
+  EXPECT_FALSE(cuda::prefer_wgmma_prefill(cuda::build_attention_plan(make({{0, 512}, {0, 512}}))));
 }
 
 }  // namespace

@@ -767,7 +767,7 @@ void CudaBackend::paged_attention(const backend::StepMeta& step, const TensorVie
     if (!decode_launch(num_heads, num_kv_heads, head_dim, psize, warps, ws)) return;
     launch_paged_decode_attention(p, attn_view_, psize, warps, ws, stream_);
   }
-  const bool wgmma = prefer_wgmma_prefill(attn_host_, p.kv_fp8) && (!p.kv_fp8 || fp8_kv_wgmma_prefill_);
+  const bool wgmma = prefer_wgmma_prefill(attn_host_) && (!p.kv_fp8 || fp8_kv_wgmma_prefill_);
   launch_paged_prefill_attention(p, attn_view_, stream_, wgmma ? PrefillKernel::kWgmmaSimple : PrefillKernel::kMmaSync);
 }
 

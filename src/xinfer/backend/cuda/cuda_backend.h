@@ -230,10 +230,11 @@ class CudaBackend final : public backend::Backend {
   LinearFusion linear_fusion() const { return linear_fusion_; }
   void set_rope_attention_fusion(bool on);
   bool rope_attention_fusion() const { return rope_attention_fusion_; }
-  // FP8 KV caches: decode attention converts codes to f16 (cvt.rn.f16x2.e4m3x2) for f16 MMAs instead of to bf16
-  // by integer ops (PagedAttentionParams::kv_fp8_f16). On by default: on an H200 it reads the cache at 80-92% of
-  // the copy ceiling at batch 64 against 59-65% (docs/PERF.md session 13); XINFER_FP8_KV_F16=0 turns it off.
-  // Set it before graphs are recorded (recordings keep the variant they were made with).
+  // FP8 KV caches: decode and prefill attention convert codes to f16 (cvt.rn.f16x2.e4m3x2) for f16 MMAs
+  // instead of to bf16 by integer ops (PagedAttentionParams::kv_fp8_f16). On by default: on an H200 decode
+  // reads the cache at 80-92% of the copy ceiling at batch 64 against 59-65% (docs/PERF.md session 13;
+  // prefill: session 25); XINFER_FP8_KV_F16=0 turns it off. Set it before graphs are recorded (recordings
+  // keep the variant they were made with).
   void set_fp8_kv_f16_mma(bool on) { fp8_kv_f16_mma_ = on; }
   // The W8A8-INT8 GEMM past the GEMV's rows (the same bits whichever runs): "auto" (the default: our wgmma
   // kernels with the scales fused, the configuration measure_int8_gemms() found fastest for the shape and row
@@ -250,9 +251,9 @@ class CudaBackend final : public backend::Backend {
   // XINFER_DECODE_WARPS sets it at construction (A/B switch). Set it before graphs are recorded.
   void set_decode_many_warps(int warps);
   int decode_many_warps() const { return decode_many_warps_; }
-  // FP8 KV caches: prefill attention on long contexts (prefer_wgmma_prefill's FP8 bound) runs the wgmma
-  // kernel with the codes staged and converted in shared memory; false: the mma.sync kernel for every FP8
-  // prefill. XINFER_FP8_KV_WGMMA=0 turns it off at construction (A/B switch).
+  // FP8 KV caches: prefill attention on long contexts (prefer_wgmma_prefill) runs the wgmma kernel, as for
+  // bf16 caches; false: the mma.sync kernel for every FP8 prefill. XINFER_FP8_KV_WGMMA=0 turns it off at
+  // construction (A/B switch).
   void set_fp8_kv_wgmma_prefill(bool on) { fp8_kv_wgmma_prefill_ = on; }
   // Host calls of add_rms_norm_linear / rope_paged_attention that launched the fused kernels so far (a graph
   // recording counts once, its replays not at all).

@@ -32,10 +32,9 @@ AttentionPlanHost build_attention_plan(const backend::StepPlan& plan) {
   return out;
 }
 
-bool prefer_wgmma_prefill(const AttentionPlanHost& plan, bool fp8_cache) {
+bool prefer_wgmma_prefill(const AttentionPlanHost& plan) {
   const int items = plan.num_prefill_items();
-  const int64_t min_context = fp8_cache ? kWgmmaPrefillMinContextFp8 : kWgmmaPrefillMinContext;
-  return items > 0 && plan.prefill_tile_context >= min_context * items;
+  return items > 0 && plan.prefill_tile_context >= kWgmmaPrefillMinContext * items;
 }
 
 int decode_partition_size(int num_decode, int max_decode_len, int num_kv_heads, int group, int num_sms) {

@@ -45,13 +45,11 @@ AttentionPlanHost build_attention_plan(const backend::StepPlan& plan);
 // 306 TFLOP/s vs 279 for mma.sync; 512 on 3584 cached 340 vs 247); mma.sync wins on short prompts (64 x 128:
 // 90 vs 65; 8 x 512: 185 vs 176). The switch is the mean over query tiles of their sequence's context
 // length after the step (not the keys a tile attends to causally: a 1024-token prompt counts 1024).
+// FP8 caches, both kernels staging codes by cp.async and converting them in shared memory: the same bound
+// (f16 MMAs, us: 2048-token prompt 123 vs 138 on mma.sync; 7 x 2048 837 vs 909; 512 on 3584 cached 106 vs
+// 164; 8 x 512 109 vs 106; 96 x 128 220 vs 162; docs/PERF.md session 25).
 inline constexpr int64_t kWgmmaPrefillMinContext = 1024;
-// FP8 caches: the wgmma kernel converts each tile's codes in shared memory, which pays where query tiles
-// attend to long contexts (512 tokens on 3584 cached: 131-141 us against 188-193 on mma.sync) but not on a
-// fresh 2048-token prompt (183-191 against 171-179 in four of five runs; 166 against 177 in one; docs/PERF.md
-// session 14).
-inline constexpr int64_t kWgmmaPrefillMinContextFp8 = 4096;
-bool prefer_wgmma_prefill(const AttentionPlanHost& plan, bool fp8_cache = false);
+bool prefer_wgmma_prefill(const AttentionPlanHost& plan);
 
 // CTAs per (decode, KV head) for a GQA group: query heads are served kDecodeHeadsPerCta at a time.
 inline int decode_head_tiles(int group) { return (group + kDecodeHeadsPerCta - 1) / kDecodeHeadsPerCta; }

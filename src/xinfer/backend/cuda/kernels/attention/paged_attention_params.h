@@ -43,8 +43,8 @@ struct PagedAttentionParams {
   const float* k_head_scales = nullptr;
   const float* v_head_scales = nullptr;
   bool kv_fp8 = false;   // k_cache / v_cache hold e4m3 codes (reinterpret them as const uint8_t*)
-  // kv_fp8, decode kernel: codes -> f16 (one cvt per two codes) and f16 MMAs (Q rounded to f16, P in f16)
-  // instead of codes -> bf16 by integer ops and bf16 MMAs. CudaBackend sets it by default
+  // kv_fp8, decode and prefill kernels: codes -> f16 (one cvt per two codes) and f16 MMAs (Q rounded to f16,
+  // P in f16) instead of codes -> bf16 by integer ops and bf16 MMAs. CudaBackend sets it by default
   // (CudaBackend::set_fp8_kv_f16_mma); false here, for direct launches, is the bf16-MMA variant.
   bool kv_fp8_f16 = false;
 };

@@ -8,6 +8,7 @@
 
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/attention/attention_dispatch.cuh"
+#include "xinfer/backend/cuda/kernels/attention/attention_mma.cuh"
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
 #include "xinfer/backend/cuda/kernels/attention/kv_fp8.cuh"
 #include "xinfer/backend/cuda/kernels/pdl.cuh"
@@ -60,53 +61,10 @@ struct DecodeConfig {
 constexpr size_t kMaxSplitSlots = 4096;
 constexpr size_t kCounterFloats = kMaxSplitSlots;
 
-__device__ __forceinline__ void mma_bf16_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// The same with f16 operands (kF16: FP8 caches converted to f16).
-__device__ __forceinline__ void mma_f16_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                              uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
-  const __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// 8 bf16 -> 8 f16 (Q of the kF16 variant; exact for |q| in [2^-14, 65504], nearest otherwise).
-__device__ __forceinline__ uint4 bf16x8_to_f16x8(const uint4& v) {
-  auto cvt = [](uint32_t w) {
-    return pack_f16x2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
-  };
-  return make_uint4(cvt(v.x), cvt(v.y), cvt(v.z), cvt(v.w));
-}
-
 __device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
   uint32_t y;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
   return y;
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {  // exp2(-inf) = 0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lower k index) in the low half
-  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
@@ -129,13 +87,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
   static_assert(!(kRope && kFp8), "the fused RoPE path writes bf16 caches only");
   static_assert(kFp8 || !kF16, "the f16 variant reads FP8 caches");
   // Tensor-core operand type: bf16, or f16 for the kF16 variant (Q, K, V and P all in f16 there).
-  auto mma = [](float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-    if constexpr (kF16)
-      mma_f16_16816(c, a0, a1, a2, a3, b0, b1);
-    else
-      mma_bf16_16816(c, a0, a1, a2, a3, b0, b1);
+  auto mma = [](float(&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    mma_16816<kF16>(c, a0, a1, a2, a3, b0, b1);
   };
-  auto pack_p = [](float lo, float hi) { return kF16 ? pack_f16x2(lo, hi) : pack_bf16x2(lo, hi); };
+  auto pack_p = [](float lo, float hi) { return pack_operand<kF16>(lo, hi); };
   constexpr int kRowBytes = kD * (kFp8 ? 1 : 2);
   constexpr int kL = kRowBytes / 64;      // 16-byte loads per lane per token row (kC for bf16, kC / 2 for fp8)
   constexpr int kLaneDims = kFp8 ? 16 : 8;  // dims between the chunks of lanes t4 and t4 + 1

@@ -5,6 +5,7 @@
 
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/attention/attention_dispatch.cuh"
+#include "xinfer/backend/cuda/kernels/attention/attention_mma.cuh"
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
 #include "xinfer/backend/cuda/kernels/attention/kv_fp8.cuh"
 #include "xinfer/backend/cuda/kernels/cp_async.cuh"
@@ -28,56 +29,70 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "memory");
 }
 
-// d (16x8 f32) += a (16x16 bf16, row-major) * b (16x8 bf16; b0 / b1 hold the k pairs of column lane / 4).
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                               uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 #define XI_ACC8(d, i)                                                                         \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
       "+f"(d[i + 6]), "+f"(d[i + 7])
 
-// d[64 x 128] = (accumulate ? d : 0) + A[64 x 16] (K-major smem) * B[16 x 128] (K-major smem: [128, 16])
+// d[64 x 128] = (accumulate ? d : 0) + A[64 x 16] (K-major smem) * B[16 x 128] (K-major smem: [128, 16]);
+// operands in f16 (kF16) or bf16.
+#define XI_WGMMA_SS(TYPES)                                                                            \
+  asm volatile(                                                                                       \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                    \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES " " XI_WGMMA_D64                           \
+      ", "                                                                                            \
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"                                                                 \
+      : XI_ACC8(d, 0), XI_ACC8(d, 8), XI_ACC8(d, 16), XI_ACC8(d, 24), XI_ACC8(d, 32), XI_ACC8(d, 40), \
+        XI_ACC8(d, 48), XI_ACC8(d, 56)                                                                \
+      : "l"(a), "l"(b), "r"(accumulate)                                                               \
+      : "memory")
+template <bool kF16>
 __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      XI_WGMMA_D64 ", "
-      "%64, %65, p, 1, 1, 0, 0;\n}\n"
-      : XI_ACC8(d, 0), XI_ACC8(d, 8), XI_ACC8(d, 16), XI_ACC8(d, 24), XI_ACC8(d, 32), XI_ACC8(d, 40),
-        XI_ACC8(d, 48), XI_ACC8(d, 56)
-      : "l"(a), "l"(b), "r"(accumulate)
-      : "memory");
+  if constexpr (kF16)
+    XI_WGMMA_SS("f16.f16");
+  else
+    XI_WGMMA_SS("bf16.bf16");
 }
+#undef XI_WGMMA_SS
 
-// d[64 x N] += A[64 x 16] (registers) * B[16 x N] (MN-major smem: transposed, tnspB = 1), N = 128 or 64.
+// d[64 x N] += A[64 x 16] (registers) * B[16 x N] (MN-major smem: transposed, tnspB = 1), N = 128 or 64;
+// operands in f16 (kF16) or bf16.
+#define XI_WGMMA_RS_N128(TYPES)                                                                       \
+  asm volatile(                                                                                       \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                    \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES " " XI_WGMMA_D64                           \
+      ", "                                                                                            \
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                                   \
+      : XI_ACC8(d, 0), XI_ACC8(d, 8), XI_ACC8(d, 16), XI_ACC8(d, 24), XI_ACC8(d, 32), XI_ACC8(d, 40), \
+        XI_ACC8(d, 48), XI_ACC8(d, 56)                                                                \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)                                    \
+      : "memory")
+#define XI_WGMMA_RS_N64(TYPES)                                                            \
+  asm volatile(                                                                           \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                        \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPES                                 \
+      " "                                                                                 \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "           \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, " \
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                       \
+      : XI_ACC8(d, 0), XI_ACC8(d, 8), XI_ACC8(d, 16), XI_ACC8(d, 24)                      \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)                        \
+      : "memory")
+template <bool kF16>
 __device__ __forceinline__ void wgmma_m64nNk16_rs_tb(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      XI_WGMMA_D64 ", "
-      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-      : XI_ACC8(d, 0), XI_ACC8(d, 8), XI_ACC8(d, 16), XI_ACC8(d, 24), XI_ACC8(d, 32), XI_ACC8(d, 40),
-        XI_ACC8(d, 48), XI_ACC8(d, 56)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)
-      : "memory");
+  if constexpr (kF16)
+    XI_WGMMA_RS_N128("f16.f16");
+  else
+    XI_WGMMA_RS_N128("bf16.bf16");
 }
+template <bool kF16>
 __device__ __forceinline__ void wgmma_m64nNk16_rs_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-      : XI_ACC8(d, 0), XI_ACC8(d, 8), XI_ACC8(d, 16), XI_ACC8(d, 24)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)
-      : "memory");
+  if constexpr (kF16)
+    XI_WGMMA_RS_N64("f16.f16");
+  else
+    XI_WGMMA_RS_N64("bf16.bf16");
 }
+#undef XI_WGMMA_RS_N128
+#undef XI_WGMMA_RS_N64
 #undef XI_ACC8
 
 // A never-taken branch on a value computed just before it. ptxas schedules within basic blocks and hoists
@@ -85,17 +100,6 @@ __device__ __forceinline__ void wgmma_m64nNk16_rs_tb(float (&d)[32], const uint3
 // softmax meant to overlap it; ending the block here keeps the wait after that softmax.
 __device__ __forceinline__ void end_schedule_region(float v) {
   if (__float_as_uint(v) == 0xFFFFFFFFu) asm volatile("trap;");
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx(-inf) = +0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
-  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 // ---- pieces shared by both kernels ----
@@ -173,11 +177,6 @@ __device__ __forceinline__ void load_kv_tile(const KvRowLocator& loc, int tile, 
   }
 }
 
-// FP8 caches: the same tile from e4m3 codes, dequantized to bf16 in registers (kv_fp8.cuh) and stored to the
-// same swizzled layout. Thread t loads 16-byte chunk t % (kD / 16) (16 codes = bf16 chunks 2c, 2c + 1) of rows
-// t / (kD / 16) + i * kLoadRows of K and V, every load of the tile in flight before the first store;
-// synchronous (registers, not cp.async), so the tile is in shared memory when this returns (zeros past
-// kv_end).
 __device__ __forceinline__ void st_shared_16(uint32_t addr, const uint4& v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
@@ -188,29 +187,74 @@ __device__ __forceinline__ uint4 ld_shared_16(uint32_t addr) {
                : "memory");
   return v;
 }
-template <int kD, int kN, int kThreads, typename Swizzle>
-__device__ __forceinline__ void load_kv_tile_fp8(const KvRowLocator& loc, int tile, int kv_end, const uint8_t* k8,
-                                                 const uint8_t* v8, uint32_t k_dst, uint32_t v_dst, Swizzle swz) {
-  constexpr int kChunks = kD / 16, kLoadRows = kThreads / kChunks, kPerThread = kN / kLoadRows;
-  static_assert(kThreads % kChunks == 0 && kN % kLoadRows == 0);
-  const int c = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
-  uint4 kr[kPerThread], vr[kPerThread];
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int r = r0 + i * kLoadRows;
-    const bool ok = tile * kN + r < kv_end;
-    const size_t off = static_cast<size_t>(loc.row(min(tile * kN + r, kv_end - 1))) * kD + c * 16;
-    kr[i] = ok ? __ldg(reinterpret_cast<const uint4*>(k8 + off)) : make_uint4(0, 0, 0, 0);
-    vr[i] = ok ? __ldg(reinterpret_cast<const uint4*>(v8 + off)) : make_uint4(0, 0, 0, 0);
+
+// FP8 caches: a KV tile's e4m3 codes are staged in shared memory by cp.async (plain rows: K codes [kN][kD],
+// then V codes) while the previous tile computes, then converted to the kernel's operand type (bf16 by
+// integer ops, or f16 by one cvt per pair for the f16 variants: kv_fp8.cuh) into the swizzled K / V tiles by
+// the thread that copied them. Thread t owns 16-code chunk t % (kD / 16) of rows t / (kD / 16) + i * kRows
+// and reads back only its own chunks, so its next copy may follow its conversion without a barrier.
+template <int kD, int kN, int kThreads>
+struct Fp8TileStager {
+  static constexpr int kChunks = kD / 16, kRows = kThreads / kChunks, kPasses = kN / kRows;
+  static constexpr int kBytes = 2 * kN * kD;
+  static_assert(kThreads % kChunks == 0 && kN % kRows == 0);
+  uint32_t stage;  // shared address of the K codes; the V codes follow
+  int c, r0;
+  __device__ __forceinline__ explicit Fp8TileStager(uint32_t stage_s)
+      : stage(stage_s),
+        c(static_cast<int>(threadIdx.x) % kChunks),
+        r0(static_cast<int>(threadIdx.x) / kChunks) {}
+  __device__ __forceinline__ uint32_t slot(int i) const {
+    return stage + static_cast<uint32_t>((r0 + i * kRows) * kD + c * 16);
   }
+  // Copies this thread's chunks of keys [tile * kN, tile * kN + kN) (code 0 = +0 past kv_end); the caller
+  // commits.
+  __device__ __forceinline__ void load(const KvRowLocator& loc, int tile, int kv_end,
+                                       const PagedAttentionParams& p) const {
+    const auto* k8 = reinterpret_cast<const uint8_t*>(p.k_cache);
+    const auto* v8 = reinterpret_cast<const uint8_t*>(p.v_cache);
+    uint32_t rows[kPasses];
 #pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int r = r0 + i * kLoadRows;
+    for (int i = 0; i < kPasses; ++i) rows[i] = loc.row(min(tile * kN + r0 + i * kRows, kv_end - 1));
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      st_shared_16(k_dst + swz(r, 2 * c + h), e4m3x16_half_to_bf16x8(kr[i], h));
-      st_shared_16(v_dst + swz(r, 2 * c + h), e4m3x16_half_to_bf16x8(vr[i], h));
+    for (int i = 0; i < kPasses; ++i) {
+      const bool ok = tile * kN + r0 + i * kRows < kv_end;
+      const size_t off = static_cast<size_t>(rows[i]) * kD + c * 16;
+      cp_async_16(slot(i), k8 + off, ok);
+      cp_async_16(slot(i) + kN * kD, v8 + off, ok);
     }
+  }
+  // Once this thread's copies landed: its chunks -> 8-element chunks 2c, 2c + 1 of its rows of the K / V
+  // tiles at k_dst / v_dst (swz(row, chunk): the byte offset of a 16-byte chunk in the kernel's layout).
+  template <bool kF16, typename Swizzle>
+  __device__ __forceinline__ void convert(uint32_t k_dst, uint32_t v_dst, Swizzle swz) const {
+    auto cvt = [](const uint4& codes, int h) {
+      return kF16 ? e4m3x16_half_to_f16x8(codes, h) : e4m3x16_half_to_bf16x8(codes, h);
+    };
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int r = r0 + i * kRows;
+      const uint4 kc = ld_shared_16(slot(i)), vc = ld_shared_16(slot(i) + kN * kD);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        st_shared_16(k_dst + swz(r, 2 * c + h), cvt(kc, h));
+        st_shared_16(v_dst + swz(r, 2 * c + h), cvt(vc, h));
+      }
+    }
+  }
+};
+
+// The f16 variants' Q: the chunks of the [kM, kD] Q tile this thread copied (chunk t % (kD / 8) of rows
+// t / (kD / 8) + i * (kThreads / (kD / 8)), as the kernels' Q loops) from bf16 to f16 in place, once they
+// landed.
+template <int kD, int kM, int kThreads, typename Swizzle>
+__device__ __forceinline__ void q_tile_to_f16(uint32_t q_s, Swizzle swz) {
+  constexpr int kChunks = kD / 8, kLoadRows = kThreads / kChunks;
+  const int c = static_cast<int>(threadIdx.x) % kChunks;
+#pragma unroll
+  for (int r = static_cast<int>(threadIdx.x) / kChunks; r < kM; r += kLoadRows) {
+    const uint32_t a = q_s + swz(r, c);
+    st_shared_16(a, bf16x8_to_f16x8(ld_shared_16(a)));
   }
 }
 
@@ -283,9 +327,8 @@ struct WgmmaConfig {
   static constexpr int kSmem = kQBytes + 4 * kKvBytes + 1024;  // + slack to align the base to 1024
   // FP8 caches (kWgmmaSimple only): the next tile's K and V codes are staged behind V[1] ([2][kN][kD] bytes,
   // plain rows) by cp.async and converted into the bf16 buffers at the top of the tile's iteration.
-  static constexpr int kStageBytes = 2 * kN * kD;
-  static constexpr int kCodeChunks = kD / 16;               // 16-code chunks per row
-  static constexpr int kCodeRows = kThreads / kCodeChunks;  // rows per pass of the code loader
+  using Stager = Fp8TileStager<kD, kN, kThreads>;
+  static constexpr int kStageBytes = Stager::kBytes;
   static_assert(kM == 128, "two warpgroups of 64 rows");
   static_assert(kD == 64 || kD == 128);
   static_assert(kN % kLoadRows == 0 && kM % kLoadRows == 0);
@@ -305,15 +348,17 @@ __device__ __forceinline__ uint32_t panel_swz(int r, int c) {
 // is spelled out at the loop).
 // kFp8 (with kOverlap = false): the cache holds e4m3 codes. Each thread cp.asyncs its 16-code chunks of the
 // next tile's K and V rows into the staging buffer while the current tile computes; at the top of the next
-// iteration it waits for its own copies, converts those chunks to bf16 (exact, kv_fp8.cuh) into the swizzled
-// K / V buffer and the barrier publishes them to the tensor cores: the bf16 kernel's schedule with a
+// iteration it waits for its own copies, converts those chunks (exact, kv_fp8.cuh; Fp8TileStager) into the
+// swizzled K / V buffer and the barrier publishes them to the tensor cores: the bf16 kernel's schedule with a
 // shared-memory conversion per tile and no registers held across the MMAs (the kernel is at 232-255
 // registers). The K scale is folded into the score scale, the V scale applied in the epilogue (qk_scale_of /
-// v_scale_of, kv_fp8.cuh).
-template <typename Cfg, bool kOverlap, bool kFp8 = false>
+// v_scale_of, kv_fp8.cuh). kF16 (with kFp8): f16 operands (attention_mma.cuh): codes -> f16 by cvt, Q rounded
+// to f16 in shared memory once its copies land, P packed as f16.
+template <typename Cfg, bool kOverlap, bool kFp8 = false, bool kF16 = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     paged_prefill_wgmma_kernel(PagedAttentionParams p, AttentionPlanView plan) {
   static_assert(!(kOverlap && kFp8), "FP8 caches run the kernel without the softmax / P V overlap");
+  static_assert(kFp8 || !kF16, "the f16 variant reads FP8 caches");
   constexpr int kD = Cfg::kHeadDim, kM = Cfg::kM, kN = Cfg::kN, kChunks = Cfg::kChunks,
                 kLoadRows = Cfg::kLoadRows;
   extern __shared__ unsigned char smem_raw[];
@@ -371,39 +416,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const uint32_t dst[1] = {v_s + buf * Cfg::kKvBytes};
     load_kv_tile<kD, kN, Cfg::kThreads, 8, 1>(loc, tile, kv_end, src, dst, swz);
   };
-  // kFp8: this thread's chunks are chunk c_code of rows r_code + i * kCodeRows, for the copy and the conversion.
-  const uint32_t stage_s = v_s + 2 * Cfg::kKvBytes;  // K codes [kN][kD], then V codes
-  constexpr int kCodePasses = kN / Cfg::kCodeRows;
-  const int c_code = tid % Cfg::kCodeChunks, r_code = tid / Cfg::kCodeChunks;
-  auto load_codes = [&](int tile) {
-    const auto* k8 = reinterpret_cast<const uint8_t*>(p.k_cache);
-    const auto* v8 = reinterpret_cast<const uint8_t*>(p.v_cache);
-    uint32_t rows[kCodePasses];
-#pragma unroll
-    for (int i = 0; i < kCodePasses; ++i) rows[i] = loc.row(min(tile * kN + r_code + i * Cfg::kCodeRows, kv_end - 1));
-#pragma unroll
-    for (int i = 0; i < kCodePasses; ++i) {
-      const int r = r_code + i * Cfg::kCodeRows;
-      const bool ok = tile * kN + r < kv_end;  // zeros past the end: code 0 is +0
-      const size_t off = static_cast<size_t>(rows[i]) * kD + c_code * 16;
-      const uint32_t dst = stage_s + static_cast<uint32_t>(r * kD + c_code * 16);
-      cp_async_16(dst, k8 + off, ok);
-      cp_async_16(dst + kN * kD, v8 + off, ok);
-    }
-  };
-  auto convert_codes = [&](int buf) {  // this thread's staged chunks -> bf16 K / V buffer `buf`
-#pragma unroll
-    for (int i = 0; i < kCodePasses; ++i) {
-      const int r = r_code + i * Cfg::kCodeRows;
-      const uint32_t src = stage_s + static_cast<uint32_t>(r * kD + c_code * 16);
-      const uint4 kc = ld_shared_16(src), vc = ld_shared_16(src + kN * kD);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        st_shared_16(k_s + buf * Cfg::kKvBytes + swz(r, 2 * c_code + h), e4m3x16_half_to_bf16x8(kc, h));
-        st_shared_16(v_s + buf * Cfg::kKvBytes + swz(r, 2 * c_code + h), e4m3x16_half_to_bf16x8(vc, h));
-      }
-    }
-  };
+  const typename Cfg::Stager stager(v_s + 2 * Cfg::kKvBytes);  // kFp8: the codes' staging buffer
 
   float o[kD / 2];
 #pragma unroll
@@ -424,8 +437,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
       const uint32_t koff = (ks % 4) * 32;
-      wgmma_m64n128k16_ss(s, make_desc(q_wg + (ks / 4) * (kM * 128) + koff, 16, 1024),
-                          make_desc(kb + (ks / 4) * (kN * 128) + koff, 16, 1024), ks > 0 ? 1 : 0);
+      wgmma_m64n128k16_ss<kF16>(s, make_desc(q_wg + (ks / 4) * (kM * 128) + koff, 16, 1024),
+                                make_desc(kb + (ks / 4) * (kN * 128) + koff, 16, 1024), ks > 0 ? 1 : 0);
     }
   };
   // O += P V for V in buffer vb: k-step kk is rows [16kk, 16kk + 16) of V's panels (2048 bytes each),
@@ -433,7 +446,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto issue_pv = [&](uint32_t vb) {
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk)
-      wgmma_m64nNk16_rs_tb(o, pa[kk], make_desc(vb + kk * 2048, kN * 128, 1024));
+      wgmma_m64nNk16_rs_tb<kF16>(o, pa[kk], make_desc(vb + kk * 2048, kN * 128, 1024));
   };
   // Scores of tile `tile` in s -> probabilities (masked where the tile crosses a row's position: a
   // warp-uniform branch); alpha: the factors O's rows must be scaled by.
@@ -466,10 +479,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk) {
-      pa[kk][0] = pack_bf16x2(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+      pa[kk][0] = pack_operand<kF16>(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = pack_operand<kF16>(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = pack_operand<kF16>(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = pack_operand<kF16>(s[8 * kk + 6], s[8 * kk + 7]);
     }
   };
   auto publish_loads = [] {  // this thread's copies landed and are visible to the async proxy; then barrier
@@ -503,15 +516,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
 
   if constexpr (kFp8) {
-    load_codes(0);
+    stager.load(loc, 0, kv_end, p);
     cp_async_commit();  // with Q
     for (int tile = 0; tile < num_tiles; ++tile) {
-      cp_async_wait_all();      // this thread's codes of the tile (and Q) landed
-      convert_codes(tile & 1);  // the buffer last read by tile - 2, retired before the previous barrier
+      cp_async_wait_all();  // this thread's codes of the tile (and Q) landed
+      if (kF16 && tile == 0)
+        q_tile_to_f16<kD, kM, Cfg::kThreads>(q_s, [](int r, int c) { return panel_swz<kM>(r, c); });
+      // Into the buffers last read by tile - 2, retired before the previous barrier.
+      stager.template convert<kF16>(k_s + (tile & 1) * Cfg::kKvBytes, v_s + (tile & 1) * Cfg::kKvBytes, swz);
       fence_proxy_async();
       __syncthreads();          // bf16 tile visible to every thread and to wgmma; the staging buffer is free
       if (tile + 1 < num_tiles) {
-        load_codes(tile + 1);
+        stager.load(loc, tile + 1, kv_end, p);
         cp_async_commit();
       }
       if (tile < wg_tiles) compute_tile(tile);
@@ -624,7 +640,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 // MMAs), KV tiles of kN = 64 keys, fragments loaded with ldmatrix (.trans for V). Shared memory: Q [128, kD]
 // and double-buffered K, V [2][kN, kD], rows of kD bf16 whose 16-byte chunks are XOR-swizzled by (row & 7)
 // so that ldmatrix and the row-wise cp.async writes are free of bank conflicts. 96 KiB for kD = 128: two
-// CTAs per SM.
+// CTAs per SM. FP8 caches: the next tile's codes staged by cp.async behind V[1] (16 KiB more) and converted
+// at the top of its iteration (Fp8TileStager), in bf16 or, kF16, f16 (Q rounded to f16 once its copies land).
 // =====================================================================================================
 
 template <int kD>
@@ -642,6 +659,8 @@ struct MmaConfig {
   static constexpr int kQBytes = kM * kRowBytes;
   static constexpr int kKvBytes = kN * kRowBytes;
   static constexpr int kSmem = kQBytes + 4 * kKvBytes;  // Q, K[2], V[2]
+  using Stager = Fp8TileStager<kD, kN, kThreads>;
+  static constexpr int kSmemFp8 = kSmem + Stager::kBytes;
   static_assert(kM == 128 && kWarpRows % 16 == 0);
   static_assert(kD % 16 == 0 && kChunks >= 8 && kThreads % kChunks == 0 && kN % kLoadRows == 0);
 };
@@ -652,9 +671,13 @@ __device__ __forceinline__ uint32_t row_swz(int r, int c) {
   return static_cast<uint32_t>(r * kRowBytes + ((c ^ (r & 7)) << 4));
 }
 
-template <typename Cfg, bool kFp8>
+template <typename Cfg, bool kFp8, bool kF16 = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 2)
     paged_prefill_mma_kernel(PagedAttentionParams p, AttentionPlanView plan) {
+  static_assert(kFp8 || !kF16, "the f16 variant reads FP8 caches");
+  auto mma = [](float(&d)[4], const uint32_t(&a)[4], uint32_t b0, uint32_t b1) {
+    mma_16816<kF16>(d, a[0], a[1], a[2], a[3], b0, b1);
+  };
   constexpr int kD = Cfg::kHeadDim, kM = Cfg::kM, kN = Cfg::kN, kMT = Cfg::kMTiles, kChunks = Cfg::kChunks,
                 kRB = Cfg::kRowBytes, kLoadRows = Cfg::kLoadRows, kWarpRows = Cfg::kWarpRows;
   constexpr int kNT = kN / 8;  // n8 tiles of S per m16 tile
@@ -699,16 +722,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
   const int num_tiles = (kv_end + kN - 1) / kN;
 
   const KvRowLocator loc(p, w);
+  const auto swz = [](int r, int c) { return row_swz<kRB>(r, c); };
+  const typename Cfg::Stager stager(v_s + 2 * Cfg::kKvBytes);  // kFp8: the codes' staging buffer
+  // Tile `tile`'s copies: bf16 rows straight into buffer `buf`, or FP8 codes into the staging buffer.
   auto load_kv = [&](int tile, int buf) {
-    const uint32_t dst[2] = {k_s + buf * Cfg::kKvBytes, v_s + buf * Cfg::kKvBytes};
     if constexpr (kFp8) {
-      load_kv_tile_fp8<kD, kN, Cfg::kThreads>(loc, tile, kv_end, reinterpret_cast<const uint8_t*>(p.k_cache),
-                                              reinterpret_cast<const uint8_t*>(p.v_cache), dst[0], dst[1],
-                                              [](int r, int c) { return row_swz<kRB>(r, c); });
+      stager.load(loc, tile, kv_end, p);
     } else {
       const __nv_bfloat16* const src[2] = {p.k_cache, p.v_cache};
-      load_kv_tile<kD, kN, Cfg::kThreads, 1, 2>(loc, tile, kv_end, src, dst,
-                                                [](int r, int c) { return row_swz<kRB>(r, c); });
+      const uint32_t dst[2] = {k_s + buf * Cfg::kKvBytes, v_s + buf * Cfg::kKvBytes};
+      load_kv_tile<kD, kN, Cfg::kThreads, 1, 2>(loc, tile, kv_end, src, dst, swz);
     }
     cp_async_commit();
   };
@@ -731,7 +754,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
   const int lr = lane & 7;  // (row & 7) of every ldmatrix row address below
 
   for (int tile = 0; tile < num_tiles; ++tile) {
-    cp_async_wait_all();
+    cp_async_wait_all();  // this thread's copies of the tile (and Q) landed
+    if constexpr (kFp8) {
+      if (kF16 && tile == 0) q_tile_to_f16<kD, kM, Cfg::kThreads>(q_s, swz);
+      // Into the buffers last read by tile - 2, retired before the previous barrier.
+      stager.template convert<kF16>(k_s + (tile & 1) * Cfg::kKvBytes, v_s + (tile & 1) * Cfg::kKvBytes, swz);
+    }
     __syncthreads();  // tile visible to all; everyone is done with the buffer refilled next
     if (tile + 1 < num_tiles) load_kv(tile + 1, (tile + 1) & 1);
     const int n0 = tile * kN;
@@ -759,8 +787,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
             b, kb + (np * 16 + ((lane >> 4) << 3) + lr) * kRB + (((2 * ks + ((lane >> 3) & 1)) ^ lr) << 4));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          mma_bf16_16816(s[mt][2 * np], a[mt], b[0], b[1]);
-          mma_bf16_16816(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+          mma(s[mt][2 * np], a[mt], b[0], b[1]);
+          mma(s[mt][2 * np + 1], a[mt], b[2], b[3]);
         }
       }
     }
@@ -797,10 +825,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
       uint32_t a[kMT][4];
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
-        a[mt][0] = pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        a[mt][1] = pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        a[mt][2] = pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        a[mt][3] = pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        a[mt][0] = pack_operand<kF16>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = pack_operand<kF16>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = pack_operand<kF16>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = pack_operand<kF16>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
       }
 #pragma unroll
       for (int dp = 0; dp < kDT / 2; ++dp) {
@@ -809,8 +837,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 2)
             b, vb + (kk * 16 + ((lane >> 3) & 1) * 8 + lr) * kRB + (((2 * dp + (lane >> 4)) ^ lr) << 4));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          mma_bf16_16816(o_acc[mt][2 * dp], a[mt], b[0], b[1]);
-          mma_bf16_16816(o_acc[mt][2 * dp + 1], a[mt], b[2], b[3]);
+          mma(o_acc[mt][2 * dp], a[mt], b[0], b[1]);
+          mma(o_acc[mt][2 * dp + 1], a[mt], b[2], b[3]);
         }
       }
     }
@@ -882,7 +910,10 @@ void launch_paged_prefill_attention(const PagedAttentionParams& p, const Attenti
                               stream);
         break;
       case PrefillKernel::kWgmmaSimple:
-        if (p.kv_fp8)
+        if (p.kv_fp8 && p.kv_fp8_f16)
+          launch_prefill_kernel(paged_prefill_wgmma_kernel<Wgmma, false, true, true>, Wgmma::kThreads,
+                                Wgmma::kSmem + Wgmma::kStageBytes, p, plan, stream);
+        else if (p.kv_fp8)
           launch_prefill_kernel(paged_prefill_wgmma_kernel<Wgmma, false, true>, Wgmma::kThreads,
                                 Wgmma::kSmem + Wgmma::kStageBytes, p, plan, stream);
         else
@@ -890,8 +921,12 @@ void launch_paged_prefill_attention(const PagedAttentionParams& p, const Attenti
                                 plan, stream);
         break;
       case PrefillKernel::kMmaSync:
-        if (p.kv_fp8)
-          launch_prefill_kernel(paged_prefill_mma_kernel<Mma, true>, Mma::kThreads, Mma::kSmem, p, plan, stream);
+        if (p.kv_fp8 && p.kv_fp8_f16)
+          launch_prefill_kernel(paged_prefill_mma_kernel<Mma, true, true>, Mma::kThreads, Mma::kSmemFp8, p,
+                                plan, stream);
+        else if (p.kv_fp8)
+          launch_prefill_kernel(paged_prefill_mma_kernel<Mma, true>, Mma::kThreads, Mma::kSmemFp8, p, plan,
+                                stream);
         else
           launch_prefill_kernel(paged_prefill_mma_kernel<Mma, false>, Mma::kThreads, Mma::kSmem, p, plan, stream);
         break;
