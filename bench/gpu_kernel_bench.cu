@@ -617,11 +617,14 @@ void bench_prefill_attention(cuda::CudaBackend& be, double peak, bool quick) {
       };
       // The reference (mma.sync, bf16 MMAs) last.
       const std::vector<Variant> variants =
-          fp8 ? std::vector<Variant>{{cuda::PrefillKernel::kWgmmaSimple, true, "wgmma-simple f16"},
+          fp8 ? std::vector<Variant>{{cuda::PrefillKernel::kWgmmaWs, true, "wgmma-ws f16"},
+                                     {cuda::PrefillKernel::kWgmmaSimple, true, "wgmma-simple f16"},
                                      {cuda::PrefillKernel::kMmaSync, true, "mma.sync f16"},
+                                     {cuda::PrefillKernel::kWgmmaWs, false, "wgmma-ws bf16"},
                                      {cuda::PrefillKernel::kWgmmaSimple, false, "wgmma-simple bf16"},
                                      {cuda::PrefillKernel::kMmaSync, false, "mma.sync bf16"}}
-              : std::vector<Variant>{{cuda::PrefillKernel::kWgmma, false, "wgmma"},
+              : std::vector<Variant>{{cuda::PrefillKernel::kWgmmaWs, false, "wgmma-ws"},
+                                     {cuda::PrefillKernel::kWgmma, false, "wgmma"},
                                      {cuda::PrefillKernel::kWgmmaSimple, false, "wgmma-simple"},
                                      {cuda::PrefillKernel::kMmaSync, false, "mma.sync"}};
       std::vector<backend::DeviceTensor> outs;

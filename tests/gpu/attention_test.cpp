@@ -221,8 +221,10 @@ TEST_P(PrefillKernelTest, BothKernelsMatchCpu) {
   const std::pair<cuda::PrefillKernel, const char*> kernels[] = {
       {cuda::PrefillKernel::kWgmma, "wgmma"},
       {cuda::PrefillKernel::kWgmmaSimple, "wgmma-s"},
+      {cuda::PrefillKernel::kWgmmaWs, "wgmma-ws"},
       {cuda::PrefillKernel::kMmaSync, "mma.sync"}};
   for (const auto& [kernel, label] : kernels) {
+    if (kernel == cuda::PrefillKernel::kWgmmaWs && !cuda::prefill_ws_supports(ac.d)) continue;
     poison(out.g.view);
     cuda::launch_paged_prefill_attention(p, view, gpu().stream(), kernel);
     c = expect_close(out.g.view, out.c.view, 1e-2, ac.name + " (" + label + ")");

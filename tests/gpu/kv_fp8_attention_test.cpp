@@ -4,8 +4,8 @@
 //  - paged attention over caches of identical codes (random N(0, 1) values quantized with the layer's
 //    scales, subnormal codes and saturated ones included), through each GPU path: the split-KV decode
 //    kernel (16-byte loads of 16 codes, dequantized in registers), the prefill kernels (through the backend's
-//    choice, and on prefill-only steps both kWgmmaSimple and mma.sync launched directly, each with bf16 and
-//    with f16 MMAs) and the generic
+//    choice, and on prefill-only steps kWgmmaSimple, kWgmmaWs (head dim 128) and mma.sync launched directly,
+//    each with bf16 and with f16 MMAs) and the generic
 //    kernel (other head dims); shapes as the bf16 attention tests (GQA 1, 4, 7, 8, 16, MQA; head dim 64 and
 //    128; block sizes 1, 8, 16, 32; kv lengths 1, 54, 97, 2048, 2049, 5000; batches 1, 3, 17, 64, 300; a
 //    graph bucket) with K and V scales != 1; every case with both decode variants (bf16 MMAs on codes
@@ -181,11 +181,14 @@ TEST_P(Fp8AttentionTest, MatchesCpu) {
     view.prefill_items = items.ptr;
     cuda::PagedAttentionParams p = cuda::paged_attention_params(meta, qkv.g.view, ac.hq, ac.hkv, ac.d, scale,
                                                                 cache.gpu_cache(), out.g.view);
-    const std::pair<cuda::PrefillKernel, const char*> kernels[] = {{cuda::PrefillKernel::kWgmmaSimple, "wgmma-s"},
-                                                                  {cuda::PrefillKernel::kMmaSync, "mma.sync"}};
-    for (const bool f16 :
-         {false, true})  // codes -> bf16 for bf16 MMAs; codes -> f16 for f16 MMAs (the default)
+    const std::pair<cuda::PrefillKernel, const char*> kernels[] = {
+        {cuda::PrefillKernel::kWgmmaSimple, "wgmma-s"},
+        {cuda::PrefillKernel::kWgmmaWs, "wgmma-ws"},
+        {cuda::PrefillKernel::kMmaSync, "mma.sync"}};
+    // Codes -> bf16 for bf16 MMAs; codes -> f16 for f16 MMAs (the default).
+    for (const bool f16 : {false, true})
       for (const auto& [kernel, label] : kernels) {
+        if (kernel == cuda::PrefillKernel::kWgmmaWs && !cuda::prefill_ws_supports(ac.d)) continue;
         p.kv_fp8_f16 = f16;
         poison(out.g.view);
         cuda::launch_paged_prefill_attention(p, view, gpu().stream(), kernel);

@@ -85,6 +85,7 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device), 
   if (const char* v = std::getenv("XINFER_FP8_KV_F16")) fp8_kv_f16_mma_ = std::atoi(v) != 0;  // A/B switch
   if (const char* v = std::getenv("XINFER_DECODE_WARPS")) set_decode_many_warps(std::atoi(v));  // A/B switch
   if (const char* v = std::getenv("XINFER_FP8_KV_WGMMA")) fp8_kv_wgmma_prefill_ = std::atoi(v) != 0;  // A/B switch
+  if (const char* v = std::getenv("XINFER_PREFILL_WS")) prefill_ws_ = std::atoi(v) != 0;  // A/B switch
   if (const char* v = std::getenv("XINFER_INT8_GEMM")) set_int8_gemm(v);                            // A/B switch
 }
 
@@ -768,7 +769,9 @@ void CudaBackend::paged_attention(const backend::StepMeta& step, const TensorVie
     launch_paged_decode_attention(p, attn_view_, psize, warps, ws, stream_);
   }
   const bool wgmma = prefer_wgmma_prefill(attn_host_) && (!p.kv_fp8 || fp8_kv_wgmma_prefill_);
-  launch_paged_prefill_attention(p, attn_view_, stream_, wgmma ? PrefillKernel::kWgmmaSimple : PrefillKernel::kMmaSync);
+  const PrefillKernel wgmma_kernel =
+      prefill_ws_ && prefill_ws_supports(head_dim) ? PrefillKernel::kWgmmaWs : PrefillKernel::kWgmmaSimple;
+  launch_paged_prefill_attention(p, attn_view_, stream_, wgmma ? wgmma_kernel : PrefillKernel::kMmaSync);
 }
 
 bool CudaBackend::fuses_rope_attention(int head_dim, const TensorView& cos_sin,

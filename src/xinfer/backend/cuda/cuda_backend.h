@@ -255,6 +255,10 @@ class CudaBackend final : public backend::Backend {
   // bf16 caches; false: the mma.sync kernel for every FP8 prefill. XINFER_FP8_KV_WGMMA=0 turns it off at
   // construction (A/B switch).
   void set_fp8_kv_wgmma_prefill(bool on) { fp8_kv_wgmma_prefill_ = on; }
+  // Prefill attention on long contexts (prefer_wgmma_prefill), head_dim 128: the warp-specialized wgmma
+  // kernel (PrefillKernel::kWgmmaWs) instead of kWgmmaSimple. XINFER_PREFILL_WS=0 turns it off at
+  // construction (A/B).
+  void set_prefill_ws(bool on) { prefill_ws_ = on; }
   // Host calls of add_rms_norm_linear / rope_paged_attention that launched the fused kernels so far (a graph
   // recording counts once, its replays not at all).
   int64_t fused_linears() const { return fused_linears_; }
@@ -340,6 +344,7 @@ class CudaBackend final : public backend::Backend {
   std::map<std::tuple<int, int, int>, Int8WgmmaConfig> int8_measured_;  // (n, k, row bucket): measure_int8_gemms
   int decode_many_warps_ = 0;
   bool fp8_kv_wgmma_prefill_ = true;
+  bool prefill_ws_ = true;
   int64_t fused_rope_attentions_ = 0;
 
   // upload_step() state

@@ -9,6 +9,7 @@
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
 #include "xinfer/backend/cuda/kernels/attention/kv_fp8.cuh"
 #include "xinfer/backend/cuda/kernels/cp_async.cuh"
+#include "xinfer/backend/cuda/kernels/mbarrier.cuh"
 #include "xinfer/backend/cuda/kernels/wgmma.cuh"
 
 namespace xinfer::cuda {
@@ -224,8 +225,29 @@ struct Fp8TileStager {
       cp_async_16(slot(i) + kN * kD, v8 + off, ok);
     }
   }
-  // Once this thread's copies landed: its chunks -> 8-element chunks 2c, 2c + 1 of its rows of the K / V
-  // tiles at k_dst / v_dst (swz(row, chunk): the byte offset of a 16-byte chunk in the kernel's layout).
+  // Once this thread's copies landed: its chunks of K (convert_k) or V (convert_v) -> 8-element chunks 2c, 2c
+  // + 1 of its rows of the tile at dst (swz(row, chunk): the byte offset of a 16-byte chunk in the kernel's
+  // layout).
+  template <bool kF16, typename Swizzle>
+  __device__ __forceinline__ void convert_k(uint32_t dst, Swizzle swz) const {
+    convert_one<kF16>(0, dst, swz);
+  }
+  template <bool kF16, typename Swizzle>
+  __device__ __forceinline__ void convert_v(uint32_t dst, Swizzle swz) const {
+    convert_one<kF16>(kN * kD, dst, swz);
+  }
+  template <bool kF16, typename Swizzle>
+  __device__ __forceinline__ void convert_one(uint32_t src_offset, uint32_t dst, Swizzle swz) const {
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const uint4 codes = ld_shared_16(slot(i) + src_offset);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        st_shared_16(dst + swz(r0 + i * kRows, 2 * c + h),
+                     kF16 ? e4m3x16_half_to_f16x8(codes, h) : e4m3x16_half_to_bf16x8(codes, h));
+    }
+  }
+  // Both tiles, K and V interleaved (the kernels without a producer warpgroup).
   template <bool kF16, typename Swizzle>
   __device__ __forceinline__ void convert(uint32_t k_dst, uint32_t v_dst, Swizzle swz) const {
     auto cvt = [](const uint4& codes, int h) {
@@ -635,6 +657,336 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 }
 
 // =====================================================================================================
+// Kernel 1b: warp-specialized wgmma (FlashAttention-3's schedule). CTA = 128 query rows of one q head and
+// three warpgroups: a producer (warpgroup 0) that fills a two-stage ring of K and V tiles (kN = 128 keys) and
+// two consumers of 64 rows each. The consumers never wait for a load at a CTA barrier: each stage has its own
+// full / empty mbarriers for K and for V, so a K stage is refilled once both consumers' S of it completed and
+// a V stage once their P V did. Each consumer issues S of tile t and P V of tile t - 1 together and runs the
+// softmax of tile t while P V is on the tensor cores (intra-warpgroup overlap); the two consumers take turns
+// at issuing (named barriers), so one's softmax runs beside the other's MMAs (ping-pong). The producer issues
+// cp.async copies (bf16 caches: straight into the stage; FP8: the codes into a staging ring, then converted
+// into the stage by Fp8TileStager, to f16 with kF16) and, once its own copies landed or its own conversions
+// are stored, fences them for the async proxy and arrives on the stage's full barrier (128 arrivals, one per
+// producer thread). Q rides with tile 0's K (and is rounded to f16 there with kF16). Registers: the producer
+// gives all but kWsProducerRegs of its share to the consumers (setmaxnreg). Shared memory: Q [128, kD], K[2],
+// V[2] [kN, kD] in the wgmma kernel's swizzled panels, FP8 staging [2][2][kN][kD] bytes; kD = 128: 160 KiB
+// (bf16) / 224 KiB (FP8).
+// =====================================================================================================
+
+template <int kD, bool kFp8>
+struct WsConfig {
+  static constexpr int kHeadDim = kD;
+  static constexpr int kM = kPrefillTileRows;
+  static constexpr int kN = 128;
+  static constexpr int kThreads = 384;  // producer warpgroup + two consumers
+  static constexpr int kProducerThreads = 128;
+  static constexpr int kQBytes = kM * kD * 2;
+  static constexpr int kKvBytes = kN * kD * 2;
+  using Stager = Fp8TileStager<kD, kN, kProducerThreads>;
+  static constexpr int kStageBytes = kFp8 ? 2 * Stager::kBytes : 0;  // two tiles of K + V codes
+  static constexpr int kBarrierBytes = 8 * 8;  // fullK, fullV, emptyK, emptyV x 2 stages
+  static constexpr int kSmem = kQBytes + 4 * kKvBytes + kStageBytes + kBarrierBytes + 1024;
+  static_assert(kM == 128 && (kD == 64 || kD == 128));
+};
+// Registers per thread after the hand-off: 128 x 72 + 256 x 216 = 384 x 168 (the launch's share).
+inline constexpr int kWsProducerRegs = 104, kWsConsumerRegs = 200;
+static_assert(128 * kWsProducerRegs + 256 * kWsConsumerRegs <= 384 * ((65536 / 384) & ~7));
+
+template <typename Cfg, bool kFp8, bool kF16>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    paged_prefill_ws_kernel(PagedAttentionParams p, AttentionPlanView plan) {
+  static_assert(kFp8 || !kF16, "the f16 variant reads FP8 caches");
+  constexpr int kD = Cfg::kHeadDim, kM = Cfg::kM, kN = Cfg::kN, kP = Cfg::kProducerThreads;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ int warp_max_pos[Cfg::kThreads / 32];
+  const uint32_t q_s = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t k_s = q_s + Cfg::kQBytes;       // K[b] at k_s + b * kKvBytes
+  const uint32_t v_s = k_s + 2 * Cfg::kKvBytes;  // V[b] at v_s + b * kKvBytes
+  const uint32_t stage_s = v_s + 2 * Cfg::kKvBytes;
+  const uint32_t bars = stage_s + Cfg::kStageBytes;
+  auto full_k = [&](int b) { return bars + 8u * static_cast<uint32_t>(b); };
+  auto full_v = [&](int b) { return bars + 8u * static_cast<uint32_t>(2 + b); };
+  auto empty_k = [&](int b) { return bars + 8u * static_cast<uint32_t>(4 + b); };
+  auto empty_v = [&](int b) { return bars + 8u * static_cast<uint32_t>(6 + b); };
+
+  const TileWork w = tile_work(p, plan);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
+  // Consumer c = wg - 1 holds rows 64c + 16 (warp % 4) + lane / 4 (+ 8); the producer's threads hold no rows.
+  const int g = lane / 4, t4 = lane % 4;
+  const int r0 = (wg - 1) * 64 + (warp % 4) * 16 + g;
+
+  if (tid == 0) {
+    for (int b = 0; b < 2; ++b) {
+      mbar_init(full_k(b), kP);
+      mbar_init(full_v(b), kP);
+      mbar_init(empty_k(b), 256);
+      mbar_init(empty_v(b), 256);
+    }
+    mbar_init_fence();
+  }
+  int pos[2] = {0, 0};
+  bool valid[2] = {false, false};
+  if (wg > 0) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = r0 + 8 * hh;
+      valid[hh] = r < w.rows;
+      pos[hh] = p.positions[w.q_begin + min(r, w.rows - 1)];
+    }
+  }
+  const RowBounds wb = warp_row_bounds(pos, valid, 2);
+  if (lane == 0) warp_max_pos[warp] = wb.pos_max;
+  __syncthreads();              // the barriers' initialization and the rows' bounds
+  int kv_end = 0, wg_max = -1;  // keys [0, kv_end) are read; this consumer's rows see keys <= wg_max
+#pragma unroll
+  for (int i = 4; i < Cfg::kThreads / 32; ++i) {
+    kv_end = max(kv_end, warp_max_pos[i] + 1);
+    if (i / 4 == wg) wg_max = max(wg_max, warp_max_pos[i]);
+  }
+  const int num_tiles = (kv_end + kN - 1) / kN;
+  const KvRowLocator loc(p, w);
+  const auto swz = [](int r, int c) { return panel_swz<kN>(r, c); };
+
+  if (wg == 0) {
+    // ---- producer ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWsProducerRegs) : "memory");
+    {  // Q (rows past the chunk are zeros), in the group of tile 0's K (or codes)
+      const __nv_bfloat16* q_src = p.qkv + static_cast<size_t>(w.q_begin) * p.qkv_stride + w.head * kD;
+      constexpr int kChunks = kD / 8, kLoadRows = kP / kChunks;
+      const int c = tid % kChunks;
+#pragma unroll
+      for (int r = tid / kChunks; r < kM; r += kLoadRows) {
+        const bool ok = r < w.rows;
+        cp_async_16(q_s + panel_swz<kM>(r, c), q_src + static_cast<size_t>(ok ? r : 0) * p.qkv_stride + c * 8,
+                    ok);
+      }
+    }
+    // Stage b's refill for tile t waits for the consumers' release of tile t - 2 (parity of round t / 2 - 1).
+    auto wait_empty = [&](uint32_t bar, int t) { mbar_wait(bar, ((t / 2) & 1) ^ 1); };
+    auto publish = [&](uint32_t bar) {  // this thread's copies / stores of a stage -> the async proxy, arrive
+      fence_proxy_async();
+      mbar_arrive(bar);
+    };
+    if constexpr (kFp8) {
+      auto stager = [&](int t) { return typename Cfg::Stager(stage_s + (t & 1) * Cfg::Stager::kBytes); };
+      stager(0).load(loc, 0, kv_end, p);
+      cp_async_commit();  // Q and tile 0's codes
+      if (num_tiles > 1) stager(1).load(loc, 1, kv_end, p);
+      cp_async_commit();  // (possibly empty)
+      for (int t = 0; t < num_tiles; ++t) {
+        cp_async_wait<1>();  // tile t's codes (and Q) landed; tile t + 1's may still be in flight
+        if (kF16 && t == 0) q_tile_to_f16<kD, kM, kP>(q_s, [](int r, int c) { return panel_swz<kM>(r, c); });
+        const uint32_t kb = k_s + (t & 1) * Cfg::kKvBytes, vb = v_s + (t & 1) * Cfg::kKvBytes;
+        wait_empty(empty_k(t & 1), t);
+        stager(t).template convert_k<kF16>(kb, swz);
+        publish(full_k(t & 1));
+        wait_empty(empty_v(t & 1), t);
+        stager(t).template convert_v<kF16>(vb, swz);
+        publish(full_v(t & 1));
+        if (t + 2 < num_tiles) stager(t).load(loc, t + 2, kv_end, p);  // this thread read its chunks of t
+        cp_async_commit();
+      }
+    } else {
+      // This thread's 16-byte chunk c of rows r_first + i * kLoadRows of a tile: their cache rows are looked
+      // up once for K and V, all in flight together (the block-table reads are the producer's latency).
+      constexpr int kChunks = kD / 8, kLoadRows = kP / kChunks, kPerThread = kN / kLoadRows;
+      const int c_load = tid % kChunks, r_first = tid / kChunks;
+      uint32_t rows[kPerThread];
+      auto lookup = [&](int t) {
+#pragma unroll
+        for (int i = 0; i < kPerThread; ++i)
+          rows[i] = loc.row(min(t * kN + r_first + i * kLoadRows, kv_end - 1));
+      };
+      auto load = [&](const __nv_bfloat16* cache, uint32_t dst, int t) {
+#pragma unroll
+        for (int i = 0; i < kPerThread; ++i) {
+          const int r = r_first + i * kLoadRows;
+          cp_async_16(dst + swz(r, c_load), cache + static_cast<size_t>(rows[i]) * kD + c_load * 8,
+                      t * kN + r < kv_end);  // zeros past the end
+        }
+        cp_async_commit();
+      };
+      // Groups in issue order: K0 (with Q), V0, then per t: K[t + 1], V[t + 1]. K[t] is published once K[t +
+      // 1] is issued (its stage freed by S of tile t - 1), V[t] once V[t + 1] is (freed by P V of tile t -
+      // 1), so a consumer waiting on K[t] never waits behind a refill that needs its own P V.
+      lookup(0);
+      load(p.k_cache, k_s, 0);
+      load(p.v_cache, v_s, 0);
+      for (int t = 0; t < num_tiles; ++t) {
+        const bool next = t + 1 < num_tiles;
+        const uint32_t b1 = (t + 1) & 1;
+        if (next) {
+          lookup(t + 1);
+          wait_empty(empty_k(b1), t + 1);
+          load(p.k_cache, k_s + b1 * Cfg::kKvBytes, t + 1);
+          cp_async_wait<2>();  // K[t] landed (V[t], K[t + 1] may be in flight)
+        } else {
+          cp_async_wait<1>();
+        }
+        publish(full_k(t & 1));
+        if (next) {
+          wait_empty(empty_v(b1), t + 1);
+          load(p.v_cache, v_s + b1 * Cfg::kKvBytes, t + 1);
+          cp_async_wait<2>();  // V[t] landed
+        } else {
+          cp_async_wait<0>();
+        }
+        publish(full_v(t & 1));
+      }
+    }
+    return;  // the CTA stays resident until the consumers finish
+  }
+
+  // ---- consumers ----
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWsConsumerRegs) : "memory");
+  const int c = wg - 1;
+  // Tiles [0, my_tiles) hold keys of this consumer's rows; it skips later ones (releasing their stages).
+  const int my_tiles = min(num_tiles, (wg_max + kN) / kN);
+  constexpr int kTurn0 = 1;  // named barriers kTurn0 + c: consumer c may issue its MMAs
+  float o[kD / 2];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
+  float s[kN / 2];
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) s[i] = 0.0f;
+  uint32_t pa[kN / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < kN / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  const float scale_log2 = qk_scale_of(p, w.kv_head) * kLog2e;
+  const uint32_t q_wg = q_s + c * 64 * 128;  // this consumer's 64 rows inside each Q panel
+
+  auto issue_s = [&](uint32_t kb) {
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      const uint32_t koff = (ks % 4) * 32;
+      wgmma_m64n128k16_ss<kF16>(s, make_desc(q_wg + (ks / 4) * (kM * 128) + koff, 16, 1024),
+                                make_desc(kb + (ks / 4) * (kN * 128) + koff, 16, 1024), ks > 0 ? 1 : 0);
+    }
+  };
+  auto issue_pv = [&](uint32_t vb) {
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk)
+      wgmma_m64nNk16_rs_tb<kF16>(o, pa[kk], make_desc(vb + kk * 2048, kN * 128, 1024));
+  };
+  auto softmax_tile = [&](int tile, float(&alpha)[2]) {
+    const int n0 = tile * kN;
+    if (n0 + kN - 1 > wb.pos_min) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int lim = pos[hh] - n0 - 2 * t4;
+#pragma unroll
+        for (int i = 0; i < kN / 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (8 * i + e > lim) s[4 * i + 2 * hh + e] = -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+      alpha[hh] = softmax_row<kN / 4>([&](int k) -> float& { return s[4 * (k / 2) + 2 * hh + (k % 2)]; },
+                                      scale_log2, row_max[hh], row_sum[hh]);
+  };
+  auto rescale_and_pack = [&](const float(&alpha)[2]) {
+#pragma unroll
+    for (int i = 0; i < kD / 8; ++i) {
+      o[4 * i + 0] *= alpha[0];
+      o[4 * i + 1] *= alpha[0];
+      o[4 * i + 2] *= alpha[1];
+      o[4 * i + 3] *= alpha[1];
+    }
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      pa[kk][0] = pack_operand<kF16>(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = pack_operand<kF16>(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = pack_operand<kF16>(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = pack_operand<kF16>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  };
+  auto fence_all_regs = [&] {
+    fence_regs(s);
+    fence_regs(o);
+    fence_regs(pa);
+  };
+
+  if (c == 1) named_barrier_arrive(kTurn0 + 0, 256);  // consumer 0 issues first
+  // Iteration t = 0 .. num_tiles: S of tile t (t < my_tiles) and P V of tile t - 1 (t - 1 < my_tiles), issued
+  // in this consumer's turn; each stage is released once the MMA reading it retired, or at once where this
+  // consumer skips the tile. Each branch is one straight-line sequence from its first wgmma fence to its last
+  // wait (ptxas serializes wgmma issued under a condition after a fence outside it).
+  for (int t = 0; t <= num_tiles; ++t) {
+    const bool do_s = t < my_tiles, do_pv = t >= 1 && t - 1 < my_tiles;
+    const uint32_t kb = k_s + (t & 1) * Cfg::kKvBytes, vb_prev = v_s + ((t + 1) & 1) * Cfg::kKvBytes;
+    if (do_s) mbar_wait(full_k(t & 1), (t / 2) & 1);
+    if (do_pv) mbar_wait(full_v((t + 1) & 1), ((t - 1) / 2) & 1);
+    named_barrier_sync(kTurn0 + c, 256);
+    float alpha[2];
+    if (do_s && !do_pv) {  // S of tile 0 alone
+      fence_all_regs();
+      wgmma_fence();
+      issue_s(kb);
+      wgmma_commit();
+      if (c == 0 || t < num_tiles) named_barrier_arrive(kTurn0 + 1 - c, 256);
+      wgmma_wait<0>();
+      fence_regs(s);
+      mbar_arrive(empty_k(t & 1));
+      softmax_tile(t, alpha);
+      rescale_and_pack(alpha);
+    } else if (do_s) {  // S of tile t and P V of tile t - 1
+      fence_all_regs();
+      wgmma_fence();
+      issue_s(kb);
+      wgmma_commit();
+      wgmma_fence();
+      issue_pv(vb_prev);
+      wgmma_commit();
+      if (c == 0 || t < num_tiles) named_barrier_arrive(kTurn0 + 1 - c, 256);
+      wgmma_wait<1>();  // S (committed first) is done
+      fence_regs(s);
+      mbar_arrive(empty_k(t & 1));
+      softmax_tile(t, alpha);
+      end_schedule_region(row_sum[0] + row_sum[1]);
+      wgmma_wait<0>();  // P V is done: O may be rescaled and P rewritten
+      fence_all_regs();
+      mbar_arrive(empty_v((t + 1) & 1));
+      rescale_and_pack(alpha);
+    } else if (do_pv) {  // this consumer's last P V
+      fence_all_regs();
+      wgmma_fence();
+      issue_pv(vb_prev);
+      wgmma_commit();
+      if (c == 0 || t < num_tiles) named_barrier_arrive(kTurn0 + 1 - c, 256);
+      wgmma_wait<0>();
+      fence_regs(o);
+      mbar_arrive(empty_v((t + 1) & 1));
+    } else {
+      if (c == 0 || t < num_tiles) named_barrier_arrive(kTurn0 + 1 - c, 256);
+    }
+    // Stages of tiles this consumer skips: released without reading them.
+    if (!do_s && t < num_tiles) mbar_arrive(empty_k(t & 1));
+    if (!do_pv && t >= 1) mbar_arrive(empty_v((t + 1) & 1));
+  }
+
+  // Epilogue: normalize and store bf16 pairs straight from the accumulator (each quad writes 16 bytes).
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float l = row_sum[hh];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.0f ? v_scale_of(p, w.kv_head) / l : 0.0f;  // 1 for bf16 caches
+    const int r = r0 + 8 * hh;
+    if (r < w.rows) {
+      __nv_bfloat16* out =
+          p.out + static_cast<size_t>(w.q_begin + r) * p.num_heads * kD + w.head * kD + 2 * t4;
+#pragma unroll
+      for (int i = 0; i < kD / 8; ++i)
+        *reinterpret_cast<uint32_t*>(out + 8 * i) =
+            pack_bf16x2(o[4 * i + 2 * hh] * inv, o[4 * i + 2 * hh + 1] * inv);
+    }
+  }
+}
+
+// =====================================================================================================
 // Kernel 2 (fallback): FlashAttention-2 layout with mma.sync.m16n8k16. CTA = 128 query rows of one q head,
 // 4 warps x 32 rows (two m16 tiles per warp, so each K / V fragment read from shared memory feeds two
 // MMAs), KV tiles of kN = 64 keys, fragments loaded with ldmatrix (.trans for V). Shared memory: Q [128, kD]
@@ -888,6 +1240,9 @@ void launch_prefill_kernel(Kernel kernel, int threads, int smem, const PagedAtte
 bool prefill_attention_supports(int head_dim) {
   return head_dim == 64 || head_dim == 128;
 }
+bool prefill_ws_supports(int head_dim) {
+  return head_dim == 128;
+}
 
 void launch_paged_prefill_attention(const PagedAttentionParams& p, const AttentionPlanView& plan,
                                     cudaStream_t stream, PrefillKernel kernel) {
@@ -919,6 +1274,24 @@ void launch_paged_prefill_attention(const PagedAttentionParams& p, const Attenti
         else
           launch_prefill_kernel(paged_prefill_wgmma_kernel<Wgmma, false>, Wgmma::kThreads, Wgmma::kSmem, p,
                                 plan, stream);
+        break;
+      case PrefillKernel::kWgmmaWs:
+        if constexpr (kD == 128) {
+          using Ws8 = WsConfig<kD, true>;
+          using Ws16 = WsConfig<kD, false>;
+          if (p.kv_fp8 && p.kv_fp8_f16)
+            launch_prefill_kernel(paged_prefill_ws_kernel<Ws8, true, true>, Ws8::kThreads, Ws8::kSmem, p,
+                                  plan, stream);
+          else if (p.kv_fp8)
+            launch_prefill_kernel(paged_prefill_ws_kernel<Ws8, true, false>, Ws8::kThreads, Ws8::kSmem, p,
+                                  plan, stream);
+          else
+            launch_prefill_kernel(paged_prefill_ws_kernel<Ws16, false, false>, Ws16::kThreads, Ws16::kSmem, p,
+                                  plan, stream);
+        } else {
+          XI_CHECK(false) << "prefill attention: the warp-specialized kernel takes head_dim 128 (got " << kD
+                          << ")";
+        }
         break;
       case PrefillKernel::kMmaSync:
         if (p.kv_fp8 && p.kv_fp8_f16)

@@ -11,6 +11,10 @@
 //     intra-warpgroup pipelining).
 //   kWgmmaSimple: the same without the overlap (S, softmax, P V in turn); measured faster than kWgmma on the
 //     H200 and the one CudaBackend runs for long contexts (attention_plan.h prefer_wgmma_prefill).
+//   kWgmmaWs: warp-specialized (FlashAttention-3's schedule): a producer warpgroup fills a two-stage ring of
+//   K / V
+//     tiles through mbarriers (FP8 codes converted there), two consumer warpgroups overlap the softmax with P
+//     V and take turns on the tensor cores; head_dim 128 only (prefill_ws_supports()).
 //   kMmaSync: FlashAttention-2 layout with mma.sync.m16n8k16 + ldmatrix; 4 warps x 32 rows, KV tiles of
 //     64 keys; what CudaBackend runs for short contexts.
 // kWgmmaSimple and kMmaSync also read FP8 caches: the next tile's codes staged by cp.async and converted in
@@ -28,9 +32,10 @@
 
 namespace xinfer::cuda {
 
-enum class PrefillKernel { kWgmma, kWgmmaSimple, kMmaSync };
+enum class PrefillKernel { kWgmma, kWgmmaSimple, kWgmmaWs, kMmaSync };
 
 bool prefill_attention_supports(int head_dim);
+bool prefill_ws_supports(int head_dim);
 
 // Runs attention for every query row of plan.prefill_items; writes only those rows of p.out.
 void launch_paged_prefill_attention(const PagedAttentionParams& p, const AttentionPlanView& plan,

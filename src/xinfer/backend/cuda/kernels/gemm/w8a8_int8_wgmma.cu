@@ -10,8 +10,9 @@
 
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/cp_async.cuh"
-#include "xinfer/backend/cuda/kernels/gemm/int8_scale.cuh"
 #include "xinfer/backend/cuda/kernels/device_launch.h"
+#include "xinfer/backend/cuda/kernels/gemm/int8_scale.cuh"
+#include "xinfer/backend/cuda/kernels/mbarrier.cuh"
 #include "xinfer/backend/cuda/kernels/wgmma.cuh"
 
 namespace xinfer::cuda {
@@ -112,27 +113,6 @@ __device__ __forceinline__ void store_tile(const Int8GemmArgs& a, const uint32_t
   }
 }
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// One arrival that also announces `bytes` of transactions (the TMA loads completing on this barrier).
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Blocks until the barrier's phase of this parity has completed (parity 1 before any phase: at once).
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
 // A 2-D TMA load of the box at (c0: bytes along the row, c1: rows) into shared memory, completing on `bar`.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0,
                                             int c1) {
@@ -208,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, 1)  // two CTAs per SM would leave t
     }
     mbar_init(order(0), 128);  // ping-pong: the other consumer's threads, after each of their mainloops
     mbar_init(order(1), 128);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    mbar_init_fence();
   }
   __syncthreads();
 
