@@ -197,14 +197,42 @@ void bench_decode_attention(cuda::CudaBackend& be, double bw, bool quick) {
   }
 }
 
+// A one-layer paged KV cache of `blocks` blocks (8B heads: 8 KV heads x 128, blocks of 16) for the prefill
+// attention rows: bf16 random values, or FP8 random codes (the NaN codes 0x7f / 0xff left out) with K / V
+// scales 0.02 / 0.03.
+backend::KvCache make_prefill_kv_cache(cuda::CudaBackend& be, int blocks, bool fp8) {
+  const int Hkv = 8, D = 128, bs = 16;
+  backend::KvCacheSpec spec{1, blocks, bs, Hkv, D, fp8 ? DType::kFP8E4M3 : DType::kBF16};
+  if (fp8) {
+    spec.k_scales.assign(Hkv, 0.02f);
+    spec.v_scales.assign(Hkv, 0.03f);
+  }
+  backend::KvCache kv = be.allocate_kv_cache(spec);
+  if (!fp8) {
+    fill(kv.layers[0].k, 6);
+    fill(kv.layers[0].v, 7);
+    return kv;
+  }
+  std::vector<uint8_t> codes(kv.layers[0].k.bytes());
+  for (size_t i = 0; i < codes.size(); ++i) {
+    const auto code = static_cast<uint8_t>(i * 2654435761u >> 13);
+    codes[i] = (code & 0x7f) == 0x7f ? static_cast<uint8_t>(code - 0x40) : code;
+  }
+  cudaStream_t s = be.stream();
+  XI_CUDA_CHECK(cudaMemcpyAsync(kv.layers[0].k.data, codes.data(), codes.size(), cudaMemcpyHostToDevice, s));
+  XI_CUDA_CHECK(cudaMemcpyAsync(kv.layers[0].v.data, codes.data(), codes.size(), cudaMemcpyHostToDevice, s));
+  XI_CUDA_CHECK(cudaStreamSynchronize(s));
+  return kv;
+}
+
 // Decode attention with a bf16 vs an FP8 (e4m3) KV cache, Llama-3.1-8B shape, batch 1 and 64 at contexts 1k,
 // 4k and 8k and the throughput rows' decode steps, whose many-CTA grids also run at each warp count per CTA
 // (CUDA-graph replays, the cache rotated among copies as above). bytes = K + V of the batch (2 bytes
-// an element for bf16, 1 for fp8) + q and out; the roofline is bytes / the copy ceiling. The FP8 cache's codes
-// come from the bf16 fill quantized on the host, with scales 0.02 / 0.03. Then prefill attention through
-// CudaBackend::paged_attention (the kernel the backend picks: wgmma for these contexts, FP8 codes converted in
-// shared memory; FP8 also on mma.sync) for a 2048-token prompt and 512 tokens on 3584 cached, TFLOP/s of the
-// causal attention FLOPs vs the GEMM peak.
+// an element for bf16, 1 for fp8) + q and out; the roofline is bytes / the copy ceiling. The FP8 cache's
+// codes come from the bf16 fill quantized on the host, with scales 0.02 / 0.03. Then prefill attention
+// through CudaBackend::paged_attention (the kernel the backend picks: the warp-specialized wgmma kernel for
+// these contexts, FP8 codes converted in shared memory; FP8 also on mma.sync) for a 2048-token prompt and 512
+// tokens on 3584 cached (make_prefill_kv_cache), TFLOP/s of the causal attention FLOPs vs the GEMM peak.
 void bench_decode_attention_kv_fp8(cuda::CudaBackend& be, double bw, double peak) {
   const int Hq = 32, Hkv = 8, D = 128, bs = 16, kOps = 20;
   const int width = (Hq + 2 * Hkv) * D;
@@ -282,19 +310,7 @@ void bench_decode_attention_kv_fp8(cuda::CudaBackend& be, double bw, double peak
   for (const int cached : {0, 3584})
     for (const bool fp8 : {false, true}) {
       const int q_len = cached == 0 ? 2048 : 512, len = cached + q_len, blocks = (len + bs - 1) / bs;
-      backend::KvCacheSpec spec{1, blocks + 1, bs, Hkv, D, fp8 ? DType::kFP8E4M3 : DType::kBF16};
-      if (fp8) {
-        spec.k_scales.assign(Hkv, 0.02f);
-        spec.v_scales.assign(Hkv, 0.03f);
-      }
-      backend::KvCache kv = be.allocate_kv_cache(spec);
-      if (!fp8) {
-        fill(kv.layers[0].k, 6);
-        fill(kv.layers[0].v, 7);
-      } else {
-        XI_CUDA_CHECK(cudaMemsetAsync(kv.layers[0].k.data, 0x2a, kv.layers[0].k.bytes(), s));
-        XI_CUDA_CHECK(cudaMemsetAsync(kv.layers[0].v.data, 0xa9, kv.layers[0].v.bytes(), s));
-      }
+      backend::KvCache kv = make_prefill_kv_cache(be, blocks + 1, fp8);
       backend::StepPlan plan;
       plan.max_blocks_per_seq = blocks;
       plan.query_start_loc = {0};
@@ -557,28 +573,7 @@ void bench_prefill_attention(cuda::CudaBackend& be, double peak, bool quick) {
     for (const bool fp8 : {false, true}) {
       if (only != nullptr && std::string(only) != c.name) continue;
       const int len = c.cached + c.q_len, blocks_per_seq = (len + bs - 1) / bs, T = c.seqs * c.q_len;
-      backend::KvCacheSpec spec{1, c.seqs * blocks_per_seq + 1,         bs, Hkv,
-                                D, fp8 ? DType::kFP8E4M3 : DType::kBF16};
-      if (fp8) {
-        spec.k_scales.assign(Hkv, 0.02f);
-        spec.v_scales.assign(Hkv, 0.03f);
-      }
-      backend::KvCache kv = be.allocate_kv_cache(spec);
-      if (!fp8) {
-        fill(kv.layers[0].k, 6);
-        fill(kv.layers[0].v, 7);
-      } else {  // random codes, the NaN codes 0x7f / 0xff left out
-        std::vector<uint8_t> codes(kv.layers[0].k.bytes());
-        for (size_t i = 0; i < codes.size(); ++i) {
-          const auto code = static_cast<uint8_t>(i * 2654435761u >> 13);
-          codes[i] = (code & 0x7f) == 0x7f ? static_cast<uint8_t>(code - 0x40) : code;
-        }
-        XI_CUDA_CHECK(
-            cudaMemcpyAsync(kv.layers[0].k.data, codes.data(), codes.size(), cudaMemcpyHostToDevice, s));
-        XI_CUDA_CHECK(
-            cudaMemcpyAsync(kv.layers[0].v.data, codes.data(), codes.size(), cudaMemcpyHostToDevice, s));
-        XI_CUDA_CHECK(cudaStreamSynchronize(s));
-      }
+      backend::KvCache kv = make_prefill_kv_cache(be, c.seqs * blocks_per_seq + 1, fp8);
       backend::StepPlan plan;
       plan.max_blocks_per_seq = blocks_per_seq;
       plan.query_start_loc.push_back(0);

@@ -362,6 +362,166 @@ __device__ __forceinline__ uint32_t panel_swz(int r, int c) {
   return static_cast<uint32_t>((c >> 3) * (kRows * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
+// The wgmma kernels' Q tile: [kM, kD] bf16 of the tile's rows and q head into q_s (swizzled panels; rows past
+// the chunk are zeros) by kThreads threads (thread t: chunk t % (kD / 8) of rows t / (kD / 8) + i * (kThreads
+// / (kD / 8)), as q_tile_to_f16), without committing the copies.
+template <int kD, int kM, int kThreads>
+__device__ __forceinline__ void load_q_tile(const PagedAttentionParams& p, const TileWork& w, uint32_t q_s) {
+  constexpr int kChunks = kD / 8, kLoadRows = kThreads / kChunks;
+  const __nv_bfloat16* q_src = p.qkv + static_cast<size_t>(w.q_begin) * p.qkv_stride + w.head * kD;
+  const int c = static_cast<int>(threadIdx.x) % kChunks;
+#pragma unroll
+  for (int r = static_cast<int>(threadIdx.x) / kChunks; r < kM; r += kLoadRows) {
+    const bool ok = r < w.rows;
+    cp_async_16(q_s + panel_swz<kM>(r, c), q_src + static_cast<size_t>(ok ? r : 0) * p.qkv_stride + c * 8,
+                ok);
+  }
+}
+
+// The wgmma kernels' row bounds: this thread's accumulator rows r0, r0 + 8 (positions in pos; none where
+// has_rows is false, a producer thread), then across the CTA (one barrier, warp_max_pos[] of every warp): the
+// keys [0, kv_end) any row reads and the last key wg_max that the rows of warpgroup `wg` see (warps
+// first_warp.. hold rows; four warps a warpgroup).
+template <int kWarps>
+__device__ __forceinline__ RowBounds wgmma_row_bounds(const PagedAttentionParams& p, const TileWork& w,
+                                                      int r0, bool has_rows, int first_warp, int (&pos)[2],
+                                                      int (&warp_max_pos)[kWarps], int& kv_end, int& wg_max) {
+  bool valid[2] = {false, false};
+  pos[0] = pos[1] = 0;
+  if (has_rows) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = r0 + 8 * hh;
+      valid[hh] = r < w.rows;
+      pos[hh] = p.positions[w.q_begin + min(r, w.rows - 1)];
+    }
+  }
+  const RowBounds wb = warp_row_bounds(pos, valid, 2);
+  const int warp = static_cast<int>(threadIdx.x) / 32, wg = warp / 4;
+  if (threadIdx.x % 32 == 0) warp_max_pos[warp] = wb.pos_max;
+  __syncthreads();
+  kv_end = 0;
+  wg_max = -1;
+#pragma unroll
+  for (int i = 0; i < kWarps; ++i) {
+    if (i < first_warp) continue;
+    kv_end = max(kv_end, warp_max_pos[i] + 1);
+    if (i / 4 == wg) wg_max = max(wg_max, warp_max_pos[i]);
+  }
+  return wb;
+}
+
+// One warpgroup's 64 query rows of a 128-row tile on wgmma (the wgmma kernels share it): this thread's
+// accumulator fragments (O, S, and P as the A operand of P V), its two rows' online-softmax state, S = Q K^T
+// and O += P V issued from shared memory (the caller fences and commits around them), the softmax of a tile
+// and the normalized bf16 store.
+template <int kD, int kM, int kN, bool kF16>
+struct WgmmaRows {
+  float o[kD / 2];
+  float s[kN / 2];
+  uint32_t pa[kN / 16][4];
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  int pos[2];   // positions of this thread's rows r0, r0 + 8 (rows past the chunk: the last row's)
+  int pos_min;  // the lowest position among this warp's valid rows
+  int t4;       // lane % 4: this thread's columns 2 t4, 2 t4 + 1 of each 8-column group
+  float scale_log2;
+  uint32_t q_wg;  // this warpgroup's 64 rows inside each Q panel
+
+  __device__ __forceinline__ WgmmaRows(const int (&row_pos)[2], int warp_pos_min, float scale_log2_,
+                                       uint32_t q_wg_)
+      : pos{row_pos[0], row_pos[1]},
+        pos_min(warp_pos_min),
+        t4(static_cast<int>(threadIdx.x) % 4),
+        scale_log2(scale_log2_),
+        q_wg(q_wg_) {
+#pragma unroll
+    for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) s[i] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
+  }
+  // S = Q K^T for K at kb: kD / 16 k-steps; k-step ks lies in panel ks / 4 at byte 32 (ks % 4) of the
+  // 128-byte rows.
+  __device__ __forceinline__ void issue_s(uint32_t kb) {
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      const uint32_t koff = (ks % 4) * 32;
+      wgmma_m64n128k16_ss<kF16>(s, make_desc(q_wg + (ks / 4) * (kM * 128) + koff, 16, 1024),
+                                make_desc(kb + (ks / 4) * (kN * 128) + koff, 16, 1024), ks > 0 ? 1 : 0);
+    }
+  }
+  // O += P V for V at vb: k-step kk is rows [16kk, 16kk + 16) of V's panels (2048 bytes each), panels kN *
+  // 128 bytes apart.
+  __device__ __forceinline__ void issue_pv(uint32_t vb) {
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk)
+      wgmma_m64nNk16_rs_tb<kF16>(o, pa[kk], make_desc(vb + kk * 2048, kN * 128, 1024));
+  }
+  // Scores of tile `tile` in s -> probabilities (masked where the tile crosses a row's position: a
+  // warp-uniform branch); alpha: the factors O's rows must be scaled by.
+  __device__ __forceinline__ void softmax_tile(int tile, float (&alpha)[2]) {
+    const int n0 = tile * kN;
+    if (n0 + kN - 1 > pos_min) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int lim = pos[hh] - n0 - 2 * t4;  // column 8i + e of this lane is key n0 + 8i + 2 t4 + e
+#pragma unroll
+        for (int i = 0; i < kN / 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (8 * i + e > lim) s[4 * i + 2 * hh + e] = -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+      alpha[hh] = softmax_row<kN / 4>([&](int k) -> float& { return s[4 * (k / 2) + 2 * hh + (k % 2)]; },
+                                      scale_log2, row_max[hh], row_sum[hh]);
+  }
+  // O *= alpha; P (A fragments: the S fragments of key columns [16kk, 16kk + 16) form k-step kk).
+  __device__ __forceinline__ void rescale_and_pack(const float (&alpha)[2]) {
+#pragma unroll
+    for (int i = 0; i < kD / 8; ++i) {
+      o[4 * i + 0] *= alpha[0];
+      o[4 * i + 1] *= alpha[0];
+      o[4 * i + 2] *= alpha[1];
+      o[4 * i + 3] *= alpha[1];
+    }
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      pa[kk][0] = pack_operand<kF16>(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = pack_operand<kF16>(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = pack_operand<kF16>(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = pack_operand<kF16>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  }
+  __device__ __forceinline__ void fence_all() {
+    fence_regs(s);
+    fence_regs(o);
+    fence_regs(pa);
+  }
+  // Normalize and store bf16 pairs straight from the accumulator (each quad writes 16 bytes): rows r0, r0 + 8
+  // of the tile, those before w.rows.
+  __device__ __forceinline__ void store(const PagedAttentionParams& p, const TileWork& w, int r0) const {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float l = row_sum[hh];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.0f ? v_scale_of(p, w.kv_head) / l : 0.0f;  // 1 for bf16 caches
+      const int r = r0 + 8 * hh;
+      if (r < w.rows) {
+        __nv_bfloat16* out =
+            p.out + static_cast<size_t>(w.q_begin + r) * p.num_heads * kD + w.head * kD + 2 * t4;
+#pragma unroll
+        for (int i = 0; i < kD / 8; ++i)
+          *reinterpret_cast<uint32_t*>(out + 8 * i) =
+              pack_bf16x2(o[4 * i + 2 * hh] * inv, o[4 * i + 2 * hh + 1] * inv);
+      }
+    }
+  }
+};
+
 // kOverlap = false: per KV tile, S = Q K^T, wait, softmax, O += P V, wait (the two warpgroups overlap
 // each other's softmax only as far as they drift apart between the per-tile barriers).
 // kOverlap = true (FlashAttention-3's intra-warpgroup pipelining): S of tile t + 1 and P V of tile t are
@@ -381,8 +541,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     paged_prefill_wgmma_kernel(PagedAttentionParams p, AttentionPlanView plan) {
   static_assert(!(kOverlap && kFp8), "FP8 caches run the kernel without the softmax / P V overlap");
   static_assert(kFp8 || !kF16, "the f16 variant reads FP8 caches");
-  constexpr int kD = Cfg::kHeadDim, kM = Cfg::kM, kN = Cfg::kN, kChunks = Cfg::kChunks,
-                kLoadRows = Cfg::kLoadRows;
+  constexpr int kD = Cfg::kHeadDim, kM = Cfg::kM, kN = Cfg::kN;
   extern __shared__ unsigned char smem_raw[];
   __shared__ int warp_max_pos[Cfg::kThreads / 32];
   const uint32_t q_s = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -391,37 +550,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const TileWork w = tile_work(p, plan);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
-  const int g = lane / 4, t4 = lane % 4;
+  const int g = lane / 4;
   const int r0 = wg * 64 + (warp % 4) * 16 + g;  // this thread's accumulator rows: r0, r0 + 8
 
-  {  // Q tile (rows past the chunk are zeros)
-    const __nv_bfloat16* q_src = p.qkv + static_cast<size_t>(w.q_begin) * p.qkv_stride + w.head * kD;
-    const int c = tid % kChunks;
-#pragma unroll
-    for (int r = tid / kChunks; r < kM; r += kLoadRows) {
-      const bool ok = r < w.rows;
-      cp_async_16(q_s + panel_swz<kM>(r, c), q_src + static_cast<size_t>(ok ? r : 0) * p.qkv_stride + c * 8,
-                  ok);
-    }
-  }
-
-  int pos[2];
-  bool valid[2];
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int r = r0 + 8 * hh;
-    valid[hh] = r < w.rows;
-    pos[hh] = p.positions[w.q_begin + min(r, w.rows - 1)];
-  }
-  const RowBounds wb = warp_row_bounds(pos, valid, 2);
-  if (lane == 0) warp_max_pos[warp] = wb.pos_max;
-  __syncthreads();
-  int kv_end = 0, wg_max = -1;  // keys [0, kv_end) are read; this warpgroup's rows see keys <= wg_max
-#pragma unroll
-  for (int i = 0; i < Cfg::kThreads / 32; ++i) {
-    kv_end = max(kv_end, warp_max_pos[i] + 1);
-    if (i / 4 == wg) wg_max = max(wg_max, warp_max_pos[i]);
-  }
+  load_q_tile<kD, kM, Cfg::kThreads>(p, w, q_s);
+  int pos[2], kv_end, wg_max;  // keys [0, kv_end) are read; this warpgroup's rows see keys <= wg_max
+  const RowBounds wb = wgmma_row_bounds(p, w, r0, true, 0, pos, warp_max_pos, kv_end, wg_max);
   const int num_tiles = (kv_end + kN - 1) / kN;
   // Tiles [0, wg_tiles) hold keys of this warpgroup's rows; later ones are skipped (warpgroup-uniform).
   const int wg_tiles = min(num_tiles, (wg_max + kN) / kN);
@@ -440,101 +574,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
   const typename Cfg::Stager stager(v_s + 2 * Cfg::kKvBytes);  // kFp8: the codes' staging buffer
 
-  float o[kD / 2];
-#pragma unroll
-  for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
-  float s[kN / 2];
-#pragma unroll
-  for (int i = 0; i < kN / 2; ++i) s[i] = 0.0f;
-  uint32_t pa[kN / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < kN / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
-  const float scale_log2 = qk_scale_of(p, w.kv_head) * kLog2e;
-  const uint32_t q_wg = q_s + wg * 64 * 128;  // this warpgroup's 64 rows inside each Q panel
+  WgmmaRows<kD, kM, kN, kF16> rows(pos, wb.pos_min, qk_scale_of(p, w.kv_head) * kLog2e, q_s + wg * 64 * 128);
 
-  // S = Q K^T for K in buffer kb: kD / 16 k-steps; k-step ks lies in panel ks / 4 at byte 32 (ks % 4) of
-  // the 128-byte rows. Caller: wgmma_fence before, commit after.
-  auto issue_s = [&](uint32_t kb) {
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      const uint32_t koff = (ks % 4) * 32;
-      wgmma_m64n128k16_ss<kF16>(s, make_desc(q_wg + (ks / 4) * (kM * 128) + koff, 16, 1024),
-                                make_desc(kb + (ks / 4) * (kN * 128) + koff, 16, 1024), ks > 0 ? 1 : 0);
-    }
-  };
-  // O += P V for V in buffer vb: k-step kk is rows [16kk, 16kk + 16) of V's panels (2048 bytes each),
-  // panels kN * 128 bytes apart. Caller: wgmma_fence before, commit after.
-  auto issue_pv = [&](uint32_t vb) {
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk)
-      wgmma_m64nNk16_rs_tb<kF16>(o, pa[kk], make_desc(vb + kk * 2048, kN * 128, 1024));
-  };
-  // Scores of tile `tile` in s -> probabilities (masked where the tile crosses a row's position: a
-  // warp-uniform branch); alpha: the factors O's rows must be scaled by.
-  auto softmax_tile = [&](int tile, float(&alpha)[2]) {
-    const int n0 = tile * kN;
-    if (n0 + kN - 1 > wb.pos_min) {
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int lim = pos[hh] - n0 - 2 * t4;  // column 8i + e of this lane is key n0 + 8i + 2 t4 + e
-#pragma unroll
-        for (int i = 0; i < kN / 8; ++i)
-#pragma unroll
-          for (int e = 0; e < 2; ++e)
-            if (8 * i + e > lim) s[4 * i + 2 * hh + e] = -INFINITY;
-      }
-    }
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh)
-      alpha[hh] = softmax_row<kN / 4>([&](int k) -> float& { return s[4 * (k / 2) + 2 * hh + (k % 2)]; },
-                                      scale_log2, row_max[hh], row_sum[hh]);
-  };
-  // O *= alpha; P (bf16 A fragments: the S fragments of key columns [16kk, 16kk + 16) form k-step kk).
-  auto rescale_and_pack = [&](const float(&alpha)[2]) {
-#pragma unroll
-    for (int i = 0; i < kD / 8; ++i) {
-      o[4 * i + 0] *= alpha[0];
-      o[4 * i + 1] *= alpha[0];
-      o[4 * i + 2] *= alpha[1];
-      o[4 * i + 3] *= alpha[1];
-    }
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) {
-      pa[kk][0] = pack_operand<kF16>(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = pack_operand<kF16>(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = pack_operand<kF16>(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = pack_operand<kF16>(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-  };
   auto publish_loads = [] {  // this thread's copies landed and are visible to the async proxy; then barrier
     cp_async_wait_all();
     fence_proxy_async();
     __syncthreads();
   };
-  auto fence_all_regs = [&] {
-    fence_regs(s);
-    fence_regs(o);
-    fence_regs(pa);
-  };
 
   // S = Q K^T, softmax, O += P V of a tile in buffers tile & 1, in turn (kOverlap = false).
   auto compute_tile = [&](int tile) {
-    fence_all_regs();
+    rows.fence_all();
     wgmma_fence();
-    issue_s(k_s + (tile & 1) * Cfg::kKvBytes);
+    rows.issue_s(k_s + (tile & 1) * Cfg::kKvBytes);
     wgmma_commit();
     wgmma_wait_all();
-    fence_regs(s);
+    fence_regs(rows.s);
     float alpha[2];
-    softmax_tile(tile, alpha);
-    rescale_and_pack(alpha);
-    fence_all_regs();
+    rows.softmax_tile(tile, alpha);
+    rows.rescale_and_pack(alpha);
+    rows.fence_all();
     wgmma_fence();
-    issue_pv(v_s + (tile & 1) * Cfg::kKvBytes);
+    rows.issue_pv(v_s + (tile & 1) * Cfg::kKvBytes);
     wgmma_commit();
     wgmma_wait_all();  // V[tile & 1] is refilled after the next barrier
-    fence_regs(o);
+    fence_regs(rows.o);
   };
 
   if constexpr (kFp8) {
@@ -599,61 +663,45 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // Each branch is one straight-line sequence from the first wgmma fence to the last wait (ptxas
       // serializes wgmma issued under a condition after a fence outside it).
       if (tile == 0 && wg_tiles > 0) {  // S of tile 0 alone
-        fence_all_regs();
+        rows.fence_all();
         wgmma_fence();
-        issue_s(kb);
+        rows.issue_s(kb);
         wgmma_commit();
         wgmma_wait<0>();
-        fence_regs(s);
-        softmax_tile(tile, alpha);
-        rescale_and_pack(alpha);
+        fence_regs(rows.s);
+        rows.softmax_tile(tile, alpha);
+        rows.rescale_and_pack(alpha);
       } else if (tile > 0 && tile < wg_tiles) {  // S of tile t and P V of tile t - 1
-        fence_all_regs();
+        rows.fence_all();
         wgmma_fence();
-        issue_s(kb);
+        rows.issue_s(kb);
         wgmma_commit();
         wgmma_fence();  // a second stage: s is rewritten once S retires, while P V still runs
-        issue_pv(vb_prev);
+        rows.issue_pv(vb_prev);
         wgmma_commit();
         issue_loads(tile);
         wgmma_wait<1>();  // S (committed first) is done
-        fence_regs(s);
-        softmax_tile(tile, alpha);
-        end_schedule_region(row_sum[0] + row_sum[1]);
+        fence_regs(rows.s);
+        rows.softmax_tile(tile, alpha);
+        end_schedule_region(rows.row_sum[0] + rows.row_sum[1]);
         wgmma_wait<0>();  // P V is done: O may be rescaled and P rewritten
-        fence_all_regs();
-        rescale_and_pack(alpha);
+        rows.fence_all();
+        rows.rescale_and_pack(alpha);
       } else if (tile > 0 && tile == wg_tiles) {  // this warpgroup's last P V
-        fence_all_regs();
+        rows.fence_all();
         wgmma_fence();
-        issue_pv(vb_prev);
+        rows.issue_pv(vb_prev);
         wgmma_commit();
         issue_loads(tile);
         wgmma_wait<0>();
-        fence_regs(o);
+        fence_regs(rows.o);
       } else {
         issue_loads(tile);
       }
     }
   }
 
-  // Epilogue: normalize and store bf16 pairs straight from the accumulator (each quad writes 16 bytes).
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    float l = row_sum[hh];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l > 0.0f ? v_scale_of(p, w.kv_head) / l : 0.0f;  // 1 for bf16 caches
-    const int r = r0 + 8 * hh;
-    if (r < w.rows) {
-      __nv_bfloat16* out =
-          p.out + static_cast<size_t>(w.q_begin + r) * p.num_heads * kD + w.head * kD + 2 * t4;
-#pragma unroll
-      for (int i = 0; i < kD / 8; ++i)
-        *reinterpret_cast<uint32_t*>(out + 8 * i) =
-            pack_bf16x2(o[4 * i + 2 * hh] * inv, o[4 * i + 2 * hh + 1] * inv);
-    }
-  }
+  rows.store(p, w, r0);
 }
 
 // =====================================================================================================
@@ -712,7 +760,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const TileWork w = tile_work(p, plan);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
   // Consumer c = wg - 1 holds rows 64c + 16 (warp % 4) + lane / 4 (+ 8); the producer's threads hold no rows.
-  const int g = lane / 4, t4 = lane % 4;
+  const int g = lane / 4;
   const int r0 = (wg - 1) * 64 + (warp % 4) * 16 + g;
 
   if (tid == 0) {
@@ -724,25 +772,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     mbar_init_fence();
   }
-  int pos[2] = {0, 0};
-  bool valid[2] = {false, false};
-  if (wg > 0) {
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int r = r0 + 8 * hh;
-      valid[hh] = r < w.rows;
-      pos[hh] = p.positions[w.q_begin + min(r, w.rows - 1)];
-    }
-  }
-  const RowBounds wb = warp_row_bounds(pos, valid, 2);
-  if (lane == 0) warp_max_pos[warp] = wb.pos_max;
-  __syncthreads();              // the barriers' initialization and the rows' bounds
-  int kv_end = 0, wg_max = -1;  // keys [0, kv_end) are read; this consumer's rows see keys <= wg_max
-#pragma unroll
-  for (int i = 4; i < Cfg::kThreads / 32; ++i) {
-    kv_end = max(kv_end, warp_max_pos[i] + 1);
-    if (i / 4 == wg) wg_max = max(wg_max, warp_max_pos[i]);
-  }
+  // Keys [0, kv_end) are read; this consumer's rows see keys <= wg_max. The barrier also publishes the
+  // mbarriers' initialization.
+  int pos[2], kv_end, wg_max;
+  const RowBounds wb = wgmma_row_bounds(p, w, r0, wg > 0, 4, pos, warp_max_pos, kv_end, wg_max);
   const int num_tiles = (kv_end + kN - 1) / kN;
   const KvRowLocator loc(p, w);
   const auto swz = [](int r, int c) { return panel_swz<kN>(r, c); };
@@ -750,17 +783,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (wg == 0) {
     // ---- producer ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWsProducerRegs) : "memory");
-    {  // Q (rows past the chunk are zeros), in the group of tile 0's K (or codes)
-      const __nv_bfloat16* q_src = p.qkv + static_cast<size_t>(w.q_begin) * p.qkv_stride + w.head * kD;
-      constexpr int kChunks = kD / 8, kLoadRows = kP / kChunks;
-      const int c = tid % kChunks;
-#pragma unroll
-      for (int r = tid / kChunks; r < kM; r += kLoadRows) {
-        const bool ok = r < w.rows;
-        cp_async_16(q_s + panel_swz<kM>(r, c), q_src + static_cast<size_t>(ok ? r : 0) * p.qkv_stride + c * 8,
-                    ok);
-      }
-    }
+    load_q_tile<kD, kM, kP>(p, w, q_s);  // in the group of tile 0's K (or codes)
     // Stage b's refill for tile t waits for the consumers' release of tile t - 2 (parity of round t / 2 - 1).
     auto wait_empty = [&](uint32_t bar, int t) { mbar_wait(bar, ((t / 2) & 1) ^ 1); };
     auto publish = [&](uint32_t bar) {  // this thread's copies / stores of a stage -> the async proxy, arrive
@@ -843,71 +866,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // Tiles [0, my_tiles) hold keys of this consumer's rows; it skips later ones (releasing their stages).
   const int my_tiles = min(num_tiles, (wg_max + kN) / kN);
   constexpr int kTurn0 = 1;  // named barriers kTurn0 + c: consumer c may issue its MMAs
-  float o[kD / 2];
-#pragma unroll
-  for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
-  float s[kN / 2];
-#pragma unroll
-  for (int i = 0; i < kN / 2; ++i) s[i] = 0.0f;
-  uint32_t pa[kN / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < kN / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
-  const float scale_log2 = qk_scale_of(p, w.kv_head) * kLog2e;
-  const uint32_t q_wg = q_s + c * 64 * 128;  // this consumer's 64 rows inside each Q panel
-
-  auto issue_s = [&](uint32_t kb) {
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      const uint32_t koff = (ks % 4) * 32;
-      wgmma_m64n128k16_ss<kF16>(s, make_desc(q_wg + (ks / 4) * (kM * 128) + koff, 16, 1024),
-                                make_desc(kb + (ks / 4) * (kN * 128) + koff, 16, 1024), ks > 0 ? 1 : 0);
-    }
-  };
-  auto issue_pv = [&](uint32_t vb) {
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk)
-      wgmma_m64nNk16_rs_tb<kF16>(o, pa[kk], make_desc(vb + kk * 2048, kN * 128, 1024));
-  };
-  auto softmax_tile = [&](int tile, float(&alpha)[2]) {
-    const int n0 = tile * kN;
-    if (n0 + kN - 1 > wb.pos_min) {
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int lim = pos[hh] - n0 - 2 * t4;
-#pragma unroll
-        for (int i = 0; i < kN / 8; ++i)
-#pragma unroll
-          for (int e = 0; e < 2; ++e)
-            if (8 * i + e > lim) s[4 * i + 2 * hh + e] = -INFINITY;
-      }
-    }
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh)
-      alpha[hh] = softmax_row<kN / 4>([&](int k) -> float& { return s[4 * (k / 2) + 2 * hh + (k % 2)]; },
-                                      scale_log2, row_max[hh], row_sum[hh]);
-  };
-  auto rescale_and_pack = [&](const float(&alpha)[2]) {
-#pragma unroll
-    for (int i = 0; i < kD / 8; ++i) {
-      o[4 * i + 0] *= alpha[0];
-      o[4 * i + 1] *= alpha[0];
-      o[4 * i + 2] *= alpha[1];
-      o[4 * i + 3] *= alpha[1];
-    }
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) {
-      pa[kk][0] = pack_operand<kF16>(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = pack_operand<kF16>(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = pack_operand<kF16>(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = pack_operand<kF16>(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-  };
-  auto fence_all_regs = [&] {
-    fence_regs(s);
-    fence_regs(o);
-    fence_regs(pa);
-  };
+  WgmmaRows<kD, kM, kN, kF16> rows(pos, wb.pos_min, qk_scale_of(p, w.kv_head) * kLog2e, q_s + c * 64 * 128);
 
   if (c == 1) named_barrier_arrive(kTurn0 + 0, 256);  // consumer 0 issues first
   // Iteration t = 0 .. num_tiles: S of tile t (t < my_tiles) and P V of tile t - 1 (t - 1 < my_tiles), issued
@@ -922,42 +881,42 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     named_barrier_sync(kTurn0 + c, 256);
     float alpha[2];
     if (do_s && !do_pv) {  // S of tile 0 alone
-      fence_all_regs();
+      rows.fence_all();
       wgmma_fence();
-      issue_s(kb);
+      rows.issue_s(kb);
       wgmma_commit();
       if (c == 0 || t < num_tiles) named_barrier_arrive(kTurn0 + 1 - c, 256);
       wgmma_wait<0>();
-      fence_regs(s);
+      fence_regs(rows.s);
       mbar_arrive(empty_k(t & 1));
-      softmax_tile(t, alpha);
-      rescale_and_pack(alpha);
+      rows.softmax_tile(t, alpha);
+      rows.rescale_and_pack(alpha);
     } else if (do_s) {  // S of tile t and P V of tile t - 1
-      fence_all_regs();
+      rows.fence_all();
       wgmma_fence();
-      issue_s(kb);
+      rows.issue_s(kb);
       wgmma_commit();
       wgmma_fence();
-      issue_pv(vb_prev);
+      rows.issue_pv(vb_prev);
       wgmma_commit();
       if (c == 0 || t < num_tiles) named_barrier_arrive(kTurn0 + 1 - c, 256);
       wgmma_wait<1>();  // S (committed first) is done
-      fence_regs(s);
+      fence_regs(rows.s);
       mbar_arrive(empty_k(t & 1));
-      softmax_tile(t, alpha);
-      end_schedule_region(row_sum[0] + row_sum[1]);
+      rows.softmax_tile(t, alpha);
+      end_schedule_region(rows.row_sum[0] + rows.row_sum[1]);
       wgmma_wait<0>();  // P V is done: O may be rescaled and P rewritten
-      fence_all_regs();
+      rows.fence_all();
       mbar_arrive(empty_v((t + 1) & 1));
-      rescale_and_pack(alpha);
+      rows.rescale_and_pack(alpha);
     } else if (do_pv) {  // this consumer's last P V
-      fence_all_regs();
+      rows.fence_all();
       wgmma_fence();
-      issue_pv(vb_prev);
+      rows.issue_pv(vb_prev);
       wgmma_commit();
       if (c == 0 || t < num_tiles) named_barrier_arrive(kTurn0 + 1 - c, 256);
       wgmma_wait<0>();
-      fence_regs(o);
+      fence_regs(rows.o);
       mbar_arrive(empty_v((t + 1) & 1));
     } else {
       if (c == 0 || t < num_tiles) named_barrier_arrive(kTurn0 + 1 - c, 256);
@@ -967,23 +926,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if (!do_pv && t >= 1) mbar_arrive(empty_v((t + 1) & 1));
   }
 
-  // Epilogue: normalize and store bf16 pairs straight from the accumulator (each quad writes 16 bytes).
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    float l = row_sum[hh];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const float inv = l > 0.0f ? v_scale_of(p, w.kv_head) / l : 0.0f;  // 1 for bf16 caches
-    const int r = r0 + 8 * hh;
-    if (r < w.rows) {
-      __nv_bfloat16* out =
-          p.out + static_cast<size_t>(w.q_begin + r) * p.num_heads * kD + w.head * kD + 2 * t4;
-#pragma unroll
-      for (int i = 0; i < kD / 8; ++i)
-        *reinterpret_cast<uint32_t*>(out + 8 * i) =
-            pack_bf16x2(o[4 * i + 2 * hh] * inv, o[4 * i + 2 * hh + 1] * inv);
-    }
-  }
+  rows.store(p, w, r0);
 }
 
 // =====================================================================================================
