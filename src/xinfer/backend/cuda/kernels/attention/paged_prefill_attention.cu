@@ -868,6 +868,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int kTurn0 = 1;  // named barriers kTurn0 + c: consumer c may issue its MMAs
   WgmmaRows<kD, kM, kN, kF16> rows(pos, wb.pos_min, qk_scale_of(p, w.kv_head) * kLog2e, q_s + c * 64 * 128);
 
+  // The turns (H200, bf16 cache, us with / without them: 2048-token prompt 111 / 117, 7 x 2048 727 / 767; FP8
+  // cache within 1%; docs/PERF.md session 25).
+  auto turn_wait = [&] { named_barrier_sync(kTurn0 + c, 256); };
+  auto turn_pass = [&](int t) {
+    if (c == 0 || t < num_tiles) named_barrier_arrive(kTurn0 + 1 - c, 256);
+  };
   if (c == 1) named_barrier_arrive(kTurn0 + 0, 256);  // consumer 0 issues first
   // Iteration t = 0 .. num_tiles: S of tile t (t < my_tiles) and P V of tile t - 1 (t - 1 < my_tiles), issued
   // in this consumer's turn; each stage is released once the MMA reading it retired, or at once where this
@@ -876,16 +882,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   for (int t = 0; t <= num_tiles; ++t) {
     const bool do_s = t < my_tiles, do_pv = t >= 1 && t - 1 < my_tiles;
     const uint32_t kb = k_s + (t & 1) * Cfg::kKvBytes, vb_prev = v_s + ((t + 1) & 1) * Cfg::kKvBytes;
-    if (do_s) mbar_wait(full_k(t & 1), (t / 2) & 1);
-    if (do_pv) mbar_wait(full_v((t + 1) & 1), ((t - 1) / 2) & 1);
-    named_barrier_sync(kTurn0 + c, 256);
+    // Every stage is waited for, skipped ones too: a stage's release then never runs ahead of the other
+    // consumer's release of the tile two before (its fill needed that), so each empty barrier's phases stay
+    // apart.
+    if (t < num_tiles) mbar_wait(full_k(t & 1), (t / 2) & 1);
+    if (t >= 1) mbar_wait(full_v((t + 1) & 1), ((t - 1) / 2) & 1);
+    turn_wait();
     float alpha[2];
     if (do_s && !do_pv) {  // S of tile 0 alone
       rows.fence_all();
       wgmma_fence();
       rows.issue_s(kb);
       wgmma_commit();
-      if (c == 0 || t < num_tiles) named_barrier_arrive(kTurn0 + 1 - c, 256);
+      turn_pass(t);
       wgmma_wait<0>();
       fence_regs(rows.s);
       mbar_arrive(empty_k(t & 1));
@@ -899,7 +908,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       wgmma_fence();
       rows.issue_pv(vb_prev);
       wgmma_commit();
-      if (c == 0 || t < num_tiles) named_barrier_arrive(kTurn0 + 1 - c, 256);
+      turn_pass(t);
       wgmma_wait<1>();  // S (committed first) is done
       fence_regs(rows.s);
       mbar_arrive(empty_k(t & 1));
@@ -914,12 +923,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       wgmma_fence();
       rows.issue_pv(vb_prev);
       wgmma_commit();
-      if (c == 0 || t < num_tiles) named_barrier_arrive(kTurn0 + 1 - c, 256);
+      turn_pass(t);
       wgmma_wait<0>();
       fence_regs(rows.o);
       mbar_arrive(empty_v((t + 1) & 1));
     } else {
-      if (c == 0 || t < num_tiles) named_barrier_arrive(kTurn0 + 1 - c, 256);
+      turn_pass(t);
     }
     // Stages of tiles this consumer skips: released without reading them.
     if (!do_s && t < num_tiles) mbar_arrive(empty_k(t & 1));
