@@ -10,7 +10,7 @@
 // an element stands for code * k_scale (K) or code * v_scale (V). The kernels fold the K scale into `scale`
 // (the caller passes softmax scale * k_scale) and multiply the output by v_scale (1 for bf16 caches), or
 // take each KV head's scales from k_head_scales / v_head_scales (per-head scales). The
-// decode and generic kernels and the mma.sync and kWgmmaSimple prefill kernels read FP8 caches; kWgmma (the
+// decode and generic kernels and the mma.sync, kWgmmaSimple and kWgmmaWs prefill kernels read FP8 caches; kWgmma (the
 // softmax / P V overlap) does not.
 #pragma once
 

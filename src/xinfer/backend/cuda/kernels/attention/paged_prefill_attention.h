@@ -10,14 +10,14 @@
 //     tile and P V of this one are issued together so the softmax overlaps P V (FlashAttention-3's
 //     intra-warpgroup pipelining).
 //   kWgmmaSimple: the same without the overlap (S, softmax, P V in turn); measured faster than kWgmma on the
-//     H200 and the one CudaBackend runs for long contexts (attention_plan.h prefer_wgmma_prefill).
-//   kWgmmaWs: warp-specialized (FlashAttention-3's schedule): a producer warpgroup fills a two-stage ring of
-//   K / V
-//     tiles through mbarriers (FP8 codes converted there), two consumer warpgroups overlap the softmax with P
-//     V and take turns on the tensor cores; head_dim 128 only (prefill_ws_supports()).
+//     H200; what CudaBackend runs for long contexts at head_dim 64 (attention_plan.h prefer_wgmma_prefill).
+//   kWgmmaWs: warp-specialized (FlashAttention-3's schedule): a producer warpgroup fills a two-stage ring of K / V
+//     tiles through mbarriers (FP8 codes converted there), two consumer warpgroups overlap the softmax with P V
+//     and take turns on the tensor cores; head_dim 128 only (prefill_ws_supports()); what CudaBackend runs for
+//     long contexts at head_dim 128 (XINFER_PREFILL_WS=0: kWgmmaSimple).
 //   kMmaSync: FlashAttention-2 layout with mma.sync.m16n8k16 + ldmatrix; 4 warps x 32 rows, KV tiles of
 //     64 keys; what CudaBackend runs for short contexts.
-// kWgmmaSimple and kMmaSync also read FP8 caches: the next tile's codes staged by cp.async and converted in
+// kWgmmaSimple, kWgmmaWs and kMmaSync also read FP8 caches: the next tile's codes staged by cp.async and converted in
 // shared memory per tile, to bf16 for bf16 MMAs or, with PagedAttentionParams::kv_fp8_f16 (CudaBackend's
 // default), to f16 for f16 MMAs (one cvt per two codes; Q rounded to f16, P packed as f16).
 // K/V tiles are gathered row by row with cp.async (16-byte chunks, double-buffered); no host sync, no
