@@ -247,22 +247,11 @@ struct Fp8TileStager {
                      kF16 ? e4m3x16_half_to_f16x8(codes, h) : e4m3x16_half_to_bf16x8(codes, h));
     }
   }
-  // Both tiles, K and V interleaved (the kernels without a producer warpgroup).
+  // Both tiles (the kernels without a producer warpgroup).
   template <bool kF16, typename Swizzle>
   __device__ __forceinline__ void convert(uint32_t k_dst, uint32_t v_dst, Swizzle swz) const {
-    auto cvt = [](const uint4& codes, int h) {
-      return kF16 ? e4m3x16_half_to_f16x8(codes, h) : e4m3x16_half_to_bf16x8(codes, h);
-    };
-#pragma unroll
-    for (int i = 0; i < kPasses; ++i) {
-      const int r = r0 + i * kRows;
-      const uint4 kc = ld_shared_16(slot(i)), vc = ld_shared_16(slot(i) + kN * kD);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        st_shared_16(k_dst + swz(r, 2 * c + h), cvt(kc, h));
-        st_shared_16(v_dst + swz(r, 2 * c + h), cvt(vc, h));
-      }
-    }
+    convert_k<kF16>(k_dst, swz);
+    convert_v<kF16>(v_dst, swz);
   }
 };
 
