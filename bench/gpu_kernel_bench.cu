@@ -15,6 +15,7 @@
 //   usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer]
 //   [--fp8-rows]
 //          [--decode-steps] [--b1-layers] [--int8-wgmma] [--act-quant] [--rope-kv] [--prefill-attn]
+//          [--kv-swap]
 //          (--quant: the ceilings and the
 //          quantized linears only; --quant-dot: the ceilings and the int4 GEMVs at m 1..4 only, mma vs
 //          CUDA-core;
@@ -29,8 +30,10 @@
 //          wgmma kernel with fused scales vs FP8, at the engine's row counts, gpu_w8a8_gemm_bench.cu;
 //          --act-quant: the ceilings and the W8A8 activation quantization kernels at 1-12288 rows,
 //          gpu_prefill_layer_bench.cu; --rope-kv: the ceilings and rope_kv_write at 1024-12288 prompt tokens;
-//          --prefill-attn: the ceilings and the prefill attention kernels over bf16 and FP8 caches)
+//          --prefill-attn: the ceilings and the prefill attention kernels over bf16 and FP8 caches;
+//          --kv-swap: the ceilings and the KV swap space: pinning, the block copy kernel, the DMA ceiling)
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -39,15 +42,16 @@
 #include <string>
 #include <vector>
 
+#include "gpu_bench_util.h"
 #include "xinfer/backend/cuda/cuda_backend.h"
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/device_ceilings.h"
-#include "gpu_bench_util.h"
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
 #include "xinfer/backend/cuda/kernels/attention/paged_decode_attention.h"
 #include "xinfer/backend/cuda/kernels/attention/paged_prefill_attention.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuner.h"
+#include "xinfer/backend/cuda/swap_space_buffer.h"
 
 namespace xinfer::bench {
 std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, double peak, bool quick,
@@ -900,6 +904,71 @@ void bench_b1_layers(cuda::CudaBackend& be, double bw) {
          2.0 * V * H, false, bw);
 }
 
+// ---- KV swap space (swap-to-host preemption): pinning, and block copies against the DMA ceiling ----
+// The 8B FP8 cache layout (32 layers, 8 KV heads, 16 tokens x 128 dims: 1 MiB per block). A victim of 4,096
+// tokens is 256 blocks; the copy kernel moves them scattered, the DMA rows move 256 MiB contiguous.
+void bench_kv_swap(cuda::CudaBackend& be) {
+  std::printf("\n==== KV swap space: 8B FP8 blocks of 1 MiB (32 layers x K, V x 8 heads x 16 x 128) ====\n");
+  cudaStream_t s = be.stream();
+  backend::KvCacheSpec spec{32, 1025, 16, 8, 128, DType::kFP8E4M3};
+  spec.num_swap_blocks = 4096;
+  const size_t bpb = spec.bytes_per_block();
+  auto t0 = std::chrono::steady_clock::now();
+  backend::KvCache kv = be.allocate_kv_cache(spec);  // pins the swap space
+  const double pin_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto* swap = dynamic_cast<cuda::SwapSpaceBuffer*>(kv.swap.get());
+  XI_CHECK(swap != nullptr);
+  std::printf(
+      "allocate the cache and pin its 4 GiB swap space (mmap + MADV_HUGEPAGE, cudaHostRegister per GiB): "
+      "%.3f s = %.2f GB/s\n",
+      pin_s, static_cast<double>(swap->bytes()) / pin_s / 1e9);
+  t0 = std::chrono::steady_clock::now();
+  void* h = nullptr;
+  XI_CUDA_CHECK(cudaHostAlloc(&h, size_t{1} << 30, cudaHostAllocMapped | cudaHostAllocPortable));
+  const double alloc_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  XI_CUDA_CHECK(cudaFreeHost(h));
+  std::printf("cudaHostAlloc of 1 GiB (for comparison): %.3f s = %.2f GB/s\n", alloc_s,
+              (1 << 30) / alloc_s / 1e9);
+  std::vector<int32_t> blocks(1024), slots(4096);
+  for (int i = 0; i < 1024; ++i) blocks[static_cast<size_t>(i)] = 1 + (i * 389) % 1024;
+  for (int i = 0; i < 4096; ++i) slots[static_cast<size_t>(i)] = (i * 1237) % 4096;
+  for (int n : {16, 256}) {
+    backend::KvCopyBatch out{true, {}}, in{false, {}};
+    const double bytes = static_cast<double>(n) * static_cast<double>(bpb);
+    const double out_s = time_op(s, 3, [&](int r) {
+      out.copies.clear();
+      for (int i = 0; i < n; ++i)
+        out.copies.push_back(
+            {blocks[static_cast<size_t>(i + r * n) % 1024], slots[static_cast<size_t>(i + r * n)]});
+      be.copy_kv_blocks(kv, out);
+    });
+    const double in_s = time_op(s, 3, [&](int r) {
+      in.copies.clear();
+      for (int i = 0; i < n; ++i)
+        in.copies.push_back(
+            {slots[static_cast<size_t>(i + r * n)], blocks[static_cast<size_t>(i + r * n) % 1024]});
+      be.copy_kv_blocks(kv, in);
+    });
+    std::printf(
+        "copy kernel, %4d scattered blocks (%6.1f MiB): swap-out %8.1f us = %5.1f GB/s, swap-in %8.1f us = "
+        "%5.1f GB/s\n",
+        n, bytes / (1 << 20), out_s * 1e6, bytes / out_s / 1e9, in_s * 1e6, bytes / in_s / 1e9);
+  }
+  // DMA ceiling: one contiguous 256 MiB copy between device memory and the pinned swap space, each way.
+  const size_t n = 256 * bpb;
+  backend::DeviceTensor dev = be.allocate(DType::kU8, Shape{static_cast<int64_t>(n)});
+  const double d2h = time_op(s, 3, [&](int) {
+    XI_CUDA_CHECK(cudaMemcpyAsync(swap->data(), dev.view.data, n, cudaMemcpyDeviceToHost, s));
+  });
+  const double h2d = time_op(s, 3, [&](int) {
+    XI_CUDA_CHECK(cudaMemcpyAsync(dev.view.data, swap->data(), n, cudaMemcpyHostToDevice, s));
+  });
+  std::printf(
+      "DMA ceiling, 256 MiB contiguous (cudaMemcpyAsync): device -> host %.1f GB/s, host -> device %.1f "
+      "GB/s\n",
+      static_cast<double>(n) / d2h / 1e9, static_cast<double>(n) / h2d / 1e9);
+}
+
 // What one run measures: everything (kAll), or the ceilings and one section (the flags of main()).
 enum class Mode {
   kAll,
@@ -914,7 +983,8 @@ enum class Mode {
   kInt8Wgmma,
   kActQuant,
   kRopeKv,
-  kPrefillAttn
+  kPrefillAttn,
+  kKvSwap
 };
 
 int run(bool quick, Mode mode) {
@@ -950,6 +1020,9 @@ int run(bool quick, Mode mode) {
       return 0;
     case Mode::kPrefillAttn:
       bench_prefill_attention(be, peak, quick);
+      return 0;
+    case Mode::kKvSwap:
+      bench_kv_swap(be);
       return 0;
     case Mode::kFp8Rows:
       bench_fp8_rows(be, peak);
@@ -1096,7 +1169,8 @@ int main(int argc, char** argv) {
                {"--int8-wgmma", Mode::kInt8Wgmma},
                {"--act-quant", Mode::kActQuant},
                {"--rope-kv", Mode::kRopeKv},
-               {"--prefill-attn", Mode::kPrefillAttn}};
+               {"--prefill-attn", Mode::kPrefillAttn},
+               {"--kv-swap", Mode::kKvSwap}};
   for (int i = 1; i < argc; ++i) {
     bool known = std::strcmp(argv[i], "--quick") == 0;
     quick = quick || known;
@@ -1110,7 +1184,7 @@ int main(int argc, char** argv) {
           stderr,
           "usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer] "
           "[--fp8-rows] [--decode-steps] [--b1-layers] [--int8-wgmma] [--act-quant] [--rope-kv] "
-          "[--prefill-attn]\n");
+          "[--prefill-attn] [--kv-swap]\n");
       return 2;
     }
   }

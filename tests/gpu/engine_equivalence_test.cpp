@@ -454,8 +454,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // The check of the file comment for the model in `dir`, batched in each (graphs, async) configuration.
+// swap: the batched engines preempt to a swap space (swap-to-host preemption) instead of recomputing.
 void check_batched_equals_solo(const std::string& dir, const std::vector<std::pair<bool, bool>>& configs,
-                               const EquivalenceRule& rule = {}) {
+                               const EquivalenceRule& rule = {}, bool swap = false) {
   (void)gpu();  // the shared backend exists before any memory is measured
   CpuReference ref(dir);
   const std::vector<Case> cases = make_cases(ref.vocab());
@@ -496,12 +497,14 @@ void check_batched_equals_solo(const std::string& dir, const std::vector<std::pa
   }
 
   for (const auto& [graphs, async] : configs) {
-    const std::string what = std::string(graphs ? "graphs" : "eager") + (async ? "+async" : "");
+    const std::string what =
+        std::string(graphs ? "graphs" : "eager") + (async ? "+async" : "") + (swap ? "+swap" : "");
     SCOPED_TRACE(what);
     const auto t0 = std::chrono::steady_clock::now();
     engine::EngineConfig c = base_config(dir);
     c.enable_cuda_graphs = graphs;
     c.async_scheduling = async;
+    c.swap_space_gib = swap ? 0.25 : 0;  // 2,048 blocks of 128 KiB: every victim fits
     SizedEngine sized = engine_with_kv_blocks(c, kMinBlocks, kMaxBlocks);
     ASSERT_TRUE(sized.engine != nullptr);
     engine::Engine& eng = *sized.engine;
@@ -515,6 +518,18 @@ void check_batched_equals_solo(const std::string& dir, const std::vector<std::pa
     sized.engine.reset();
 
     EXPECT_GT(st.num_preemptions, 0) << "the KV budget (" << num_blocks << " blocks) was meant to force preemption";
+    if (swap) {
+      EXPECT_GT(st.num_swap_outs, 0) << "preemptions were meant to swap";
+      EXPECT_GT(st.num_swap_ins, 0);
+      EXPECT_EQ(st.num_free_swap_blocks, st.num_swap_blocks)
+          << "swap blocks still held after every request finished";
+      std::printf("[ equiv ] %s: %lld swap-outs (%lld tokens), %lld swap-ins, %lld tokens recomputed\n",
+                  what.c_str(), static_cast<long long>(st.num_swap_outs),
+                  static_cast<long long>(st.num_swapped_out_tokens), static_cast<long long>(st.num_swap_ins),
+                  static_cast<long long>(st.num_preempted_tokens));
+    } else {
+      EXPECT_EQ(st.num_swap_outs, 0);
+    }
     // Steps carry at most 64 tokens, so prompts of up to 300 tokens went in chunks: every prompt token not
     // taken from the prefix cache was computed in a step with a prefill chunk (but a step of one-token chunks
     // only counts as decode-only: at most one such chunk per request, its prompt's last token).
@@ -567,6 +582,12 @@ void check_batched_equals_solo(const std::string& dir, const std::vector<std::pa
 
 TEST(EngineEquivalenceOnCuda, BatchedChunkedPreemptedEqualsSolo) {
   check_batched_equals_solo(model_dir(), {{true, false}, {false, false}, {true, true}, {false, true}});
+}
+
+// The same with a swap space: victims' KV goes to pinned host memory and comes back by the copy kernel
+// (kernels/elementwise/kv_block_copy.h) instead of being recomputed, behind steps in flight too.
+TEST(EngineEquivalenceOnCuda, BatchedChunkedPreemptedToSwapSpaceEqualsSolo) {
+  check_batched_equals_solo(model_dir(), {{true, true}, {false, false}}, {}, /*swap=*/true);
 }
 
 // The synthetic model quantized by `xinfer quantize`'s pipeline (compress::ModelQuantizer on the CPU backend:

@@ -2,8 +2,10 @@
 // inputs of awkward sizes; CUDA outputs are NaN-poisoned first so unwritten elements fail.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
+#include <random>
 
 #include "gpu_test_util.h"
 
@@ -287,6 +289,81 @@ TEST(UploadTest, RoundTripsEveryFloatDtype) {
   EXPECT_NE(info.name.find("cuda:0"), std::string::npos);
   EXPECT_GT(info.total_memory, info.free_memory);
 }
+
+// ---- KV swap space: CudaBackend::copy_kv_blocks (a kernel on mapped host memory) against the host backends'
+// reference (Backend::copy_kv_blocks: memcpy per layer, K then V) on the same random cache bytes. Cases: the
+// 8B FP8 block (16 KB per layer's K, 16-byte copies), bf16, and 8-byte blocks (byte copies); batches past one
+// launch.
+class KvBlockCopyTest : public ::testing::TestWithParam<std::tuple<DType, int, int, int>> {};
+
+TEST_P(KvBlockCopyTest, SwapOutAndInEqualTheHostCopies) {
+  const auto [dtype, kv_heads, block_size, head_dim] = GetParam();
+  backend::KvCacheSpec spec{3, 600, block_size, kv_heads, head_dim, dtype};
+  spec.num_swap_blocks = 520;
+  backend::KvCache dev = gpu().allocate_kv_cache(spec);
+  // The reference: host memory with the same bytes per row (f32 rows of half the bf16 elements; the CPU
+  // backend keeps no bf16 cache) and the default copy_kv_blocks.
+  backend::KvCacheSpec host_spec = spec;
+  if (dtype == DType::kBF16) {
+    host_spec.dtype = DType::kF32;
+    host_spec.head_dim = head_dim / 2;
+  }
+  ASSERT_EQ(host_spec.bytes_per_block(), spec.bytes_per_block());
+  backend::KvCache ref = cpu().allocate_kv_cache(host_spec);
+  std::mt19937 rng(11);
+  for (size_t l = 0; l < dev.layers.size(); ++l) {
+    for (int kv = 0; kv < 2; ++kv) {
+      const TensorView& d = kv == 0 ? dev.layers[l].k : dev.layers[l].v;
+      const TensorView& h = kv == 0 ? ref.layers[l].k : ref.layers[l].v;
+      ASSERT_EQ(d.bytes(), h.bytes());
+      std::vector<uint8_t> bytes(d.bytes());
+      for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+      std::memcpy(h.data, bytes.data(), bytes.size());
+      XI_CUDA_CHECK(cudaMemcpy(d.data, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+    }
+  }
+  // Swap out 300 scattered blocks (two launches), then bring 290 of them back into other blocks.
+  std::vector<int32_t> blocks(599), swap(520);
+  std::iota(blocks.begin(), blocks.end(), 1);
+  std::iota(swap.begin(), swap.end(), 0);
+  std::shuffle(blocks.begin(), blocks.end(), rng);
+  std::shuffle(swap.begin(), swap.end(), rng);
+  backend::KvCopyBatch out{true, {}}, in{false, {}};
+  for (int i = 0; i < 300; ++i)
+    out.copies.push_back({blocks[static_cast<size_t>(i)], swap[static_cast<size_t>(i)]});
+  for (int i = 0; i < 290; ++i)
+    in.copies.push_back({swap[static_cast<size_t>(i)], blocks[static_cast<size_t>(i + 300)]});
+  for (backend::Backend* b :
+       {static_cast<backend::Backend*>(&gpu()), static_cast<backend::Backend*>(&cpu())}) {
+    backend::KvCache& c = b == &cpu() ? ref : dev;
+    b->copy_kv_blocks(c, out);
+    b->copy_kv_blocks(c, in);
+  }
+  gpu().synchronize();
+  const size_t swap_bytes = static_cast<size_t>(spec.num_swap_blocks) * spec.bytes_per_block();
+  ASSERT_EQ(dev.swap->bytes(), swap_bytes);
+  const auto* ds = static_cast<const uint8_t*>(dev.swap->data());
+  const auto* hs = static_cast<const uint8_t*>(ref.swap->data());
+  for (int i = 0; i < 300; ++i) {
+    const size_t off = static_cast<size_t>(swap[static_cast<size_t>(i)]) * spec.bytes_per_block();
+    ASSERT_EQ(std::memcmp(ds + off, hs + off, spec.bytes_per_block()), 0)
+        << "swap block " << swap[static_cast<size_t>(i)];
+  }
+  for (size_t l = 0; l < dev.layers.size(); ++l) {
+    for (int kv = 0; kv < 2; ++kv) {
+      const TensorView& d = kv == 0 ? dev.layers[l].k : dev.layers[l].v;
+      const TensorView& h = kv == 0 ? ref.layers[l].k : ref.layers[l].v;
+      std::vector<uint8_t> got(d.bytes());
+      XI_CUDA_CHECK(cudaMemcpy(got.data(), d.data, got.size(), cudaMemcpyDeviceToHost));
+      EXPECT_EQ(std::memcmp(got.data(), h.data, got.size()), 0) << "layer " << l << (kv == 0 ? " K" : " V");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, KvBlockCopyTest,
+                         ::testing::Values(std::tuple{DType::kFP8E4M3, 8, 16, 128},
+                                           std::tuple{DType::kBF16, 2, 16, 64},
+                                           std::tuple{DType::kBF16, 1, 1, 4}));
 
 }  // namespace
 }  // namespace xinfer::gpu_test

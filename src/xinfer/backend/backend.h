@@ -19,12 +19,19 @@
 // rope_kv_write stores e4m3(x / scale) (round to nearest even, saturated to +-448) and attention reads
 // e4m3 * scale, with one scale per layer for K and one for V (LayerKvCache::k_scale / v_scale), or one per
 // layer and KV head (k_head_scales / v_head_scales). With LayerKvCache::k_rotation (kv_rotation.h),
-// rope_kv_write also rotates every q and k head after RoPE (q . k unchanged) and the cache holds rotated keys.
+// rope_kv_write also rotates every q and k head after RoPE (q . k unchanged) and the cache holds rotated
+// keys.
+//
+// Swap space (swap-to-host preemption, docs/scheduler.md): with KvCacheSpec::num_swap_blocks > 0 the cache
+// also owns host memory for that many blocks (KvCache::swap); swap block b holds, at b * bytes_per_block(),
+// one cache block's K then V rows of layer 0, then of layer 1, and so on. copy_kv_blocks() moves whole blocks
+// between the two in stream order.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +42,7 @@
 #include "xinfer/backend/kv_rotation.h"
 #include "xinfer/core/status.h"
 #include "xinfer/core/tensor.h"
+#include "xinfer/kv_cache/swap_space.h"
 #include "xinfer/quant/weight_format.h"
 
 namespace xinfer::backend {
@@ -109,6 +117,7 @@ struct KvCacheSpec {
   int total_kv_heads = 0;
   int kv_head_begin = 0;
   KvRotation k_rotation = KvRotation::kNone;  // keys (and q) stored rotated (kv_rotation.h)
+  int num_swap_blocks = 0;  // host swap space, in blocks (see the top of this file); 0: none
   int scale_heads() const { return total_kv_heads > 0 ? total_kv_heads : num_kv_heads; }
   size_t bytes_per_block() const {  // K and V of one block across all layers
     return 2 * static_cast<size_t>(num_layers) * dtype_bytes(dtype, static_cast<size_t>(num_kv_heads) *
@@ -135,10 +144,33 @@ struct LayerKvCache {
   float host_v_scale(int h) const { return per_head_scales() ? v_head_scales.as<float>()[h] : v_scale; }
 };
 
-// The whole KV cache: per-layer views plus the buffers that own them.
+// The whole KV cache: per-layer views plus the buffers that own them, and the swap space (host memory).
 struct KvCache {
   std::vector<LayerKvCache> layers;
   std::vector<std::shared_ptr<DeviceBuffer>> buffers;
+  std::shared_ptr<DeviceBuffer> swap;  // [num_swap_blocks * swap_block_bytes] host bytes, or null
+  size_t swap_block_bytes = 0;         // KvCacheSpec::bytes_per_block()
+  int num_swap_blocks() const { return swap ? static_cast<int>(swap->bytes() / swap_block_bytes) : 0; }
+};
+
+// Whole-block copies between a KV cache and its swap space: cache block `from` -> swap block `to` (to_host),
+// or swap block `from` -> cache block `to`. No two copies of a batch write the same block.
+struct KvCopyBatch {
+  bool to_host = true;
+  std::vector<kv::BlockCopy> copies;
+};
+
+// Host memory that stays valid while referenced (a host-memory backend's buffers, and swap spaces by
+// default).
+class HostMemoryBuffer final : public DeviceBuffer {
+ public:
+  explicit HostMemoryBuffer(size_t bytes) : data_(new std::byte[bytes]), bytes_(bytes) {}
+  void* data() const override { return data_.get(); }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  std::unique_ptr<std::byte[]> data_;
+  size_t bytes_;
 };
 
 // Host-planned description of one forward step (one entry per sequence in the batch).
@@ -159,6 +191,9 @@ struct StepPlan {
   // > 0: size attention launches (split-KV partitions, grid) for contexts up to this many tokens instead of
   // the longest one in the step, so that every step of one graph key has the same launch shapes.
   int padded_context_len = 0;
+  // Swap-to-host preemption: KV block copies to run, in order, before this step's forward (and before its
+  // metadata upload); ModelRunner and the tensor-parallel followers run them on their own cache.
+  std::vector<KvCopyBatch> kv_copies;
   int num_seqs() const { return static_cast<int>(seq_lens.size()); }
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
 };
@@ -335,7 +370,41 @@ class Backend {
       cache.buffers.push_back(std::move(k.buffer));
       cache.buffers.push_back(std::move(v.buffer));
     }
+    if (spec.num_swap_blocks > 0) {
+      cache.swap_block_bytes = spec.bytes_per_block();
+      cache.swap = allocate_swap_memory(static_cast<size_t>(spec.num_swap_blocks) * cache.swap_block_bytes);
+    }
     return cache;
+  }
+  // Host memory for a KV swap space, in memory this backend's copy_kv_blocks() reaches (CUDA: pinned and
+  // mapped). Aborts with the size when the host cannot give it. Default: plain host memory.
+  virtual std::shared_ptr<DeviceBuffer> allocate_swap_memory(size_t bytes) {
+    return std::make_shared<HostMemoryBuffer>(bytes);
+  }
+  // Queues the copies of `batch` in stream order (after the ops before, before the ops after). Default: for
+  // backends whose cache lives in host memory and whose ops have completed on return.
+  virtual void copy_kv_blocks(const KvCache& cache, const KvCopyBatch& batch) {
+    XI_CHECK(cache.swap != nullptr) << "KV block copies without a swap space";
+    auto* swap = static_cast<std::byte*>(cache.swap->data());
+    const int swap_blocks = cache.num_swap_blocks();
+    for (const kv::BlockCopy& c : batch.copies) {
+      const int32_t cache_block = batch.to_host ? c.from : c.to, swap_block = batch.to_host ? c.to : c.from;
+      XI_CHECK(swap_block >= 0 && swap_block < swap_blocks)
+          << "swap block " << swap_block << " of " << swap_blocks;
+      std::byte* host = swap + static_cast<size_t>(swap_block) * cache.swap_block_bytes;
+      for (const LayerKvCache& layer : cache.layers) {
+        for (const TensorView* t : {&layer.k, &layer.v}) {
+          XI_CHECK(cache_block >= 0 && cache_block < t->shape[0]) << "cache block " << cache_block;
+          const size_t chunk = t->bytes() / static_cast<size_t>(t->shape[0]);
+          std::byte* dev = static_cast<std::byte*>(t->data) + static_cast<size_t>(cache_block) * chunk;
+          if (batch.to_host)
+            std::memcpy(host, dev, chunk);
+          else
+            std::memcpy(dev, host, chunk);
+          host += chunk;
+        }
+      }
+    }
   }
   // A new tensor of N(0, stddev^2) values, element i = counter_normal(seed, i, stddev) rounded to
   // `dtype` (the same values on every backend). Default: generated on the host and uploaded; devices

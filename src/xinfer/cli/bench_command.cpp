@@ -144,7 +144,9 @@ nlohmann::json step_breakdown(const engine::EngineStats& a, const engine::Engine
       {"launch_ms_per_step", steps > 0 ? (b.launch_s - a.launch_s) / static_cast<double>(steps) * 1e3 : 0.0},
       {"async_steps", b.async_steps - a.async_steps},
       {"preemptions", b.num_preemptions - a.num_preemptions},
-      {"preempted_tokens", b.num_preempted_tokens - a.num_preempted_tokens}};
+      {"preempted_tokens", b.num_preempted_tokens - a.num_preempted_tokens},
+      {"swap_outs", b.num_swap_outs - a.num_swap_outs},
+      {"swapped_out_tokens", b.num_swapped_out_tokens - a.num_swapped_out_tokens}};
 }
 
 void print_step_breakdown(const nlohmann::json& b) {
@@ -169,9 +171,12 @@ void print_step_breakdown(const nlohmann::json& b) {
         "period); launching one took %.3f ms of the host time\n",
         static_cast<long long>(async_steps), b["launch_ms_per_step"].get<double>());
   if (const int64_t preemptions = b["preemptions"].get<int64_t>(); preemptions > 0)
-    std::printf("  preemptions: %lld, dropping the KV of %lld tokens (recomputed on re-admission)\n",
-                static_cast<long long>(preemptions),
-                static_cast<long long>(b["preempted_tokens"].get<int64_t>()));
+    std::printf(
+        "  preemptions: %lld, dropping the KV of %lld tokens (recomputed on re-admission); %lld swapped "
+        "the KV of %lld tokens to host memory instead\n",
+        static_cast<long long>(preemptions), static_cast<long long>(b["preempted_tokens"].get<int64_t>()),
+        static_cast<long long>(b["swap_outs"].get<int64_t>()),
+        static_cast<long long>(b["swapped_out_tokens"].get<int64_t>()));
 }
 
 // Submits `n` random prompts of `shape` at once, sampling with `sampling` (max_tokens and ignore_eos set

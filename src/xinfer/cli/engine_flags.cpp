@@ -26,6 +26,13 @@ void EngineFlags::add_to(FlagSet& flags) {
             "Walsh-Hadamard matrix, which leaves every attention score as it is but spreads e4m3's rounding over "
             "all channels (SmolLM2 WikiText-2: about a third less KL from the cache); auto = hadamard where "
             "head_dim is a power of two in [16, 256]");
+  flags.add(
+      "--swap-space", &config.swap_space_gib,
+      "GiB of host memory per GPU (per rank) for the KV blocks of preempted sequences (swap-to-host "
+      "preemption): a preempted sequence's KV is copied there and back when it resumes instead of being "
+      "recomputed, while the space lasts; allocated (cuda: pinned, ~2.5 GB/s) at start-up; at most 70% of "
+      "the host's RAM over all ranks; 0 = preempted sequences recompute. Pays where many long sequences "
+      "are preempted (e.g. 16 for offline 128/2048 or 2048/2048 batches of an 8B model on an H200)");
   flags.add("--gpu-memory-utilization", &config.gpu_memory_utilization,
             "CUDA backend: fraction of device memory for weights, activations and KV cache (the KV cache gets "
             "what is left)");

@@ -1,8 +1,12 @@
 #include "xinfer/engine/engine.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <utility>
 
 #include "xinfer/backend/cpu/cpu_backend.h"
@@ -87,6 +91,10 @@ Result<BackendBundle> make_backend(const EngineConfig& config, const model::Mode
 constexpr size_t kGraphMemoryReserve = size_t{256} << 20;
 
 double gib(size_t bytes) { return static_cast<double>(bytes) / static_cast<double>(size_t{1} << 30); }
+
+size_t host_memory_bytes() {
+  return static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
 
 FinishReason to_engine_reason(sched::FinishReason r) {
   switch (r) {
@@ -192,6 +200,18 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
   backend::KvCacheSpec spec{mc.num_layers, 0, sc.block_size, shard0.num_kv_heads, mc.head_dim, kv_settings.dtype};
   kv_settings.apply_to(spec);
   const size_t bytes_per_block = spec.bytes_per_block();
+  // Swap space per rank (--swap-space).
+  const size_t host_ram = host_memory_bytes();
+  const double swap_gib = config.swap_space_gib;
+  if (swap_gib * (1 << 30) * tp > kMaxSwapSpaceFraction * static_cast<double>(host_ram))
+    return invalid_argument("--swap-space " + std::to_string(config.swap_space_gib) + " GiB x " +
+                            std::to_string(tp) + " rank(s) is more than " +
+                            std::to_string(static_cast<int>(kMaxSwapSpaceFraction * 100)) +
+                            "% of this host's " + std::to_string(gib(host_ram)) + " GiB of RAM; lower it");
+  sc.num_swap_blocks = static_cast<int>(
+      std::min<double>(std::floor(swap_gib * (1 << 30) / static_cast<double>(bytes_per_block)),
+                       std::numeric_limits<int>::max()));
+  spec.num_swap_blocks = sc.num_swap_blocks;
   model::LoadOptions load;
   load.max_tokens = sc.max_num_batched_tokens;
   load.max_logit_rows = sc.max_num_seqs;
@@ -319,13 +339,19 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
   XI_LOG(INFO) << "engine: model " << model->config().to_string() << "; " << model::LlamaModel::parameter_count(mc)
                << " parameters";
   XI_LOG(INFO) << "engine: memory plan on " << be.info().name << ": weights " << gib(plan.weight_bytes)
-               << " GiB, activations/workspaces/context " << gib(plan.other_bytes) << " GiB, CUDA graphs (reserve) "
-               << gib(plan.graph_reserve_bytes) << " GiB, KV cache "
+               << " GiB, activations/workspaces/context " << gib(plan.other_bytes)
+               << " GiB, CUDA graphs (reserve) " << gib(plan.graph_reserve_bytes) << " GiB, KV cache "
                << gib(plan.kv_bytes) << " GiB = " << sc.num_blocks - 1 << " blocks x " << bytes_per_block
                << " bytes = " << plan.kv_tokens << " tokens of " << kv_settings.to_string()
                << (plan_memory ? " (gpu_memory_utilization " + std::to_string(config.gpu_memory_utilization) +
                                      " of " + std::to_string(gib(plan.total_bytes)) + " GiB)"
-                               : std::string(" (kv_cache_memory)"));
+                               : std::string(" (kv_cache_memory)"))
+               << "; KV swap space "
+               << (sc.num_swap_blocks > 0
+                       ? std::to_string(gib(static_cast<size_t>(sc.num_swap_blocks) * bytes_per_block)) +
+                             " GiB of host memory = " + std::to_string(sc.num_swap_blocks) + " blocks" +
+                             (tp > 1 ? " per rank" : "")
+                       : std::string("none (preempted sequences recompute)"));
   ThreadPool* pool = bundle.sampler_pool;
   if (tp_group) {
     XI_LOG(INFO) << "engine: tensor parallel rank 0: " << shard0.to_string() << "; weights "
@@ -505,6 +531,7 @@ void Engine::loop() {
     }
     const auto step_begin = std::chrono::steady_clock::now();
     sched::ScheduledStep step = scheduler_->schedule();
+    if (!step.empty()) runner_->queue_kv_copies(step.swap_out, step.swap_in);
     if (step.empty()) {
       if (in_flight_) {  // nothing to add behind it (e.g. every running sequence finishes with it)
         complete_in_flight();
@@ -922,6 +949,11 @@ void Engine::publish_stats() {
   stats_.num_total_blocks = ss.kv.num_usable_blocks;
   stats_.num_preemptions = ss.num_preemptions;
   stats_.num_preempted_tokens = ss.num_preempted_tokens;
+  stats_.num_swap_outs = ss.num_swap_outs;
+  stats_.num_swapped_out_tokens = ss.num_swapped_out_tokens;
+  stats_.num_swap_ins = ss.num_swap_ins;
+  stats_.num_swap_blocks = ss.num_swap_blocks;
+  stats_.num_free_swap_blocks = ss.num_free_swap_blocks;
   stats_.prefix_query_tokens = ss.kv.prefix_query_tokens;
   stats_.prefix_hit_tokens = ss.kv.prefix_hit_tokens;
   stats_.prompt_tokens = prompt_tokens_total_;

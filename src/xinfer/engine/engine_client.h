@@ -88,6 +88,11 @@ struct EngineStats {
   int num_total_blocks = 0;
   int64_t num_preemptions = 0;         // cumulative
   int64_t num_preempted_tokens = 0;    // cumulative: KV tokens preemptions dropped (SchedulerStats)
+  int64_t num_swap_outs = 0;           // cumulative: preemptions that copied the KV to the swap space
+  int64_t num_swapped_out_tokens = 0;  // cumulative: tokens of KV those copied (not recomputed)
+  int64_t num_swap_ins = 0;            // cumulative: admissions that copied it back
+  int num_swap_blocks = 0;             // the swap space (blocks; 0: preempted sequences recompute)
+  int num_free_swap_blocks = 0;
   int64_t prefix_query_tokens = 0;     // cumulative
   int64_t prefix_hit_tokens = 0;       // cumulative
   int64_t prompt_tokens = 0;           // cumulative, finished + running

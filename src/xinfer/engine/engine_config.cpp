@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <sstream>
 
 namespace xinfer::engine {
@@ -27,6 +28,8 @@ Status EngineConfig::validate() const {
   if (kv_cache_memory == 0) return bad("kv_cache_memory must be > 0");
   if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1))
     return bad("gpu_memory_utilization must be in (0, 1], got " + std::to_string(gpu_memory_utilization));
+  if (!(swap_space_gib >= 0) || !std::isfinite(swap_space_gib))
+    return bad("swap_space_gib must be >= 0 GiB, got " + std::to_string(swap_space_gib));
   if (max_model_len < 0) return bad("max_model_len must be >= 0, got " + std::to_string(max_model_len));
   if (max_waiting < 1) return bad("max_waiting must be >= 1, got " + std::to_string(max_waiting));
   if (tensor_parallel_size < 1)
@@ -43,18 +46,18 @@ std::string EngineConfig::to_string() const {
   os << "model_dir=" << model_dir << " served_model_name=" << served_model_name
      << " backend=" << backend_kind_name(backend) << " threads=" << threads
      << " kv_cache_memory=" << kv_cache_memory << " gpu_memory_utilization=" << gpu_memory_utilization
-     << " load_format=" << model::load_format_name(load_format) << " max_model_len=" << max_model_len
-     << " kv_cache_dtype=" << kv_cache_dtype_name(kv_cache_dtype) << " kv_cache_scale=" << kv_cache_scale
-     << " kv_cache_rotation=" << kv_rotation_choice_name(kv_cache_rotation)
-     << " max_waiting=" << max_waiting << " enable_cuda_graphs=" << enable_cuda_graphs
-     << " device_greedy=" << device_greedy << " device_sampling=" << device_sampling
+     << " swap_space_gib=" << swap_space_gib << " load_format=" << model::load_format_name(load_format)
+     << " max_model_len=" << max_model_len << " kv_cache_dtype=" << kv_cache_dtype_name(kv_cache_dtype)
+     << " kv_cache_scale=" << kv_cache_scale
+     << " kv_cache_rotation=" << kv_rotation_choice_name(kv_cache_rotation) << " max_waiting=" << max_waiting
+     << " enable_cuda_graphs=" << enable_cuda_graphs << " device_greedy=" << device_greedy
+     << " device_sampling=" << device_sampling
      << " async_scheduling=" << (async_scheduling ? (*async_scheduling ? "1" : "0") : "auto")
      << " gemm_tuning=" << gemm_tuning
      << " gemm_tuning_cache=" << (gemm_tuning_cache.empty() ? "default" : gemm_tuning_cache)
      << " gemv_pdl=" << gemv_pdl << " fused_linears=" << fused_linears
      << " fused_rope_attention=" << fused_rope_attention << " tensor_parallel_size=" << tensor_parallel_size
-     << " | "
-     << scheduler.to_string();
+     << " | " << scheduler.to_string();
   return os.str();
 }
 

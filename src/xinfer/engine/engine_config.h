@@ -7,6 +7,7 @@
 //                              kv_cache_memory (CPU) or, on CUDA, gpu_memory_utilization * total device
 //                              memory - memory in use after weights and workspaces are allocated
 //   scheduler.max_model_len  = max_model_len, or min(max_position_embeddings, KV capacity + 1) when 0
+//   scheduler.num_swap_blocks = swap_space_gib / KvCacheSpec::bytes_per_block()
 #pragma once
 
 #include <cstddef>
@@ -38,6 +39,9 @@ inline constexpr BatchLimits kLargeGpuOfflineBatchLimits{1024, 16384};
 inline constexpr size_t kLargeGpuBytes = size_t{70} << 30;
 BatchLimits offline_batch_limits(const std::string& device_name, size_t device_memory);
 
+// Swap spaces (EngineConfig::swap_space_gib) may take at most this fraction of the host's RAM over all ranks.
+inline constexpr double kMaxSwapSpaceFraction = 0.7;
+
 struct EngineConfig {
   std::string model_dir;                 // Hugging Face directory: config.json + *.safetensors
   std::string served_model_name;         // empty: base name of model_dir
@@ -46,6 +50,9 @@ struct EngineConfig {
   size_t kv_cache_memory = size_t{1} << 30;  // bytes of KV blocks on the CPU backend (host RAM)
   // CUDA: fraction of device memory the engine may use; KV blocks get what weights and workspaces leave.
   double gpu_memory_utilization = 0.90;
+  // Host memory per rank, in GiB, for the KV of preempted sequences (swap-to-host preemption,
+  // docs/scheduler.md; `--swap-space`), allocated (CUDA: pinned) at start-up; 0: they recompute.
+  double swap_space_gib = 0;
   model::LoadFormat load_format = model::LoadFormat::kAuto;  // kDummy: random weights, model may be a preset
   uint64_t dummy_seed = 0;
   std::optional<quant::WeightFormat> dummy_quantization;  // dummy linears in this format (`--quantization`)

@@ -167,6 +167,19 @@ void EngineMetrics::render(const EngineStats& stats, std::string* out) const {
   gauge("xinfer:num_kv_cache_blocks", "Number of usable KV-cache blocks.", stats.num_total_blocks);
   counter("xinfer:num_preemptions_total", "Cumulative number of preemptions from the engine.",
           static_cast<double>(num_preemptions_));
+  counter("xinfer:num_preempted_tokens_total",
+          "Tokens whose KV preemptions dropped (recomputed when the sequence resumes).",
+          static_cast<double>(stats.num_preempted_tokens));
+  counter("xinfer:kv_swap_outs_total", "Preemptions that copied the sequence's KV to the host swap space.",
+          static_cast<double>(stats.num_swap_outs));
+  counter("xinfer:kv_swapped_out_tokens_total", "Tokens of KV copied to the host swap space by preemptions.",
+          static_cast<double>(stats.num_swapped_out_tokens));
+  counter("xinfer:kv_swap_ins_total", "Resumed sequences whose KV was copied back from the host swap space.",
+          static_cast<double>(stats.num_swap_ins));
+  gauge("xinfer:kv_swap_space_usage_perc", "Host swap space usage. 1 means 100 percent usage.",
+        stats.num_swap_blocks > 0 ? 1.0 - static_cast<double>(stats.num_free_swap_blocks) /
+                                              static_cast<double>(stats.num_swap_blocks)
+                                  : 0.0);
   counter("xinfer:prompt_tokens_total", "Number of prefill tokens processed.", static_cast<double>(prompt_tokens_));
   counter("xinfer:generation_tokens_total", "Number of generation tokens processed.",
           static_cast<double>(generation_tokens_));

@@ -138,6 +138,8 @@ backend::StepMeta ModelRunner::upload(backend::StepPlan& p, uint64_t graph_key) 
       r = prev->sample_rows[static_cast<size_t>(r)];
     }
   }
+  p.kv_copies = std::move(queued_copies_);
+  queued_copies_.clear();
   if (followers_ != nullptr) {  // tensor parallel: the other ranks run the same step (step_followers.h)
     FollowerStep step;
     step.graph_key = graph_key;
@@ -152,9 +154,19 @@ backend::StepMeta ModelRunner::upload(backend::StepPlan& p, uint64_t graph_key) 
       comm->broadcast(ids_device_[prev->buffer].view.rows(0, prev->rows), 0);
     }
   }
+  for (const backend::KvCopyBatch& b : p.kv_copies) backend_.copy_kv_blocks(kv_, b);
   const backend::StepMeta meta = backend_.upload_step(p);
   if (prev != nullptr) backend_.feed_tokens(meta, ids_device_[prev->buffer].view);
   return meta;
+}
+
+void ModelRunner::queue_kv_copies(std::span<const kv::BlockCopy> swap_out,
+                                  std::span<const kv::BlockCopy> swap_in) {
+  if (swap_out.empty() && swap_in.empty()) return;
+  XI_CHECK(kv_.swap != nullptr) << "KV block copies, but this runner's cache has no swap space";
+  for (const auto& [copies, to_host] : {std::pair{swap_out, true}, std::pair{swap_in, false}})
+    if (!copies.empty())
+      queued_copies_.push_back({to_host, std::vector<kv::BlockCopy>(copies.begin(), copies.end())});
 }
 
 TensorView ModelRunner::forward_padded(std::span<const SequenceChunk> chunks, int bucket, int width) {

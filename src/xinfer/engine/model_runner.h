@@ -114,6 +114,13 @@ class ModelRunner {
                                         Sampler& host);
   int64_t device_sampled_rows() const { return device_sampled_rows_; }  // rows drawn by sample_rows() so far
 
+  // Swap-to-host preemption: the scheduler's block copies of one step (ScheduledStep::swap_out, then
+  // swap_in), run on this runner's cache (and every follower's) before the next forward, after the copies
+  // queued before them. A step whose rows all dropped out runs no forward: its copies wait for the next one.
+  void queue_kv_copies(std::span<const kv::BlockCopy> swap_out, std::span<const kv::BlockCopy> swap_in);
+  int num_swap_blocks() const { return kv_.num_swap_blocks(); }
+  const backend::KvCache& kv_cache() const { return kv_; }
+
   const backend::KvCacheSpec& kv_spec() const { return kv_spec_; }
   int vocab_size() const { return model_.config().vocab_size; }
   model::LlamaModel& model() { return model_; }
@@ -147,6 +154,7 @@ class ModelRunner {
   backend::Backend& backend_;
   backend::KvCacheSpec kv_spec_;
   backend::KvCache kv_;
+  std::vector<backend::KvCopyBatch> queued_copies_;  // queue_kv_copies(), for the next upload()
   GraphMode graph_mode_;
   StepFollowers* followers_ = nullptr;
   uint64_t graph_owner_;  // unique per runner: keys of different runners on one backend never collide

@@ -3,10 +3,13 @@
 // follower uploads it to its own device and runs its shard's forward, meeting rank 0 at every collective.
 //
 // What a follower does with one step, in this order (rank 0 does the same on its side):
-//   feed_rows > 0   broadcast: rank 0's ids buffer feed_buffer (rows [0, feed_rows), the ids the step in flight
+//   feed_rows > 0   broadcast: rank 0's ids buffer feed_buffer (rows [0, feed_rows), the ids the step in
+//   flight
 //                   sampled on the device) into the follower's own buffer feed_buffer
-//   upload          upload_step(plan); feed_tokens(meta, ids buffer feed_buffer) when the plan has token_sources
-//   forward         graph_key != 0: replay the follower's own recording of that key, recording it first when it
+//   kv copies       plan.kv_copies on its own cache and swap space (swap-to-host preemption), in order
+//   upload          upload_step(plan); feed_tokens(meta, ids buffer feed_buffer) when the plan has
+//   token_sources forward         graph_key != 0: replay the follower's own recording of that key, recording
+//   it first when it
 //                   has none (a failed recording runs eagerly); graph_key 0: eager
 // Every rank therefore runs each forward exactly once and the same collectives in the same order, whether it
 // replays, records or runs eagerly (recording runs nothing: the collectives happen at the replay).

@@ -200,6 +200,7 @@ void TensorParallelGroup::run_step(Follower& f, const backend::StepPlan& plan, c
     XI_CHECK(step.feed_buffer == 0 || step.feed_buffer == 1) << "ids buffer " << step.feed_buffer;
     f.comm->broadcast(fed.rows(0, step.feed_rows), 0);
   }
+  for (const backend::KvCopyBatch& b : plan.kv_copies) f.backend->copy_kv_blocks(f.kv, b);
   const backend::StepMeta meta = f.backend->upload_step(plan);
   if (!plan.token_sources.empty()) {
     XI_CHECK(!fed.empty()) << "tensor parallel rank " << f.rank << ": a step feeds tokens but names no ids buffer";

@@ -20,6 +20,8 @@
 #include <span>
 #include <vector>
 
+#include "xinfer/kv_cache/swap_space.h"
+
 namespace xinfer::sched {
 
 // Placeholder for a sampled token that the host does not know yet (never a valid vocabulary id).
@@ -52,6 +54,8 @@ struct StepMetrics {
   int num_prefill_tokens = 0;
   int num_admitted = 0;          // waiting -> running in this step
   int num_preempted = 0;         // running -> waiting in this step
+  int num_swapped_out = 0;       // of which with their KV copied to the swap space (not recomputed)
+  int num_swapped_in = 0;        // admitted with KV copied back from the swap space
   int num_running = 0;           // after scheduling
   int num_waiting = 0;           // after scheduling
   int num_free_blocks = 0;       // after scheduling (cached blocks count as free)
@@ -71,6 +75,11 @@ struct ScheduledStep {
   int num_sampling = 0;                 // seqs with sample == true (StepOutput carries one token each)
   int num_logit_rows = 0;               // logits rows: num_tokens() per all_logits seq, 1 per other sampling seq
   std::vector<uint64_t> preempted_ids;  // running -> waiting in this step (they will recompute later)
+  // Swap-to-host preemption (docs/scheduler.md): KV block copies that must run before this step's forward,
+  // swap_out (device block -> swap block: victims of this step, or of empty steps before it) first, then
+  // swap_in (swap block -> device block: swapped-out sequences admitted in this step). The model runner
+  // runs them even when none of the step's rows is left to compute.
+  std::vector<kv::BlockCopy> swap_out, swap_in;
   StepMetrics metrics;
   bool empty() const { return seqs.empty(); }
 };

@@ -36,7 +36,11 @@ bool contains(const std::vector<int32_t>& v, int32_t t) { return std::find(v.beg
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config, Clock clock)
-    : config_(config), clock_(std::move(clock)), kv_(kv_config(config)), decode_interval_(config.decode_interval) {
+    : config_(config),
+      clock_(std::move(clock)),
+      kv_(kv_config(config)),
+      swap_(config.num_swap_blocks),
+      decode_interval_(config.decode_interval) {
   XI_CHECK_OK(config.validate());
   running_.reserve(config.max_num_seqs);
   pending_.reserve(kMaxStepsInFlight);
@@ -112,6 +116,7 @@ FinishedRequest Scheduler::finish(Sequence* s, FinishReason reason, double now) 
     for (InFlight& f : p.rows)
       if (f.seq == s) f.seq = nullptr;
   kv_.free(s->table);
+  drop_swapped(s);
   FinishedRequest f;
   f.id = s->request.id;
   f.reason = reason;
@@ -125,15 +130,45 @@ FinishedRequest Scheduler::finish(Sequence* s, FinishReason reason, double now) 
   return f;
 }
 
+bool Scheduler::swap_out(Sequence* s) {
+  const int64_t tokens = s->num_computed;  // written by steps already update()d: launched before the copy
+  if (tokens == 0 || s->wants_prompt_rows()) return false;
+  const int n = static_cast<int>((tokens + config_.block_size - 1) / config_.block_size);
+  XI_CHECK(s->swap_blocks.empty()) << "sequence " << s->request.id;
+  if (!swap_.allocate(n, s->swap_blocks)) return false;
+  const std::span<const int32_t> blocks = s->table.blocks();
+  for (int i = 0; i < n; ++i)
+    swap_out_.push_back({blocks[static_cast<size_t>(i)], s->swap_blocks[static_cast<size_t>(i)]});
+  s->num_swapped = tokens;
+  ++num_swap_outs_;
+  num_swapped_out_tokens_ += tokens;
+  return true;
+}
+
+void Scheduler::drop_swapped(Sequence* s) {
+  if (s->swap_blocks.empty()) return;
+  // Copies still queued here write blocks that go back now: drop them, or a later swap-out to the same block
+  // could race with them in one batch. (Copies already handed to a step run before any later step's.)
+  swap_out_.erase(std::remove_if(swap_out_.begin(), swap_out_.end(),
+                                 [&](const kv::BlockCopy& c) { return contains(s->swap_blocks, c.to); }),
+                  swap_out_.end());
+  swap_.release(s->swap_blocks);
+  s->swap_blocks.clear();
+  s->num_swapped = 0;
+}
+
 void Scheduler::preempt(Sequence* s, ScheduledStep& step) {
   XI_CHECK(!running_.empty() && running_.back() == s);
   running_.pop_back();
+  // The copy is queued before the blocks go back: it runs before any later forward can overwrite them.
+  const bool swapped = swap_out(s);
+  if (swapped) ++step.metrics.num_swapped_out;
   kv_.free(s->table);
   // Rows of the in-flight step keep their token (update() appends it) but their KV is gone.
   for (PendingStep& p : pending_)
     for (InFlight& f : p.rows)
       if (f.seq == s) f.kv_dropped = true;
-  num_preempted_tokens_ += s->num_scheduled();
+  num_preempted_tokens_ += swapped ? s->num_in_flight : s->num_scheduled();
   s->num_in_flight = 0;
   s->num_computed = 0;
   s->status = SeqStatus::kWaiting;
@@ -238,7 +273,10 @@ int Scheduler::admit(int budget, int& rows_left, ScheduledStep& step) {
     const int reserve = running_.empty() ? 0 : watermark_blocks;
     // Prompt logits still owed: cached positions would have none, so the whole prompt is computed.
     kv::PrefixMatch m = s->wants_prompt_rows() ? kv::PrefixMatch{} : kv_.match_prefix(s->tokens);
-    const int64_t hit = m.num_tokens(config_.block_size);
+    // Swapped out: the prefix cache's blocks first (no copy for them), the swap blocks for the rest, unless
+    // the cache holds all of it. Its KV already counts as computed: only the tokens after it take budget.
+    if (s->num_swapped > 0 && m.num_tokens(config_.block_size) >= s->num_swapped) drop_swapped(s);
+    const int64_t hit = std::max<int64_t>(m.num_tokens(config_.block_size), s->num_swapped);
     const int64_t remaining = static_cast<int64_t>(s->tokens.size()) - hit;
     int64_t n = std::min<int64_t>(remaining, budget);
     n = std::min<int64_t>(n, kv_.max_total_tokens(s->table, &m, reserve) - hit);
@@ -246,6 +284,17 @@ int Scheduler::admit(int budget, int& rows_left, ScheduledStep& step) {
     // The chosen request does not fit: stop here rather than let others overtake it (bounded waiting).
     if (n < 1) break;
     XI_CHECK(kv_.allocate(s->table, hit + n, &m, reserve));
+    if (s->num_swapped > 0) {
+      const std::span<const int32_t> blocks = s->table.blocks();
+      for (size_t i = m.blocks.size(); i < s->swap_blocks.size(); ++i)
+        step.swap_in.push_back({s->swap_blocks[i], blocks[i]});
+      // Released now: a later swap-out into these blocks runs in a later step, after this step's swap-in.
+      swap_.release(s->swap_blocks);
+      s->swap_blocks.clear();
+      s->num_swapped = 0;
+      ++num_swap_ins_;
+      ++step.metrics.num_swapped_in;
+    }
     waiting_.admitted(s, window);
     s->status = SeqStatus::kRunning;
     s->num_computed = hit;
@@ -385,7 +434,11 @@ ScheduledStep Scheduler::schedule() {
   m.schedule_time_s = clock_() - now;
   last_metrics_ = m;
   ++step_index_;
-  if (!step.seqs.empty()) pending_.push_back(PendingStep{std::move(in_flight_), now, num_admitted > 0, m});
+  if (!step.seqs.empty()) {
+    step.swap_out = std::move(swap_out_);
+    swap_out_.clear();
+    pending_.push_back(PendingStep{std::move(in_flight_), now, num_admitted > 0, m});
+  }
   in_flight_.clear();
   return step;
 }
@@ -485,6 +538,11 @@ SchedulerStats Scheduler::stats() const {
   s.num_steps = static_cast<int64_t>(step_index_);
   s.num_preemptions = num_preemptions_;
   s.num_preempted_tokens = num_preempted_tokens_;
+  s.num_swap_outs = num_swap_outs_;
+  s.num_swapped_out_tokens = num_swapped_out_tokens_;
+  s.num_swap_ins = num_swap_ins_;
+  s.num_swap_blocks = swap_.num_blocks();
+  s.num_free_swap_blocks = swap_.num_free();
   s.num_finished = num_finished_;
   s.num_aborted = num_aborted_;
   s.decode_interval = decode_interval_;
@@ -496,6 +554,9 @@ void Scheduler::check_invariants() const {
   tables.reserve(seqs_.size());
   for (const auto& [id, s] : seqs_) tables.push_back(&s->table);
   kv_.check_invariants(tables);
+  std::vector<const std::vector<int32_t>*> swapped;
+  for (const auto& [id, s] : seqs_) swapped.push_back(&s->swap_blocks);
+  swap_.check_invariants(swapped);
   XI_CHECK_EQ(running_.size() + waiting_.size(), seqs_.size()) << "a sequence is in neither or both queues";
   XI_CHECK_LE(static_cast<int>(running_.size()), config_.max_num_seqs);
   XI_CHECK_LE(static_cast<int>(pending_.size()), kMaxStepsInFlight);
@@ -536,6 +597,8 @@ void Scheduler::check_invariants() const {
     if (i > 0) XI_CHECK(more_important(running_[i - 1], s)) << "running list out of order at " << i;
     XI_CHECK_EQ(static_cast<int64_t>(s->table.num_blocks()), (s->num_scheduled() + bs - 1) / bs)
         << "sequence " << s->request.id << " holds blocks it does not use";
+    XI_CHECK(s->swap_blocks.empty() && s->num_swapped == 0)
+        << "running sequence " << s->request.id << " holds swap blocks";
   }
   for (const Sequence* s : waiting_) {
     XI_CHECK(s->status == SeqStatus::kWaiting) << "sequence " << s->request.id;
@@ -543,6 +606,14 @@ void Scheduler::check_invariants() const {
     XI_CHECK(s->table.empty()) << "waiting sequence " << s->request.id << " holds blocks";
     XI_CHECK_EQ(s->num_computed, 0);
     XI_CHECK_EQ(s->num_in_flight, 0);
+    XI_CHECK_EQ(static_cast<int64_t>(s->swap_blocks.size()), (s->num_swapped + bs - 1) / bs)
+        << "sequence " << s->request.id;
+    XI_CHECK_LT(s->num_swapped, static_cast<int64_t>(s->tokens.size())) << "sequence " << s->request.id;
+  }
+  for (const kv::BlockCopy& c : swap_out_) {
+    bool owned = false;
+    for (const Sequence* s : waiting_) owned = owned || contains(s->swap_blocks, c.to);
+    XI_CHECK(owned) << "a queued swap-out writes swap block " << c.to << ", which no waiting sequence holds";
   }
 }
 

@@ -32,18 +32,20 @@
 // Policy (docs/scheduler.md): running sequences first, in priority order (decodes are never starved of
 // token budget by prefill chunks); waiting requests are admitted every decode_interval steps (adaptive)
 // or at once when nothing is decoding; when KV blocks run out the least important running sequence is
-// preempted (lowest priority, then most recent) and later recomputed from prompt + outputs.
-// Each token in StepOutput is a new output token of its sequence (recomputation never re-samples).
-// Not thread-safe: only the engine loop thread calls it. Spans in a ScheduledStep stay valid until the
-// next add()/abort()/schedule()/update().
-// Logits rows: a step asks the model for at most max_num_seqs logits rows (ScheduledStep::num_logit_rows:
-// one per sampling sequence, one per token of an all_logits chunk). Requests with prompt_logits feed their
-// prompt in chunks cut to the rows left, skip the prefix cache until their prompt has been fed once, and
-// a plain chunk that would sample when no row is left stops one token short.
-// Invariants, checked by check_invariants(): every block's ref count equals its uses in live block
-// tables; a sequence is in exactly one of waiting / running; running.size() <= max_num_seqs; at most two
-// steps in flight; each sequence's num_in_flight equals its tokens in the in-flight steps; a placeholder
-// only as the last token of a sequence sampled in the oldest in-flight step.
+// preempted (lowest priority, then most recent) and later recomputed from prompt + outputs - or, with a swap
+// space (SchedulerConfig::num_swap_blocks), its computed KV is copied to host memory
+// (ScheduledStep::swap_out) and back when it is admitted again (swap_in), so that only the tokens in flight
+// at the preemption recompute. Each token in StepOutput is a new output token of its sequence (recomputation
+// never re-samples). Not thread-safe: only the engine loop thread calls it. Spans in a ScheduledStep stay
+// valid until the next add()/abort()/schedule()/update(). Logits rows: a step asks the model for at most
+// max_num_seqs logits rows (ScheduledStep::num_logit_rows: one per sampling sequence, one per token of an
+// all_logits chunk). Requests with prompt_logits feed their prompt in chunks cut to the rows left, skip the
+// prefix cache until their prompt has been fed once, and a plain chunk that would sample when no row is left
+// stops one token short. Invariants, checked by check_invariants(): every block's ref count equals its uses
+// in live block tables; every swap block is free or held by exactly one waiting sequence (swap_blocks, sized
+// to its num_swapped); a sequence is in exactly one of waiting / running; running.size() <= max_num_seqs; at
+// most two steps in flight; each sequence's num_in_flight equals its tokens in the in-flight steps; a
+// placeholder only as the last token of a sequence sampled in the oldest in-flight step.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +57,7 @@
 
 #include "xinfer/core/status.h"
 #include "xinfer/kv_cache/kv_cache_manager.h"
+#include "xinfer/kv_cache/swap_space.h"
 #include "xinfer/scheduler/request.h"
 #include "xinfer/scheduler/scheduled_step.h"
 #include "xinfer/scheduler/scheduler_config.h"
@@ -74,8 +77,13 @@ struct SchedulerStats {
   int64_t num_steps = 0;
   int64_t num_preemptions = 0;  // cumulative
   // Cumulative: tokens whose KV the preemptions dropped (computed or in flight), which the victims compute
-  // again when re-admitted (less what the prefix cache still holds then).
+  // again when re-admitted (less what the prefix cache still holds then). Swapped-out KV is not dropped.
   int64_t num_preempted_tokens = 0;
+  int64_t num_swap_outs = 0;  // cumulative: preemptions that copied the victim's KV to the swap space
+  int64_t num_swapped_out_tokens = 0;  // cumulative: tokens of KV those copied
+  int64_t num_swap_ins = 0;            // cumulative: admissions that copied KV back
+  int num_swap_blocks = 0;             // the swap space, in blocks
+  int num_free_swap_blocks = 0;
   int64_t num_finished = 0;     // cumulative, aborts included
   int64_t num_aborted = 0;
   int decode_interval = 0;
@@ -139,6 +147,11 @@ class Scheduler {
   };
 
   void preempt(Sequence* s, ScheduledStep& step);
+  // Copies the KV of s's computed tokens to swap blocks (queued in swap_out_); false when the swap space is
+  // off or too full, or s owes prompt log-probabilities (those positions must be computed).
+  bool swap_out(Sequence* s);
+  // Gives back s's swap blocks, and forgets their copies not yet handed to a step (s finished or aborted).
+  void drop_swapped(Sequence* s);
   void emit(Sequence* s, int n, ScheduledStep& step);
   int admit(int budget, int& rows_left, ScheduledStep& step);
   // Logits rows: a prefill chunk of n of s's `remaining` tokens cut to what rows_left rows allow, of which
@@ -156,6 +169,9 @@ class Scheduler {
   SchedulerConfig config_;
   Clock clock_;
   kv::KVCacheManager kv_;
+  kv::SwapSpace swap_;
+  std::vector<kv::BlockCopy>
+      swap_out_;  // swap-outs not handed to a step yet (the next non-empty one runs them)
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
   std::vector<Sequence*> running_;  // sorted by more_important()
   WaitingQueue waiting_;
@@ -172,6 +188,9 @@ class Scheduler {
 
   int64_t num_preemptions_ = 0;
   int64_t num_preempted_tokens_ = 0;
+  int64_t num_swap_outs_ = 0;
+  int64_t num_swapped_out_tokens_ = 0;
+  int64_t num_swap_ins_ = 0;
   int64_t num_finished_ = 0;
   int64_t num_aborted_ = 0;
   StepMetrics last_metrics_;

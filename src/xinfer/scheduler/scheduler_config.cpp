@@ -10,6 +10,7 @@ Status SchedulerConfig::validate() const {
   auto bad = [](const std::string& what) { return invalid_argument("scheduler config: " + what); };
   if (block_size < 1) return bad("block_size must be >= 1");
   if (num_blocks < 2) return bad("num_blocks must be >= 2 (the null block and one usable block); got " + std::to_string(num_blocks));
+  if (num_swap_blocks < 0) return bad("num_swap_blocks must be >= 0");
   if (max_num_seqs < 1) return bad("max_num_seqs must be >= 1");
   if (max_num_batched_tokens < 1) return bad("max_num_batched_tokens must be >= 1");
   if (max_model_len < 0) return bad("max_model_len must be >= 0");
@@ -43,12 +44,13 @@ std::string SchedulerConfig::to_string() const {
   std::ostringstream os;
   os << "block_size=" << block_size << " num_blocks=" << num_blocks
      << " enable_prefix_caching=" << (enable_prefix_caching ? "true" : "false")
-     << " max_num_seqs=" << max_num_seqs << " max_num_batched_tokens=" << max_num_batched_tokens
-     << " max_model_len=" << max_model_len << " decode_interval=" << decode_interval
-     << " min_decode_interval=" << min_decode_interval << " max_decode_interval=" << max_decode_interval
-     << " target_queue_time_s=" << target_queue_time_s << " target_step_time_s=" << target_step_time_s
-     << " kv_watermark=" << kv_watermark << " reorder_window=" << reorder_window
-     << " max_bypass=" << max_bypass << " prefill_tokens_per_decode=" << prefill_tokens_per_decode
+     << " num_swap_blocks=" << num_swap_blocks << " max_num_seqs=" << max_num_seqs
+     << " max_num_batched_tokens=" << max_num_batched_tokens << " max_model_len=" << max_model_len
+     << " decode_interval=" << decode_interval << " min_decode_interval=" << min_decode_interval
+     << " max_decode_interval=" << max_decode_interval << " target_queue_time_s=" << target_queue_time_s
+     << " target_step_time_s=" << target_step_time_s << " kv_watermark=" << kv_watermark
+     << " reorder_window=" << reorder_window << " max_bypass=" << max_bypass
+     << " prefill_tokens_per_decode=" << prefill_tokens_per_decode
      << " min_prefill_budget=" << min_prefill_budget;
   return os.str();
 }

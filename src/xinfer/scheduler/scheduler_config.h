@@ -14,6 +14,10 @@ struct SchedulerConfig {
   int block_size = 16;                // tokens per KV block
   int num_blocks = 0;                 // KV blocks including the null block 0 (required, >= 2)
   bool enable_prefix_caching = true;  // reuse full blocks with equal (parent hash, tokens)
+  // Swap space in blocks (derived by the engine from --swap-space): a preempted sequence's computed KV is
+  // copied to host memory and back when it is admitted again, instead of being recomputed, while this many
+  // blocks last (docs/scheduler.md). 0: preempted sequences recompute.
+  int num_swap_blocks = 0;
 
   // --- batch limits ---
   int max_num_seqs = 256;             // sequences running at once (sequence slots)

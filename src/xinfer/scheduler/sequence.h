@@ -1,11 +1,14 @@
 // Sequence: the scheduler's state for one request (internal to scheduler/, exposed for tests).
 // State machine: kWaiting -> kRunning (prefill chunks, then decode) -> finished (object destroyed);
-//                kRunning -> kWaiting on preemption (blocks freed, num_computed = 0, tokens kept).
+//                kRunning -> kWaiting on preemption (blocks freed, num_computed = 0, tokens kept; with a swap
+//                space the KV of its computed tokens is first copied to swap blocks, and copied back when
+//                it is admitted again: swap_blocks / num_swapped).
 // Invariants: tokens = prompt + outputs (+ one kPendingToken placeholder when `placeholder`);
 // 0 <= num_computed < tokens.size() while alive (the last known token is never in the KV cache: it is the
 // next input); num_computed + num_in_flight <= tokens.size(); the table holds exactly
 // ceil((num_computed + num_in_flight) / block_size) blocks while running and is empty while waiting (then
-// num_computed == num_in_flight == 0).
+// num_computed == num_in_flight == 0). swap_blocks holds ceil(num_swapped / block_size) blocks while waiting
+// swapped out and is empty otherwise (num_swapped == 0).
 // Asynchronous scheduling (scheduler.h): num_in_flight counts tokens of steps scheduled but not yet
 // update()d; `placeholder` marks a sequence sampled in the oldest in-flight step whose next step was
 // scheduled before that token was known: tokens.back() is kPendingToken until update() replaces it.
@@ -40,6 +43,9 @@ struct Sequence {
   // request.prompt_logits: the chunk that reaches the end of the prompt has been scheduled with all_logits
   // (every prompt position got its row; a recomputation after preemption needs none and may hit the cache).
   bool prompt_logits_done = false;
+  // Swap-to-host preemption (waiting only): the KV of tokens [0, num_swapped) sits in these swap blocks.
+  std::vector<int32_t> swap_blocks;
+  int64_t num_swapped = 0;
   RequestMetrics metrics;
 
   // Known output tokens (the placeholder is not one).

@@ -68,6 +68,20 @@ TEST(EngineCreate, ConfigErrorsAndInfo) {
   c = tied_config();
   c.scheduler.max_num_seqs = 0;
   EXPECT_EQ(Engine::create(c).status().code(), StatusCode::kInvalidArgument);
+  // Swap space: negative, or more than 70% of the host's RAM, is refused with the reason.
+  c = tied_config();
+  c.swap_space_gib = -1;
+  r = Engine::create(c);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("swap_space_gib"), std::string::npos) << r.status().to_string();
+  c.swap_space_gib = 1 << 20;  // a PiB
+  r = Engine::create(c);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("of this host's"), std::string::npos) << r.status().to_string();
+  c.swap_space_gib = 0.001;  // 1.07 MB: 43 blocks of 24 KiB
+  auto swapping = make_engine(c);
+  EXPECT_EQ(swapping->stats().num_swap_blocks, 43);
+  EXPECT_NE(swapping->config().to_string().find("num_swap_blocks=43"), std::string::npos);
 
   auto e = make_engine(tied_config());
   EXPECT_EQ(e->info().model_name, "llama_tied");
@@ -278,11 +292,14 @@ TEST(EngineMetricsText, PrometheusFormatAndCounts) {
     EXPECT_NE(text.find(std::string("# TYPE ") + name + " histogram\n"), std::string::npos) << name;
     EXPECT_NE(text.find(std::string("# HELP ") + name + " "), std::string::npos) << name;
   }
-  for (const char* name : {"xinfer:num_requests_running", "xinfer:num_requests_waiting", "xinfer:kv_cache_usage_perc"})
+  for (const char* name : {"xinfer:num_requests_running", "xinfer:num_requests_waiting",
+                           "xinfer:kv_cache_usage_perc", "xinfer:kv_swap_space_usage_perc"})
     EXPECT_NE(text.find(std::string("# TYPE ") + name + " gauge\n"), std::string::npos) << name;
-  for (const char* name : {"xinfer:num_preemptions_total", "xinfer:prompt_tokens_total",
-                           "xinfer:generation_tokens_total", "xinfer:prefix_cache_queries_total",
-                           "xinfer:prefix_cache_hits_total"})
+  for (const char* name :
+       {"xinfer:num_preemptions_total", "xinfer:prompt_tokens_total", "xinfer:generation_tokens_total",
+        "xinfer:prefix_cache_queries_total", "xinfer:prefix_cache_hits_total",
+        "xinfer:num_preempted_tokens_total", "xinfer:kv_swap_outs_total",
+        "xinfer:kv_swapped_out_tokens_total", "xinfer:kv_swap_ins_total"})
     EXPECT_NE(text.find(std::string("# TYPE ") + name + " counter\n"), std::string::npos) << name;
 
   EXPECT_EQ(metric_value(text, std::string("xinfer:generation_tokens_total") + l), total_tokens);

@@ -140,6 +140,25 @@ TEST_P(EngineGoldenEquivalence, ConcurrentChunkedPreemptedPrefixCachedEqualsTran
     expect_all_blocks_free(*engine);
   }
   {
+    // The same with a swap space (swap-to-host preemption): victims' KV goes to host blocks and comes back.
+    EngineConfig c = base_config(dir);
+    c.scheduler.block_size = 4;
+    c.scheduler.max_num_batched_tokens = 8;
+    c.scheduler.max_num_seqs = 8;
+    c.kv_cache_memory = kv_bytes(dir, 4, 22);
+    c.swap_space_gib = static_cast<double>(kv_bytes(dir, 4, 64)) / (1 << 30);
+    c.max_model_len = 64;
+    auto engine = make_engine(c);
+    auto got = run_cases(*engine, cases, /*solo=*/false);
+    expect_streams(cases, got, &solo, "preempted with a swap space, prefix cache");
+    const EngineStats st = engine->stats();
+    EXPECT_GT(st.num_preemptions, 0) << "the KV budget was meant to force preemption";
+    EXPECT_GT(st.num_swap_outs, 0) << "preemptions were meant to swap";
+    EXPECT_GT(st.num_swap_ins, 0);
+    EXPECT_EQ(st.num_free_swap_blocks, st.num_swap_blocks) << "swap blocks leaked";
+    expect_all_blocks_free(*engine);
+  }
+  {
     // Other policy knobs: no prefix cache, FIFO, admission every step, block size 1 (a block per token).
     EngineConfig c = base_config(dir);
     c.scheduler.block_size = 1;
@@ -247,6 +266,26 @@ TEST(EngineStoriesEquivalence, ManyConcurrentRequestsEqualTransformersAndSolo) {
     }
     EXPECT_EQ(n, lp.tokens.size());
     EXPECT_TRUE(got.at("story_0").outputs[0].new_logprobs.empty()) << "no logprobs unless asked";
+  }
+  {
+    // Swap-to-host preemption under asynchronous scheduling (two steps in flight): preemptions swap while
+    // the step before is still computing; the swap space holds a few victims, the rest recompute.
+    EngineConfig c = base;
+    c.scheduler.block_size = 8;
+    c.scheduler.max_num_batched_tokens = 16;
+    c.scheduler.max_num_seqs = 12;
+    c.kv_cache_memory = kv_bytes(dir, 8, 40);
+    c.swap_space_gib = static_cast<double>(kv_bytes(dir, 8, 24)) / (1 << 30);
+    c.async_scheduling = true;
+    c.max_model_len = 240;
+    auto engine = make_engine(c);
+    auto got = run_cases(*engine, cases, /*solo=*/false);
+    expect_streams(cases, got, &solo, "concurrent, async, swap space");
+    const EngineStats st = engine->stats();
+    EXPECT_GT(st.num_swap_outs, 0);
+    EXPECT_GT(st.num_swap_ins, 0);
+    EXPECT_EQ(st.num_free_swap_blocks, st.num_swap_blocks);
+    expect_all_blocks_free(*engine);
   }
 }
 

@@ -41,6 +41,8 @@ struct SimParams {
   // Asynchronous scheduling: schedule() step N+1 (and "compute" it, feeding N's tokens to its placeholder
   // rows) before update() of step N, so two steps are in flight whenever there is work.
   bool pipelined = false;
+  // With a swap space too small for every victim: some preemptions must fall back to recomputation.
+  bool expect_recompute = false;
 };
 
 struct Tracked {
@@ -78,7 +80,7 @@ TEST_P(SchedulerSimulation, InvariantsAndExactOutputs) {
   ASSERT_TRUE(cfg.validate().ok()) << cfg.validate().to_string();
   double now = 0;
   Scheduler sched(cfg, [&now] { return now; });
-  SimModel model(cfg.num_blocks, cfg.block_size, p.vocab);
+  SimModel model(cfg.num_blocks, cfg.block_size, p.vocab, cfg.num_swap_blocks);
   std::mt19937 rng(p.seed);
   auto uni = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   auto chance = [&rng](double q) { return std::uniform_real_distribution<double>(0, 1)(rng) < q; };
@@ -253,6 +255,15 @@ TEST_P(SchedulerSimulation, InvariantsAndExactOutputs) {
   if (p.expect_preemption) {
     EXPECT_GT(st.num_preemptions, 0) << "pool was meant to force preemption";
   }
+  EXPECT_EQ(st.num_free_swap_blocks, cfg.num_swap_blocks) << "leaked swap blocks";
+  if (p.expect_preemption && cfg.num_swap_blocks > 0) {
+    EXPECT_GT(st.num_swap_outs, 0) << "preemptions never swapped";
+    EXPECT_GT(st.num_swap_ins, 0) << "swapped-out sequences never came back from the swap space";
+    EXPECT_LE(st.num_swap_ins, st.num_swap_outs);
+    if (p.expect_recompute) {
+      EXPECT_LT(st.num_swap_outs, st.num_preemptions) << "the small swap space never ran out";
+    }
+  }
   if (cfg.enable_prefix_caching) {
     EXPECT_GT(st.kv.prefix_hit_tokens, 0) << "shared prefixes never hit";
   } else {
@@ -282,12 +293,15 @@ TEST_P(SchedulerSimulation, InvariantsAndExactOutputs) {
   } else {
     EXPECT_EQ(total_overtakes, 0);
   }
-  std::printf("[%s] %lld requests, %lld steps, %lld finished, %lld aborted, %lld generated tokens, "
-              "%lld preemptions, prefix hit rate %.3f, max overtakes %lld, final decode interval %d\n",
-              p.name.c_str(), static_cast<long long>(reqs.size()), static_cast<long long>(steps),
-              static_cast<long long>(finished), static_cast<long long>(aborted),
-              static_cast<long long>(total_generated), static_cast<long long>(st.num_preemptions),
-              st.kv.prefix_hit_rate(), static_cast<long long>(max_overtakes), st.decode_interval);
+  std::printf(
+      "[%s] %lld requests, %lld steps, %lld finished, %lld aborted, %lld generated tokens, "
+      "%lld preemptions (%lld swapped out, %lld swapped in), prefix hit rate %.3f, max overtakes %lld, "
+      "final decode interval %d\n",
+      p.name.c_str(), static_cast<long long>(reqs.size()), static_cast<long long>(steps),
+      static_cast<long long>(finished), static_cast<long long>(aborted),
+      static_cast<long long>(total_generated), static_cast<long long>(st.num_preemptions),
+      static_cast<long long>(st.num_swap_outs), static_cast<long long>(st.num_swap_ins),
+      st.kv.prefix_hit_rate(), static_cast<long long>(max_overtakes), st.decode_interval);
 }
 
 SchedulerConfig base_config() {
@@ -356,8 +370,23 @@ std::vector<SimParams> sim_params() {
     p.seed = 5;
     v.push_back(p);
   }
+  // Swap-to-host preemption: a swap space as large as the cache (every victim swaps), and one of 6 blocks
+  // (most victims recompute); prefix hits cover part of a swapped sequence's KV in the first.
+  const size_t num_plain = v.size();
+  for (size_t i : {size_t{0}, size_t{1}, size_t{3}, size_t{4}}) {
+    SimParams p = v[i];
+    p.name += "_swap";
+    p.config.num_swap_blocks = p.config.num_blocks;
+    p.seed += 200;
+    v.push_back(p);
+    p.name += "_small";
+    p.config.num_swap_blocks = 6;
+    p.expect_recompute = true;
+    p.seed += 10;
+    v.push_back(p);
+  }
   // The same workloads with two steps in flight (fewer requests: the synchronous cases cover the policy).
-  for (size_t i : {size_t{0}, size_t{2}, size_t{3}, size_t{4}}) {
+  for (size_t i : {size_t{0}, size_t{2}, size_t{3}, size_t{4}, num_plain, num_plain + 1, num_plain + 4}) {
     SimParams p = v[i];
     p.name += "_async";
     p.pipelined = true;

@@ -271,6 +271,94 @@ TEST(Scheduler, PreemptedSequenceRecomputesPromptPlusOutputsAndReusesCachedBlock
   }
 }
 
+TEST(Scheduler, SwapSpaceKeepsTheVictimsKvAndRestoresIt) {
+  SchedulerConfig c = small_config();
+  c.num_blocks = 10;  // 9 blocks of 4 = 36 tokens
+  c.num_swap_blocks = 8;
+  c.enable_prefix_caching = false;
+  c.max_num_batched_tokens = 64;
+  Harness h(c);
+  ASSERT_TRUE(h.sched.add(req(1, 8, 20, /*priority=*/0, 10)).ok());
+  h.now += 1;
+  ASSERT_TRUE(h.sched.add(req(2, 8, 20, /*priority=*/1, 50)).ok());
+  ScheduledStep s;
+  std::vector<int32_t> blocks_of_2;  // its block table in the last step it ran
+  for (int i = 0; i < 30 && s.preempted_ids.empty(); ++i) {
+    h.step(&s);
+    if (const ScheduledSeq* q = find_seq(s, 2))
+      blocks_of_2.assign(q->block_table.begin(), q->block_table.end());
+  }
+  ASSERT_EQ(s.preempted_ids, (std::vector<uint64_t>{2})) << "2 (prio 1) is the victim when 1 needs a block";
+  EXPECT_EQ(s.metrics.num_swapped_out, 1);
+  const Sequence* v = h.sched.find(2);
+  ASSERT_EQ(v->status, SeqStatus::kWaiting);
+  // Its 16 computed tokens (prompt + 8 decodes) went to 4 swap blocks, copied from its 4 full blocks.
+  EXPECT_EQ(v->num_swapped, 16);
+  ASSERT_EQ(v->swap_blocks.size(), 4u);
+  ASSERT_EQ(s.swap_out.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(s.swap_out[i], (kv::BlockCopy{blocks_of_2[i], v->swap_blocks[i]}));
+  const std::vector<int32_t> swap_blocks = v->swap_blocks;
+  SchedulerStats st = h.sched.stats();
+  EXPECT_EQ(st.num_swap_outs, 1);
+  EXPECT_EQ(st.num_swapped_out_tokens, 16);
+  EXPECT_EQ(st.num_preempted_tokens, 0) << "nothing is dropped: no step was in flight";
+  EXPECT_EQ(st.num_free_swap_blocks, 4);
+  // When 2 comes back, its first step copies the 4 blocks into its new table and feeds only what is after
+  // them.
+  std::vector<FinishedRequest> all;
+  const ScheduledSeq* q = nullptr;
+  for (int i = 0; i < 40 && q == nullptr; ++i) {
+    for (auto& f : h.step(&s)) all.push_back(std::move(f));
+    q = find_seq(s, 2);
+  }
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(s.metrics.num_swapped_in, 1);
+  EXPECT_EQ(q->start_pos, 16);
+  EXPECT_EQ(q->num_tokens(), 1) << "its last sampled token, the only one not in the swapped KV";
+  ASSERT_EQ(s.swap_in.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(s.swap_in[i], (kv::BlockCopy{swap_blocks[i], q->block_table[i]}));
+  EXPECT_TRUE(s.swap_out.empty());
+  for (int i = 0; i < 100 && h.sched.has_unfinished(); ++i)
+    for (auto& f : h.step()) all.push_back(std::move(f));
+  ASSERT_EQ(all.size(), 2u);
+  for (const auto& f : all) EXPECT_EQ(f.output_token_ids.size(), 20u) << "request " << f.id;
+  st = h.sched.stats();
+  EXPECT_EQ(st.num_swap_ins, 1);
+  EXPECT_EQ(st.num_free_swap_blocks, 8);
+  EXPECT_EQ(st.kv.num_free_blocks, 9);
+}
+
+TEST(Scheduler, AbortOfASwappedOutSequenceFreesItsSwapBlocks) {
+  SchedulerConfig c = small_config();
+  c.num_blocks = 10;
+  c.num_swap_blocks = 3;  // too few for a 16-token victim: it recomputes
+  c.enable_prefix_caching = false;
+  c.max_num_batched_tokens = 64;
+  Harness h(c);
+  ASSERT_TRUE(h.sched.add(req(1, 8, 20, 0, 10)).ok());
+  h.now += 1;
+  ASSERT_TRUE(h.sched.add(req(2, 8, 20, 1, 50)).ok());
+  ScheduledStep s;
+  for (int i = 0; i < 30 && s.preempted_ids.empty(); ++i) h.step(&s);
+  ASSERT_EQ(s.preempted_ids, (std::vector<uint64_t>{2}));
+  EXPECT_EQ(s.metrics.num_swapped_out, 0);
+  EXPECT_TRUE(s.swap_out.empty());
+  EXPECT_EQ(h.sched.stats().num_preempted_tokens, 16) << "recomputed: its KV was dropped";
+  EXPECT_EQ(h.sched.find(2)->num_swapped, 0);
+
+  c.num_swap_blocks = 8;
+  Harness h2(c);
+  ASSERT_TRUE(h2.sched.add(req(1, 8, 20, 0, 10)).ok());
+  h2.now += 1;
+  ASSERT_TRUE(h2.sched.add(req(2, 8, 20, 1, 50)).ok());
+  s = {};
+  for (int i = 0; i < 30 && s.preempted_ids.empty(); ++i) h2.step(&s);
+  ASSERT_EQ(h2.sched.stats().num_free_swap_blocks, 4);
+  ASSERT_TRUE(h2.sched.abort(2).has_value());
+  EXPECT_EQ(h2.sched.stats().num_free_swap_blocks, 8);
+  h2.sched.check_invariants();
+}
+
 TEST(Scheduler, AbortInAnyStateFreesBlocksAtOnce) {
   Harness h(small_config());
   ASSERT_TRUE(h.sched.add(req(1, 12, 10)).ok());

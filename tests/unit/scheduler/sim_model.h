@@ -2,11 +2,14 @@
 // per slot, written through the step's block tables exactly as the real runner writes K/V; its
 // "attention" reads the whole context back through the block table and checks it against the true tokens;
 // its sampled token is a hash of the context, so, like a greedy model, it depends only on the sequence's
-// tokens and never on batching, chunking, preemption or prefix-cache hits.
+// tokens and never on batching, chunking, preemption or prefix-cache hits. With a swap space it runs each
+// step's block copies (ScheduledStep::swap_out, then swap_in) before the step's writes, as the model runner
+// does, so KV restored from the wrong swap block (or into a block someone else uses) reads back wrong.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -34,14 +37,21 @@ class SimModel {
  public:
   // truth(id): the sequence's true tokens so far (prompt + outputs).
   using Truth = std::function<const std::vector<int32_t>&(uint64_t)>;
-  SimModel(int num_blocks, int block_size, int vocab)
-      : block_size_(block_size), vocab_(vocab), kv_(static_cast<size_t>(num_blocks) * block_size, {-1, -1}) {}
+  SimModel(int num_blocks, int block_size, int vocab, int num_swap_blocks = 0)
+      : block_size_(block_size),
+        vocab_(vocab),
+        kv_(static_cast<size_t>(num_blocks) * block_size, {-1, -1}),
+        swap_(static_cast<size_t>(num_swap_blocks) * block_size, {-1, -1}) {}
 
   // previous: the output of the step scheduled before `step` when that step is still in flight
   // (asynchronous scheduling): rows with pending_row >= 0 feed its token, as the device would.
   StepOutput forward(const ScheduledStep& step, const kv::BlockPool& pool, const Truth& truth,
                      const StepOutput* previous = nullptr) {
     StepOutput out;
+    copy_blocks(step.swap_out, kv_, swap_);
+    for (const kv::BlockCopy& c : step.swap_in)
+      EXPECT_EQ(pool.ref_count(c.to), 1) << "swap-in into block " << c.to << ", which is not one sequence's";
+    copy_blocks(step.swap_in, swap_, kv_);
     for (const ScheduledSeq& q : step.seqs) {
       const std::vector<int32_t>& t = truth(q.seq_id);
       const int end = q.start_pos + q.num_tokens();
@@ -87,9 +97,20 @@ class SimModel {
     int32_t token;
     int32_t pos;
   };
+  void copy_blocks(const std::vector<kv::BlockCopy>& copies, const std::vector<Slot>& from,
+                   std::vector<Slot>& to) {
+    const size_t bs = static_cast<size_t>(block_size_);
+    for (const kv::BlockCopy& c : copies) {
+      ASSERT_LE((static_cast<size_t>(c.from) + 1) * bs, from.size()) << "copy from block " << c.from;
+      ASSERT_LE((static_cast<size_t>(c.to) + 1) * bs, to.size()) << "copy to block " << c.to;
+      std::copy_n(from.begin() + static_cast<std::ptrdiff_t>(c.from * bs), bs,
+                  to.begin() + static_cast<std::ptrdiff_t>(c.to * bs));
+    }
+  }
   int block_size_;
   int vocab_;
   std::vector<Slot> kv_;
+  std::vector<Slot> swap_;
   std::vector<int32_t> context_;
 };
 

@@ -16,6 +16,7 @@
 #include "xinfer/backend/cuda/kernels/elementwise/argmax_rows.h"
 #include "xinfer/backend/cuda/kernels/elementwise/feed_tokens.h"
 #include "xinfer/backend/cuda/kernels/elementwise/gather_rows.h"
+#include "xinfer/backend/cuda/kernels/elementwise/kv_block_copy.h"
 #include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_fp8_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_int8_gemm.h"
@@ -26,6 +27,7 @@
 #include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
 #include "xinfer/backend/cuda/kernels/random/random_normal.h"
 #include "xinfer/backend/cuda/kernels/rope/rope_kv_write.h"
+#include "xinfer/backend/cuda/swap_space_buffer.h"
 #include "xinfer/core/logging.h"
 
 namespace xinfer::cuda {
@@ -161,6 +163,29 @@ backend::DeviceTensor CudaBackend::allocate(DType dtype, const Shape& shape) {
   auto buf = std::make_shared<CudaBuffer>(dtype_bytes(dtype, static_cast<size_t>(shape.numel())));
   XI_CUDA_CHECK(cudaMemsetAsync(buf->data(), 0, buf->bytes(), stream_));
   return backend::DeviceTensor{buf, TensorView{buf->data(), dtype, shape, Device::kCuda}};
+}
+
+std::shared_ptr<backend::DeviceBuffer> CudaBackend::allocate_swap_memory(size_t bytes) {
+  return std::make_shared<SwapSpaceBuffer>(bytes);
+}
+
+void CudaBackend::copy_kv_blocks(const backend::KvCache& cache, const backend::KvCopyBatch& batch) {
+  if (batch.copies.empty()) return;
+  XI_CHECK(cache.swap != nullptr && !cache.layers.empty()) << "KV block copies without a swap space";
+  KvBlockCopyLayout layout;
+  for (const backend::LayerKvCache& l : cache.layers) {
+    layout.k.push_back(static_cast<unsigned char*>(l.k.data));
+    layout.v.push_back(static_cast<unsigned char*>(l.v.data));
+  }
+  const TensorView& k0 = cache.layers[0].k;
+  layout.num_blocks = static_cast<int>(k0.shape[0]);
+  layout.chunk = k0.bytes() / static_cast<size_t>(layout.num_blocks);
+  XI_CHECK_EQ(cache.swap_block_bytes, 2 * cache.layers.size() * layout.chunk) << "swap block size";
+  XI_CHECK(dynamic_cast<SwapSpaceBuffer*>(cache.swap.get()) != nullptr)
+      << "the KV swap space was not allocated by this backend";
+  layout.swap = static_cast<unsigned char*>(cache.swap->data());  // pinned, mapped at the same address
+  layout.num_swap_blocks = cache.num_swap_blocks();
+  launch_kv_block_copy(layout, batch.copies, batch.to_host, stream_);
 }
 
 backend::DeviceTensor CudaBackend::upload(const TensorView& host, DType dtype) {

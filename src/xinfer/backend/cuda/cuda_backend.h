@@ -170,6 +170,10 @@ class CudaBackend final : public backend::Backend {
   // and the generic kernel read and write e4m3 caches; the fused RoPE + decode kernel and the wgmma prefill
   // kernels are bf16 only (FP8 steps run rope_kv_write + decode / mma.sync prefill instead).
   bool supports_kv_cache_dtype(DType d) const override { return d == DType::kBF16 || d == DType::kFP8E4M3; }
+  // The KV swap space: pinned, mapped host memory that the copy kernel reads and writes directly
+  // (kernels/elementwise/kv_block_copy.h), pinned here (swap_space_buffer.h).
+  std::shared_ptr<backend::DeviceBuffer> allocate_swap_memory(size_t bytes) override;
+  void copy_kv_blocks(const backend::KvCache& cache, const backend::KvCopyBatch& batch) override;
   void rope_kv_write(const backend::StepMeta& step, const TensorView& qkv, int num_heads, int num_kv_heads,
                      int head_dim, const TensorView& cos_sin, const backend::LayerKvCache& cache) override;
   void qk_norm(const TensorView& qkv, int num_heads, int num_kv_heads, int head_dim, const TensorView& q_weight,
