@@ -123,39 +123,30 @@ TEST_P(EngineGoldenEquivalence, ConcurrentChunkedPreemptedPrefixCachedEqualsTran
     solo = run_cases(*engine, cases, /*solo=*/true);
     expect_streams(cases, solo, nullptr, "solo");
   }
-  {
-    // Longest request: 33 + 19 prompt + 1 = 53 tokens (14 blocks of 4); 21 usable blocks for 8 sequences.
+  // Longest request: 33 + 19 prompt + 1 = 53 tokens (14 blocks of 4); 21 usable blocks for 8 sequences. Once
+  // recomputing what preemption drops, once with a swap space (swap-to-host preemption: victims' KV goes to
+  // host blocks and comes back).
+  for (const bool swap : {false, true}) {
     EngineConfig c = base_config(dir);
     c.scheduler.block_size = 4;
     c.scheduler.max_num_batched_tokens = 8;  // prompts of 7..52 tokens: chunked prefill
     c.scheduler.max_num_seqs = 8;
     c.kv_cache_memory = kv_bytes(dir, 4, 22);
+    if (swap) c.swap_space_gib = static_cast<double>(kv_bytes(dir, 4, 64)) / (1 << 30);
     c.max_model_len = 64;
     auto engine = make_engine(c);
     auto got = run_cases(*engine, cases, /*solo=*/false);
-    expect_streams(cases, got, &solo, "preempted, prefix cache");
+    expect_streams(cases, got, &solo, swap ? "preempted to a swap space, prefix cache" : "preempted, prefix cache");
     const EngineStats st = engine->stats();
     EXPECT_GT(st.num_preemptions, 0) << "the KV budget was meant to force preemption";
     EXPECT_GT(st.prefix_hit_tokens, 0) << "shared prefixes were meant to hit the prefix cache";
-    expect_all_blocks_free(*engine);
-  }
-  {
-    // The same with a swap space (swap-to-host preemption): victims' KV goes to host blocks and comes back.
-    EngineConfig c = base_config(dir);
-    c.scheduler.block_size = 4;
-    c.scheduler.max_num_batched_tokens = 8;
-    c.scheduler.max_num_seqs = 8;
-    c.kv_cache_memory = kv_bytes(dir, 4, 22);
-    c.swap_space_gib = static_cast<double>(kv_bytes(dir, 4, 64)) / (1 << 30);
-    c.max_model_len = 64;
-    auto engine = make_engine(c);
-    auto got = run_cases(*engine, cases, /*solo=*/false);
-    expect_streams(cases, got, &solo, "preempted with a swap space, prefix cache");
-    const EngineStats st = engine->stats();
-    EXPECT_GT(st.num_preemptions, 0) << "the KV budget was meant to force preemption";
-    EXPECT_GT(st.num_swap_outs, 0) << "preemptions were meant to swap";
-    EXPECT_GT(st.num_swap_ins, 0);
-    EXPECT_EQ(st.num_free_swap_blocks, st.num_swap_blocks) << "swap blocks leaked";
+    if (swap) {
+      EXPECT_GT(st.num_swap_outs, 0) << "preemptions were meant to swap";
+      EXPECT_GT(st.num_swap_ins, 0);
+      EXPECT_EQ(st.num_free_swap_blocks, st.num_swap_blocks) << "swap blocks leaked";
+    } else {
+      EXPECT_EQ(st.num_swap_outs, 0);
+    }
     expect_all_blocks_free(*engine);
   }
   {
@@ -234,14 +225,14 @@ TEST(EngineStoriesEquivalence, ManyConcurrentRequestsEqualTransformersAndSolo) {
     solo = run_cases(*engine, cases, /*solo=*/true);
     expect_streams(cases, solo, nullptr, "solo");
   }
+  EngineConfig concurrent = base;
+  concurrent.scheduler.block_size = 8;
+  concurrent.scheduler.max_num_batched_tokens = 16;
+  concurrent.scheduler.max_num_seqs = 12;
+  concurrent.kv_cache_memory = kv_bytes(dir, 8, 40);  // 39 usable blocks = 312 tokens for ~30 requests
+  concurrent.max_model_len = 240;
   {
-    EngineConfig c = base;
-    c.scheduler.block_size = 8;
-    c.scheduler.max_num_batched_tokens = 16;
-    c.scheduler.max_num_seqs = 12;
-    c.kv_cache_memory = kv_bytes(dir, 8, 40);  // 39 usable blocks = 312 tokens for ~30 requests
-    c.max_model_len = 240;
-    auto engine = make_engine(c);
+    auto engine = make_engine(concurrent);
     auto got = run_cases(*engine, cases, /*solo=*/false);
     expect_streams(cases, got, &solo, "concurrent");
     const EngineStats st = engine->stats();
@@ -270,14 +261,9 @@ TEST(EngineStoriesEquivalence, ManyConcurrentRequestsEqualTransformersAndSolo) {
   {
     // Swap-to-host preemption under asynchronous scheduling (two steps in flight): preemptions swap while
     // the step before is still computing; the swap space holds a few victims, the rest recompute.
-    EngineConfig c = base;
-    c.scheduler.block_size = 8;
-    c.scheduler.max_num_batched_tokens = 16;
-    c.scheduler.max_num_seqs = 12;
-    c.kv_cache_memory = kv_bytes(dir, 8, 40);
+    EngineConfig c = concurrent;
     c.swap_space_gib = static_cast<double>(kv_bytes(dir, 8, 24)) / (1 << 30);
     c.async_scheduling = true;
-    c.max_model_len = 240;
     auto engine = make_engine(c);
     auto got = run_cases(*engine, cases, /*solo=*/false);
     expect_streams(cases, got, &solo, "concurrent, async, swap space");
