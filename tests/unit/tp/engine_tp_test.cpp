@@ -86,11 +86,19 @@ TEST_P(TpGoldenEquivalence, Tp2And4EqualTransformersAndTp1UnderChunkingAndPreemp
     solo = run_cases(*engine, cases, /*solo=*/true);
   }
   // Asynchronous scheduling: greedy steps pipelined, each feeding the ids the step in flight sampled on rank 0
-  // (broadcast to the other ranks before the step).
-  for (const auto& [tp, async] : {std::pair{2, false}, std::pair{4, false}, std::pair{2, true}, std::pair{4, true}}) {
-    SCOPED_TRACE("tensor_parallel_size " + std::to_string(tp) + (async ? " async" : ""));
+  // (broadcast to the other ranks before the step). Swap space: every rank copies the victims' KV of its own
+  // heads to its own swap space and back (the copies travel in the step plan).
+  struct Run {
+    int tp;
+    bool async, swap;
+  };
+  for (const Run& r : {Run{2, false, false}, Run{4, false, false}, Run{2, true, false}, Run{4, true, false},
+                       Run{2, true, true}, Run{4, false, true}}) {
+    const int tp = r.tp;
+    SCOPED_TRACE("tensor_parallel_size " + std::to_string(tp) + (r.async ? " async" : "") + (r.swap ? " swap" : ""));
     EngineConfig c = base_config(dir, tp);
-    c.async_scheduling = async;
+    c.async_scheduling = r.async;
+    if (r.swap) c.swap_space_gib = static_cast<double>(kv_bytes_tp(dir, 4, 64, tp) / tp) / (1 << 30);
     c.scheduler.block_size = 4;
     c.scheduler.max_num_batched_tokens = 8;  // chunked prefill
     c.scheduler.max_num_seqs = 8;
@@ -109,8 +117,13 @@ TEST_P(TpGoldenEquivalence, Tp2And4EqualTransformersAndTp1UnderChunkingAndPreemp
     }
     const EngineStats es = engine->stats();
     EXPECT_GT(es.num_preemptions, 0) << "the KV budget was meant to force preemption";
-    if (async) {
+    if (r.async) {
       EXPECT_GT(es.async_steps, 0) << "no step was pipelined";
+    }
+    if (r.swap) {
+      EXPECT_GT(es.num_swap_outs, 0) << "preemptions were meant to swap";
+      EXPECT_GT(es.num_swap_ins, 0);
+      EXPECT_EQ(es.num_free_swap_blocks, es.num_swap_blocks);
     }
     EXPECT_EQ(es.num_free_blocks, es.num_total_blocks);
   }
