@@ -6,11 +6,13 @@
 //   build/<dir>/bench/serving_sim [--concurrency 256] [--num-prompts 1024] [--warmup 256] [--input-len 128]
 //       [--output-len 128] [--steady] [scheduler flags: --max-num-batched-tokens N
 //       --prefill-tokens-per-decode X --min-prefill-budget N --decode-interval N --min-decode-interval N
-//       --max-decode-interval N --max-num-seqs N --reorder-window N] [--sweep] [--mix] [--no-groups]
+//       --max-decode-interval N --max-num-seqs N --reorder-window N --num-blocks N --num-swap-blocks N] [--sweep]
+//       [--mix] [--no-groups]
 //
 // --client-delay S (default 0.0005): seconds from a finish to the client's next send; --step-scale X scales
 // the step-time model (another card, another host). Preemptions (and the KV tokens they drop) print when there are
-// any. --mix prints what the measured steps carried (share with prefill, decode rows and prefill tokens per step,
+// any; --num-swap-blocks N gives the scheduler a swap space (swap-to-host preemption), whose copies cost their
+// bytes at 50 GB/s (the measured PCIe rate of the copy kernel, PERF.md session 26). --mix prints what the measured steps carried (share with prefill, decode rows and prefill tokens per step,
 // admissions); --no-groups sends group-0 requests (the server gives every HTTP request its own group).
 //
 // Step-time model (h200-8b: Llama-3.1-8B bf16 on one H200, fitted to docs/PERF.md's measurements: batch-1
@@ -89,7 +91,10 @@ double step_time_s(const ScheduledStep& step) {
     context += s.start_pos + s.num_tokens();
   }
   if (tokens == 0) return 0;
-  return 3.6e-3 + 21.4e-6 * static_cast<double>(tokens) + 27.3e-9 * static_cast<double>(context) + 0.3e-3;
+  // Swap copies: 16-token blocks of 131 KB per token (bf16 K/V of the 8B model) over PCIe at 50 GB/s.
+  const double swap_blocks = static_cast<double>(step.swap_out.size() + step.swap_in.size());
+  return 3.6e-3 + 21.4e-6 * static_cast<double>(tokens) + 27.3e-9 * static_cast<double>(context) + 0.3e-3 +
+         swap_blocks * 16 * 131072 / 50e9;
 }
 
 double percentile(std::vector<double> v, double q) {
@@ -106,6 +111,7 @@ struct Result {
   StepMix mix;
   double itl_p25, itl_p40, itl_p60, itl_p75, itl_mean;
   int64_t preemptions = 0, preempted_tokens = 0;  // the scheduler's, over the whole run (warm-up included)
+  int64_t swap_outs = 0, swapped_out_tokens = 0;
 };
 
 // Runs `n` requests at `concurrency` from time `t` (advanced); returns the figures of the requests sent after
@@ -190,6 +196,8 @@ Result simulate(const Options& o) {
   }
   r.preemptions = s.stats().num_preemptions;
   r.preempted_tokens = s.stats().num_preempted_tokens;
+  r.swap_outs = s.stats().num_swap_outs;
+  r.swapped_out_tokens = s.stats().num_swapped_out_tokens;
   return r;
 }
 
@@ -198,8 +206,9 @@ void print(const char* label, const Options& o, const Result& r) {
               label, o.concurrency, r.tok_s, r.ttft_p50 * 1e3, r.ttft_p99 * 1e3, r.ttft_p99 / r.ttft_p50,
               r.itl_p50 * 1e3, r.itl_p99 * 1e3, r.itl_p99 / r.itl_p50);
   if (r.preemptions > 0)
-    std::printf("    preemptions %lld, their KV tokens to compute again %lld\n", static_cast<long long>(r.preemptions),
-                static_cast<long long>(r.preempted_tokens));
+    std::printf("    preemptions %lld, their KV tokens to compute again %lld; %lld swapped out (%lld tokens)\n",
+                static_cast<long long>(r.preemptions), static_cast<long long>(r.preempted_tokens),
+                static_cast<long long>(r.swap_outs), static_cast<long long>(r.swapped_out_tokens));
   if (!o.show_mix) return;
   const StepMix& m = r.mix;
   const double n = static_cast<double>(std::max<int64_t>(1, m.steps));
@@ -245,6 +254,7 @@ int main(int argc, char** argv) {
         take_int(i, argc, argv, "--max-num-seqs", c.max_num_seqs) ||
         take_int(i, argc, argv, "--reorder-window", c.reorder_window) ||
         take_int(i, argc, argv, "--num-blocks", c.num_blocks) ||
+        take_int(i, argc, argv, "--num-swap-blocks", c.num_swap_blocks) ||
         take_double(i, argc, argv, "--client-delay", o.client_delay_s) ||
         take_double(i, argc, argv, "--step-scale", o.step_scale))
       continue;
