@@ -418,7 +418,9 @@ int run_bench(int argc, char** argv) {
                         {"graph_reserve_gib", static_cast<double>(plan.graph_reserve_bytes) / (1 << 30)},
                         {"kv_gib", static_cast<double>(plan.kv_bytes) / (1 << 30)},
                         {"kv_blocks", plan.num_blocks - 1},
-                        {"kv_tokens", plan.kv_tokens}};
+                        {"kv_tokens", plan.kv_tokens},
+                        {"swap_gib", static_cast<double>(plan.swap_bytes) / (1 << 30)},
+                        {"swap_blocks", plan.num_swap_blocks}};
   if (have_ceilings) out["ceilings"] = {{"copy_gbs", ceil.copy_gbs}, {"bf16_gemm_tflops", ceil.bf16_gemm_tflops}};
   out["sampling"] = {{"greedy", !sampled},
                      {"temperature", short_float(sampling.temperature)},

@@ -332,6 +332,8 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
   plan.kv_bytes = static_cast<size_t>(sc.num_blocks) * bytes_per_block;
   plan.num_blocks = sc.num_blocks;
   plan.kv_tokens = kv_tokens - 1;
+  plan.num_swap_blocks = sc.num_swap_blocks;
+  plan.swap_bytes = static_cast<size_t>(sc.num_swap_blocks) * bytes_per_block;
   if (!plan_memory) plan.weight_bytes = model->weight_bytes();
   if (tp_group) XI_RETURN_IF_ERROR(tp_group->wait_loaded());
   if (!config.async_scheduling) config.async_scheduling = be.async_host_copies();
@@ -348,7 +350,7 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
                                : std::string(" (kv_cache_memory)"))
                << "; KV swap space "
                << (sc.num_swap_blocks > 0
-                       ? std::to_string(gib(static_cast<size_t>(sc.num_swap_blocks) * bytes_per_block)) +
+                       ? std::to_string(gib(plan.swap_bytes)) +
                              " GiB of host memory = " + std::to_string(sc.num_swap_blocks) + " blocks" +
                              (tp > 1 ? " per rank" : "")
                        : std::string("none (preempted sequences recompute)"));

@@ -67,6 +67,8 @@ struct MemoryPlan {
   size_t kv_bytes = 0;      // num_blocks x bytes_per_block
   int num_blocks = 0;       // including the null block
   int64_t kv_tokens = 0;    // tokens the usable blocks hold
+  size_t swap_bytes = 0;    // host memory of the KV swap space (per rank), num_swap_blocks x bytes_per_block
+  int num_swap_blocks = 0;
 };
 
 // Readies `backend` for `mc` as the Engine does before loading weights: on CUDA, reserves the split-KV
