@@ -534,6 +534,7 @@ void Engine::loop() {
     const auto step_begin = std::chrono::steady_clock::now();
     sched::ScheduledStep step = scheduler_->schedule();
     if (!step.empty()) runner_->queue_kv_copies(step.swap_out, step.swap_in);
+    if (step.metrics.num_preempted > 0) warn_preemptions();
     if (step.empty()) {
       if (in_flight_) {  // nothing to add behind it (e.g. every running sequence finishes with it)
         complete_in_flight();
@@ -609,6 +610,19 @@ void Engine::abort_request(uint64_t id) {
   ++requests_aborted_;
   publish_stats();
   finish_request(id, *f, nullptr, /*defer=*/false);
+}
+
+void Engine::warn_preemptions() {
+  const sched::SchedulerStats s = scheduler_->stats();
+  if (s.num_preemptions < next_preemption_warning_) return;
+  next_preemption_warning_ = s.num_preemptions + kPreemptionWarningInterval;
+  XI_LOG(WARN) << "preemption: " << s.num_preemptions << " so far (" << s.num_swap_outs
+               << " with their KV swapped to host memory, " << s.num_preempted_tokens
+               << " KV tokens dropped to be recomputed): the KV cache (" << s.kv.num_usable_blocks
+               << " blocks) is too small for this load; raise gpu_memory_utilization (cuda) or kv_cache_memory (cpu), "
+                  "lower max_num_seqs"
+               << (s.num_swap_blocks > 0 ? "" : ", or give --swap-space to copy victims' KV instead of recomputing it")
+               << " (warned again after " << kPreemptionWarningInterval << " more)";
 }
 
 Engine::StepRows Engine::prepare_step(const sched::ScheduledStep& step, bool feed) {

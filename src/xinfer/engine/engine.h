@@ -235,6 +235,10 @@ class Engine final : public EngineClient {
     std::chrono::steady_clock::time_point launched;
   };
   std::optional<InFlightStep> in_flight_;
+  // A warning at the first preemption and after every kPreemptionWarningInterval more (as vLLM does).
+  static constexpr int64_t kPreemptionWarningInterval = 50;
+  int64_t next_preemption_warning_ = 1;
+  void warn_preemptions();
   std::chrono::steady_clock::time_point last_completion_;  // of the previous pipelined step
   int64_t prompt_tokens_total_ = 0;
   int64_t generation_tokens_total_ = 0;
