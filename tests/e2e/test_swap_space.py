@@ -7,6 +7,7 @@ import concurrent.futures
 import pathlib
 import re
 import subprocess
+import time
 
 import openai
 import pytest
@@ -55,8 +56,13 @@ def test_preempted_sequences_swap_and_answer_as_a_roomy_server(start_server, roo
     assert metric(server, "xinfer:num_preemptions_total") > 0
     assert metric(server, "xinfer:kv_swap_outs_total") > 0
     assert metric(server, "xinfer:kv_swap_ins_total") > 0
-    assert metric(server, "xinfer:kv_swap_space_usage_perc") == 0  # everything back after the requests
-    assert "preemption: 1 so far (1 with their KV swapped to host memory" in pathlib.Path(server.log_path).read_text()
+    deadline = time.time() + 5  # everything back once the last requests' steps are published
+    while metric(server, "xinfer:kv_swap_space_usage_perc") != 0 and time.time() < deadline:
+        time.sleep(0.05)
+    assert metric(server, "xinfer:kv_swap_space_usage_perc") == 0
+    # The first victim may have computed nothing yet (then it recomputes): 0 or 1 swapped at the first warning.
+    assert re.search(r"preemption: 1 so far \([01] with their KV swapped to host memory",
+                     pathlib.Path(server.log_path).read_text())
 
 
 def test_without_a_swap_space_preempted_sequences_recompute(start_server, roomy):
