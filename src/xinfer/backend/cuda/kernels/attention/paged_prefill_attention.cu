@@ -33,6 +33,10 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
 #define XI_ACC8(d, i)                                                                         \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
       "+f"(d[i + 6]), "+f"(d[i + 7])
+// The 64 accumulators of an m64n128 wgmma, as in-out operands %0..%63 (XI_WGMMA_D64 names them).
+#define XI_ACC64(d)                                                                                 \
+  XI_ACC8(d, 0), XI_ACC8(d, 8), XI_ACC8(d, 16), XI_ACC8(d, 24), XI_ACC8(d, 32), XI_ACC8(d, 40), XI_ACC8(d, 48), \
+      XI_ACC8(d, 56)
 
 // d[64 x 128] = (accumulate ? d : 0) + A[64 x 16] (K-major smem) * B[16 x 128] (K-major smem: [128, 16]);
 // operands in f16 (kF16) or bf16.
@@ -42,8 +46,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
       "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES " " XI_WGMMA_D64                           \
       ", "                                                                                            \
       "%64, %65, p, 1, 1, 0, 0;\n}\n"                                                                 \
-      : XI_ACC8(d, 0), XI_ACC8(d, 8), XI_ACC8(d, 16), XI_ACC8(d, 24), XI_ACC8(d, 32), XI_ACC8(d, 40), \
-        XI_ACC8(d, 48), XI_ACC8(d, 56)                                                                \
+      : XI_ACC64(d)                                                                                   \
       : "l"(a), "l"(b), "r"(accumulate)                                                               \
       : "memory")
 template <bool kF16>
@@ -63,8 +66,7 @@ __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t a, 
       "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPES " " XI_WGMMA_D64                           \
       ", "                                                                                            \
       "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                                   \
-      : XI_ACC8(d, 0), XI_ACC8(d, 8), XI_ACC8(d, 16), XI_ACC8(d, 24), XI_ACC8(d, 32), XI_ACC8(d, 40), \
-        XI_ACC8(d, 48), XI_ACC8(d, 56)                                                                \
+      : XI_ACC64(d)                                                                                   \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)                                    \
       : "memory")
 #define XI_WGMMA_RS_N64(TYPES)                                                            \
@@ -94,6 +96,7 @@ __device__ __forceinline__ void wgmma_m64nNk16_rs_tb(float (&d)[32], const uint3
 }
 #undef XI_WGMMA_RS_N128
 #undef XI_WGMMA_RS_N64
+#undef XI_ACC64
 #undef XI_ACC8
 
 // A never-taken branch on a value computed just before it. ptxas schedules within basic blocks and hoists
