@@ -152,6 +152,10 @@ void Scheduler::drop_swapped(Sequence* s) {
   swap_out_.erase(std::remove_if(swap_out_.begin(), swap_out_.end(),
                                  [&](const kv::BlockCopy& c) { return contains(s->swap_blocks, c.to); }),
                   swap_out_.end());
+  release_swap_blocks(s);
+}
+
+void Scheduler::release_swap_blocks(Sequence* s) {
   swap_.release(s->swap_blocks);
   s->swap_blocks.clear();
   s->num_swapped = 0;
@@ -288,10 +292,9 @@ int Scheduler::admit(int budget, int& rows_left, ScheduledStep& step) {
       const std::span<const int32_t> blocks = s->table.blocks();
       for (size_t i = m.blocks.size(); i < s->swap_blocks.size(); ++i)
         step.swap_in.push_back({s->swap_blocks[i], blocks[i]});
-      // Released now: a later swap-out into these blocks runs in a later step, after this step's swap-in.
-      swap_.release(s->swap_blocks);
-      s->swap_blocks.clear();
-      s->num_swapped = 0;
+      // Released now: a later swap-out into these blocks runs in a later step, after this step's swap-in. (Not
+      // drop_swapped(): s's own swap-outs still queued, if any, must run before this swap-in.)
+      release_swap_blocks(s);
       ++num_swap_ins_;
       ++step.metrics.num_swapped_in;
     }

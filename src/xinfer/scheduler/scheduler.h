@@ -152,6 +152,8 @@ class Scheduler {
   bool swap_out(Sequence* s);
   // Gives back s's swap blocks, and forgets their copies not yet handed to a step (s finished or aborted).
   void drop_swapped(Sequence* s);
+  // Gives back s's swap blocks (s swapped in, or dropped).
+  void release_swap_blocks(Sequence* s);
   void emit(Sequence* s, int n, ScheduledStep& step);
   int admit(int budget, int& rows_left, ScheduledStep& step);
   // Logits rows: a prefill chunk of n of s's `remaining` tokens cut to what rows_left rows allow, of which
