@@ -14,7 +14,8 @@
 // (never zeros); small working sets rotate among several copies so L2 does not serve them.
 //   usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer]
 //   [--fp8-rows]
-//          [--decode-steps] [--b1-layers] [--int8-wgmma] [--act-quant] [--rope-kv] [--prefill-attn]
+//          [--fp8-wide] [--decode-steps] [--b1-layers] [--int8-wgmma] [--act-quant] [--rope-kv]
+//          [--prefill-attn]
 //          [--kv-swap]
 //          (--quant: the ceilings and the
 //          quantized linears only; --quant-dot: the ceilings and the int4 GEMVs at m 1..4 only, mma vs
@@ -24,7 +25,9 @@
 //          --prefill-layer: the ceilings and one 8B layer over a 2048-token prompt op by op, bf16 / FP8 /
 //          INT8, gpu_prefill_layer_bench.cu; --decode-steps: the same for the throughput rows' decode steps;
 //          --fp8-rows: the ceilings and the FP8 GEMM's candidate algorithms at 128-1024 rows,
-//          gpu_w8a8_gemm_bench.cu; --b1-layers: the ceilings and the batch-1 decode layer in bf16, FP8, W8A16
+//          gpu_w8a8_gemm_bench.cu; --fp8-wide: the ceilings and the FP8 GEMM at 256-1024 rows against every
+//          algorithm cuBLASLt has for the shape (XINFER_BENCH_FP8_WIDE_ROWS=m1,m2,.. picks the rows);
+//          --b1-layers: the ceilings and the batch-1 decode layer in bf16, FP8, W8A16
 //          and W4A16 weights, op by op, chained, and the model's chain without each op in turn, then the bf16
 //          lm_head at m = 1; --int8-wgmma: the ceilings and the W8A8-INT8 GEMM, cuBLASLt + epilogue vs our
 //          wgmma kernel with fused scales vs FP8, at the engine's row counts, gpu_w8a8_gemm_bench.cu;
@@ -62,6 +65,7 @@ void bench_decode_steps(cuda::CudaBackend& be, double peak, double bw);        /
 void bench_act_quant(cuda::CudaBackend& be, double bw);                        // gpu_prefill_layer_bench.cu
 void bench_rope_kv(cuda::CudaBackend& be, double bw);                          // gpu_prefill_layer_bench.cu
 void bench_fp8_rows(cuda::CudaBackend& be, double peak);                       // gpu_w8a8_gemm_bench.cu
+void bench_fp8_wide(cuda::CudaBackend& be, double peak);                       // gpu_w8a8_gemm_bench.cu
 void bench_int8_wgmma(cuda::CudaBackend& be, double peak);                     // gpu_w8a8_gemm_bench.cu
 namespace {
 
@@ -978,6 +982,7 @@ enum class Mode {
   kKvFp8,
   kPrefillLayer,
   kFp8Rows,
+  kFp8Wide,
   kDecodeSteps,
   kB1Layers,
   kInt8Wgmma,
@@ -1026,6 +1031,9 @@ int run(bool quick, Mode mode) {
       return 0;
     case Mode::kFp8Rows:
       bench_fp8_rows(be, peak);
+      return 0;
+    case Mode::kFp8Wide:
+      bench_fp8_wide(be, peak);
       return 0;
     case Mode::kInt8Wgmma:
       bench_int8_wgmma(be, peak);
@@ -1164,6 +1172,7 @@ int main(int argc, char** argv) {
                {"--kv-fp8", Mode::kKvFp8},
                {"--prefill-layer", Mode::kPrefillLayer},
                {"--fp8-rows", Mode::kFp8Rows},
+               {"--fp8-wide", Mode::kFp8Wide},
                {"--decode-steps", Mode::kDecodeSteps},
                {"--b1-layers", Mode::kB1Layers},
                {"--int8-wgmma", Mode::kInt8Wgmma},
@@ -1183,7 +1192,7 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer] "
-          "[--fp8-rows] [--decode-steps] [--b1-layers] [--int8-wgmma] [--act-quant] [--rope-kv] "
+          "[--fp8-rows] [--fp8-wide] [--decode-steps] [--b1-layers] [--int8-wgmma] [--act-quant] [--rope-kv] "
           "[--prefill-attn] [--kv-swap]\n");
       return 2;
     }

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -344,6 +345,141 @@ void bench_fp8_rows(cuda::CudaBackend& be, double peak) {
   for (const std::string& l : summary) std::printf("%s\n", l.c_str());
   std::printf("sum over the rows above: heuristic %.1f us, chosen %.1f us (%.3fx)\n", sum_heur, sum_chosen,
               sum_heur / sum_chosen);
+}
+
+// gpu_kernel_bench --fp8-wide: the FP8 GEMMs at the row counts of the large decode steps (256 .. 1024: the
+// throughput rows' decode-only steps, graph buckets 320 .. 512 and eager steps above) against every algorithm
+// cuBLASLt has for the shape (CublasLtFp8Gemm::set_every_algo_limit: each algorithm id in each tile, stage
+// count, cluster shape and split-K count it accepts), not only the heuristic's first and its tile / split-K
+// variants that the engine measures. Each candidate is timed briefly (best of two runs of 3 launches), the
+// five fastest again as the other rows (median of 5 runs of 20); the winner's output is compared with the
+// heuristic's (relative L2).
+void bench_fp8_wide(cuda::CudaBackend& be, double peak) {
+  cudaStream_t s = be.stream();
+  const char* env_ms = std::getenv("XINFER_BENCH_FP8_WIDE_ROWS");
+  std::vector<int> ms = {256, 384, 448, 512, 640, 864, 1024};
+  if (env_ms != nullptr && *env_ms != 0) {
+    ms.clear();
+    for (const char* p = env_ms; *p != 0;) {
+      char* end = nullptr;
+      ms.push_back(static_cast<int>(std::strtol(p, &end, 10)));
+      p = *end == ',' ? end + 1 : end;
+      if (end == p && *p != 0) break;
+    }
+  }
+  const int max_m = *std::max_element(ms.begin(), ms.end());
+  cuda::CublasLtFp8Gemm usual, wide;
+  wide.set_every_algo_limit(20000);
+  std::vector<std::string> summary;
+  double sum_usual = 0, sum_wide = 0;
+  cudaEvent_t a, b;
+  XI_CUDA_CHECK(cudaEventCreate(&a));
+  XI_CUDA_CHECK(cudaEventCreate(&b));
+  for (const Linear8b& sh : kLinears8b) {
+    W8 w = make_w8(be, sh.n, sh.k, 100);
+    // Weight copies rotated past L2 (as the engine's measurement and its steps see the weights).
+    const size_t w_bytes = static_cast<size_t>(sh.n) * sh.k;
+    const int copies = cuda::rotated_copies(w_bytes);
+    auto w_rot = be.allocate(DType::kFP8E4M3, Shape{static_cast<int64_t>(copies) * sh.n, sh.k});
+    for (int c = 0; c < copies; ++c)
+      XI_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(w_rot.view.data) + c * w_bytes, w.fp8.view.data,
+                                    w_bytes, cudaMemcpyDeviceToDevice, s));
+    auto rot = [&](cuda::Fp8GemmArgs g, int i) {
+      g.wq = static_cast<const uint8_t*>(w_rot.view.data) + static_cast<size_t>(i % copies) * w_bytes;
+      return g;
+    };
+    const QuantX qx = make_quant_x(be, max_m, sh.k);
+    auto y = be.allocate(DType::kBF16, Shape{max_m, sh.n});
+    auto y_ref = be.allocate(DType::kBF16, Shape{max_m, sh.n});
+    for (const int m : ms) {
+      auto args = [&](void* out) {
+        return cuda::Fp8GemmArgs{static_cast<const uint8_t*>(qx.fp8.view.data),
+                                 static_cast<const float*>(qx.scales.view.data),
+                                 static_cast<const uint8_t*>(w.fp8.view.data),
+                                 static_cast<const float*>(w.scales.view.data),
+                                 nullptr,
+                                 out,
+                                 false,
+                                 m,
+                                 sh.n,
+                                 sh.k};
+      };
+      const cuda::Fp8GemmArgs ua = args(y_ref.view.data), wa = args(y.view.data);
+      if (!usual.supported(ua)) continue;
+      const std::string what = std::string(sh.name) + " m=" + std::to_string(m);
+      const double flop = 2.0 * m * sh.n * sh.k;
+      usual.run(ua, s);  // decides as the engine does (measured at the decode graph buckets up to 256)
+      const double t_usual = 1e6 * cuda::time_on_stream(s, 20, [&](int i) { usual.run(rot(ua, i), s); });
+      const int count = wide.algo_count(wa);
+      std::vector<std::pair<double, int>> quick;
+      for (int i = 0; i < count; ++i) {
+        wide.set_algo(wa, i);
+        wide.run(wa, s);
+        if (cudaStreamSynchronize(s) != cudaSuccess) continue;
+        float best = 1e30f;
+        for (int rep = 0; rep < 2; ++rep) {
+          XI_CUDA_CHECK(cudaEventRecord(a, s));
+          for (int it = 0; it < 3; ++it) wide.run(rot(wa, it), s);
+          XI_CUDA_CHECK(cudaEventRecord(b, s));
+          XI_CUDA_CHECK(cudaEventSynchronize(b));
+          float ms_ = 0;
+          XI_CUDA_CHECK(cudaEventElapsedTime(&ms_, a, b));
+          best = std::min(best, ms_);
+        }
+        quick.emplace_back(1e3 * best / 3, i);
+      }
+      std::sort(quick.begin(), quick.end());
+      double t_best = 1e30;
+      int best_i = -1;
+      for (size_t j = 0; j < quick.size() && j < 5; ++j) {
+        wide.set_algo(wa, quick[j].second);
+        const double t = 1e6 * cuda::time_on_stream(s, 20, [&](int i) { wide.run(rot(wa, i), s); });
+        row(what + " wide #" + std::to_string(quick[j].second) + " " + wide.describe(wa, quick[j].second), t,
+            flop, true, peak);
+        if (t < t_best) {
+          t_best = t;
+          best_i = quick[j].second;
+        }
+      }
+      if (best_i < 0) continue;
+      wide.set_algo(wa, best_i);
+      wide.run(wa, s);
+      usual.run(ua, s);
+      const size_t elems = static_cast<size_t>(m) * sh.n;
+      std::vector<__nv_bfloat16> hy(elems), hr(elems);
+      XI_CUDA_CHECK(cudaMemcpyAsync(hy.data(), y.view.data, elems * 2, cudaMemcpyDeviceToHost, s));
+      XI_CUDA_CHECK(cudaMemcpyAsync(hr.data(), y_ref.view.data, elems * 2, cudaMemcpyDeviceToHost, s));
+      XI_CUDA_CHECK(cudaStreamSynchronize(s));
+      double e = 0, nn = 0;
+      for (size_t i = 0; i < elems; ++i) {
+        const double d = static_cast<double>(__bfloat162float(hy[i])) - __bfloat162float(hr[i]);
+        e += d * d;
+        nn += static_cast<double>(__bfloat162float(hr[i])) * __bfloat162float(hr[i]);
+      }
+      char buf[640];
+      std::snprintf(buf, sizeof(buf),
+                    "%-8s m=%-5d engine's choice %7.1f us (%4.0f TFLOP/s)  wide best %7.1f us (%4.0f "
+                    "TFLOP/s, %.2fx; #%d of %d; "
+                    "rel L2 vs engine's %.1e) [%s]",
+                    sh.name, m, t_usual, flop / t_usual * 1e-6, t_best, flop / t_best * 1e-6,
+                    t_usual / t_best, best_i, count, std::sqrt(e / std::max(nn, 1e-30)),
+                    wide.describe(wa, best_i).c_str());
+      std::printf("%s\n", buf);
+      std::fflush(stdout);
+      summary.push_back(buf);
+      sum_usual += t_usual;
+      sum_wide += t_best;
+    }
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::printf(
+      "\n==== FP8 GEMM: the engine's choice vs every cuBLASLt algorithm (FP8 dense peak 2 x %.0f TFLOP/s) "
+      "====\n",
+      peak);
+  for (const std::string& l : summary) std::printf("%s\n", l.c_str());
+  std::printf("sum: engine's choice %.1f us, wide best %.1f us (%.3fx)\n", sum_usual, sum_wide,
+              sum_usual / sum_wide);
 }
 
 // gpu_kernel_bench --int8-wgmma: the W8A8-INT8 GEMM at the Llama-3.1-8B shapes and the row counts of the engine's

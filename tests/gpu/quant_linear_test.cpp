@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "xinfer/backend/cuda/kernels/gemm/cublaslt_fp8_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/int4_decode_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
@@ -867,6 +868,78 @@ TEST(QuantLinear, Fp8MatchesCpuOracle) {
     }
     ++index;
   }
+}
+
+// The FP8 GEMM's measured candidates at a decode graph bucket (the heuristic's first and its tile / cluster /
+// split-K variants, cublaslt_algo_choice.h) each compute y = (sx sw) * (xq wq^T): against the f64 product of
+// the codes. A decision from the tuning cache (add_known_choices) is what a new instance's first run of the
+// shape takes, without timing.
+TEST(QuantLinear, Fp8GemmCandidatesMatchReferenceAndKnownChoicesAreTaken) {
+  const int m = 448, n = 1008, k = 512;  // 448: a decode graph bucket (measured); a shape no other test runs
+  std::mt19937 rng(31);
+  std::uniform_int_distribution<int> byte(0, 255);
+  auto codes = [&](size_t count) {
+    std::vector<uint8_t> c(count);
+    for (auto& b : c) {
+      b = static_cast<uint8_t>(byte(rng));
+      if ((b & 0x7f) == 0x7f) b ^= 1;  // no NaN codes
+    }
+    return c;
+  };
+  const std::vector<uint8_t> wq = codes(static_cast<size_t>(n) * k), xq = codes(static_cast<size_t>(m) * k);
+  std::vector<float> ws(n), xs(m);
+  for (auto& v : ws) v = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / 1000.0f;
+  for (auto& v : xs) v = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / 100.0f;
+  std::vector<float> wf(wq.size()), xf(xq.size()), ref(static_cast<size_t>(m) * n);
+  convert_to_f32(DType::kFP8E4M3, wq.data(), wf.data(), wf.size());
+  convert_to_f32(DType::kFP8E4M3, xq.data(), xf.data(), xf.size());
+  for (int t = 0; t < m; ++t)
+    for (int j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int i = 0; i < k; ++i)
+        acc += static_cast<double>(xf[static_cast<size_t>(t) * k + i]) * wf[static_cast<size_t>(j) * k + i];
+      ref[static_cast<size_t>(t) * n + j] = static_cast<float>(acc * xs[t] * ws[j]);
+    }
+  auto wd = gpu().upload(raw_view(wq, DType::kFP8E4M3, Shape{n, k}), DType::kFP8E4M3);
+  auto xd = gpu().upload(raw_view(xq, DType::kFP8E4M3, Shape{m, k}), DType::kFP8E4M3);
+  auto wsd = gpu().upload(raw_view(ws, DType::kF32, Shape{n}), DType::kF32);
+  auto xsd = gpu().upload(raw_view(xs, DType::kF32, Shape{m}), DType::kF32);
+  auto yd = gpu().allocate(DType::kBF16, Shape{m, n});
+  const cuda::Fp8GemmArgs args{static_cast<const uint8_t*>(xd.view.data),
+                               static_cast<const float*>(xsd.view.data),
+                               static_cast<const uint8_t*>(wd.view.data),
+                               static_cast<const float*>(wsd.view.data),
+                               nullptr,
+                               yd.view.data,
+                               false,
+                               m,
+                               n,
+                               k};
+  cuda::CublasLtFp8Gemm gemm;
+  ASSERT_TRUE(gemm.supported(args));
+  const int count = gemm.algo_count(args);
+  EXPECT_GT(count, 8) << "the variants of the heuristic's first";
+  for (int i = 0; i < count; ++i) {
+    gemm.set_algo(args, i);
+    poison(yd.view);
+    gemm.run(args, gpu().stream());
+    const Compare cmp = compare(download(gpu(), yd.view), ref);
+    EXPECT_EQ(cmp.nans, 0) << gemm.describe(args, i);
+    EXPECT_LT(cmp.rel_l2, 1e-2) << gemm.describe(args, i);  // bf16 output, fast accumulation
+  }
+  const cublasLtMatmulAlgo_t last = gemm.algo(args, count - 1);
+  cuda::GemmTuningEntry known;
+  known.key = cuda::GemmTuningKey{n, k, false, false, m};
+  known.choice.kind = cuda::GemmKind::kCublasLt;
+  known.choice.algo = last;
+  cuda::CublasLtFp8Gemm::add_known_choices({known});
+  cuda::CublasLtFp8Gemm fresh;
+  fresh.run(args, gpu().stream());
+  EXPECT_EQ(fresh.describe(args, fresh.chosen_algo(args)), gemm.describe(args, count - 1));
+  bool listed = false;
+  for (const cuda::GemmTuningEntry& e : cuda::CublasLtFp8Gemm::known_choices())
+    listed = listed || (e.key == known.key && cuda::same_algo(e.choice.algo, last));
+  EXPECT_TRUE(listed);
 }
 
 // GGUF Q4_0 / Q8_0 rows repacked at load (model/gguf_repack.h) run through the int kernels: against the float

@@ -9,12 +9,12 @@
 // p), which must already cover every position up to start_pos + tokens.size() - 1.
 //
 // Graphs (GraphMode::kOn, on backends that supports_graphs()): a decode-only step (every chunk feeds one
-// token) of n <= kMaxGraphBatch (512) sequences is padded to a graph key (bucket, width):
+// token) of n <= kMaxGraphBatch (1024) sequences is padded to a graph key (bucket, width):
 //   bucket = backend::decode_graph_bucket(n): n rounded up to 1, 2, 4, .., 128, then to a multiple of 64 up
 //   to
-//            512 (and within the model's max_tokens and max_logit_rows); padded rows feed token 0 at position
-//            0 with slot -1 (no KV write), seq_len 1 and an all-zero block-table row; their logits are
-//            computed and ignored;
+//            1024 (and within the model's max_tokens and max_logit_rows); padded rows feed token 0 at
+//            position 0 with slot -1 (no KV write), seq_len 1 and an all-zero block-table row; their logits
+//            are computed and ignored;
 //   width  = block-table width: the longest table rounded up to a power of two >= 16 blocks (at most
 //            the model's max_model_len in blocks); attention is sized for width * block_size tokens.
 // The first step of a key records the forward (Backend::begin_capture/end_capture); later steps of the

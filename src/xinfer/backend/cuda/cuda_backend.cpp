@@ -459,6 +459,13 @@ backend::DeviceTensor CudaBackend::random_normal(DType dtype, const Shape& shape
 
 Result<backend::DeviceCeilings> CudaBackend::measure_ceilings() { return measure_device_ceilings(*this); }
 
+std::string CudaBackend::gemm_tuning_cache_path() const {
+  if (!options_.gemm_tuning) return "";
+  const std::string path =
+      options_.gemm_tuning_cache.empty() ? default_gemm_tuning_cache_path() : options_.gemm_tuning_cache;
+  return path == "off" || path == "none" ? "" : path;
+}
+
 void CudaBackend::tune_linears(const std::vector<GemmShape>& shapes, bool show_progress) {
   XI_CHECK(!capturing_) << "tune_linears() while recording a graph";
   if (!options_.gemm_tuning) {
@@ -467,8 +474,7 @@ void CudaBackend::tune_linears(const std::vector<GemmShape>& shapes, bool show_p
   }
   GemmTunerOptions o;
   o.show_progress = show_progress;
-  o.cache_path = options_.gemm_tuning_cache.empty() ? default_gemm_tuning_cache_path() : options_.gemm_tuning_cache;
-  if (o.cache_path == "off" || o.cache_path == "none") o.cache_path.clear();
+  o.cache_path = gemm_tuning_cache_path();
   o.gemv_pdl = options_.gemv_pdl;
   XI_LOG(INFO) << gemm_->tune(shapes, o, stream_).to_string();
 }

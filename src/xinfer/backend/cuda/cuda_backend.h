@@ -209,10 +209,11 @@ class CudaBackend final : public backend::Backend {
   // Measures the GEMM candidates for the model's linears (or takes them from the cache) and logs a
   // one-line summary; call once after creating the backend, before any graph is recorded.
   void tune_linears(const std::vector<GemmShape>& shapes, bool show_progress);
-  // Runs every distinct W8A8 linear shape of `linears` (FP8, INT8; others are skipped) once at each decode graph
-  // bucket up to max_rows (cublaslt_algo_choice.h variant_rows) on scratch inputs, so that the GEMMs' measured
-  // choices there (cublaslt_fp8_gemm.h, cublaslt_int8_gemm.h) are made now instead of inside the first decode
-  // steps. Logs one line (shapes, rows, seconds).
+  // Runs every distinct W8A8 linear shape of `linears` (FP8, INT8; others are skipped) once at each decode
+  // graph bucket up to max_rows (cublaslt_algo_choice.h variant_rows) on scratch inputs, so that the GEMMs'
+  // measured choices there (cublaslt_fp8_gemm.h, cublaslt_int8_gemm.h) are made now instead of inside the
+  // first decode steps. The FP8 decisions are kept in the GEMM tuner's cache file (a section per device and
+  // candidate version) and taken from it on the next start. Logs one line (shapes, rows, seconds, cache).
   void measure_w8a8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_rows);
   // Times the wgmma configurations (kInt8WgmmaConfigs) of the W8A8-INT8 GEMM on every distinct W8A8-INT8 shape of
   // `linears` at each decode row bucket up to max_tokens (int8_wgmma_row_bucket: 32, 64, .., kInt8MeasuredMaxRows;
@@ -226,6 +227,9 @@ class CudaBackend final : public backend::Backend {
   void reserve_quant_workspace(const std::vector<const backend::LinearWeights*>& linears, int max_tokens);
   size_t quant_workspace_bytes() const { return quant_ws_bytes_; }
   GemmTuner& gemm() { return *gemm_; }
+  // The GEMM tuner's cache file (--gemm-tuning-cache, else its default path); "" when tuning or the cache is
+  // off.
+  std::string gemm_tuning_cache_path() const;
   // The GEMV configurations add_rms_norm_linear(a) runs the fused kernels with, or nullopt: the composition.
   std::optional<FusedLinearPlan> fused_linear_plan(const backend::NormLinearArgs& a);
   // The fusion policies (see above). Recorded graphs hold the path chosen when they were recorded: changing a

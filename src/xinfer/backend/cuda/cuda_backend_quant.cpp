@@ -310,6 +310,25 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
 void CudaBackend::measure_w8a8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_rows) {
   XI_CHECK(!capturing_) << "measure_w8a8_gemms() while recording a graph";
   const auto start = std::chrono::steady_clock::now();
+  // FP8 decisions of earlier runs on this device (the GEMM tuner's cache file, a section of its own): taken
+  // instead of timing the shape's ~250 candidates again.
+  const std::string cache_path = gemm_tuning_cache_path();
+  const std::string cache_key =
+      gemm_->device_key() + "|w8a8-fp8 outer-vec v" + std::to_string(CublasLtFp8Gemm::kChoiceVersion);
+  std::string cache_note = "no cache";
+  if (!cache_path.empty()) {
+    Result<std::vector<GemmTuningEntry>> cached = load_gemm_tuning_cache(cache_path, cache_key);
+    if (cached.ok()) {
+      CublasLtFp8Gemm::add_known_choices(*cached);
+      cache_note = std::to_string(cached->size()) + " FP8 choices from " + cache_path;
+    } else if (cached.status().code() == StatusCode::kNotFound) {
+      cache_note = "no FP8 choices yet in " + cache_path;
+    } else {
+      XI_LOG(WARN) << "GEMM tuning cache unusable for the FP8 choices, measuring: "
+                   << cached.status().to_string();
+      cache_note = cache_path + " unreadable";
+    }
+  }
   std::set<std::tuple<int, int64_t, int64_t, bool>> seen;  // (format index, n, k, bias)
   std::vector<int> rows;
   for (int m = 1; m <= max_rows; ++m)
@@ -334,10 +353,19 @@ void CudaBackend::measure_w8a8_gemms(const std::vector<const backend::LinearWeig
     }
     synchronize();
   }
-  if (shapes > 0)
-    XI_LOG(INFO) << "cuda: W8A8 GEMM choices measured for " << shapes << " shapes at " << rows.size()
-                 << " decode batch sizes (" << rows.front() << ".." << rows.back() << ") in "
-                 << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s";
+  if (shapes == 0) return;
+  if (fp8_) fp8_->release_tuning_scratch();
+  if (!cache_path.empty()) {
+    const std::vector<GemmTuningEntry> known = CublasLtFp8Gemm::known_choices();
+    if (!known.empty()) {
+      const Status st = save_gemm_tuning_cache(cache_path, cache_key, known);
+      if (!st.ok()) XI_LOG(WARN) << "GEMM tuning cache: FP8 choices not saved: " << st.to_string();
+    }
+  }
+  XI_LOG(INFO) << "cuda: W8A8 GEMM choices measured for " << shapes << " shapes at " << rows.size()
+               << " decode batch sizes (" << rows.front() << ".." << rows.back() << ") in "
+               << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s ("
+               << cache_note << ")";
 }
 
 void CudaBackend::measure_int8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_tokens) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/decode_graph_buckets.h"
@@ -109,23 +110,125 @@ void add_split_k_variants(const cublasLtMatmulAlgo_t& base, int k, const AlgoChe
   }
 }
 
-void add_tile_variants(const cublasLtMatmulAlgo_t& base, const AlgoCheck& check, std::vector<cublasLtMatmulAlgo_t>& algos) {
+void add_config_variants(const cublasLtMatmulAlgo_t& base, const AlgoCheck& check,
+                         std::vector<cublasLtMatmulAlgo_t>& algos) {
+  std::vector<uint32_t> tiles;
   size_t bytes = 0;
-  if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_TILE_IDS, nullptr, 0, &bytes) != CUBLAS_STATUS_SUCCESS ||
+  if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_TILE_IDS, nullptr, 0, &bytes) ==
+          CUBLAS_STATUS_SUCCESS &&
+      bytes > 0) {
+    tiles.resize(bytes / sizeof(uint32_t));
+    if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_TILE_IDS, tiles.data(), bytes, &bytes) !=
+        CUBLAS_STATUS_SUCCESS)
+      tiles.clear();
+  }
+  const uint32_t own_tile = config_attr<uint32_t>(base, CUBLASLT_ALGO_CONFIG_TILE_ID);
+  if (tiles.empty()) tiles.push_back(own_tile);
+  // Each tile as the heuristic's first runs it (its cluster shape and custom option) and as one CTA per
+  // cluster with custom option 0: on an H200 the tile decides (up to 1.65x at 448 rows), those two the last
+  // 1-2% (PERF.md session 27), and every (cluster, option) pair would multiply the candidates by ~24.
+  const uint16_t own_cluster = config_attr<uint16_t>(base, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID);
+  const uint32_t own_custom = config_attr<uint32_t>(base, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION);
+  const std::pair<uint16_t, uint32_t> combos[] = {{own_cluster, own_custom},
+                                                  {static_cast<uint16_t>(CUBLASLT_CLUSTER_SHAPE_1x1x1), 0u}};
+  for (const uint32_t tile : tiles) {
+    if (tile == CUBLASLT_MATMUL_TILE_UNDEFINED) continue;
+    for (const auto& [cluster, custom] : combos) {
+      cublasLtMatmulAlgo_t v = base;
+      if (cublasLtMatmulAlgoConfigSetAttribute(&v, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile)) !=
+              CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulAlgoConfigSetAttribute(&v, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
+                                               sizeof(cluster)) != CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulAlgoConfigSetAttribute(&v, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom,
+                                               sizeof(custom)) != CUBLAS_STATUS_SUCCESS)
+        continue;
+      if (find_algo(algos, v) < 0 && check(v)) algos.push_back(v);
+    }
+  }
+}
+
+namespace {
+
+template <typename T>
+std::vector<T> cap_list(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attr) {
+  size_t bytes = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, nullptr, 0, &bytes) != CUBLAS_STATUS_SUCCESS ||
       bytes == 0)
+    return {};
+  std::vector<T> v(bytes / sizeof(T));
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, v.data(), bytes, &bytes) != CUBLAS_STATUS_SUCCESS)
+    return {};
+  return v;
+}
+
+template <typename T>
+T desc_attr(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attr) {
+  T v{};
+  size_t written = 0;
+  XI_CUBLAS_CHECK(cublasLtMatmulDescGetAttribute(op, attr, &v, sizeof(v), &written));
+  return v;
+}
+
+template <typename T>
+bool set_config(cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr, T value) {
+  return cublasLtMatmulAlgoConfigSetAttribute(&algo, attr, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+void add_every_algo(const AlgoQuery& q, size_t max_algos, std::vector<cublasLtMatmulAlgo_t>& algos) {
+  const auto compute = desc_attr<cublasComputeType_t>(q.op, CUBLASLT_MATMUL_DESC_COMPUTE_TYPE);
+  const auto scale = desc_attr<cudaDataType_t>(q.op, CUBLASLT_MATMUL_DESC_SCALE_TYPE);
+  std::vector<int> ids(256);
+  int found = 0;
+  if (cublasLtMatmulAlgoGetIds(q.handle, compute, scale, q.b_type, q.b_type, q.d_type, q.d_type,
+                               static_cast<int>(ids.size()), ids.data(), &found) != CUBLAS_STATUS_SUCCESS)
     return;
-  std::vector<uint32_t> tiles(bytes / sizeof(uint32_t));
-  if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_TILE_IDS, tiles.data(), bytes, &bytes) !=
-      CUBLAS_STATUS_SUCCESS)
-    return;
-  const uint32_t own = config_attr<uint32_t>(base, CUBLASLT_ALGO_CONFIG_TILE_ID);
-  for (uint32_t tile : tiles) {
-    if (tile == own || tile == CUBLASLT_MATMUL_TILE_UNDEFINED) continue;
-    cublasLtMatmulAlgo_t v = base;
-    if (cublasLtMatmulAlgoConfigSetAttribute(&v, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile)) !=
+  ids.resize(static_cast<size_t>(found));
+  const uint16_t clusters[] = {CUBLASLT_CLUSTER_SHAPE_AUTO,  CUBLASLT_CLUSTER_SHAPE_1x1x1,
+                               CUBLASLT_CLUSTER_SHAPE_2x1x1, CUBLASLT_CLUSTER_SHAPE_1x2x1,
+                               CUBLASLT_CLUSTER_SHAPE_2x2x1, CUBLASLT_CLUSTER_SHAPE_4x1x1,
+                               CUBLASLT_CLUSTER_SHAPE_1x4x1};
+  for (const int id : ids) {
+    cublasLtMatmulAlgo_t base{};
+    if (cublasLtMatmulAlgoInit(q.handle, compute, scale, q.b_type, q.b_type, q.d_type, q.d_type, id, &base) !=
         CUBLAS_STATUS_SUCCESS)
       continue;
-    if (check(v)) add_new(v, algos);
+    std::vector<uint32_t> tiles = cap_list<uint32_t>(base, CUBLASLT_ALGO_CAP_TILE_IDS);
+    std::vector<uint32_t> stages = cap_list<uint32_t>(base, CUBLASLT_ALGO_CAP_STAGES_IDS);
+    if (tiles.empty()) tiles.push_back(CUBLASLT_MATMUL_TILE_UNDEFINED);
+    if (stages.empty()) stages.push_back(CUBLASLT_MATMUL_STAGES_UNDEFINED);
+    const bool split_ok = cap_attr<int32_t>(base, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT) != 0;
+    const uint32_t schemes = cap_attr<uint32_t>(base, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK);
+    for (const uint32_t tile : tiles)
+      for (const uint32_t stage : stages)
+        for (const uint16_t cluster : clusters)
+          for (const int32_t splits : {1, 2, 4}) {
+            if (splits > 1 && (!split_ok || q.k / splits < 1024)) continue;
+            cublasLtMatmulAlgo_t v = base;
+            if (!set_config(v, CUBLASLT_ALGO_CONFIG_TILE_ID, tile) ||
+                !set_config(v, CUBLASLT_ALGO_CONFIG_STAGES_ID, stage) ||
+                !set_config(v, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, cluster) ||
+                !set_config(v, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, splits))
+              continue;
+            if (splits > 1) {
+              uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+              for (uint32_t s : {static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE),
+                                 static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_INPLACE),
+                                 static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)})
+                if (schemes & s) {
+                  scheme = s;
+                  break;
+                }
+              if (scheme == CUBLASLT_REDUCTION_SCHEME_NONE ||
+                  !set_config(v, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, scheme))
+                continue;
+            }
+            if (find_algo(algos, v) < 0 && accepts(q, v)) {
+              algos.push_back(v);
+              if (algos.size() >= max_algos) return;
+            }
+          }
   }
 }
 
@@ -139,7 +242,7 @@ std::vector<cublasLtMatmulAlgo_t> candidate_algos(const AlgoQuery& q, int max_al
   if (variants) {
     const cublasLtMatmulAlgo_t first = algos[0];
     const AlgoCheck check = [&](const cublasLtMatmulAlgo_t& a) { return accepts(q, a); };
-    add_tile_variants(first, check, algos);
+    add_config_variants(first, check, algos);
     add_split_k_variants(first, q.k, check, algos);
   }
   if (!pad_rows || q.rows <= 128 || q.rows % 128 == 0) return algos;
@@ -163,7 +266,7 @@ int offer_algo(const AlgoQuery& q, const cublasLtMatmulAlgo_t& algo, std::vector
 }
 
 bool variant_rows(int rows) {
-  return rows >= 2 && rows <= 256 && backend::decode_graph_bucket(rows) == rows;
+  return rows >= 2 && backend::decode_graph_bucket(rows) == rows;
 }
 
 int algo_row_bucket(int rows) {
@@ -173,9 +276,33 @@ int algo_row_bucket(int rows) {
 }
 
 AlgoTuneScratch::~AlgoTuneScratch() {
-  if (output_) cudaFree(output_);
-  if (workspace_) cudaFree(workspace_);
+  release();
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+void AlgoTuneScratch::release() {
+  for (auto [p, bytes] : {std::pair{&output_, &output_bytes_}, std::pair{&workspace_, &workspace_bytes_},
+                          std::pair{&weights_, &weights_bytes_}}) {
+    if (*p) cudaFree(*p);
+    *p = nullptr;
+    *bytes = 0;
+  }
+}
+
+const void* AlgoTuneScratch::weight_copies(const void* w, size_t bytes, int copies) {
+  auto* out = static_cast<uint8_t*>(grow(weights_, weights_bytes_, bytes * static_cast<size_t>(copies)));
+  for (int c = 0; c < copies; ++c)
+    XI_CUDA_CHECK(
+        cudaMemcpyAsync(out + static_cast<size_t>(c) * bytes, w, bytes, cudaMemcpyDeviceToDevice, stream()));
+  return out;
+}
+
+int rotated_copies(size_t bytes) {
+  int dev = 0, l2 = 0;
+  XI_CUDA_CHECK(cudaGetDevice(&dev));
+  XI_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  const size_t want = (2 * static_cast<size_t>(l2) + bytes - 1) / std::max<size_t>(bytes, 1);
+  return static_cast<int>(std::clamp<size_t>(want, 1, 8));
 }
 
 cudaStream_t AlgoTuneScratch::stream() {
@@ -195,20 +322,47 @@ int fastest_algo(int count, cudaStream_t caller_stream, cudaStream_t tune_stream
   cudaEvent_t start = nullptr, stop = nullptr;
   XI_CUDA_CHECK(cudaEventCreate(&start));
   XI_CUDA_CHECK(cudaEventCreate(&stop));
-  float best_ms = 0;
-  int best = -1;
-  for (int i = 0; i < count; ++i) {
-    if (launch(i) != CUBLAS_STATUS_SUCCESS) continue;  // an algorithm that refuses to launch is never chosen
+  // Milliseconds of `launches` back-to-back launches of i (best of `reps`), or -1 when i refuses to launch.
+  auto time_of = [&](int i, int reps, int launches) -> float {
+    if (launch(i) != CUBLAS_STATUS_SUCCESS) return -1;  // an algorithm that refuses to launch is never chosen
     float t = 1e30f;
-    for (int rep = 0; rep < 3; ++rep) {
+    for (int rep = 0; rep < reps; ++rep) {
       XI_CUDA_CHECK(cudaEventRecord(start, tune_stream));
-      for (int it = 0; it < 4; ++it) XI_CUBLAS_CHECK(launch(i));
+      for (int it = 0; it < launches; ++it) XI_CUBLAS_CHECK(launch(i));
       XI_CUDA_CHECK(cudaEventRecord(stop, tune_stream));
       XI_CUDA_CHECK(cudaEventSynchronize(stop));
       float ms = 0;
       XI_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
       t = std::min(t, ms);
     }
+    return t;
+  };
+  // Many candidates: a short first pass keeps the reference and the kFinalists fastest for the full timing.
+  std::vector<int> finalists;
+  if (count > kFinalists + 1) {
+    std::vector<std::pair<float, int>> quick;
+    int reference = -1;
+    for (int i = 0; i < count; ++i) {
+      const float t = time_of(i, 1, 2);
+      if (t < 0) continue;
+      if (reference < 0)
+        reference = i;
+      else
+        quick.emplace_back(t, i);
+    }
+    std::sort(quick.begin(), quick.end());
+    if (reference >= 0) finalists.push_back(reference);
+    for (size_t j = 0; j < quick.size() && j < static_cast<size_t>(kFinalists); ++j)
+      finalists.push_back(quick[j].second);
+    std::sort(finalists.begin(), finalists.end());
+  } else {
+    for (int i = 0; i < count; ++i) finalists.push_back(i);
+  }
+  float best_ms = 0;
+  int best = -1;
+  for (const int i : finalists) {
+    const float t = time_of(i, 3, 4);
+    if (t < 0) continue;
     if (best < 0 || t < best_ms * 0.99f) {
       best_ms = t;
       best = i;

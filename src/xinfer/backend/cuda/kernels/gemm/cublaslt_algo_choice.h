@@ -31,20 +31,18 @@ struct AlgoQuery {
   size_t workspace_bytes;
 };
 
-// The heuristic's algorithms (up to max_algos, best first); with pad_rows, also those of the rows rounded up to a
-// multiple of 128 (rows > 128 only); with variants, also the tile-shape and split-K variants of the heuristic's
-// first (add_tile_variants, add_split_k_variants); each only where the real rows accept it. Empty when cuBLASLt
-// has none.
+// The heuristic's algorithms (up to max_algos, best first); with pad_rows, also those of the rows rounded up
+// to a multiple of 128 (rows > 128 only); with variants, also the tile / cluster / custom-option and split-K
+// variants of the heuristic's first (add_config_variants, add_split_k_variants); each only where the real
+// rows accept it. Empty when cuBLASLt has none.
 std::vector<cublasLtMatmulAlgo_t> candidate_algos(const AlgoQuery& q, int max_algos, bool pad_rows, bool variants);
 
-// The row counts whose plans time the ~100 tile / split-K variants (variant_rows): the decode graph buckets
-// from 2 to 256 rows (backend/decode_graph_buckets.h: 2, 4, .., 128, 192, 256), which the graph-replayed
-// decode steps of up to 256 sequences run at. On an H200 the best variant beats the heuristic's first by up
-// to 1.7x there (FP8 down at 128 rows: 22.5 vs 38.5 us, PERF.md session 13), while at other rows the winner
-// changes from one row count to the next and timing every new count costs more than it saves (a 128/128 run
-// measuring each step's rows lost 40%). The buckets above 256 (320 .. 512) keep the heuristic's: within 5% of
-// the best at 384-512 rows (session 13), and timing them at start-up doubled its cost (7 s) without a
-// measured gain (session 22).
+// The row counts whose plans time the ~250 variants (variant_rows): the decode graph buckets from 2 rows
+// (backend/decode_graph_buckets.h: 2, 4, .., 128, 192, .., 1024), which the graph-replayed decode steps run
+// at. On an H200 the best variant beats the heuristic's first by up to 1.7x there (FP8 down at 128 rows: 22.5
+// vs 38.5 us, PERF.md session 13; qkv at 448 rows 31.5 vs 19.1 us with L2-resident weights, session 27),
+// while at other rows the winner changes from one row count to the next and timing every new count costs more
+// than it saves (a 128/128 run measuring each step's rows lost 40%).
 bool variant_rows(int rows);
 
 using AlgoCheck = std::function<bool(const cublasLtMatmulAlgo_t&)>;
@@ -52,9 +50,17 @@ using AlgoCheck = std::function<bool(const cublasLtMatmulAlgo_t&)>;
 // that check accepts, appended to algos where new. Small m leaves most SMs idle unless k is split.
 void add_split_k_variants(const cublasLtMatmulAlgo_t& base, int k, const AlgoCheck& check,
                           std::vector<cublasLtMatmulAlgo_t>& algos);
-// base with each other tile shape it supports (CUBLASLT_ALGO_CAP_TILE_IDS) that check accepts: smaller tiles
-// fill the GPU at shapes whose tile count is below the SM count (FP8 qkv / o at a few hundred rows).
-void add_tile_variants(const cublasLtMatmulAlgo_t& base, const AlgoCheck& check, std::vector<cublasLtMatmulAlgo_t>& algos);
+// base in each tile shape it supports (CUBLASLT_ALGO_CAP_TILE_IDS), with its own cluster shape and custom
+// option and with one CTA per cluster and custom option 0, where check accepts it, appended to algos where
+// new: tiles of 72 .. 232 rows fill the SMs where 128 leaves a partial wave, and cuBLASLt's heuristic offers
+// one configuration for outer-vector FP8 (PERF.md session 27: FP8 qkv at 448 rows 31.5 -> 19.1 us).
+void add_config_variants(const cublasLtMatmulAlgo_t& base, const AlgoCheck& check,
+                         std::vector<cublasLtMatmulAlgo_t>& algos);
+// Every algorithm cuBLASLt has for q's operation and types (cublasLtMatmulAlgoGetIds), in each tile shape,
+// stage count and cluster shape it supports, unsplit and split in 2 or 4 along k (k / splits >= 1024), that q
+// accepts, appended to algos where new, until algos holds max_algos. Thousands of checks per shape: a search
+// for the bench and for start-up measurements that cache their winners, not for a plan made while serving.
+void add_every_algo(const AlgoQuery& q, size_t max_algos, std::vector<cublasLtMatmulAlgo_t>& algos);
 bool same_algo(const cublasLtMatmulAlgo_t& a, const cublasLtMatmulAlgo_t& b);
 // "algo 66 tile 20 stages 3 splitk 1 ..." from the algo's config attributes.
 std::string describe_algo(const cublasLtMatmulAlgo_t& algo);
@@ -76,6 +82,9 @@ class AlgoTuneScratch {
   cudaStream_t stream();
   void* workspace(size_t bytes);
   void* output(size_t bytes);  // at least `bytes`, contents undefined
+  // `copies` back-to-back copies of the device matrix w (`bytes` each; made on stream()).
+  const void* weight_copies(const void* w, size_t bytes, int copies);
+  void release();  // frees the buffers (they grow again on the next use)
 
  private:
   cudaStream_t stream_ = nullptr;
@@ -83,12 +92,21 @@ class AlgoTuneScratch {
   size_t workspace_bytes_ = 0;
   void* output_ = nullptr;
   size_t output_bytes_ = 0;
+  void* weights_ = nullptr;
+  size_t weights_bytes_ = 0;
 };
 
-// Times launch(i) on tune_stream for i in [0, count) (one warm-up, best of three runs of 4 launches) and returns the
-// fastest index, or -1 when none launches. The first that launches is the reference (normally the heuristic's
-// first) and keeps its place unless beaten by more than 1%. caller_stream: its queued work finishes first when it
-// is not recording a graph (so it does not share the GPU with the timed launches).
+// How many copies of a weight of `bytes` a timing rotates through so that L2 cannot hold them all (twice the
+// device's L2 in total, 1 to 8 copies).
+int rotated_copies(size_t bytes);
+
+// Times launch(i) on tune_stream for i in [0, count) (one warm-up, best of three runs of 4 launches) and
+// returns the fastest index, or -1 when none launches. The first that launches is the reference (normally the
+// heuristic's first) and keeps its place unless beaten by more than 1%. Past kFinalists + 1 candidates a
+// first pass (one warm-up, 2 launches each) keeps the reference and the kFinalists fastest for that timing.
+// caller_stream: its queued work finishes first when it is not recording a graph (so it does not share the
+// GPU with the timed launches).
+inline constexpr int kFinalists = 8;
 int fastest_algo(int count, cudaStream_t caller_stream, cudaStream_t tune_stream,
                  const std::function<cublasStatus_t(int)>& launch);
 

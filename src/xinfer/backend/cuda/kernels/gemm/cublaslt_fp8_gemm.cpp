@@ -85,6 +85,8 @@ CublasLtFp8Gemm::Plan& CublasLtFp8Gemm::plan_for(const Fp8GemmArgs& g) {
   XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, d_type, g.n, g.m, g.n));
   XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, d_type, g.n, g.m, g.n));  // y^T
   plan->algos = candidate_algos(query(*plan, g, d_type), kMaxAlgos, false, measure_ && variant_rows(g.m));
+  if (every_algo_limit_ > 0 && !plan->algos.empty())
+    add_every_algo(query(*plan, g, d_type), plan->algos.size() + every_algo_limit_, plan->algos);
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
@@ -107,6 +109,29 @@ SharedChoices& shared_choices() {
 
 }  // namespace
 
+std::vector<GemmTuningEntry> CublasLtFp8Gemm::known_choices() {
+  SharedChoices& shared = shared_choices();
+  std::lock_guard<std::mutex> lock(shared.mu);
+  std::vector<GemmTuningEntry> out;
+  for (const auto& [key, algo] : shared.exact) {
+    const auto& [m, n, k, y_f32, bias] = key;
+    GemmTuningEntry e;
+    e.key = GemmTuningKey{n, k, y_f32, bias, m};
+    e.choice.kind = GemmKind::kCublasLt;
+    e.choice.algo = algo;
+    out.push_back(e);
+  }
+  return out;
+}
+
+void CublasLtFp8Gemm::add_known_choices(const std::vector<GemmTuningEntry>& entries) {
+  SharedChoices& shared = shared_choices();
+  std::lock_guard<std::mutex> lock(shared.mu);
+  for (const GemmTuningEntry& e : entries)
+    if (e.choice.kind == GemmKind::kCublasLt)
+      shared.exact.try_emplace({e.key.m, e.key.n, e.key.k, e.key.y_f32, e.key.bias}, e.choice.algo);
+}
+
 void CublasLtFp8Gemm::choose(Plan& plan, const Fp8GemmArgs& g, cudaStream_t stream) {
   plan.decided = true;
   if (!measure_ || plan.algos.size() < 2) return;
@@ -122,11 +147,18 @@ void CublasLtFp8Gemm::choose(Plan& plan, const Fp8GemmArgs& g, cudaStream_t stre
   }
   void* ws = tune_.workspace(workspace_bytes_);
   void* y = tune_.output(static_cast<size_t>(g.m) * static_cast<size_t>(g.n) * (g.y_f32 ? 4 : 2));
-  // The scale and bias pointers are the call's (read only); the output is scratch.
+  // The scale and bias pointers are the call's (read only); the output is scratch. The weight is timed in
+  // copies rotated past L2, as a step streams each layer's weights from HBM: the same matrix launched again
+  // would sit in L2 (qkv, o) and favour other tiles.
   set_pointers(plan, g);
+  const size_t w_bytes = static_cast<size_t>(g.n) * static_cast<size_t>(g.k);
+  const int copies = rotated_copies(w_bytes);
+  const auto* w = static_cast<const uint8_t*>(tune_.weight_copies(g.wq, w_bytes, copies));
+  int launches = 0;
   const float alpha = 1.0f, beta = 0.0f;
   const int best = fastest_algo(static_cast<int>(plan.algos.size()), stream, tune_.stream(), [&](int i) {
-    return cublasLtMatmul(handle_, plan.op, &alpha, g.wq, plan.a, g.xq, plan.b, &beta, y, plan.c, y, plan.d,
+    const uint8_t* wi = w + static_cast<size_t>(launches++ % copies) * w_bytes;
+    return cublasLtMatmul(handle_, plan.op, &alpha, wi, plan.a, g.xq, plan.b, &beta, y, plan.c, y, plan.d,
                           &plan.algos[static_cast<size_t>(i)], ws, workspace_bytes_, tune_.stream());
   });
   if (best < 0) return;  // none launched here: run() keeps the heuristic's first (and reports its error)
@@ -157,6 +189,12 @@ std::string CublasLtFp8Gemm::describe(const Fp8GemmArgs& g, int index) {
   const Plan& plan = plan_for(g);
   XI_CHECK(index >= 0 && index < static_cast<int>(plan.algos.size())) << "cuBLASLt: algorithm " << index;
   return describe_algo(plan.algos[static_cast<size_t>(index)]);
+}
+
+cublasLtMatmulAlgo_t CublasLtFp8Gemm::algo(const Fp8GemmArgs& g, int index) {
+  const Plan& plan = plan_for(g);
+  XI_CHECK(index >= 0 && index < static_cast<int>(plan.algos.size())) << "cuBLASLt: algorithm " << index;
+  return plan.algos[static_cast<size_t>(index)];
 }
 
 int CublasLtFp8Gemm::chosen_algo(const Fp8GemmArgs& g) {

@@ -6,10 +6,11 @@
 // w x^T, A transposed (the only FP8 layout Hopper takes, "TN"). Descriptors and the candidate algorithms are
 // cached per (m, n, k, output dtype, bias); one handle and a 32 MiB workspace per instance. supported() asks
 // the heuristic once per shape (false where cuBLASLt has no algorithm, e.g. k % 16 != 0). Which algorithm
-// runs: at the decode graph buckets up to 256 rows (variant_rows: 2, 4, .., 128, 192, 256), measured at the
-// shape's first call (cublaslt_algo_choice.h) among the heuristic's algorithm (cuBLASLt 13 offers one per
-// shape for outer-vector FP8) and the ~100 tile-shape and split-K variants of it that the shape accepts: up
-// to 1.7x faster there on an H200 (docs/PERF.md session 13). Other row counts take the heuristic's algorithm:
+// runs: at the decode graph buckets (variant_rows: 2, 4, .., 128, 192, .., 1024), measured at the shape's
+// first call (cublaslt_algo_choice.h, the weight rotated past L2) among the heuristic's algorithm (cuBLASLt
+// 13 offers one per shape for outer-vector FP8) and the ~250 tile / cluster / custom-option and split-K
+// variants of it that the shape accepts: up to 1.7x faster there on an H200 (docs/PERF.md sessions 13, 27),
+// or taken from the tuning cache file (add_known_choices). Other row counts take the heuristic's algorithm:
 // its winner changes from one count to the next and timing every new count cost more than it saved.
 // Algorithms differ in their f32 summation order, so the decisions are shared by every instance of the
 // process (by exact shape): two engines of one process compute every FP8 linear alike (two processes may not,
@@ -28,6 +29,7 @@
 #include <tuple>
 
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_algo_choice.h"
+#include "xinfer/backend/cuda/kernels/gemm/gemm_tuning_cache.h"
 
 namespace xinfer::cuda {
 
@@ -59,7 +61,22 @@ class CublasLtFp8Gemm {
   void set_algo(const Fp8GemmArgs& args, int index);
   int chosen_algo(const Fp8GemmArgs& args);
   std::string describe(const Fp8GemmArgs& args, int index);  // candidate index's cuBLASLt configuration
+  cublasLtMatmulAlgo_t algo(const Fp8GemmArgs& args, int index);  // candidate index itself
   void set_measure(bool measure) { measure_ = measure; }
+
+  // The process's measured decisions (every instance's, by exact shape) as tuning-cache entries (kind
+  // kCublasLt), and decisions to take instead of measuring (from the cache file): a measured plan offers the
+  // known algorithm first and keeps it where its shape accepts it (offer_algo), without timing. Bump
+  // kChoiceVersion when the candidates change, so a cache file of the older search is not taken for this
+  // one's.
+  static constexpr int kChoiceVersion = 1;
+  static std::vector<GemmTuningEntry> known_choices();
+  static void add_known_choices(const std::vector<GemmTuningEntry>& entries);
+  // Frees the measurement's scratch (weight copies, output, workspace) once the start-up measurement is done.
+  void release_tuning_scratch() { tune_.release(); }
+  // Plans made after this offer, past their usual candidates, up to `limit` of every algorithm cuBLASLt has
+  // for the shape (add_every_algo; the bench's wide search). 0: the usual candidates only.
+  void set_every_algo_limit(size_t limit) { every_algo_limit_ = limit; }
 
  private:
   struct Plan;
@@ -73,6 +90,7 @@ class CublasLtFp8Gemm {
   size_t workspace_bytes_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   bool measure_ = true;
+  size_t every_algo_limit_ = 0;
   AlgoTuneScratch tune_;
 };
 
