@@ -26,6 +26,41 @@ T cap_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t a
   return v;
 }
 
+template <typename T>
+std::vector<T> cap_list(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attr) {
+  size_t bytes = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, nullptr, 0, &bytes) != CUBLAS_STATUS_SUCCESS ||
+      bytes == 0)
+    return {};
+  std::vector<T> v(bytes / sizeof(T));
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, v.data(), bytes, &bytes) != CUBLAS_STATUS_SUCCESS)
+    return {};
+  return v;
+}
+
+template <typename T>
+T desc_attr(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attr) {
+  T v{};
+  size_t written = 0;
+  XI_CUBLAS_CHECK(cublasLtMatmulDescGetAttribute(op, attr, &v, sizeof(v), &written));
+  return v;
+}
+
+template <typename T>
+bool set_config(cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr, T value) {
+  return cublasLtMatmulAlgoConfigSetAttribute(&algo, attr, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
+}
+
+// The first split-K reduction scheme base supports (in cuBLASLt's order of preference), or NONE.
+uint32_t reduction_scheme(const cublasLtMatmulAlgo_t& base) {
+  const uint32_t schemes = cap_attr<uint32_t>(base, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK);
+  for (uint32_t s : {static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE),
+                     static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_INPLACE),
+                     static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)})
+    if (schemes & s) return s;
+  return CUBLASLT_REDUCTION_SCHEME_NONE;
+}
+
 // Index of algo in algos, or -1.
 int find_algo(const std::vector<cublasLtMatmulAlgo_t>& algos, const cublasLtMatmulAlgo_t& algo) {
   for (size_t i = 0; i < algos.size(); ++i)
@@ -88,93 +123,38 @@ std::string describe_algo(const cublasLtMatmulAlgo_t& algo) {
 void add_split_k_variants(const cublasLtMatmulAlgo_t& base, int k, const AlgoCheck& check,
                           std::vector<cublasLtMatmulAlgo_t>& algos) {
   if (cap_attr<int32_t>(base, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT) == 0) return;
-  const uint32_t schemes = cap_attr<uint32_t>(base, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK);
-  uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
-  for (uint32_t s : {static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE),
-                     static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_INPLACE),
-                     static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)})
-    if (schemes & s) {
-      scheme = s;
-      break;
-    }
+  const uint32_t scheme = reduction_scheme(base);
   if (scheme == CUBLASLT_REDUCTION_SCHEME_NONE) return;
   for (int32_t splits : {2, 4, 8, 16}) {
     if (k / splits < 256) break;
     cublasLtMatmulAlgo_t v = base;
-    if (cublasLtMatmulAlgoConfigSetAttribute(&v, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits)) !=
-            CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatmulAlgoConfigSetAttribute(&v, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme)) !=
-            CUBLAS_STATUS_SUCCESS)
-      continue;
-    if (check(v)) add_new(v, algos);
+    if (set_config(v, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, splits) &&
+        set_config(v, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, scheme) && check(v))
+      add_new(v, algos);
   }
 }
 
 void add_config_variants(const cublasLtMatmulAlgo_t& base, const AlgoCheck& check,
                          std::vector<cublasLtMatmulAlgo_t>& algos) {
-  std::vector<uint32_t> tiles;
-  size_t bytes = 0;
-  if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_TILE_IDS, nullptr, 0, &bytes) ==
-          CUBLAS_STATUS_SUCCESS &&
-      bytes > 0) {
-    tiles.resize(bytes / sizeof(uint32_t));
-    if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_TILE_IDS, tiles.data(), bytes, &bytes) !=
-        CUBLAS_STATUS_SUCCESS)
-      tiles.clear();
-  }
-  const uint32_t own_tile = config_attr<uint32_t>(base, CUBLASLT_ALGO_CONFIG_TILE_ID);
-  if (tiles.empty()) tiles.push_back(own_tile);
+  std::vector<uint32_t> tiles = cap_list<uint32_t>(base, CUBLASLT_ALGO_CAP_TILE_IDS);
+  if (tiles.empty()) tiles.push_back(config_attr<uint32_t>(base, CUBLASLT_ALGO_CONFIG_TILE_ID));
   // Each tile as the heuristic's first runs it (its cluster shape and custom option) and as one CTA per
   // cluster with custom option 0: on an H200 the tile decides (up to 1.65x at 448 rows), those two the last
   // 1-2% (PERF.md session 27), and every (cluster, option) pair would multiply the candidates by ~24.
-  const uint16_t own_cluster = config_attr<uint16_t>(base, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID);
-  const uint32_t own_custom = config_attr<uint32_t>(base, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION);
-  const std::pair<uint16_t, uint32_t> combos[] = {{own_cluster, own_custom},
-                                                  {static_cast<uint16_t>(CUBLASLT_CLUSTER_SHAPE_1x1x1), 0u}};
+  const std::pair<uint16_t, uint32_t> combos[] = {
+      {config_attr<uint16_t>(base, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
+       config_attr<uint32_t>(base, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION)},
+      {static_cast<uint16_t>(CUBLASLT_CLUSTER_SHAPE_1x1x1), 0u}};
   for (const uint32_t tile : tiles) {
     if (tile == CUBLASLT_MATMUL_TILE_UNDEFINED) continue;
     for (const auto& [cluster, custom] : combos) {
       cublasLtMatmulAlgo_t v = base;
-      if (cublasLtMatmulAlgoConfigSetAttribute(&v, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile)) !=
-              CUBLAS_STATUS_SUCCESS ||
-          cublasLtMatmulAlgoConfigSetAttribute(&v, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
-                                               sizeof(cluster)) != CUBLAS_STATUS_SUCCESS ||
-          cublasLtMatmulAlgoConfigSetAttribute(&v, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom,
-                                               sizeof(custom)) != CUBLAS_STATUS_SUCCESS)
-        continue;
-      if (find_algo(algos, v) < 0 && check(v)) algos.push_back(v);
+      if (set_config(v, CUBLASLT_ALGO_CONFIG_TILE_ID, tile) && set_config(v, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, cluster) &&
+          set_config(v, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom) && find_algo(algos, v) < 0 && check(v))
+        algos.push_back(v);
     }
   }
 }
-
-namespace {
-
-template <typename T>
-std::vector<T> cap_list(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attr) {
-  size_t bytes = 0;
-  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, nullptr, 0, &bytes) != CUBLAS_STATUS_SUCCESS ||
-      bytes == 0)
-    return {};
-  std::vector<T> v(bytes / sizeof(T));
-  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, v.data(), bytes, &bytes) != CUBLAS_STATUS_SUCCESS)
-    return {};
-  return v;
-}
-
-template <typename T>
-T desc_attr(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attr) {
-  T v{};
-  size_t written = 0;
-  XI_CUBLAS_CHECK(cublasLtMatmulDescGetAttribute(op, attr, &v, sizeof(v), &written));
-  return v;
-}
-
-template <typename T>
-bool set_config(cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr, T value) {
-  return cublasLtMatmulAlgoConfigSetAttribute(&algo, attr, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
-}
-
-}  // namespace
 
 void add_every_algo(const AlgoQuery& q, size_t max_algos, std::vector<cublasLtMatmulAlgo_t>& algos) {
   const auto compute = desc_attr<cublasComputeType_t>(q.op, CUBLASLT_MATMUL_DESC_COMPUTE_TYPE);
@@ -199,7 +179,7 @@ void add_every_algo(const AlgoQuery& q, size_t max_algos, std::vector<cublasLtMa
     if (tiles.empty()) tiles.push_back(CUBLASLT_MATMUL_TILE_UNDEFINED);
     if (stages.empty()) stages.push_back(CUBLASLT_MATMUL_STAGES_UNDEFINED);
     const bool split_ok = cap_attr<int32_t>(base, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT) != 0;
-    const uint32_t schemes = cap_attr<uint32_t>(base, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK);
+    const uint32_t scheme = reduction_scheme(base);
     for (const uint32_t tile : tiles)
       for (const uint32_t stage : stages)
         for (const uint16_t cluster : clusters)
@@ -211,19 +191,9 @@ void add_every_algo(const AlgoQuery& q, size_t max_algos, std::vector<cublasLtMa
                 !set_config(v, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, cluster) ||
                 !set_config(v, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, splits))
               continue;
-            if (splits > 1) {
-              uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
-              for (uint32_t s : {static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE),
-                                 static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_INPLACE),
-                                 static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE)})
-                if (schemes & s) {
-                  scheme = s;
-                  break;
-                }
-              if (scheme == CUBLASLT_REDUCTION_SCHEME_NONE ||
-                  !set_config(v, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, scheme))
-                continue;
-            }
+            if (splits > 1 && (scheme == CUBLASLT_REDUCTION_SCHEME_NONE ||
+                               !set_config(v, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, scheme)))
+              continue;
             if (find_algo(algos, v) < 0 && accepts(q, v)) {
               algos.push_back(v);
               if (algos.size() >= max_algos) return;
