@@ -369,6 +369,7 @@ void bench_fp8_wide(cuda::CudaBackend& be, double peak) {
   }
   const int max_m = *std::max_element(ms.begin(), ms.end());
   cuda::CublasLtFp8Gemm usual, wide;
+  usual.set_max_measured_rows(1024);  // as the engine at --max-num-seqs 1024
   wide.set_every_algo_limit(20000);
   std::vector<std::string> summary;
   double sum_usual = 0, sum_wide = 0;

@@ -916,6 +916,7 @@ TEST(QuantLinear, Fp8GemmCandidatesMatchReferenceAndKnownChoicesAreTaken) {
                                n,
                                k};
   cuda::CublasLtFp8Gemm gemm;
+  gemm.set_max_measured_rows(1024);  // as CudaBackend::measure_w8a8_gemms does for --max-num-seqs 1024
   ASSERT_TRUE(gemm.supported(args));
   const int count = gemm.algo_count(args);
   EXPECT_GT(count, 8) << "the variants of the heuristic's first";
@@ -933,13 +934,16 @@ TEST(QuantLinear, Fp8GemmCandidatesMatchReferenceAndKnownChoicesAreTaken) {
   known.choice.kind = cuda::GemmKind::kCublasLt;
   known.choice.algo = last;
   cuda::CublasLtFp8Gemm::add_known_choices({known});
-  cuda::CublasLtFp8Gemm fresh;
+  cuda::CublasLtFp8Gemm fresh, unmeasured;
+  fresh.set_max_measured_rows(1024);
   fresh.run(args, gpu().stream());
   EXPECT_EQ(fresh.describe(args, fresh.chosen_algo(args)), gemm.describe(args, count - 1));
   bool listed = false;
   for (const cuda::GemmTuningEntry& e : cuda::CublasLtFp8Gemm::known_choices())
     listed = listed || (e.key == known.key && cuda::same_algo(e.choice.algo, last));
   EXPECT_TRUE(listed);
+  // Past the measured buckets (the default 256) a plan keeps the heuristic's one algorithm: nothing is timed there.
+  EXPECT_LT(unmeasured.algo_count(args), count);
 }
 
 // GGUF Q4_0 / Q8_0 rows repacked at load (model/gguf_repack.h) run through the int kernels: against the float

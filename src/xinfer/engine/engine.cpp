@@ -151,7 +151,7 @@ void prepare_backend_for_model(backend::Backend& backend, const model::ModelConf
 }
 
 void prepare_backend_for_weights(backend::Backend& backend, const model::LlamaModel& model, int max_tokens,
-                                 int max_decode_rows) {
+                                 int max_decode_rows, bool show_progress) {
 #if defined(XINFER_HAVE_CUDA)
   auto* gpu = dynamic_cast<cuda::CudaBackend*>(&backend);
   if (gpu == nullptr) return;
@@ -161,10 +161,10 @@ void prepare_backend_for_weights(backend::Backend& backend, const model::LlamaMo
     for (const backend::LinearWeights* lw : {&w.qkv, &w.o, &w.gate_up, &w.down}) linears.push_back(lw);
   }
   gpu->reserve_quant_workspace(linears, max_tokens);  // first: the measurement below then grows nothing
-  gpu->measure_w8a8_gemms(linears, max_decode_rows);
+  gpu->measure_w8a8_gemms(linears, max_decode_rows, show_progress);
   gpu->measure_int8_gemms(linears, max_tokens);
 #else
-  (void)backend, (void)model, (void)max_tokens, (void)max_decode_rows;
+  (void)backend, (void)model, (void)max_tokens, (void)max_decode_rows, (void)show_progress;
 #endif
 }
 
@@ -268,7 +268,7 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
           ") does not fit; raise --tensor-parallel-size");
     load.max_model_len = config.max_model_len;  // 0: the rope table covers max_position_embeddings
     XI_ASSIGN_OR_RETURN(model, model::LlamaModel::load(config.model_dir, be, load));
-    prepare_backend_for_weights(be, *model, sc.max_num_batched_tokens, sc.max_num_seqs);
+    prepare_backend_for_weights(be, *model, sc.max_num_batched_tokens, sc.max_num_seqs, config.show_progress);
     be.synchronize();
     const backend::BackendInfo after = be.info();
     const size_t used = after.total_memory - after.free_memory;

@@ -85,9 +85,10 @@ void prepare_backend_for_model(backend::Backend& backend, const model::ModelConf
                                bool show_progress);
 // After the weights are loaded, before the KV cache is sized (CUDA; nothing elsewhere): the W8A8 GEMMs' choices
 // measured at the decode graph buckets up to max_decode_rows, and the quantized linears' workspace allocated for
-// steps of max_tokens rows, so that the memory plan counts it and serving never grows it.
+// steps of max_tokens rows, so that the memory plan counts it and serving never grows it (a progress bar for the
+// measurement with show_progress).
 void prepare_backend_for_weights(backend::Backend& backend, const model::LlamaModel& model, int max_tokens,
-                                 int max_decode_rows);
+                                 int max_decode_rows, bool show_progress = false);
 
 class Engine final : public EngineClient {
  public:

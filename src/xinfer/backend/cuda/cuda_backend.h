@@ -214,7 +214,8 @@ class CudaBackend final : public backend::Backend {
   // measured choices there (cublaslt_fp8_gemm.h, cublaslt_int8_gemm.h) are made now instead of inside the
   // first decode steps. The FP8 decisions are kept in the GEMM tuner's cache file (a section per device and
   // candidate version) and taken from it on the next start. Logs one line (shapes, rows, seconds, cache).
-  void measure_w8a8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_rows);
+  void measure_w8a8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_rows,
+                          bool show_progress = false);
   // Times the wgmma configurations (kInt8WgmmaConfigs) of the W8A8-INT8 GEMM on every distinct W8A8-INT8 shape of
   // `linears` at each decode row bucket up to max_tokens (int8_wgmma_row_bucket: 32, 64, .., kInt8MeasuredMaxRows;
   // each measured at min(bucket, max_tokens) rows) and keeps the fastest per (n, k, bucket): "auto" then runs

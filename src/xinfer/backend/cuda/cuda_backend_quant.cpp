@@ -37,6 +37,8 @@
 #include <string>
 #include <tuple>
 
+#include <unistd.h>
+
 #include "xinfer/backend/cuda/cuda_backend.h"
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
@@ -51,6 +53,7 @@
 #include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
 #include "xinfer/backend/cuda/kernels/quant/quantize_activations.h"
 #include "xinfer/core/logging.h"
+#include "xinfer/core/progress_bar.h"
 
 namespace xinfer::cuda {
 namespace {
@@ -307,9 +310,21 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
   ++fp8_gemms_;
 }
 
-void CudaBackend::measure_w8a8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_rows) {
+void CudaBackend::measure_w8a8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_rows,
+                                     bool show_progress) {
   XI_CHECK(!capturing_) << "measure_w8a8_gemms() while recording a graph";
   const auto start = std::chrono::steady_clock::now();
+  std::vector<int> rows;
+  for (int m = 1; m <= max_rows; ++m)
+    if (variant_rows(m)) rows.push_back(m);
+  std::set<std::tuple<int, int64_t, int64_t, bool>> seen;  // (format index, n, k, bias)
+  std::vector<const backend::LinearWeights*> distinct;
+  for (const backend::LinearWeights* w : linears)
+    if ((std::holds_alternative<quant::W8A8Fp8Format>(w->format) ||
+         std::holds_alternative<quant::W8A8Int8Format>(w->format)) &&
+        seen.insert({static_cast<int>(w->format.index()), w->out_features(), w->in_features(), !w->bias.empty()}).second)
+      distinct.push_back(w);
+  if (distinct.empty() || rows.empty()) return;
   // FP8 decisions of earlier runs on this device (the GEMM tuner's cache file, a section of its own): taken
   // instead of timing the shape's ~250 candidates again.
   const std::string cache_path = gemm_tuning_cache_path();
@@ -329,18 +344,14 @@ void CudaBackend::measure_w8a8_gemms(const std::vector<const backend::LinearWeig
       cache_note = cache_path + " unreadable";
     }
   }
-  std::set<std::tuple<int, int64_t, int64_t, bool>> seen;  // (format index, n, k, bias)
-  std::vector<int> rows;
-  for (int m = 1; m <= max_rows; ++m)
-    if (variant_rows(m)) rows.push_back(m);
-  int shapes = 0;
-  for (const backend::LinearWeights* w : linears) {
-    const bool w8a8 = std::holds_alternative<quant::W8A8Fp8Format>(w->format) ||
-                      std::holds_alternative<quant::W8A8Int8Format>(w->format);
-    if (!w8a8 || rows.empty() ||
-        !seen.insert({static_cast<int>(w->format.index()), w->out_features(), w->in_features(), !w->bias.empty()}).second)
-      continue;
-    ++shapes;
+  const bool any_fp8 = std::any_of(distinct.begin(), distinct.end(), [](const backend::LinearWeights* w) {
+    return std::holds_alternative<quant::W8A8Fp8Format>(w->format);
+  });
+  if (any_fp8 && !fp8_) fp8_ = std::make_unique<CublasLtFp8Gemm>();
+  if (fp8_) fp8_->set_max_measured_rows(rows.back());
+  ProgressBar bar("Measuring W8A8 GEMMs", static_cast<int64_t>(distinct.size() * rows.size()), "points",
+                  show_progress && isatty(STDERR_FILENO) != 0);
+  for (const backend::LinearWeights* w : distinct) {
     const int64_t n = w->out_features(), k = w->in_features();
     backend::DeviceTensor x = allocate(DType::kBF16, Shape{rows.back(), k});
     backend::DeviceTensor y = allocate(DType::kBF16, Shape{rows.back(), n});
@@ -350,10 +361,11 @@ void CudaBackend::measure_w8a8_gemms(const std::vector<const backend::LinearWeig
       xm.shape = Shape{m, k};
       ym.shape = Shape{m, n};
       linear(xm, *w, ym);
+      bar.advance();
     }
     synchronize();
   }
-  if (shapes == 0) return;
+  bar.finish();
   if (fp8_) fp8_->release_tuning_scratch();
   if (!cache_path.empty()) {
     const std::vector<GemmTuningEntry> known = CublasLtFp8Gemm::known_choices();
@@ -362,7 +374,7 @@ void CudaBackend::measure_w8a8_gemms(const std::vector<const backend::LinearWeig
       if (!st.ok()) XI_LOG(WARN) << "GEMM tuning cache: FP8 choices not saved: " << st.to_string();
     }
   }
-  XI_LOG(INFO) << "cuda: W8A8 GEMM choices measured for " << shapes << " shapes at " << rows.size()
+  XI_LOG(INFO) << "cuda: W8A8 GEMM choices measured for " << distinct.size() << " shapes at " << rows.size()
                << " decode batch sizes (" << rows.front() << ".." << rows.back() << ") in "
                << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s ("
                << cache_note << ")";

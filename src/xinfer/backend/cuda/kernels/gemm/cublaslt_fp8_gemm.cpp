@@ -84,7 +84,8 @@ CublasLtFp8Gemm::Plan& CublasLtFp8Gemm::plan_for(const Fp8GemmArgs& g) {
   // C is not read (beta 0) but its type must be the output's (bf16 or f32) for FP8 with a 16-bit D.
   XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, d_type, g.n, g.m, g.n));
   XI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, d_type, g.n, g.m, g.n));  // y^T
-  plan->algos = candidate_algos(query(*plan, g, d_type), kMaxAlgos, false, measure_ && variant_rows(g.m));
+  plan->algos = candidate_algos(query(*plan, g, d_type), kMaxAlgos, false,
+                                measure_ && g.m <= max_measured_rows_ && variant_rows(g.m));
   if (every_algo_limit_ > 0 && !plan->algos.empty())
     add_every_algo(query(*plan, g, d_type), plan->algos.size() + every_algo_limit_, plan->algos);
   return *plans_.emplace(key, std::move(plan)).first->second;
@@ -153,7 +154,7 @@ void CublasLtFp8Gemm::choose(Plan& plan, const Fp8GemmArgs& g, cudaStream_t stre
   set_pointers(plan, g);
   const size_t w_bytes = static_cast<size_t>(g.n) * static_cast<size_t>(g.k);
   const int copies = rotated_copies(w_bytes);
-  const auto* w = static_cast<const uint8_t*>(tune_.weight_copies(g.wq, w_bytes, copies));
+  const auto* w = copies == 1 ? g.wq : static_cast<const uint8_t*>(tune_.weight_copies(g.wq, w_bytes, copies));
   int launches = 0;
   const float alpha = 1.0f, beta = 0.0f;
   const int best = fastest_algo(static_cast<int>(plan.algos.size()), stream, tune_.stream(), [&](int i) {

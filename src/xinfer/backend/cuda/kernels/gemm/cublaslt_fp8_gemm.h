@@ -63,6 +63,11 @@ class CublasLtFp8Gemm {
   std::string describe(const Fp8GemmArgs& args, int index);  // candidate index's cuBLASLt configuration
   cublasLtMatmulAlgo_t algo(const Fp8GemmArgs& args, int index);  // candidate index itself
   void set_measure(bool measure) { measure_ = measure; }
+  // The largest decode graph bucket whose plans time their variants (default 256). A measured plan made while
+  // serving (a prefill chunk of exactly a bucket's rows past what the start-up measurement covered) would stall
+  // its step for the timing and allocate scratch while the KV cache holds the memory, so
+  // CudaBackend::measure_w8a8_gemms raises it to the buckets it measures (up to --max-num-seqs) and no further.
+  void set_max_measured_rows(int rows) { max_measured_rows_ = rows; }
 
   // The process's measured decisions (every instance's, by exact shape) as tuning-cache entries (kind
   // kCublasLt), and decisions to take instead of measuring (from the cache file): a measured plan offers the
@@ -91,6 +96,7 @@ class CublasLtFp8Gemm {
   std::map<Key, std::unique_ptr<Plan>> plans_;
   bool measure_ = true;
   size_t every_algo_limit_ = 0;
+  int max_measured_rows_ = 256;
   AlgoTuneScratch tune_;
 };
 

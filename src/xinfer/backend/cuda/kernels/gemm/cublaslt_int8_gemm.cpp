@@ -100,7 +100,8 @@ CublasLtInt8Gemm::Plan& CublasLtInt8Gemm::plan_for(Int8GemmMode mode, int rows, 
   // Candidates for the measured choice (int32 mode, fewer than kMeasureMaxRows rows): the padded rows' algorithms
   // too, and at the decode graph buckets the tile / split-K variants (cublaslt_algo_choice.h).
   const bool measured = !outer && measure_ && rows < kMeasureMaxRows;
-  plan->algos = candidate_algos(query(*plan, rows, g, d_type), kMaxAlgos, measured, measured && variant_rows(rows));
+  plan->algos = candidate_algos(query(*plan, rows, g, d_type), kMaxAlgos, measured,
+                                measured && rows <= kVariantMaxRows && variant_rows(rows));
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
@@ -138,7 +139,7 @@ void CublasLtInt8Gemm::choose(Plan& plan, int rows, const Int8GemmArgs& g, const
   const AlgoQuery q = query(plan, rows, g, CUDA_R_32I);
   // A graph bucket's plan times its own variants and shares nothing (its winner may be a tile shape that loses
   // at the bucket's other row counts).
-  const bool own = variant_rows(rows);
+  const bool own = rows <= kVariantMaxRows && variant_rows(rows);
   const BucketKey bucket{algo_row_bucket(rows), g.n, g.k, g.y_f32, g.bias != nullptr};
   if (auto it = bucket_choice_.find(bucket); !own && it != bucket_choice_.end()) {
     if (const int i = offer_algo(q, it->second, plan.algos); i >= 0) {

@@ -62,6 +62,9 @@ void launch_int8_scale_epilogue(const int32_t* acc, const float* x_scales, const
 
 class CublasLtInt8Gemm {
  public:
+  // The graph buckets whose plans time the tile / split-K variants: up to 256 rows (this path measures every plan
+  // lazily, in the step that first runs it; the FP8 GEMM's start-up measurement covers the larger buckets).
+  static constexpr int kVariantMaxRows = 256;
   static constexpr int kMaxAlgos = 8;
   explicit CublasLtInt8Gemm(size_t workspace_bytes = 32u << 20, int chunk_rows = 2048);
   ~CublasLtInt8Gemm();
