@@ -56,11 +56,13 @@ void EngineFlags::add_to(FlagSet& flags) {
       "off for cpu; --no-async-scheduling: off");
   flags_ = &flags;
   flags.add("--gemm-tuning", &config.gemm_tuning,
-            "CUDA: time the GEMM candidates (cuBLASLt algorithms, GEMV) of every linear at start-up and keep the "
-            "fastest; --no-gemm-tuning: cuBLASLt's heuristic");
+            "CUDA: time the GEMM candidates (cuBLASLt algorithms, GEMV) of every linear, and the W8A8 FP8 GEMMs' "
+            "algorithms at the decode batch sizes, at start-up and keep the fastest; --no-gemm-tuning: cuBLASLt's "
+            "heuristic");
   flags.add("--gemm-tuning-cache", &config.gemm_tuning_cache,
-            "CUDA: file caching the measured GEMM choices (empty: ~/.cache/xinfer/gemm_tuning.json or "
-            "$XINFER_GEMM_TUNING_CACHE; off: none)");
+            "CUDA: file caching the measured GEMM choices, the bf16 linears' and the W8A8 FP8 GEMMs' at the decode "
+            "batch sizes, per GPU model (empty: ~/.cache/xinfer/gemm_tuning.json or $XINFER_GEMM_TUNING_CACHE; "
+            "off: none)");
   flags.add("--gemv-pdl", &config.gemv_pdl,
             "CUDA: the small-batch GEMV kernels use programmatic dependent launch (start while the previous "
             "kernel finishes); --no-gemv-pdl: plain launches");

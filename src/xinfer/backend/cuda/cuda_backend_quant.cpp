@@ -325,6 +325,18 @@ void CudaBackend::measure_w8a8_gemms(const std::vector<const backend::LinearWeig
         seen.insert({static_cast<int>(w->format.index()), w->out_features(), w->in_features(), !w->bias.empty()}).second)
       distinct.push_back(w);
   if (distinct.empty() || rows.empty()) return;
+  const bool any_fp8 = std::any_of(distinct.begin(), distinct.end(), [](const backend::LinearWeights* w) {
+    return std::holds_alternative<quant::W8A8Fp8Format>(w->format);
+  });
+  if (any_fp8 && !fp8_) fp8_ = std::make_unique<CublasLtFp8Gemm>();
+  if (!options_.gemm_tuning && fp8_) {  // --no-gemm-tuning: cuBLASLt's heuristic for the FP8 GEMMs too
+    fp8_->set_measure(false);
+    std::erase_if(distinct, [](const backend::LinearWeights* w) {
+      return std::holds_alternative<quant::W8A8Fp8Format>(w->format);
+    });
+    XI_LOG(INFO) << "cuda: FP8 GEMM measurement off (--no-gemm-tuning): cuBLASLt's heuristic algorithm";
+    if (distinct.empty()) return;
+  }
   // FP8 decisions of earlier runs on this device (the GEMM tuner's cache file, a section of its own): taken
   // instead of timing the shape's ~250 candidates again.
   const std::string cache_path = gemm_tuning_cache_path();
@@ -344,10 +356,6 @@ void CudaBackend::measure_w8a8_gemms(const std::vector<const backend::LinearWeig
       cache_note = cache_path + " unreadable";
     }
   }
-  const bool any_fp8 = std::any_of(distinct.begin(), distinct.end(), [](const backend::LinearWeights* w) {
-    return std::holds_alternative<quant::W8A8Fp8Format>(w->format);
-  });
-  if (any_fp8 && !fp8_) fp8_ = std::make_unique<CublasLtFp8Gemm>();
   if (fp8_) fp8_->set_max_measured_rows(rows.back());
   ProgressBar bar("Measuring W8A8 GEMMs", static_cast<int64_t>(distinct.size() * rows.size()), "points",
                   show_progress && isatty(STDERR_FILENO) != 0);
