@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -348,24 +349,20 @@ void bench_fp8_rows(cuda::CudaBackend& be, double peak) {
 }
 
 // gpu_kernel_bench --fp8-wide: the FP8 GEMMs at the row counts of the large decode steps (256 .. 1024: the
-// throughput rows' decode-only steps, graph buckets 320 .. 512 and eager steps above) against every algorithm
-// cuBLASLt has for the shape (CublasLtFp8Gemm::set_every_algo_limit: each algorithm id in each tile, stage
-// count, cluster shape and split-K count it accepts), not only the heuristic's first and its tile / split-K
-// variants that the engine measures. Each candidate is timed briefly (best of two runs of 3 launches), the
-// five fastest again as the other rows (median of 5 runs of 20); the winner's output is compared with the
-// heuristic's (relative L2).
+// throughput rows' decode-only steps; XINFER_BENCH_FP8_WIDE_ROWS=m1,m2,.. picks others) against every algorithm cuBLASLt has for the
+// shape (CublasLtFp8Gemm::set_every_algo_limit: each algorithm id in each tile, stage count, cluster shape and
+// split-K count it accepts), not only the variants the engine measures (its choice here: measured as the engine
+// does at --max-num-seqs 1024). Each candidate is timed briefly (best of two runs of 3 launches), the five
+// fastest again as the other rows (median of 5 runs of 20), all with the weight in copies rotated past L2; the
+// winner's output is compared with the engine's choice's (relative L2).
 void bench_fp8_wide(cuda::CudaBackend& be, double peak) {
   cudaStream_t s = be.stream();
   const char* env_ms = std::getenv("XINFER_BENCH_FP8_WIDE_ROWS");
   std::vector<int> ms = {256, 384, 448, 512, 640, 864, 1024};
   if (env_ms != nullptr && *env_ms != 0) {
     ms.clear();
-    for (const char* p = env_ms; *p != 0;) {
-      char* end = nullptr;
-      ms.push_back(static_cast<int>(std::strtol(p, &end, 10)));
-      p = *end == ',' ? end + 1 : end;
-      if (end == p && *p != 0) break;
-    }
+    std::stringstream list(env_ms);
+    for (std::string item; std::getline(list, item, ',');) ms.push_back(std::stoi(item));
   }
   const int max_m = *std::max_element(ms.begin(), ms.end());
   cuda::CublasLtFp8Gemm usual, wide;

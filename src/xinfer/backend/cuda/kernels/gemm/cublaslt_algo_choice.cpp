@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/device_launch.h"
 #include "xinfer/backend/decode_graph_buckets.h"
 
 namespace xinfer::cuda {
@@ -268,9 +269,7 @@ const void* AlgoTuneScratch::weight_copies(const void* w, size_t bytes, int copi
 }
 
 int rotated_copies(size_t bytes) {
-  int dev = 0, l2 = 0;
-  XI_CUDA_CHECK(cudaGetDevice(&dev));
-  XI_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  const int64_t l2 = l2_bytes();
   const size_t want = (2 * static_cast<size_t>(l2) + bytes - 1) / std::max<size_t>(bytes, 1);
   return static_cast<int>(std::clamp<size_t>(want, 1, 8));
 }

@@ -15,6 +15,7 @@
 
 #include "xinfer/backend/cuda/cuda_check.h"
 #include "xinfer/backend/cuda/kernels/device_launch.h"
+#include "xinfer/backend/cuda/kernels/gemm/cublaslt_algo_choice.h"
 #include "xinfer/backend/cuda/kernels/gemm/gemm_tuning_cache.h"
 #include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
 #include "xinfer/backend/cuda/kernels/random/random_normal.h"
@@ -116,9 +117,8 @@ struct GemmTuner::Scratch {
   bool ok = true;
 
   Scratch(const GemmShape& s, int max_m, cudaStream_t stream) {
-    const int64_t l2 = l2_bytes();
     const size_t wbytes = static_cast<size_t>(s.n) * s.k * 2;
-    const size_t copies = std::clamp<size_t>((2 * static_cast<size_t>(l2) + wbytes - 1) / wbytes, 1, 8);
+    const size_t copies = static_cast<size_t>(rotated_copies(wbytes));
     for (size_t c = 0; c < copies && ok; ++c) w.push_back(alloc(wbytes));
     x = alloc(static_cast<size_t>(max_m) * s.k * 2);
     y = alloc(static_cast<size_t>(max_m) * s.n * (s.y_f32 ? 4 : 2));
