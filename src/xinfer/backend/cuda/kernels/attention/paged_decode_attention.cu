@@ -10,6 +10,7 @@
 #include "xinfer/backend/cuda/kernels/attention/attention_dispatch.cuh"
 #include "xinfer/backend/cuda/kernels/attention/attention_mma.cuh"
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
+#include "xinfer/backend/cuda/kernels/attention/kv_block_index.cuh"
 #include "xinfer/backend/cuda/kernels/attention/kv_fp8.cuh"
 #include "xinfer/backend/cuda/kernels/pdl.cuh"
 #include "xinfer/backend/cuda/kernels/rope/rope_rotate.cuh"
@@ -150,11 +151,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
   const int32_t* table = p.block_tables + static_cast<size_t>(seq) * p.max_blocks_per_seq;
 
   // Byte offset of this lane's first 16 bytes of token row r; rows past the partition read the
-  // partition's first row instead (always mapped; their scores are masked, so P = 0 there).
+  // partition's first row instead (always mapped; their scores are masked, so P = 0 there). r / bs:
+  // kv_block_index.cuh. A block's rows of all KV heads span num_kv_heads * bs * kRowBytes bytes (< 2^32).
+  const KvBlockDivider div(bs);
+  const uint32_t block_bytes = static_cast<uint32_t>(p.num_kv_heads * bs * kRowBytes);
+  const uint32_t head_bytes = static_cast<uint32_t>(kvh * bs * kRowBytes + 16 * t4);
   auto row_offset = [&](int r) -> size_t {
     r = r < end ? r : begin;
-    const int blk = __ldg(table + r / bs);
-    return ((static_cast<size_t>(blk) * p.num_kv_heads + kvh) * bs + r % bs) * kRowBytes + 16 * t4;
+    const uint32_t bi = div.block(static_cast<uint32_t>(r));
+    const uint32_t blk = static_cast<uint32_t>(__ldg(table + bi));
+    return static_cast<size_t>(blk) * block_bytes +
+           (head_bytes + (static_cast<uint32_t>(r) - bi * div.block_size) * kRowBytes);
   };
   auto load_rows = [&](uint4 (&dst)[2][kL], const unsigned char* base, const size_t (&off)[2]) {
 #pragma unroll
@@ -192,8 +199,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
   }
 
   // Q rows of the tile's heads (zero rows past nh) as A fragments, in the same dim order as the K loads;
-  // kept in shared memory (lane-major, conflict-free) to leave registers to the K/V tiles in flight.
-  __shared__ uint4 s_q[kC][32];
+  // kept in shared memory (lane-major, conflict-free) to leave registers to the K/V tiles in flight. Each
+  // k-step's fragment is stored whole, zero rows 8..15 included (a0, 0, a2, 0): one 16-byte load gives the
+  // MMA its operand registers, where building them from the words took a register move per operand.
+  __shared__ uint4 s_q[kC][2][32];
+  auto put_q = [&](int c, const uint4& v) {
+    s_q[c][0][lane] = make_uint4(v.x, 0u, v.y, 0u);
+    s_q[c][1][lane] = make_uint4(v.z, 0u, v.w, 0u);
+  };
   const int t = kRope ? rope_t : p.query_start_loc[seq];
   if (warp == 0) {
     const __nv_bfloat16* qrow = p.qkv + static_cast<size_t>(t) * p.qkv_stride +
@@ -206,8 +219,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
         uint4 lo = __ldg(reinterpret_cast<const uint4*>(qrow + 32 * c));
         uint4 hi = __ldg(reinterpret_cast<const uint4*>(qrow + 32 * (c + kC / 2)));
         rope_rotate8(lo, hi, s_cs + 32 * c + 8 * t4, s_cs + kD / 2 + 32 * c + 8 * t4);
-        s_q[c][lane] = g < nh ? lo : make_uint4(0, 0, 0, 0);
-        s_q[c + kC / 2][lane] = g < nh ? hi : make_uint4(0, 0, 0, 0);
+        put_q(c, g < nh ? lo : make_uint4(0, 0, 0, 0));
+        put_q(c + kC / 2, g < nh ? hi : make_uint4(0, 0, 0, 0));
       }
       if (has_newest) {  // CTA-uniform
         // The newest token's k and v of this KV head, chunk u = dims 8u .. 8u + 7: lanes u < kV/2 rotate the
@@ -241,7 +254,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
       for (int c = 0; c < kC; ++c) {
         uint4 v = __ldg(reinterpret_cast<const uint4*>(qrow + chunk_dim(c)));
         if constexpr (kF16) v = bf16x8_to_f16x8(v);
-        s_q[c][lane] = g < nh ? v : make_uint4(0, 0, 0, 0);
+        put_q(c, g < nh ? v : make_uint4(0, 0, 0, 0));
       }
     }
   }
@@ -298,13 +311,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
-      const uint4 q = s_q[c][lane];
       const uint4 kc[2] = {chunk(kr, 0, c), chunk(kr, 1, c)};
 #pragma unroll
-      for (int ks = 0; ks < 2; ++ks)
+      for (int ks = 0; ks < 2; ++ks) {
+        const uint4 q = s_q[c][ks][lane];
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
-          mma(s[nt], word(q, 2 * ks), 0u, word(q, 2 * ks + 1), 0u, word(kc[nt], 2 * ks), word(kc[nt], 2 * ks + 1));
+          mma(s[nt], q.x, q.y, q.z, q.w, word(kc[nt], 2 * ks), word(kc[nt], 2 * ks + 1));
+      }
     }
     if (has_next) load_rows(kr, k_base, next_off);
 
@@ -512,6 +526,7 @@ void launch_decode(const PagedAttentionParams& p, const AttentionPlanView& plan,
       << "decode attention: split-KV runs " << kDecodeWarps << "-warp CTAs only (the workspace bound), got " << kW;
   XI_CHECK_LE(static_cast<int64_t>(p.num_kv_heads) * head_tiles, 65535) << "decode attention: too many heads";
   XI_CHECK_LE(plan.num_decode, 65535) << "decode attention: too many decodes in one step";
+  check_kv_block_index(p.block_size, p.max_blocks_per_seq);
   XI_CHECK(parts == 1 || static_cast<size_t>(plan.num_decode) * p.num_kv_heads * head_tiles <= kMaxSplitSlots)
       << "decode attention: " << plan.num_decode << " decodes x " << p.num_kv_heads * head_tiles
       << " head tiles is too many split-KV slots (partition size " << partition_size << " too small)";

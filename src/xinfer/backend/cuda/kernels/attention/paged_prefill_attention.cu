@@ -7,6 +7,7 @@
 #include "xinfer/backend/cuda/kernels/attention/attention_dispatch.cuh"
 #include "xinfer/backend/cuda/kernels/attention/attention_mma.cuh"
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
+#include "xinfer/backend/cuda/kernels/attention/kv_block_index.cuh"
 #include "xinfer/backend/cuda/kernels/attention/kv_fp8.cuh"
 #include "xinfer/backend/cuda/kernels/cp_async.cuh"
 #include "xinfer/backend/cuda/kernels/mbarrier.cuh"
@@ -131,25 +132,22 @@ __device__ __forceinline__ TileWork tile_work(const PagedAttentionParams& p, con
 }
 
 // Finds the cache row (index of a head_dim vector in [num_blocks * num_kv_heads * block_size]) of key j of
-// the tile's sequence through its block table. j / block_size is a multiply by ceil(2^32 / block_size):
-// exact when block_size is a power of two, and for j < 2^32 / block_size otherwise (checked on the host).
+// the tile's sequence through its block table (j / block_size: kv_block_index.cuh).
 struct KvRowLocator {
   const int32_t* table;  // [max_blocks_per_seq] of this sequence
-  uint32_t block_size;
-  uint64_t inv_block;   // ceil(2^32 / block_size)
+  KvBlockDivider div;
   uint32_t head_rows;   // kv_head * block_size: offset of this KV head's rows inside a block
   uint32_t block_rows;  // num_kv_heads * block_size: rows per cache block
   __device__ __forceinline__ KvRowLocator(const PagedAttentionParams& p, const TileWork& w)
       : table(p.block_tables + static_cast<size_t>(w.seq) * p.max_blocks_per_seq),
-        block_size(static_cast<uint32_t>(p.block_size)),
-        inv_block(((uint64_t{1} << 32) + p.block_size - 1) / static_cast<uint64_t>(p.block_size)),
+        div(p.block_size),
         head_rows(static_cast<uint32_t>(w.kv_head * p.block_size)),
         block_rows(static_cast<uint32_t>(p.num_kv_heads * p.block_size)) {}
   // j must be < the sequence's length.
   __device__ __forceinline__ uint32_t row(int j) const {
-    const uint32_t b = static_cast<uint32_t>((static_cast<uint64_t>(j) * inv_block) >> 32);
+    const uint32_t b = div.block(static_cast<uint32_t>(j));
     return static_cast<uint32_t>(table[b]) * block_rows + head_rows +
-           (static_cast<uint32_t>(j) - b * block_size);
+           (static_cast<uint32_t>(j) - b * div.block_size);
   }
 };
 
@@ -1193,10 +1191,7 @@ void launch_paged_prefill_attention(const PagedAttentionParams& p, const Attenti
   if (plan.num_prefill_items == 0) return;
   XI_CHECK_EQ(p.num_heads % p.num_kv_heads, 0);
   XI_CHECK_GT(p.scale, 0.0f) << "the kernels keep row maxima of unscaled scores";
-  XI_CHECK((p.block_size & (p.block_size - 1)) == 0 ||
-           static_cast<uint64_t>(p.max_blocks_per_seq) * p.block_size * p.block_size <= (uint64_t{1} << 32))
-      << "block size " << p.block_size << " with " << p.max_blocks_per_seq
-      << " blocks per sequence: positions past the exact range of the kernels' block-index division";
+  check_kv_block_index(p.block_size, p.max_blocks_per_seq);
   XI_CHECK_LE(plan.num_prefill_items, 65535) << "prefill work items exceed the grid's y limit";
   XI_CHECK(!p.kv_fp8 || kernel != PrefillKernel::kWgmma)
       << "prefill attention: fp8 KV caches are read by the kWgmmaSimple and mma.sync kernels only";
