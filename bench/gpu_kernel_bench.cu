@@ -248,12 +248,15 @@ void bench_decode_attention_kv_fp8(cuda::CudaBackend& be, double bw, double peak
   struct Case {
     int batch, ctx;
   };
-  // b1 / b64 at 1k-8k; then the decode steps of the throughput rows (128/128: 480 x 192 at the default budget,
-  // 954 x 192 at --max-num-seqs 1024; 2048/2048: 256 x 3072; 128/2048: 857 x 1104) and 256 x 256, 512 x 512
-  // (either side of the 2-warp rule's bound), whose grids of many one-partition CTAs run the decode kernel at
-  // each warp count (CudaBackend::set_decode_many_warps: 8, 4, 2).
-  const Case cases[] = {{1, 1024},  {1, 4096},   {1, 8192},  {64, 1024}, {64, 4096},  {64, 8192},
-                        {480, 192}, {954, 192}, {256, 256}, {512, 512}, {256, 3072}, {857, 1104}};
+  // b1 / b64 at 1k-8k; then the decode steps of the throughput rows (128/128: 480 x 192 at the default
+  // budget, 954 x 192 at --max-num-seqs 1024; 2048/2048: 256 x 3072; 128/2048: 857 x 1104) and 256 x 256, 512
+  // x 512 (either side of the 2-warp rule's bound), whose grids of many one-partition CTAs run the decode
+  // kernel at each warp count (CudaBackend::set_decode_many_warps: 8, 4, 2). 857, 870 and 1000 decodes
+  // put 12.98, 13.18 and 15.15 waves of 4-warp CTAs on an H200 (8 KV heads, 528 CTAs a wave): the cost of a
+  // last wave that is mostly idle (bench/decode_wave_sim, docs/PERF.md session 28).
+  const Case cases[] = {{1, 1024},   {1, 4096},   {1, 8192},   {64, 1024},  {64, 4096},
+                        {64, 8192},  {480, 192},  {954, 192},  {256, 256},  {512, 512},
+                        {256, 3072}, {857, 1104}, {870, 1104}, {1000, 1104}};
   const int default_warps = be.decode_many_warps();
   // XINFER_BENCH_KV_CASE=BxCTX (e.g. 954x192) runs that case alone (a profiler's run of one kernel).
   const char* only = std::getenv("XINFER_BENCH_KV_CASE");
