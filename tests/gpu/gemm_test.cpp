@@ -11,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <optional>
 #include <sstream>
 #include <tuple>
@@ -500,97 +499,22 @@ TEST(GemmTunerTest, BackendLinearAfterTuning) {
 
 // ---- the tuning cache ----
 
-TEST(GemmTuningCacheTest, RoundTripMergeAndCorruptFiles) {
+// The file format is tested on the CPU (tests/unit/attention_plan/gemm_tuning_cache_test.cpp); here: a
+// cuBLASLt algorithm stored and read back is one cuBLASLt still accepts for its shape.
+TEST(GemmTuningCacheTest, RestoredCublasLtAlgorithmRuns) {
   const std::string path = temp_path("cache.json");
   std::filesystem::remove(path);
-  EXPECT_EQ(cuda::load_gemm_tuning_cache(path, "dev").status().code(), StatusCode::kNotFound);
-
   cuda::CublasLtGemm gemm;
   const Problem p(3, 96, 64, true, false, 3);
-  GemmTuningEntry gemv_e{{4096, 4096, false, false, 1}, {}};
-  gemv_e.choice.kind = GemmKind::kGemv;
-  gemv_e.choice.gemv = GemvConfig{2, 4, true};
-  gemv_e.choice.us = 8.5f;
-  gemv_e.choice.heuristic_us = 14.25f;
   GemmTuningEntry lt_e{{96, 64, false, true, 3}, {}};
   lt_e.choice.kind = GemmKind::kCublasLt;
   lt_e.choice.algo = gemm.heuristic(p.args());
-  lt_e.choice.us = 3.0f;
-  lt_e.choice.heuristic_us = 3.5f;
-  GemmTuningEntry h_e{{128256, 4096, true, false, 256}, {}};
-  h_e.choice.us = 400.0f;
-  h_e.choice.heuristic_us = 400.0f;
-  GemmTuningEntry fallback_e{{1, 8, true, true, 9}, {}};  // no cuBLASLt algorithm: no heuristic time
-  fallback_e.choice.kind = GemmKind::kGemv;
-  fallback_e.choice.gemv = GemvConfig{4, 1, false};
-  fallback_e.choice.us = 2.5f;
-  GemmTuningEntry none_e{{1, 12, true, true, 1}, {}};
-  none_e.choice.kind = GemmKind::kNone;
-  ASSERT_TRUE(cuda::save_gemm_tuning_cache(path, "devA", {gemv_e, lt_e, h_e, fallback_e, none_e}).ok());
-
+  ASSERT_TRUE(cuda::save_gemm_tuning_cache(path, "devA", {lt_e}).ok());
   auto loaded = cuda::load_gemm_tuning_cache(path, "devA");
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
-  ASSERT_EQ(loaded->size(), 5u);
-  std::map<GemmTuningKey, GemmChoice> by_key;
-  for (const auto& e : *loaded) by_key[e.key] = e.choice;
-  ASSERT_EQ(by_key.count(gemv_e.key), 1u);
-  EXPECT_EQ(by_key[gemv_e.key].kind, GemmKind::kGemv);
-  EXPECT_EQ(by_key[gemv_e.key].gemv, gemv_e.choice.gemv);
-  EXPECT_FLOAT_EQ(by_key[gemv_e.key].us, 8.5f);
-  EXPECT_EQ(by_key[gemv_e.key].heuristic_us, std::optional<float>(14.25f));
-  ASSERT_EQ(by_key.count(lt_e.key), 1u);
-  EXPECT_EQ(by_key[lt_e.key].kind, GemmKind::kCublasLt);
-  EXPECT_TRUE(cuda::CublasLtGemm::same(by_key[lt_e.key].algo, lt_e.choice.algo));
-  EXPECT_TRUE(gemm.check(p.args(), by_key[lt_e.key].algo)) << "a restored algorithm is usable";
-  ASSERT_EQ(by_key.count(h_e.key), 1u);
-  EXPECT_EQ(by_key[h_e.key].kind, GemmKind::kHeuristic);
-  EXPECT_EQ(by_key[h_e.key].heuristic_us, std::optional<float>(400.0f));
-  ASSERT_EQ(by_key.count(fallback_e.key), 1u);
-  EXPECT_EQ(by_key[fallback_e.key].kind, GemmKind::kGemv);
-  EXPECT_EQ(by_key[fallback_e.key].gemv, fallback_e.choice.gemv);
-  EXPECT_FLOAT_EQ(by_key[fallback_e.key].us, 2.5f);
-  EXPECT_FALSE(by_key[fallback_e.key].heuristic_us.has_value()) << "absent, not 0 us";
-  ASSERT_EQ(by_key.count(none_e.key), 1u);
-  EXPECT_EQ(by_key[none_e.key].kind, GemmKind::kNone);
-  EXPECT_FALSE(by_key[none_e.key].heuristic_us.has_value());
-  EXPECT_EQ(cuda::load_gemm_tuning_cache(path, "devB").status().code(), StatusCode::kNotFound);
-
-  // Another device's section and an update of one entry: everything else is kept.
-  ASSERT_TRUE(cuda::save_gemm_tuning_cache(path, "devB", {h_e}).ok());
-  GemmTuningEntry gemv_new = gemv_e;
-  gemv_new.choice.gemv = GemvConfig{1, 1, false};
-  ASSERT_TRUE(cuda::save_gemm_tuning_cache(path, "devA", {gemv_new}).ok());
-  loaded = cuda::load_gemm_tuning_cache(path, "devA");
-  ASSERT_TRUE(loaded.ok());
-  EXPECT_EQ(loaded->size(), 5u);
-  for (const auto& e : *loaded)
-    if (e.key == gemv_e.key) {
-      EXPECT_EQ(e.choice.gemv, (GemvConfig{1, 1, false}));
-    }
-  ASSERT_TRUE(cuda::load_gemm_tuning_cache(path, "devB").ok());
-  EXPECT_EQ(cuda::load_gemm_tuning_cache(path, "devB")->size(), 1u);
-
-  // Corrupt files are DATA_LOSS, never a crash or a partial result.
-  const std::string entry_ok = R"({"n":8,"k":8,"y_f32":false,"bias":false,"m":1,"kind":"heuristic","us":1,"heuristic_us":1})";
-  for (const std::string& text :
-       {std::string("{ not json"), std::string(""), std::string("[1, 2, 3]"), std::string(R"({"format": 99, "devices": {}})"),
-        std::string(R"({"format": 1, "devices": {"devA": {"n": 1}}})"),
-        std::string(R"({"format": 1, "devices": {"devA": [{"n": 1}]}})"),
-        std::string(R"({"format": 1, "devices": {"devA": [)" + entry_ok + R"(, {"n":8,"k":8,"y_f32":false,"bias":false,"m":1,"kind":"cublaslt","algo":"zz","us":1,"heuristic_us":1}]}})"),
-        std::string(R"({"format": 1, "devices": {"devA": [{"n":8,"k":8,"y_f32":"no","bias":false,"m":1,"kind":"heuristic","us":1,"heuristic_us":1}]}})"),
-        std::string(R"({"format": 1, "devices": {"devA": [{"n":8,"k":8,"y_f32":false,"bias":false,"m":1,"kind":"magic","us":1,"heuristic_us":1}]}})"),
-        std::string(R"({"format": 1, "devices": {"devA": [{"n":8,"k":8,"y_f32":false,"bias":false,"m":1,"kind":"heuristic","us":1,"heuristic_us":"x"}]}})"),
-        std::string(R"({"format": 1, "devices": {"devA": [{"n":8,"k":8,"y_f32":false,"bias":false,"m":1,"kind":"heuristic","us":1}]}})")}) {
-    write_file(path, text);
-    EXPECT_EQ(cuda::load_gemm_tuning_cache(path, "devA").status().code(), StatusCode::kDataLoss) << text;
-  }
-  write_file(path, std::string(R"({"format": 1, "devices": {"devA": [)") + entry_ok + "]}}");
-  EXPECT_TRUE(cuda::load_gemm_tuning_cache(path, "devA").ok()) << "the well-formed variant loads";
-  // Saving over a corrupt file replaces it.
-  write_file(path, "garbage");
-  ASSERT_TRUE(cuda::save_gemm_tuning_cache(path, "devA", {h_e}).ok());
-  ASSERT_TRUE(cuda::load_gemm_tuning_cache(path, "devA").ok());
-  EXPECT_EQ(cuda::load_gemm_tuning_cache(path, "devA")->size(), 1u);
+  ASSERT_EQ(loaded->size(), 1u);
+  EXPECT_TRUE(cuda::CublasLtGemm::same((*loaded)[0].choice.algo, lt_e.choice.algo));
+  EXPECT_TRUE(gemm.check(p.args(), (*loaded)[0].choice.algo)) << "a restored algorithm is usable";
 }
 
 // A second tuner takes every choice from the file; a corrupt file means retuning (and a rewritten file);

@@ -344,17 +344,13 @@ void CudaBackend::measure_w8a8_gemms(const std::vector<const backend::LinearWeig
       gemm_->device_key() + "|w8a8-fp8 outer-vec v" + std::to_string(CublasLtFp8Gemm::kChoiceVersion);
   std::string cache_note = "no cache";
   if (!cache_path.empty()) {
-    Result<std::vector<GemmTuningEntry>> cached = load_gemm_tuning_cache(cache_path, cache_key);
-    if (cached.ok()) {
-      CublasLtFp8Gemm::add_known_choices(*cached);
-      cache_note = std::to_string(cached->size()) + " FP8 choices from " + cache_path;
-    } else if (cached.status().code() == StatusCode::kNotFound) {
-      cache_note = "no FP8 choices yet in " + cache_path;
-    } else {
-      XI_LOG(WARN) << "GEMM tuning cache unusable for the FP8 choices, measuring: "
-                   << cached.status().to_string();
-      cache_note = cache_path + " unreadable";
-    }
+    const CachedGemmChoices cached = read_gemm_tuning_cache(cache_path, cache_key, "the FP8 choices");
+    CublasLtFp8Gemm::add_known_choices(cached.entries);
+    using State = CachedGemmChoices::State;
+    cache_note = cached.state == State::kLoaded
+                     ? std::to_string(cached.entries.size()) + " FP8 choices from " + cache_path
+                 : cached.state == State::kNew ? "no FP8 choices yet in " + cache_path
+                                               : cache_path + " unreadable";
   }
   if (fp8_) fp8_->set_max_measured_rows(rows.back());
   ProgressBar bar("Measuring W8A8 GEMMs", static_cast<int64_t>(distinct.size() * rows.size()), "points",

@@ -354,22 +354,19 @@ GemmTuneSummary GemmTuner::tune(const std::vector<GemmShape>& shapes, const Gemm
   };
   std::vector<GemmTuningEntry> not_in_file;  // choices to add to the cache file
   if (!options.cache_path.empty()) {
-    Result<std::vector<GemmTuningEntry>> cached = load_gemm_tuning_cache(options.cache_path, device_key_);
-    if (cached.ok()) {
-      sum.cache = options.cache_path;
-      std::map<GemmTuningKey, GemmChoice> by_key;
-      for (const GemmTuningEntry& e : *cached) by_key[e.key] = e.choice;
-      for (const GemmTuningKey& p : points) {
-        auto it = by_key.find(p);
-        if (it == by_key.end() || table_.count(p)) continue;
-        const GemmChoice c = adapt(it->second);
-        if (valid(p, c)) table_[p] = c;
-      }
-    } else if (cached.status().code() == StatusCode::kNotFound) {
-      sum.cache = options.cache_path + " (new)";
-    } else {
-      XI_LOG(WARN) << "GEMM tuning cache unusable, retuning: " << cached.status().to_string();
-      sum.cache = options.cache_path + " (was unreadable)";
+    const CachedGemmChoices cached =
+        read_gemm_tuning_cache(options.cache_path, device_key_, "the GEMM choices");
+    using State = CachedGemmChoices::State;
+    sum.cache = options.cache_path + (cached.state == State::kNew          ? " (new)"
+                                      : cached.state == State::kUnreadable ? " (was unreadable)"
+                                                                           : "");
+    std::map<GemmTuningKey, GemmChoice> by_key;
+    for (const GemmTuningEntry& e : cached.entries) by_key[e.key] = e.choice;
+    for (const GemmTuningKey& p : points) {
+      auto it = by_key.find(p);
+      if (it == by_key.end() || table_.count(p)) continue;
+      const GemmChoice c = adapt(it->second);
+      if (valid(p, c)) table_[p] = c;
     }
   } else {
     sum.cache = "none";

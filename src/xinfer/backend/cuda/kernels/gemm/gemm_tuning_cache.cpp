@@ -13,6 +13,8 @@
 #include <optional>
 #include <sstream>
 
+#include "xinfer/core/logging.h"
+
 namespace xinfer::cuda {
 namespace {
 
@@ -126,6 +128,16 @@ Result<std::vector<GemmTuningEntry>> load_gemm_tuning_cache(const std::string& p
     return data_loss(path + ": malformed entry (" + ex.what() + ")");
   }
   return out;
+}
+
+CachedGemmChoices read_gemm_tuning_cache(const std::string& path, const std::string& device_key,
+                                         const std::string& what) {
+  Result<std::vector<GemmTuningEntry>> loaded = load_gemm_tuning_cache(path, device_key);
+  if (loaded.ok()) return {CachedGemmChoices::State::kLoaded, std::move(loaded).value()};
+  if (loaded.status().code() == StatusCode::kNotFound) return {CachedGemmChoices::State::kNew, {}};
+  XI_LOG(WARN) << "GEMM tuning cache unusable for " << what
+               << ", measuring again: " << loaded.status().to_string();
+  return {CachedGemmChoices::State::kUnreadable, {}};
 }
 
 Status save_gemm_tuning_cache(const std::string& path, const std::string& device_key,

@@ -32,6 +32,18 @@ struct GemmTuningEntry {
 
 Result<std::vector<GemmTuningEntry>> load_gemm_tuning_cache(const std::string& path, const std::string& device_key);
 
+// A section as a tuner takes it (GemmTuner::tune, CudaBackend::measure_w8a8_gemms): kLoaded with its entries;
+// kNew (no entries) when the file or the section does not exist yet; kUnreadable (no entries) when the file
+// is unreadable or malformed, with a warning naming `what` in the log: the caller measures again, and its
+// save replaces the file.
+struct CachedGemmChoices {
+  enum class State { kLoaded, kNew, kUnreadable };
+  State state = State::kNew;
+  std::vector<GemmTuningEntry> entries;
+};
+CachedGemmChoices read_gemm_tuning_cache(const std::string& path, const std::string& device_key,
+                                         const std::string& what);
+
 // Stores `entries` under `device_key`, replacing stored entries with the same key, keeping the others.
 Status save_gemm_tuning_cache(const std::string& path, const std::string& device_key,
                               const std::vector<GemmTuningEntry>& entries);
