@@ -18,7 +18,8 @@
 // each other on one buffer.
 //
 // Supported head_dim: 64, 128 (decode_attention_supports()); other sizes use the generic kernel. Any GQA
-// group (past 8 query heads the KV rows are read once per head tile), any block size.
+// group (past 8 query heads the KV rows are read once per head tile), any block size (positions are divided
+// by it as a multiply: exact for powers of two, else checked at launch, kv_block_index.cuh).
 //
 // Fused RoPE + KV write (launch_paged_decode_attention_rope, CudaBackend::rope_paged_attention on
 // decode-only steps): the same kernel reads q and the newest token's k, v unrotated from qkv, so the separate
