@@ -5,6 +5,8 @@
 // crosses the next integer. The launchers check the bound on the host (check_kv_block_index).
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 #include "xinfer/backend/cuda/cuda_check.h"
@@ -21,12 +23,12 @@ inline void check_kv_block_index(int block_size, int max_blocks_per_seq) {
 
 struct KvBlockDivider {
   uint32_t block_size;
-  uint64_t inverse;  // ceil(2^32 / block_size)
-  __device__ __forceinline__ explicit KvBlockDivider(int bs)
+  uint64_t inverse;  // ceil(2^32 / block_size) = floor((2^32 - 1) / block_size) + 1: a 32-bit division
+  __host__ __device__ __forceinline__ explicit KvBlockDivider(int bs)
       : block_size(static_cast<uint32_t>(bs)),
-        inverse(((uint64_t{1} << 32) + static_cast<uint64_t>(bs) - 1) / static_cast<uint64_t>(bs)) {}
+        inverse(uint64_t{0xffffffffu / static_cast<uint32_t>(bs)} + 1) {}
   // j / block_size; j % block_size is j - block(j) * block_size.
-  __device__ __forceinline__ uint32_t block(uint32_t j) const {
+  __host__ __device__ __forceinline__ uint32_t block(uint32_t j) const {
     return static_cast<uint32_t>((static_cast<uint64_t>(j) * inverse) >> 32);
   }
 };
