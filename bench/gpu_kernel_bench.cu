@@ -21,9 +21,12 @@
 //          quantized linears only; --quant-dot: the ceilings and the int4 GEMVs at m 1..4 only, mma vs
 //          CUDA-core;
 //          --w8a8: the ceilings and W8A8 INT8 vs FP8 GEMMs / GEMVs only, gpu_w8a8_gemm_bench.cu;
-//          --kv-fp8: the ceilings and decode attention with a bf16 vs an FP8 KV cache only;
+//          --kv-fp8: the ceilings and decode attention with a bf16 vs an FP8 KV cache only (FP8: each
+//          prefetch mode of the decode kernel too, and on an engine-sized pool of consecutive vs scattered
+//          blocks);
 //          --prefill-layer: the ceilings and one 8B layer over a 2048-token prompt op by op, bf16 / FP8 /
-//          INT8, gpu_prefill_layer_bench.cu; --decode-steps: the same for the throughput rows' decode steps;
+//          INT8, gpu_prefill_layer_bench.cu; --decode-steps: the same for the throughput rows' decode steps
+//          (XINFER_BENCH_DECODE_STEP=ROWSxCTX: that step alone);
 //          --fp8-rows: the ceilings and the FP8 GEMM's candidate algorithms at 128-1024 rows,
 //          gpu_w8a8_gemm_bench.cu; --fp8-wide: the ceilings and the FP8 GEMM at 256-1024 rows against every
 //          algorithm cuBLASLt has for the shape (XINFER_BENCH_FP8_WIDE_ROWS=m1,m2,.. picks the rows);
@@ -42,6 +45,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -112,20 +117,25 @@ double time_graph(cudaStream_t stream, int ops, const std::function<void(int)>& 
   return graph_us(stream, ops, fn) * 1e-6;
 }
 
-// A decode-only step of `batch` sequences of `ctx` tokens each, the newest one decoded: sequence b holds blocks
-// 1 + b * (ctx / bs) onward (block 0 stays free), ctx a multiple of bs.
-backend::StepPlan uniform_decode_plan(int batch, int ctx, int bs) {
+// A decode-only step of `batch` sequences of `ctx` tokens each, the newest one decoded: sequence b holds
+// blocks 1 + b * (ctx / bs) onward (block 0 stays free), ctx a multiple of bs. `place` (optional, [batch *
+// ctx / bs]): the physical block of each (sequence, block) instead.
+backend::StepPlan uniform_decode_plan(int batch, int ctx, int bs,
+                                      const std::vector<int32_t>* place = nullptr) {
   const int blocks_per_seq = ctx / bs;
+  auto block = [&](int b, int i) {
+    return place ? (*place)[static_cast<size_t>(b * blocks_per_seq + i)] : 1 + b * blocks_per_seq + i;
+  };
   backend::StepPlan plan;
   plan.max_blocks_per_seq = blocks_per_seq;
   plan.query_start_loc.push_back(0);
   for (int b = 0; b < batch; ++b) {
     plan.token_ids.push_back(1);
     plan.positions.push_back(ctx - 1);
-    plan.slot_mapping.push_back((1 + b * blocks_per_seq + blocks_per_seq - 1) * bs + (ctx - 1) % bs);
+    plan.slot_mapping.push_back(block(b, blocks_per_seq - 1) * bs + (ctx - 1) % bs);
     plan.query_start_loc.push_back(b + 1);
     plan.seq_lens.push_back(ctx);
-    for (int i = 0; i < blocks_per_seq; ++i) plan.block_tables.push_back(1 + b * blocks_per_seq + i);
+    for (int i = 0; i < blocks_per_seq; ++i) plan.block_tables.push_back(block(b, i));
   }
   plan.max_seq_len = ctx;
   return plan;
@@ -302,21 +312,77 @@ void bench_decode_attention_kv_fp8(cuda::CudaBackend& be, double bw, double peak
                       ctx, bytes / (bw * 1e9) * 1e6);
         report(what, time_graph(s, kOps, op), bytes, false, bw);
         be.set_fp8_kv_f16_mma(true);
-        if (fp8) {  // the default f16 variant (codes -> f16 by cvt, f16 MMAs)
-          op(0);
-          std::snprintf(what, sizeof(what), "decode attn fp8 f16-mma b%d ctx%d", batch, ctx);
-          report(what, time_graph(s, kOps, op), bytes, false, bw);
+        if (fp8) {  // the default f16 variant (codes -> f16 by cvt, f16 MMAs), then its prefetch modes
+          for (const int mode : {0, 1, 2}) {
+            be.set_fp8_kv_decode_prefetch(mode);
+            op(0);
+            std::snprintf(what, sizeof(what), "decode attn fp8 f16-mma b%d ctx%d%s", batch, ctx,
+                          mode == 0   ? ""
+                          : mode == 1 ? ", L2 prefetch"
+                                      : ", smem ring");
+            report(what, time_graph(s, kOps, op), bytes, false, bw);
+          }
+          be.set_fp8_kv_decode_prefetch(0);
         }
         const int warps_now = cuda::decode_warps(batch, ctx, Hkv, Hq / Hkv, be.num_sms(), default_warps);
         if (cuda::decode_warps(batch, ctx, Hkv, Hq / Hkv, be.num_sms(), 2) == cuda::kDecodeWarps) continue;  // one geometry
-        for (const int w : {8, 4, 2}) {  // the many-CTA grid at each warp count (f16 variant for fp8)
-          be.set_decode_many_warps(w);
+        for (const int w :
+             {8, 4, 2})  // the many-CTA grid at each warp count (f16 variant for fp8, each prefetch mode)
+          for (const int mode : {0, 1, 2}) {
+            if (!fp8 && mode != 0) continue;
+            be.set_decode_many_warps(w);
+            be.set_fp8_kv_decode_prefetch(mode);
+            op(0);
+            std::snprintf(what, sizeof(what), "  %s b%d ctx%d, %d warps x %d CTAs/SM%s%s",
+                          fp8 ? "fp8" : "bf16", batch, ctx, w, cuda::decode_ctas_per_sm(w),
+                          w == warps_now ? " *" : "",
+                          mode == 0   ? ""
+                          : mode == 1 ? ", L2 prefetch"
+                                      : ", smem ring");
+            report(what, time_graph(s, kOps, op), bytes, false, bw);
+          }
+        be.set_fp8_kv_decode_prefetch(0);
+        be.set_decode_many_warps(default_warps);
+    }
+  // Where the blocks lie: the throughput rows' decode steps on a pool the size of the engine's (Llama-3.1-8B,
+  // FP8 cache, one H200: 116,537 blocks a layer, K and V 1.9 GB each), each sequence's blocks consecutive (as
+  // above) or a random draw from the whole pool (the block manager's free list after a long run of
+  // admissions, preemptions and releases). One layer, the pool far larger than L2.
+  if (only == nullptr)
+    for (const Case cs : {Case{857, 1104}, Case{1000, 1104}, Case{256, 3072}}) {
+      const int pool = 116537, per_seq = cs.ctx / bs;
+      backend::KvCacheSpec spec{1, pool, bs, Hkv, D, DType::kFP8E4M3};
+      spec.k_scales.assign(Hkv, 0.02f);
+      spec.v_scales.assign(Hkv, 0.03f);
+      backend::KvCache kv = be.allocate_kv_cache(spec);
+      XI_CUDA_CHECK(cudaMemsetAsync(kv.layers[0].k.data, 0x2b, kv.layers[0].k.bytes(), s));
+      XI_CUDA_CHECK(cudaMemsetAsync(kv.layers[0].v.data, 0x35, kv.layers[0].v.bytes(), s));
+      std::vector<int32_t> drawn(static_cast<size_t>(pool - 1));
+      std::iota(drawn.begin(), drawn.end(), 1);
+      std::shuffle(drawn.begin(), drawn.end(), std::mt19937(7));
+      drawn.resize(static_cast<size_t>(cs.batch) * per_seq);
+      auto qkv = be.allocate(DType::kBF16, Shape{cs.batch, width});
+      auto out = be.allocate(DType::kBF16, Shape{cs.batch, Hq * D});
+      fill(qkv.view, 5);
+      const double bytes = static_cast<double>(cs.batch) * cs.ctx * Hkv * D * 2 + 2.0 * cs.batch * Hq * D * 2;
+      for (const bool scattered : {false, true})
+        for (const int mode : {0, 1, 2}) {
+          const backend::StepMeta meta =
+              be.upload_step(uniform_decode_plan(cs.batch, cs.ctx, bs, scattered ? &drawn : nullptr));
+          be.set_fp8_kv_decode_prefetch(mode);
+          auto op = [&](int) {
+            be.paged_attention(meta, qkv.view, Hq, Hkv, D, 0.088f, kv.layers[0], out.view);
+          };
           op(0);
-          std::snprintf(what, sizeof(what), "  %s b%d ctx%d, %d warps x %d CTAs/SM%s", fp8 ? "fp8" : "bf16", batch, ctx, w,
-                        cuda::decode_ctas_per_sm(w), w == warps_now ? " *" : "");
+          char what[112];
+          std::snprintf(what, sizeof(what), "decode attn fp8 b%d ctx%d, pool of %d blocks, %s%s", cs.batch,
+                        cs.ctx, pool, scattered ? "scattered" : "consecutive",
+                        mode == 0   ? ""
+                        : mode == 1 ? ", L2 prefetch"
+                                    : ", smem ring");
           report(what, time_graph(s, kOps, op), bytes, false, bw);
         }
-        be.set_decode_many_warps(default_warps);
+      be.set_fp8_kv_decode_prefetch(0);
     }
   for (const int cached : {0, 3584})
     for (const bool fp8 : {false, true}) {

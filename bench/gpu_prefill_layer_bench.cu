@@ -319,8 +319,13 @@ void bench_prefill_layer(cuda::CudaBackend& be, double peak, double bw) {
 // The decode steps of the throughput rows (docs/PERF.md session 12): 128/128 x 1000 prompts (~480 rows at a mean
 // context of ~192), 2048/2048 x 256 (~250 rows at ~3,072) and 128/2048 x 1000 (~857 rows at ~1,100), FP8 weights.
 void bench_decode_steps(cuda::CudaBackend& be, double peak, double bw) {
+  // XINFER_BENCH_DECODE_STEP=ROWSxCTX (e.g. 857x1100): that step's layer alone, and its lm_head + argmax.
+  const char* only_env = std::getenv("XINFER_BENCH_DECODE_STEP");
+  const std::string only = only_env != nullptr ? only_env : "";
+  const int only_rows = only.empty() ? 0 : std::atoi(only.c_str());
   // The step's tail: the bf16 lm_head into f32 logits, then the greedy argmax, at each row count below.
-  for (const int rows : {245, 411, 480, 954}) {
+  for (const int rows : {245, 411, 480, 954, only_rows}) {
+    if (only.empty() ? rows == 0 : rows != only_rows) continue;
     const int V = 128256, H = 4096;
     Weight head = make_weight(be, 0, V, H, 77);
     backend::DeviceTensor x = be.allocate(DType::kBF16, Shape{rows, H});
@@ -334,6 +339,11 @@ void bench_decode_steps(cuda::CudaBackend& be, double peak, double bw) {
     print_row("decode " + std::to_string(rows) + " rows: lm_head bf16 -> f32", lm, 2.0 * rows * V * H, true, peak, 56);
     const double am = 1e6 * cuda::time_on_stream(be.stream(), 10, [&](int) { be.argmax_rows(logits.view, ids.view); });
     print_row("decode " + std::to_string(rows) + " rows: argmax_rows (f32 logits)", am, 4.0 * rows * V, false, bw, 56);
+  }
+  if (!only.empty()) {
+    const int ctx = std::atoi(only.c_str() + only.find('x') + 1);
+    bench_layer(be, peak, bw, {"decode " + only + " fp8kv", only_rows, 1, ctx, DType::kFP8E4M3, {1}});
+    return;
   }
   bench_layer(be, peak, bw, {"decode 954x192 fp8kv", 954, 1, 192, DType::kFP8E4M3, {1}});
   bench_layer(be, peak, bw, {"decode 480x192", 480, 1, 192, DType::kBF16, {0, 1}});

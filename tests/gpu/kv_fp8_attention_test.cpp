@@ -141,6 +141,22 @@ TEST_P(Fp8AttentionTest, MatchesCpu) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(ac.d));
   cpu().paged_attention(cpu().upload_step(plan), qkv.c.view, ac.hq, ac.hkv, ac.d, scale, cache.cpu_cache(), out.c.view);
   const backend::StepMeta meta = gpu().upload_step(plan);
+  // The decode kernel's prefetch modes (CudaBackend::set_fp8_kv_decode_prefetch: an L2 prefetch, a
+  // shared-memory ring) fetch the same rows by another path into the same arithmetic: the output just made,
+  // bit for bit.
+  auto same_bits_each_prefetch = [&](const std::string& what) {
+    const std::vector<float> want = download(gpu(), out.g.view);
+    for (const int mode : {1, 2}) {
+      gpu().set_fp8_kv_decode_prefetch(mode);
+      poison(out.g.view);
+      gpu().paged_attention(meta, qkv.g.view, ac.hq, ac.hkv, ac.d, scale, cache.gpu_cache(), out.g.view);
+      const std::vector<float> got = download(gpu(), out.g.view);
+      size_t n = 0;
+      for (size_t i = 0; i < got.size(); ++i) n += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
+      EXPECT_EQ(n, 0u) << ac.name << " (" << what << "): prefetch mode " << mode << " differs from mode 0";
+    }
+    gpu().set_fp8_kv_decode_prefetch(0);
+  };
   gpu().set_fp8_kv_f16_mma(false);  // the bf16-MMA decode variant first
   gpu().paged_attention(meta, qkv.g.view, ac.hq, ac.hkv, ac.d, scale, cache.gpu_cache(), out.g.view);
   const Compare c = expect_close(out.g.view, out.c.view, kTol, ac.name);
@@ -153,6 +169,7 @@ TEST_P(Fp8AttentionTest, MatchesCpu) {
   size_t differ = 0;
   for (size_t i = 0; i < first.size(); ++i) differ += std::memcmp(&first[i], &second[i], sizeof(float)) != 0;
   EXPECT_EQ(differ, 0u) << ac.name << ": second launch differs from the first";
+  same_bits_each_prefetch("bf16-MMA variant");
   // The default f16 variant of the decode kernel (codes -> f16 by cvt, f16 MMAs) against the same oracle.
   gpu().set_fp8_kv_f16_mma(true);
   poison(out.g.view);
@@ -160,6 +177,7 @@ TEST_P(Fp8AttentionTest, MatchesCpu) {
   const Compare c16 = expect_close(out.g.view, out.c.view, kTol, ac.name + " (f16 decode variant)");
   std::printf("[ fp8 attention ] %-34s f16 variant rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), c16.rel_l2,
               c16.max_abs);
+  same_bits_each_prefetch("f16 variant");
   // Many one-partition CTAs: the f16 variant at 8, 4 and 2 warps per CTA too.
   at_each_decode_warps(plan.num_seqs(), ac.hkv, ac.hq / ac.hkv, [&](int w) {
     poison(out.g.view);
@@ -167,6 +185,7 @@ TEST_P(Fp8AttentionTest, MatchesCpu) {
     const Compare cw = expect_close(out.g.view, out.c.view, kTol, ac.name + " (" + std::to_string(w) + " warps)");
     std::printf("[ fp8 attention ] %-34s %d warps rel_l2=%.2e max_abs=%.2e\n", ac.name.c_str(), w, cw.rel_l2,
                 cw.max_abs);
+    same_bits_each_prefetch(std::to_string(w) + " warps");
   });
   // Prefill-only steps: both prefill kernels that read FP8 caches, launched directly whatever the backend's
   // choice (the mma.sync kernel's register loads; kWgmmaSimple's codes staged by cp.async and converted in

@@ -85,6 +85,8 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device), 
   linear_fusion_ = options.linear_fusion;
   rope_attention_fusion_ = options.rope_attention_fusion;
   if (const char* v = std::getenv("XINFER_FP8_KV_F16")) fp8_kv_f16_mma_ = std::atoi(v) != 0;  // A/B switch
+  if (const char* v = std::getenv("XINFER_FP8_KV_PREFETCH"))
+    set_fp8_kv_decode_prefetch(std::atoi(v));                                                   // A/B switch
   if (const char* v = std::getenv("XINFER_DECODE_WARPS")) set_decode_many_warps(std::atoi(v));  // A/B switch
   if (const char* v = std::getenv("XINFER_FP8_KV_WGMMA")) fp8_kv_wgmma_prefill_ = std::atoi(v) != 0;  // A/B switch
   if (const char* v = std::getenv("XINFER_PREFILL_WS")) prefill_ws_ = std::atoi(v) != 0;  // A/B switch
@@ -782,6 +784,11 @@ bool CudaBackend::decode_launch(int num_heads, int num_kv_heads, int head_dim, i
   return true;
 }
 
+void CudaBackend::set_fp8_kv_decode_prefetch(int mode) {
+  XI_CHECK(mode >= 0 && mode <= 2) << "FP8 KV decode prefetch: mode " << mode << " (0, 1 or 2)";
+  fp8_kv_decode_prefetch_ = mode;
+}
+
 void CudaBackend::paged_attention(const backend::StepMeta& step, const TensorView& qkv, int num_heads,
                                   int num_kv_heads, int head_dim, float scale,
                                   const backend::LayerKvCache& cache, const TensorView& out) {
@@ -789,6 +796,7 @@ void CudaBackend::paged_attention(const backend::StepMeta& step, const TensorVie
   check_attention_args(qkv, num_heads, num_kv_heads, head_dim, cache, out);
   PagedAttentionParams p = paged_attention_params(step, qkv, num_heads, num_kv_heads, head_dim, scale, cache, out);
   p.kv_fp8_f16 = p.kv_fp8 && fp8_kv_f16_mma_;
+  p.kv_fp8_prefetch = p.kv_fp8 ? fp8_kv_decode_prefetch_ : 0;
   if (!decode_attention_supports(head_dim) || !prefill_attention_supports(head_dim)) {
     launch_paged_attention_generic(p, attn_view_, stream_);
     return;

@@ -245,6 +245,13 @@ class CudaBackend final : public backend::Backend {
   // prefill: session 25); XINFER_FP8_KV_F16=0 turns it off. Set it before graphs are recorded (recordings
   // keep the variant they were made with).
   void set_fp8_kv_f16_mma(bool on) { fp8_kv_f16_mma_ = on; }
+  // FP8 KV caches, decode attention: how the tiles ahead are fetched (PagedAttentionParams::kv_fp8_prefetch:
+  // 0 registers only, the default; 1 + an L2 prefetch two tiles ahead; 2 a shared-memory ring two tiles
+  // deep). An experiment: session 29 found the FP8 decode kernel at ~100% of the copy ceiling where the bf16
+  // one reads at 105-107%, with half the bytes in flight per warp (docs/PERF.md). XINFER_FP8_KV_PREFETCH=N
+  // sets it. Set it before graphs are recorded.
+  void set_fp8_kv_decode_prefetch(int mode);
+  int fp8_kv_decode_prefetch() const { return fp8_kv_decode_prefetch_; }
   // The W8A8-INT8 GEMM past the GEMV's rows (the same bits whichever runs): "auto" (the default: our wgmma
   // kernels with the scales fused, the configuration measure_int8_gemms() found fastest for the shape and row
   // bucket, else by shape: int8_wgmma_auto_config in w8a8_int8_wgmma.h; cuBLASLt for a shape they do not take),
@@ -347,6 +354,7 @@ class CudaBackend final : public backend::Backend {
   int64_t fused_linears_ = 0;
   bool rope_attention_fusion_ = true;
   bool fp8_kv_f16_mma_ = true;
+  int fp8_kv_decode_prefetch_ = 0;
   bool int8_cublaslt_ = false;                     // set_int8_gemm("cublaslt")
   bool int8_rule_only_ = false;                    // set_int8_gemm("rule"): auto without measurements
   std::optional<Int8WgmmaConfig> int8_wgmma_fixed_;  // set_int8_gemm(config name); neither: "auto"

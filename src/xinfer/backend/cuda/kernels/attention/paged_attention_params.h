@@ -47,6 +47,10 @@ struct PagedAttentionParams {
   // P in f16) instead of codes -> bf16 by integer ops and bf16 MMAs. CudaBackend sets it by default
   // (CudaBackend::set_fp8_kv_f16_mma); false here, for direct launches, is the bf16-MMA variant.
   bool kv_fp8_f16 = false;
+  // kv_fp8, decode kernel: how the K/V tiles ahead of the one in registers are fetched (an experiment;
+  // CudaBackend::set_fp8_kv_decode_prefetch): 0 = the next tile's register loads only; 1 = also the tile two
+  // ahead prefetched into L2; 2 = the tiles one and two ahead staged in shared memory by cp.async.
+  int kv_fp8_prefetch = 0;
 };
 
 // Device views of a step's attention work partition (arrays live in the backend's step buffer).

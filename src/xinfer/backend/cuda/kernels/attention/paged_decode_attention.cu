@@ -12,6 +12,7 @@
 #include "xinfer/backend/cuda/kernels/attention/attention_plan.h"
 #include "xinfer/backend/cuda/kernels/attention/kv_block_index.cuh"
 #include "xinfer/backend/cuda/kernels/attention/kv_fp8.cuh"
+#include "xinfer/backend/cuda/kernels/cp_async.cuh"
 #include "xinfer/backend/cuda/kernels/pdl.cuh"
 #include "xinfer/backend/cuda/kernels/rope/rope_rotate.cuh"
 
@@ -82,7 +83,7 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
 template <typename Cfg, bool kRope, bool kFp8, bool kF16 = false>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
     paged_decode_kernel(PagedAttentionParams p, AttentionPlanView plan, DecodeRopeParams rope,
-                        int partition_size, int head_tiles, float* workspace) {
+                        int partition_size, int head_tiles, float* workspace, int prefetch) {
   constexpr int kD = Cfg::kHeadDim, kC = Cfg::kChunks, kW = Cfg::kWarps, kH = Cfg::kHeads, kT = Cfg::kTile;
   constexpr int kMT = Cfg::kMTiles, kS = Cfg::kStride, kThreads = Cfg::kThreads;
   static_assert(!(kRope && kFp8), "the fused RoPE path writes bf16 caches only");
@@ -170,6 +171,44 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
       for (int c = 0; c < kL; ++c) dst[nt][c] = __ldg(reinterpret_cast<const uint4*>(base + off[nt] + 64 * c));
   };
 
+  // FP8 caches, PagedAttentionParams::kv_fp8_prefetch (an experiment, 0 by default): 1 = the rows of the tile
+  // two ahead prefetched into L2 (cp.async.bulk.prefetch, lanes t4 == 0 one row each); 2 = the tiles one and
+  // two ahead staged in shared memory by cp.async (a ring of 2 per warp, dynamic shared memory), the
+  // registers filled from it. Either doubles the bytes a warp has in flight (one 4 KB tile with the register
+  // loads alone).
+  extern __shared__ uint4 s_ring[];  // [kW][2 stages][2 (K, V)][2 nt][kL][32]
+  auto ring = [&](int stage, int kv, int nt, int c) -> uint4* {
+    return s_ring + ((((warp * 2 + stage) * 2 + kv) * 2 + nt) * kL + c) * 32 + lane;
+  };
+  auto prefetch_l2 = [&](int tile_index) {
+    if (t4 != 0) return;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const size_t off = row_offset(begin + tile_index * kT + 8 * nt + g) - 16 * t4;
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(k_base + off), "r"(kRowBytes)
+                   : "memory");
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(v_base + off), "r"(kRowBytes)
+                   : "memory");
+    }
+  };
+  auto stage_tile = [&](int tile_index, int stage) {
+    const size_t off[2] = {row_offset(begin + tile_index * kT + g),
+                           row_offset(begin + tile_index * kT + 8 + g)};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int c = 0; c < kL; ++c) {
+        cp_async_16(smem_u32(ring(stage, 0, nt, c)), k_base + off[nt] + 64 * c, true);
+        cp_async_16(smem_u32(ring(stage, 1, nt, c)), v_base + off[nt] + 64 * c, true);
+      }
+  };
+  auto unstage = [&](uint4(&dst)[2][kL], int stage, int kv) {
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int c = 0; c < kL; ++c) dst[nt][c] = *ring(stage, kv, nt, c);
+  };
+
   const int n_tiles = (end - begin + kT - 1) / kT;
   uint4 kr[2][kL], vr[2][kL];
   int tile = warp;
@@ -195,6 +234,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
       const size_t off[2] = {row_offset(begin + tile * kT + g), row_offset(begin + tile * kT + 8 + g)};
       load_rows(kr, k_base, off);
       load_rows(vr, v_base, off);
+    }
+    if (prefetch == 1 && tile + kW < n_tiles) prefetch_l2(tile + kW);
+    if (prefetch == 2) {
+      if (tile + kW < n_tiles) stage_tile(tile + kW, 0);
+      cp_async_commit();
+      if (tile + 2 * kW < n_tiles) stage_tile(tile + 2 * kW, 1);
+      cp_async_commit();
     }
   }
 
@@ -281,14 +327,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
   float m_run = -INFINITY;  // running max (log2 units) of head g; same in the 4 lanes of row g
   float l_run = 0.0f;       // this lane's share of the running sum of head g
 
-  for (; tile < n_tiles; tile += kW) {
+  for (int j = 0; tile < n_tiles; tile += kW, ++j) {
     const int tb = begin + tile * kT;
     const bool has_next = tile + kW < n_tiles;  // warp-uniform
     size_t next_off[2] = {0, 0};
-    if (has_next) {
+    if (has_next && prefetch != 2) {
       next_off[0] = row_offset(tb + kW * kT + g);
       next_off[1] = row_offset(tb + kW * kT + 8 + g);
     }
+    if (prefetch == 1 && tile + 2 * kW < n_tiles) prefetch_l2(tile + 2 * kW);
 
     if constexpr (kRope) {
       if (tile == tile_new) {  // warp-uniform
@@ -320,7 +367,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
           mma(s[nt], q.x, q.y, q.z, q.w, word(kc[nt], 2 * ks), word(kc[nt], 2 * ks + 1));
       }
     }
-    if (has_next) load_rows(kr, k_base, next_off);
+    if (has_next) {
+      if (prefetch == 2) {
+        cp_async_wait<1>();
+        unstage(kr, j & 1, 0);
+      } else {
+        load_rows(kr, k_base, next_off);
+      }
+    }
 
     // Online softmax of head g over the tile (log2 domain).
     float x[2][2];
@@ -376,8 +430,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
       for (int qp = 0; qp < 2; ++qp)
         mma(o[2 * c + qp], vt[0][2 * qp], vt[0][2 * qp + 1], vt[1][2 * qp], vt[1][2 * qp + 1], pb0, pb1);
     }
-    if (has_next) load_rows(vr, v_base, next_off);
+    if (has_next) {
+      if (prefetch == 2) {
+        unstage(vr, j & 1, 1);
+        if (tile + 3 * kW < n_tiles) stage_tile(tile + 3 * kW, j & 1);
+      } else {
+        load_rows(vr, v_base, next_off);
+      }
+    }
+    if (prefetch == 2) cp_async_commit();
   }
+  if (prefetch == 2) cp_async_wait_all();
 
   // Merge the warps: per head, the CTA max and each warp's weight exp2(m_warp - max). Warps without a
   // tile have m = -inf (weight 0); warp 0 always has one, so the max is finite.
@@ -532,8 +595,20 @@ void launch_decode(const PagedAttentionParams& p, const AttentionPlanView& plan,
       << " head tiles is too many split-KV slots (partition size " << partition_size << " too small)";
   const dim3 grid(static_cast<unsigned>(parts), static_cast<unsigned>(p.num_kv_heads * head_tiles),
                   static_cast<unsigned>(plan.num_decode));
-  launch_pdl(paged_decode_kernel<Cfg, kRope, kFp8, kF16>, grid, Cfg::kThreads, 0, stream, p, plan, rope, partition_size,
-             head_tiles, workspace);
+  const int mode = kFp8 ? p.kv_fp8_prefetch : 0;
+  XI_CHECK(mode >= 0 && mode <= 2) << "decode attention: no FP8 prefetch mode " << mode << " (0, 1, 2)";
+  const size_t ring_bytes = mode == 2 ? static_cast<size_t>(kW) * 2 * 2 * 2 * (kD / 64) * 32 * 16 : 0;
+  auto kernel = paged_decode_kernel<Cfg, kRope, kFp8, kF16>;
+  static bool attributes_set =
+      false;  // per instantiation; set by the first mode-2 launch (before any recording)
+  if (mode == 2 && !attributes_set) {
+    XI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(ring_bytes)));
+    XI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+    attributes_set = true;
+  }
+  launch_pdl(kernel, grid, Cfg::kThreads, ring_bytes, stream, p, plan, rope, partition_size, head_tiles,
+             workspace, mode);
 }
 
 // launch_decode with the CTA's warp count (8, 4 or 2: decode_warps()) as a template argument.
