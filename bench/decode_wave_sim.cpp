@@ -10,7 +10,10 @@
 // ceil(ctas / wave) waves where w = ctas / wave would do: the printed bound on the attention time lost to the
 // last, partly filled wave assumes a CTA takes as long in it as in a full one (each warp has one tile in
 // flight, so a CTA's pace is its loads' latency, docs/PERF.md session 22), an upper bound where the few CTAs
-// of the last wave draw more bandwidth each.
+// of the last wave draw more bandwidth each. Measured (session 29, `gpu_kernel_bench --kv-fp8`): the kernel's
+// time is linear in the decodes across the wave boundary (857 / 870 / 1000 decodes at 1,104 tokens: 459.3 /
+// 468.2 / 536.8 us, 0.536 / 0.538 / 0.537 us a decode), so the bound does not materialize on an H200: the
+// last wave's CTAs run faster. The simulation stays for the rows' step mix (decodes and contexts per step).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
