@@ -548,6 +548,17 @@ void check_batched_equals_solo(const std::string& dir, const std::vector<std::pa
     } else {
       EXPECT_EQ(st.async_steps, 0);
     }
+    // The device's own step times (CUDA events, Backend::step_device_time): steps whose ids came back through
+    // ModelRunner::finish_greedy are timed; a step's busy and idle spans are disjoint on the device's
+    // timeline, so together they fit in the engine's lifetime; KV copies are part of a step's busy time.
+    EXPECT_GT(st.decode_only_timed_steps + st.mixed_timed_steps, 0) << "no step's device time was measured";
+    EXPECT_LE(st.decode_only_timed_steps, st.decode_only_steps);
+    EXPECT_LE(st.mixed_timed_steps, st.mixed_steps);
+    EXPECT_GT(st.decode_only_busy_s + st.mixed_busy_s, 0.0);
+    EXPECT_LE(st.decode_only_copies_s, st.decode_only_busy_s);
+    EXPECT_LE(st.mixed_copies_s, st.mixed_busy_s);
+    EXPECT_LE(st.decode_only_busy_s + st.mixed_busy_s + st.decode_only_idle_s + st.mixed_idle_s,
+              1.01 * (setup_s + run_s) + 0.01);
 
     const Comparison cmp = compare_with_solo(cases, got, solo, ref, what, rule);
     const int n = static_cast<int>(cases.size());

@@ -319,6 +319,22 @@ class Backend {
     (void)fence;
     wait_host_copies();
   }
+  // Device time of a step, measured on the device's own queue (CUDA events): mark_step_begin() before the
+  // step's first queued work (KV block copies, the plan upload), fence_host_copies() ends it, and once that
+  // fence has been waited for, step_device_time(fence) gives the step's busy time (begin mark to fence), the
+  // part of it before the plan upload (the KV block copies, e.g. swap-to-host preemption), and the device's
+  // idle time since the previous step read this way ended (the host had not queued this one yet). A step
+  // never fenced, or a fence read twice, gives valid = false; so does the default (the CPU backend: ops
+  // finish as they are called).
+  struct StepDeviceTime {
+    bool valid = false;
+    double busy_s = 0, copies_s = 0, idle_s = 0;
+  };
+  virtual void mark_step_begin() {}
+  virtual StepDeviceTime step_device_time(uint64_t fence) {
+    (void)fence;
+    return {};
+  }
   // Copies the plan's arrays to device memory; returns views of them.
   virtual StepMeta upload_step(const StepPlan& plan) = 0;
   // Whether rope_kv_write and the attention ops read and write a KV cache of dtype `d`: the activation

@@ -718,6 +718,7 @@ void Engine::complete_in_flight() {
   const auto wait_begin = std::chrono::steady_clock::now();
   const std::vector<int32_t>& ids = runner_->finish_greedy();
   const auto done = std::chrono::steady_clock::now();
+  record_device_time(f.decode_only, runner_->last_step_device_time());
   XI_CHECK_EQ(ids.size(), f.sample_ids.size());
   std::vector<SampleOutput> outs(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) outs[i].token = ids[i];
@@ -754,6 +755,9 @@ double Engine::run_step(const sched::ScheduledStep& step) {
     deliver_pending();
     overlapped_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - delivery_begin).count();
     const std::vector<int32_t>& ids = runner_->finish_greedy();
+    record_device_time(std::all_of(step.seqs.begin(), step.seqs.end(),
+                                   [](const sched::ScheduledSeq& q) { return q.num_tokens() == 1; }),
+                       runner_->last_step_device_time());
     XI_CHECK_EQ(ids.size(), sample_inputs_.size());
     outs.resize(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) outs[i].token = ids[i];
@@ -857,6 +861,15 @@ void Engine::apply_outputs(const std::vector<uint64_t>& sample_ids, const std::v
     XI_CHECK_LT(row, sample_ids.size()) << "request " << f.id << " finished without a sampled row";
     finish_request(f.id, f, &outs[row], /*defer=*/true);
   }
+}
+
+void Engine::record_device_time(bool decode_only, const backend::Backend::StepDeviceTime& t) {
+  if (!t.valid) return;
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++(decode_only ? stats_.decode_only_timed_steps : stats_.mixed_timed_steps);
+  (decode_only ? stats_.decode_only_busy_s : stats_.mixed_busy_s) += t.busy_s;
+  (decode_only ? stats_.decode_only_copies_s : stats_.mixed_copies_s) += t.copies_s;
+  (decode_only ? stats_.decode_only_idle_s : stats_.mixed_idle_s) += t.idle_s;
 }
 
 void Engine::record_step_time(bool decode_only, int64_t tokens, double device_s, double host_s) {

@@ -172,6 +172,7 @@ class Engine final : public EngineClient {
   // requests' state, host sampling of the sampling rows.
   std::vector<SampleOutput> run_prompt_rows_step();
   void record_step_time(bool decode_only, int64_t tokens, double device_s, double host_s);
+  void record_device_time(bool decode_only, const backend::Backend::StepDeviceTime& t);
   // Forgets the request and sends its final output: at once, or with `defer` as a pending delivery.
   void finish_request(uint64_t id, const sched::FinishedRequest& f, const SampleOutput* last, bool defer);
   // Runs the pending deliveries in order (engine thread). A step's outputs are delivered while the device

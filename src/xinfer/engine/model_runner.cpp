@@ -138,6 +138,7 @@ backend::StepMeta ModelRunner::upload(backend::StepPlan& p, uint64_t graph_key) 
       r = prev->sample_rows[static_cast<size_t>(r)];
     }
   }
+  backend_.mark_step_begin();  // the step's device time starts with its KV copies (step_device_time)
   p.kv_copies = std::move(queued_copies_);
   queued_copies_.clear();
   if (followers_ != nullptr) {  // tensor parallel: the other ranks run the same step (step_followers.h)
@@ -322,6 +323,7 @@ const std::vector<int32_t>& ModelRunner::finish_greedy() {
   const GreedyFlight f = std::move(greedy_flights_.front());
   greedy_flights_.pop_front();
   backend_.wait_host_copies(f.fence);
+  last_step_time_ = backend_.step_device_time(f.fence);
   const std::vector<int32_t>& host = host_ids_[f.buffer];
   ids_.clear();
   for (size_t i = 0; i < host.size(); ++i)

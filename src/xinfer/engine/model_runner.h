@@ -101,6 +101,10 @@ class ModelRunner {
                      std::span<const int32_t> eos_token_ids);
   // Waits for the oldest started step (start_greedy or start_sampled) and returns its ids.
   const std::vector<int32_t>& finish_greedy();
+  // The device time of the step finish_greedy() returned last (Backend::step_device_time: busy from its KV
+  // copies and upload to its ids, the copies' share, the device's idle time before it); valid = false where
+  // the backend does not measure it.
+  const backend::Backend::StepDeviceTime& last_step_device_time() const { return last_step_time_; }
   // Whether sample_rows() has drawn rows for this runner and never refused a batch (the engine pipelines
   // device-sampled steps only then: a refusal is handled only by run_sampled()'s host fallback).
   bool device_sampling_verified() const { return device_sampled_rows_ > 0 && !warned_device_sampling_; }
@@ -176,6 +180,7 @@ class ModelRunner {
     std::vector<int32_t> sample_rows;  // device row of each want_logits chunk, in order
   };
   std::deque<GreedyFlight> greedy_flights_;
+  backend::Backend::StepDeviceTime last_step_time_;
   std::vector<int32_t> host_ids_[2];
   int next_ids_buffer_ = 0;
   bool warned_device_sampling_ = false;  // run_sampled() fell back to the host once (logged once)

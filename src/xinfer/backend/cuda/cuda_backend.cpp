@@ -148,6 +148,11 @@ CudaBackend::~CudaBackend() {
   if (copy_host_) cudaFreeHost(copy_host_);
   for (const HostFence& f : host_fences_) cudaEventDestroy(f.event);
   for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+  for (const TimedStep& t : timed_steps_)
+    for (cudaEvent_t e : {t.begin, t.uploaded, t.end}) cudaEventDestroy(e);
+  for (cudaEvent_t e : {open_step_.begin, open_step_.uploaded, last_step_end_})
+    if (e != nullptr) cudaEventDestroy(e);
+  for (cudaEvent_t e : free_timing_events_) cudaEventDestroy(e);
   cudaEventDestroy(step_copied_);
   cudaStreamDestroy(stream_);
 }
@@ -279,6 +284,21 @@ void CudaBackend::wait_host_copies() {
 
 uint64_t CudaBackend::fence_host_copies() {
   XI_CHECK(!capturing_) << "fence_host_copies() while recording a graph";
+  if (open_step_.begin != nullptr) {  // a marked step ends here
+    if (!open_step_uploaded_) XI_CUDA_CHECK(cudaEventRecord(open_step_.uploaded, stream_));
+    TimedStep t = open_step_;
+    t.end = timing_event();
+    XI_CUDA_CHECK(cudaEventRecord(t.end, stream_));
+    t.fence = next_fence_;
+    open_step_ = {};
+    if (timed_steps_.size() == kMaxTimedSteps) {  // never read (a caller that does not time its steps)
+      for (cudaEvent_t e :
+           {timed_steps_.front().begin, timed_steps_.front().uploaded, timed_steps_.front().end})
+        free_timing_events_.push_back(e);
+      timed_steps_.erase(timed_steps_.begin());
+    }
+    timed_steps_.push_back(t);
+  }
   cudaEvent_t e = nullptr;
   if (free_events_.empty()) {
     XI_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -289,6 +309,54 @@ uint64_t CudaBackend::fence_host_copies() {
   XI_CUDA_CHECK(cudaEventRecord(e, stream_));
   host_fences_.push_back({next_fence_, e});
   return next_fence_++;
+}
+
+cudaEvent_t CudaBackend::timing_event() {
+  cudaEvent_t e = nullptr;
+  if (free_timing_events_.empty()) {
+    XI_CUDA_CHECK(cudaEventCreate(&e));  // timing enabled, unlike the fences' events
+  } else {
+    e = free_timing_events_.back();
+    free_timing_events_.pop_back();
+  }
+  return e;
+}
+
+void CudaBackend::mark_step_begin() {
+  XI_CHECK(!capturing_) << "mark_step_begin() while recording a graph";
+  if (open_step_.begin == nullptr) {
+    open_step_.begin = timing_event();
+    open_step_.uploaded = timing_event();
+  }
+  open_step_uploaded_ = false;  // a step marked again before its fence starts over
+  XI_CUDA_CHECK(cudaEventRecord(open_step_.begin, stream_));
+}
+
+backend::Backend::StepDeviceTime CudaBackend::step_device_time(uint64_t fence) {
+  auto it = std::find_if(timed_steps_.begin(), timed_steps_.end(),
+                         [&](const TimedStep& t) { return t.fence == fence; });
+  if (it == timed_steps_.end()) return {};
+  // The fence was waited for: its step's events, recorded before it on the stream, have completed.
+  XI_CUDA_CHECK(cudaEventSynchronize(it->end));
+  auto seconds = [](cudaEvent_t a, cudaEvent_t b) {
+    float ms = 0;
+    XI_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    return std::max(0.0, static_cast<double>(ms) * 1e-3);
+  };
+  StepDeviceTime out;
+  out.valid = true;
+  out.busy_s = seconds(it->begin, it->end);
+  out.copies_s = seconds(it->begin, it->uploaded);
+  if (last_step_end_ != nullptr) out.idle_s = seconds(last_step_end_, it->begin);
+  // Recycle this step's begin marks, the steps fenced before it (never read) and the previous end.
+  for (auto old = timed_steps_.begin(); old != it; ++old)
+    for (cudaEvent_t e : {old->begin, old->uploaded, old->end}) free_timing_events_.push_back(e);
+  free_timing_events_.push_back(it->begin);
+  free_timing_events_.push_back(it->uploaded);
+  if (last_step_end_ != nullptr) free_timing_events_.push_back(last_step_end_);
+  last_step_end_ = it->end;
+  timed_steps_.erase(timed_steps_.begin(), it + 1);
+  return out;
 }
 
 void CudaBackend::wait_host_copies(uint64_t fence) {
@@ -308,6 +376,10 @@ backend::StepMeta CudaBackend::upload_step(const backend::StepPlan& plan) {
   XI_CHECK_EQ(plan.block_tables.size(), plan.seq_lens.size() * static_cast<size_t>(plan.max_blocks_per_seq));
   XI_CHECK(plan.token_sources.empty() || plan.token_sources.size() == plan.token_ids.size())
       << "token_sources: one per token or none";
+  if (open_step_.begin != nullptr && !open_step_uploaded_) {  // the marked step's KV copies end here
+    XI_CUDA_CHECK(cudaEventRecord(open_step_.uploaded, stream_));
+    open_step_uploaded_ = true;
+  }
   DebugTimer timer("upload_step", 0.2);
   if (timer.enabled()) timer.detail() << plan.num_tokens() << " tokens, " << plan.num_seqs() << " sequences";
   host_step_ = plan;

@@ -153,6 +153,8 @@ class CudaBackend final : public backend::Backend {
   bool async_host_copies() const override { return true; }
   uint64_t fence_host_copies() override;
   void wait_host_copies(uint64_t fence) override;
+  void mark_step_begin() override;
+  StepDeviceTime step_device_time(uint64_t fence) override;
   backend::StepMeta upload_step(const backend::StepPlan& plan) override;
   // Generated on the device (kernels/random), no host copy: dummy weights of an 8B model in < 1 s.
   backend::DeviceTensor random_normal(DType dtype, const Shape& shape, uint64_t seed, float stddev) override;
@@ -383,6 +385,19 @@ class CudaBackend final : public backend::Backend {
   uint64_t next_fence_ = 1;
   // Completes the copies of groups <= fence (their events have completed) and recycles their events.
   void complete_host_copies(uint64_t fence);
+  // Device step timing (backend.h StepDeviceTime): the open step's begin mark and the event upload_step()
+  // records for it, then per fenced step its three events until step_device_time() reads them.
+  struct TimedStep {
+    uint64_t fence = 0;
+    cudaEvent_t begin = nullptr, uploaded = nullptr, end = nullptr;
+  };
+  TimedStep open_step_;
+  bool open_step_uploaded_ = false;
+  std::vector<TimedStep> timed_steps_;  // fenced, not read yet, oldest first (at most kMaxTimedSteps)
+  static constexpr size_t kMaxTimedSteps = 8;
+  cudaEvent_t last_step_end_ = nullptr;  // end of the last step read: the next one's idle time starts there
+  std::vector<cudaEvent_t> free_timing_events_;
+  cudaEvent_t timing_event();
   void* step_device_ = nullptr;  // persistent device copy
   size_t step_capacity_ = 0;
   cudaEvent_t step_copied_ = nullptr;
