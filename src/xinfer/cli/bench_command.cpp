@@ -156,6 +156,9 @@ nlohmann::json step_breakdown(const engine::EngineStats& a, const engine::Engine
       {"async_steps", b.async_steps - a.async_steps},
       {"preemptions", b.num_preemptions - a.num_preemptions},
       {"preempted_tokens", b.num_preempted_tokens - a.num_preempted_tokens},
+      {"graph_captures", b.graph_captures - a.graph_captures},
+      {"graph_replays", b.graph_replays - a.graph_replays},
+      {"graph_capture_s", b.graph_capture_s - a.graph_capture_s},
       {"swap_outs", b.num_swap_outs - a.num_swap_outs},
       {"swapped_out_tokens", b.num_swapped_out_tokens - a.num_swapped_out_tokens}};
 }
@@ -187,6 +190,10 @@ void print_step_breakdown(const nlohmann::json& b) {
         "  async scheduling: %lld steps launched behind the step in flight (their runner time is the step "
         "period); launching one took %.3f ms of the host time\n",
         static_cast<long long>(async_steps), b["launch_ms_per_step"].get<double>());
+  if (const int64_t captures = b["graph_captures"].get<int64_t>(); captures > 0)
+    std::printf("  CUDA graphs: %lld recorded during the run (%.3f s of host time), %lld steps replayed\n",
+                static_cast<long long>(captures), b["graph_capture_s"].get<double>(),
+                static_cast<long long>(b["graph_replays"].get<int64_t>()));
   if (const int64_t preemptions = b["preemptions"].get<int64_t>(); preemptions > 0)
     std::printf(
         "  preemptions: %lld, dropping the KV of %lld tokens (recomputed on re-admission); %lld swapped "

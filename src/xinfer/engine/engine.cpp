@@ -990,6 +990,9 @@ void Engine::publish_stats() {
   stats_.num_steps = ss.num_steps;
   stats_.requests_finished = requests_finished_;
   stats_.requests_aborted = requests_aborted_;
+  stats_.graph_captures = runner_->graph_captures();
+  stats_.graph_replays = runner_->graph_replays();
+  stats_.graph_capture_s = runner_->graph_capture_s();
 }
 
 }  // namespace xinfer::engine

@@ -124,6 +124,10 @@ struct EngineStats {
   // which the KV block copies (swap-to-host preemption), and the device idle before the step (the host had
   // not queued it yet). A busy time below the step's period says where the rest went: idle, or host time the
   // period holds.
+  // CUDA graphs of decode-only steps: recordings made (one per new (row bucket, block-table width) key, or
+  // again after the backend dropped one), the host seconds they took, and steps replayed from one.
+  int64_t graph_captures = 0, graph_replays = 0;
+  double graph_capture_s = 0;
   int64_t decode_only_timed_steps = 0, mixed_timed_steps = 0;
   double decode_only_busy_s = 0, mixed_busy_s = 0;
   double decode_only_copies_s = 0, mixed_copies_s = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 
 #include "xinfer/core/check.h"
 #include "xinfer/core/logging.h"
@@ -183,9 +184,13 @@ TensorView ModelRunner::forward_padded(std::span<const SequenceChunk> chunks, in
       logits = it->second;
       ++graph_replays_;
     } else {
+      const auto capture_begin = std::chrono::steady_clock::now();
       backend_.begin_capture();
       const TensorView recorded = model_.forward(meta, kv_);
-      if (backend_.end_capture(key)) {
+      const bool made = backend_.end_capture(key);
+      graph_capture_s_ +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - capture_begin).count();
+      if (made) {
         ++graph_captures_;
         graph_logits_[key] = recorded;
         XI_CHECK(backend_.replay(key)) << "a fresh recording must replay";

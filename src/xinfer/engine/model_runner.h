@@ -135,6 +135,10 @@ class ModelRunner {
   GraphMode graph_mode() const { return graph_mode_; }
   int64_t graph_captures() const { return graph_captures_; }  // recordings made
   int64_t graph_replays() const { return graph_replays_; }    // steps run from a recording
+  // Host seconds spent recording and instantiating graphs (each new (bucket, width) key, and every recording
+  // a backend dropped, e.g. after its step buffer or a workspace moved): while the device has nothing queued
+  // behind the step in flight, this is device idle time.
+  double graph_capture_s() const { return graph_capture_s_; }
 
   // Builds the StepPlan for `chunks` (exposed for tests).
   static backend::StepPlan plan(std::span<const SequenceChunk> chunks, int block_size);
@@ -165,6 +169,7 @@ class ModelRunner {
   std::unordered_map<uint64_t, TensorView> graph_logits_;  // logits view each recording writes
   int64_t graph_captures_ = 0;
   int64_t graph_replays_ = 0;
+  double graph_capture_s_ = 0;
   std::vector<float> logits_;
   std::vector<float> padded_logits_;
   // [max(max_logit_rows, kMaxGraphBatch)] i32: argmax_rows / sample_rows output, two of them: consecutive
