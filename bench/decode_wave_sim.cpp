@@ -20,6 +20,10 @@
 #include <cstdlib>
 #include <random>
 
+#include <set>
+#include <utility>
+
+#include "xinfer/backend/decode_graph_buckets.h"
 #include "xinfer/scheduler/scheduler.h"
 
 int main(int argc, char** argv) {
@@ -47,6 +51,12 @@ int main(int argc, char** argv) {
   long steps = 0, decode_steps = 0;
   double work = 0, waves_run = 0, rows = 0, spread = 0;  // work and waves weighted by the step's mean context
   int hist[10] = {};                                     // the last wave's fill, in tenths
+  // CUDA graphs the engine records on first use (ModelRunner::graph_shape): one per (row bucket, block-table
+  // width) key, the width the power of two >= 16 blocks holding the longest context, capped at max_model_len.
+  const int bs = 16, cap = (c.max_model_len + bs - 1) / bs;
+  std::set<std::pair<int, int>> keys;
+  long new_key_steps_small =
+      0;  // recordings at a bucket of <= 256 rows (short steps: less device time to hide them)
   while (s.num_running() + s.num_waiting() > 0) {
     const xinfer::sched::ScheduledStep st = s.schedule();
     ++steps;
@@ -64,6 +74,11 @@ int main(int argc, char** argv) {
       hi = std::max(hi, q.start_pos + 1);
     }
     if (decode_only) {
+      int width = 16;
+      while (width < (hi + bs - 1) / bs) width *= 2;
+      const int bucket = xinfer::backend::decode_graph_bucket(decodes);
+      if (bucket > 0 && keys.insert({bucket, std::min(width, cap)}).second && bucket <= 256)
+        ++new_key_steps_small;
       ++decode_steps;
       const double w = static_cast<double>(decodes) * kv_heads / wave, mean_ctx = ctx / decodes;
       work += w * mean_ctx;
@@ -84,6 +99,8 @@ int main(int argc, char** argv) {
       "decode attention: waves run / waves of work (context-weighted) %.4f: up to %.1f%% of its time in the "
       "last wave's idle slots\n",
       waves_run / work, 100.0 * (waves_run - work) / waves_run);
+  std::printf("CUDA graphs recorded on first use: %zu (row bucket, width) keys, %ld of them at <= 256 rows\n",
+              keys.size(), new_key_steps_small);
   std::printf("the last wave's fill (tenths, decode-only steps):");
   for (int i = 0; i < 10; ++i) std::printf(" %d", hist[i]);
   std::printf("\n");

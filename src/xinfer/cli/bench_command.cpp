@@ -121,35 +121,34 @@ double percentile(std::vector<double> v, double p) {
 // pipelined launch on the host, and the host-only time (scheduling, bookkeeping, callbacks) per step; and the
 // preemptions with the tokens whose KV they dropped (recomputed later: the cost of running out of KV blocks).
 nlohmann::json step_breakdown(const engine::EngineStats& a, const engine::EngineStats& b) {
+  using S = engine::EngineStats;
   auto per = [](double s, int64_t n) { return n > 0 ? s / static_cast<double>(n) * 1e3 : 0.0; };
-  auto kind = [&](int64_t steps, int64_t tokens, double device_s, int64_t launches, double launch_s,
-                  int64_t timed, double busy_s, double copies_s, double idle_s) {
+  auto diff = [&](auto member) { return b.*member - a.*member; };
+  // One step kind's figures: each field is the decode-only or the mixed member of the pair.
+  auto kind = [&](bool d) {
+    auto pick = [d](auto decode_only, auto mixed) { return d ? decode_only : mixed; };
+    const int64_t steps = diff(pick(&S::decode_only_steps, &S::mixed_steps));
+    const int64_t tokens = diff(pick(&S::decode_only_tokens, &S::mixed_tokens));
+    const double device_s = diff(pick(&S::decode_only_device_s, &S::mixed_device_s));
+    const int64_t launches = diff(pick(&S::decode_only_launches, &S::mixed_launches));
+    const int64_t timed = diff(pick(&S::decode_only_timed_steps, &S::mixed_timed_steps));
     return nlohmann::json{
         {"steps", steps},
         {"tokens_per_step", steps > 0 ? static_cast<double>(tokens) / static_cast<double>(steps) : 0.0},
         {"device_ms_per_step", per(device_s, steps)},
         {"device_s", device_s},
+        {"host_ms_per_step", per(diff(pick(&S::decode_only_host_s, &S::mixed_host_s)), steps)},
         {"launches", launches},
-        {"launch_ms_per_launch", per(launch_s, launches)},
+        {"launch_ms_per_launch", per(diff(pick(&S::decode_only_launch_s, &S::mixed_launch_s)), launches)},
         {"timed_steps", timed},
-        {"busy_ms_per_step", per(busy_s, timed)},
-        {"copies_ms_per_step", per(copies_s, timed)},
-        {"idle_ms_per_step", per(idle_s, timed)}};
+        {"busy_ms_per_step", per(diff(pick(&S::decode_only_busy_s, &S::mixed_busy_s)), timed)},
+        {"copies_ms_per_step", per(diff(pick(&S::decode_only_copies_s, &S::mixed_copies_s)), timed)},
+        {"idle_ms_per_step", per(diff(pick(&S::decode_only_idle_s, &S::mixed_idle_s)), timed)}};
   };
   const int64_t steps = b.num_steps - a.num_steps;
   return {
-      {"decode_only",
-       kind(b.decode_only_steps - a.decode_only_steps, b.decode_only_tokens - a.decode_only_tokens,
-            b.decode_only_device_s - a.decode_only_device_s, b.decode_only_launches - a.decode_only_launches,
-            b.decode_only_launch_s - a.decode_only_launch_s,
-            b.decode_only_timed_steps - a.decode_only_timed_steps,
-            b.decode_only_busy_s - a.decode_only_busy_s, b.decode_only_copies_s - a.decode_only_copies_s,
-            b.decode_only_idle_s - a.decode_only_idle_s)},
-      {"mixed", kind(b.mixed_steps - a.mixed_steps, b.mixed_tokens - a.mixed_tokens,
-                     b.mixed_device_s - a.mixed_device_s, b.mixed_launches - a.mixed_launches,
-                     b.mixed_launch_s - a.mixed_launch_s, b.mixed_timed_steps - a.mixed_timed_steps,
-                     b.mixed_busy_s - a.mixed_busy_s, b.mixed_copies_s - a.mixed_copies_s,
-                     b.mixed_idle_s - a.mixed_idle_s)},
+      {"decode_only", kind(true)},
+      {"mixed", kind(false)},
       {"host_s", b.host_s - a.host_s},
       {"host_ms_per_step", steps > 0 ? (b.host_s - a.host_s) / static_cast<double>(steps) * 1e3 : 0.0},
       {"launch_ms_per_step", steps > 0 ? (b.launch_s - a.launch_s) / static_cast<double>(steps) * 1e3 : 0.0},
@@ -173,7 +172,7 @@ void print_step_breakdown(const nlohmann::json& b) {
     if (launches > 0)
       std::printf("; %lld pipelined, launching one took %.3f ms of the host time", static_cast<long long>(launches),
                   x["launch_ms_per_launch"].get<double>());
-    std::printf("\n");
+    std::printf("; host %.3f ms/step\n", x["host_ms_per_step"].get<double>());
     if (const int64_t timed = x["timed_steps"].get<int64_t>(); timed > 0)
       std::printf(
           "  %-11s on the device (events, %lld steps): busy %.2f ms/step, of which KV block copies %.3f; "

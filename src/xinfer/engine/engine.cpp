@@ -878,6 +878,7 @@ void Engine::record_step_time(bool decode_only, int64_t tokens, double device_s,
   (decode_only ? stats_.decode_only_tokens : stats_.mixed_tokens) += tokens;
   (decode_only ? stats_.decode_only_device_s : stats_.mixed_device_s) += device_s;
   stats_.host_s += host_s;
+  (decode_only ? stats_.decode_only_host_s : stats_.mixed_host_s) += host_s;
 }
 
 void Engine::deliver_pending() {

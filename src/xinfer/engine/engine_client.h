@@ -113,6 +113,7 @@ struct EngineStats {
   double decode_only_device_s = 0;
   double mixed_device_s = 0;
   double host_s = 0;
+  double decode_only_host_s = 0, mixed_host_s = 0;  // host_s by the kind of the step it was booked to
   // Of host_s, the pipelined steps' launches (the forward, argmax and copies enqueued on the device): the
   // host's share of a step that the device cannot overlap once it exceeds the step's device time. Also split
   // by step kind (a decode-only step may replay a CUDA graph, a mixed one launches every kernel).
