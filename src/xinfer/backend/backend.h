@@ -322,12 +322,14 @@ class Backend {
   // Device time of a step, measured on the device's own queue (CUDA events): mark_step_begin() before the
   // step's first queued work (KV block copies, the plan upload), fence_host_copies() ends it, and once that
   // fence has been waited for, step_device_time(fence) gives the step's busy time (begin mark to fence), the
-  // part of it before the plan upload (the KV block copies, e.g. swap-to-host preemption), and the device's
-  // idle time since the previous step read this way ended (the host had not queued this one yet). A step
-  // never fenced, or a fence read twice, gives valid = false; so does the default (the CPU backend: ops
-  // finish as they are called).
+  // part of it before the plan upload (the KV block copies, e.g. swap-to-host preemption), and, when the
+  // previous marked step was the one read before (idle_valid), the device's idle time between the two (the
+  // host had not queued this one yet). Busy counts from the mark's place in the queue: where the device was
+  // idle when the host marked the step, host time spent inside the step (launching it, recording a graph)
+  // counts as busy. A step never fenced, or a fence read twice, gives valid = false; so does the default (the
+  // CPU backend: ops finish as they are called).
   struct StepDeviceTime {
-    bool valid = false;
+    bool valid = false, idle_valid = false;
     double busy_s = 0, copies_s = 0, idle_s = 0;
   };
   virtual void mark_step_begin() {}

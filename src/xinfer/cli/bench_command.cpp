@@ -143,7 +143,8 @@ nlohmann::json step_breakdown(const engine::EngineStats& a, const engine::Engine
         {"timed_steps", timed},
         {"busy_ms_per_step", per(diff(pick(&S::decode_only_busy_s, &S::mixed_busy_s)), timed)},
         {"copies_ms_per_step", per(diff(pick(&S::decode_only_copies_s, &S::mixed_copies_s)), timed)},
-        {"idle_ms_per_step", per(diff(pick(&S::decode_only_idle_s, &S::mixed_idle_s)), timed)}};
+        {"idle_ms_per_step", per(diff(pick(&S::decode_only_idle_s, &S::mixed_idle_s)),
+                                 diff(pick(&S::decode_only_idle_steps, &S::mixed_idle_steps)))}};
   };
   const int64_t steps = b.num_steps - a.num_steps;
   return {

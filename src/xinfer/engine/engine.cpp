@@ -573,7 +573,8 @@ void Engine::loop() {
     for (const sched::ScheduledSeq& q : step.seqs) tokens += q.num_tokens();
     const bool decode_only = std::all_of(step.seqs.begin(), step.seqs.end(),
                                          [](const sched::ScheduledSeq& q) { return q.num_tokens() == 1; });
-    record_step_time(decode_only, tokens, device_s, total_s - device_s);
+    // The runner's device time of this step (valid where its ids came back through finish_greedy).
+    record_step_time(decode_only, tokens, device_s, total_s - device_s, runner_->last_step_device_time());
     last_completion_ = end;
   }
 }
@@ -718,7 +719,7 @@ void Engine::complete_in_flight() {
   const auto wait_begin = std::chrono::steady_clock::now();
   const std::vector<int32_t>& ids = runner_->finish_greedy();
   const auto done = std::chrono::steady_clock::now();
-  record_device_time(f.decode_only, runner_->last_step_device_time());
+  const backend::Backend::StepDeviceTime device_time = runner_->last_step_device_time();
   XI_CHECK_EQ(ids.size(), f.sample_ids.size());
   std::vector<SampleOutput> outs(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) outs[i].token = ids[i];
@@ -730,7 +731,7 @@ void Engine::complete_in_flight() {
   const auto start = std::max(f.launched, last_completion_);
   const double period_s = std::chrono::duration<double>(done - start).count();
   const double wait_s = std::chrono::duration<double>(done - wait_begin).count();
-  record_step_time(f.decode_only, f.tokens, period_s, std::max(0.0, period_s - wait_s));
+  record_step_time(f.decode_only, f.tokens, period_s, std::max(0.0, period_s - wait_s), device_time);
   last_completion_ = std::chrono::steady_clock::now();
 }
 
@@ -755,9 +756,6 @@ double Engine::run_step(const sched::ScheduledStep& step) {
     deliver_pending();
     overlapped_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - delivery_begin).count();
     const std::vector<int32_t>& ids = runner_->finish_greedy();
-    record_device_time(std::all_of(step.seqs.begin(), step.seqs.end(),
-                                   [](const sched::ScheduledSeq& q) { return q.num_tokens() == 1; }),
-                       runner_->last_step_device_time());
     XI_CHECK_EQ(ids.size(), sample_inputs_.size());
     outs.resize(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) outs[i].token = ids[i];
@@ -863,17 +861,18 @@ void Engine::apply_outputs(const std::vector<uint64_t>& sample_ids, const std::v
   }
 }
 
-void Engine::record_device_time(bool decode_only, const backend::Backend::StepDeviceTime& t) {
-  if (!t.valid) return;
-  std::lock_guard<std::mutex> lock(stats_mu_);
-  ++(decode_only ? stats_.decode_only_timed_steps : stats_.mixed_timed_steps);
-  (decode_only ? stats_.decode_only_busy_s : stats_.mixed_busy_s) += t.busy_s;
-  (decode_only ? stats_.decode_only_copies_s : stats_.mixed_copies_s) += t.copies_s;
-  (decode_only ? stats_.decode_only_idle_s : stats_.mixed_idle_s) += t.idle_s;
-}
-
-void Engine::record_step_time(bool decode_only, int64_t tokens, double device_s, double host_s) {
-  std::lock_guard<std::mutex> lock(stats_mu_);
+void Engine::record_step_time(bool decode_only, int64_t tokens, double device_s, double host_s,
+                              const backend::Backend::StepDeviceTime& t) {
+  std::lock_guard<std::mutex> lock(stats_mu_);  // one section: a snapshot never sees a step half counted
+  if (t.valid) {
+    ++(decode_only ? stats_.decode_only_timed_steps : stats_.mixed_timed_steps);
+    (decode_only ? stats_.decode_only_busy_s : stats_.mixed_busy_s) += t.busy_s;
+    (decode_only ? stats_.decode_only_copies_s : stats_.mixed_copies_s) += t.copies_s;
+    if (t.idle_valid) {
+      ++(decode_only ? stats_.decode_only_idle_steps : stats_.mixed_idle_steps);
+      (decode_only ? stats_.decode_only_idle_s : stats_.mixed_idle_s) += t.idle_s;
+    }
+  }
   (decode_only ? stats_.decode_only_steps : stats_.mixed_steps) += 1;
   (decode_only ? stats_.decode_only_tokens : stats_.mixed_tokens) += tokens;
   (decode_only ? stats_.decode_only_device_s : stats_.mixed_device_s) += device_s;

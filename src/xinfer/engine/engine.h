@@ -171,8 +171,9 @@ class Engine final : public EngineClient {
   // A step with all_logits chunks: host logits of every row, prompt log-probabilities scored into the
   // requests' state, host sampling of the sampling rows.
   std::vector<SampleOutput> run_prompt_rows_step();
-  void record_step_time(bool decode_only, int64_t tokens, double device_s, double host_s);
-  void record_device_time(bool decode_only, const backend::Backend::StepDeviceTime& t);
+  // One step's times; `t`: its device time where the runner measured it (ModelRunner::last_step_device_time).
+  void record_step_time(bool decode_only, int64_t tokens, double device_s, double host_s,
+                        const backend::Backend::StepDeviceTime& t);
   // Forgets the request and sends its final output: at once, or with `defer` as a pending delivery.
   void finish_request(uint64_t id, const sched::FinishedRequest& f, const SampleOutput* last, bool defer);
   // Runs the pending deliveries in order (engine thread). A step's outputs are delivered while the device

@@ -120,18 +120,21 @@ struct EngineStats {
   double launch_s = 0;
   int64_t decode_only_launches = 0, mixed_launches = 0;
   double decode_only_launch_s = 0, mixed_launch_s = 0;
-  // The device's own time of the steps whose ids came back through the device paths (greedy or sampled; CUDA
-  // events, ModelRunner::last_step_device_time): busy from the step's KV copies and upload to its ids, of
-  // which the KV block copies (swap-to-host preemption), and the device idle before the step (the host had
-  // not queued it yet). A busy time below the step's period says where the rest went: idle, or host time the
-  // period holds.
   // CUDA graphs of decode-only steps: recordings made (one per new (row bucket, block-table width) key, or
-  // again after the backend dropped one), the host seconds they took, and steps replayed from one.
+  // again after the backend dropped one), the host seconds they took (failed recordings too), and steps
+  // replayed from one.
   int64_t graph_captures = 0, graph_replays = 0;
   double graph_capture_s = 0;
+  // The device's own time of the steps whose ids came back through the device paths (greedy or sampled; CUDA
+  // events, Backend::step_device_time): busy from the step's KV copies and upload to its ids (host time
+  // inside the step counts where the device had nothing else queued), of which the KV block copies
+  // (swap-to-host preemption); and, over the timed steps that directly follow another timed one (idle_steps),
+  // the device's idle time before them (the host had not queued them yet). A busy time below the step's
+  // period says where the rest went: idle, or host time the period holds.
   int64_t decode_only_timed_steps = 0, mixed_timed_steps = 0;
   double decode_only_busy_s = 0, mixed_busy_s = 0;
   double decode_only_copies_s = 0, mixed_copies_s = 0;
+  int64_t decode_only_idle_steps = 0, mixed_idle_steps = 0;
   double decode_only_idle_s = 0, mixed_idle_s = 0;
 };
 

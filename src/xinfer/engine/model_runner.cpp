@@ -140,6 +140,7 @@ backend::StepMeta ModelRunner::upload(backend::StepPlan& p, uint64_t graph_key) 
     }
   }
   backend_.mark_step_begin();  // the step's device time starts with its KV copies (step_device_time)
+  last_step_time_ = {};        // until finish_greedy() reads this step's (other paths leave it invalid)
   p.kv_copies = std::move(queued_copies_);
   queued_copies_.clear();
   if (followers_ != nullptr) {  // tensor parallel: the other ranks run the same step (step_followers.h)

@@ -103,7 +103,8 @@ class ModelRunner {
   const std::vector<int32_t>& finish_greedy();
   // The device time of the step finish_greedy() returned last (Backend::step_device_time: busy from its KV
   // copies and upload to its ids, the copies' share, the device's idle time before it); valid = false where
-  // the backend does not measure it.
+  // the backend does not measure it, and from each step's upload until finish_greedy() returns that step (a
+  // step that never comes back through it leaves it invalid).
   const backend::Backend::StepDeviceTime& last_step_device_time() const { return last_step_time_; }
   // Whether sample_rows() has drawn rows for this runner and never refused a batch (the engine pipelines
   // device-sampled steps only then: a refusal is handled only by run_sampled()'s host fallback).

@@ -329,6 +329,7 @@ void CudaBackend::mark_step_begin() {
     open_step_.uploaded = timing_event();
   }
   open_step_uploaded_ = false;  // a step marked again before its fence starts over
+  open_step_.mark = ++marks_;
   XI_CUDA_CHECK(cudaEventRecord(open_step_.begin, stream_));
 }
 
@@ -347,7 +348,11 @@ backend::Backend::StepDeviceTime CudaBackend::step_device_time(uint64_t fence) {
   out.valid = true;
   out.busy_s = seconds(it->begin, it->end);
   out.copies_s = seconds(it->begin, it->uploaded);
-  if (last_step_end_ != nullptr) out.idle_s = seconds(last_step_end_, it->begin);
+  // Idle only back to the step marked just before this one: steps marked but not read in between (synchronous
+  // paths without a fence) would count as idle.
+  out.idle_valid = last_step_end_ != nullptr && it->mark == last_read_mark_ + 1;
+  if (out.idle_valid) out.idle_s = seconds(last_step_end_, it->begin);
+  last_read_mark_ = it->mark;
   // Recycle this step's begin marks, the steps fenced before it (never read) and the previous end.
   for (auto old = timed_steps_.begin(); old != it; ++old)
     for (cudaEvent_t e : {old->begin, old->uploaded, old->end}) free_timing_events_.push_back(e);

@@ -389,8 +389,11 @@ class CudaBackend final : public backend::Backend {
   // records for it, then per fenced step its three events until step_device_time() reads them.
   struct TimedStep {
     uint64_t fence = 0;
+    uint64_t mark = 0;  // mark_step_begin() calls so far, this step's included
     cudaEvent_t begin = nullptr, uploaded = nullptr, end = nullptr;
   };
+  uint64_t marks_ = 0;
+  uint64_t last_read_mark_ = 0;  // mark of the step last read (its end is last_step_end_)
   TimedStep open_step_;
   bool open_step_uploaded_ = false;
   std::vector<TimedStep> timed_steps_;  // fenced, not read yet, oldest first (at most kMaxTimedSteps)

@@ -13,6 +13,7 @@
 #include "xinfer/backend/cuda/kernels/attention/kv_block_index.cuh"
 #include "xinfer/backend/cuda/kernels/attention/kv_fp8.cuh"
 #include "xinfer/backend/cuda/kernels/cp_async.cuh"
+#include "xinfer/backend/cuda/kernels/device_launch.h"
 #include "xinfer/backend/cuda/kernels/pdl.cuh"
 #include "xinfer/backend/cuda/kernels/rope/rope_rotate.cuh"
 
@@ -180,15 +181,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
   auto ring = [&](int stage, int kv, int nt, int c) -> uint4* {
     return s_ring + ((((warp * 2 + stage) * 2 + kv) * 2 + nt) * kL + c) * 32 + lane;
   };
+  // Mode 1: a head's rows of one block are contiguous, so the tile's rows go as one bulk prefetch per block
+  // they fall in (one per tile at block size 16: the instruction takes a warp-uniform address, so each
+  // distinct address costs the warp a pass), issued by the lane of the run's first row (t4 == 0 of its
+  // n-tile); rows past the partition are not fetched.
   auto prefetch_l2 = [&](int tile_index) {
-    if (t4 != 0) return;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      const size_t off = row_offset(begin + tile_index * kT + 8 * nt + g) - 16 * t4;
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(k_base + off), "r"(kRowBytes)
-                   : "memory");
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(v_base + off), "r"(kRowBytes)
-                   : "memory");
+      const int i = 8 * nt + g, r = begin + tile_index * kT + i;  // row i of the tile
+      const int in_block = r - static_cast<int>(div.block(static_cast<uint32_t>(r)) * div.block_size);
+      if (t4 != 0 || r >= end || (i != 0 && in_block != 0)) continue;
+      const int rows = min(min(kT - i, bs - in_block), end - r);
+      const size_t off = row_offset(r);  // t4 == 0: the row's first byte
+      const uint32_t bytes = static_cast<uint32_t>(rows * kRowBytes);
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(k_base + off), "r"(bytes) : "memory");
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(v_base + off), "r"(bytes) : "memory");
     }
   };
   auto stage_tile = [&](int tile_index, int stage) {
@@ -433,6 +440,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
     if (has_next) {
       if (prefetch == 2) {
         unstage(vr, j & 1, 1);
+        // The stage's shared-memory reads stay above the copies that refill it: cp_async_16 has no memory
+        // clobber, so without this the compiler could sink them below.
+        asm volatile("" ::: "memory");
         if (tile + 3 * kW < n_tiles) stage_tile(tile + 3 * kW, j & 1);
       } else {
         load_rows(vr, v_base, next_off);
@@ -599,13 +609,11 @@ void launch_decode(const PagedAttentionParams& p, const AttentionPlanView& plan,
   XI_CHECK(mode >= 0 && mode <= 2) << "decode attention: no FP8 prefetch mode " << mode << " (0, 1, 2)";
   const size_t ring_bytes = mode == 2 ? static_cast<size_t>(kW) * 2 * 2 * 2 * (kD / 64) * 32 * 16 : 0;
   auto kernel = paged_decode_kernel<Cfg, kRope, kFp8, kF16>;
-  static bool attributes_set =
-      false;  // per instantiation; set by the first mode-2 launch (before any recording)
-  if (mode == 2 && !attributes_set) {
-    XI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(ring_bytes)));
+  if (mode == 2) {  // per (kernel, device): tensor-parallel ranks of one process launch it on several devices
+    raise_smem_limit(reinterpret_cast<const void*>(kernel), static_cast<int>(ring_bytes));
+    // The whole carveout as shared memory, so 4 CTAs of 4 warps (54.7 KB each) fit an SM; the attribute stays
+    // for later mode-0/1 launches of this instantiation in the process (an A/B in one process shares it).
     XI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
-    attributes_set = true;
   }
   launch_pdl(kernel, grid, Cfg::kThreads, ring_bytes, stream, p, plan, rope, partition_size, head_tiles,
              workspace, mode);
