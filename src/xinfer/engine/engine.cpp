@@ -434,7 +434,7 @@ Status Engine::submit(GenerationRequest request, OutputCallback on_output) {
     if (!accepting_) return unavailable("the engine is shutting down");
     if (live_.count(request.request_id) != 0)
       return invalid_argument("duplicate request id '" + request.request_id + "' (still in flight)");
-    const int waiting = num_waiting_ + static_cast<int>(submissions_.size());
+    const int waiting = num_waiting_ + taken_submissions_ + static_cast<int>(submissions_.size());
     if (waiting >= info_.max_waiting)
       return resource_exhausted("the request queue is full (" + std::to_string(waiting) + " waiting, max_waiting " +
                                 std::to_string(info_.max_waiting) + ")");
@@ -502,6 +502,7 @@ void Engine::loop() {
       auto has_news = [this] { return stopping_ || !submissions_.empty() || !aborts_.empty(); };
       if (!scheduler_->has_unfinished()) work_cv_.wait(lock, has_news);
       submissions.swap(submissions_);
+      taken_submissions_ = static_cast<int>(submissions.size());  // until publish_stats() counts them
       aborts.swap(aborts_);
       stopping = stopping_;
     }
@@ -969,6 +970,7 @@ void Engine::publish_stats() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     num_waiting_ = ss.num_waiting;
+    taken_submissions_ = 0;  // added to the scheduler before this publication: num_waiting_ holds them
   }
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.num_running = ss.num_running;

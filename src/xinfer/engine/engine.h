@@ -209,6 +209,9 @@ class Engine final : public EngineClient {
   int num_in_flight_ = 0;             // accepted requests whose final callback has not returned
   uint64_t next_id_ = 1;
   int num_waiting_ = 0;               // scheduler's waiting count after the last step
+  // Submissions the loop has taken from submissions_ and not yet published in num_waiting_: submit() counts
+  // them, or a request arriving in between would find the queue emptier than it is.
+  int taken_submissions_ = 0;
   bool accepting_ = true;
   bool stopping_ = false;
 

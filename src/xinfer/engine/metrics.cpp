@@ -189,6 +189,26 @@ void EngineMetrics::render(const EngineStats& stats, std::string* out) const {
           static_cast<double>(prefix_hits_));
   counter("xinfer:num_engine_steps_total", "Number of engine steps (forward passes).",
           static_cast<double>(stats.num_steps));
+  // The device's own time of the steps it timed (CUDA events; 0 on the CPU backend), by step kind.
+  auto by_kind = [&](const char* name, const char* help, double decode_only, double mixed) {
+    header(out, name, "counter", help);
+    sample(out, name, l + ",step=\"decode_only\"", decode_only);
+    sample(out, name, l + ",step=\"mixed\"", mixed);
+  };
+  by_kind("xinfer:device_busy_seconds_total",
+          "Device time of the timed engine steps, from their KV copies and upload to their sampled ids.",
+          stats.decode_only_busy_s, stats.mixed_busy_s);
+  by_kind("xinfer:device_idle_seconds_total",
+          "Device idle time before timed engine steps that directly follow another (the host had not queued "
+          "them).",
+          stats.decode_only_idle_s, stats.mixed_idle_s);
+  by_kind("xinfer:device_kv_copy_seconds_total",
+          "Device time of KV block copies (swap-to-host preemption) at the start of timed engine steps.",
+          stats.decode_only_copies_s, stats.mixed_copies_s);
+  counter("xinfer:cuda_graph_captures_total", "CUDA graphs recorded for decode steps while serving.",
+          static_cast<double>(stats.graph_captures));
+  counter("xinfer:cuda_graph_capture_seconds_total",
+          "Host time spent recording and instantiating those graphs.", stats.graph_capture_s);
 
   const char* success = "xinfer:request_success_total";
   header(out, success, "counter", "Count of successfully processed requests.");

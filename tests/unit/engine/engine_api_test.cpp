@@ -299,8 +299,15 @@ TEST(EngineMetricsText, PrometheusFormatAndCounts) {
        {"xinfer:num_preemptions_total", "xinfer:prompt_tokens_total", "xinfer:generation_tokens_total",
         "xinfer:prefix_cache_queries_total", "xinfer:prefix_cache_hits_total",
         "xinfer:num_preempted_tokens_total", "xinfer:kv_swap_outs_total",
-        "xinfer:kv_swapped_out_tokens_total", "xinfer:kv_swap_ins_total"})
+        "xinfer:kv_swapped_out_tokens_total", "xinfer:kv_swap_ins_total", "xinfer:device_busy_seconds_total",
+        "xinfer:device_idle_seconds_total", "xinfer:device_kv_copy_seconds_total",
+        "xinfer:cuda_graph_captures_total", "xinfer:cuda_graph_capture_seconds_total"})
     EXPECT_NE(text.find(std::string("# TYPE ") + name + " counter\n"), std::string::npos) << name;
+  // The CPU backend has no device timeline and no graphs: the counters exist at zero.
+  EXPECT_EQ(
+      metric_value(text, "xinfer:device_busy_seconds_total{model_name=\"llama_tied\",step=\"decode_only\"}"),
+      0);
+  EXPECT_EQ(metric_value(text, std::string("xinfer:cuda_graph_captures_total") + l), 0);
 
   EXPECT_EQ(metric_value(text, std::string("xinfer:generation_tokens_total") + l), total_tokens);
   EXPECT_EQ(metric_value(text, std::string("xinfer:prompt_tokens_total") + l), total_prompt);
