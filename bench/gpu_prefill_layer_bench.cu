@@ -11,6 +11,7 @@
 // gpu_kernel_bench --decode-steps: the same for the large-batch decode steps of the throughput rows (eager,
 // as steps past 256 rows run), the decode attention's KV reads against the copy ceiling; INT8 next to FP8 at
 // 480 x 192.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -24,6 +25,7 @@
 #include "xinfer/backend/cuda/kernels/elementwise/silu_mul.h"
 #include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
 #include "xinfer/backend/cuda/kernels/quant/quantize_activations.h"
+#include "xinfer/backend/decode_graph_buckets.h"
 
 namespace xinfer::bench {
 namespace {
@@ -81,11 +83,17 @@ struct LayerCase {
   int seqs, q_len, ctx;
   DType kv_dtype;
   std::vector<int> kinds;
+  // Decode steps as the engine runs them: padded to this many rows (its graph bucket) with padding decodes
+  // (ModelRunner::padded_decode_plan: context 1, no KV write), the W8A8 GEMMs' choices measured at the
+  // buckets up to it (CudaBackend::measure_w8a8_gemms, as the engine does at start-up); 0: `seqs` rows,
+  // choices as they come.
+  int pad_to = 0;
 };
 
 // The step of `seqs` sequences of `q_len` new tokens each at context `ctx` (blocks of bs from block 1 on, one
-// table per sequence); *attended: the (query, key) pairs a causal attention scores.
-backend::StepPlan make_step_plan(int seqs, int q_len, int ctx, int bs, double* attended) {
+// table per sequence), then decode rows of padding up to `pad_to` rows; *attended: the (query, key) pairs a
+// causal attention scores.
+backend::StepPlan make_step_plan(int seqs, int q_len, int ctx, int bs, double* attended, int pad_to = 0) {
   const int per_seq = (ctx + bs - 1) / bs;
   backend::StepPlan plan;
   plan.max_blocks_per_seq = per_seq;
@@ -101,6 +109,14 @@ backend::StepPlan make_step_plan(int seqs, int q_len, int ctx, int bs, double* a
     }
     plan.query_start_loc.push_back(static_cast<int32_t>(plan.token_ids.size()));
     plan.seq_lens.push_back(ctx);
+  }
+  for (int q = seqs; q < pad_to; ++q) {  // padding decodes (block 0, never written)
+    plan.block_tables.resize(plan.block_tables.size() + static_cast<size_t>(per_seq), 0);
+    plan.token_ids.push_back(0);
+    plan.positions.push_back(0);
+    plan.slot_mapping.push_back(-1);
+    plan.query_start_loc.push_back(static_cast<int32_t>(plan.token_ids.size()));
+    plan.seq_lens.push_back(1);
   }
   plan.max_seq_len = ctx;
   return plan;
@@ -118,12 +134,13 @@ backend::KvCache make_kv_cache(cuda::CudaBackend& be, int layers, int blocks, DT
 void bench_layer(cuda::CudaBackend& be, double peak, double bw, const LayerCase& c) {
   const int H = 4096, Hq = 32, Hkv = 8, D = 128, I = 14336, bs = 16, layers = 2;
   const int width = (Hq + 2 * Hkv) * D;
-  const int T = c.seqs * c.q_len;
+  const int T = (c.q_len == 1 ? std::max(c.seqs, c.pad_to) : c.seqs) * c.q_len;  // rows the GEMMs run
   cudaStream_t s = be.stream();
   const int per_seq = (c.ctx + bs - 1) / bs;
   backend::KvCache kv = make_kv_cache(be, layers, c.seqs * per_seq + 1, c.kv_dtype);
   double attended = 0;
-  const backend::StepMeta meta = be.upload_step(make_step_plan(c.seqs, c.q_len, c.ctx, bs, &attended));
+  const backend::StepMeta meta =
+      be.upload_step(make_step_plan(c.seqs, c.q_len, c.ctx, bs, &attended, c.q_len == 1 ? c.pad_to : 0));
   const double gemm_flops = 2.0 * T * H * (static_cast<double>(width) + H + 2.0 * I + I);
   const double attn_flops = 4.0 * D * Hq * attended;
   const double kv_bytes = 2.0 * c.seqs * static_cast<double>(c.ctx) * Hkv * D * static_cast<double>(dtype_bytes(c.kv_dtype, 1));
@@ -196,6 +213,8 @@ void bench_layer(cuda::CudaBackend& be, double peak, double bw, const LayerCase&
         print_row(c.name + " fp8: silu_mul -> fp8 codes, " + v.name, us, bytes, false, bw, 56);
       }
     }
+    if (c.pad_to > 0 && kind != 0)  // the engine's measured W8A8 choices at the buckets up to the step's rows
+      be.measure_w8a8_gemms({&W(0).qkv.lw, &W(0).o.lw, &W(0).gate_up.lw, &W(0).down.lw}, c.pad_to);
     for (const Op& op : ops) op.fn(0);  // workspaces and the tuner's choices before timing
     be.synchronize();
     double sum = 0;
@@ -319,13 +338,20 @@ void bench_prefill_layer(cuda::CudaBackend& be, double peak, double bw) {
 // The decode steps of the throughput rows (docs/PERF.md session 12): 128/128 x 1000 prompts (~480 rows at a mean
 // context of ~192), 2048/2048 x 256 (~250 rows at ~3,072) and 128/2048 x 1000 (~857 rows at ~1,100), FP8 weights.
 void bench_decode_steps(cuda::CudaBackend& be, double peak, double bw) {
-  // XINFER_BENCH_DECODE_STEP=ROWSxCTX (e.g. 857x1100): that step's layer alone, and its lm_head + argmax.
+  // XINFER_BENCH_DECODE_STEP=ROWSxCTX (e.g. 857x1100): that step alone as the engine runs it (rows padded to
+  // the decode graph bucket, measured FP8 GEMM choices): its layer, and its lm_head + argmax at the bucket's
+  // rows.
   const char* only_env = std::getenv("XINFER_BENCH_DECODE_STEP");
   const std::string only = only_env != nullptr ? only_env : "";
   const int only_rows = only.empty() ? 0 : std::atoi(only.c_str());
+  XI_CHECK(only.empty() || (only_rows > 0 && only.find('x') != std::string::npos &&
+                            backend::decode_graph_bucket(only_rows) > 0))
+      << "XINFER_BENCH_DECODE_STEP=" << only
+      << ": ROWSxCTX with 1 <= ROWS <= " << backend::kMaxDecodeGraphRows;
+  const int only_bucket = only.empty() ? 0 : backend::decode_graph_bucket(only_rows);
   // The step's tail: the bf16 lm_head into f32 logits, then the greedy argmax, at each row count below.
-  for (const int rows : {245, 411, 480, 954, only_rows}) {
-    if (only.empty() ? rows == 0 : rows != only_rows) continue;
+  for (const int rows : {245, 411, 480, 954, only_bucket}) {
+    if (only.empty() ? rows == 0 : rows != only_bucket) continue;
     const int V = 128256, H = 4096;
     Weight head = make_weight(be, 0, V, H, 77);
     backend::DeviceTensor x = be.allocate(DType::kBF16, Shape{rows, H});
@@ -340,9 +366,17 @@ void bench_decode_steps(cuda::CudaBackend& be, double peak, double bw) {
     const double am = 1e6 * cuda::time_on_stream(be.stream(), 10, [&](int) { be.argmax_rows(logits.view, ids.view); });
     print_row("decode " + std::to_string(rows) + " rows: argmax_rows (f32 logits)", am, 4.0 * rows * V, false, bw, 56);
   }
-  if (!only.empty()) {
+  if (!only.empty()) {  // as the engine runs it: padded to its graph bucket, measured FP8 GEMM choices
     const int ctx = std::atoi(only.c_str() + only.find('x') + 1);
-    bench_layer(be, peak, bw, {"decode " + only + " fp8kv", only_rows, 1, ctx, DType::kFP8E4M3, {1}});
+    const int bucket = backend::decode_graph_bucket(only_rows);
+    bench_layer(be, peak, bw,
+                {"decode " + only + " fp8kv (rows padded to " + std::to_string(bucket) + ")",
+                 only_rows,
+                 1,
+                 ctx,
+                 DType::kFP8E4M3,
+                 {1},
+                 bucket});
     return;
   }
   bench_layer(be, peak, bw, {"decode 954x192 fp8kv", 954, 1, 192, DType::kFP8E4M3, {1}});
