@@ -173,9 +173,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
   };
 
   // FP8 caches, PagedAttentionParams::kv_fp8_prefetch (an experiment, 0 by default): 1 = the rows of the tile
-  // two ahead prefetched into L2 (cp.async.bulk.prefetch, lanes t4 == 0 one row each); 2 = the tiles one and
-  // two ahead staged in shared memory by cp.async (a ring of 2 per warp, dynamic shared memory), the
-  // registers filled from it. Either doubles the bytes a warp has in flight (one 4 KB tile with the register
+  // two ahead prefetched into L2 (cp.async.bulk.prefetch, prefetch_l2 below); 2 = the tiles one and two ahead
+  // staged in shared memory by cp.async (a ring of 2 per warp, dynamic shared memory), the registers filled
+  // from it. Either doubles the bytes a warp has in flight (one 4 KB tile with the register
   // loads alone).
   extern __shared__ uint4 s_ring[];  // [kW][2 stages][2 (K, V)][2 nt][kL][32]
   auto ring = [&](int stage, int kv, int nt, int c) -> uint4* {
