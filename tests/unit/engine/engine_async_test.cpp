@@ -310,5 +310,61 @@ TEST(ModelRunnerPipelined, FedTokensGiveTheSequentialIds) {
   }
 }
 
+// The runner's side of the device step timeline (Backend::mark_step_begin / step_device_time), on a CPU
+// backend that answers each fence with its own id as the "busy" time: every upload marks a step and voids the
+// runner's last step time, and finish_greedy() reads the time of the step it returns (its own fence), also
+// with a second step launched behind it. The CUDA events themselves are checked by tests/gpu
+// (EngineEquivalenceOnCuda).
+class FenceEchoBackend : public cpu::CpuBackend {
+ public:
+  using CpuBackend::CpuBackend;
+  uint64_t fence_host_copies() override { return ++fences; }
+  void wait_host_copies(uint64_t fence) override { (void)fence; }
+  void mark_step_begin() override { ++marks; }
+  StepDeviceTime step_device_time(uint64_t fence) override {
+    StepDeviceTime t;
+    t.valid = true;
+    t.busy_s = static_cast<double>(fence);
+    return t;
+  }
+  uint64_t fences = 0;
+  int marks = 0;
+};
+
+TEST(ModelRunnerStepTime, EachFinishReadsItsOwnStepsFence) {
+  FenceEchoBackend backend(cpu::CpuBackendOptions{2});
+  model::LoadOptions opt;
+  opt.max_tokens = 64;
+  opt.max_logit_rows = 8;
+  opt.show_progress = false;
+  auto m = model::LlamaModel::load(golden_dir("llama_gqa"), backend, opt);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const model::ModelConfig& c = (*m)->config();
+  ModelRunner runner(**m, backend,
+                     backend::KvCacheSpec{c.num_layers, 16, 4, c.num_kv_heads, c.head_dim, DType::kF32});
+  const std::vector<int32_t> prompt{5, 6, 7}, table{1, 2, 3};
+  const std::vector<int32_t> pending{sched::kPendingToken};
+  SequenceChunk prefill{prompt, 0, table, true};
+  runner.start_greedy(std::span<const SequenceChunk>(&prefill, 1));
+  EXPECT_FALSE(runner.last_step_device_time().valid) << "voided by the step's upload";
+  const int32_t first = runner.finish_greedy()[0];
+  EXPECT_TRUE(runner.last_step_device_time().valid);
+  EXPECT_EQ(runner.last_step_device_time().busy_s, 1.0) << "the first step's fence";
+  // Two decode steps, the second launched behind the first (its token fed from the first's row).
+  const std::vector<int32_t> known{first};
+  SequenceChunk d1{known, 3, table, true};
+  runner.start_greedy(std::span<const SequenceChunk>(&d1, 1));
+  SequenceChunk d2{pending, 4, table, true};
+  d2.token_source = 0;
+  runner.start_greedy(std::span<const SequenceChunk>(&d2, 1));
+  EXPECT_FALSE(runner.last_step_device_time().valid);
+  runner.finish_greedy();
+  EXPECT_EQ(runner.last_step_device_time().busy_s, 2.0) << "the older step in flight: its own fence";
+  runner.finish_greedy();
+  EXPECT_EQ(runner.last_step_device_time().busy_s, 3.0);
+  EXPECT_EQ(backend.marks, 3);
+  EXPECT_EQ(backend.fences, 3u);
+}
+
 }  // namespace
 }  // namespace xinfer::engine::testing
