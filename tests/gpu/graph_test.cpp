@@ -198,4 +198,43 @@ TEST(CudaGraphs, PipelinedGreedyStepsFeedDeviceIds) {
 }
 
 }  // namespace
+// Graphs recorded at start-up (ModelRunner::record_decode_graphs, EngineConfig::record_graphs_at_start): one
+// per (row bucket, block-table width) key, each from a step of padding rows; pipelined greedy steps then
+// replay them from the first decode step with no recording of their own (the mixed steps' uploads fit the
+// reserved step buffer, so nothing is dropped), and give the ids of a runner that records lazily, bit for
+// bit.
+TEST(CudaGraphs, RecordedAtStartReplayFromTheFirstStep) {
+  auto loaded = load_graph_model(2048, 64, 7);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  model::LlamaModel& m = **loaded;
+  const model::ModelConfig& c = m.config();
+  const backend::KvCacheSpec spec{c.num_layers, 800, 16, c.num_kv_heads, c.head_dim, DType::kBF16};
+  engine::ModelRunner lazy(m, gpu(), spec, engine::GraphMode::kOn);
+  engine::ModelRunner early(m, gpu(), spec, engine::GraphMode::kOn);
+  int calls = 0, last_total = 0;
+  const int made = early.record_decode_graphs(32, 32, [&](int done, int total) {
+    ++calls;
+    EXPECT_EQ(done, calls);
+    last_total = total;
+  });
+  int widths = 0;  // 16, 32, .. up to the context's blocks
+  for (int w = engine::ModelRunner::kMinGraphBlocks;; w *= 2) {
+    ++widths;
+    if (w >= (m.max_model_len() + 15) / 16) break;
+  }
+  EXPECT_EQ(made, 6 * widths) << "buckets 1, 2, 4, 8, 16, 32 at each width";
+  EXPECT_EQ(last_total, made);
+  EXPECT_EQ(early.record_decode_graphs(32, 32), 0) << "a second call records nothing new";
+  const int64_t fed = engine::testing::check_pipelined_greedy(lazy, early, c.vocab_size, 16, 20, 12);
+  EXPECT_GT(fed, 0);
+  EXPECT_EQ(early.graph_captures(), made)
+      << "a step recorded a graph of its own (or the recordings were dropped)";
+  EXPECT_GT(early.graph_replays(), made);
+  EXPECT_GT(lazy.graph_captures(), 0);
+  std::printf(
+      "[ graphs ] recorded at start: %d graphs (%d widths); run: %lld replays, lazy runner %lld recordings\n",
+      made, widths, static_cast<long long>(early.graph_replays()),
+      static_cast<long long>(lazy.graph_captures()));
+}
+
 }  // namespace xinfer::gpu_test

@@ -333,6 +333,9 @@ class Backend {
     double busy_s = 0, copies_s = 0, idle_s = 0;
   };
   virtual void mark_step_begin() {}
+  // Sizes the step-plan buffers for plans of up to `bytes` (upload_step's packed arrays) now, so that no
+  // later upload_step() moves them (moving drops the recorded graphs). Default: nothing to size.
+  virtual void reserve_step_upload(size_t bytes) { (void)bytes; }
   virtual StepDeviceTime step_device_time(uint64_t fence) {
     (void)fence;
     return {};

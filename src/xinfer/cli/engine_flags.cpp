@@ -41,6 +41,12 @@ void EngineFlags::add_to(FlagSet& flags) {
             "bench: the longest input + output benchmarked");
   flags.add("--block-size", &sc.block_size, "tokens per KV-cache block");
   flags.add("--enforce-eager", &enforce_eager, "no CUDA graphs: every step runs op by op");
+  flags.add("--record-graphs-at-start", &config.record_graphs_at_start,
+            "CUDA graphs: record every decode graph a step can meet (row buckets up to --max-num-seqs x "
+            "block-table "
+            "widths up to --max-model-len) at start-up instead of lazily at each new shape's first step; "
+            "takes a few "
+            "seconds and up to ~2 MiB of device memory per graph");
   flags.add("--host-sampling", &host_sampling,
             "every step copies the logits to the host sampler (off: greedy argmax and, with --device-sampling, "
             "random sampling on the device, ids only)");

@@ -13,8 +13,10 @@
 #if defined(XINFER_HAVE_CUDA)
 #include "xinfer/backend/cuda/cuda_backend.h"
 #endif
+#include "xinfer/backend/decode_graph_buckets.h"
 #include "xinfer/core/check.h"
 #include "xinfer/core/logging.h"
+#include "xinfer/core/progress_bar.h"
 #include "xinfer/engine/backend_factory.h"
 #include "xinfer/engine/prompt_logprobs.h"
 #include "xinfer/engine/tensor_parallel.h"
@@ -391,6 +393,23 @@ Engine::Engine(EngineConfig config, std::unique_ptr<backend::Backend> backend, s
   if (tp_) {  // the other ranks' KV caches, then every step's plan goes to them first
     tp_->allocate_kv(kv_spec);
     runner_->set_followers(tp_.get());
+  }
+  if (config_.record_graphs_at_start && config_.enable_cuda_graphs) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<ProgressBar> bar;
+    const int made = runner_->record_decode_graphs(
+        config_.scheduler.max_num_seqs, config_.scheduler.max_num_seqs, [&](int done, int total) {
+          if (!bar)
+            bar = std::make_unique<ProgressBar>("Recording decode graphs", total, "graphs",
+                                                config_.show_progress);
+          bar->advance();
+          if (done == total) bar->finish();
+        });
+    XI_LOG(INFO) << "engine: recorded " << made << " decode CUDA graphs at start-up (row buckets up to "
+                 << backend::decode_graph_bucket(
+                        std::min(config_.scheduler.max_num_seqs, backend::kMaxDecodeGraphRows))
+                 << ") in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
+                 << " s";
   }
   sampler_ = std::make_unique<Sampler>(mc.vocab_size, sampler_pool ? sampler_pool : own_pool_.get(),
                                        mc.eos_token_ids);

@@ -50,8 +50,8 @@ std::string EngineConfig::to_string() const {
      << " max_model_len=" << max_model_len << " kv_cache_dtype=" << kv_cache_dtype_name(kv_cache_dtype)
      << " kv_cache_scale=" << kv_cache_scale
      << " kv_cache_rotation=" << kv_rotation_choice_name(kv_cache_rotation) << " max_waiting=" << max_waiting
-     << " enable_cuda_graphs=" << enable_cuda_graphs << " device_greedy=" << device_greedy
-     << " device_sampling=" << device_sampling
+     << " enable_cuda_graphs=" << enable_cuda_graphs << " record_graphs_at_start=" << record_graphs_at_start
+     << " device_greedy=" << device_greedy << " device_sampling=" << device_sampling
      << " async_scheduling=" << (async_scheduling ? (*async_scheduling ? "1" : "0") : "auto")
      << " gemm_tuning=" << gemm_tuning
      << " gemm_tuning_cache=" << (gemm_tuning_cache.empty() ? "default" : gemm_tuning_cache)

@@ -70,6 +70,11 @@ struct EngineConfig {
   // Decode-only steps run as recorded CUDA graphs per batch bucket (ModelRunner); false: always eager
   // (`--enforce-eager`). No effect on backends that cannot record.
   bool enable_cuda_graphs = true;
+  // With graphs: record every decode graph a step can meet (row buckets up to max_num_seqs x block-table
+  // widths up to max_model_len) at start-up, as vLLM captures its batch sizes, instead of lazily in the first
+  // step of each shape (`--record-graphs-at-start`; ModelRunner::record_decode_graphs). Off by default: not
+  // yet measured against the lazy recordings (docs/PERF.md session 29).
+  bool record_graphs_at_start = false;
   // A step whose every sampling row is plain greedy (temperature 0; no min_tokens masking pending, logit_bias,
   // penalties or logprobs) takes the argmax on the backend and copies back only the token ids; false: the
   // logits always come to the host Sampler (`--host-sampling`). Same tokens either way.

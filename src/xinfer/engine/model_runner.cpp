@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 
+#include "xinfer/backend/decode_graph_buckets.h"
 #include "xinfer/core/check.h"
 #include "xinfer/core/logging.h"
 
@@ -172,12 +174,65 @@ void ModelRunner::queue_kv_copies(std::span<const kv::BlockCopy> swap_out,
       queued_copies_.push_back({to_host, std::vector<kv::BlockCopy>(copies.begin(), copies.end())});
 }
 
+uint64_t ModelRunner::graph_key(int bucket, int width) const {
+  return graph_mode_ == GraphMode::kOn
+             ? (graph_owner_ << 40) | (static_cast<uint64_t>(bucket) << 24) | static_cast<uint32_t>(width)
+             : 0;
+}
+
+int ModelRunner::record_decode_graphs(int max_rows, int max_seqs_per_step,
+                                      const std::function<void(int, int)>& progress) {
+  if (graph_mode_ != GraphMode::kOn || !backend_.supports_graphs()) return 0;
+  const model::LoadOptions& lo = model_.options();
+  const int bs = kv_spec_.block_size;
+  const int cap = (model_.max_model_len() + bs - 1) / bs;
+  std::vector<int>
+      widths;  // graph_shape()'s: powers of two from kMinGraphBlocks, capped at the context's blocks
+  for (int w = kMinGraphBlocks;; w *= 2) {
+    widths.push_back(std::min(w, cap));
+    if (w >= cap) break;
+  }
+  std::vector<int> buckets;
+  for (int rows = std::min(max_rows, kMaxGraphBatch); rows >= 1; --rows) {
+    const int b = backend::decode_graph_bucket(rows);
+    if (b > 0 && b <= lo.max_tokens && b <= lo.max_logit_rows && (buckets.empty() || buckets.back() != b))
+      buckets.push_back(b);
+  }
+  // Every later plan fits the step buffer, so no upload moves it (which would drop every recording): the
+  // largest decode plan, or a mixed step of max_tokens tokens over max_seqs_per_step sequences at the widest
+  // table.
+  const auto padded = [](size_t ints) { return (ints * sizeof(int32_t) + 15) / 16 * 16; };
+  const size_t tokens = static_cast<size_t>(lo.max_tokens),
+               seqs = static_cast<size_t>(std::max(max_seqs_per_step, 1));
+  const size_t widest = static_cast<size_t>(widths.back());
+  backend_.reserve_step_upload(5 * padded(tokens) + 5 * padded(seqs + 1) +
+                               padded(static_cast<size_t>(lo.max_logit_rows)) +
+                               padded(2 * (tokens / 128 + seqs)) + padded(seqs * widest) +
+                               padded(static_cast<size_t>(kMaxGraphBatch) * widest));
+  const int total = static_cast<int>(widths.size() * buckets.size());
+  int done = 0, made = 0;
+  for (auto w = widths.rbegin(); w != widths.rend(); ++w)  // the largest plans first
+    for (const int b : buckets) {
+      const uint64_t key = graph_key(b, *w);
+      if (graph_logits_.count(key) == 0) {
+        backend::StepPlan p = padded_decode_plan({}, bs, b, *w);  // padding rows only: no KV written
+        const int64_t before = graph_captures_;
+        run_graph(upload(p, key), key);
+        made += static_cast<int>(graph_captures_ - before);
+      }
+      if (progress) progress(++done, total);
+    }
+  backend_.synchronize();
+  return made;
+}
+
 TensorView ModelRunner::forward_padded(std::span<const SequenceChunk> chunks, int bucket, int width) {
   backend::StepPlan p = padded_decode_plan(chunks, kv_spec_.block_size, bucket, width);
-  const uint64_t key = graph_mode_ == GraphMode::kOn ? (graph_owner_ << 40) | (static_cast<uint64_t>(bucket) << 24) |
-                                                           static_cast<uint32_t>(width)
-                                                     : 0;
-  const backend::StepMeta meta = upload(p, key);
+  const uint64_t key = graph_key(bucket, width);
+  return run_graph(upload(p, key), key);
+}
+
+TensorView ModelRunner::run_graph(const backend::StepMeta& meta, uint64_t key) {
   TensorView logits;
   if (graph_mode_ == GraphMode::kOn) {
     auto it = graph_logits_.find(key);

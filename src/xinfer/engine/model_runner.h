@@ -39,6 +39,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -134,6 +135,16 @@ class ModelRunner {
   // the model must have been loaded with its communicator (LoadOptions::comm).
   void set_followers(StepFollowers* followers) { followers_ = followers; }
   GraphMode graph_mode() const { return graph_mode_; }
+  // Records now, as vLLM captures its batch sizes at start-up, the decode graph of every (row bucket <=
+  // max_rows, block-table width) key a decode step can meet (graph_shape(): widths the powers of two from
+  // kMinGraphBlocks up to the model's context in blocks), each by one forward of padding rows (no KV
+  // written), largest plans first; first it reserves the backend's step buffer for every later plan (a mixed
+  // step of max_tokens tokens over max_seqs_per_step sequences included), so no upload drops the recordings.
+  // A run then replays from its first decode step instead of recording lazily, in its own steps.
+  // progress(done, total) after each key. Returns the graphs recorded (0 without graphs). Call before any
+  // step, from the thread that runs them.
+  int record_decode_graphs(int max_rows, int max_seqs_per_step,
+                           const std::function<void(int, int)>& progress = {});
   int64_t graph_captures() const { return graph_captures_; }  // recordings made
   int64_t graph_replays() const { return graph_replays_; }    // steps run from a recording
   // Host seconds spent recording and instantiating graphs (each new (bucket, width) key, and every recording
@@ -155,6 +166,10 @@ class ModelRunner {
   // of the last started greedy step.
   TensorView forward(std::span<const SequenceChunk> chunks, bool* padded);
   TensorView forward_padded(std::span<const SequenceChunk> chunks, int bucket, int width);
+  // The recording key of a (row bucket, width) decode step (0 unless graphs are on), and the step run from
+  // it: replayed, or recorded and replayed (eagerly where recording fails).
+  uint64_t graph_key(int bucket, int width) const;
+  TensorView run_graph(const backend::StepMeta& meta, uint64_t key);
   // Uploads plan `p` (token sources mapped to device rows of the last started greedy step) and feeds them;
   // followers get the plan first (graph_key: the recording the step replays, 0: eager).
   backend::StepMeta upload(backend::StepPlan& p, uint64_t graph_key);

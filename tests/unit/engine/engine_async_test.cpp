@@ -366,5 +366,28 @@ TEST(ModelRunnerStepTime, EachFinishReadsItsOwnStepsFence) {
   EXPECT_EQ(backend.fences, 3u);
 }
 
+// record_decode_graphs() on a backend without graphs (the CPU): nothing to record, no progress, and the
+// runner still runs its steps (eagerly).
+TEST(ModelRunnerStepTime, RecordingGraphsAtStartIsANoOpWithoutGraphs) {
+  cpu::CpuBackend backend(cpu::CpuBackendOptions{2});
+  model::LoadOptions opt;
+  opt.max_tokens = 64;
+  opt.max_logit_rows = 8;
+  opt.show_progress = false;
+  auto m = model::LlamaModel::load(golden_dir("llama_gqa"), backend, opt);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const model::ModelConfig& c = (*m)->config();
+  ModelRunner runner(**m, backend,
+                     backend::KvCacheSpec{c.num_layers, 16, 4, c.num_kv_heads, c.head_dim, DType::kF32},
+                     GraphMode::kOn);
+  int calls = 0;
+  EXPECT_EQ(runner.record_decode_graphs(8, 8, [&](int, int) { ++calls; }), 0);
+  EXPECT_EQ(calls, 0);
+  const std::vector<int32_t> prompt{5, 6, 7}, table{1, 2, 3};
+  SequenceChunk chunk{prompt, 0, table, true};
+  EXPECT_EQ(runner.run_greedy(std::span<const SequenceChunk>(&chunk, 1)).size(), 1u);
+  EXPECT_EQ(runner.graph_captures(), 0);
+}
+
 }  // namespace
 }  // namespace xinfer::engine::testing

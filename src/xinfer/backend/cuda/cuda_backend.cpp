@@ -407,15 +407,7 @@ backend::StepMeta CudaBackend::upload_step(const backend::StepPlan& plan) {
     DebugTimer wait("upload_step: staging buffer wait", 0.2);
     XI_CUDA_CHECK(cudaEventSynchronize(step_copied_));  // the previous copy has left the staging buffer
   }
-  if (total > step_capacity_) {
-    synchronize();  // kernels of the previous step may still read the device buffer
-    const size_t capacity = std::max<size_t>(total * 2, 64u << 10);
-    if (step_host_) XI_CUDA_CHECK(cudaFreeHost(step_host_));
-    if (step_device_) XI_CUDA_CHECK(cudaFree(step_device_));
-    XI_CUDA_CHECK(cudaMallocHost(&step_host_, capacity));
-    XI_CUDA_CHECK(cudaMalloc(&step_device_, capacity));
-    step_capacity_ = capacity;
-  }
+  if (total > step_capacity_) grow_step_buffers(std::max<size_t>(total * 2, 64u << 10));
   for (int i = 0; i < kArrays; ++i)
     if (!arrays[i]->empty())
       std::memcpy(static_cast<char*>(step_host_) + offsets[i], arrays[i]->data(), arrays[i]->size() * sizeof(int32_t));
@@ -859,6 +851,20 @@ bool CudaBackend::decode_launch(int num_heads, int num_kv_heads, int head_dim, i
   }
   workspace = ws > 0 ? decode_workspace(ws) : nullptr;
   return true;
+}
+
+void CudaBackend::grow_step_buffers(size_t capacity) {
+  synchronize();  // kernels of the previous step may still read the device buffer
+  if (step_host_) XI_CUDA_CHECK(cudaFreeHost(step_host_));
+  if (step_device_) XI_CUDA_CHECK(cudaFree(step_device_));
+  XI_CUDA_CHECK(cudaMallocHost(&step_host_, capacity));
+  XI_CUDA_CHECK(cudaMalloc(&step_device_, capacity));
+  step_capacity_ = capacity;
+}
+
+void CudaBackend::reserve_step_upload(size_t bytes) {
+  XI_CHECK(!capturing_) << "reserve_step_upload() while recording a graph";
+  if (bytes > step_capacity_) grow_step_buffers(bytes);
 }
 
 void CudaBackend::set_fp8_kv_decode_prefetch(int mode) {

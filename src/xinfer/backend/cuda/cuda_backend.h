@@ -154,6 +154,7 @@ class CudaBackend final : public backend::Backend {
   uint64_t fence_host_copies() override;
   void wait_host_copies(uint64_t fence) override;
   void mark_step_begin() override;
+  void reserve_step_upload(size_t bytes) override;
   StepDeviceTime step_device_time(uint64_t fence) override;
   backend::StepMeta upload_step(const backend::StepPlan& plan) override;
   // Generated on the device (kernels/random), no host copy: dummy weights of an 8B model in < 1 s.
@@ -401,6 +402,8 @@ class CudaBackend final : public backend::Backend {
   cudaEvent_t last_step_end_ = nullptr;  // end of the last step read: the next one's idle time starts there
   std::vector<cudaEvent_t> free_timing_events_;
   cudaEvent_t timing_event();
+  // Replaces the step-plan buffers (pinned host staging, device copy) by ones of `capacity` bytes.
+  void grow_step_buffers(size_t capacity);
   void* step_device_ = nullptr;  // persistent device copy
   size_t step_capacity_ = 0;
   cudaEvent_t step_copied_ = nullptr;
