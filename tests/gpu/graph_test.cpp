@@ -211,8 +211,10 @@ TEST(CudaGraphs, RecordedAtStartReplayFromTheFirstStep) {
   const backend::KvCacheSpec spec{c.num_layers, 800, 16, c.num_kv_heads, c.head_dim, DType::kBF16};
   engine::ModelRunner lazy(m, gpu(), spec, engine::GraphMode::kOn);
   engine::ModelRunner early(m, gpu(), spec, engine::GraphMode::kOn);
+  // The engine reserves the decode workspace at start-up; here too, so no recording fails for its growth.
+  gpu().reserve_decode_workspace(32, c.num_heads, c.num_kv_heads, c.head_dim, m.max_model_len());
   int calls = 0, last_total = 0;
-  const int made = early.record_decode_graphs(32, 32, [&](int done, int total) {
+  const int made = early.record_decode_graphs(32, 32, m.max_model_len(), [&](int done, int total) {
     ++calls;
     EXPECT_EQ(done, calls);
     last_total = total;
@@ -224,7 +226,7 @@ TEST(CudaGraphs, RecordedAtStartReplayFromTheFirstStep) {
   }
   EXPECT_EQ(made, 6 * widths) << "buckets 1, 2, 4, 8, 16, 32 at each width";
   EXPECT_EQ(last_total, made);
-  EXPECT_EQ(early.record_decode_graphs(32, 32), 0) << "a second call records nothing new";
+  EXPECT_EQ(early.record_decode_graphs(32, 32, m.max_model_len()), 0) << "a second call records nothing new";
   const int64_t fed = engine::testing::check_pipelined_greedy(lazy, early, c.vocab_size, 16, 20, 12);
   EXPECT_GT(fed, 0);
   EXPECT_EQ(early.graph_captures(), made)

@@ -13,7 +13,6 @@
 #if defined(XINFER_HAVE_CUDA)
 #include "xinfer/backend/cuda/cuda_backend.h"
 #endif
-#include "xinfer/backend/decode_graph_buckets.h"
 #include "xinfer/core/check.h"
 #include "xinfer/core/logging.h"
 #include "xinfer/core/progress_bar.h"
@@ -277,7 +276,19 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
     const double budget = config.gpu_memory_utilization * static_cast<double>(after.total_memory) -
                           static_cast<double>(used);
     // Graphs are recorded lazily (first decode step of each key): their memory comes from this margin.
+    // Recorded all at start-up (record_graphs_at_start), every key a step can meet (~2 MiB each, measured)
+    // and the step buffer sized for the largest plan.
     plan.graph_reserve_bytes = config.enable_cuda_graphs && be.supports_graphs() ? kGraphMemoryReserve : 0;
+    if (plan.graph_reserve_bytes > 0 && config.record_graphs_at_start) {
+      const int blocks = (model->max_model_len() + sc.block_size - 1) / sc.block_size;
+      const ModelRunner::DecodeGraphKeys keys = ModelRunner::decode_graph_keys(
+          sc.max_num_seqs, model->options().max_tokens, model->options().max_logit_rows, blocks, blocks);
+      const size_t graphs = keys.buckets.size() * keys.widths.size();
+      const size_t upload = ModelRunner::step_upload_bound(
+          model->options().max_tokens, model->options().max_logit_rows, sc.max_num_seqs,
+          keys.buckets.empty() ? 0 : keys.buckets.front(), keys.widths.back());
+      plan.graph_reserve_bytes = std::max(kGraphMemoryReserve, graphs * (size_t{2} << 20) + upload);
+    }
     const double kv_part = budget - static_cast<double>(plan.graph_reserve_bytes);
     kv_budget = kv_part > 0 ? static_cast<size_t>(kv_part) : 0;
     if (tp_group) {  // every rank holds the same blocks: the smallest budget decides
@@ -398,18 +409,17 @@ Engine::Engine(EngineConfig config, std::unique_ptr<backend::Backend> backend, s
     const auto t0 = std::chrono::steady_clock::now();
     std::unique_ptr<ProgressBar> bar;
     const int made = runner_->record_decode_graphs(
-        config_.scheduler.max_num_seqs, config_.scheduler.max_num_seqs, [&](int done, int total) {
+        config_.scheduler.max_num_seqs, config_.scheduler.max_num_seqs, config_.max_model_len,
+        [&](int done, int total) {
           if (!bar)
             bar = std::make_unique<ProgressBar>("Recording decode graphs", total, "graphs",
                                                 config_.show_progress);
           bar->advance();
           if (done == total) bar->finish();
         });
-    XI_LOG(INFO) << "engine: recorded " << made << " decode CUDA graphs at start-up (row buckets up to "
-                 << backend::decode_graph_bucket(
-                        std::min(config_.scheduler.max_num_seqs, backend::kMaxDecodeGraphRows))
-                 << ") in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
-                 << " s";
+    XI_LOG(INFO) << "engine: recorded " << made << " decode CUDA graphs at start-up (every row bucket and "
+                 << "block-table width a decode step can meet) in "
+                 << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s";
   }
   sampler_ = std::make_unique<Sampler>(mc.vocab_size, sampler_pool ? sampler_pool : own_pool_.get(),
                                        mc.eos_token_ids);

@@ -180,41 +180,55 @@ uint64_t ModelRunner::graph_key(int bucket, int width) const {
              : 0;
 }
 
-int ModelRunner::record_decode_graphs(int max_rows, int max_seqs_per_step,
+ModelRunner::DecodeGraphKeys ModelRunner::decode_graph_keys(int max_rows, int max_tokens, int max_logit_rows,
+                                                            int model_blocks, int context_blocks) {
+  DecodeGraphKeys k;
+  // graph_shape()'s widths: powers of two from kMinGraphBlocks capped at the model's blocks; a step's table
+  // never exceeds context_blocks, so the first power of two reaching it is the widest met.
+  for (int w = kMinGraphBlocks;; w *= 2) {
+    k.widths.push_back(std::min(w, model_blocks));
+    if (w >= model_blocks || w >= context_blocks) break;
+  }
+  for (int rows = std::min(max_rows, kMaxGraphBatch); rows >= 1; --rows) {  // descending: largest plans first
+    const int b = backend::decode_graph_bucket(rows);
+    if (b > 0 && b <= max_tokens && b <= max_logit_rows && (k.buckets.empty() || k.buckets.back() != b))
+      k.buckets.push_back(b);
+  }
+  return k;
+}
+
+size_t ModelRunner::step_upload_bound(int max_tokens, int max_logit_rows, int max_seqs_per_step,
+                                      int decode_rows, int widest) {
+  // upload_step()'s arrays, each padded to 16 bytes: five per token, five per sequence (+1), the logit rows,
+  // the prefill tiles (<= tokens / 128 + sequences, two ints each) and the block tables; a decode plan of
+  // decode_rows padded rows is smaller in every term but its block tables.
+  const auto padded = [](size_t ints) { return (ints * sizeof(int32_t) + 15) / 16 * 16; };
+  const size_t tokens = static_cast<size_t>(std::max(max_tokens, decode_rows));
+  const size_t seqs = static_cast<size_t>(std::max({max_seqs_per_step, decode_rows, 1}));
+  return 5 * padded(tokens) + 5 * padded(seqs + 1) +
+         padded(static_cast<size_t>(std::max(max_logit_rows, decode_rows))) +
+         padded(2 * (tokens / 128 + seqs)) + padded(seqs * static_cast<size_t>(widest));
+}
+
+int ModelRunner::record_decode_graphs(int max_rows, int max_seqs_per_step, int max_context,
                                       const std::function<void(int, int)>& progress) {
   if (graph_mode_ != GraphMode::kOn || !backend_.supports_graphs()) return 0;
   const model::LoadOptions& lo = model_.options();
   const int bs = kv_spec_.block_size;
-  const int cap = (model_.max_model_len() + bs - 1) / bs;
-  std::vector<int>
-      widths;  // graph_shape()'s: powers of two from kMinGraphBlocks, capped at the context's blocks
-  for (int w = kMinGraphBlocks;; w *= 2) {
-    widths.push_back(std::min(w, cap));
-    if (w >= cap) break;
-  }
-  std::vector<int> buckets;
-  for (int rows = std::min(max_rows, kMaxGraphBatch); rows >= 1; --rows) {
-    const int b = backend::decode_graph_bucket(rows);
-    if (b > 0 && b <= lo.max_tokens && b <= lo.max_logit_rows && (buckets.empty() || buckets.back() != b))
-      buckets.push_back(b);
-  }
-  // Every later plan fits the step buffer, so no upload moves it (which would drop every recording): the
-  // largest decode plan, or a mixed step of max_tokens tokens over max_seqs_per_step sequences at the widest
-  // table.
-  const auto padded = [](size_t ints) { return (ints * sizeof(int32_t) + 15) / 16 * 16; };
-  const size_t tokens = static_cast<size_t>(lo.max_tokens),
-               seqs = static_cast<size_t>(std::max(max_seqs_per_step, 1));
-  const size_t widest = static_cast<size_t>(widths.back());
-  backend_.reserve_step_upload(5 * padded(tokens) + 5 * padded(seqs + 1) +
-                               padded(static_cast<size_t>(lo.max_logit_rows)) +
-                               padded(2 * (tokens / 128 + seqs)) + padded(seqs * widest) +
-                               padded(static_cast<size_t>(kMaxGraphBatch) * widest));
-  const int total = static_cast<int>(widths.size() * buckets.size());
+  const DecodeGraphKeys keys =
+      decode_graph_keys(max_rows, lo.max_tokens, lo.max_logit_rows, (model_.max_model_len() + bs - 1) / bs,
+                        (max_context + bs - 1) / bs);
+  if (keys.buckets.empty()) return 0;
+  // Every later plan fits the step buffer, so no upload moves it (which would drop every recording).
+  backend_.reserve_step_upload(step_upload_bound(lo.max_tokens, lo.max_logit_rows, max_seqs_per_step,
+                                                 keys.buckets.front(), keys.widths.back()));
+  const int total = static_cast<int>(keys.widths.size() * keys.buckets.size());
   int done = 0, made = 0;
-  for (auto w = widths.rbegin(); w != widths.rend(); ++w)  // the largest plans first
-    for (const int b : buckets) {
+  for (auto w = keys.widths.rbegin(); w != keys.widths.rend(); ++w)  // widest first, buckets descending
+    for (const int b : keys.buckets) {
       const uint64_t key = graph_key(b, *w);
-      if (graph_logits_.count(key) == 0) {
+      // A recording fails where an op had to grow a workspace (end_capture grows it): the second try records.
+      for (int attempt = 0; attempt < 2 && graph_logits_.count(key) == 0; ++attempt) {
         backend::StepPlan p = padded_decode_plan({}, bs, b, *w);  // padding rows only: no KV written
         const int64_t before = graph_captures_;
         run_graph(upload(p, key), key);

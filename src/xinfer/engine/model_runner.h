@@ -135,16 +135,30 @@ class ModelRunner {
   // the model must have been loaded with its communicator (LoadOptions::comm).
   void set_followers(StepFollowers* followers) { followers_ = followers; }
   GraphMode graph_mode() const { return graph_mode_; }
-  // Records now, as vLLM captures its batch sizes at start-up, the decode graph of every (row bucket <=
-  // max_rows, block-table width) key a decode step can meet (graph_shape(): widths the powers of two from
-  // kMinGraphBlocks up to the model's context in blocks), each by one forward of padding rows (no KV
-  // written), largest plans first; first it reserves the backend's step buffer for every later plan (a mixed
-  // step of max_tokens tokens over max_seqs_per_step sequences included), so no upload drops the recordings.
-  // A run then replays from its first decode step instead of recording lazily, in its own steps.
-  // progress(done, total) after each key. Returns the graphs recorded (0 without graphs). Call before any
-  // step, from the thread that runs them.
-  int record_decode_graphs(int max_rows, int max_seqs_per_step,
+  // Records now, as vLLM captures its batch sizes at start-up, the decode graph of every key a decode step
+  // can meet (decode_graph_keys: row buckets <= max_rows x the widths of tables up to max_context tokens),
+  // each by one forward of padding rows (no KV written), widest and largest first, a failed recording (a
+  // workspace that had to grow) tried once more. First it reserves the backend's step buffer for every later
+  // plan (step_upload_bound: a mixed step of max_tokens tokens over max_seqs_per_step sequences included), so
+  // no upload drops the recordings (tensor-parallel followers size theirs by use: they may record again). A
+  // run then replays from its first decode step instead of recording lazily in its own steps. progress(done,
+  // total) after each key. Returns the graphs recorded (0 without graphs). Call before any step, from the
+  // thread that runs them, with the workspaces reserved (as the engine's start-up does).
+  int record_decode_graphs(int max_rows, int max_seqs_per_step, int max_context,
                            const std::function<void(int, int)>& progress = {});
+  struct DecodeGraphKeys {
+    std::vector<int> buckets;  // descending
+    std::vector<int> widths;   // ascending
+  };
+  // The keys graph_shape() can produce for steps of <= max_rows rows and tables of <= context_blocks blocks,
+  // the model's context being model_blocks blocks (widths are capped there), within the model's max_tokens
+  // and max_logit_rows.
+  static DecodeGraphKeys decode_graph_keys(int max_rows, int max_tokens, int max_logit_rows, int model_blocks,
+                                           int context_blocks);
+  // Bytes of the largest step plan upload_step() packs: a step of max_tokens tokens over max_seqs_per_step
+  // sequences, or a padded decode plan of decode_rows rows, with tables of `widest` blocks.
+  static size_t step_upload_bound(int max_tokens, int max_logit_rows, int max_seqs_per_step, int decode_rows,
+                                  int widest);
   int64_t graph_captures() const { return graph_captures_; }  // recordings made
   int64_t graph_replays() const { return graph_replays_; }    // steps run from a recording
   // Host seconds spent recording and instantiating graphs (each new (bucket, width) key, and every recording

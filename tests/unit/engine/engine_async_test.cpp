@@ -381,12 +381,35 @@ TEST(ModelRunnerStepTime, RecordingGraphsAtStartIsANoOpWithoutGraphs) {
                      backend::KvCacheSpec{c.num_layers, 16, 4, c.num_kv_heads, c.head_dim, DType::kF32},
                      GraphMode::kOn);
   int calls = 0;
-  EXPECT_EQ(runner.record_decode_graphs(8, 8, [&](int, int) { ++calls; }), 0);
+  EXPECT_EQ(runner.record_decode_graphs(8, 8, 256, [&](int, int) { ++calls; }), 0);
   EXPECT_EQ(calls, 0);
   const std::vector<int32_t> prompt{5, 6, 7}, table{1, 2, 3};
   SequenceChunk chunk{prompt, 0, table, true};
   EXPECT_EQ(runner.run_greedy(std::span<const SequenceChunk>(&chunk, 1)).size(), 1u);
   EXPECT_EQ(runner.graph_captures(), 0);
+}
+
+// The keys recorded at start-up are graph_shape()'s: buckets of 1..max_rows within max_tokens /
+// max_logit_rows, widths min(16 * 2^k, the model's blocks) up to the first reaching the context's blocks; and
+// the step-buffer bound covers a mixed step and the largest padded decode plan.
+TEST(ModelRunnerStepTime, DecodeGraphKeysAreGraphShapes) {
+  using K = ModelRunner::DecodeGraphKeys;
+  const K a = ModelRunner::decode_graph_keys(300, 16384, 320, 136, 136);  // 128/2048's context, 300 sequences
+  EXPECT_EQ(a.buckets, (std::vector<int>{320, 256, 192, 128, 64, 32, 16, 8, 4, 2, 1}));
+  EXPECT_EQ(ModelRunner::decode_graph_keys(300, 16384, 300, 136, 136).buckets.front(), 256)
+      << "bucket 320 holds more logit rows than the model's 300: graph_shape() runs such steps eagerly";
+  EXPECT_EQ(a.widths, (std::vector<int>{16, 32, 64, 128, 136}));
+  const K b =
+      ModelRunner::decode_graph_keys(1024, 16384, 1000, 8192, 300);  // a long model, 300-block context
+  EXPECT_EQ(b.buckets.front(), 960) << "1024 > max_logit_rows";
+  EXPECT_EQ(b.widths, (std::vector<int>{16, 32, 64, 128, 256, 512}));
+  const K c = ModelRunner::decode_graph_keys(4, 2, 4, 8, 8);  // a tiny model: one width below 16 blocks
+  EXPECT_EQ(c.buckets, (std::vector<int>{2, 1}));
+  EXPECT_EQ(c.widths, (std::vector<int>{8}));
+  // A 16,384-token step over 1024 sequences with 136-block tables; a 1024-row decode plan is smaller.
+  const size_t mixed = ModelRunner::step_upload_bound(16384, 1024, 1024, 1024, 136);
+  EXPECT_GE(mixed, 4u * (5 * 16384 + 5 * 1025 + 1024 + 2 * (128 + 1024) + 1024 * 136));
+  EXPECT_LT(mixed, 2 * 4u * (5 * 16384 + 5 * 1025 + 1024 + 2 * (128 + 1024) + 1024 * 136));
 }
 
 }  // namespace
