@@ -292,13 +292,19 @@ TEST(EngineAsyncSchedulingStories, ManyGreedyRequestsEqualTransformers) {
   expect_all_blocks_free(*engine);
 }
 
+// The llama_gqa golden model on `backend` for runner-level tests.
+Result<std::unique_ptr<model::LlamaModel>> load_gqa(backend::Backend& backend, int max_tokens,
+                                                    int max_logit_rows) {
+  model::LoadOptions opt;
+  opt.max_tokens = max_tokens;
+  opt.max_logit_rows = max_logit_rows;
+  opt.show_progress = false;
+  return model::LlamaModel::load(golden_dir("llama_gqa"), backend, opt);
+}
+
 TEST(ModelRunnerPipelined, FedTokensGiveTheSequentialIds) {
   cpu::CpuBackend backend(cpu::CpuBackendOptions{2});
-  model::LoadOptions opt;
-  opt.max_tokens = 512;
-  opt.max_logit_rows = 32;
-  opt.show_progress = false;
-  auto m = model::LlamaModel::load(golden_dir("llama_gqa"), backend, opt);
+  auto m = load_gqa(backend, 512, 32);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   const model::ModelConfig& c = (*m)->config();
   const backend::KvCacheSpec spec{c.num_layers, 200, 4, c.num_kv_heads, c.head_dim, DType::kF32};
@@ -333,11 +339,7 @@ class FenceEchoBackend : public cpu::CpuBackend {
 
 TEST(ModelRunnerStepTime, EachFinishReadsItsOwnStepsFence) {
   FenceEchoBackend backend(cpu::CpuBackendOptions{2});
-  model::LoadOptions opt;
-  opt.max_tokens = 64;
-  opt.max_logit_rows = 8;
-  opt.show_progress = false;
-  auto m = model::LlamaModel::load(golden_dir("llama_gqa"), backend, opt);
+  auto m = load_gqa(backend, 64, 8);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   const model::ModelConfig& c = (*m)->config();
   ModelRunner runner(**m, backend,
@@ -370,11 +372,7 @@ TEST(ModelRunnerStepTime, EachFinishReadsItsOwnStepsFence) {
 // runner still runs its steps (eagerly).
 TEST(ModelRunnerStepTime, RecordingGraphsAtStartIsANoOpWithoutGraphs) {
   cpu::CpuBackend backend(cpu::CpuBackendOptions{2});
-  model::LoadOptions opt;
-  opt.max_tokens = 64;
-  opt.max_logit_rows = 8;
-  opt.show_progress = false;
-  auto m = model::LlamaModel::load(golden_dir("llama_gqa"), backend, opt);
+  auto m = load_gqa(backend, 64, 8);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   const model::ModelConfig& c = (*m)->config();
   ModelRunner runner(**m, backend,
