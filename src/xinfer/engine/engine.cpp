@@ -604,7 +604,7 @@ void Engine::loop() {
     const bool decode_only = std::all_of(step.seqs.begin(), step.seqs.end(),
                                          [](const sched::ScheduledSeq& q) { return q.num_tokens() == 1; });
     // The runner's device time of this step (valid where its ids came back through finish_greedy).
-    record_step_time(decode_only, tokens, device_s, total_s - device_s, runner_->last_step_device_time());
+    record_step_time(decode_only, tokens, device_s, total_s - device_s, runner_->take_step_device_time());
     last_completion_ = end;
   }
 }
@@ -749,7 +749,7 @@ void Engine::complete_in_flight() {
   const auto wait_begin = std::chrono::steady_clock::now();
   const std::vector<int32_t>& ids = runner_->finish_greedy();
   const auto done = std::chrono::steady_clock::now();
-  const backend::Backend::StepDeviceTime device_time = runner_->last_step_device_time();
+  const backend::Backend::StepDeviceTime device_time = runner_->take_step_device_time();
   XI_CHECK_EQ(ids.size(), f.sample_ids.size());
   std::vector<SampleOutput> outs(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) outs[i].token = ids[i];

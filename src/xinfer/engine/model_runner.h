@@ -43,6 +43,7 @@
 #include <memory>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "xinfer/backend/backend.h"
@@ -107,6 +108,9 @@ class ModelRunner {
   // the backend does not measure it, and from each step's upload until finish_greedy() returns that step (a
   // step that never comes back through it leaves it invalid).
   const backend::Backend::StepDeviceTime& last_step_device_time() const { return last_step_time_; }
+  // last_step_device_time(), then invalid until the next step's finish_greedy(): each step's time is taken
+  // once (a step that computed nothing must not count the previous one's again).
+  backend::Backend::StepDeviceTime take_step_device_time() { return std::exchange(last_step_time_, {}); }
   // Whether sample_rows() has drawn rows for this runner and never refused a batch (the engine pipelines
   // device-sampled steps only then: a refusal is handled only by run_sampled()'s host fallback).
   bool device_sampling_verified() const { return device_sampled_rows_ > 0 && !warned_device_sampling_; }
