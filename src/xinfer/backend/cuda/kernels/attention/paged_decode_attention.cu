@@ -84,7 +84,7 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
 template <typename Cfg, bool kRope, bool kFp8, bool kF16 = false>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
     paged_decode_kernel(PagedAttentionParams p, AttentionPlanView plan, DecodeRopeParams rope,
-                        int partition_size, int head_tiles, float* workspace, int prefetch) {
+                        int partition_size, int head_tiles, float* workspace) {
   constexpr int kD = Cfg::kHeadDim, kC = Cfg::kChunks, kW = Cfg::kWarps, kH = Cfg::kHeads, kT = Cfg::kTile;
   constexpr int kMT = Cfg::kMTiles, kS = Cfg::kStride, kThreads = Cfg::kThreads;
   static_assert(!(kRope && kFp8), "the fused RoPE path writes bf16 caches only");
@@ -172,6 +172,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
       for (int c = 0; c < kL; ++c) dst[nt][c] = __ldg(reinterpret_cast<const uint4*>(base + off[nt] + 64 * c));
   };
 
+  // The mode, a compile-time 0 for bf16 caches (their loop keeps no prefetch branches).
+  const int prefetch = kFp8 ? p.kv_fp8_prefetch : 0;
   // FP8 caches, PagedAttentionParams::kv_fp8_prefetch (an experiment, 0 by default): 1 = the rows of the tile
   // two ahead prefetched into L2 (cp.async.bulk.prefetch, prefetch_l2 below); 2 = the tiles one and two ahead
   // staged in shared memory by cp.async (a ring of 2 per warp, dynamic shared memory), the registers filled
@@ -615,8 +617,7 @@ void launch_decode(const PagedAttentionParams& p, const AttentionPlanView& plan,
     // for later mode-0/1 launches of this instantiation in the process (an A/B in one process shares it).
     XI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
   }
-  launch_pdl(kernel, grid, Cfg::kThreads, ring_bytes, stream, p, plan, rope, partition_size, head_tiles,
-             workspace, mode);
+  launch_pdl(kernel, grid, Cfg::kThreads, ring_bytes, stream, p, plan, rope, partition_size, head_tiles, workspace);
 }
 
 // launch_decode with the CTA's warp count (8, 4 or 2: decode_warps()) as a template argument.
