@@ -32,8 +32,10 @@
 //          algorithm cuBLASLt has for the shape (XINFER_BENCH_FP8_WIDE_ROWS=m1,m2,.. picks the rows);
 //          --b1-layers: the ceilings and the batch-1 decode layer in bf16, FP8, W8A16
 //          and W4A16 weights, op by op, chained, and the model's chain without each op in turn, then the bf16
-//          lm_head at m = 1; --int8-wgmma: the ceilings and the W8A8-INT8 GEMM, cuBLASLt + epilogue vs our
-//          wgmma kernel with fused scales vs FP8, at the engine's row counts, gpu_w8a8_gemm_bench.cu;
+//          lm_head at m = 1; --layer-stream: the ceilings, the FP8 batch-1 layer as --b1-layers runs it, then
+//          a persistent one-kernel-per-token probe of the same layer, gpu_layer_stream_bench.cu;
+//          --int8-wgmma: the ceilings and the W8A8-INT8 GEMM, cuBLASLt + epilogue vs our wgmma kernel with
+//          fused scales vs FP8, at the engine's row counts, gpu_w8a8_gemm_bench.cu;
 //          --act-quant: the ceilings and the W8A8 activation quantization kernels at 1-12288 rows,
 //          gpu_prefill_layer_bench.cu; --rope-kv: the ceilings and rope_kv_write at 1024-12288 prompt tokens;
 //          --prefill-attn: the ceilings and the prefill attention kernels over bf16 and FP8 caches;
@@ -72,6 +74,7 @@ void bench_rope_kv(cuda::CudaBackend& be, double bw);                          /
 void bench_fp8_rows(cuda::CudaBackend& be, double peak);                       // gpu_w8a8_gemm_bench.cu
 void bench_fp8_wide(cuda::CudaBackend& be, double peak);                       // gpu_w8a8_gemm_bench.cu
 void bench_int8_wgmma(cuda::CudaBackend& be, double peak);                     // gpu_w8a8_gemm_bench.cu
+void bench_layer_stream(cuda::CudaBackend& be, double bw);                     // gpu_layer_stream_bench.cu
 namespace {
 
 __global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
@@ -1054,6 +1057,7 @@ enum class Mode {
   kFp8Wide,
   kDecodeSteps,
   kB1Layers,
+  kLayerStream,
   kInt8Wgmma,
   kActQuant,
   kRopeKv,
@@ -1116,6 +1120,12 @@ int run(bool quick, Mode mode) {
       return 0;
     case Mode::kB1Layers:
       bench_b1_layers(be, bw);
+      return 0;
+    case Mode::kLayerStream:  // the FP8 layer as the engine runs it, then the persistent probe, same card and
+                              // run
+      bench_decode_layer(be, bw, B1Format::kFp8);
+      be.synchronize();
+      bench_layer_stream(be, bw);
       return 0;
   }
 
@@ -1244,6 +1254,7 @@ int main(int argc, char** argv) {
                {"--fp8-wide", Mode::kFp8Wide},
                {"--decode-steps", Mode::kDecodeSteps},
                {"--b1-layers", Mode::kB1Layers},
+               {"--layer-stream", Mode::kLayerStream},
                {"--int8-wgmma", Mode::kInt8Wgmma},
                {"--act-quant", Mode::kActQuant},
                {"--rope-kv", Mode::kRopeKv},
@@ -1261,7 +1272,8 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer] "
-          "[--fp8-rows] [--fp8-wide] [--decode-steps] [--b1-layers] [--int8-wgmma] [--act-quant] [--rope-kv] "
+          "[--fp8-rows] [--fp8-wide] [--decode-steps] [--b1-layers] [--layer-stream] [--int8-wgmma] "
+          "[--act-quant] [--rope-kv] "
           "[--prefill-attn] [--kv-swap]\n");
       return 2;
     }
