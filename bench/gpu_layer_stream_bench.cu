@@ -725,6 +725,36 @@ void bench_layer_stream(cuda::CudaBackend& be, double bw) {
         "the copy ceiling (roofline %.1f us per layer)\n",
         names[mode], sec * 1e6, sec * 1e6 / L, bytes / sec / 1e9, 100.0 * roof / sec, roof * 1e6 / L);
   }
+  // The engine replays decode steps as CUDA graphs: can the cooperative launch be captured, and at what cost?
+  {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    p.mode = kFull;
+    p.num_layers = L;
+    void* args[] = {&p};
+    cudaError_t e = cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed);
+    if (e == cudaSuccess) {
+      cudaError_t op = cudaMemcpyAsync(p.residual, residual0, 4 * kH, cudaMemcpyDeviceToDevice, st);
+      if (op == cudaSuccess) op = cudaMemsetAsync(p.barrier, 0, 4, st);
+      if (op == cudaSuccess)
+        op = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(layer_stream_kernel), dim3(ctas),
+                                         dim3(kThreads), args, static_cast<size_t>(smem), st);
+      e = cudaStreamEndCapture(st, &graph);
+      if (op != cudaSuccess) e = op;
+    }
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+    if (e == cudaSuccess) {
+      const double sec = cuda::time_on_stream(st, 5, [&](int) { XI_CUDA_CHECK(cudaGraphLaunch(exec, st)); });
+      std::printf("layer stream full, as a CUDA graph replay: %8.1f us per token, %6.2f us per layer\n",
+                  sec * 1e6, sec * 1e6 / L);
+    } else {
+      std::printf("layer stream: the cooperative launch does not capture into a CUDA graph here: %s\n",
+                  cudaGetErrorString(e));
+      (void)cudaGetLastError();
+    }
+    if (exec != nullptr) XI_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    if (graph != nullptr) XI_CUDA_CHECK(cudaGraphDestroy(graph));
+  }
   std::printf(
       "layer stream: a token would add the lm_head (bf16 128256 x 4096, ~0.25 ms at m = 1, session 15) and "
       "RoPE + KV write (not in the probe)\n");
