@@ -34,6 +34,8 @@
 //          and W4A16 weights, op by op, chained, and the model's chain without each op in turn, then the bf16
 //          lm_head at m = 1; --layer-stream: the ceilings, the FP8 batch-1 layer as --b1-layers runs it, then
 //          a persistent one-kernel-per-token probe of the same layer, gpu_layer_stream_bench.cu;
+//          --wq-gemm: the ceilings and the weight-only int4 / int8 linears at m 16..2048, dequantize + bf16
+//          GEMM vs the tiled GEMM (wq_gemm.h), gpu_quant_linear_bench.cu;
 //          --int8-wgmma: the ceilings and the W8A8-INT8 GEMM, cuBLASLt + epilogue vs our wgmma kernel with
 //          fused scales vs FP8, at the engine's row counts, gpu_w8a8_gemm_bench.cu;
 //          --act-quant: the ceilings and the W8A8 activation quantization kernels at 1-12288 rows,
@@ -75,6 +77,7 @@ void bench_fp8_rows(cuda::CudaBackend& be, double peak);                       /
 void bench_fp8_wide(cuda::CudaBackend& be, double peak);                       // gpu_w8a8_gemm_bench.cu
 void bench_int8_wgmma(cuda::CudaBackend& be, double peak);                     // gpu_w8a8_gemm_bench.cu
 void bench_layer_stream(cuda::CudaBackend& be, double bw);                     // gpu_layer_stream_bench.cu
+void bench_wq_gemm(cuda::CudaBackend& be, double bw, double peak);             // gpu_quant_linear_bench.cu
 namespace {
 
 __global__ void fill_random_bf16(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
@@ -1058,6 +1061,7 @@ enum class Mode {
   kDecodeSteps,
   kB1Layers,
   kLayerStream,
+  kWqGemm,
   kInt8Wgmma,
   kActQuant,
   kRopeKv,
@@ -1120,6 +1124,9 @@ int run(bool quick, Mode mode) {
       return 0;
     case Mode::kB1Layers:
       bench_b1_layers(be, bw);
+      return 0;
+    case Mode::kWqGemm:
+      bench_wq_gemm(be, bw, peak);
       return 0;
     case Mode::kLayerStream:  // the FP8 layer as the engine runs it, then the persistent probe, same card and
                               // run
@@ -1255,6 +1262,7 @@ int main(int argc, char** argv) {
                {"--decode-steps", Mode::kDecodeSteps},
                {"--b1-layers", Mode::kB1Layers},
                {"--layer-stream", Mode::kLayerStream},
+               {"--wq-gemm", Mode::kWqGemm},
                {"--int8-wgmma", Mode::kInt8Wgmma},
                {"--act-quant", Mode::kActQuant},
                {"--rope-kv", Mode::kRopeKv},
@@ -1272,7 +1280,8 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: gpu_kernel_bench [--quick] [--quant] [--quant-dot] [--w8a8] [--kv-fp8] [--prefill-layer] "
-          "[--fp8-rows] [--fp8-wide] [--decode-steps] [--b1-layers] [--layer-stream] [--int8-wgmma] "
+          "[--fp8-rows] [--fp8-wide] [--decode-steps] [--b1-layers] [--layer-stream] [--wq-gemm] "
+          "[--int8-wgmma] "
           "[--act-quant] [--rope-kv] "
           "[--prefill-attn] [--kv-swap]\n");
       return 2;

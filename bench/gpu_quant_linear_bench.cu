@@ -19,8 +19,9 @@
 //     quantization + FP8 GEMV (m <= 16) / cuBLASLt FP8 GEMM through CudaBackend::linear at the same m: bytes
 //     = e4m3 weight + f32 scales + x + y; TFLOP/s at m = 2048 against the bf16 ceiling (FP8 dense peak is
 //     twice bf16's).
-// Checked first on every shape and format: the GEMV and the dequantize path agree (relative L2 < 1e-2 at
-// m = 1 and 8). Weights rotate among copies totalling >= 512 MiB so L2 (50 MB) does not serve them.
+// bench_wq_gemm (--wq-gemm): the rows past the GEMV (m 17..2048), the dequantize path vs the tiled GEMM
+// (below). Checked first on every shape and format: the GEMV and the dequantize path agree (relative L2 <
+// 1e-2 at m = 1 and 8). Weights rotate among copies totalling >= 512 MiB so L2 (50 MB) does not serve them.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -406,6 +407,80 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
     }
   for (const std::string& l : summary) std::printf("%s\n", l.c_str());
   return summary;
+}
+
+// gpu_kernel_bench --wq-gemm: weight-only int4 / int8 linears past the GEMV's rows (m 17..2048) at the 8B
+// shapes, the dequantize + bf16 GEMM path against the tiled GEMM that reads the quantized weight (wq_gemm.h),
+// both through CudaBackend::linear (set_wq_gemm_max_rows), as CUDA-graph replays of 20 calls over rotating
+// weight copies; the 16-row GEMV beside them. GB/s on the quantized bytes + x + y against the copy ceiling,
+// and TFLOP/s against the bf16 GEMM ceiling. Checked first: the tiled GEMM against the dequantize path at m =
+// 64 (the same bf16 weights: summation order only, relative L2 < 1e-3).
+void bench_wq_gemm(cuda::CudaBackend& be, double bw, double peak) {
+  cudaStream_t s = be.stream();
+  const std::vector<QuantFormat> formats = {{"int4-g128", quant::IntGroupFormat{4, 128, false}},
+                                            {"int4-g128-zp", quant::IntGroupFormat{4, 128, true}},
+                                            {"int8-channel", quant::Int8ChannelFormat{}}};
+  {
+    std::vector<cuda::GemmShape> gs;
+    for (const Linear8b& sh : kLinears8b) gs.push_back({sh.n, sh.k, false, false, 2048, false});
+    cuda::GemmTunerOptions to;
+    to.show_progress = false;
+    std::printf("%s\n", be.gemm().tune(gs, to, s).to_string().c_str());
+  }
+  const int saved = be.wq_gemm_max_rows();
+  for (const QuantFormat& qf : formats)
+    for (const Linear8b& sh : kLinears8b) {
+      QuantTensors first = make_weight(be, qf.format, sh.n, sh.k, 300);
+      const size_t qbytes = be.quant_weight(first.lw).bytes();
+      const int copies = static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / qbytes, 1, 32));
+      std::vector<QuantTensors> ws;
+      ws.push_back(std::move(first));
+      for (int c = 1; c < copies; ++c) ws.push_back(make_weight(be, qf.format, sh.n, sh.k, 300 + 7 * c));
+      auto wi = [&](int i) -> const backend::LinearWeights& {
+        return ws[static_cast<size_t>(i % copies)].lw;
+      };
+      const std::string base = std::string("wq ") + qf.name + " " + sh.name + " n=" + std::to_string(sh.n) +
+                               " k=" + std::to_string(sh.k);
+      {
+        const int m = 64;
+        auto x = be.allocate(DType::kBF16, Shape{m, sh.k});
+        fill_bf16<<<256, 256, 0, s>>>(static_cast<__nv_bfloat16*>(x.view.data),
+                                      static_cast<size_t>(x.view.numel()), 5);
+        auto y1 = be.allocate(DType::kF32, Shape{m, sh.n});
+        auto y2 = be.allocate(DType::kF32, Shape{m, sh.n});
+        be.set_wq_gemm_max_rows(0);
+        be.linear(x.view, wi(0), y1.view);
+        be.set_wq_gemm_max_rows(4096);
+        const int64_t before = be.quant_tiled_gemms();
+        be.linear(x.view, wi(0), y2.view);
+        const double e = rel_l2(be, y2.view, y1.view);
+        std::printf("%s m=64: tiled GEMM vs dequantize path rel L2 %.3g%s\n", base.c_str(), e,
+                    e < 1e-3 && be.quant_tiled_gemms() == before + 1 ? "" : "  CHECK FAILED");
+      }
+      for (int m : {16, 17, 32, 64, 128, 256, 512, 2048}) {
+        auto x = be.allocate(DType::kBF16, Shape{m, sh.k});
+        fill_bf16<<<256, 256, 0, s>>>(static_cast<__nv_bfloat16*>(x.view.data),
+                                      static_cast<size_t>(x.view.numel()), 9);
+        auto y = be.allocate(DType::kBF16, Shape{m, sh.n});
+        const double bytes = static_cast<double>(qbytes + x.view.bytes() + y.view.bytes());
+        const double flops = 2.0 * m * sh.n * sh.k;
+        const std::string what = base + " m=" + std::to_string(m);
+        for (const int rows : {0, 4096}) {
+          if (m <= cuda::kQuantGemvMaxRows && rows > 0) continue;  // m <= 16: the GEMV either way
+          be.set_wq_gemm_max_rows(rows);
+          be.linear(x.view, wi(0), y.view);  // grows the dequantize workspace before a recording
+          const double us = graph_us(s, 20, [&](int i) { be.linear(x.view, wi(i), y.view); });
+          const std::string path = m <= cuda::kQuantGemvMaxRows ? " gemv"
+                                   : rows > 0                   ? " tiled"
+                                                                : " dequantize+gemm";
+          if (m >= 256)
+            line(what + path, us, flops, true, peak);
+          else
+            line(what + path, us, bytes, false, bw);
+        }
+      }
+    }
+  be.set_wq_gemm_max_rows(saved);
 }
 
 }  // namespace xinfer::bench

@@ -5,19 +5,22 @@
 //    int4 per group 32 / 64 / 128 / 256 (symmetric and zero points), int8 per group 32 / 64 / 128 and int8
 //    per channel, n 1 / 7 / 33 / 4097, k 128..4224 incl. a partial last group and a partial last step (k 192,
 //    576), bias, bf16 and f32 out.
-//    f32 out with the scale applied in f32 (group % step == 0) is held to 1e-4 relative L2 (bf16 noise is 4e-3): the kernel's
-//    arithmetic is the oracle's up to summation order; folded scales (int4 g32 / g64, int8 g32) to 1e-2
-//    (one bf16 rounding of each weight);
+//    f32 out with the scale applied in f32 (group % step == 0) is held to 1e-4 relative L2 (bf16 noise is
+//    4e-3): the kernel's arithmetic is the oracle's up to summation order; folded scales (int4 g32 / g64,
+//    int8 g32) to 1e-2 (one bf16 rounding of each weight);
 //  - the CUDA-core GEMV (m 1..4, int4, int8 and W8A8-FP8) in each compiled schedule: f16 products and chunk
 //    sums, so f32 out to 3e-3 relative L2 and bf16 out to 1e-2;
-//  - the dequantize + bf16 GEMM path: m 17..61, and what the GEMV does not take at m = 1 (g_idx act-order, group
+//  - the dequantize + bf16 GEMM path: m 17..61, and what the GEMV does not take at m = 1 (g_idx act-order,
+//  group
 //    16, k % 128 != 0), against the oracle (bf16 weights: 1e-2);
+//  - the tiled GEMM past 16 rows (wq_gemm.h, set_wq_gemm_max_rows) against the oracle (1e-2, bf16 weights);
 //  - the path counters say which path ran; the dequantized weight alone against quant::dequantize_matrix;
 //  - linears recorded in a CUDA graph (GEMV and workspace path) replay bit-identical to eager runs, and a
 //    recording that would grow the workspace fails cleanly and succeeds after end_capture() grew it;
 //  - W8A8-FP8 (per-channel / per-tensor weight scales, dynamic / static activations) against the oracle: the
 //    activations quantize to the CPU's bits, so f32 outputs agree to 1e-3 (tensor-core FP8 accumulation);
-//  - GGUF Q4_0 / Q8_0 rows repacked at load (model/gguf_repack.h) through these kernels vs the GGUF reference;
+//  - GGUF Q4_0 / Q8_0 rows repacked at load (model/gguf_repack.h) through these kernels vs the GGUF
+//  reference;
 //  - supports(): the formats above and W8A8-INT8 (quant_w8a8_int8_test.cpp) yes, GGUF no; bad weights fail
 //    with the format named.
 #include <gtest/gtest.h>
@@ -719,6 +722,52 @@ TEST(QuantLinear, DequantizePathMatchesCpuOracle) {
       EXPECT_EQ(gpu().quant_dequant_gemms(), before + 1) << what << " did not run the dequantize path";
     }
   }
+}
+
+// The tiled GEMM (wq_gemm.h) through linear() once set_wq_gemm_max_rows lets it take m > 16: int4 groups of
+// 32 / 64 / 128 with and without zero points, int8 per group and per channel, n not a multiple of the 128-row
+// tile, m across and within the 64-row tiles, bias, bf16 and f32 out, against the oracle at the bf16-weight
+// tolerance; weights it does not take (g_idx, k % 64 != 0) still run the dequantize path, and m <= 16 the
+// GEMV.
+TEST(QuantLinear, TiledGemmMatchesCpuOracle) {
+  std::mt19937 rng(29);
+  struct Case {
+    quant::WeightFormat f;
+    int64_t n, k;
+    bool act_order;
+    std::vector<int64_t> ms;
+    bool tiled;
+  };
+  const std::vector<Case> cases = {
+      {quant::IntGroupFormat{4, 128, true}, 257, 512, false, {17, 33, 64, 65, 130}, true},
+      {quant::IntGroupFormat{4, 128, false}, 128, 256, false, {64, 200}, true},
+      {quant::IntGroupFormat{4, 32, false}, 64, 256, false, {20}, true},
+      {quant::IntGroupFormat{4, 64, true}, 129, 192, false, {100}, true},
+      {quant::IntGroupFormat{8, 64, true}, 100, 384, false, {33}, true},
+      {quant::IntGroupFormat{8, 128, false}, 300, 256, false, {70}, true},
+      {quant::Int8ChannelFormat{}, 129, 256, false, {18, 40}, true},
+      {quant::IntGroupFormat{4, 128, true}, 1, 128, false, {19}, true},   // one output column
+      {quant::IntGroupFormat{4, 128, true}, 96, 512, true, {20}, false},  // g_idx: the dequantize path
+      {quant::IntGroupFormat{4, 32, false}, 37, 96, false, {17}, false},  // k % 64 != 0: the dequantize path
+  };
+  const int saved = gpu().wq_gemm_max_rows();
+  gpu().set_wq_gemm_max_rows(1024);
+  for (const Case& cs : cases) {
+    QuantCase c = make_case(cs.f, cs.n, cs.k, true, cs.act_order, rng);
+    for (int64_t m : cs.ms) {
+      const int64_t tiled = gpu().quant_tiled_gemms(), dequant = gpu().quant_dequant_gemms();
+      const std::string what = name(c, m, m % 2 == 0) + (cs.act_order ? " g_idx" : "");
+      run_linear(c, m, m % 2 == 0, 1e-2, rng, what);
+      EXPECT_EQ(gpu().quant_tiled_gemms(), tiled + (cs.tiled ? 1 : 0)) << what;
+      EXPECT_EQ(gpu().quant_dequant_gemms(), dequant + (cs.tiled ? 0 : 1)) << what;
+    }
+  }
+  // At most 16 rows the GEMV runs whatever the setting.
+  QuantCase c = make_case(quant::IntGroupFormat{4, 128, false}, 64, 256, false, false, rng);
+  const int64_t tiled = gpu().quant_tiled_gemms();
+  run_linear(c, 16, false, 1e-2, rng, name(c, 16, false));
+  EXPECT_EQ(gpu().quant_tiled_gemms(), tiled);
+  gpu().set_wq_gemm_max_rows(saved);
 }
 
 TEST(QuantLinear, DequantizedWeightMatchesReference) {

@@ -51,12 +51,14 @@
 // and W8A8-FP8 (per-channel or per-tensor weight scales, dynamic per-token or static activation scales:
 // kernels/quant/quantize_activations.h, then cuBLASLt's FP8 GEMM with outer-vector scales,
 // kernels/gemm/cublaslt_fp8_gemm.h), and W8A8-INT8 (int8 activations per token or static, then our int8
-// GEMV for m <= 16, else our wgmma GEMM with the scales fused, w8a8_int8_wgmma.h, or cuBLASLt's int8 GEMM with
-// int32 sums and our scale epilogue, cublaslt_int8_gemm.h: set_int8_gemm).
-// linear() runs up to kQuantGemvMaxRows (16) rows through the quantized tensor-core GEMV where it takes the weight
-// (k % 32 / 16, group % 32, no g_idx), otherwise it dequantizes the weight into a bf16 workspace and runs the
-// tuned bf16 GEMM (prefill, and the slower path for the rest). add_rms_norm_linear fuses dense linears only
-// (quantized ones run the composition). The workspace grows outside recordings only, like the decode one.
+// GEMV for m <= 16, else our wgmma GEMM with the scales fused, w8a8_int8_wgmma.h, or cuBLASLt's int8 GEMM
+// with int32 sums and our scale epilogue, cublaslt_int8_gemm.h: set_int8_gemm). linear() runs up to
+// kQuantGemvMaxRows (16) rows through the quantized tensor-core GEMV where it takes the weight (k % 32 / 16,
+// group % 32, no g_idx); past that, up to set_wq_gemm_max_rows() rows (0 by default), the tiled GEMM that
+// dequantizes in shared memory (wq_gemm.h); otherwise it dequantizes the weight into a bf16 workspace and
+// runs the tuned bf16 GEMM (prefill, and the slower path for the rest). add_rms_norm_linear fuses dense
+// linears only (quantized ones run the composition). The workspace grows outside recordings only, like the
+// decode one.
 //
 // KV cache: bf16, per layer K and V [num_blocks, num_kv_heads, block_size, head_dim] (backend.h).
 // Attention: decodes use the split-KV decode kernel, prefill chunks the tiled tensor-core kernel
@@ -278,6 +280,12 @@ class CudaBackend final : public backend::Backend {
   // kernel (PrefillKernel::kWgmmaWs) instead of kWgmmaSimple. XINFER_PREFILL_WS=0 turns it off at
   // construction (A/B).
   void set_prefill_ws(bool on) { prefill_ws_ = on; }
+  // Weight-only int4 / int8 linears of kQuantGemvMaxRows < m <= rows run the tiled tensor-core GEMM that
+  // reads the quantized weight (wq_gemm.h) instead of dequantizing it into the workspace for the bf16 GEMM; 0
+  // (the default until it is measured on a GPU) keeps the dequantize path. XINFER_WQ_GEMM_MAX_ROWS sets it at
+  // construction. Set it before graphs are recorded.
+  void set_wq_gemm_max_rows(int rows) { wq_gemm_max_rows_ = rows; }
+  int wq_gemm_max_rows() const { return wq_gemm_max_rows_; }
   // Host calls of add_rms_norm_linear / rope_paged_attention that launched the fused kernels so far (a graph
   // recording counts once, its replays not at all).
   int64_t fused_linears() const { return fused_linears_; }
@@ -285,6 +293,7 @@ class CudaBackend final : public backend::Backend {
   // Host calls of linear() on quantized weights that ran the quantized GEMV / dequantize + bf16 GEMM.
   int64_t quant_gemvs() const { return quant_gemvs_; }
   int64_t quant_dequant_gemms() const { return quant_dequant_gemms_; }
+  int64_t quant_tiled_gemms() const { return quant_tiled_gemms_; }  // weight-only linears through wq_gemm.h
   int64_t fp8_gemms() const { return fp8_gemms_; }  // W8A8-FP8 linears (activation quantization + FP8 GEMM)
   int64_t fp8_gemvs() const { return fp8_gemvs_; }  // W8A8-FP8 decode linears (quantization + our FP8 GEMV)
   int64_t int8_gemms() const { return int8_gemms_; }  // W8A8-INT8 linears past the GEMV (quantization + GEMM)
@@ -363,6 +372,7 @@ class CudaBackend final : public backend::Backend {
   std::optional<Int8WgmmaConfig> int8_wgmma_fixed_;  // set_int8_gemm(config name); neither: "auto"
   std::map<std::tuple<int, int, int>, Int8WgmmaConfig> int8_measured_;  // (n, k, row bucket): measure_int8_gemms
   int decode_many_warps_ = 0;
+  int wq_gemm_max_rows_ = 0;  // set_wq_gemm_max_rows
   bool fp8_kv_wgmma_prefill_ = true;
   bool prefill_ws_ = true;
   int64_t fused_rope_attentions_ = 0;
@@ -424,7 +434,8 @@ class CudaBackend final : public backend::Backend {
     const void* weight = nullptr;
   };
   QuantizedInput quantized_input_;
-  int64_t quant_gemvs_ = 0, quant_dequant_gemms_ = 0, fp8_gemms_ = 0, fp8_gemvs_ = 0, int8_gemms_ = 0, int8_gemvs_ = 0;
+  int64_t quant_gemvs_ = 0, quant_dequant_gemms_ = 0, quant_tiled_gemms_ = 0, fp8_gemms_ = 0, fp8_gemvs_ = 0,
+          int8_gemms_ = 0, int8_gemvs_ = 0;
   int64_t w8a8_quantized_inputs_ = 0;
   std::unique_ptr<CublasLtFp8Gemm> fp8_;    // created at the first W8A8-FP8 linear
   std::unique_ptr<CublasLtInt8Gemm> int8_;  // created at the first W8A8-INT8 linear with m > 16

@@ -10,6 +10,9 @@
 //                shorter than 8192 launch_fp8_quant_dot_gemv (x quantized in each CTA: one launch, the bits
 //                of the two-kernel path), longer ones quantize x first, then launch_fp8_dot_gemv (split-K)
 //   m <= kQuantGemvMaxRows and the GEMV takes the weight -> launch_quant_gemv (weights read once per 8 rows)
+//   kQuantGemvMaxRows < m <= wq_gemm_max_rows() (0, off, by default until measured) and wq_gemm_supports ->
+//                launch_wq_gemm (wq_gemm.h): the quantized weight read once per 64 rows, dequantized tile by
+//                tile in shared memory
 //   otherwise -> the weight dequantized to bf16 into a workspace, then the bf16 GEMM (GemmTuner::run, the
 //                tuner's choice for the shape): prefill in every format, and g_idx / odd group sizes at any m
 //                (one log line per weight description: a slower path).
@@ -50,6 +53,7 @@
 #include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
 #include "xinfer/backend/cuda/kernels/gemm/w8a8_int8_wgmma.h"
+#include "xinfer/backend/cuda/kernels/gemm/wq_gemm.h"
 #include "xinfer/backend/cuda/kernels/norm/rms_norm.h"
 #include "xinfer/backend/cuda/kernels/quant/quantize_activations.h"
 #include "xinfer/core/logging.h"
@@ -594,6 +598,12 @@ void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWei
   if (m <= kQuantGemvMaxRows && quant_gemv_supports(q) && reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
     launch_quant_gemv({xp, q, bias, out.data, y_f32, m}, stream_, quant_gemv_default_config(q, options_.gemv_pdl));
     ++quant_gemvs_;
+    return;
+  }
+  if (m > kQuantGemvMaxRows && m <= wq_gemm_max_rows_ && wq_gemm_supports(q) &&
+      reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
+    launch_wq_gemm({xp, q, bias, out.data, y_f32, m}, stream_);
+    ++quant_tiled_gemms_;
     return;
   }
   if (m <= kQuantGemvMaxRows) {

@@ -1,0 +1,227 @@
+// The tiled tensor-core GEMM for weight-only int4 / int8 linears (wq_gemm.h: why, tiling, numerics).
+#include "xinfer/backend/cuda/kernels/gemm/wq_gemm.h"
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "xinfer/backend/cuda/cuda_check.h"
+#include "xinfer/backend/cuda/kernels/cp_async.cuh"
+#include "xinfer/backend/cuda/kernels/device_launch.h"
+#include "xinfer/backend/cuda/kernels/gemm/quant_gemv_math.cuh"
+
+namespace xinfer::cuda {
+namespace {
+
+constexpr int kBN = 128;  // weight rows per CTA
+constexpr int kBM = 64;   // rows of x per CTA
+constexpr int kBK = 64;   // columns per step
+constexpr int kStages = 3;
+constexpr int kWarps = 8;  // 4 along n x 2 along m, 32 x 32 each
+constexpr int kThreads = kWarps * 32;
+constexpr int kStride = kBK + 8;  // bf16 per shared-memory row of x and of the dequantized weight: 144 bytes,
+                                  // so the 8 rows one ldmatrix reads start in different bank groups
+
+template <int kBits>
+constexpr int kRowBytes = kBK* kBits / 8;  // a weight row's bytes per step: 32 (int4) / 64 (int8)
+
+template <int kBits>
+constexpr int smem_bytes() {
+  return kStages * (kBN * kRowBytes<kBits> + kBM * kStride * 2) + kBN * kStride * 2;
+}
+
+struct WqParams {
+  const __nv_bfloat16* x;     // [m, k]
+  const uint8_t* w;           // [n, k * bits / 8]
+  const float* scales;        // [n, groups]
+  const uint8_t* zeros;       // [n, groups] or nullptr
+  const __nv_bfloat16* bias;  // [n] or nullptr
+  void* y;                    // [m, n]
+  bool y_f32;
+  bool is_signed;  // int8 per channel: i8 values, zero 0
+  int m, n, k, groups, group_size;
+};
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// Step `kb`'s raw weight bytes (rows n0.., 16-byte chunks) and x tile (rows m0.., columns kb * 64..) into
+// stage buffers; rows past n / m are zero-filled.
+template <int kBits>
+__device__ __forceinline__ void load_stage(const WqParams& p, int n0, int m0, int kb, uint8_t* wq,
+                                           __nv_bfloat16* xs) {
+  constexpr int kChunksPerRow = kRowBytes<kBits> / 16;  // 2 / 4
+  const size_t row_bytes = static_cast<size_t>(p.k) * kBits / 8;
+  const int tid = static_cast<int>(threadIdx.x);
+#pragma unroll
+  for (int i = 0; i < kBN * kChunksPerRow / kThreads; ++i) {
+    const int idx = tid + i * kThreads, row = idx / kChunksPerRow, c = idx % kChunksPerRow;
+    const bool valid = n0 + row < p.n;
+    const uint8_t* src =
+        valid ? p.w + static_cast<size_t>(n0 + row) * row_bytes + kb * kRowBytes<kBits> + c * 16 : p.w;
+    cp_async_16(smem_u32(wq + row * kRowBytes<kBits> + c * 16), src, valid);
+  }
+#pragma unroll
+  for (int i = 0; i < kBM * (kBK / 8) / kThreads; ++i) {
+    const int idx = tid + i * kThreads, row = idx / (kBK / 8), c = idx % (kBK / 8);
+    const bool valid = m0 + row < p.m;
+    const __nv_bfloat16* src = valid ? p.x + static_cast<size_t>(m0 + row) * p.k + kb * kBK + c * 8 : p.x;
+    cp_async_16(smem_u32(xs + row * kStride + c * 8), src, valid);
+  }
+}
+
+// The stage's weight tile as bf16 s * (q - z) (dequantize8_kernel's rounding): thread t owns 32 consecutive
+// columns of row t / 2 (a 32-column run lies in one group: group % 32 == 0).
+template <int kBits>
+__device__ __forceinline__ void dequantize_tile(const WqParams& p, int n0, int kb, const uint8_t* wq,
+                                                __nv_bfloat16* wd) {
+  const int tid = static_cast<int>(threadIdx.x), row = tid / 2, half = tid % 2;
+  const int n = n0 + row;
+  uint32_t out[16];  // 32 bf16
+  if (n < p.n) {
+    const int col = kb * kBK + half * 32;
+    const size_t si = static_cast<size_t>(n) * p.groups + col / p.group_size;
+    const float s = __ldg(p.scales + si);
+    const int z = p.is_signed ? 0 : p.zeros ? static_cast<int>(__ldg(p.zeros + si)) : (kBits == 4 ? 8 : 128);
+    int v[32];
+    if constexpr (kBits == 4) {
+      const uint4 b = *reinterpret_cast<const uint4*>(wq + row * kRowBytes<4> + half * 16);
+      const uint32_t words[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int j = 0; j < 32; ++j) v[j] = static_cast<int>((words[j / 8] >> (4 * (j % 8))) & 15u);
+    } else {
+      const uint4 b0 = *reinterpret_cast<const uint4*>(wq + row * kRowBytes<8> + half * 32);
+      const uint4 b1 = *reinterpret_cast<const uint4*>(wq + row * kRowBytes<8> + half * 32 + 16);
+      const uint32_t words[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const uint32_t byte = (words[j / 4] >> (8 * (j % 4))) & 0xffu;
+        v[j] = p.is_signed ? static_cast<int>(static_cast<int8_t>(byte)) : static_cast<int>(byte);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+      out[j] = quant_gemv::pack_bf16x2(s * static_cast<float>(v[2 * j] - z),
+                                       s * static_cast<float>(v[2 * j + 1] - z));
+  } else {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) out[j] = 0;
+  }
+  uint4* dst = reinterpret_cast<uint4*>(wd + row * kStride + half * 32);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) dst[j] = make_uint4(out[4 * j], out[4 * j + 1], out[4 * j + 2], out[4 * j + 3]);
+}
+
+// grid: (ceil(m / 64), ceil(n / 128)): the m tiles of one weight tile are consecutive CTAs, so its bytes come
+// from HBM once and from L2 for the others.
+template <int kBits>
+__global__ void __launch_bounds__(kThreads) wq_gemm_kernel(WqParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint8_t* wq = smem;  // [kStages][kBN][row bytes]
+  auto* xs =
+      reinterpret_cast<__nv_bfloat16*>(smem + kStages * kBN * kRowBytes<kBits>);  // [kStages][kBM][kStride]
+  __nv_bfloat16* wd = xs + kStages * kBM * kStride;                               // [kBN][kStride]
+  const int m0 = static_cast<int>(blockIdx.x) * kBM, n0 = static_cast<int>(blockIdx.y) * kBN;
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int wn = warp % 4, wm = warp / 4;
+  const int steps = p.k / kBK;
+  auto stage_w = [&](int s) { return wq + s * kBN * kRowBytes<kBits>; };
+  auto stage_x = [&](int s) { return xs + s * kBM * kStride; };
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < steps) load_stage<kBits>(p, n0, m0, s, stage_w(s), stage_x(s));
+    cp_async_commit();
+  }
+  float acc[2][4][4] = {};  // [n tile of 16][m tile of 8][C fragment]
+  // ldmatrix addresses of this lane: A (weights, rows = n) row lane % 16, column (lane / 16) * 8; B (x, rows
+  // = m) row (lane % 8) + (lane / 16) * 8, column ((lane / 8) % 2) * 8 (two 8-row tiles per x4 load).
+  const int a_row = wn * 32 + lane % 16, a_col = (lane / 16) * 8;
+  const int b_row = wm * 32 + lane % 8 + (lane / 16) * 8, b_col = ((lane / 8) % 2) * 8;
+  for (int kb = 0; kb < steps; ++kb) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // step kb's stage landed; every warp is done with step kb - 1's tiles
+    const int next = kb + kStages - 1;
+    if (next < steps) load_stage<kBits>(p, n0, m0, next, stage_w(next % kStages), stage_x(next % kStages));
+    cp_async_commit();
+    dequantize_tile<kBits>(p, n0, kb, stage_w(kb % kStages), wd);
+    __syncthreads();  // the bf16 weight tile is complete
+    const __nv_bfloat16* xt = stage_x(kb % kStages);
+#pragma unroll
+    for (int ks = 0; ks < kBK / 16; ++ks) {
+      uint32_t a[2][4], b[2][4];
+#pragma unroll
+      for (int at = 0; at < 2; ++at)
+        ldmatrix_x4(a[at], smem_u32(wd + (a_row + at * 16) * kStride + ks * 16 + a_col));
+#pragma unroll
+      for (int bp = 0; bp < 2; ++bp)
+        ldmatrix_x4(b[bp], smem_u32(xt + (b_row + bp * 16) * kStride + ks * 16 + b_col));
+#pragma unroll
+      for (int at = 0; at < 2; ++at)
+#pragma unroll
+        for (int bt = 0; bt < 4; ++bt) {
+          const uint32_t* bb = &b[bt / 2][(bt % 2) * 2];
+          quant_gemv::mma(acc[at][bt], a[at][0], a[at][1], a[at][2], a[at][3], bb[0], bb[1]);
+        }
+    }
+  }
+  cp_async_wait_all();
+  // C fragment: c0, c1 = (weight row g, x rows 2t, 2t + 1), c2, c3 = (row g + 8, the same x rows).
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int at = 0; at < 2; ++at)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int n = n0 + wn * 32 + at * 16 + g + half * 8;
+      if (n >= p.n) continue;
+      const float bias = p.bias ? __bfloat162float(p.bias[n]) : 0.0f;
+#pragma unroll
+      for (int bt = 0; bt < 4; ++bt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int row = m0 + wm * 32 + bt * 8 + 2 * t + c;
+          if (row >= p.m) continue;
+          const float v = acc[at][bt][half * 2 + c] + bias;
+          const size_t i = static_cast<size_t>(row) * p.n + n;
+          if (p.y_f32)
+            static_cast<float*>(p.y)[i] = v;
+          else
+            static_cast<__nv_bfloat16*>(p.y)[i] = __float2bfloat16(v);
+        }
+    }
+}
+
+template <int kBits>
+void launch(const WqParams& p, cudaStream_t stream) {
+  constexpr int smem = smem_bytes<kBits>();
+  raise_smem_limit(reinterpret_cast<const void*>(wq_gemm_kernel<kBits>), smem);
+  const dim3 grid((p.m + kBM - 1) / kBM, (p.n + kBN - 1) / kBN);
+  wq_gemm_kernel<kBits><<<grid, kThreads, smem, stream>>>(p);
+  XI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool wq_gemm_supports(const QuantWeight& w) {
+  return (w.bits == 4 || w.bits == 8) && w.g_idx == nullptr && w.k % kBK == 0 && w.group_size % 32 == 0 &&
+         (!w.is_signed || w.bits == 8) && w.n > 0;
+}
+
+void launch_wq_gemm(const QuantLinearArgs& a, cudaStream_t stream) {
+  XI_CHECK(wq_gemm_supports(a.w)) << "wq GEMM: unsupported weight " << describe(a.w)
+                                  << " (needs bits 4 / 8, no g_idx, k % 64, group % 32)";
+  XI_CHECK(a.m >= 1) << "wq GEMM: m " << a.m;
+  XI_CHECK(reinterpret_cast<uintptr_t>(a.x) % 16 == 0) << "wq GEMM: x must be 16-byte aligned";
+  const WqParams p{a.x,           a.w.w, a.w.scales, a.w.zeros, a.bias,       a.y,           a.y_f32,
+                   a.w.is_signed, a.m,   a.w.n,      a.w.k,     a.w.groups(), a.w.group_size};
+  if (a.w.bits == 4)
+    launch<4>(p, stream);
+  else
+    launch<8>(p, stream);
+}
+
+}  // namespace xinfer::cuda

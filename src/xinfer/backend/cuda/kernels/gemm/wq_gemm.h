@@ -1,0 +1,32 @@
+// The tiled tensor-core GEMM for weight-only int4 / int8 linears at batch sizes past the GEMV's (m > 16):
+// y[m, n] = x[m, k] @ W[n, k]^T (+ bias[n]), W in quant_linear.h's layout (QuantWeight), bf16 x, f32
+// accumulation, y bf16 or f32.
+//
+// Why: past kQuantGemvMaxRows rows, linear() dequantized the whole weight into a bf16 workspace and ran the
+// bf16 GEMM on it: 0.5 (int4) byte read + 2 written + 2 read again per weight, more than a bf16 model's 2
+// bytes, so a W4A16 model decoding 64 sequences ran slower than the same model in bf16. This kernel reads
+// each quantized weight once per 64 rows of x (and the weight tile of the other 64-row tiles of x from L2:
+// consecutive CTAs share it).
+//
+// How: a CTA owns 128 weight rows x 64 rows of x and walks k in steps of 64. A 3-stage cp.async ring brings
+// the step's raw weight bytes and x tile into shared memory; the CTA dequantizes the weight tile into a bf16
+// tile (each weight s * (q - z) rounded to bf16 once: launch_dequantize_weight's values, so the results are
+// the dequantize + GEMM path's up to summation order), then 8 warps (4 along n x 2 along m, 32 x 32 each) run
+// mma.sync m16n8k16 on ldmatrix fragments of both tiles. Rows past n and m are zero-filled and not stored.
+//
+// Requirements (wq_gemm_supports): bits 4 or 8, no g_idx, k % 64 == 0, group % 32 == 0 (int8 per channel: one
+// group of k), x 16-byte aligned (the caller checks the pointer). No allocation, no synchronization:
+// graph-capturable.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
+
+namespace xinfer::cuda {
+
+bool wq_gemm_supports(const QuantWeight& w);
+// XI_CHECK-fails on an unsupported weight or m < 1.
+void launch_wq_gemm(const QuantLinearArgs& a, cudaStream_t stream);
+
+}  // namespace xinfer::cuda
