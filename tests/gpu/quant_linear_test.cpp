@@ -745,9 +745,11 @@ TEST(QuantLinear, TiledGemmMatchesCpuOracle) {
       {quant::IntGroupFormat{4, 64, true}, 129, 192, false, {100}, true},
       {quant::IntGroupFormat{8, 64, true}, 100, 384, false, {33}, true},
       {quant::IntGroupFormat{8, 128, false}, 300, 256, false, {70}, true},
-      {quant::Int8ChannelFormat{}, 129, 256, false, {18, 40}, true},
-      {quant::IntGroupFormat{4, 128, true}, 1, 128, false, {19}, true},   // one output column
-      {quant::IntGroupFormat{4, 128, true}, 96, 512, true, {20}, false},  // g_idx: the dequantize path
+      {quant::Int8ChannelFormat{}, 129, 256, false, {18, 40, 130}, true},
+      {quant::IntGroupFormat{4, 128, true}, 1, 128, false, {19}, true},      // one output column
+      {quant::IntGroupFormat{4, 64, false}, 70, 64, false, {25}, true},      // k = 64: one step
+      {quant::IntGroupFormat{4, 128, false}, 130, 4096, false, {70}, true},  // long k, the 8B model's width
+      {quant::IntGroupFormat{4, 128, true}, 96, 512, true, {20}, false},     // g_idx: the dequantize path
       {quant::IntGroupFormat{4, 32, false}, 37, 96, false, {17}, false},  // k % 64 != 0: the dequantize path
   };
   const int saved = gpu().wq_gemm_max_rows();

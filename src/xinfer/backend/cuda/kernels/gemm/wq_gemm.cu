@@ -63,7 +63,7 @@ __device__ __forceinline__ void load_stage(const WqParams& p, int n0, int m0, in
     const bool valid = n0 + row < p.n;
     const uint8_t* src =
         valid ? p.w + static_cast<size_t>(n0 + row) * row_bytes + kb * kRowBytes<kBits> + c * 16 : p.w;
-    cp_async_16(smem_u32(wq + row * kRowBytes<kBits> + c * 16), src, valid);
+    cp_async_16_stream(smem_u32(wq + row * kRowBytes<kBits> + c * 16), src, valid);  // 256-byte L2 lines
   }
 #pragma unroll
   for (int i = 0; i < kBM * (kBK / 8) / kThreads; ++i) {
@@ -74,39 +74,54 @@ __device__ __forceinline__ void load_stage(const WqParams& p, int n0, int m0, in
   }
 }
 
-// The stage's weight tile as bf16 s * (q - z) (dequantize8_kernel's rounding): thread t owns 32 consecutive
-// columns of row t / 2 (a 32-column run lies in one group: group % 32 == 0).
+// The scale and zero point (as the f32 2^23 + z) of this thread's 32-column run of step kb: loaded before the
+// step's barrier so that their latency overlaps it. Thread t owns columns half * 32.. of row t / 2 (a run
+// lies in one group: group % 32 == 0). Signed int8 reads as u8 ^ 0x80 with zero 128.
+struct RunScale {
+  float s = 0.0f, zf = 0.0f;
+};
 template <int kBits>
-__device__ __forceinline__ void dequantize_tile(const WqParams& p, int n0, int kb, const uint8_t* wq,
-                                                __nv_bfloat16* wd) {
+__device__ __forceinline__ RunScale run_scale(const WqParams& p, int n0, int kb) {
+  const int tid = static_cast<int>(threadIdx.x), n = n0 + tid / 2, col = kb * kBK + (tid % 2) * 32;
+  RunScale r;
+  if (n >= p.n) return r;
+  const size_t si = static_cast<size_t>(n) * p.groups + col / p.group_size;
+  r.s = __ldg(p.scales + si);
+  const uint32_t z = p.is_signed ? 128u
+                     : p.zeros   ? static_cast<uint32_t>(__ldg(p.zeros + si))
+                                 : (kBits == 4 ? 8u : 128u);
+  r.zf = __uint_as_float(0x4B000000u | z);
+  return r;
+}
+
+// The stage's weight tile as bf16 s * (q - z), dequantize8_kernel's values: q - z is formed exactly as
+// (2^23 + q) - (2^23 + z) in f32 (no integer conversion instruction), then one f32 multiply and one rounding
+// to bf16.
+template <int kBits>
+__device__ __forceinline__ void dequantize_tile(const WqParams& p, int n0, const RunScale& rs,
+                                                const uint8_t* wq, __nv_bfloat16* wd) {
   const int tid = static_cast<int>(threadIdx.x), row = tid / 2, half = tid % 2;
-  const int n = n0 + row;
   uint32_t out[16];  // 32 bf16
-  if (n < p.n) {
-    const int col = kb * kBK + half * 32;
-    const size_t si = static_cast<size_t>(n) * p.groups + col / p.group_size;
-    const float s = __ldg(p.scales + si);
-    const int z = p.is_signed ? 0 : p.zeros ? static_cast<int>(__ldg(p.zeros + si)) : (kBits == 4 ? 8 : 128);
-    int v[32];
+  if (n0 + row < p.n) {
+    uint32_t v[32];  // each 2^23 + q as f32 bits
     if constexpr (kBits == 4) {
       const uint4 b = *reinterpret_cast<const uint4*>(wq + row * kRowBytes<4> + half * 16);
       const uint32_t words[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
-      for (int j = 0; j < 32; ++j) v[j] = static_cast<int>((words[j / 8] >> (4 * (j % 8))) & 15u);
+      for (int j = 0; j < 32; ++j) v[j] = 0x4B000000u | ((words[j / 8] >> (4 * (j % 8))) & 15u);
     } else {
       const uint4 b0 = *reinterpret_cast<const uint4*>(wq + row * kRowBytes<8> + half * 32);
       const uint4 b1 = *reinterpret_cast<const uint4*>(wq + row * kRowBytes<8> + half * 32 + 16);
-      const uint32_t words[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+      const uint32_t sx = p.is_signed ? 0x80808080u : 0u;
+      const uint32_t words[8] = {b0.x ^ sx, b0.y ^ sx, b0.z ^ sx, b0.w ^ sx,
+                                 b1.x ^ sx, b1.y ^ sx, b1.z ^ sx, b1.w ^ sx};
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const uint32_t byte = (words[j / 4] >> (8 * (j % 4))) & 0xffu;
-        v[j] = p.is_signed ? static_cast<int>(static_cast<int8_t>(byte)) : static_cast<int>(byte);
-      }
+      for (int j = 0; j < 32; ++j) v[j] = 0x4B000000u | ((words[j / 4] >> (8 * (j % 4))) & 0xffu);
     }
 #pragma unroll
     for (int j = 0; j < 16; ++j)
-      out[j] = quant_gemv::pack_bf16x2(s * static_cast<float>(v[2 * j] - z),
-                                       s * static_cast<float>(v[2 * j + 1] - z));
+      out[j] = quant_gemv::pack_bf16x2(rs.s * (__uint_as_float(v[2 * j]) - rs.zf),
+                                       rs.s * (__uint_as_float(v[2 * j + 1]) - rs.zf));
   } else {
 #pragma unroll
     for (int j = 0; j < 16; ++j) out[j] = 0;
@@ -143,12 +158,13 @@ __global__ void __launch_bounds__(kThreads) wq_gemm_kernel(WqParams p) {
   const int a_row = wn * 32 + lane % 16, a_col = (lane / 16) * 8;
   const int b_row = wm * 32 + lane % 8 + (lane / 16) * 8, b_col = ((lane / 8) % 2) * 8;
   for (int kb = 0; kb < steps; ++kb) {
+    const RunScale rs = run_scale<kBits>(p, n0, kb);
     cp_async_wait<kStages - 2>();
     __syncthreads();  // step kb's stage landed; every warp is done with step kb - 1's tiles
     const int next = kb + kStages - 1;
     if (next < steps) load_stage<kBits>(p, n0, m0, next, stage_w(next % kStages), stage_x(next % kStages));
     cp_async_commit();
-    dequantize_tile<kBits>(p, n0, kb, stage_w(kb % kStages), wd);
+    dequantize_tile<kBits>(p, n0, rs, stage_w(kb % kStages), wd);
     __syncthreads();  // the bf16 weight tile is complete
     const __nv_bfloat16* xt = stage_x(kb % kStages);
 #pragma unroll
@@ -207,14 +223,15 @@ void launch(const WqParams& p, cudaStream_t stream) {
 }  // namespace
 
 bool wq_gemm_supports(const QuantWeight& w) {
-  return (w.bits == 4 || w.bits == 8) && w.g_idx == nullptr && w.k % kBK == 0 && w.group_size % 32 == 0 &&
-         (!w.is_signed || w.bits == 8) && w.n > 0;
+  return (w.bits == 4 || w.bits == 8) && w.g_idx == nullptr && w.k % kBK == 0 && w.group_size >= 32 &&
+         w.group_size % 32 == 0 && (!w.is_signed || w.bits == 8) && w.n > 0;
 }
 
 void launch_wq_gemm(const QuantLinearArgs& a, cudaStream_t stream) {
   XI_CHECK(wq_gemm_supports(a.w)) << "wq GEMM: unsupported weight " << describe(a.w)
                                   << " (needs bits 4 / 8, no g_idx, k % 64, group % 32)";
   XI_CHECK(a.m >= 1) << "wq GEMM: m " << a.m;
+  XI_CHECK((a.w.n + kBN - 1) / kBN <= 65535) << "wq GEMM: n " << a.w.n << " exceeds the grid's y limit";
   XI_CHECK(reinterpret_cast<uintptr_t>(a.x) % 16 == 0) << "wq GEMM: x must be 16-byte aligned";
   const WqParams p{a.x,           a.w.w, a.w.scales, a.w.zeros, a.bias,       a.y,           a.y_f32,
                    a.w.is_signed, a.m,   a.w.n,      a.w.k,     a.w.groups(), a.w.group_size};
