@@ -693,27 +693,35 @@ TEST(QuantLinear, Fp8FusedQuantDotGemvEqualsQuantizeThenGemv) {
         << n << " x " << k;
 }
 
+// A weight and the rows linear() runs it at, for the tests of the paths past the GEMV; `tiled`: whether the
+// tiled GEMM takes it (when enabled).
+struct PathCase {
+  quant::WeightFormat f;
+  int64_t n, k;
+  bool act_order;
+  std::vector<int64_t> ms;
+  bool tiled = false;
+};
+
 TEST(QuantLinear, DequantizePathMatchesCpuOracle) {
   std::mt19937 rng(13);
-  struct Case {
-    quant::WeightFormat f;
-    int64_t n, k;
-    bool act_order;
-    std::vector<int64_t> ms;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<PathCase> cases = {
       {quant::IntGroupFormat{4, 128, true}, 257, 512, false, {17, 33, 61}},
       {quant::IntGroupFormat{4, 32, false}, 64, 256, false, {20}},
       {quant::IntGroupFormat{8, 64, true}, 100, 384, false, {33}},
       {quant::Int8ChannelFormat{}, 129, 256, false, {18, 40}},
       {quant::IntGroupFormat{4, 128, true}, 96, 512, true, {1, 4, 20}},  // act-order: always this path
       {quant::IntGroupFormat{8, 128, false}, 31, 384, true, {1, 9}},
-      {quant::IntGroupFormat{4, 128, false}, 37, 520, false, {1, 17}},   // k % 8 == 0, not % 128: vector dequant
-      {quant::IntGroupFormat{4, 16, true}, 50, 256, false, {1, 3}},      // group 16: no GEMV
-      {quant::IntGroupFormat{4, 32, true}, 40, 80, false, {1, 2}},       // k % 32 != 0
-      {quant::Int8ChannelFormat{}, 5, 72, false, {1}},                   // k % 64 != 0
+      {quant::IntGroupFormat{4, 128, false},
+       37,
+       520,
+       false,
+       {1, 17}},                                                     // k % 8 == 0, not % 128: vector dequant
+      {quant::IntGroupFormat{4, 16, true}, 50, 256, false, {1, 3}},  // group 16: no GEMV
+      {quant::IntGroupFormat{4, 32, true}, 40, 80, false, {1, 2}},   // k % 32 != 0
+      {quant::Int8ChannelFormat{}, 5, 72, false, {1}},               // k % 64 != 0
   };
-  for (const Case& cs : cases) {
+  for (const PathCase& cs : cases) {
     QuantCase c = make_case(cs.f, cs.n, cs.k, true, cs.act_order, rng);
     for (int64_t m : cs.ms) {
       const int64_t before = gpu().quant_dequant_gemms();
@@ -731,14 +739,7 @@ TEST(QuantLinear, DequantizePathMatchesCpuOracle) {
 // GEMV.
 TEST(QuantLinear, TiledGemmMatchesCpuOracle) {
   std::mt19937 rng(29);
-  struct Case {
-    quant::WeightFormat f;
-    int64_t n, k;
-    bool act_order;
-    std::vector<int64_t> ms;
-    bool tiled;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<PathCase> cases = {
       {quant::IntGroupFormat{4, 128, true}, 257, 512, false, {17, 33, 64, 65, 130}, true},
       {quant::IntGroupFormat{4, 128, false}, 128, 256, false, {64, 200}, true},
       {quant::IntGroupFormat{4, 32, false}, 64, 256, false, {20}, true},
@@ -754,7 +755,7 @@ TEST(QuantLinear, TiledGemmMatchesCpuOracle) {
   };
   const int saved = gpu().wq_gemm_max_rows();
   gpu().set_wq_gemm_max_rows(1024);
-  for (const Case& cs : cases) {
+  for (const PathCase& cs : cases) {
     QuantCase c = make_case(cs.f, cs.n, cs.k, true, cs.act_order, rng);
     for (int64_t m : cs.ms) {
       const int64_t tiled = gpu().quant_tiled_gemms(), dequant = gpu().quant_dequant_gemms();
