@@ -32,6 +32,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -39,6 +40,7 @@
 #include "xinfer/backend/cuda/kernels/gemm/int4_decode_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
+#include "xinfer/backend/cuda/kernels/gemm/wq_gemm.h"
 #include "xinfer/backend/cuda/kernels/quant/quantize_activations.h"
 #include "xinfer/model/gguf_repack.h"
 #include "xinfer/quant/gguf_types.h"
@@ -765,6 +767,31 @@ TEST(QuantLinear, TiledGemmMatchesCpuOracle) {
       EXPECT_EQ(gpu().quant_dequant_gemms(), dequant + (cs.tiled ? 0 : 1)) << what;
     }
   }
+  // Each tile width launched directly (linear() picks by shape; the cases above are small enough to take 32).
+  for (const int tile : {128, 64, 32})
+    for (const auto& [f, n, k, m] : std::vector<std::tuple<quant::WeightFormat, int64_t, int64_t, int64_t>>{
+             {quant::IntGroupFormat{4, 128, true}, 257, 512, 65},
+             {quant::IntGroupFormat{4, 32, false}, 200, 128, 17},
+             {quant::Int8ChannelFormat{}, 129, 256, 40},
+             {quant::IntGroupFormat{8, 64, true}, 96, 192, 130}}) {
+      QuantCase c = make_case(f, n, k, true, false, rng);
+      const std::vector<float> x = random_bf16(static_cast<size_t>(m * k), rng);
+      auto xd = gpu().upload(host_view(x, Shape{m, k}), DType::kBF16);
+      auto yd = gpu().allocate(DType::kF32, Shape{m, n});
+      poison(yd.view);
+      cuda::launch_wq_gemm(
+          {static_cast<const __nv_bfloat16*>(xd.view.data), gpu().quant_weight(c.lw),
+           static_cast<const __nv_bfloat16*>(c.lw.bias.data), yd.view.data, true, static_cast<int>(m)},
+          gpu().stream(), tile);
+      const Compare cmp = compare(download(gpu(), yd.view), oracle(c, x, m));
+      const std::string what = name(c, m, true) + " tile rows " + std::to_string(tile);
+      EXPECT_EQ(cmp.nans, 0) << what << ": unwritten outputs";
+      EXPECT_LT(cmp.rel_l2, 1e-2) << what;
+    }
+  EXPECT_EQ(cuda::wq_gemm_tile_rows(64, 28672, 132), 128);  // the 8B gate_up at 64 rows: 224 CTAs
+  EXPECT_EQ(cuda::wq_gemm_tile_rows(64, 4096, 132), 32);    // o / down: 128 CTAs instead of 32
+  EXPECT_EQ(cuda::wq_gemm_tile_rows(128, 6144, 132), 64);   // qkv at 128 rows: 2 x 96 CTAs
+
   // At most 16 rows the GEMV runs whatever the setting.
   QuantCase c = make_case(quant::IntGroupFormat{4, 128, false}, 64, 256, false, false, rng);
   const int64_t tiled = gpu().quant_tiled_gemms();

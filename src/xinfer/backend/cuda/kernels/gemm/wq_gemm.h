@@ -8,10 +8,12 @@
 // each quantized weight once per 64 rows of x (and the weight tile of the other 64-row tiles of x from L2:
 // consecutive CTAs share it).
 //
-// How: a CTA owns 128 weight rows x 64 rows of x and walks k in steps of 64. A 3-stage cp.async ring brings
-// the step's raw weight bytes and x tile into shared memory; the CTA dequantizes the weight tile into a bf16
-// tile (each weight s * (q - z) rounded to bf16 once: launch_dequantize_weight's values, so the results are
-// the dequantize + GEMM path's up to summation order), then 8 warps (4 along n x 2 along m, 32 x 32 each) run
+// How: a CTA owns 128, 64 or 32 weight rows (wq_gemm_tile_rows: the widest whose grid still gives every SM a
+// CTA: at m <= 64 the 4096-row linears of an 8B model would otherwise run 32 CTAs) x 64 rows of x and walks k
+// in steps of 64. A 3-stage cp.async ring brings the step's raw weight bytes and x tile into shared memory;
+// the CTA dequantizes the weight tile into a bf16 tile (each weight s * (q - z) rounded to bf16 once:
+// launch_dequantize_weight's values, so the results are the dequantize + GEMM path's up to summation order),
+// then 8 warps (32 weight rows each, the CTA's 64 rows of x split among the warps that share them) run
 // mma.sync m16n8k16 on ldmatrix fragments of both tiles. Rows past n and m are zero-filled and not stored.
 //
 // Requirements (wq_gemm_supports): bits 4 or 8, no g_idx, k % 64 == 0, group % 32 == 0 (int8 per channel: one
@@ -26,7 +28,10 @@
 namespace xinfer::cuda {
 
 bool wq_gemm_supports(const QuantWeight& w);
-// XI_CHECK-fails on an unsupported weight or m < 1.
-void launch_wq_gemm(const QuantLinearArgs& a, cudaStream_t stream);
+// The weight rows per CTA launch_wq_gemm takes for m rows of x and n weight rows on a device of `sms` SMs.
+int wq_gemm_tile_rows(int m, int n, int sms);
+// XI_CHECK-fails on an unsupported weight or m < 1. tile_rows: 128, 64 or 32 weight rows per CTA, or 0: by
+// wq_gemm_tile_rows (tests pin each).
+void launch_wq_gemm(const QuantLinearArgs& a, cudaStream_t stream, int tile_rows = 0);
 
 }  // namespace xinfer::cuda
