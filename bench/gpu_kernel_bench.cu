@@ -32,8 +32,9 @@
 //          algorithm cuBLASLt has for the shape (XINFER_BENCH_FP8_WIDE_ROWS=m1,m2,.. picks the rows);
 //          --b1-layers: the ceilings and the batch-1 decode layer in bf16, FP8, W8A16
 //          and W4A16 weights, op by op, chained, and the model's chain without each op in turn, then the bf16
-//          lm_head at m = 1; --layer-stream: the ceilings, the FP8 batch-1 layer as --b1-layers runs it, then
-//          a persistent one-kernel-per-token probe of the same layer, gpu_layer_stream_bench.cu;
+//          lm_head at m = 1; --layer-stream: the ceilings, the FP8 and W8A16 batch-1 layers as --b1-layers
+//          runs them, then a persistent one-kernel-per-token probe of the same layer,
+//          gpu_layer_stream_bench.cu;
 //          --wq-gemm: the ceilings and the weight-only int4 / int8 linears at m 16..2048, dequantize + bf16
 //          GEMM vs the tiled GEMM (wq_gemm.h), gpu_quant_linear_bench.cu;
 //          --int8-wgmma: the ceilings and the W8A8-INT8 GEMM, cuBLASLt + epilogue vs our wgmma kernel with
@@ -1128,10 +1129,11 @@ int run(bool quick, Mode mode) {
     case Mode::kWqGemm:
       bench_wq_gemm(be, bw, peak);
       return 0;
-    case Mode::kLayerStream:  // the FP8 layer as the engine runs it, then the persistent probe, same card and
-                              // run
-      bench_decode_layer(be, bw, B1Format::kFp8);
-      be.synchronize();
+    case Mode::kLayerStream:  // the FP8 / W8A16 layers as the engine runs them, then the persistent probe
+      for (const B1Format f : {B1Format::kFp8, B1Format::kW8a16}) {
+        bench_decode_layer(be, bw, f);
+        be.synchronize();
+      }
       bench_layer_stream(be, bw);
       return 0;
   }

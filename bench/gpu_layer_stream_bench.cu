@@ -14,9 +14,10 @@
 //   every CTA from L2.
 //
 // The layer: Llama-3.1-8B shape, W8A8-FP8 (e4m3 weights with a scale per row, e4m3 activations with a scale
-// per token). RMSNorm + quantization, qkv, decode attention over a bf16 cache of 256 tokens (a CTA per q
-// head; no RoPE and no KV write: both are small), o (+ residual), RMSNorm + quantization, gate_up with the
-// SwiGLU in its epilogue (rows interleaved 4 gate / 4 up per chunk), quantization, down (+ residual).
+// per token), or W8A16 (int8 weights with a scale per row, activations in f16) on the same weight bytes.
+// RMSNorm + quantization, qkv, decode attention over a bf16 cache of 256 tokens (a CTA per q head; no RoPE
+// and no KV write: both are small), o (+ residual), RMSNorm + quantization, gate_up with the SwiGLU in its
+// epilogue (rows interleaved 4 gate / 4 up per chunk), quantization, down (+ residual).
 //
 // Modes:
 // - full: the layer as above;
@@ -207,9 +208,31 @@ __device__ __forceinline__ float dot16(const uint4& w, const uint32_t (&x)[8]) {
   return f.x + f.y;
 }
 
-// The stage input: x = e4m3(v * rms * gamma / s) into sm.x, s = max|.| / 448 returned (kNorm: RMSNorm first).
+// W8A16: 16 int8 weights times 16 f16 inputs (x / 16, so 8 sums of at most 128 x |x| / 16 stay in f16's
+// range): each byte pair becomes f16 (1024 + 128 + q) with one PRMT (u = q ^ 0x80 in the mantissa of 1024 +
+// u), one f16 subtract of 1152 gives q exactly, then the same two f16 accumulators as dot16. host_linear
+// emulates it.
+__device__ __forceinline__ float dot16_i8(const uint4& w, const uint32_t (&x)[8]) {
+  const uint32_t ws[4] = {w.x ^ 0x80808080u, w.y ^ 0x80808080u, w.z ^ 0x80808080u, w.w ^ 0x80808080u};
+  const __half2 bias = __float2half2_rn(1152.0f);
+  __half2 a = __float2half2_rn(0.0f);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const __half2 lo = __hsub2(as_half2(__byte_perm(ws[j], 0x64646464u, 0x4140)), bias);
+    const __half2 hi = __hsub2(as_half2(__byte_perm(ws[j], 0x64646464u, 0x4342)), bias);
+    a = __hfma2(lo, as_half2(x[2 * j]), a);
+    a = __hfma2(hi, as_half2(x[2 * j + 1]), a);
+  }
+  const float2 f = __half22float2(a);
+  return f.x + f.y;
+}
+
+// The stage input into sm.x, v * rms * gamma (kNorm: RMSNorm first), and the factor that turns a dot product
+// over sm.x back into the linear's output (before the weight row's scale):
+// - FP8 (!kW8a16): e4m3(v / s) times 2^-8, s = max|.| / 448 per token; the factor is s * 256;
+// - W8A16: f16(v / 16); the factor is 16.
 // v was written by other CTAs: read past L1.
-template <int N, bool kNorm>
+template <int N, bool kNorm, bool kW8a16>
 __device__ float load_stage_input(StreamSmem& sm, const float* v, const __nv_bfloat16* gamma, float eps) {
   static_assert(N % (4 * kConsumers) == 0, "float4 per thread");
   constexpr int kPer = N / (4 * kConsumers);
@@ -232,6 +255,16 @@ __device__ float load_stage_input(StreamSmem& sm, const float* v, const __nv_bfl
           make_float4(r[i].x * inv * g01.x, r[i].y * inv * g01.y, r[i].z * inv * g23.x, r[i].w * inv * g23.y);
     }
   }
+  if constexpr (kW8a16) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      __half2* dst = reinterpret_cast<__half2*>(sm.x + 4 * (t + i * kConsumers));
+      dst[0] = __floats2half2_rn(r[i].x / 16.0f, r[i].y / 16.0f);
+      dst[1] = __floats2half2_rn(r[i].z / 16.0f, r[i].w / 16.0f);
+    }
+    named_barrier_sync(1, kConsumers);  // x complete before any warp reads it
+    return 16.0f;
+  }
   float m = 0;
 #pragma unroll
   for (int i = 0; i < kPer; ++i)
@@ -250,7 +283,7 @@ __device__ float load_stage_input(StreamSmem& sm, const float* v, const __nv_bfl
     dst[1] = __hmul2(e4m3x2_to_half2(hi), down);
   }
   named_barrier_sync(1, kConsumers);  // x complete before any warp reads it
-  return s;
+  return s * 256.0f;                  // undoes x's 2^-8
 }
 
 // The CTA's chunks [first, last) of linear `lin`.
@@ -261,16 +294,16 @@ __device__ __forceinline__ void chunk_range(int lin, int& first, int& last) {
 }
 
 // One linear over the CTA's chunks as they land in the ring; `it` counts chunks through the ring.
-template <int kLin>
+// out_scale: load_stage_input's factor.
+template <int kLin, bool kW8a16>
 __device__ void consume_linear(StreamSmem& sm, const StreamParams& p, const StreamLayer& L, int& it,
-                               float s_x) {
+                               float out_scale) {
   constexpr int k = linear_k(kLin), R = rows_per_chunk(k), wpr = kConsumerWarps / R, kb = k / wpr;
   constexpr int passes = kb / 512;
   static_assert(kb % 512 == 0, "a warp's share of a row is whole 512-byte passes");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = warp / wpr, part = warp % wpr;
   const float* scale = L.scale[kLin];
-  const float out_scale = s_x * 256.0f;  // undoes x's 2^-8
   // A lane meets the same 16-byte columns of x in every chunk of the stage: they live in registers.
   uint32_t xr[passes][8];
 #pragma unroll
@@ -289,7 +322,10 @@ __device__ void consume_linear(StreamSmem& sm, const StreamParams& p, const Stre
     const uint8_t* wrow = sm.slot[s] + row * k + part * kb + lane * 16;
     float acc = 0;
 #pragma unroll
-    for (int i = 0; i < passes; ++i) acc += dot16(*reinterpret_cast<const uint4*>(wrow + i * 512), xr[i]);
+    for (int i = 0; i < passes; ++i) {
+      const uint4 w = *reinterpret_cast<const uint4*>(wrow + i * 512);
+      acc += kW8a16 ? dot16_i8(w, xr[i]) : dot16(w, xr[i]);
+    }
     acc = warp_sum(acc);  // every lane's slot reads are done
     float* partial = sm.part[it & 1];
     if (lane == 0) {
@@ -383,6 +419,7 @@ __device__ void produce(StreamSmem& sm, const StreamParams& p) {
   }
 }
 
+template <bool kW8a16>
 __device__ void consume(StreamSmem& sm, const StreamParams& p) {
   int it = 0;
   if (p.mode == kStreamOnly) {
@@ -403,8 +440,8 @@ __device__ void consume(StreamSmem& sm, const StreamParams& p) {
   for (int l = 0; l < p.num_layers; ++l) {
     const StreamLayer& L = p.layers[l];
     grid_barrier(p.barrier, ++epoch);  // the previous layer's down projection is in the residual
-    float s = load_stage_input<kH, true>(sm, p.residual, L.norm1, p.eps);
-    consume_linear<0>(sm, p, L, it, s);
+    float s = load_stage_input<kH, true, kW8a16>(sm, p.residual, L.norm1, p.eps);
+    consume_linear<0, kW8a16>(sm, p, L, it, s);
     grid_barrier(p.barrier, ++epoch);
     const float* o_in = p.qkv;
     if (p.mode == kFull) {
@@ -413,17 +450,19 @@ __device__ void consume(StreamSmem& sm, const StreamParams& p) {
       grid_barrier(p.barrier, ++epoch);
       o_in = p.attn;
     }
-    s = load_stage_input<kH, false>(sm, o_in, nullptr, 0.0f);
-    consume_linear<1>(sm, p, L, it, s);
+    s = load_stage_input<kH, false, kW8a16>(sm, o_in, nullptr, 0.0f);
+    consume_linear<1, kW8a16>(sm, p, L, it, s);
     grid_barrier(p.barrier, ++epoch);
-    s = load_stage_input<kH, true>(sm, p.residual, L.norm2, p.eps);
-    consume_linear<2>(sm, p, L, it, s);
+    s = load_stage_input<kH, true, kW8a16>(sm, p.residual, L.norm2, p.eps);
+    consume_linear<2, kW8a16>(sm, p, L, it, s);
     grid_barrier(p.barrier, ++epoch);
-    s = load_stage_input<kI, false>(sm, p.act, nullptr, 0.0f);
-    consume_linear<3>(sm, p, L, it, s);
+    s = load_stage_input<kI, false, kW8a16>(sm, p.act, nullptr, 0.0f);
+    consume_linear<3, kW8a16>(sm, p, L, it, s);
   }
 }
 
+// kW8a16: the weights are int8 per channel and x stays in f16 (W8A16) instead of e4m3 weights and x (FP8).
+template <bool kW8a16>
 __global__ void __launch_bounds__(kThreads, 1) layer_stream_kernel(const StreamParams p) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
   StreamSmem& sm = *reinterpret_cast<StreamSmem*>(smem_raw);
@@ -439,7 +478,7 @@ __global__ void __launch_bounds__(kThreads, 1) layer_stream_kernel(const StreamP
     if (threadIdx.x == kConsumers) produce(sm, p);
     return;
   }
-  consume(sm, p);
+  consume<kW8a16>(sm, p);
 }
 
 __global__ void fill_e4m3_codes(uint8_t* p, size_t n, uint32_t seed) {
@@ -475,26 +514,35 @@ struct HostLayer {
   std::vector<uint16_t> norm1, norm2, k, v;
 };
 
-// The kernel's quantization on the host: s = max|v| / 448, codes rounded by the same conversion; returns the
-// e4m3 values (times s: the dequantized input).
-std::vector<double> host_quantize(const std::vector<double>& v, double* s_out) {
+// load_stage_input on the host: x as the device holds it (FP8: the e4m3 codes' values times 2^-8, s = max|v|
+// / 448 by the same f32 operations and conversion; W8A16: f16(v / 16)) and the factor the dot products take.
+std::vector<double> host_stage_input(const std::vector<double>& v, bool w8a16, double* factor) {
+  std::vector<double> x(v.size());
+  if (w8a16) {
+    for (size_t i = 0; i < v.size(); ++i)
+      x[i] = __half2float(__float2half_rn(static_cast<float>(v[i]) / 16.0f));
+    *factor = 16.0;
+    return x;
+  }
   double m = 0;
-  for (double x : v) m = std::max(m, std::fabs(x));
+  for (double e : v) m = std::max(m, std::fabs(e));
   const float s = m > 0 ? static_cast<float>(m) / kFp8Max : 1.0f, inv_s = 1.0f / s;
-  std::vector<double> q(v.size());
   for (size_t i = 0; i < v.size(); ++i)
-    q[i] = e4m3_value(__nv_cvt_float_to_fp8(static_cast<float>(v[i]) * inv_s, __NV_SATFINITE, __NV_E4M3));
-  *s_out = s;
-  return q;
+    x[i] = e4m3_value(__nv_cvt_float_to_fp8(static_cast<float>(v[i]) * inv_s, __NV_SATFINITE, __NV_E4M3)) /
+           256.0;
+  *factor = static_cast<double>(s) * 256.0;
+  return x;
 }
-// dot16's arithmetic on the host: x as the device holds it (xq times 2^-8, exact in f16), per 16 columns an
-// even and an odd f16 accumulator each rounded once per product (a double holds the exact sum), then the sums
-// in higher precision (the device's f32 additions differ from these in the last bits only). Rows over all
+// dot16 / dot16_i8 on the host: per 16 columns an even and an odd f16 accumulator, each rounded once per
+// product (a double holds the exact a + w * x), then the sums in higher precision (the device's f32 additions
+// differ from these in the last bits only); times the row's scale and the stage's factor. Rows over all
 // cores.
-std::vector<double> host_linear(const HostLayer& L, int lin, const std::vector<double>& xq, double s_x) {
+std::vector<double> host_linear(const HostLayer& L, int lin, const std::vector<double>& x, double factor,
+                                bool w8a16) {
   const int n = linear_n(lin), k = linear_k(lin);
   float table[256];
-  for (int c = 0; c < 256; ++c) table[c] = e4m3_value(static_cast<uint8_t>(c));
+  for (int c = 0; c < 256; ++c)
+    table[c] = w8a16 ? static_cast<float>(static_cast<int8_t>(c)) : e4m3_value(static_cast<uint8_t>(c));
   std::vector<double> y(static_cast<size_t>(n));
   auto rows = [&](int r0, int r1) {
     for (int r = r0; r < r1; ++r) {
@@ -503,11 +551,10 @@ std::vector<double> host_linear(const HostLayer& L, int lin, const std::vector<d
       for (int g = 0; g < k; g += 16) {
         double a[2] = {0, 0};
         for (int j = 0; j < 16; ++j)
-          a[j & 1] = __half2float(
-              __double2half(a[j & 1] + table[w[g + j]] * (xq[static_cast<size_t>(g + j)] / 256.0)));
+          a[j & 1] = __half2float(__double2half(a[j & 1] + table[w[g + j]] * x[static_cast<size_t>(g + j)]));
         acc += a[0] + a[1];
       }
-      y[static_cast<size_t>(r)] = acc * 256.0 * L.scale[lin][static_cast<size_t>(r)] * s_x;
+      y[static_cast<size_t>(r)] = acc * L.scale[lin][static_cast<size_t>(r)] * factor;
     }
   };
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -528,10 +575,10 @@ std::vector<double> host_rms_norm(const std::vector<double>& v, const std::vecto
 struct HostOut {
   std::vector<double> qkv, act;
 };
-HostOut host_layer(const HostLayer& L, std::vector<double>& res, double eps, double attn_scale) {
+HostOut host_layer(const HostLayer& L, std::vector<double>& res, double eps, double attn_scale, bool w8a16) {
   double s = 0;
-  std::vector<double> xq = host_quantize(host_rms_norm(res, L.norm1, eps), &s);
-  std::vector<double> qkv = host_linear(L, 0, xq, s);
+  std::vector<double> xq = host_stage_input(host_rms_norm(res, L.norm1, eps), w8a16, &s);
+  std::vector<double> qkv = host_linear(L, 0, xq, s, w8a16);
   std::vector<double> attn(static_cast<size_t>(kH));
   for (int h = 0; h < kHq; ++h) {
     const int kvh = h / (kHq / kHkv);
@@ -554,19 +601,19 @@ HostOut host_layer(const HostLayer& L, std::vector<double>& res, double eps, dou
       attn[static_cast<size_t>(h * kD + i)] = o / sum;
     }
   }
-  xq = host_quantize(attn, &s);
-  std::vector<double> y = host_linear(L, 1, xq, s);
+  xq = host_stage_input(attn, w8a16, &s);
+  std::vector<double> y = host_linear(L, 1, xq, s, w8a16);
   for (int i = 0; i < kH; ++i) res[static_cast<size_t>(i)] += y[static_cast<size_t>(i)];
-  xq = host_quantize(host_rms_norm(res, L.norm2, eps), &s);
-  const std::vector<double> gu = host_linear(L, 2, xq, s);
+  xq = host_stage_input(host_rms_norm(res, L.norm2, eps), w8a16, &s);
+  const std::vector<double> gu = host_linear(L, 2, xq, s, w8a16);
   std::vector<double> act(static_cast<size_t>(kI));
   for (int c = 0; c < kI / 4; ++c)
     for (int t = 0; t < 4; ++t) {
       const double g = gu[static_cast<size_t>(c * 8 + t)], u = gu[static_cast<size_t>(c * 8 + 4 + t)];
       act[static_cast<size_t>(c * 4 + t)] = g / (1.0 + std::exp(-g)) * u;
     }
-  xq = host_quantize(act, &s);
-  y = host_linear(L, 3, xq, s);
+  xq = host_stage_input(act, w8a16, &s);
+  y = host_linear(L, 3, xq, s, w8a16);
   for (int i = 0; i < kH; ++i) res[static_cast<size_t>(i)] += y[static_cast<size_t>(i)];
   return {std::move(qkv), std::move(act)};
 }
@@ -589,8 +636,11 @@ void bench_layer_stream(cuda::CudaBackend& be, double bw) {
   XI_CUDA_CHECK(cudaGetDevice(&dev));
   XI_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
   const int smem = static_cast<int>(sizeof(StreamSmem));
-  XI_CUDA_CHECK(cudaFuncSetAttribute(layer_stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  XI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layer_stream_kernel, kThreads, smem));
+  for (const void* k : {reinterpret_cast<const void*>(layer_stream_kernel<false>),
+                        reinterpret_cast<const void*>(layer_stream_kernel<true>)})
+    XI_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  XI_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, layer_stream_kernel<false>, kThreads, smem));
   const int ctas = be.num_sms();
   std::printf(
       "layer stream: %d CTAs of %d threads, %d B of shared memory each (%d slots of %d KB), %d per SM, "
@@ -656,21 +706,26 @@ void bench_layer_stream(cuda::CudaBackend& be, double bw) {
   XI_CUDA_CHECK(cudaMemcpyAsync(residual0, res0.data(), 4 * kH, cudaMemcpyHostToDevice, st));
   be.synchronize();  // every upload above is ordered after its allocation's zeroing on the backend's stream
 
-  auto launch = [&](int mode, int num_layers) {
+  // The same weight bytes serve both formats: FP8 reads them as e4m3 codes, W8A16 as int8.
+  auto kernel = [](bool w8a16) {
+    return w8a16 ? reinterpret_cast<const void*>(layer_stream_kernel<true>)
+                 : reinterpret_cast<const void*>(layer_stream_kernel<false>);
+  };
+  auto launch = [&](int mode, int num_layers, bool w8a16) {
     p.mode = mode;
     p.num_layers = num_layers;
     XI_CUDA_CHECK(cudaMemcpyAsync(p.residual, residual0, 4 * kH, cudaMemcpyDeviceToDevice, st));
     XI_CUDA_CHECK(cudaMemsetAsync(p.barrier, 0, 4, st));
     void* args[] = {&p};
-    XI_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(layer_stream_kernel), dim3(ctas),
-                                              dim3(kThreads), args, static_cast<size_t>(smem), st));
+    XI_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel(w8a16), dim3(ctas), dim3(kThreads), args,
+                                              static_cast<size_t>(smem), st));
     XI_CUDA_CHECK_LAUNCH();
   };
 
-  // ---- check: 2 layers of the full mode against the host ----
-  {
+  // ---- check: 2 layers of the full mode against the host, each format ----
+  for (const bool w8a16 : {false, true}) {
     const int check_layers = 2;
-    launch(kFull, check_layers);
+    launch(kFull, check_layers, w8a16);
     std::vector<float> res(kH), act(kI), qkv(kQkvRows);
     XI_CUDA_CHECK(cudaStreamSynchronize(st));
     XI_CUDA_CHECK(cudaMemcpy(res.data(), p.residual, 4 * kH, cudaMemcpyDeviceToHost));
@@ -697,7 +752,7 @@ void bench_layer_stream(cuda::CudaBackend& be, double bw) {
       h.norm2 = bf16_back(sl.norm2, kH);
       h.k = bf16_back(sl.k_cache, size_t{kCtx} * kHkv * kD);
       h.v = bf16_back(sl.v_cache, size_t{kCtx} * kHkv * kD);
-      hout = host_layer(h, href, p.eps, p.attn_scale);
+      hout = host_layer(h, href, p.eps, p.attn_scale, w8a16);
     }
     auto norm = [](const std::vector<double>& v) {
       double n = 0;
@@ -707,23 +762,30 @@ void bench_layer_stream(cuda::CudaBackend& be, double bw) {
     const double e_res = rel_l2_host(res, href), e_act = rel_l2_host(act, hout.act),
                  e_qkv = rel_l2_host(qkv, hout.qkv);
     std::printf(
-        "layer stream check (%d layers, full) vs host reference (norms %.3g / %.3g / %.3g): residual rel L2 "
+        "layer stream %s check (%d layers, full) vs host reference (norms %.3g / %.3g / %.3g): residual rel "
+        "L2 "
         "%.2e, last qkv %.2e, last SwiGLU output %.2e: %s\n",
-        check_layers, norm(href), norm(hout.qkv), norm(hout.act), e_res, e_qkv, e_act,
-        e_res < 1e-2 && e_qkv < 1e-2 && e_act < 1e-2 ? "ok" : "MISMATCH");
+        w8a16 ? "w8a16" : "fp8", check_layers, norm(href), norm(hout.qkv), norm(hout.act), e_res, e_qkv,
+        e_act, e_res < 1e-2 && e_qkv < 1e-2 && e_act < 1e-2 ? "ok" : "MISMATCH");
   }
 
   // ---- timing: one launch is one token's 32 layers ----
   const double kv_bytes = 2.0 * kCtx * kHkv * kD * 2;
   const char* names[] = {"full", "no attention", "stream only"};
-  for (const int mode : {kStreamOnly, kNoAttention, kFull}) {
-    const double sec = cuda::time_on_stream(st, 5, [&](int) { launch(mode, L); });
+  for (const auto& [mode, w8a16] : std::vector<std::pair<int, bool>>{{kStreamOnly, false},
+                                                                     {kNoAttention, false},
+                                                                     {kFull, false},
+                                                                     {kNoAttention, true},
+                                                                     {kFull, true}}) {
+    const double sec = cuda::time_on_stream(st, 5, [&](int) { launch(mode, L, w8a16); });
     const double bytes = weight_bytes + (mode == kFull ? L * kv_bytes : 0.0);
     const double roof = bytes / (bw * 1e9);
     std::printf(
-        "layer stream %-12s: %8.1f us per token (32 layers), %6.2f us per layer, %6.1f GB/s = %5.1f%% of "
+        "layer stream %-5s %-12s: %8.1f us per token (32 layers), %6.2f us per layer, %6.1f GB/s = %5.1f%% "
+        "of "
         "the copy ceiling (roofline %.1f us per layer)\n",
-        names[mode], sec * 1e6, sec * 1e6 / L, bytes / sec / 1e9, 100.0 * roof / sec, roof * 1e6 / L);
+        w8a16 ? "w8a16" : "fp8", names[mode], sec * 1e6, sec * 1e6 / L, bytes / sec / 1e9, 100.0 * roof / sec,
+        roof * 1e6 / L);
   }
   // The engine replays decode steps as CUDA graphs: can the cooperative launch be captured, and at what cost?
   {
@@ -737,15 +799,15 @@ void bench_layer_stream(cuda::CudaBackend& be, double bw) {
       cudaError_t op = cudaMemcpyAsync(p.residual, residual0, 4 * kH, cudaMemcpyDeviceToDevice, st);
       if (op == cudaSuccess) op = cudaMemsetAsync(p.barrier, 0, 4, st);
       if (op == cudaSuccess)
-        op = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(layer_stream_kernel), dim3(ctas),
-                                         dim3(kThreads), args, static_cast<size_t>(smem), st);
+        op = cudaLaunchCooperativeKernel(kernel(false), dim3(ctas), dim3(kThreads), args,
+                                         static_cast<size_t>(smem), st);
       e = cudaStreamEndCapture(st, &graph);
       if (op != cudaSuccess) e = op;
     }
     if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
     if (e == cudaSuccess) {
       const double sec = cuda::time_on_stream(st, 5, [&](int) { XI_CUDA_CHECK(cudaGraphLaunch(exec, st)); });
-      std::printf("layer stream full, as a CUDA graph replay: %8.1f us per token, %6.2f us per layer\n",
+      std::printf("layer stream fp8 full, as a CUDA graph replay: %8.1f us per token, %6.2f us per layer\n",
                   sec * 1e6, sec * 1e6 / L);
     } else {
       std::printf("layer stream: the cooperative launch does not capture into a CUDA graph here: %s\n",
