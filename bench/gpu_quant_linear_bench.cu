@@ -38,6 +38,7 @@
 #include "xinfer/backend/cuda/kernels/gemm/int4_decode_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
+#include "xinfer/backend/cuda/kernels/gemm/wq_gemm.h"
 
 namespace xinfer::bench {
 namespace {
@@ -414,7 +415,8 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
 // both through CudaBackend::linear (set_wq_gemm_max_rows), as CUDA-graph replays of 20 calls over rotating
 // weight copies; the 16-row GEMV beside them. GB/s on the quantized bytes + x + y against the copy ceiling,
 // and TFLOP/s against the bf16 GEMM ceiling. Checked first: the tiled GEMM against the dequantize path at m =
-// 64 (the same bf16 weights: summation order only, relative L2 < 1e-3).
+// 64 (the same bf16 weights: summation order only, relative L2 < 1e-3). Up to 256 rows, each tile width of
+// the tiled GEMM launched directly too (the one linear() picks marked *).
 void bench_wq_gemm(cuda::CudaBackend& be, double bw, double peak) {
   cudaStream_t s = be.stream();
   const std::vector<QuantFormat> formats = {{"int4-g128", quant::IntGroupFormat{4, 128, false}},
@@ -478,6 +480,18 @@ void bench_wq_gemm(cuda::CudaBackend& be, double bw, double peak) {
           else
             line(what + path, us, bytes, false, bw);
         }
+        if (m > cuda::kQuantGemvMaxRows &&
+            m <= 256)  // each tile width pinned (linear() takes wq_gemm_tile_rows')
+          for (const int tile : {128, 64, 32}) {
+            const double us = graph_us(s, 20, [&](int i) {
+              cuda::launch_wq_gemm({static_cast<const __nv_bfloat16*>(x.view.data), be.quant_weight(wi(i)),
+                                    nullptr, y.view.data, false, m},
+                                   s, tile);
+            });
+            line(what + " tiled, " + std::to_string(tile) + " rows a CTA" +
+                     (tile == cuda::wq_gemm_tile_rows(m, sh.n, be.num_sms()) ? " *" : ""),
+                 us, bytes, false, bw);
+          }
       }
     }
   be.set_wq_gemm_max_rows(saved);

@@ -735,10 +735,10 @@ TEST(QuantLinear, DequantizePathMatchesCpuOracle) {
 }
 
 // The tiled GEMM (wq_gemm.h) through linear() once set_wq_gemm_max_rows lets it take m > 16: int4 groups of
-// 32 / 64 / 128 with and without zero points, int8 per group and per channel, n not a multiple of the 128-row
-// tile, m across and within the 64-row tiles, bias, bf16 and f32 out, against the oracle at the bf16-weight
-// tolerance; weights it does not take (g_idx, k % 64 != 0) still run the dequantize path, and m <= 16 the
-// GEMV.
+// 32 / 64 / 128 with and without zero points, int8 per group and per channel, n and m not multiples of the
+// tiles, bias, bf16 and f32 out, against the oracle at the bf16-weight tolerance (these shapes take 32 weight
+// rows per CTA; each width is also launched directly); weights it does not take (g_idx, k % 64 != 0) still
+// run the dequantize path, and m <= 16 the GEMV.
 TEST(QuantLinear, TiledGemmMatchesCpuOracle) {
   std::mt19937 rng(29);
   const std::vector<PathCase> cases = {
@@ -767,27 +767,29 @@ TEST(QuantLinear, TiledGemmMatchesCpuOracle) {
       EXPECT_EQ(gpu().quant_dequant_gemms(), dequant + (cs.tiled ? 0 : 1)) << what;
     }
   }
-  // Each tile width launched directly (linear() picks by shape; the cases above are small enough to take 32).
+  // Each tile width launched directly (linear() picks by shape; the cases above are small enough to take 32),
+  // f32 out with a bias and bf16 out without one.
   for (const int tile : {128, 64, 32})
-    for (const auto& [f, n, k, m] : std::vector<std::tuple<quant::WeightFormat, int64_t, int64_t, int64_t>>{
-             {quant::IntGroupFormat{4, 128, true}, 257, 512, 65},
-             {quant::IntGroupFormat{4, 32, false}, 200, 128, 17},
-             {quant::Int8ChannelFormat{}, 129, 256, 40},
-             {quant::IntGroupFormat{8, 64, true}, 96, 192, 130}}) {
-      QuantCase c = make_case(f, n, k, true, false, rng);
-      const std::vector<float> x = random_bf16(static_cast<size_t>(m * k), rng);
-      auto xd = gpu().upload(host_view(x, Shape{m, k}), DType::kBF16);
-      auto yd = gpu().allocate(DType::kF32, Shape{m, n});
-      poison(yd.view);
-      cuda::launch_wq_gemm(
-          {static_cast<const __nv_bfloat16*>(xd.view.data), gpu().quant_weight(c.lw),
-           static_cast<const __nv_bfloat16*>(c.lw.bias.data), yd.view.data, true, static_cast<int>(m)},
-          gpu().stream(), tile);
-      const Compare cmp = compare(download(gpu(), yd.view), oracle(c, x, m));
-      const std::string what = name(c, m, true) + " tile rows " + std::to_string(tile);
-      EXPECT_EQ(cmp.nans, 0) << what << ": unwritten outputs";
-      EXPECT_LT(cmp.rel_l2, 1e-2) << what;
-    }
+    for (const bool f32 : {true, false})
+      for (const auto& [f, n, k, m] : std::vector<std::tuple<quant::WeightFormat, int64_t, int64_t, int64_t>>{
+               {quant::IntGroupFormat{4, 128, true}, 257, 512, 65},
+               {quant::IntGroupFormat{4, 32, false}, 200, 128, 17},
+               {quant::Int8ChannelFormat{}, 129, 256, 40},
+               {quant::IntGroupFormat{8, 64, true}, 96, 192, 130}}) {
+        QuantCase c = make_case(f, n, k, /*bias=*/f32, false, rng);
+        const std::vector<float> x = random_bf16(static_cast<size_t>(m * k), rng);
+        auto xd = gpu().upload(host_view(x, Shape{m, k}), DType::kBF16);
+        auto yd = gpu().allocate(f32 ? DType::kF32 : DType::kBF16, Shape{m, n});
+        poison(yd.view);
+        cuda::launch_wq_gemm({static_cast<const __nv_bfloat16*>(xd.view.data), gpu().quant_weight(c.lw),
+                              c.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(c.lw.bias.data),
+                              yd.view.data, f32, static_cast<int>(m)},
+                             gpu().stream(), tile);
+        const Compare cmp = compare(download(gpu(), yd.view), oracle(c, x, m));
+        const std::string what = name(c, m, f32) + " tile rows " + std::to_string(tile);
+        EXPECT_EQ(cmp.nans, 0) << what << ": unwritten outputs";
+        EXPECT_LT(cmp.rel_l2, 1e-2) << what;
+      }
   EXPECT_EQ(cuda::wq_gemm_tile_rows(64, 28672, 132), 128);  // the 8B gate_up at 64 rows: 224 CTAs
   EXPECT_EQ(cuda::wq_gemm_tile_rows(64, 4096, 132), 32);    // o / down: 128 CTAs instead of 32
   EXPECT_EQ(cuda::wq_gemm_tile_rows(128, 6144, 132), 64);   // qkv at 128 rows: 2 x 96 CTAs

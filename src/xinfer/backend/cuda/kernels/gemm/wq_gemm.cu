@@ -21,9 +21,9 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kStride = kBK + 8;  // bf16 per shared-memory row of x and of the dequantized weight: 144 bytes,
                                   // so the 8 rows one ldmatrix reads start in different bank groups
 
-// A CTA's kBN weight rows (128, 64 or 32: launch() takes the widest that still gives every SM a CTA): its 8
-// warps as kWarpsN along n (32 weight rows each) x kWarpsM along m; each thread dequantizes kCols columns of
-// one row per step.
+// A CTA's kBN weight rows (128, 64 or 32: wq_gemm_tile_rows picks the widest that still gives every SM a
+// CTA): its 8 warps as kWarpsN along n (32 weight rows each) x kWarpsM along m; each thread dequantizes kCols
+// columns of one row per step.
 template <int kBN>
 struct Tile {
   static constexpr int kWarpsN = kBN / 32;            // 4, 2, 1
@@ -32,6 +32,10 @@ struct Tile {
   static constexpr int kBTiles = kWarpM / 8;          // mma B tiles per warp: 4, 2, 1
   static constexpr int kCols = kBN * kBK / kThreads;  // 32, 16, 8
   static constexpr int kThreadsPerRow = kBK / kCols;  // 2, 4, 8
+  static_assert(kBN == 32 || kBN == 64 || kBN == 128, "32, 64 or 128 weight rows per CTA");
+  static_assert(kCols % 8 == 0 && kCols <= 32,
+                "a thread's run: whole 16-byte stores, within one group of 32");
+  static_assert(kBTiles == 1 || kBTiles % 2 == 0, "B tiles in pairs (ldmatrix .x4) or one (.x2)");
 };
 
 template <int kBits>
