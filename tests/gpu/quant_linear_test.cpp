@@ -794,6 +794,24 @@ TEST(QuantLinear, TiledGemmMatchesCpuOracle) {
   EXPECT_EQ(cuda::wq_gemm_tile_rows(64, 4096, 132), 32);    // o / down: 128 CTAs instead of 32
   EXPECT_EQ(cuda::wq_gemm_tile_rows(128, 6144, 132), 64);   // qkv at 128 rows: 2 x 96 CTAs
 
+  // Measured per shape and row bucket ("auto"): whichever path each bucket took, linear() still matches the
+  // oracle, and exactly one of the two paths runs per call.
+  {
+    gpu().set_wq_gemm_max_rows(cuda::CudaBackend::kWqGemmMeasured);
+    QuantCase c = make_case(quant::IntGroupFormat{4, 128, false}, 384, 1024, true, false, rng);
+    gpu().reserve_quant_workspace({&c.lw}, 256);
+    gpu().measure_wq_gemms({&c.lw}, 256);
+    for (const int64_t m : {17, 64, 100, 256}) {
+      const int64_t tiled = gpu().quant_tiled_gemms(), dequant = gpu().quant_dequant_gemms();
+      const bool want_tiled = gpu().wq_gemm_for(static_cast<int>(m), 384, 1024);
+      run_linear(c, m, false, 1e-2, rng, name(c, m, false) + " measured");
+      EXPECT_EQ(gpu().quant_tiled_gemms(), tiled + (want_tiled ? 1 : 0)) << m;
+      EXPECT_EQ(gpu().quant_dequant_gemms(), dequant + (want_tiled ? 0 : 1)) << m;
+    }
+    EXPECT_FALSE(gpu().wq_gemm_for(16, 384, 1024));  // the GEMV's rows
+    gpu().set_wq_gemm_max_rows(1024);
+  }
+
   // At most 16 rows the GEMV runs whatever the setting.
   QuantCase c = make_case(quant::IntGroupFormat{4, 128, false}, 64, 256, false, false, rng);
   const int64_t tiled = gpu().quant_tiled_gemms();

@@ -91,8 +91,8 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device), 
   if (const char* v = std::getenv("XINFER_FP8_KV_WGMMA")) fp8_kv_wgmma_prefill_ = std::atoi(v) != 0;  // A/B switch
   if (const char* v = std::getenv("XINFER_PREFILL_WS")) prefill_ws_ = std::atoi(v) != 0;  // A/B switch
   if (const char* v = std::getenv("XINFER_INT8_GEMM")) set_int8_gemm(v);                            // A/B switch
-  if (const char* v = std::getenv("XINFER_WQ_GEMM_MAX_ROWS"))
-    set_wq_gemm_max_rows(std::atoi(v));  // A/B switch
+  if (const char* v = std::getenv("XINFER_WQ_GEMM_MAX_ROWS"))  // A/B switch
+    set_wq_gemm_max_rows(std::strcmp(v, "auto") == 0 ? kWqGemmMeasured : std::atoi(v));
 }
 
 void CudaBackend::set_int8_gemm(const std::string& name) {

@@ -282,10 +282,20 @@ class CudaBackend final : public backend::Backend {
   void set_prefill_ws(bool on) { prefill_ws_ = on; }
   // Weight-only int4 / int8 linears of kQuantGemvMaxRows < m <= rows run the tiled tensor-core GEMM that
   // reads the quantized weight (wq_gemm.h) instead of dequantizing it into the workspace for the bf16 GEMM; 0
-  // (the default until it is measured on a GPU) keeps the dequantize path. XINFER_WQ_GEMM_MAX_ROWS sets it at
-  // construction. Set it before graphs are recorded.
+  // (the default until it is verified on a GPU) keeps the dequantize path; kWqGemmMeasured: where
+  // measure_wq_gemms() found it faster for the shape and row bucket. XINFER_WQ_GEMM_MAX_ROWS (a row count, or
+  // "auto") sets it at construction. Set it before graphs are recorded.
+  static constexpr int kWqGemmMeasured = -1;
   void set_wq_gemm_max_rows(int rows) { wq_gemm_max_rows_ = rows; }
   int wq_gemm_max_rows() const { return wq_gemm_max_rows_; }
+  // Under kWqGemmMeasured: times the dequantize path against the tiled GEMM on every distinct weight-only
+  // shape of `linears` the tiled GEMM takes, at the row buckets 32, 64, .., 1024 up to max_rows (each at
+  // min(bucket, max_rows) rows), and keeps which is faster per (n, k, bucket): linear() then runs that for m
+  // in (bucket / 2, bucket]. Needs the quantized workspace reserved first. Logs one line; nothing to do
+  // otherwise.
+  void measure_wq_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_rows);
+  // Whether linear() runs the tiled GEMM for a weight-only [n, k] weight at m rows (after the GEMV's rows).
+  bool wq_gemm_for(int m, int n, int k) const;
   // Host calls of add_rms_norm_linear / rope_paged_attention that launched the fused kernels so far (a graph
   // recording counts once, its replays not at all).
   int64_t fused_linears() const { return fused_linears_; }
@@ -373,6 +383,8 @@ class CudaBackend final : public backend::Backend {
   std::map<std::tuple<int, int, int>, Int8WgmmaConfig> int8_measured_;  // (n, k, row bucket): measure_int8_gemms
   int decode_many_warps_ = 0;
   int wq_gemm_max_rows_ = 0;  // set_wq_gemm_max_rows
+  std::map<std::tuple<int, int, int>, bool>
+      wq_measured_;  // (n, k, row bucket): tiled faster (measure_wq_gemms)
   bool fp8_kv_wgmma_prefill_ = true;
   bool prefill_ws_ = true;
   int64_t fused_rope_attentions_ = 0;

@@ -437,6 +437,71 @@ void CudaBackend::measure_int8_gemms(const std::vector<const backend::LinearWeig
                << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s: " << summary;
 }
 
+namespace {
+// The row bucket a weight-only linear's measured choice covers: the power of two from 32 holding m.
+int wq_row_bucket(int m) {
+  int b = 32;
+  while (b < m) b *= 2;
+  return b;
+}
+}  // namespace
+
+bool CudaBackend::wq_gemm_for(int m, int n, int k) const {
+  if (m <= kQuantGemvMaxRows) return false;
+  if (wq_gemm_max_rows_ != kWqGemmMeasured) return m <= wq_gemm_max_rows_;
+  const auto it = wq_measured_.find({n, k, wq_row_bucket(m)});
+  return it != wq_measured_.end() && it->second;
+}
+
+void CudaBackend::measure_wq_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_rows) {
+  XI_CHECK(!capturing_) << "measure_wq_gemms() while recording a graph";
+  if (wq_gemm_max_rows_ != kWqGemmMeasured || max_rows <= kQuantGemvMaxRows) return;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<int> buckets;
+  for (int b = 32; b / 2 < max_rows && b <= 1024; b *= 2) buckets.push_back(b);
+  std::set<std::pair<int, int>> seen;
+  int shapes = 0, tiled_wins = 0, cases = 0;
+  for (const backend::LinearWeights* w : linears) {
+    if (!std::holds_alternative<quant::IntGroupFormat>(w->format) &&
+        !std::holds_alternative<quant::Int8ChannelFormat>(w->format))
+      continue;
+    const QuantWeight q = quant_weight(*w);
+    if (!wq_gemm_supports(q) || !seen.insert({q.n, q.k}).second) continue;
+    auto* ws =
+        static_cast<__nv_bfloat16*>(quant_workspace(static_cast<size_t>(q.n) * q.k * sizeof(__nv_bfloat16)));
+    if (ws == nullptr) continue;
+    ++shapes;
+    const int rows = std::min(buckets.back(), max_rows);
+    backend::DeviceTensor x =
+        allocate(DType::kBF16, Shape{rows, q.k});  // zeros: the timing does not depend on them
+    backend::DeviceTensor y = allocate(DType::kBF16, Shape{rows, q.n});
+    const auto* xp = static_cast<const __nv_bfloat16*>(x.view.data);
+    for (const int b : buckets) {
+      const int m = std::min(b, max_rows);
+      // The dequantize path first: fastest_algo keeps it unless the tiled GEMM is more than 1% faster.
+      const int best = fastest_algo(2, stream_, stream_, [&](int i) {
+        if (i == 0) {
+          launch_dequantize_weight(q, ws, stream_);
+          gemm_->run({xp, ws, nullptr, y.view.data, false, m, q.n, q.k}, stream_);
+        } else {
+          launch_wq_gemm({xp, q, nullptr, y.view.data, false, m}, stream_);
+        }
+        return CUBLAS_STATUS_SUCCESS;
+      });
+      wq_measured_[{q.n, q.k, b}] = best == 1;
+      ++cases;
+      tiled_wins += best == 1 ? 1 : 0;
+      XI_LOG(DEBUG) << "cuda: weight-only " << describe(q) << " at " << m
+                    << " rows: " << (best == 1 ? "tiled GEMM" : "dequantize + GEMM");
+    }
+  }
+  if (shapes == 0) return;
+  XI_LOG(INFO) << "cuda: weight-only linears past " << kQuantGemvMaxRows << " rows measured for " << shapes
+               << " shapes at " << buckets.size() << " row buckets (32.." << buckets.back() << ") in "
+               << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
+               << " s: the tiled GEMM at " << tiled_wins << " of " << cases;
+}
+
 void CudaBackend::int8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out,
                               bool x_quantized) {
   const int64_t n = w.out_features(), k = w.in_features();
@@ -600,7 +665,7 @@ void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWei
     ++quant_gemvs_;
     return;
   }
-  if (m > kQuantGemvMaxRows && m <= wq_gemm_max_rows_ && wq_gemm_supports(q) &&
+  if (m > kQuantGemvMaxRows && wq_gemm_for(m, q.n, q.k) && wq_gemm_supports(q) &&
       reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
     launch_wq_gemm({xp, q, bias, out.data, y_f32, m}, stream_);
     ++quant_tiled_gemms_;
