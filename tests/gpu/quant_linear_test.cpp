@@ -42,6 +42,7 @@
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
 #include "xinfer/backend/cuda/kernels/gemm/wq_gemm.h"
 #include "xinfer/backend/cuda/kernels/quant/quantize_activations.h"
+#include "xinfer/model/checkpoint_linear.h"
 #include "xinfer/model/gguf_repack.h"
 #include "xinfer/quant/gguf_types.h"
 #include "xinfer/quant/quantized_linear.h"
@@ -1048,6 +1049,53 @@ TEST(QuantLinear, Fp8GemmCandidatesMatchReferenceAndKnownChoicesAreTaken) {
 // GGUF Q4_0 / Q8_0 rows repacked at load (model/gguf_repack.h) run through the int kernels: against the float
 // reference of the original blocks (dequantize_gguf, f64 dot products), at m = 1 (GEMV) and 40 (dequantize
 // path); k 576 is SmolLM2's hidden size (a partial int4 step).
+// GPTQ act order sorted at load (model::sort_act_order, as the loader does): decode rows gather x's columns
+// and run the GEMVs (int4 at m = 1 the tensor-core decode GEMV), more rows dequantize the weight back into
+// the input's column order; both against the oracle of the original g_idx weight.
+TEST(QuantLinear, ActOrderSortedAtLoadMatchesCpuOracle) {
+  std::mt19937 rng(37);
+  for (const auto& [f, n, k] : std::vector<std::tuple<quant::WeightFormat, int64_t, int64_t>>{
+           {quant::IntGroupFormat{4, 128, true}, 96, 512},
+           {quant::IntGroupFormat{4, 128, false}, 130, 1024},
+           {quant::IntGroupFormat{4, 32, false}, 40, 256},
+           {quant::IntGroupFormat{8, 64, true}, 33, 192}}) {
+    QuantCase c = make_case(f, n, k, true, /*act_order=*/true, rng);
+    model::HostLinear h;
+    h.format = f;
+    h.n = n;
+    h.k = k;
+    auto tensor = [](DType dt, const Shape& shape, const void* data, size_t bytes) {
+      HostTensor t(dt, shape);
+      std::memcpy(t.data<uint8_t>(), data, bytes);
+      return t;
+    };
+    const auto& g = std::get<quant::IntGroupFormat>(f);
+    const int64_t groups = (k + g.group_size - 1) / g.group_size;
+    h.weight = tensor(DType::kU8, Shape{n, g.bits == 4 ? k / 2 : k}, c.w.data(), c.w.size());
+    h.scales = tensor(DType::kF32, Shape{n, groups}, c.scales.data(), c.scales.size() * 4);
+    if (!c.zeros.empty()) h.zeros = tensor(DType::kU8, Shape{n, groups}, c.zeros.data(), c.zeros.size());
+    h.g_idx = tensor(DType::kI32, Shape{k}, c.g_idx.data(), c.g_idx.size() * 4);
+    ASSERT_TRUE(model::sort_act_order(h));
+    model::UploadedLinear up = model::upload_linear(gpu(), h, DType::kBF16);
+    up.weights.bias = c.lw.bias;
+    for (const int64_t m : {1, 4, 16, 20, 40}) {
+      const std::vector<float> x = random_bf16(static_cast<size_t>(m * k), rng);
+      auto xd = gpu().upload(host_view(x, Shape{m, k}), DType::kBF16);
+      const bool f32 = m % 2 == 0;
+      auto yd = gpu().allocate(f32 ? DType::kF32 : DType::kBF16, Shape{m, n});
+      poison(yd.view);
+      const int64_t gemvs = gpu().quant_gemvs(), dequant = gpu().quant_dequant_gemms();
+      gpu().linear(xd.view, up.weights, yd.view);
+      const Compare cmp = compare(download(gpu(), yd.view), oracle(c, x, m));
+      const std::string what = name(c, m, f32) + " act order sorted";
+      EXPECT_EQ(cmp.nans, 0) << what;
+      EXPECT_LT(cmp.rel_l2, 1e-2) << what;
+      EXPECT_EQ(gpu().quant_gemvs(), gemvs + (m <= 16 ? 1 : 0)) << what << ": the GEMV on the gathered x";
+      EXPECT_EQ(gpu().quant_dequant_gemms(), dequant + (m <= 16 ? 0 : 1)) << what;
+    }
+  }
+}
+
 TEST(QuantLinear, GgufRepackedRowsMatchTheGgufReference) {
   std::mt19937 rng(31);
   std::uniform_int_distribution<int> byte(0, 255);

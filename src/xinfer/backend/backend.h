@@ -70,7 +70,11 @@ struct LinearWeights {
   TensorView bias;    // [N] or empty
   quant::WeightFormat format = quant::DenseFormat{};
   TensorView scales{}, zeros{}, g_idx{}, input_scale{};  // as the format says, or empty
-  int64_t k = 0;                                 // in_features when set (packed formats); 0: weight.shape[1]
+  // i32 [K] or empty: the packed weight's columns are stored in this order of the input's (GPTQ act order
+  // sorted at load, model/checkpoint_linear.h sort_act_order): y = x[:, input_perm] @ W_stored^T. Backends
+  // gather x so.
+  TensorView input_perm{};
+  int64_t k = 0;  // in_features when set (packed formats); 0: weight.shape[1]
   int64_t out_features() const { return weight.shape[0]; }
   int64_t in_features() const { return k > 0 ? k : weight.shape[1]; }
   bool dense() const { return std::holds_alternative<quant::DenseFormat>(format); }

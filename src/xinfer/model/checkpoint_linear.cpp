@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <type_traits>
 
 #include "xinfer/core/logging.h"
@@ -515,7 +516,51 @@ quant::QuantizedMatrix HostLinear::matrix() const {
   m.zeros = zeros.view().empty() ? nullptr : zeros.data<uint8_t>();
   m.g_idx = g_idx.view().empty() ? nullptr : g_idx.data<int32_t>();
   m.input_scale = input_scale.view().empty() ? nullptr : input_scale.data<float>();
+  m.input_perm = input_perm.view().empty() ? nullptr : input_perm.data<int32_t>();
   return m;
+}
+
+bool sort_act_order(HostLinear& w) {
+  const auto* g = std::get_if<quant::IntGroupFormat>(&w.format);
+  if (g == nullptr || w.g_idx.view().empty() || !w.input_perm.view().empty() ||
+      (g->bits == 4 && w.k % 2 != 0))
+    return false;
+  const int64_t k = w.k, group = g->group_size, groups = (k + group - 1) / group;
+  const int32_t* gi = w.g_idx.data<int32_t>();
+  std::vector<int64_t> count(static_cast<size_t>(groups), 0);
+  for (int64_t c = 0; c < k; ++c) {
+    if (gi[c] < 0 || gi[c] >= groups) return false;
+    ++count[static_cast<size_t>(gi[c])];
+  }
+  for (int64_t i = 0; i < groups; ++i)
+    if (count[static_cast<size_t>(i)] != std::min(group, k - i * group)) return false;
+  // Stable by group: stored column j of group gi[j] sits in that group's range, in input order within it.
+  std::vector<int32_t> perm(static_cast<size_t>(k));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::stable_sort(perm.begin(), perm.end(), [&](int32_t a, int32_t b) { return gi[a] < gi[b]; });
+  HostTensor packed(w.weight.dtype(), w.weight.shape());
+  const uint8_t* src = w.weight.data<uint8_t>();
+  uint8_t* dst = packed.data<uint8_t>();
+  if (g->bits == 4) {  // element c in the low nibble of byte c / 2 for even c, the high nibble for odd c
+    const int64_t row_bytes = k / 2;
+    for (int64_t r = 0; r < w.n; ++r) {
+      const uint8_t* s = src + r * row_bytes;
+      uint8_t* d = dst + r * row_bytes;
+      for (int64_t j = 0; j < k; j += 2) {
+        const auto nib = [&](int64_t c) { return static_cast<uint8_t>((s[c / 2] >> (4 * (c % 2))) & 15); };
+        d[j / 2] = static_cast<uint8_t>(nib(perm[static_cast<size_t>(j)]) |
+                                        (nib(perm[static_cast<size_t>(j + 1)]) << 4));
+      }
+    }
+  } else {
+    for (int64_t r = 0; r < w.n; ++r)
+      for (int64_t j = 0; j < k; ++j) dst[r * k + j] = src[r * k + perm[static_cast<size_t>(j)]];
+  }
+  w.weight = std::move(packed);
+  w.input_perm = HostTensor(DType::kI32, Shape{k});
+  std::copy(perm.begin(), perm.end(), w.input_perm.data<int32_t>());
+  w.g_idx = HostTensor();
+  return true;
 }
 
 Result<HostLinear> read_checkpoint_linear(const WeightFiles& files, const QuantizationConfig& qc,
@@ -562,6 +607,7 @@ UploadedLinear upload_linear(backend::Backend& be, const HostLinear& w, DType de
   u.weights.scales = put(w.scales, DType::kF32);
   u.weights.zeros = put(w.zeros, DType::kU8);
   u.weights.g_idx = put(w.g_idx, DType::kI32);
+  u.weights.input_perm = put(w.input_perm, DType::kI32);
   u.weights.input_scale = put(w.input_scale, DType::kF32);
   u.weights.k = dense ? 0 : w.k;
   return u;

@@ -47,6 +47,8 @@ struct HostLinear {
   HostTensor scales;       // f32 [N, G] (groups), [N] (channel), [1] (FP8 per-tensor)
   HostTensor zeros;        // u8 [N, G] or empty
   HostTensor g_idx;        // i32 [K] or empty
+  HostTensor
+      input_perm;  // i32 [K] or empty: stored column j multiplies input column input_perm[j] (sort_act_order)
   HostTensor input_scale;  // f32 [1] (static activations) or empty
   std::string note;        // how it was repacked, for the log ("" when nothing to say)
 
@@ -65,6 +67,15 @@ Result<HostLinear> read_checkpoint_linear(const WeightFiles& files, const Quanti
 
 // The float weights of `w`: DenseFormat{kF32}, weight f32 [N, K] (quant::dequantize_matrix).
 HostLinear dequantize_linear(const HostLinear& w);
+
+// GPTQ act order (a g_idx) sorted out at load: the packed weight's columns reordered so that group g is the
+// columns [g * group, (g + 1) * group), `input_perm` recording which input column each stored column
+// multiplies, the g_idx dropped. The scales and zero points are per group and do not move. Every kernel for
+// groups of consecutive columns then takes the weight (with a g_idx the CPU dequantizes a row at a time and
+// CUDA the whole weight at every batch size); the backend gathers x's columns by input_perm instead. Exact:
+// the same codes, scales and zero points per (row, input column). Returns false and leaves `w` as it is when
+// it has no g_idx or its groups are not all `group` columns (the last one the remainder of k).
+bool sort_act_order(HostLinear& w);
 
 // Puts `w` on the backend as it is (its format must be supports()ed; dense f32 is uploaded in `dense_dtype`).
 struct UploadedLinear {

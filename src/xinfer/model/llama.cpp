@@ -226,6 +226,10 @@ Status LlamaModel::load_weights(const std::string& dir) {
       host.g_idx = std::move(mine.g_idx);
       host.input_scale = std::move(mine.input_scale);
     }
+    if (sort_act_order(host) && logged.insert("act order").second)  // per rank, after its shard is cut
+      XI_LOG(INFO) << "checkpoint: " << parts[0].module
+                   << " (and others like it): GPTQ act order sorted at load "
+                   << "(groups made contiguous, the input's columns gathered by a permutation)";
     if (!backend_.supports(host.format)) {
       if (logged.insert(quant::format_name(host.format)).second)
         XI_LOG(INFO) << "checkpoint: " << quant::format_name(host.format) << " weights dequantized to "

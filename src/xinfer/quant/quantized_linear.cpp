@@ -101,7 +101,15 @@ void dequantize_row(const QuantizedMatrix& w, int64_t n, float* dst) {
 }  // namespace detail
 
 void dequantize_matrix(const QuantizedMatrix& w, float* dst) {
-  for (int64_t n = 0; n < w.n; ++n) detail::dequantize_row(w, n, dst + n * w.k);
+  if (w.input_perm == nullptr) {
+    for (int64_t n = 0; n < w.n; ++n) detail::dequantize_row(w, n, dst + n * w.k);
+    return;
+  }
+  std::vector<float> row(static_cast<size_t>(w.k));
+  for (int64_t n = 0; n < w.n; ++n) {
+    detail::dequantize_row(w, n, row.data());
+    for (int64_t j = 0; j < w.k; ++j) dst[n * w.k + w.input_perm[j]] = row[static_cast<size_t>(j)];
+  }
 }
 
 bool cpu_supports(const WeightFormat& f) {
@@ -163,6 +171,15 @@ void fake_quantize_activations(const WeightFormat& f, const float* input_scale, 
 void quantized_matmul(const QuantizedMatrix& w, const float* x, int64_t rows, float* y, ThreadPool* pool) {
   XI_CHECK(cpu_supports(w.format)) << format_name(w.format);
   if (rows <= 0 || w.n <= 0) return;
+  if (w.input_perm != nullptr) {  // x's columns in the stored order, then the plain matrix
+    std::vector<float> xp(static_cast<size_t>(rows * w.k));
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t j = 0; j < w.k; ++j) xp[static_cast<size_t>(t * w.k + j)] = x[t * w.k + w.input_perm[j]];
+    QuantizedMatrix plain = w;
+    plain.input_perm = nullptr;
+    quantized_matmul(plain, xp.data(), rows, y, pool);
+    return;
+  }
   if (const auto* g = std::get_if<GgufFormat>(&w.format)) {
     if (rows >= g_gemm_min_rows.load(std::memory_order_relaxed) && detail::gguf_gemm(*g, w, x, rows, y, pool)) return;
     if (detail::gguf_matmul(*g, w, x, rows, y, pool)) return;

@@ -32,6 +32,10 @@ struct QuantizedMatrix {  // a linear's weights in one format; pointers into hos
   const uint8_t* zeros = nullptr;      // or nullptr
   const int32_t* g_idx = nullptr;      // or nullptr
   const float* input_scale = nullptr;  // static activation scale or nullptr
+  // i32 [k] or nullptr: the weight's columns were stored in this order (GPTQ act order sorted at load so that
+  // groups are contiguous, model/checkpoint_linear.h sort_act_order): stored column j multiplies input column
+  // input_perm[j]. quantized_matmul gathers x's columns so; dequantize_matrix returns W in the input's order.
+  const int32_t* input_perm = nullptr;
 };
 
 // x: [rows, w.k]  y: [rows, w.n]. Runs on `pool` (may be nullptr: the calling thread only).

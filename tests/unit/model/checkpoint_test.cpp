@@ -14,7 +14,9 @@
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -149,6 +151,79 @@ TEST_P(CheckpointGolden, LoadsInTheExpectedFormats) {
   } else {
     EXPECT_TRUE(d1.g_idx.view().empty()) << "g_idx equal to k / group is dropped";
   }
+}
+
+// GPTQ act order sorted at load (sort_act_order, what the model loader does before upload): the same weight
+// exactly (dequantized in the input's column order), g_idx dropped for input_perm, and the kernels' products
+// on the gathered input equal those of the g_idx path up to summation order. The whole model through it:
+// LogitsMatchTransformers below.
+TEST(ActOrder, SortedColumnsAreTheSameWeight) {
+  std::mt19937 rng(5);
+  for (const auto& [bits, group, zp, n, k] : std::vector<std::tuple<int, int, bool, int64_t, int64_t>>{
+           {4, 32, true, 7, 128}, {4, 128, false, 5, 384}, {8, 64, true, 3, 192}, {4, 32, false, 4, 96}}) {
+    const int64_t groups = (k + group - 1) / group;
+    HostLinear w;
+    w.format = quant::IntGroupFormat{bits, group, zp};
+    w.n = n;
+    w.k = k;
+    w.weight = HostTensor(DType::kU8, Shape{n, bits == 4 ? k / 2 : k});
+    for (int64_t i = 0; i < w.weight.numel(); ++i) w.weight.data<uint8_t>()[i] = static_cast<uint8_t>(rng());
+    w.scales = HostTensor(DType::kF32, Shape{n, groups});
+    for (int64_t i = 0; i < w.scales.numel(); ++i)
+      w.scales.data<float>()[i] = 0.01f * static_cast<float>(1 + rng() % 50);
+    if (zp) {
+      w.zeros = HostTensor(DType::kU8, Shape{n, groups});
+      for (int64_t i = 0; i < w.zeros.numel(); ++i)
+        w.zeros.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % (bits == 4 ? 16 : 256));
+    }
+    std::vector<int32_t> g(static_cast<size_t>(k));
+    for (int64_t c = 0; c < k; ++c) g[static_cast<size_t>(c)] = static_cast<int32_t>(c / group);
+    std::shuffle(g.begin(), g.end(), rng);
+    w.g_idx = HostTensor(DType::kI32, Shape{k});
+    std::copy(g.begin(), g.end(), w.g_idx.data<int32_t>());
+    auto copy = [](const HostTensor& t) {  // HostTensor is move-only
+      if (t.view().empty()) return HostTensor();
+      HostTensor c(t.dtype(), t.shape());
+      std::memcpy(c.data<uint8_t>(), t.data<uint8_t>(), t.view().bytes());
+      return c;
+    };
+    HostLinear sorted;
+    sorted.format = w.format;
+    sorted.n = n;
+    sorted.k = k;
+    sorted.weight = copy(w.weight);
+    sorted.scales = copy(w.scales);
+    sorted.zeros = copy(w.zeros);
+    sorted.g_idx = copy(w.g_idx);
+    const std::string what =
+        quant::format_name(w.format) + " [" + std::to_string(n) + ", " + std::to_string(k) + "]";
+    ASSERT_TRUE(sort_act_order(sorted)) << what;
+    EXPECT_TRUE(sorted.g_idx.view().empty()) << what;
+    ASSERT_FALSE(sorted.input_perm.view().empty()) << what;
+    EXPECT_FALSE(sort_act_order(sorted)) << what << ": sorted twice";
+    const HostLinear a = dequantize_linear(w), b = dequantize_linear(sorted);
+    EXPECT_EQ(std::memcmp(a.weight.data<float>(), b.weight.data<float>(), static_cast<size_t>(n * k) * 4), 0)
+        << what;
+    const int64_t rows = 3;
+    std::vector<float> x(static_cast<size_t>(rows * k)), y1(static_cast<size_t>(rows * n)), y2(y1.size());
+    std::normal_distribution<float> nd;
+    for (float& v : x) v = nd(rng);
+    quant::quantized_matmul(w.matrix(), x.data(), rows, y1.data(), nullptr);
+    quant::quantized_matmul(sorted.matrix(), x.data(), rows, y2.data(), nullptr);
+    for (size_t i = 0; i < y1.size(); ++i)
+      EXPECT_NEAR(y2[i], y1[i], 1e-4 * (1 + std::fabs(y1[i]))) << what << " " << i;
+  }
+  // Groups of unequal sizes (not what GPTQ writes): left as they are.
+  HostLinear odd;
+  odd.format = quant::IntGroupFormat{8, 32, false};
+  odd.n = 1;
+  odd.k = 64;
+  odd.weight = HostTensor(DType::kU8, Shape{1, 64});
+  odd.scales = HostTensor(DType::kF32, Shape{1, 2});
+  odd.g_idx = HostTensor(DType::kI32, Shape{64});  // zeros: all 64 columns in group 0
+  EXPECT_FALSE(sort_act_order(odd));
+  EXPECT_FALSE(odd.g_idx.view().empty());
+  EXPECT_TRUE(odd.input_perm.view().empty());
 }
 
 // The whole model on the CPU backend (every format runs as it is) vs transformers on the dequantized weights.

@@ -10,6 +10,9 @@
 //                shorter than 8192 launch_fp8_quant_dot_gemv (x quantized in each CTA: one launch, the bits
 //                of the two-kernel path), longer ones quantize x first, then launch_fp8_dot_gemv (split-K)
 //   m <= kQuantGemvMaxRows and the GEMV takes the weight -> launch_quant_gemv (weights read once per 8 rows)
+//   act order sorted at load (LinearWeights::input_perm): m <= kQuantGemvMaxRows -> x's columns gathered into
+//                the workspace (launch_gather_columns), then the GEMVs as below; more rows -> the dequantize
+//                path with the weight written back in the input's column order
 //   kQuantGemvMaxRows < m <= wq_gemm_max_rows() (0, off, by default until measured) and wq_gemm_supports ->
 //                launch_wq_gemm (wq_gemm.h): the quantized weight read once per 64 rows, dequantized tile by
 //                tile in shared memory
@@ -466,7 +469,7 @@ void CudaBackend::measure_wq_gemms(const std::vector<const backend::LinearWeight
         !std::holds_alternative<quant::Int8ChannelFormat>(w->format))
       continue;
     const QuantWeight q = quant_weight(*w);
-    if (!wq_gemm_supports(q) || !seen.insert({q.n, q.k}).second) continue;
+    if (!w->input_perm.empty() || !wq_gemm_supports(q) || !seen.insert({q.n, q.k}).second) continue;
     auto* ws =
         static_cast<__nv_bfloat16*>(quant_workspace(static_cast<size_t>(q.n) * q.k * sizeof(__nv_bfloat16)));
     if (ws == nullptr) continue;
@@ -597,6 +600,9 @@ bool CudaBackend::quant_fused_chain(const backend::NormLinearArgs& a) {
            std::holds_alternative<quant::Int8ChannelFormat>(w.format);
   };
   if (!int_quant(a.linear) || (!a.delta_x.empty() && !int_quant(a.delta_linear))) return false;
+  // The fused GEMVs read the residual / delta_x in place: no gather of an act-order weight's input.
+  if (!a.linear.input_perm.empty() || (!a.delta_x.empty() && !a.delta_linear.input_perm.empty()))
+    return false;
   if (!a.delta.empty() && a.delta_x.empty()) return false;  // a delta given as input needs an add of its own
   if (a.out.dtype != DType::kBF16 || a.residual.dtype != DType::kBF16 || a.residual.device != Device::kCuda) return false;
   const QuantWeight q = quant_weight(a.linear);
@@ -648,6 +654,28 @@ void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWei
   if (!w.bias.empty()) XI_CHECK(w.bias.dtype == DType::kBF16) << "linear bias must be bf16";
   const bool y_f32 = out.dtype == DType::kF32;
   const auto* xp = static_cast<const __nv_bfloat16*>(x.data);
+  const int32_t* perm = nullptr;  // act order sorted at load (LinearWeights::input_perm)
+  if (!w.input_perm.empty()) {
+    perm = device_ptr<int32_t>(w.input_perm, DType::kI32, "input_perm", w);
+    XI_CHECK_EQ(w.input_perm.numel(), static_cast<int64_t>(q.k)) << "linear " << fmt(w) << ": input_perm";
+    if (m > kQuantGemvMaxRows ||
+        !quant_gemv_supports(q)) {  // the weight dequantized in the input's column order
+      auto* ws = static_cast<__nv_bfloat16*>(
+          quant_workspace(static_cast<size_t>(q.n) * q.k * sizeof(__nv_bfloat16)));
+      if (ws == nullptr) return;  // recording failed (see top)
+      launch_dequantize_weight(q, ws, stream_, perm);
+      gemm_->run({xp, ws, bias, out.data, y_f32, m, q.n, q.k}, stream_);
+      ++quant_dequant_gemms_;
+      return;
+    }
+    // Decode rows: x's columns in the weight's stored order (the workspace holds nothing else on this path),
+    // then the GEMVs below as for any weight with contiguous groups.
+    auto* xg =
+        static_cast<__nv_bfloat16*>(quant_workspace(static_cast<size_t>(m) * q.k * sizeof(__nv_bfloat16)));
+    if (xg == nullptr) return;  // recording failed (see top)
+    launch_gather_columns(xp, perm, m, q.k, xg, stream_);
+    xp = xg;
+  }
   if (m == 1 && q.bits == 4 && int4_decode_gemv_enabled() && int4_decode_gemv_supports(q) &&
       reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
     launch_int4_decode_gemv({xp, q, bias, out.data, y_f32, m}, stream_, options_.gemv_pdl,
@@ -665,7 +693,7 @@ void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWei
     ++quant_gemvs_;
     return;
   }
-  if (m > kQuantGemvMaxRows && wq_gemm_for(m, q.n, q.k) && wq_gemm_supports(q) &&
+  if (m > kQuantGemvMaxRows && perm == nullptr && wq_gemm_for(m, q.n, q.k) && wq_gemm_supports(q) &&
       reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
     launch_wq_gemm({xp, q, bias, out.data, y_f32, m}, stream_);
     ++quant_tiled_gemms_;

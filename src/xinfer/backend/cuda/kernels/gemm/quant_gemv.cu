@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) quant_gemv_kernel(Params
 }
 
 // One thread per weight element (a fallback and the m > 8 path: bandwidth of the bf16 writes).
-__global__ void dequantize_kernel(QuantWeight w, int G, __nv_bfloat16* dst) {
+__global__ void dequantize_kernel(QuantWeight w, int G, __nv_bfloat16* dst, const int32_t* col_perm) {
   const size_t total = static_cast<size_t>(w.n) * w.k;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -159,7 +159,8 @@ __global__ void dequantize_kernel(QuantWeight w, int G, __nv_bfloat16* dst) {
       v = w.w[i];
       z = w.zeros ? w.zeros[si] : 128;
     }
-    dst[i] = __float2bfloat16(w.scales[si] * static_cast<float>(v - z));
+    dst[col_perm ? static_cast<size_t>(row) * w.k + col_perm[col] : i] =
+        __float2bfloat16(w.scales[si] * static_cast<float>(v - z));
   }
 }
 
@@ -445,17 +446,37 @@ void launch_w8a8_int8_gemv(const Fp8GemvArgs& a, cudaStream_t stream, QuantGemvC
   launch_w8a8_gemv(Kind::kW8A8Int8, a, stream, config);
 }
 
-void launch_dequantize_weight(const QuantWeight& w, __nv_bfloat16* dst, cudaStream_t stream) {
+__global__ void gather_columns_kernel(const __nv_bfloat16* x, const int32_t* perm, int m, int k,
+                                      __nv_bfloat16* out) {
+  const size_t total = static_cast<size_t>(m) * k;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t r = i / k;
+    out[i] = x[r * k + __ldg(perm + i % k)];
+  }
+}
+
+void launch_gather_columns(const __nv_bfloat16* x, const int32_t* perm, int m, int k, __nv_bfloat16* out,
+                           cudaStream_t stream) {
+  const size_t total = static_cast<size_t>(m) * k;
+  if (total == 0) return;
+  const unsigned blocks = static_cast<unsigned>(std::min<size_t>((total + 255) / 256, 132 * 8));
+  gather_columns_kernel<<<blocks, 256, 0, stream>>>(x, perm, m, k, out);
+  XI_CUDA_CHECK_LAUNCH();
+}
+
+void launch_dequantize_weight(const QuantWeight& w, __nv_bfloat16* dst, cudaStream_t stream,
+                              const int32_t* col_perm) {
   XI_CHECK(w.bits == 4 || w.bits == 8) << "dequantize: bits " << w.bits;
   XI_CHECK(w.bits == 8 || w.k % 2 == 0) << "dequantize: int4 needs an even k, got " << describe(w);
-  const bool vec = w.g_idx == nullptr && w.k % 8 == 0 && w.group_size % 8 == 0 &&
+  const bool vec = w.g_idx == nullptr && col_perm == nullptr && w.k % 8 == 0 && w.group_size % 8 == 0 &&
                    reinterpret_cast<uintptr_t>(w.w) % 8 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0;
   const size_t total = static_cast<size_t>(w.n) * w.k / (vec ? 8 : 1);
   const unsigned blocks = static_cast<unsigned>(std::min<size_t>((total + 255) / 256, 132 * 64));
   if (vec)
     dequantize8_kernel<<<blocks, 256, 0, stream>>>(w, w.groups(), dst);
   else
-    dequantize_kernel<<<blocks, 256, 0, stream>>>(w, w.groups(), dst);
+    dequantize_kernel<<<blocks, 256, 0, stream>>>(w, w.groups(), dst, col_perm);
   XI_CUDA_CHECK_LAUNCH();
 }
 

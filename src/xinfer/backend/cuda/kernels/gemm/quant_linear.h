@@ -142,6 +142,13 @@ void launch_fp8_gemv(const Fp8GemvArgs& a, cudaStream_t stream, QuantGemvConfig 
 // f32(dot) (+ bias): with f32 y and no bias, the CPU oracle's bits (quant/int_matmul.cpp run_w8a8_int8).
 void launch_w8a8_int8_gemv(const Fp8GemvArgs& a, cudaStream_t stream, QuantGemvConfig config);
 // dst[n, k] = the dequantized weight, rounded to bf16 (dst: [w.n, w.k]). Any layout above, incl. g_idx.
-void launch_dequantize_weight(const QuantWeight& w, __nv_bfloat16* dst, cudaStream_t stream);
+// col_perm (i32 [k], act order sorted at load: LinearWeights::input_perm): stored column c goes to dst column
+// col_perm[c], so dst is the weight in the input's column order.
+void launch_dequantize_weight(const QuantWeight& w, __nv_bfloat16* dst, cudaStream_t stream,
+                              const int32_t* col_perm = nullptr);
+// out[r, j] = x[r, perm[j]] for r < m, j < k (x's columns in a weight's stored order:
+// LinearWeights::input_perm).
+void launch_gather_columns(const __nv_bfloat16* x, const int32_t* perm, int m, int k, __nv_bfloat16* out,
+                           cudaStream_t stream);
 
 }  // namespace xinfer::cuda
