@@ -1,7 +1,10 @@
 // quantized_matmul GB/s per weight format on SmolLM2-135M's linear shapes, against the measured read
 // bandwidth (the roofline of a GEMV: weight bytes / bandwidth), plus the whole model's linears per token.
 //
-//   quant_kernel_bench [--quick | --model-only]
+//   quant_kernel_bench [--quick | --model-only | --act-order]
+//
+// --act-order: GPTQ act-order weights, the g_idx path against the columns sorted at load (input_perm), CPU
+// time.
 //
 // Each figure is "hot" (one matrix, called repeatedly: L2/L3-resident when it fits) and "cold" (as many
 // copies of the matrix as fill 160 MB, called in turn, so the bytes stream from DRAM as in a real decode:
@@ -125,6 +128,38 @@ int main(int argc, char** argv) {
     read_bw[threads] = c.read_bandwidth_bytes_per_s;
     std::printf("measured: %d thread(s): DRAM read %.1f GB/s, copy (read+write) %.1f GB/s\n", threads,
                 c.read_bandwidth_bytes_per_s / 1e9, c.bandwidth_bytes_per_s / 1e9);
+  }
+  if (argc > 1 && std::string(argv[1]) == "--act-order") {
+    // GPTQ act order: the g_idx path (a row dequantized at a time) against the columns sorted at load (the
+    // contiguous-group kernel on x gathered by input_perm), hot matrix, 1 thread, process CPU time per call.
+    std::mt19937 arng(11);
+    std::printf("\n%-16s %-10s %4s %14s %14s %8s\n", "format", "NxK", "rows", "g_idx us", "sorted us",
+                "speed-up");
+    for (const xq::IntGroupFormat f : {xq::IntGroupFormat{4, 128, true}, xq::IntGroupFormat{4, 64, false}})
+      for (const Shape& sh : {Shape{"576x1536", 576, 1536}, Shape{"1536x576", 1536, 576}}) {
+        if (sh.k % f.group_size != 0) continue;
+        auto w = make_matrix(f, sh.n, sh.k, arng);
+        std::vector<int32_t> g_idx(static_cast<size_t>(sh.k)), perm(static_cast<size_t>(sh.k));
+        for (int64_t c = 0; c < sh.k; ++c)
+          g_idx[static_cast<size_t>(c)] = static_cast<int32_t>(c / f.group_size);
+        std::shuffle(g_idx.begin(), g_idx.end(), arng);
+        for (int64_t c = 0; c < sh.k; ++c) perm[static_cast<size_t>(c)] = static_cast<int32_t>(c);
+        std::shuffle(perm.begin(), perm.end(), arng);
+        xq::QuantizedMatrix with_g_idx = w->m, sorted = w->m;
+        with_g_idx.g_idx = g_idx.data();
+        sorted.input_perm = perm.data();
+        ThreadPool pool(1);
+        for (int64_t rows : {1, 8}) {
+          std::vector<float> x(static_cast<size_t>(rows * sh.k), 0.3f), y(static_cast<size_t>(rows * sh.n));
+          double a = 0, b = 0;
+          seconds_per_call([&] { xq::quantized_matmul(with_g_idx, x.data(), rows, y.data(), &pool); }, min_s,
+                           &a);
+          seconds_per_call([&] { xq::quantized_matmul(sorted, x.data(), rows, y.data(), &pool); }, min_s, &b);
+          std::printf("%-16s %-10s %4lld %14.1f %14.1f %7.2fx\n", xq::format_name(f).c_str(), sh.name,
+                      static_cast<long long>(rows), a * 1e6, b * 1e6, a / b);
+        }
+      }
+    return 0;
   }
   const std::vector<xq::WeightFormat> formats = {
       xq::GgufFormat{xq::GgufType::kQ4_1},
