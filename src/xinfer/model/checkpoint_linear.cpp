@@ -523,7 +523,8 @@ quant::QuantizedMatrix HostLinear::matrix() const {
 bool sort_act_order(HostLinear& w) {
   const auto* g = std::get_if<quant::IntGroupFormat>(&w.format);
   if (g == nullptr || w.g_idx.view().empty() || !w.input_perm.view().empty() ||
-      (g->bits == 4 && w.k % 2 != 0))
+      (g->bits != 4 && g->bits != 8) || (g->bits == 4 && w.k % 2 != 0) || w.g_idx.numel() != w.k ||
+      w.weight.numel() != w.n * (g->bits == 4 ? w.k / 2 : w.k))
     return false;
   const int64_t k = w.k, group = g->group_size, groups = (k + group - 1) / group;
   const int32_t* gi = w.g_idx.data<int32_t>();

@@ -160,7 +160,12 @@ TEST_P(CheckpointGolden, LoadsInTheExpectedFormats) {
 TEST(ActOrder, SortedColumnsAreTheSameWeight) {
   std::mt19937 rng(5);
   for (const auto& [bits, group, zp, n, k] : std::vector<std::tuple<int, int, bool, int64_t, int64_t>>{
-           {4, 32, true, 7, 128}, {4, 128, false, 5, 384}, {8, 64, true, 3, 192}, {4, 32, false, 4, 96}}) {
+           {4, 32, true, 7, 128},
+           {4, 128, false, 5, 384},
+           {8, 64, true, 3, 192},
+           {4, 32, false, 4, 96},
+           {4, 32, true, 3, 100} /* a last group of 4 */,
+           {8, 48, false, 2, 100}}) {
     const int64_t groups = (k + group - 1) / group;
     HostLinear w;
     w.format = quant::IntGroupFormat{bits, group, zp};
@@ -224,6 +229,19 @@ TEST(ActOrder, SortedColumnsAreTheSameWeight) {
   EXPECT_FALSE(sort_act_order(odd));
   EXPECT_FALSE(odd.g_idx.view().empty());
   EXPECT_TRUE(odd.input_perm.view().empty());
+  // A g_idx naming a group that does not exist, or of the wrong length: left as they are too.
+  HostLinear bad;
+  bad.format = quant::IntGroupFormat{8, 32, false};
+  bad.n = 1;
+  bad.k = 64;
+  bad.weight = HostTensor(DType::kU8, Shape{1, 64});
+  bad.scales = HostTensor(DType::kF32, Shape{1, 2});
+  bad.g_idx = HostTensor(DType::kI32, Shape{64});
+  for (int c = 0; c < 64; ++c) bad.g_idx.data<int32_t>()[c] = c < 32 ? 0 : 1;
+  bad.g_idx.data<int32_t>()[7] = 2;
+  EXPECT_FALSE(sort_act_order(bad));
+  bad.g_idx = HostTensor(DType::kI32, Shape{63});
+  EXPECT_FALSE(sort_act_order(bad));
 }
 
 // The whole model on the CPU backend (every format runs as it is) vs transformers on the dequantized weights.

@@ -56,7 +56,9 @@
 // kQuantGemvMaxRows (16) rows through the quantized tensor-core GEMV where it takes the weight (k % 32 / 16,
 // group % 32, no g_idx); past that, up to set_wq_gemm_max_rows() rows (0 by default), the tiled GEMM that
 // dequantizes in shared memory (wq_gemm.h); otherwise it dequantizes the weight into a bf16 workspace and
-// runs the tuned bf16 GEMM (prefill, and the slower path for the rest). add_rms_norm_linear fuses dense
+// runs the tuned bf16 GEMM (prefill, and the slower path for the rest). Act-order weights sorted at load
+// (LinearWeights::input_perm) gather x's columns for the GEMV rows and dequantize back into input order past
+// them. add_rms_norm_linear fuses dense
 // linears only (quantized ones run the composition). The workspace grows outside recordings only, like the
 // decode one.
 //

@@ -254,12 +254,16 @@ void CudaBackend::reserve_quant_workspace(const std::vector<const backend::Linea
     } else if (max_tokens > kQuantGemvMaxRows) {  // weight-only formats: prefill rows dequantize the weight
       bytes = std::max(bytes, static_cast<size_t>(w->out_features()) * w->in_features() * sizeof(__nv_bfloat16));
     }
+    if (!w->input_perm.empty())  // act order: decode rows gather x's columns here (quantized_linear)
+      bytes = std::max(bytes, static_cast<size_t>(std::min(max_tokens, kQuantGemvMaxRows)) *
+                                  w->in_features() * sizeof(__nv_bfloat16));
   }
   if (bytes > 0) quant_workspace(bytes);
 }
 
 void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out,
                              bool x_quantized) {
+  XI_CHECK(w.input_perm.empty()) << "linear " << fmt(w) << ": an input permutation on a W8A8 weight";
   const auto& f = std::get<quant::W8A8Fp8Format>(w.format);
   const int64_t n = w.out_features(), k = w.in_features();
   const int m = static_cast<int>(x.numel() / k);
@@ -507,6 +511,7 @@ void CudaBackend::measure_wq_gemms(const std::vector<const backend::LinearWeight
 
 void CudaBackend::int8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out,
                               bool x_quantized) {
+  XI_CHECK(w.input_perm.empty()) << "linear " << fmt(w) << ": an input permutation on a W8A8 weight";
   const int64_t n = w.out_features(), k = w.in_features();
   const int m = static_cast<int>(x.numel() / k);
   const auto* wq = device_ptr<int8_t>(w.weight, DType::kI8, "weight", w);
@@ -712,6 +717,8 @@ void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWei
       XI_LOG(INFO) << "cuda: no decode GEMV for " << describe(q)
                    << " (needs k % 32 (int4) / 16 (int8), group % 32, no g_idx): dequantize + bf16 GEMM";
   }
+  XI_CHECK(perm == nullptr) << "linear " << fmt(w)
+                            << ": x gathered into the workspace the dequantize path needs";
   auto* ws = static_cast<__nv_bfloat16*>(quant_workspace(static_cast<size_t>(q.n) * q.k * sizeof(__nv_bfloat16)));
   if (ws == nullptr) return;  // recording failed (see top)
   launch_dequantize_weight(q, ws, stream_);
