@@ -218,30 +218,31 @@ TEST(ActOrder, SortedColumnsAreTheSameWeight) {
     for (size_t i = 0; i < y1.size(); ++i)
       EXPECT_NEAR(y2[i], y1[i], 1e-4 * (1 + std::fabs(y1[i]))) << what << " " << i;
   }
-  // Groups of unequal sizes (not what GPTQ writes): left as they are.
-  HostLinear odd;
-  odd.format = quant::IntGroupFormat{8, 32, false};
-  odd.n = 1;
-  odd.k = 64;
-  odd.weight = HostTensor(DType::kU8, Shape{1, 64});
-  odd.scales = HostTensor(DType::kF32, Shape{1, 2});
-  odd.g_idx = HostTensor(DType::kI32, Shape{64});  // zeros: all 64 columns in group 0
-  EXPECT_FALSE(sort_act_order(odd));
-  EXPECT_FALSE(odd.g_idx.view().empty());
-  EXPECT_TRUE(odd.input_perm.view().empty());
-  // A g_idx naming a group that does not exist, or of the wrong length: left as they are too.
-  HostLinear bad;
-  bad.format = quant::IntGroupFormat{8, 32, false};
-  bad.n = 1;
-  bad.k = 64;
-  bad.weight = HostTensor(DType::kU8, Shape{1, 64});
-  bad.scales = HostTensor(DType::kF32, Shape{1, 2});
-  bad.g_idx = HostTensor(DType::kI32, Shape{64});
-  for (int c = 0; c < 64; ++c) bad.g_idx.data<int32_t>()[c] = c < 32 ? 0 : 1;
-  bad.g_idx.data<int32_t>()[7] = 2;
-  EXPECT_FALSE(sort_act_order(bad));
-  bad.g_idx = HostTensor(DType::kI32, Shape{63});
-  EXPECT_FALSE(sort_act_order(bad));
+  // Left as they are: groups of unequal sizes (not what GPTQ writes), a g_idx naming a group that does not
+  // exist, a g_idx of the wrong length. One row of int8 g32, k = 64.
+  const auto one_row = [](const std::vector<int32_t>& g_idx) {
+    HostLinear w;
+    w.format = quant::IntGroupFormat{8, 32, false};
+    w.n = 1;
+    w.k = 64;
+    w.weight = HostTensor(DType::kU8, Shape{1, 64});
+    w.scales = HostTensor(DType::kF32, Shape{1, 2});
+    w.g_idx = HostTensor(DType::kI32, Shape{static_cast<int64_t>(g_idx.size())});
+    std::copy(g_idx.begin(), g_idx.end(), w.g_idx.data<int32_t>());
+    return w;
+  };
+  std::vector<int32_t> halves(64);
+  for (int c = 0; c < 64; ++c) halves[static_cast<size_t>(c)] = c < 32 ? 0 : 1;
+  std::vector<int32_t> no_group = halves;
+  no_group[7] = 2;
+  for (const std::vector<int32_t>& g : {std::vector<int32_t>(64, 0), no_group, std::vector<int32_t>(63, 0)}) {
+    HostLinear w = one_row(g);
+    EXPECT_FALSE(sort_act_order(w));
+    EXPECT_FALSE(w.g_idx.view().empty());
+    EXPECT_TRUE(w.input_perm.view().empty());
+  }
+  HostLinear fine = one_row(halves);  // the control: the same row with a valid g_idx is sorted
+  EXPECT_TRUE(sort_act_order(fine));
 }
 
 // The whole model on the CPU backend (every format runs as it is) vs transformers on the dequantized weights.

@@ -10,26 +10,15 @@
 #include "xinfer/backend/cuda/kernels/attention/kv_block_index.cuh"
 #include "xinfer/backend/cuda/kernels/attention/kv_fp8.cuh"
 #include "xinfer/backend/cuda/kernels/cp_async.cuh"
+#include "xinfer/backend/cuda/kernels/ldmatrix.cuh"
 #include "xinfer/backend/cuda/kernels/mbarrier.cuh"
 #include "xinfer/backend/cuda/kernels/wgmma.cuh"
 
 namespace xinfer::cuda {
 namespace {
 
-// ---- PTX wrappers (cp.async: cp_async.cuh). Shared-memory operands are 32-bit shared-window addresses. ----
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
+// ---- PTX wrappers (cp.async: cp_async.cuh; ldmatrix: ldmatrix.cuh). Shared-memory operands are 32-bit
+// shared-window addresses. ----
 
 #define XI_ACC8(d, i)                                                                         \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \

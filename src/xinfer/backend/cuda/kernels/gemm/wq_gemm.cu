@@ -9,6 +9,7 @@
 #include "xinfer/backend/cuda/kernels/cp_async.cuh"
 #include "xinfer/backend/cuda/kernels/device_launch.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_gemv_math.cuh"
+#include "xinfer/backend/cuda/kernels/ldmatrix.cuh"
 
 namespace xinfer::cuda {
 namespace {
@@ -57,20 +58,6 @@ struct WqParams {
   bool is_signed;  // int8 per channel: i8 values, zero 0
   int m, n, k, groups, group_size;
 };
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-// Two 8 x 8 matrices: lanes 0-7 give the first one's row addresses, lanes 8-15 the second's.
-__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(addr)
-               : "memory");
-}
 
 // Step `kb`'s raw weight bytes (rows n0.., 16-byte chunks, streamed in 256-byte L2 lines) and x tile (rows
 // m0.., columns kb * 64..) into stage buffers; rows past n / m are zero-filled.
