@@ -47,8 +47,7 @@ struct HostLinear {
   HostTensor scales;       // f32 [N, G] (groups), [N] (channel), [1] (FP8 per-tensor)
   HostTensor zeros;        // u8 [N, G] or empty
   HostTensor g_idx;        // i32 [K] or empty
-  HostTensor
-      input_perm;  // i32 [K] or empty: stored column j multiplies input column input_perm[j] (sort_act_order)
+  HostTensor input_perm;  // i32 [K] or empty: column j multiplies input column input_perm[j] (sort_act_order)
   HostTensor input_scale;  // f32 [1] (static activations) or empty
   std::string note;        // how it was repacked, for the log ("" when nothing to say)
 
