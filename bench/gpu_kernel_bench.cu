@@ -78,6 +78,7 @@ void bench_fp8_rows(cuda::CudaBackend& be, double peak);                       /
 void bench_fp8_wide(cuda::CudaBackend& be, double peak);                       // gpu_w8a8_gemm_bench.cu
 void bench_int8_wgmma(cuda::CudaBackend& be, double peak);                     // gpu_w8a8_gemm_bench.cu
 void bench_layer_stream(cuda::CudaBackend& be, double bw);                     // gpu_layer_stream_bench.cu
+void bench_consumer_rate(cuda::CudaBackend& be, double bw);                    // gpu_consumer_rate_bench.cu
 void bench_wq_gemm(cuda::CudaBackend& be, double bw, double peak);             // gpu_quant_linear_bench.cu
 namespace {
 
@@ -1135,6 +1136,7 @@ int run(bool quick, Mode mode) {
         be.synchronize();
       }
       bench_layer_stream(be, bw);
+      bench_consumer_rate(be, bw);
       return 0;
   }
 

@@ -46,6 +46,8 @@
 #include "xinfer/backend/cuda/kernels/cp_async.cuh"
 #include "xinfer/backend/cuda/kernels/mbarrier.cuh"
 
+#include "layer_stream_dot.cuh"
+
 namespace xinfer::bench {
 namespace {
 
@@ -145,10 +147,6 @@ __device__ __forceinline__ void wait_slot(uint32_t bar, uint32_t parity) {
   }
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
@@ -184,47 +182,6 @@ __device__ void grid_barrier(unsigned* counter, unsigned epoch) {
     __threadfence();
   }
   named_barrier_sync(1, kConsumers);
-}
-
-__device__ __forceinline__ __half2 e4m3x2_to_half2(uint32_t v) {
-  return __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xffffu), __NV_E4M3));
-}
-__device__ __forceinline__ __half2 as_half2(uint32_t v) {
-  return *reinterpret_cast<const __half2*>(&v);
-}
-
-// 16 e4m3 weights (one 16-byte word) times 16 f16 inputs: two f16 accumulators (even and odd columns), 8 f16
-// FMAs (each product of two e4m3 is exact in f16, each sum rounds to f16; 8 products of at most 240 x 1.75
-// cannot overflow), then f32. host_linear emulates exactly this.
-__device__ __forceinline__ float dot16(const uint4& w, const uint32_t (&x)[8]) {
-  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
-  __half2 a = __float2half2_rn(0.0f);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    a = __hfma2(e4m3x2_to_half2(ws[j]), as_half2(x[2 * j]), a);
-    a = __hfma2(e4m3x2_to_half2(ws[j] >> 16), as_half2(x[2 * j + 1]), a);
-  }
-  const float2 f = __half22float2(a);
-  return f.x + f.y;
-}
-
-// W8A16: 16 int8 weights times 16 f16 inputs (x / 16, so 8 sums of at most 128 x |x| / 16 stay in f16's
-// range): each byte pair becomes f16 (1024 + 128 + q) with one PRMT (u = q ^ 0x80 in the mantissa of 1024 +
-// u), one f16 subtract of 1152 gives q exactly, then the same two f16 accumulators as dot16. host_linear
-// emulates it.
-__device__ __forceinline__ float dot16_i8(const uint4& w, const uint32_t (&x)[8]) {
-  const uint32_t ws[4] = {w.x ^ 0x80808080u, w.y ^ 0x80808080u, w.z ^ 0x80808080u, w.w ^ 0x80808080u};
-  const __half2 bias = __float2half2_rn(1152.0f);
-  __half2 a = __float2half2_rn(0.0f);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const __half2 lo = __hsub2(as_half2(__byte_perm(ws[j], 0x64646464u, 0x4140)), bias);
-    const __half2 hi = __hsub2(as_half2(__byte_perm(ws[j], 0x64646464u, 0x4342)), bias);
-    a = __hfma2(lo, as_half2(x[2 * j]), a);
-    a = __hfma2(hi, as_half2(x[2 * j + 1]), a);
-  }
-  const float2 f = __half22float2(a);
-  return f.x + f.y;
 }
 
 // The stage input into sm.x, v * rms * gamma (kNorm: RMSNorm first), and the factor that turns a dot product
@@ -628,84 +585,6 @@ double rel_l2_host(const std::vector<float>& got, const std::vector<double>& wan
   return n > 0 ? std::sqrt(e / n) : INFINITY;
 }
 
-// ---- consumer rate: how fast 8 warps turn weights already in shared memory into dot products ----
-// W4A16 (int4 g128, zero 8) has no layer-stream variant; what decides whether one could stream at HBM's rate
-// is whether its consumers keep up with twice the weights per byte. consumer_rate_kernel runs each format's
-// inner loop as the layer stream does (x in registers, one 32 KB chunk at a time, a warp sum and a consumer
-// barrier per chunk) over a resident shared-memory chunk, so the rate printed is compute alone: bytes per
-// second per SM against the copy ceiling's share of one SM.
-
-// 32 int4 weights (one 16-byte word, element 2i in the low nibble of byte i) times x pairs: nibble p of each
-// byte pair (elements e_p, e_{p+4} of an 8-element word) becomes f16 1024 + q by one LOP3, minus 1032 gives q
-// - 8 exactly; 16 f16 FMAs into one f16 accumulator (|q - 8| <= 8, x / 16), then f32 times the group's scale.
-// x[4 j + p] holds the pair (x_{8j+p}, x_{8j+p+4}).
-__device__ __forceinline__ float dot32_i4(const uint4& w, const uint32_t (&x)[16], float scale) {
-  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
-  const __half2 bias = __float2half2_rn(1032.0f);
-  __half2 a = __float2half2_rn(0.0f);
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const __half2 v = __hsub2(as_half2(((ws[j] >> (4 * q)) & 0x000F000Fu) | 0x64006400u), bias);
-      a = __hfma2(v, as_half2(x[4 * j + q]), a);
-    }
-  const float2 f = __half22float2(a);
-  return (f.x + f.y) * scale;
-}
-
-constexpr int kRateChunk = 32 * 1024;
-enum RateFormat : int { kRateFp8 = 0, kRateW8a16 = 1, kRateInt4 = 2 };
-
-template <int kFmt>
-__global__ void __launch_bounds__(kConsumers, 1) consumer_rate_kernel(int chunks, float* out) {
-  extern __shared__ __align__(16) uint8_t rate_smem[];  // the chunk, then int4's scales [16 rows][32 groups]
-  float* scales = reinterpret_cast<float*>(rate_smem + kRateChunk);
-  // e4m3 codes below 0x70 are finite; every int8 and nibble is.
-  const uint32_t mask = kFmt == kRateFp8 ? 0x6F6F6F6Fu : 0xFFFFFFFFu;
-  for (int i = static_cast<int>(threadIdx.x); i < kRateChunk / 4; i += kConsumers)
-    reinterpret_cast<uint32_t*>(rate_smem)[i] =
-        hash32(static_cast<uint32_t>(i) * 2654435761u + blockIdx.x) & mask;
-  for (int i = static_cast<int>(threadIdx.x); i < 16 * 32; i += kConsumers)
-    scales[i] = 1e-3f * (1.0f + static_cast<float>(i % 7));
-  __syncthreads();
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  uint32_t x[8][16];  // FP8 / W8A16: 8 passes of 8 words; int4: 4 passes of 16 (64 registers either way)
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-#pragma unroll
-    for (int j = 0; j < 16; ++j)
-      x[i][j] = 0x3C003C00u ^ (hash32(static_cast<uint32_t>(threadIdx.x * 131 + i * 16 + j)) & 0x03FF03FFu);
-  float acc = 0.0f;
-  for (int c = 0; c < chunks; ++c) {
-    float sum = 0.0f;
-    if constexpr (kFmt != kRateInt4) {  // 8 rows of 4096 bytes: a row per warp, 8 passes of 512 bytes
-      const uint8_t* row = rate_smem + warp * 4096 + lane * 16;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const uint4 w = *reinterpret_cast<const uint4*>(row + i * 512);
-        const uint32_t(&xi)[8] = *reinterpret_cast<const uint32_t(*)[8]>(&x[i][0]);
-        sum += kFmt == kRateW8a16 ? dot16_i8(w, xi) : dot16(w, xi);
-      }
-    } else {  // 16 rows of 2048 bytes (4096 int4): two rows per warp, 4 passes of 512 bytes (groups of 128)
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        const int r = warp * 2 + rr;
-        const uint8_t* row = rate_smem + r * 2048 + lane * 16;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const uint4 w = *reinterpret_cast<const uint4*>(row + i * 512);
-          sum += dot32_i4(w, x[i], scales[r * 32 + (i * 512 + lane * 16) / 64]);
-        }
-      }
-    }
-    sum = warp_sum(sum);
-    acc += sum;
-    named_barrier_sync(1, kConsumers);  // the layer stream's per-chunk barrier
-  }
-  if (threadIdx.x % 32 == 0) out[blockIdx.x * kConsumerWarps + warp] = acc;
-}
-
 }  // namespace
 
 void bench_layer_stream(cuda::CudaBackend& be, double bw) {
@@ -894,32 +773,6 @@ void bench_layer_stream(cuda::CudaBackend& be, double bw) {
     }
     if (exec != nullptr) XI_CUDA_CHECK(cudaGraphExecDestroy(exec));
     if (graph != nullptr) XI_CUDA_CHECK(cudaGraphDestroy(graph));
-  }
-  // ---- consumer rate per format (compute alone, the chunk resident in shared memory) ----
-  {
-    const int chunks = 4000;
-    auto* out = static_cast<float*>(alloc(DType::kF32, int64_t{1} * ctas * kConsumerWarps));
-    const size_t rate_smem = kRateChunk + 16 * 32 * 4;
-    const double share = bw * 1e9 / ctas;  // one SM's share of the copy ceiling, bytes per second
-    const char* fmt_names[] = {"fp8 (e4m3 x e4m3)", "w8a16 (int8 x f16)", "w4a16 (int4 g128 x f16)"};
-    for (const int f : {kRateFp8, kRateW8a16, kRateInt4}) {
-      const auto run = [&](int) {
-        if (f == kRateFp8)
-          consumer_rate_kernel<kRateFp8><<<ctas, kConsumers, rate_smem, st>>>(chunks, out);
-        else if (f == kRateW8a16)
-          consumer_rate_kernel<kRateW8a16><<<ctas, kConsumers, rate_smem, st>>>(chunks, out);
-        else
-          consumer_rate_kernel<kRateInt4><<<ctas, kConsumers, rate_smem, st>>>(chunks, out);
-        XI_CUDA_CHECK_LAUNCH();
-      };
-      const double sec = cuda::time_on_stream(st, 3, run);
-      const double per_sm = static_cast<double>(chunks) * kRateChunk / sec;
-      std::printf(
-          "consumer rate %-24s: %7.1f GB/s per SM = %5.2fx the copy ceiling's share of an SM (%.1f GB/s); "
-          "%.0f weights per SM per us\n",
-          fmt_names[f], per_sm / 1e9, per_sm / share, share / 1e9,
-          per_sm * (f == kRateInt4 ? 2.0 : 1.0) / 1e6);
-    }
   }
   std::printf(
       "layer stream: a token would add the lm_head (bf16 128256 x 4096, ~0.25 ms at m = 1, session 15) and "
