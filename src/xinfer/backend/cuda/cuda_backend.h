@@ -54,13 +54,12 @@
 // GEMV for m <= 16, else our wgmma GEMM with the scales fused, w8a8_int8_wgmma.h, or cuBLASLt's int8 GEMM
 // with int32 sums and our scale epilogue, cublaslt_int8_gemm.h: set_int8_gemm). linear() runs up to
 // kQuantGemvMaxRows (16) rows through the quantized tensor-core GEMV where it takes the weight (k % 32 / 16,
-// group % 32, no g_idx); past that, up to set_wq_gemm_max_rows() rows (0 by default), the tiled GEMM that
-// dequantizes in shared memory (wq_gemm.h); otherwise it dequantizes the weight into a bf16 workspace and
-// runs the tuned bf16 GEMM (prefill, and the slower path for the rest). Act-order weights sorted at load
-// (LinearWeights::input_perm) gather x's columns for the GEMV rows and dequantize back into input order past
-// them. add_rms_norm_linear fuses dense
-// linears only (quantized ones run the composition). The workspace grows outside recordings only, like the
-// decode one.
+// group % 32, no g_idx); past that, where measure_wq_gemms() timed it faster (set_wq_gemm_max_rows), the
+// tiled GEMM that dequantizes in shared memory (wq_gemm.h); otherwise it dequantizes the weight into a bf16
+// workspace and runs the tuned bf16 GEMM (prefill, and the slower path for the rest). Act-order weights
+// sorted at load (LinearWeights::input_perm) gather x's columns for the GEMV rows and dequantize back into
+// input order past them. add_rms_norm_linear fuses dense linears only (quantized ones run the composition).
+// The workspace grows outside recordings only, like the decode one.
 //
 // KV cache: bf16, per layer K and V [num_blocks, num_kv_heads, block_size, head_dim] (backend.h).
 // Attention: decodes use the split-KV decode kernel, prefill chunks the tiled tensor-core kernel
@@ -284,9 +283,10 @@ class CudaBackend final : public backend::Backend {
   void set_prefill_ws(bool on) { prefill_ws_ = on; }
   // Weight-only int4 / int8 linears of kQuantGemvMaxRows < m <= rows run the tiled tensor-core GEMM that
   // reads the quantized weight (wq_gemm.h) instead of dequantizing it into the workspace for the bf16 GEMM; 0
-  // (the default until it is verified on a GPU) keeps the dequantize path; kWqGemmMeasured: where
-  // measure_wq_gemms() found it faster for the shape and row bucket. XINFER_WQ_GEMM_MAX_ROWS (a row count, or
-  // "auto") sets it at construction. Set it before graphs are recorded.
+  // keeps the dequantize path; kWqGemmMeasured (the default since session 30: W4A16 8B at 64 sequences +13%
+  // output tok/s, the same tokens): where measure_wq_gemms() found it faster for the shape and row bucket.
+  // XINFER_WQ_GEMM_MAX_ROWS (a row count, or "auto") sets it at construction. Set it before graphs are
+  // recorded.
   static constexpr int kWqGemmMeasured = -1;
   void set_wq_gemm_max_rows(int rows) { wq_gemm_max_rows_ = rows; }
   int wq_gemm_max_rows() const { return wq_gemm_max_rows_; }
@@ -384,7 +384,7 @@ class CudaBackend final : public backend::Backend {
   std::optional<Int8WgmmaConfig> int8_wgmma_fixed_;  // set_int8_gemm(config name); neither: "auto"
   std::map<std::tuple<int, int, int>, Int8WgmmaConfig> int8_measured_;  // (n, k, row bucket): measure_int8_gemms
   int decode_many_warps_ = 0;
-  int wq_gemm_max_rows_ = 0;  // set_wq_gemm_max_rows
+  int wq_gemm_max_rows_ = kWqGemmMeasured;  // set_wq_gemm_max_rows
   std::map<std::tuple<int, int, int>, bool>
       wq_measured_;  // (n, k, row bucket): tiled faster (measure_wq_gemms)
   bool fp8_kv_wgmma_prefill_ = true;

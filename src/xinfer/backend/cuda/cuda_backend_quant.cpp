@@ -13,7 +13,7 @@
 //   act order sorted at load (LinearWeights::input_perm): m <= kQuantGemvMaxRows -> x's columns gathered into
 //                the workspace (launch_gather_columns), then the GEMVs as below; more rows -> the dequantize
 //                path with the weight written back in the input's column order
-//   kQuantGemvMaxRows < m <= wq_gemm_max_rows() (0, off, by default until measured) and wq_gemm_supports ->
+//   kQuantGemvMaxRows < m, where measure_wq_gemms() found it faster (the default; set_wq_gemm_max_rows) ->
 //                launch_wq_gemm (wq_gemm.h): the quantized weight read once per 64 rows, dequantized tile by
 //                tile in shared memory
 //   otherwise -> the weight dequantized to bf16 into a workspace, then the bf16 GEMM (GemmTuner::run, the
