@@ -78,6 +78,14 @@ const T* device_ptr(const TensorView& t, DType dtype, const char* what, const ba
   return static_cast<const T*>(t.data);
 }
 
+// The row buckets the start-up measurements (measure_int8_gemms, measure_wq_gemms) time, up to max_rows:
+// int8_wgmma_row_bucket's 32, 64, .., kInt8MeasuredMaxRows (rows <= 16 run the GEMVs).
+std::vector<int> measured_row_buckets(int max_rows) {
+  std::vector<int> buckets;
+  for (int b = 32; b / 2 < max_rows && b <= kInt8MeasuredMaxRows; b *= 2) buckets.push_back(b);
+  return buckets;
+}
+
 // XINFER_INT_GEMV (read once per process): 0 unset (the defaults), 1 "dot", 2 "mma" (see top).
 int int_gemv_mode() {
   static const int mode = [] {
@@ -399,8 +407,7 @@ void CudaBackend::measure_int8_gemms(const std::vector<const backend::LinearWeig
   XI_CHECK(!capturing_) << "measure_int8_gemms() while recording a graph";
   if (int8_cublaslt_ || int8_rule_only_ || int8_wgmma_fixed_ || max_tokens <= 16) return;
   const auto start = std::chrono::steady_clock::now();
-  std::vector<int> buckets;  // int8_wgmma_row_bucket's up to max_tokens (rows <= 16 run the GEMV)
-  for (int b = 32; b / 2 < max_tokens && b <= kInt8MeasuredMaxRows; b *= 2) buckets.push_back(b);
+  const std::vector<int> buckets = measured_row_buckets(max_tokens);
   std::map<std::string, int> wins;
   std::set<std::pair<int64_t, int64_t>> seen;
   int shapes = 0;
@@ -444,19 +451,10 @@ void CudaBackend::measure_int8_gemms(const std::vector<const backend::LinearWeig
                << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s: " << summary;
 }
 
-namespace {
-// The row bucket a weight-only linear's measured choice covers: the power of two from 32 holding m.
-int wq_row_bucket(int m) {
-  int b = 32;
-  while (b < m) b *= 2;
-  return b;
-}
-}  // namespace
-
 bool CudaBackend::wq_gemm_for(int m, int n, int k) const {
   if (m <= kQuantGemvMaxRows) return false;
   if (wq_gemm_max_rows_ != kWqGemmMeasured) return m <= wq_gemm_max_rows_;
-  const auto it = wq_measured_.find({n, k, wq_row_bucket(m)});
+  const auto it = wq_measured_.find({n, k, int8_wgmma_row_bucket(m)});  // the INT8 measurement's buckets
   return it != wq_measured_.end() && it->second;
 }
 
@@ -464,8 +462,7 @@ void CudaBackend::measure_wq_gemms(const std::vector<const backend::LinearWeight
   XI_CHECK(!capturing_) << "measure_wq_gemms() while recording a graph";
   if (wq_gemm_max_rows_ != kWqGemmMeasured || max_rows <= kQuantGemvMaxRows) return;
   const auto start = std::chrono::steady_clock::now();
-  std::vector<int> buckets;
-  for (int b = 32; b / 2 < max_rows && b <= 1024; b *= 2) buckets.push_back(b);
+  const std::vector<int> buckets = measured_row_buckets(max_rows);
   std::set<std::pair<int, int>> seen;
   int shapes = 0, tiled_wins = 0, cases = 0;
   for (const backend::LinearWeights* w : linears) {
