@@ -330,6 +330,16 @@ void bench_rope_kv(cuda::CudaBackend& be, double bw) {
 }
 
 void bench_prefill_layer(cuda::CudaBackend& be, double peak, double bw) {
+  // XINFER_BENCH_PREFILL=SEQSxTOKENS (e.g. 7x2048, the prompts of a 2048/128 mixed step): that step alone,
+  // FP8 weights over an FP8 KV cache.
+  if (const char* only = std::getenv("XINFER_BENCH_PREFILL"); only != nullptr) {
+    const std::string s = only;
+    const int seqs = std::atoi(s.c_str()),
+              tokens = s.find('x') == std::string::npos ? 0 : std::atoi(s.c_str() + s.find('x') + 1);
+    XI_CHECK(seqs > 0 && tokens > 0) << "XINFER_BENCH_PREFILL=" << s << ": SEQSxTOKENS, both positive";
+    bench_layer(be, peak, bw, {"prefill " + s + " fp8kv", seqs, tokens, tokens, DType::kFP8E4M3, {1}});
+    return;
+  }
   bench_layer(be, peak, bw, {"prefill layer", 1, 2048, 2048, DType::kBF16, {0, 1, 2}});
   // The prompts of a 128/128 mixed step (~12k tokens of 128-token prompts; docs/PERF.md session 22), FP8.
   bench_layer(be, peak, bw, {"prefill 96x128 fp8kv", 96, 128, 128, DType::kFP8E4M3, {1}});

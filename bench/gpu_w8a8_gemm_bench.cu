@@ -480,18 +480,22 @@ void bench_fp8_wide(cuda::CudaBackend& be, double peak) {
               sum_usual / sum_wide);
 }
 
-// gpu_kernel_bench --int8-wgmma: the W8A8-INT8 GEMM at the Llama-3.1-8B shapes and the row counts of the engine's
-// steps (decode 128 / 256 / 481 / 954, prefill chunks 2048 / 8192), on quantized x (random codes): cuBLASLt FP8
-// with outer-vector scales (the FP8 path: the ceiling INT8 is held to), cuBLASLt int8 -> int32 + our epilogue (the
-// backend's measured algorithm) and our wgmma GEMM with fused scales in each configuration (w8a8_int8_wgmma.h),
-// TFLOP/s against the FP8 / INT8 dense peak (2x the measured bf16 GEMM). Each wgmma output is checked against the
-// cuBLASLt path's bits first ("CHECK FAILED" otherwise). Then the per-shape sums at each m, and
-// the sum of the configurations the backend's rule (int8_wgmma_auto_config) runs at each shape.
+// gpu_kernel_bench --int8-wgmma: the W8A8-INT8 GEMM at the Llama-3.1-8B shapes and the row counts of the
+// engine's steps (decode 128 / 256 / 481 / 954, prefill chunks 2048 / 8192), on quantized x (random codes):
+// cuBLASLt FP8 with outer-vector scales (the FP8 path: the ceiling INT8 is held to), cuBLASLt int8 -> int32 +
+// our epilogue (the backend's measured algorithm) and our wgmma GEMM with fused scales in each configuration
+// (w8a8_int8_wgmma.h), TFLOP/s against the FP8 / INT8 dense peak (2x the measured bf16 GEMM). Each wgmma
+// output is checked against the cuBLASLt path's bits first ("CHECK FAILED" otherwise). Then the per-shape
+// sums at each m, and the sum of the configurations the backend's rule (int8_wgmma_auto_config) runs at each
+// shape. The same kernels on the FP8 codes (launch_w8a8_fp8_wgmma) beside cuBLASLt's FP8 (its measured
+// algorithm at the decode buckets 128 / 256 / 448 / 896, the heuristic's at 2048 / 8192 / 16384), each
+// output's relative L2 distance to cuBLASLt's printed once per shape and m, and per m the best of the two per
+// shape (what the engine's measurement picks).
 void bench_int8_wgmma(cuda::CudaBackend& be, double peak) {
   cudaStream_t s = be.stream();
   cuda::CublasLtFp8Gemm fp8;
   cuda::CublasLtInt8Gemm int8;
-  const std::vector<int> ms = {128, 256, 481, 954, 2048, 8192};
+  const std::vector<int> ms = {128, 256, 448, 896, 2048, 8192, 16384};
   // Each configuration in the launch's band by shape (band 0) and with m tiles fastest (band 1: the order before
   // session 20).
   std::vector<cuda::Int8WgmmaConfig> configs;
@@ -502,7 +506,9 @@ void bench_int8_wgmma(cuda::CudaBackend& be, double peak) {
     }
   const size_t nc = configs.size();
   std::vector<double> sum_fp8(ms.size()), sum_int8(ms.size()), sum_rule(ms.size());
-  std::vector<std::vector<double>> sum_wg(ms.size(), std::vector<double>(nc));
+  std::vector<std::vector<double>> sum_wg(ms.size(), std::vector<double>(nc)),
+      sum_wg8(ms.size(), std::vector<double>(nc));
+  std::vector<double> sum_best8(ms.size());
   for (const Linear8b& sh : kLinears8b) {
     W8 w = make_w8(be, sh.n, sh.k, 300);
     for (size_t mi = 0; mi < ms.size(); ++mi) {
@@ -528,6 +534,28 @@ void bench_int8_wgmma(cuda::CudaBackend& be, double peak) {
       const double t_int8 = 1e6 * cuda::time_on_stream(s, reps, [&](int) { int8.run(ia, s); });
       row(what + " int8 cuBLASLt + epilogue", t_int8, flop, true, 2 * peak);
       const std::vector<uint16_t> want = raw_bf16_of(be, y2.view);
+      auto y_fp8 = be.allocate(DType::kBF16, Shape{m, sh.n});
+      XI_CUDA_CHECK(
+          cudaMemcpyAsync(y_fp8.view.data, y.view.data, y.view.bytes(), cudaMemcpyDeviceToDevice, s));
+      double best8 = t_fp8;
+      for (size_t c = 0; c < nc;
+           ++c) {  // the FP8 wgmma kernels against cuBLASLt's FP8 (summation order differs)
+        const cuda::Int8WgmmaConfig config = configs[c];
+        cuda::Fp8GemmArgs wa = fa;
+        wa.y = y2.view.data;
+        XI_CUDA_CHECK(cudaMemsetAsync(y2.view.data, 0xff, y2.view.bytes(), s));
+        cuda::launch_w8a8_fp8_wgmma(wa, s, config);
+        if (c == 0)
+          std::printf("%s fp8 wgmma vs cuBLASLt FP8: rel L2 %.3g\n", what.c_str(),
+                      rel_l2(be, y2.view, y_fp8.view));
+        const double t =
+            1e6 * cuda::time_on_stream(s, reps, [&](int) { cuda::launch_w8a8_fp8_wgmma(wa, s, config); });
+        row(what + " fp8 " + cuda::to_string(config), t, flop, true, 2 * peak);
+        sum_wg8[mi][c] += t;
+        best8 = std::min(best8, t);
+      }
+      sum_best8[mi] += best8;
+      int8.run(ia, s);  // y2 back to the int8 path's output
       sum_fp8[mi] += t_fp8;
       sum_int8[mi] += t_int8;
       for (size_t c = 0; c < nc; ++c) {
@@ -554,6 +582,15 @@ void bench_int8_wgmma(cuda::CudaBackend& be, double peak) {
     for (size_t c = 0; c < nc; ++c)
       std::printf("  %s %.1f (%.3f)", cuda::config_name(configs[c]).c_str(), sum_wg[mi][c],
                   sum_wg[mi][c] / sum_fp8[mi]);
+    std::printf("\n");
+  }
+  for (size_t mi = 0; mi < ms.size(); ++mi) {
+    std::printf(
+        "fp8 sum of the 4 linears, m=%-5d cuBLASLt %8.1f us  best of cuBLASLt / wgmma per shape %8.1f (%.3f)",
+        ms[mi], sum_fp8[mi], sum_best8[mi], sum_best8[mi] / sum_fp8[mi]);
+    for (size_t c = 0; c < nc; ++c)
+      std::printf("  %s %.1f (%.3f)", cuda::config_name(configs[c]).c_str(), sum_wg8[mi][c],
+                  sum_wg8[mi][c] / sum_fp8[mi]);
     std::printf("\n");
   }
 }

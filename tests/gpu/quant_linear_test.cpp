@@ -40,6 +40,7 @@
 #include "xinfer/backend/cuda/kernels/gemm/int4_decode_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_dot_gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
+#include "xinfer/backend/cuda/kernels/gemm/w8a8_int8_wgmma.h"
 #include "xinfer/backend/cuda/kernels/gemm/wq_gemm.h"
 #include "xinfer/backend/cuda/kernels/quant/quantize_activations.h"
 #include "xinfer/model/checkpoint_linear.h"
@@ -965,6 +966,21 @@ TEST(QuantLinear, Fp8MatchesCpuOracle) {
       const double f32_bound = m <= cuda::kQuantGemvMaxRows ? 1e-3 : 3e-3;
       EXPECT_LT(cmp.rel_l2, f32_out ? f32_bound : 1e-2) << what << " (max abs " << cmp.max_abs << ")";
       if (m == 17 || m == 128) std::printf("[ fp8 ] %s: rel L2 %.2e\n", what.c_str(), cmp.rel_l2);
+      if (m > cuda::kQuantGemvMaxRows) {  // the same rows through our FP8 wgmma GEMM (set_fp8_gemm)
+        struct RestoreDefault {
+          ~RestoreDefault() { gpu().set_fp8_gemm("auto"); }
+        } restore;
+        for (const char* name : {"wgmma128x128s6pp", "wgmma256s4"}) {
+          gpu().set_fp8_gemm(name);
+          poison(yd.view);
+          gpu().linear(xd.view, lw, yd.view);
+          const Compare cw = compare(download(gpu(), yd.view), ref);
+          EXPECT_EQ(cw.nans, 0) << what << " " << name;
+          EXPECT_LT(cw.rel_l2, f32_out ? 3e-3 : 1e-2)
+              << what << " " << name << " (max abs " << cw.max_abs << ")";
+          if (m == 128) std::printf("[ fp8 ] %s %s: rel L2 %.2e\n", what.c_str(), name, cw.rel_l2);
+        }
+      }
     }
     ++index;
   }
@@ -1044,6 +1060,146 @@ TEST(QuantLinear, Fp8GemmCandidatesMatchReferenceAndKnownChoicesAreTaken) {
   EXPECT_TRUE(listed);
   // Past the measured buckets (the default 256) a plan keeps the heuristic's one algorithm: nothing is timed there.
   EXPECT_LT(unmeasured.algo_count(args), count);
+}
+
+// The FP8 wgmma GEMM (launch_w8a8_fp8_wgmma) in every compiled configuration, in the band by shape and in
+// bands of 3 n tiles, on shapes with partial row / column tiles, odd n, k not a multiple of the 128-byte step
+// and several tiles per persistent CTA, with and without bias: against the f64 product of the codes (fast
+// accumulation: the f32 bound of cuBLASLt's rows), and every configuration's f32 output the first one's bits
+// (one summation order). Then the measured choice: measure_fp8_gemms decides per (n, k, rows) between
+// cuBLASLt and the wgmma kernels, fp8_wgmma_for takes the decision of the fewest measured rows >= m, and a
+// graph replays linear() through it bit for bit.
+TEST(QuantLinear, Fp8WgmmaGemmMatchesReference) {
+  std::mt19937 rng(37);
+  std::uniform_int_distribution<int> byte(0, 255);
+  auto codes = [&](size_t count) {
+    std::vector<uint8_t> c(count);
+    for (auto& b : c) {
+      b = static_cast<uint8_t>(byte(rng));
+      if ((b & 0x7f) == 0x7f) b ^= 1;  // no NaN codes
+    }
+    return c;
+  };
+  struct Shape3 {
+    int m, n, k;
+  };
+  const Shape3 shapes[] = {{17, 24, 16},      {130, 200, 144},    {333, 257, 512},
+                           {481, 1000, 1040}, {1100, 2048, 1024}, {600, 4096, 2048}};
+  int index = 0;
+  for (const Shape3& sh : shapes) {
+    const int m = sh.m, n = sh.n, k = sh.k;
+    const bool with_bias = index++ % 2 == 0;
+    const std::vector<uint8_t> wq = codes(static_cast<size_t>(n) * k), xq = codes(static_cast<size_t>(m) * k);
+    std::vector<float> ws(static_cast<size_t>(n)), xs(static_cast<size_t>(m));
+    for (auto& v : ws) v = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / 1000.0f;
+    for (auto& v : xs) v = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / 100.0f;
+    const std::vector<float> bias = random_bf16(static_cast<size_t>(n), rng, 0.5f);
+    std::vector<float> wf(wq.size()), xf(xq.size()), ref(static_cast<size_t>(m) * n);
+    convert_to_f32(DType::kFP8E4M3, wq.data(), wf.data(), wf.size());
+    convert_to_f32(DType::kFP8E4M3, xq.data(), xf.data(), xf.size());
+    for (int t = 0; t < m; ++t)
+      for (int j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int i = 0; i < k; ++i)
+          acc += static_cast<double>(xf[static_cast<size_t>(t) * k + i]) * wf[static_cast<size_t>(j) * k + i];
+        ref[static_cast<size_t>(t) * n + j] =
+            static_cast<float>(acc * xs[static_cast<size_t>(t)] * ws[static_cast<size_t>(j)] +
+                               (with_bias ? bias[static_cast<size_t>(j)] : 0.0f));
+      }
+    auto wd = gpu().upload(raw_view(wq, DType::kFP8E4M3, Shape{n, k}), DType::kFP8E4M3);
+    auto xd = gpu().upload(raw_view(xq, DType::kFP8E4M3, Shape{m, k}), DType::kFP8E4M3);
+    auto wsd = gpu().upload(raw_view(ws, DType::kF32, Shape{n}), DType::kF32);
+    auto xsd = gpu().upload(raw_view(xs, DType::kF32, Shape{m}), DType::kF32);
+    auto bd = gpu().upload(host_view(bias, Shape{n}), DType::kBF16);
+    std::vector<cuda::Int8WgmmaConfig> configs;
+    for (const cuda::Int8WgmmaConfig& config : cuda::kInt8WgmmaConfigs)
+      for (const int band : {0, 3}) {
+        configs.push_back(config);
+        configs.back().band = band;
+      }
+    std::vector<float> first;
+    for (const cuda::Int8WgmmaConfig& config : configs)
+      for (const bool f32_out : {true, false}) {
+        auto yd = gpu().allocate(f32_out ? DType::kF32 : DType::kBF16, Shape{m, n});
+        poison(yd.view);
+        const cuda::Fp8GemmArgs args{static_cast<const uint8_t*>(xd.view.data),
+                                     static_cast<const float*>(xsd.view.data),
+                                     static_cast<const uint8_t*>(wd.view.data),
+                                     static_cast<const float*>(wsd.view.data),
+                                     with_bias ? static_cast<const __nv_bfloat16*>(bd.view.data) : nullptr,
+                                     yd.view.data,
+                                     f32_out,
+                                     m,
+                                     n,
+                                     k};
+        cuda::launch_w8a8_fp8_wgmma(args, gpu().stream(), config);
+        const std::string what = cuda::to_string(config) + " m=" + std::to_string(m) +
+                                 " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                                 (f32_out ? " f32" : " bf16") + (with_bias ? " bias" : "");
+        const std::vector<float> got = download(gpu(), yd.view);
+        const Compare cmp = compare(got, ref);
+        EXPECT_EQ(cmp.nans, 0) << what;
+        EXPECT_LT(cmp.rel_l2, f32_out ? 3e-3 : 1e-2) << what << " (max abs " << cmp.max_abs << ")";
+        if (!f32_out) continue;
+        if (first.empty()) {
+          first = got;
+          std::printf("[ fp8 wgmma ] %s: rel L2 %.2e\n", what.c_str(), cmp.rel_l2);
+        } else {
+          size_t differ = 0;
+          for (size_t i = 0; i < got.size(); ++i)
+            differ += std::memcmp(&got[i], &first[i], sizeof(float)) != 0;
+          EXPECT_EQ(differ, 0u) << what << ": outputs differ from " << cuda::to_string(configs[0]) << "'s";
+        }
+      }
+  }
+
+  // The measured choice through linear(): a W8A8-FP8 weight no other test measures (n 1040 x k 2048).
+  const int n = 1040, k = 2048;
+  const std::vector<uint8_t> wq = codes(static_cast<size_t>(n) * k);
+  std::vector<float> ws(static_cast<size_t>(n), 2e-4f);
+  backend::LinearWeights lw;
+  lw.format = quant::W8A8Fp8Format{true, quant::ActScaleMode::kDynamicPerToken};
+  lw.k = k;
+  auto wd = gpu().upload(raw_view(wq, DType::kFP8E4M3, Shape{n, k}), DType::kFP8E4M3);
+  auto wsd = gpu().upload(raw_view(ws, DType::kF32, Shape{n}), DType::kF32);
+  lw.weight = wd.view;
+  lw.scales = wsd.view;
+  EXPECT_FALSE(gpu().fp8_wgmma_for(64, n, k).has_value()) << "nothing measured yet: cuBLASLt";
+  gpu().measure_fp8_gemms({&lw}, 256, 3000);  // rows 32 .. 256 (graph buckets), then 2048 and 3000
+  for (const int m : {17, 100, 256, 257, 2048, 2049, 3000})
+    std::printf(
+        "[ fp8 wgmma ] measured choice at m=%d: %s\n", m,
+        gpu().fp8_wgmma_for(m, n, k) ? cuda::to_string(*gpu().fp8_wgmma_for(m, n, k)).c_str() : "cuBLASLt");
+  EXPECT_FALSE(gpu().fp8_wgmma_for(3001, n, k).has_value()) << "past the measured rows: cuBLASLt";
+  EXPECT_FALSE(gpu().fp8_wgmma_for(16, n, k).has_value()) << "the GEMV's rows";
+  {
+    struct RestoreDefault {
+      ~RestoreDefault() { gpu().set_fp8_gemm("auto"); }
+    } restore;
+    gpu().set_fp8_gemm("cublaslt");
+    EXPECT_FALSE(gpu().fp8_wgmma_for(256, n, k).has_value());
+    gpu().set_fp8_gemm("wgmma256s4");
+    EXPECT_EQ(cuda::config_name(*gpu().fp8_wgmma_for(256, n, k)), "wgmma256s4");
+    EXPECT_DEATH(gpu().set_fp8_gemm("wgmma999"), "XINFER_FP8_GEMM");
+  }
+  const std::vector<int64_t> ms = {100, 256, 2048};
+  std::vector<backend::DeviceTensor> xs, eager, replayed;
+  for (const int64_t m : ms) {
+    const std::vector<float> x = random_bf16(static_cast<size_t>(m * k), rng);
+    xs.push_back(gpu().upload(host_view(x, Shape{m, k}), DType::kBF16));
+    eager.push_back(gpu().allocate(DType::kBF16, Shape{m, n}));
+    replayed.push_back(gpu().allocate(DType::kBF16, Shape{m, n}));
+    gpu().linear(xs.back().view, lw, eager.back().view);
+  }
+  upload_trivial_step();
+  gpu().begin_capture();
+  for (size_t i = 0; i < ms.size(); ++i) gpu().linear(xs[i].view, lw, replayed[i].view);
+  ASSERT_TRUE(gpu().end_capture(0x1f88));
+  ASSERT_TRUE(gpu().replay(0x1f88));
+  for (size_t i = 0; i < ms.size(); ++i)
+    expect_same_bits(replayed[i].view, eager[i].view,
+                     "measured FP8 GEMM replayed m=" + std::to_string(ms[i]));
+  gpu().clear_graphs();
 }
 
 // GPTQ act order sorted at load (model::sort_act_order, as the loader does): decode rows gather x's columns

@@ -91,6 +91,7 @@ CudaBackend::CudaBackend(CudaBackendOptions options) : device_(options.device), 
   if (const char* v = std::getenv("XINFER_FP8_KV_WGMMA")) fp8_kv_wgmma_prefill_ = std::atoi(v) != 0;  // A/B switch
   if (const char* v = std::getenv("XINFER_PREFILL_WS")) prefill_ws_ = std::atoi(v) != 0;  // A/B switch
   if (const char* v = std::getenv("XINFER_INT8_GEMM")) set_int8_gemm(v);                            // A/B switch
+  if (const char* v = std::getenv("XINFER_FP8_GEMM")) set_fp8_gemm(v);  // A/B switch
   if (const char* v = std::getenv("XINFER_WQ_GEMM_MAX_ROWS"))  // A/B switch
     set_wq_gemm_max_rows(std::strcmp(v, "auto") == 0 ? kWqGemmMeasured : std::atoi(v));
 }
@@ -101,27 +102,19 @@ void CudaBackend::set_int8_gemm(const std::string& name) {
   int8_wgmma_fixed_.reset();
   int8_measured_.clear();
   if (name == "auto" || name == "cublaslt" || name == "rule") return;
-  std::string names = "auto, rule, cublaslt";
-  for (const Int8WgmmaConfig& c : kInt8WgmmaConfigs) {
-    const std::string base = config_name(c);
-    // The name alone (the band by shape), or with "b<n tiles>" for a fixed band of the tile order.
-    if (name == base) {
-      int8_wgmma_fixed_ = c;
-      return;
-    }
-    const std::string band = name.starts_with(base + "b") ? name.substr(base.size() + 1) : "";
-    // b1..b999, written as config_name writes it (no leading zero).
-    if (!band.empty() && band.size() <= 3 && band[0] != '0' &&
-        band.find_first_not_of("0123456789") == std::string::npos) {
-      int8_wgmma_fixed_ = c;
-      int8_wgmma_fixed_->band = std::stoi(band);
-      return;
-    }
-    names += ", " + base;
-  }
-  XI_CHECK(false) << "W8A8-INT8 GEMM (XINFER_INT8_GEMM): one of " << names
-                  << " (each optionally with a band b1..b999, e.g. " << config_name(kInt8WgmmaConfigs[0])
-                  << "b4); got '" << name << "'";
+  int8_wgmma_fixed_ = wgmma_config_named(name);
+  XI_CHECK(int8_wgmma_fixed_.has_value())
+      << "W8A8-INT8 GEMM (XINFER_INT8_GEMM): one of auto, rule, cublaslt, " << wgmma_config_names()
+      << "; got '" << name << "'";
+}
+
+void CudaBackend::set_fp8_gemm(const std::string& name) {
+  fp8_cublaslt_only_ = name == "cublaslt";
+  fp8_wgmma_fixed_.reset();
+  if (name == "auto" || name == "cublaslt") return;
+  fp8_wgmma_fixed_ = wgmma_config_named(name);
+  XI_CHECK(fp8_wgmma_fixed_.has_value()) << "W8A8-FP8 GEMM (XINFER_FP8_GEMM): one of auto, cublaslt, "
+                                         << wgmma_config_names() << "; got '" << name << "'";
 }
 
 std::optional<Int8WgmmaConfig> CudaBackend::int8_wgmma_for(int m, int n, int k) const {

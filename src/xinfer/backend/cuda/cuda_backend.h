@@ -268,6 +268,23 @@ class CudaBackend final : public backend::Backend {
   void set_int8_gemm(const std::string& name);
   // The wgmma configuration an m x n x k W8A8-INT8 GEMM runs with under that choice, or nullopt: cuBLASLt.
   std::optional<Int8WgmmaConfig> int8_wgmma_for(int m, int n, int k) const;
+  // The W8A8-FP8 GEMM past the GEMV's rows: "auto" (the default: cuBLASLt's FP8 GEMM, or our wgmma kernels on
+  // e4m3 codes (launch_w8a8_fp8_wgmma) in the configuration measure_fp8_gemms() found faster than cuBLASLt's
+  // choice for the shape and rows; cuBLASLt where nothing was measured), "cublaslt" (always), or one wgmma
+  // configuration by its config_name() at every row count (as set_int8_gemm). XINFER_FP8_GEMM sets it at
+  // construction. Set it before graphs are recorded.
+  void set_fp8_gemm(const std::string& name);
+  // The wgmma configuration an m x n x k W8A8-FP8 GEMM runs with under that choice, or nullopt: cuBLASLt.
+  std::optional<Int8WgmmaConfig> fp8_wgmma_for(int m, int n, int k) const;
+  // Under "auto": times cuBLASLt's FP8 GEMM (its measured algorithm at the decode graph buckets) against the
+  // wgmma configurations on every distinct W8A8-FP8 shape of `linears`, at each decode graph bucket past the
+  // GEMV's rows up to max_decode_rows and at the prefill row buckets 2048, 4096, .. up to max_tokens (each at
+  // min(bucket, max_tokens) rows), the weight rotated past L2, and keeps the faster per (n, k, rows): an
+  // m-row GEMM then runs the decision of the fewest measured rows >= m. The decisions are the process's (made
+  // once per shape and rows, shared by every backend: two engines of one process compute every FP8 linear
+  // alike). Logs one line. Call after measure_w8a8_gemms (cuBLASLt's choices), before graphs are recorded.
+  void measure_fp8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_decode_rows,
+                         int max_tokens);
   // Warps per decode-attention CTA on steps whose grid is more than one wave of 8-warp CTAs (decode_warps():
   // large batches, one partition each): 8, 4 or 2, or 0 (the default): by context length, as measured.
   // XINFER_DECODE_WARPS sets it at construction (A/B switch). Set it before graphs are recorded.
@@ -383,6 +400,8 @@ class CudaBackend final : public backend::Backend {
   bool int8_rule_only_ = false;                    // set_int8_gemm("rule"): auto without measurements
   std::optional<Int8WgmmaConfig> int8_wgmma_fixed_;  // set_int8_gemm(config name); neither: "auto"
   std::map<std::tuple<int, int, int>, Int8WgmmaConfig> int8_measured_;  // (n, k, row bucket): measure_int8_gemms
+  bool fp8_cublaslt_only_ = false;                                      // set_fp8_gemm("cublaslt")
+  std::optional<Int8WgmmaConfig> fp8_wgmma_fixed_;  // set_fp8_gemm(config name); neither: "auto"
   int decode_many_warps_ = 0;
   int wq_gemm_max_rows_ = kWqGemmMeasured;  // set_wq_gemm_max_rows
   std::map<std::tuple<int, int, int>, bool>

@@ -321,8 +321,14 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
     launch_broadcast_scale(ws_in, ni, wsv, stream_);
     w_scales = wsv;
   }
-  if (!fp8_) fp8_ = std::make_unique<CublasLtFp8Gemm>();
   const Fp8GemmArgs args{ws->xq, ws->xs, wq, w_scales, bias, out.data, out.dtype == DType::kF32, m, ni, ki};
+  if (const std::optional<Int8WgmmaConfig> config = fp8_wgmma_for(m, ni, ki);
+      config && reinterpret_cast<uintptr_t>(wq) % 16 == 0 && reinterpret_cast<uintptr_t>(ws->xq) % 16 == 0) {
+    launch_w8a8_fp8_wgmma(args, stream_, *config);
+    ++fp8_gemms_;
+    return;
+  }
+  if (!fp8_) fp8_ = std::make_unique<CublasLtFp8Gemm>();
   XI_CHECK(fp8_->supported(args)) << "linear " << fmt(w) << " [" << n << ", " << k << "] at " << m
                                   << " rows: cuBLASLt has no FP8 algorithm (k and n must be multiples of 16)";
   fp8_->run(args, stream_);
@@ -401,6 +407,104 @@ void CudaBackend::measure_w8a8_gemms(const std::vector<const backend::LinearWeig
                << " decode batch sizes (" << rows.front() << ".." << rows.back() << ") in "
                << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s ("
                << cache_note << ")";
+}
+
+namespace {
+
+// The process's FP8 GEMM decisions (CudaBackend::measure_fp8_gemms): (n, k, rows measured) -> the wgmma
+// configuration, or nullopt where cuBLASLt's GEMM was as fast.
+struct Fp8WgmmaDecisions {
+  std::mutex mu;
+  std::map<std::tuple<int, int, int>, std::optional<Int8WgmmaConfig>> by_rows;
+};
+Fp8WgmmaDecisions& fp8_wgmma_decisions() {
+  static Fp8WgmmaDecisions d;
+  return d;
+}
+
+}  // namespace
+
+std::optional<Int8WgmmaConfig> CudaBackend::fp8_wgmma_for(int m, int n, int k) const {
+  if (fp8_cublaslt_only_ || m <= kQuantGemvMaxRows || !w8a8_int8_wgmma_supports(m, n, k)) return std::nullopt;
+  if (fp8_wgmma_fixed_) return *fp8_wgmma_fixed_;
+  Fp8WgmmaDecisions& d = fp8_wgmma_decisions();
+  std::lock_guard<std::mutex> lock(d.mu);
+  const auto it = d.by_rows.lower_bound({n, k, m});  // the fewest measured rows >= m
+  if (it == d.by_rows.end() || std::get<0>(it->first) != n || std::get<1>(it->first) != k)
+    return std::nullopt;
+  return it->second;
+}
+
+void CudaBackend::measure_fp8_gemms(const std::vector<const backend::LinearWeights*>& linears,
+                                    int max_decode_rows, int max_tokens) {
+  XI_CHECK(!capturing_) << "measure_fp8_gemms() while recording a graph";
+  if (fp8_cublaslt_only_ || fp8_wgmma_fixed_ || !options_.gemm_tuning || max_tokens <= kQuantGemvMaxRows)
+    return;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<int> rows;  // the decode graph buckets past the GEMV's rows, then the prefill buckets
+  for (int m = kQuantGemvMaxRows + 1; m <= std::min(max_decode_rows, max_tokens); ++m)
+    if (variant_rows(m)) rows.push_back(m);
+  for (int b = 2048; b / 2 < max_tokens; b *= 2)
+    if (std::min(b, max_tokens) > (rows.empty() ? 0 : rows.back())) rows.push_back(std::min(b, max_tokens));
+  Fp8WgmmaDecisions& d = fp8_wgmma_decisions();
+  std::set<std::pair<int, int>> seen;
+  int shapes = 0, points = 0, wgmma_wins = 0;
+  for (const backend::LinearWeights* w : linears) {
+    const auto* f = std::get_if<quant::W8A8Fp8Format>(&w->format);
+    const int ni = static_cast<int>(w->out_features()), ki = static_cast<int>(w->in_features());
+    if (f == nullptr || !seen.insert({ni, ki}).second || rows.empty() ||
+        !w8a8_int8_wgmma_supports(rows.back(), ni, ki))
+      continue;
+    ++shapes;
+    // Scratch codes (any finite values: the timing does not depend on them), per-channel scales, output, and
+    // copies of the weight to rotate through so that L2 holds none of them, as in the engine's steps.
+    const int copies = rotated_copies(static_cast<size_t>(ni) * ki);
+    backend::DeviceTensor wq = allocate(DType::kU8, Shape{copies, static_cast<int64_t>(ni) * ki});
+    backend::DeviceTensor xq = allocate(DType::kU8, Shape{rows.back(), ki});
+    backend::DeviceTensor scales = allocate(DType::kF32, Shape{std::max(rows.back(), ni)});
+    backend::DeviceTensor y = allocate(DType::kBF16, Shape{rows.back(), ni});
+    XI_CUDA_CHECK(cudaMemsetAsync(wq.view.data, 0x30, wq.view.bytes(), stream_));
+    XI_CUDA_CHECK(cudaMemsetAsync(xq.view.data, 0x30, xq.view.bytes(), stream_));
+    XI_CUDA_CHECK(cudaMemsetAsync(scales.view.data, 0x3c, scales.view.bytes(), stream_));
+    if (!fp8_) fp8_ = std::make_unique<CublasLtFp8Gemm>();
+    for (const int m : rows) {
+      {
+        std::lock_guard<std::mutex> lock(d.mu);
+        if (d.by_rows.contains({ni, ki, m})) continue;  // decided earlier in this process
+      }
+      const auto* sc = static_cast<const float*>(scales.view.data);
+      int turn = 0;
+      auto args = [&]() {
+        const auto* base =
+            static_cast<const uint8_t*>(wq.view.data) + static_cast<size_t>(turn++ % copies) * ni * ki;
+        return Fp8GemmArgs{
+            static_cast<const uint8_t*>(xq.view.data), sc, base, sc, nullptr, y.view.data, false, m, ni, ki};
+      };
+      if (!fp8_->supported(args())) continue;
+      // cuBLASLt first: fastest_algo keeps it unless a wgmma configuration is more than 1% faster.
+      const int best =
+          fastest_algo(1 + static_cast<int>(std::size(kInt8WgmmaConfigs)), stream_, stream_, [&](int i) {
+            if (i == 0)
+              fp8_->run(args(), stream_);
+            else
+              launch_w8a8_fp8_wgmma(args(), stream_, kInt8WgmmaConfigs[i - 1]);
+            return CUBLAS_STATUS_SUCCESS;
+          });
+      std::optional<Int8WgmmaConfig> chosen;
+      if (best > 0) chosen = kInt8WgmmaConfigs[best - 1];
+      ++points;
+      wgmma_wins += chosen.has_value();
+      XI_LOG(DEBUG) << "cuda: W8A8-FP8 GEMM [" << ni << ", " << ki << "] at " << m
+                    << " rows: " << (chosen ? to_string(*chosen) : std::string("cuBLASLt"));
+      std::lock_guard<std::mutex> lock(d.mu);
+      d.by_rows.emplace(std::make_tuple(ni, ki, m), chosen);
+    }
+  }
+  if (shapes == 0) return;
+  XI_LOG(INFO) << "cuda: W8A8-FP8 GEMM measured for " << shapes << " shapes at " << rows.size()
+               << " row counts (" << rows.front() << ".." << rows.back() << ") in "
+               << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
+               << " s: our wgmma GEMM at " << wgmma_wins << " of " << points << ", cuBLASLt elsewhere";
 }
 
 void CudaBackend::measure_int8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_tokens) {

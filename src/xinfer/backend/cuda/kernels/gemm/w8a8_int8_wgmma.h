@@ -30,8 +30,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "xinfer/backend/cuda/kernels/gemm/cublaslt_fp8_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_int8_gemm.h"
 
 namespace xinfer::cuda {
@@ -67,6 +69,10 @@ std::string to_string(const Int8WgmmaConfig& c);
 // The name set_int8_gemm / XINFER_INT8_GEMM take for it: "wgmma128s6", "wgmma128s8pp", "wgmma128x128s6pp",
 // "wgmma256s5ppb8" (band 8).
 std::string config_name(const Int8WgmmaConfig& c);
+// The configuration config_name() calls `name` (with an optional band suffix "b<n>"), or nullopt.
+std::optional<Int8WgmmaConfig> wgmma_config_named(const std::string& name);
+// The names wgmma_config_named takes, for error messages.
+std::string wgmma_config_names();
 // The compiled configurations (the bench times each), band 0.
 inline constexpr Int8WgmmaConfig kInt8WgmmaConfigs[] = {
     {128, 6, false}, {256, 4, false}, {128, 8, true}, {256, 5, true}, {128, 6, true, 128}};
@@ -96,5 +102,12 @@ constexpr int int8_wgmma_row_bucket(int m) {
 bool w8a8_int8_wgmma_supports(int m, int n, int k);
 // Runs the GEMM (a.acc is not used). XI_CHECK-fails on unsupported arguments or configurations.
 void launch_w8a8_int8_wgmma(const Int8GemmArgs& a, cudaStream_t stream, Int8WgmmaConfig config = {});
+
+// The same kernels on e4m3 codes (wgmma ...f32.e4m3.e4m3, f32 sums: the tensor cores' FP8 accumulation, as
+// cuBLASLt's fast accumulation), y = f32(sw[n] * sx[m]) * sum (+ bias): the FP8 path's GEMM where
+// CudaBackend::measure_w8a8_gemms found it faster than cuBLASLt's choice (fp8_wgmma_for). Every configuration
+// sums each output over k in the same order (k steps of 128 in turn, four k32 MMAs each), so all give the
+// same bits; cuBLASLt's differ by summation order. Same requirements as the int8 kernels.
+void launch_w8a8_fp8_wgmma(const Fp8GemmArgs& a, cudaStream_t stream, Int8WgmmaConfig config = {});
 
 }  // namespace xinfer::cuda
