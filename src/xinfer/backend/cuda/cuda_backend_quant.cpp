@@ -22,7 +22,10 @@
 //   W8A8-FP8 (any m) -> each row of x quantized to e4m3 with its scale into the workspace, then for
 //                m <= kQuantGemvMaxRows our FP8 GEMV (quant_linear.h launch_fp8_gemv), else cuBLASLt's
 //                FP8 GEMM with the per-token x per-channel scales (a per-tensor weight scale broadcast to a
-//                vector first); a shape cuBLASLt has no FP8 algorithm for fails naming layer shape and m.
+//                vector first), or our wgmma GEMM on the e4m3 codes where measure_fp8_gemms() found it faster
+//                for the shape and rows (set_fp8_gemm / XINFER_FP8_GEMM; on an H200 it lost at every 8B shape,
+//                docs/PERF.md session 31); a shape cuBLASLt has no FP8 algorithm for fails naming layer shape
+//                and m.
 //   W8A8-INT8 (any m) -> each row of x quantized to int8 with its scale (SmoothQuant's symmetric per-token or
 //                static codes, the oracle's bits), then for m <= kQuantGemvMaxRows our int8 GEMV
 //                (launch_w8a8_int8_gemv: int8 mma, int32 sums), else our wgmma GEMM with the scales fused
