@@ -986,26 +986,21 @@ TEST(QuantLinear, Fp8MatchesCpuOracle) {
   }
 }
 
-// The FP8 GEMM's measured candidates at a decode graph bucket (the heuristic's first and its tile / cluster /
-// split-K variants, cublaslt_algo_choice.h) each compute y = (sx sw) * (xq wq^T): against the f64 product of
-// the codes. A decision from the tuning cache (add_known_choices) is what a new instance's first run of the
-// shape takes, without timing.
-TEST(QuantLinear, Fp8GemmCandidatesMatchReferenceAndKnownChoicesAreTaken) {
-  const int m = 448, n = 1008, k = 512;  // 448: a decode graph bucket (measured); a shape no other test runs
-  std::mt19937 rng(31);
+// Random e4m3 codes, NaN codes excluded.
+std::vector<uint8_t> random_e4m3_codes(size_t count, std::mt19937& rng) {
   std::uniform_int_distribution<int> byte(0, 255);
-  auto codes = [&](size_t count) {
-    std::vector<uint8_t> c(count);
-    for (auto& b : c) {
-      b = static_cast<uint8_t>(byte(rng));
-      if ((b & 0x7f) == 0x7f) b ^= 1;  // no NaN codes
-    }
-    return c;
-  };
-  const std::vector<uint8_t> wq = codes(static_cast<size_t>(n) * k), xq = codes(static_cast<size_t>(m) * k);
-  std::vector<float> ws(n), xs(m);
-  for (auto& v : ws) v = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / 1000.0f;
-  for (auto& v : xs) v = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / 100.0f;
+  std::vector<uint8_t> c(count);
+  for (auto& b : c) {
+    b = static_cast<uint8_t>(byte(rng));
+    if ((b & 0x7f) == 0x7f) b ^= 1;
+  }
+  return c;
+}
+
+// y[t, j] = (x[t, :] . w[j, :]) * xs[t] * ws[j] (+ bias[j]) over the decoded e4m3 codes, the dot in f64.
+std::vector<float> e4m3_product_reference(const std::vector<uint8_t>& xq, const std::vector<uint8_t>& wq,
+                                          const std::vector<float>& xs, const std::vector<float>& ws,
+                                          const std::vector<float>& bias, int m, int n, int k) {
   std::vector<float> wf(wq.size()), xf(xq.size()), ref(static_cast<size_t>(m) * n);
   convert_to_f32(DType::kFP8E4M3, wq.data(), wf.data(), wf.size());
   convert_to_f32(DType::kFP8E4M3, xq.data(), xf.data(), xf.size());
@@ -1014,8 +1009,26 @@ TEST(QuantLinear, Fp8GemmCandidatesMatchReferenceAndKnownChoicesAreTaken) {
       double acc = 0;
       for (int i = 0; i < k; ++i)
         acc += static_cast<double>(xf[static_cast<size_t>(t) * k + i]) * wf[static_cast<size_t>(j) * k + i];
-      ref[static_cast<size_t>(t) * n + j] = static_cast<float>(acc * xs[t] * ws[j]);
+      ref[static_cast<size_t>(t) * n + j] =
+          static_cast<float>(acc * xs[static_cast<size_t>(t)] * ws[static_cast<size_t>(j)] +
+                             (bias.empty() ? 0.0f : bias[static_cast<size_t>(j)]));
     }
+  return ref;
+}
+
+// The FP8 GEMM's measured candidates at a decode graph bucket (the heuristic's first and its tile / cluster /
+// split-K variants, cublaslt_algo_choice.h) each compute y = (sx sw) * (xq wq^T): against the f64 product of
+// the codes. A decision from the tuning cache (add_known_choices) is what a new instance's first run of the
+// shape takes, without timing.
+TEST(QuantLinear, Fp8GemmCandidatesMatchReferenceAndKnownChoicesAreTaken) {
+  const int m = 448, n = 1008, k = 512;  // 448: a decode graph bucket (measured); a shape no other test runs
+  std::mt19937 rng(31);
+  auto codes = [&](size_t count) { return random_e4m3_codes(count, rng); };
+  const std::vector<uint8_t> wq = codes(static_cast<size_t>(n) * k), xq = codes(static_cast<size_t>(m) * k);
+  std::vector<float> ws(n), xs(m);
+  for (auto& v : ws) v = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / 1000.0f;
+  for (auto& v : xs) v = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / 100.0f;
+  const std::vector<float> ref = e4m3_product_reference(xq, wq, xs, ws, {}, m, n, k);
   auto wd = gpu().upload(raw_view(wq, DType::kFP8E4M3, Shape{n, k}), DType::kFP8E4M3);
   auto xd = gpu().upload(raw_view(xq, DType::kFP8E4M3, Shape{m, k}), DType::kFP8E4M3);
   auto wsd = gpu().upload(raw_view(ws, DType::kF32, Shape{n}), DType::kF32);
@@ -1071,15 +1084,7 @@ TEST(QuantLinear, Fp8GemmCandidatesMatchReferenceAndKnownChoicesAreTaken) {
 // graph replays linear() through it bit for bit.
 TEST(QuantLinear, Fp8WgmmaGemmMatchesReference) {
   std::mt19937 rng(37);
-  std::uniform_int_distribution<int> byte(0, 255);
-  auto codes = [&](size_t count) {
-    std::vector<uint8_t> c(count);
-    for (auto& b : c) {
-      b = static_cast<uint8_t>(byte(rng));
-      if ((b & 0x7f) == 0x7f) b ^= 1;  // no NaN codes
-    }
-    return c;
-  };
+  auto codes = [&](size_t count) { return random_e4m3_codes(count, rng); };
   struct Shape3 {
     int m, n, k;
   };
@@ -1094,18 +1099,8 @@ TEST(QuantLinear, Fp8WgmmaGemmMatchesReference) {
     for (auto& v : ws) v = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / 1000.0f;
     for (auto& v : xs) v = std::uniform_real_distribution<float>(0.5f, 1.5f)(rng) / 100.0f;
     const std::vector<float> bias = random_bf16(static_cast<size_t>(n), rng, 0.5f);
-    std::vector<float> wf(wq.size()), xf(xq.size()), ref(static_cast<size_t>(m) * n);
-    convert_to_f32(DType::kFP8E4M3, wq.data(), wf.data(), wf.size());
-    convert_to_f32(DType::kFP8E4M3, xq.data(), xf.data(), xf.size());
-    for (int t = 0; t < m; ++t)
-      for (int j = 0; j < n; ++j) {
-        double acc = 0;
-        for (int i = 0; i < k; ++i)
-          acc += static_cast<double>(xf[static_cast<size_t>(t) * k + i]) * wf[static_cast<size_t>(j) * k + i];
-        ref[static_cast<size_t>(t) * n + j] =
-            static_cast<float>(acc * xs[static_cast<size_t>(t)] * ws[static_cast<size_t>(j)] +
-                               (with_bias ? bias[static_cast<size_t>(j)] : 0.0f));
-      }
+    const std::vector<float> ref =
+        e4m3_product_reference(xq, wq, xs, ws, with_bias ? bias : std::vector<float>{}, m, n, k);
     auto wd = gpu().upload(raw_view(wq, DType::kFP8E4M3, Shape{n, k}), DType::kFP8E4M3);
     auto xd = gpu().upload(raw_view(xq, DType::kFP8E4M3, Shape{m, k}), DType::kFP8E4M3);
     auto wsd = gpu().upload(raw_view(ws, DType::kF32, Shape{n}), DType::kF32);
