@@ -25,8 +25,10 @@
 //          prefetch mode of the decode kernel too, and on an engine-sized pool of consecutive vs scattered
 //          blocks);
 //          --prefill-layer: the ceilings and one 8B layer over a 2048-token prompt op by op, bf16 / FP8 /
-//          INT8, gpu_prefill_layer_bench.cu; --decode-steps: the same for the throughput rows' decode steps
-//          (XINFER_BENCH_DECODE_STEP=ROWSxCTX: that step alone);
+//          INT8, gpu_prefill_layer_bench.cu (XINFER_BENCH_PREFILL=SEQSxTOKENS: that prefill step alone, FP8);
+//          --decode-steps: the same for the throughput rows' decode steps (XINFER_BENCH_DECODE_STEP=ROWSxCTX:
+//          that step alone); both with XINFER_BENCH_SUSTAIN_MS=N also time each op and the chain back to back
+//          for N ms at a time (the power-capped regime of long engine steps);
 //          --fp8-rows: the ceilings and the FP8 GEMM's candidate algorithms at 128-1024 rows,
 //          gpu_w8a8_gemm_bench.cu; --fp8-wide: the ceilings and the FP8 GEMM at 256-1024 rows against every
 //          algorithm cuBLASLt has for the shape (XINFER_BENCH_FP8_WIDE_ROWS=m1,m2,.. picks the rows);

@@ -131,7 +131,26 @@ backend::KvCache make_kv_cache(cuda::CudaBackend& be, int layers, int blocks, DT
   return be.allocate_kv_cache(spec);
 }
 
+// XINFER_BENCH_SUSTAIN_MS=N: besides the burst timings (a few milliseconds after idle gaps, at the boost
+// clock), time every op and the chain back to back for N ms at a time, after N ms of the same work: the
+// regime of the engine's long steps, which run at the board's power cap (docs/PERF.md session 31: 2048/128's
+// mixed steps at ~1,455 MHz against the 1,980 MHz boost). 0 (unset): burst timings only.
+int sustain_ms_from_env() {
+  const char* v = std::getenv("XINFER_BENCH_SUSTAIN_MS");
+  return v == nullptr ? 0 : std::max(0, std::atoi(v));
+}
+
+// Microseconds per call of op over runs of about `ms` milliseconds each (time_on_stream's median of 5), after
+// `ms` milliseconds of warm-up calls.
+double sustained_us(cudaStream_t s, int ms, const std::function<void(int)>& op) {
+  const double burst_us = 1e6 * cuda::time_on_stream(s, 3, op);
+  const int reps = std::max(3, static_cast<int>(ms * 1e3 / std::max(burst_us, 1.0)));
+  for (int i = 0; i < reps; ++i) op(i);
+  return 1e6 * cuda::time_on_stream(s, reps, op);
+}
+
 void bench_layer(cuda::CudaBackend& be, double peak, double bw, const LayerCase& c) {
+  const int sustain_ms = sustain_ms_from_env();
   const int H = 4096, Hq = 32, Hkv = 8, D = 128, I = 14336, bs = 16, layers = 2;
   const int width = (Hq + 2 * Hkv) * D;
   const int T = (c.q_len == 1 ? std::max(c.seqs, c.pad_to) : c.seqs) * c.q_len;  // rows the GEMMs run
@@ -241,6 +260,15 @@ void bench_layer(cuda::CudaBackend& be, double peak, double bw, const LayerCase&
     chain(0);
     be.synchronize();
     const double chained = 1e6 * cuda::time_on_stream(s, 10, [&](int i) { chain(i); });
+    if (sustain_ms > 0) {  // under the board's power cap (see sustained_us), each op and the chain
+      for (const Op& op : ops)
+        std::printf("%-56s %9.1f us sustained\n", (c.name + " " + kinds[kind] + ": " + op.name).c_str(),
+                    sustained_us(s, sustain_ms, op.fn));
+      const double held = sustained_us(s, sustain_ms, chain);
+      std::printf(
+          "%s %s: the forward's chain sustained for %d ms at a time: %.1f us (%.3f x its burst timing)\n",
+          c.name.c_str(), kinds[kind], sustain_ms, held, held / chained);
+    }
     const double roof = 1e6 * (gemm_flops / (gemm_peak * 1e12) + attn_flops / (peak * 1e12));
     std::printf("%s %s: sum of the ops %.1f us, the forward's chain %.1f us (x32 = %.2f ms); FLOP roofline "
                 "%.1f us at %.0f / %.0f TFLOP/s (%.1f%%)\n",
