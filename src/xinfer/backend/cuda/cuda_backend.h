@@ -281,8 +281,9 @@ class CudaBackend final : public backend::Backend {
   // GEMV's rows up to max_decode_rows and at the prefill row buckets 2048, 4096, .. up to max_tokens (each at
   // min(bucket, max_tokens) rows), the weight rotated past L2, and keeps the faster per (n, k, rows): an
   // m-row GEMM then runs the decision of the fewest measured rows >= m. The decisions are the process's (made
-  // once per shape and rows, shared by every backend: two engines of one process compute every FP8 linear
-  // alike). Logs one line. Call after measure_w8a8_gemms (cuBLASLt's choices), before graphs are recorded.
+  // once per device type, shape and rows, shared by every backend: two engines of one process compute every
+  // FP8 linear alike). Logs one line. Call after measure_w8a8_gemms (cuBLASLt's choices), before graphs are
+  // recorded.
   void measure_fp8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_decode_rows,
                          int max_tokens);
   // Warps per decode-attention CTA on steps whose grid is more than one wave of 8-warp CTAs (decode_warps():

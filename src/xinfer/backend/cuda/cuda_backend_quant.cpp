@@ -414,11 +414,11 @@ void CudaBackend::measure_w8a8_gemms(const std::vector<const backend::LinearWeig
 
 namespace {
 
-// The process's FP8 GEMM decisions (CudaBackend::measure_fp8_gemms): (n, k, rows measured) -> the wgmma
-// configuration, or nullopt where cuBLASLt's GEMM was as fast.
+// The process's FP8 GEMM decisions (CudaBackend::measure_fp8_gemms): (device name, n, k, rows measured) ->
+// the wgmma configuration, or nullopt where cuBLASLt's GEMM was as fast.
 struct Fp8WgmmaDecisions {
   std::mutex mu;
-  std::map<std::tuple<int, int, int>, std::optional<Int8WgmmaConfig>> by_rows;
+  std::map<std::tuple<std::string, int, int, int>, std::optional<Int8WgmmaConfig>> by_rows;
 };
 Fp8WgmmaDecisions& fp8_wgmma_decisions() {
   static Fp8WgmmaDecisions d;
@@ -432,8 +432,9 @@ std::optional<Int8WgmmaConfig> CudaBackend::fp8_wgmma_for(int m, int n, int k) c
   if (fp8_wgmma_fixed_) return *fp8_wgmma_fixed_;
   Fp8WgmmaDecisions& d = fp8_wgmma_decisions();
   std::lock_guard<std::mutex> lock(d.mu);
-  const auto it = d.by_rows.lower_bound({n, k, m});  // the fewest measured rows >= m
-  if (it == d.by_rows.end() || std::get<0>(it->first) != n || std::get<1>(it->first) != k)
+  const auto it = d.by_rows.lower_bound({device_name_, n, k, m});  // the fewest measured rows >= m
+  if (it == d.by_rows.end() || std::get<0>(it->first) != device_name_ || std::get<1>(it->first) != n ||
+      std::get<2>(it->first) != k)
     return std::nullopt;
   return it->second;
 }
@@ -473,7 +474,7 @@ void CudaBackend::measure_fp8_gemms(const std::vector<const backend::LinearWeigh
     for (const int m : rows) {
       {
         std::lock_guard<std::mutex> lock(d.mu);
-        if (d.by_rows.contains({ni, ki, m})) continue;  // decided earlier in this process
+        if (d.by_rows.contains({device_name_, ni, ki, m})) continue;  // decided earlier in this process
       }
       const auto* sc = static_cast<const float*>(scales.view.data);
       int turn = 0;
@@ -500,7 +501,7 @@ void CudaBackend::measure_fp8_gemms(const std::vector<const backend::LinearWeigh
       XI_LOG(DEBUG) << "cuda: W8A8-FP8 GEMM [" << ni << ", " << ki << "] at " << m
                     << " rows: " << (chosen ? to_string(*chosen) : std::string("cuBLASLt"));
       std::lock_guard<std::mutex> lock(d.mu);
-      d.by_rows.emplace(std::make_tuple(ni, ki, m), chosen);
+      d.by_rows.emplace(std::make_tuple(device_name_, ni, ki, m), chosen);
     }
   }
   if (shapes == 0) return;
