@@ -25,6 +25,11 @@
 // and k, or per shape the configuration CudaBackend::measure_int8_gemms found fastest). A first mainloop in
 // which every warp cp.async-loaded the ring, one CTA barrier per k step, reached 45-54% of the INT8 peak and
 // was removed (docs/PERF.md session 18).
+//
+// The same kernels also run on FP8 e4m3 codes (launch_w8a8_fp8_wgmma, session 31: wgmma ...f32.e4m3.e4m3, f32
+// sums); the configurations and their names are shared, hence "Int8WgmmaConfig" for both. On an H200 they take
+// 1.12-1.29x cuBLASLt FP8's time at the 8B shapes, so the FP8 path measures them against cuBLASLt at start-up
+// (CudaBackend::measure_fp8_gemms) rather than running them by a rule.
 #pragma once
 
 #include <cuda_runtime.h>
