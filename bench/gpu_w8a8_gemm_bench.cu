@@ -494,6 +494,8 @@ void bench_fp8_wide(cuda::CudaBackend& be, double peak) {
 void bench_int8_wgmma(cuda::CudaBackend& be, double peak) {
   cudaStream_t s = be.stream();
   cuda::CublasLtFp8Gemm fp8;
+  fp8.set_max_measured_rows(
+      1024);  // its measured algorithm at every decode graph bucket, as the engine runs it
   cuda::CublasLtInt8Gemm int8;
   const std::vector<int> ms = {128, 256, 448, 896, 2048, 8192, 16384};
   // Each configuration in the launch's band by shape (band 0) and with m tiles fastest (band 1: the order before

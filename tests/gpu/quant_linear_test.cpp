@@ -973,7 +973,10 @@ TEST(QuantLinear, Fp8MatchesCpuOracle) {
         for (const char* name : {"wgmma128x128s6pp", "wgmma256s4"}) {
           gpu().set_fp8_gemm(name);
           poison(yd.view);
+          const int64_t wgmma_before = gpu().fp8_wgmma_gemms();
           gpu().linear(xd.view, lw, yd.view);
+          EXPECT_EQ(gpu().fp8_wgmma_gemms(), wgmma_before + 1)
+              << what << " " << name << ": not the wgmma GEMM";
           const Compare cw = compare(download(gpu(), yd.view), ref);
           EXPECT_EQ(cw.nans, 0) << what << " " << name;
           EXPECT_LT(cw.rel_l2, f32_out ? 3e-3 : 1e-2)
@@ -1159,13 +1162,14 @@ TEST(QuantLinear, Fp8WgmmaGemmMatchesReference) {
   auto wsd = gpu().upload(raw_view(ws, DType::kF32, Shape{n}), DType::kF32);
   lw.weight = wd.view;
   lw.scales = wsd.view;
-  EXPECT_FALSE(gpu().fp8_wgmma_for(64, n, k).has_value()) << "nothing measured yet: cuBLASLt";
-  gpu().measure_fp8_gemms({&lw}, 256, 3000);  // rows 32 .. 256 (graph buckets), then 2048 and 3000
-  for (const int m : {17, 100, 256, 257, 2048, 2049, 3000})
+  gpu().measure_fp8_gemms({&lw}, 256,
+                          3000);  // buckets 32 .. 1024 (graph buckets), 2048, 4096 (timed at 3000)
+  for (const int m : {17, 100, 256, 257, 1000, 2048, 2049, 3000})
     std::printf(
         "[ fp8 wgmma ] measured choice at m=%d: %s\n", m,
         gpu().fp8_wgmma_for(m, n, k) ? cuda::to_string(*gpu().fp8_wgmma_for(m, n, k)).c_str() : "cuBLASLt");
-  EXPECT_FALSE(gpu().fp8_wgmma_for(3001, n, k).has_value()) << "past the measured rows: cuBLASLt";
+  EXPECT_FALSE(gpu().fp8_wgmma_for(4097, n, k).has_value()) << "past the measured buckets: cuBLASLt";
+  EXPECT_FALSE(gpu().fp8_wgmma_for(64, n + 16, k).has_value()) << "an unmeasured shape: cuBLASLt";
   EXPECT_FALSE(gpu().fp8_wgmma_for(16, n, k).has_value()) << "the GEMV's rows";
   {
     struct RestoreDefault {

@@ -1,5 +1,5 @@
-// The host-side choices of the W8A8-INT8 wgmma GEMM (w8a8_int8_wgmma.h), no GPU needed: the row buckets of the
-// measured choice, the rule by shape, the tile rows and the band of the tile order.
+// The host-side choices of the W8A8 wgmma GEMMs (w8a8_int8_wgmma.h), no GPU needed: the row buckets of the
+// measured choices (INT8, FP8), the rule by shape, the tile rows and the band of the tile order.
 #include <gtest/gtest.h>
 
 #include "xinfer/backend/cuda/kernels/gemm/w8a8_int8_wgmma.h"
@@ -16,6 +16,23 @@ TEST(Int8WgmmaRowBucket, PowersOfTwoFrom32) {
   EXPECT_EQ(int8_wgmma_row_bucket(cuda::kInt8MeasuredMaxRows), cuda::kInt8MeasuredMaxRows);
   EXPECT_GT(int8_wgmma_row_bucket(cuda::kInt8MeasuredMaxRows + 1),
             cuda::kInt8MeasuredMaxRows);  // not measured
+}
+
+// The FP8 GEMM's measured decisions (CudaBackend::measure_fp8_gemms) per bucket: the decode graph buckets the
+// decode steps are padded to, then powers of two past them.
+TEST(Fp8GemmRowBucket, DecodeGraphBucketsThenPowersOfTwo) {
+  using cuda::fp8_gemm_row_bucket;
+  EXPECT_EQ(fp8_gemm_row_bucket(17), 32);
+  EXPECT_EQ(fp8_gemm_row_bucket(129), 192);
+  EXPECT_EQ(fp8_gemm_row_bucket(862), 896);  // 128/2048's decode steps
+  EXPECT_EQ(fp8_gemm_row_bucket(backend::kMaxDecodeGraphRows), backend::kMaxDecodeGraphRows);
+  EXPECT_EQ(fp8_gemm_row_bucket(backend::kMaxDecodeGraphRows + 1), 2 * backend::kMaxDecodeGraphRows);
+  EXPECT_EQ(fp8_gemm_row_bucket(14777), 16384);  // 2048/128's mixed steps
+  for (int m = 17; m <= 20000; ++m) {
+    const int b = fp8_gemm_row_bucket(m);
+    ASSERT_GE(b, m);
+    ASSERT_EQ(fp8_gemm_row_bucket(b), b) << m;  // a bucket is its own bucket
+  }
 }
 
 TEST(Int8WgmmaRule, ByRowsAndK) {

@@ -276,14 +276,15 @@ class CudaBackend final : public backend::Backend {
   void set_fp8_gemm(const std::string& name);
   // The wgmma configuration an m x n x k W8A8-FP8 GEMM runs with under that choice, or nullopt: cuBLASLt.
   std::optional<Int8WgmmaConfig> fp8_wgmma_for(int m, int n, int k) const;
-  // Under "auto": times cuBLASLt's FP8 GEMM (its measured algorithm at the decode graph buckets) against the
-  // wgmma configurations on every distinct W8A8-FP8 shape of `linears`, at each decode graph bucket past the
-  // GEMV's rows up to max_decode_rows and at the prefill row buckets 2048, 4096, .. up to max_tokens (each at
-  // min(bucket, max_tokens) rows), the weight rotated past L2, and keeps the faster per (n, k, rows): an
-  // m-row GEMM then runs the decision of the fewest measured rows >= m. The decisions are the process's (made
-  // once per device type, shape and rows, shared by every backend: two engines of one process compute every
-  // FP8 linear alike). Logs one line. Call after measure_w8a8_gemms (cuBLASLt's choices), before graphs are
-  // recorded.
+  // Under "auto": times cuBLASLt's FP8 GEMM (its measured algorithm at the decode graph buckets, the weight's
+  // bias) against the wgmma configurations on every distinct W8A8-FP8 shape of `linears`, at every row bucket
+  // (fp8_gemm_row_bucket: the decode graph buckets past the GEMV's rows, then 2048, 4096, ..) up to the one
+  // holding max_tokens (each timed at min(bucket, max_tokens) rows, the weight rotated past L2), and keeps
+  // the faster per (n, k, bucket): an m-row GEMM then runs its bucket's decision. A bucket's first decision
+  // in the process is every backend's (two engines of one process compute every FP8 linear alike); unmeasured
+  // shapes and buckets run cuBLASLt. Nothing under fixed choices, --no-gemm-tuning or XINFER_FP8_FAST_ACCUM=0
+  // (the wgmma kernels sum with fast accumulation only). Logs one line. Call after measure_w8a8_gemms
+  // (cuBLASLt's choices), before graphs are recorded.
   void measure_fp8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_decode_rows,
                          int max_tokens);
   // Warps per decode-attention CTA on steps whose grid is more than one wave of 8-warp CTAs (decode_warps():
@@ -325,6 +326,7 @@ class CudaBackend final : public backend::Backend {
   int64_t quant_dequant_gemms() const { return quant_dequant_gemms_; }
   int64_t quant_tiled_gemms() const { return quant_tiled_gemms_; }  // weight-only linears through wq_gemm.h
   int64_t fp8_gemms() const { return fp8_gemms_; }  // W8A8-FP8 linears (activation quantization + FP8 GEMM)
+  int64_t fp8_wgmma_gemms() const { return fp8_wgmma_gemms_; }  // of those, on our wgmma GEMM (fp8_wgmma_for)
   int64_t fp8_gemvs() const { return fp8_gemvs_; }  // W8A8-FP8 decode linears (quantization + our FP8 GEMV)
   int64_t int8_gemms() const { return int8_gemms_; }  // W8A8-INT8 linears past the GEMV (quantization + GEMM)
   int64_t int8_gemvs() const { return int8_gemvs_; }  // W8A8-INT8 decode linears (quantization + int8 GEMV)
@@ -403,6 +405,8 @@ class CudaBackend final : public backend::Backend {
   std::map<std::tuple<int, int, int>, Int8WgmmaConfig> int8_measured_;  // (n, k, row bucket): measure_int8_gemms
   bool fp8_cublaslt_only_ = false;                                      // set_fp8_gemm("cublaslt")
   std::optional<Int8WgmmaConfig> fp8_wgmma_fixed_;  // set_fp8_gemm(config name); neither: "auto"
+  // (n, k, fp8_gemm_row_bucket): the wgmma configuration, or nullopt: cuBLASLt (measure_fp8_gemms)
+  std::map<std::tuple<int, int, int>, std::optional<Int8WgmmaConfig>> fp8_measured_;
   int decode_many_warps_ = 0;
   int wq_gemm_max_rows_ = kWqGemmMeasured;  // set_wq_gemm_max_rows
   std::map<std::tuple<int, int, int>, bool>
@@ -468,8 +472,8 @@ class CudaBackend final : public backend::Backend {
     const void* weight = nullptr;
   };
   QuantizedInput quantized_input_;
-  int64_t quant_gemvs_ = 0, quant_dequant_gemms_ = 0, quant_tiled_gemms_ = 0, fp8_gemms_ = 0, fp8_gemvs_ = 0,
-          int8_gemms_ = 0, int8_gemvs_ = 0;
+  int64_t quant_gemvs_ = 0, quant_dequant_gemms_ = 0, quant_tiled_gemms_ = 0, fp8_gemms_ = 0,
+          fp8_wgmma_gemms_ = 0, fp8_gemvs_ = 0, int8_gemms_ = 0, int8_gemvs_ = 0;
   int64_t w8a8_quantized_inputs_ = 0;
   std::unique_ptr<CublasLtFp8Gemm> fp8_;    // created at the first W8A8-FP8 linear
   std::unique_ptr<CublasLtInt8Gemm> int8_;  // created at the first W8A8-INT8 linear with m > 16

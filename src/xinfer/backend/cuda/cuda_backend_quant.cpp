@@ -329,6 +329,7 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
       config && reinterpret_cast<uintptr_t>(wq) % 16 == 0 && reinterpret_cast<uintptr_t>(ws->xq) % 16 == 0) {
     launch_w8a8_fp8_wgmma(args, stream_, *config);
     ++fp8_gemms_;
+    ++fp8_wgmma_gemms_;
     return;
   }
   if (!fp8_) fp8_ = std::make_unique<CublasLtFp8Gemm>();
@@ -414,11 +415,13 @@ void CudaBackend::measure_w8a8_gemms(const std::vector<const backend::LinearWeig
 
 namespace {
 
-// The process's FP8 GEMM decisions (CudaBackend::measure_fp8_gemms): (device name, n, k, rows measured) ->
-// the wgmma configuration, or nullopt where cuBLASLt's GEMM was as fast.
+// The process's FP8 GEMM decisions (CudaBackend::measure_fp8_gemms): (device name, n, k, fp8_gemm_row_bucket)
+// -> the wgmma configuration, or nullopt where cuBLASLt's GEMM was as fast. The first measurement of a key
+// decides it for every backend of the process; each backend copies the keys it measured into its own map
+// (fp8_measured_), which linear() reads without a lock.
 struct Fp8WgmmaDecisions {
   std::mutex mu;
-  std::map<std::tuple<std::string, int, int, int>, std::optional<Int8WgmmaConfig>> by_rows;
+  std::map<std::tuple<std::string, int, int, int>, std::optional<Int8WgmmaConfig>> by_bucket;
 };
 Fp8WgmmaDecisions& fp8_wgmma_decisions() {
   static Fp8WgmmaDecisions d;
@@ -428,61 +431,70 @@ Fp8WgmmaDecisions& fp8_wgmma_decisions() {
 }  // namespace
 
 std::optional<Int8WgmmaConfig> CudaBackend::fp8_wgmma_for(int m, int n, int k) const {
-  if (fp8_cublaslt_only_ || m <= kQuantGemvMaxRows || !w8a8_int8_wgmma_supports(m, n, k)) return std::nullopt;
-  if (fp8_wgmma_fixed_) return *fp8_wgmma_fixed_;
-  Fp8WgmmaDecisions& d = fp8_wgmma_decisions();
-  std::lock_guard<std::mutex> lock(d.mu);
-  const auto it = d.by_rows.lower_bound({device_name_, n, k, m});  // the fewest measured rows >= m
-  if (it == d.by_rows.end() || std::get<0>(it->first) != device_name_ || std::get<1>(it->first) != n ||
-      std::get<2>(it->first) != k)
+  if (fp8_cublaslt_only_ || m <= kQuantGemvMaxRows || !w8a8_int8_wgmma_supports(m, n, k) ||
+      !fp8_fast_accumulation())
     return std::nullopt;
-  return it->second;
+  if (fp8_wgmma_fixed_) return *fp8_wgmma_fixed_;
+  const auto it = fp8_measured_.find({n, k, fp8_gemm_row_bucket(m)});
+  return it == fp8_measured_.end() ? std::nullopt : it->second;
 }
 
 void CudaBackend::measure_fp8_gemms(const std::vector<const backend::LinearWeights*>& linears,
                                     int max_decode_rows, int max_tokens) {
   XI_CHECK(!capturing_) << "measure_fp8_gemms() while recording a graph";
-  if (fp8_cublaslt_only_ || fp8_wgmma_fixed_ || !options_.gemm_tuning || max_tokens <= kQuantGemvMaxRows)
+  (void)max_decode_rows;  // every bucket up to max_tokens: an eager step may run any row count up to it
+  if (fp8_cublaslt_only_ || fp8_wgmma_fixed_ || !options_.gemm_tuning || !fp8_fast_accumulation() ||
+      max_tokens <= kQuantGemvMaxRows)
     return;
   const auto start = std::chrono::steady_clock::now();
-  std::vector<int> rows;  // the decode graph buckets past the GEMV's rows, then the prefill buckets
-  for (int m = kQuantGemvMaxRows + 1; m <= std::min(max_decode_rows, max_tokens); ++m)
-    if (variant_rows(m)) rows.push_back(m);
-  for (int b = 2048; b / 2 < max_tokens; b *= 2)
-    if (std::min(b, max_tokens) > (rows.empty() ? 0 : rows.back())) rows.push_back(std::min(b, max_tokens));
+  // Every bucket an m-row GEMM past the GEMV's rows can fall in, up to the one holding max_tokens (timed at
+  // min(bucket, max_tokens) rows), so that linear() finds a decision for any step of this engine.
+  std::vector<int> buckets;
+  for (int b = fp8_gemm_row_bucket(kQuantGemvMaxRows + 1);; b = fp8_gemm_row_bucket(b + 1)) {
+    buckets.push_back(b);
+    if (b >= max_tokens) break;
+  }
+  const int max_rows = std::min(buckets.back(), max_tokens);
   Fp8WgmmaDecisions& d = fp8_wgmma_decisions();
   std::set<std::pair<int, int>> seen;
   int shapes = 0, points = 0, wgmma_wins = 0;
   for (const backend::LinearWeights* w : linears) {
     const auto* f = std::get_if<quant::W8A8Fp8Format>(&w->format);
     const int ni = static_cast<int>(w->out_features()), ki = static_cast<int>(w->in_features());
-    if (f == nullptr || !seen.insert({ni, ki}).second || rows.empty() ||
-        !w8a8_int8_wgmma_supports(rows.back(), ni, ki))
+    if (f == nullptr || !seen.insert({ni, ki}).second || !w8a8_int8_wgmma_supports(max_rows, ni, ki))
       continue;
     ++shapes;
     // Scratch codes (any finite values: the timing does not depend on them), per-channel scales, output, and
-    // copies of the weight to rotate through so that L2 holds none of them, as in the engine's steps.
+    // copies of the weight to rotate through so that L2 holds none of them, as in the engine's steps. The
+    // bias is the weight's own, so cuBLASLt runs the plan (and the measured algorithm) the engine runs.
     const int copies = rotated_copies(static_cast<size_t>(ni) * ki);
     backend::DeviceTensor wq = allocate(DType::kU8, Shape{copies, static_cast<int64_t>(ni) * ki});
-    backend::DeviceTensor xq = allocate(DType::kU8, Shape{rows.back(), ki});
-    backend::DeviceTensor scales = allocate(DType::kF32, Shape{std::max(rows.back(), ni)});
-    backend::DeviceTensor y = allocate(DType::kBF16, Shape{rows.back(), ni});
+    backend::DeviceTensor xq = allocate(DType::kU8, Shape{max_rows, ki});
+    backend::DeviceTensor scales = allocate(DType::kF32, Shape{std::max(max_rows, ni)});
+    backend::DeviceTensor y = allocate(DType::kBF16, Shape{max_rows, ni});
     XI_CUDA_CHECK(cudaMemsetAsync(wq.view.data, 0x30, wq.view.bytes(), stream_));
     XI_CUDA_CHECK(cudaMemsetAsync(xq.view.data, 0x30, xq.view.bytes(), stream_));
     XI_CUDA_CHECK(cudaMemsetAsync(scales.view.data, 0x3c, scales.view.bytes(), stream_));
+    const auto* bias = w->bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(w->bias.data);
     if (!fp8_) fp8_ = std::make_unique<CublasLtFp8Gemm>();
-    for (const int m : rows) {
+    for (const int b : buckets) {
+      const std::tuple<std::string, int, int, int> key{device_name_, ni, ki, b};
       {
         std::lock_guard<std::mutex> lock(d.mu);
-        if (d.by_rows.contains({device_name_, ni, ki, m})) continue;  // decided earlier in this process
+        if (const auto it = d.by_bucket.find(key);
+            it != d.by_bucket.end()) {  // decided earlier in this process
+          fp8_measured_[{ni, ki, b}] = it->second;
+          continue;
+        }
       }
+      const int m = std::min(b, max_tokens);
       const auto* sc = static_cast<const float*>(scales.view.data);
       int turn = 0;
       auto args = [&]() {
         const auto* base =
             static_cast<const uint8_t*>(wq.view.data) + static_cast<size_t>(turn++ % copies) * ni * ki;
         return Fp8GemmArgs{
-            static_cast<const uint8_t*>(xq.view.data), sc, base, sc, nullptr, y.view.data, false, m, ni, ki};
+            static_cast<const uint8_t*>(xq.view.data), sc, base, sc, bias, y.view.data, false, m, ni, ki};
       };
       if (!fp8_->supported(args())) continue;
       // cuBLASLt first: fastest_algo keeps it unless a wgmma configuration is more than 1% faster.
@@ -496,19 +508,25 @@ void CudaBackend::measure_fp8_gemms(const std::vector<const backend::LinearWeigh
           });
       std::optional<Int8WgmmaConfig> chosen;
       if (best > 0) chosen = kInt8WgmmaConfigs[best - 1];
+      {
+        std::lock_guard<std::mutex> lock(d.mu);
+        chosen =
+            d.by_bucket.emplace(key, chosen).first->second;  // another backend's, if it decided meanwhile
+      }
+      fp8_measured_[{ni, ki, b}] = chosen;
       ++points;
       wgmma_wins += chosen.has_value();
       XI_LOG(DEBUG) << "cuda: W8A8-FP8 GEMM [" << ni << ", " << ki << "] at " << m
                     << " rows: " << (chosen ? to_string(*chosen) : std::string("cuBLASLt"));
-      std::lock_guard<std::mutex> lock(d.mu);
-      d.by_rows.emplace(std::make_tuple(device_name_, ni, ki, m), chosen);
     }
   }
+  fp8_->release_tuning_scratch();  // any plan the timings above made measured its algorithms on this scratch
   if (shapes == 0) return;
-  XI_LOG(INFO) << "cuda: W8A8-FP8 GEMM measured for " << shapes << " shapes at " << rows.size()
-               << " row counts (" << rows.front() << ".." << rows.back() << ") in "
+  XI_LOG(INFO) << "cuda: W8A8-FP8 GEMM measured for " << shapes << " shapes at " << buckets.size()
+               << " row buckets (" << buckets.front() << ".." << buckets.back() << ") in "
                << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
-               << " s: our wgmma GEMM at " << wgmma_wins << " of " << points << ", cuBLASLt elsewhere";
+               << " s: our wgmma GEMM at " << wgmma_wins << " of " << points
+               << " newly measured points, cuBLASLt elsewhere";
 }
 
 void CudaBackend::measure_int8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_tokens) {

@@ -10,6 +10,14 @@
 
 namespace xinfer::cuda {
 
+bool fp8_fast_accumulation() {
+  static const bool on = [] {
+    const char* v = std::getenv("XINFER_FP8_FAST_ACCUM");
+    return v == nullptr || std::atoi(v) != 0;
+  }();
+  return on;
+}
+
 struct CublasLtFp8Gemm::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
@@ -63,10 +71,7 @@ CublasLtFp8Gemm::Plan& CublasLtFp8Gemm::plan_for(const Fp8GemmArgs& g) {
   // H200 (docs/PERF.md session 12) it cut a 2048-token FP8 layer from 857 to 811 us and raised 128/128
   // throughput 6.4%, at a relative L2 error of 1.4e-3 against the f64 oracle at k = 4096 (f32 out; bf16
   // output rounding alone is ~1e-3). XINFER_FP8_FAST_ACCUM=0 turns it off.
-  static const int8_t fast_accum = [] {
-    const char* v = std::getenv("XINFER_FP8_FAST_ACCUM");
-    return static_cast<int8_t>(v == nullptr || std::atoi(v) != 0);
-  }();
+  const int8_t fast_accum = fp8_fast_accumulation() ? 1 : 0;
   XI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof(fast_accum)));
   // Scale pointers are per call; a placeholder lets the heuristic see the scaling mode.
   const void* placeholder = workspace_;

@@ -44,6 +44,10 @@ struct Fp8GemmArgs {
   int m, n, k;
 };
 
+// Whether the FP8 GEMMs sum with fast accumulation (the default; XINFER_FP8_FAST_ACCUM=0 turns it off, read
+// once per process): cuBLASLt's plans, and whether our wgmma FP8 GEMM (fast accumulation only) may run.
+bool fp8_fast_accumulation();
+
 class CublasLtFp8Gemm {
  public:
   explicit CublasLtFp8Gemm(size_t workspace_bytes = 32u << 20);

@@ -40,6 +40,7 @@
 
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_fp8_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_int8_gemm.h"
+#include "xinfer/backend/decode_graph_buckets.h"
 
 namespace xinfer::cuda {
 
@@ -110,9 +111,18 @@ void launch_w8a8_int8_wgmma(const Int8GemmArgs& a, cudaStream_t stream, Int8Wgmm
 
 // The same kernels on e4m3 codes (wgmma ...f32.e4m3.e4m3, f32 sums: the tensor cores' FP8 accumulation, as
 // cuBLASLt's fast accumulation), y = f32(sw[n] * sx[m]) * sum (+ bias): the FP8 path's GEMM where
-// CudaBackend::measure_w8a8_gemms found it faster than cuBLASLt's choice (fp8_wgmma_for). Every configuration
+// CudaBackend::measure_fp8_gemms found it faster than cuBLASLt's choice (fp8_wgmma_for). Every configuration
 // sums each output over k in the same order (k steps of 128 in turn, four k32 MMAs each), so all give the
 // same bits; cuBLASLt's differ by summation order. Same requirements as the int8 kernels.
 void launch_w8a8_fp8_wgmma(const Fp8GemmArgs& a, cudaStream_t stream, Int8WgmmaConfig config = {});
+// The row bucket whose measured FP8 decision an m-row GEMM runs (CudaBackend::measure_fp8_gemms): the decode
+// graph bucket up to backend::kMaxDecodeGraphRows (the rows decode steps are padded to), then powers of two
+// from twice that.
+constexpr int fp8_gemm_row_bucket(int m) {
+  if (m <= backend::kMaxDecodeGraphRows) return backend::decode_graph_bucket(m < 1 ? 1 : m);
+  int b = 2 * backend::kMaxDecodeGraphRows;
+  while (b < m) b *= 2;
+  return b;
+}
 
 }  // namespace xinfer::cuda
