@@ -163,7 +163,7 @@ void prepare_backend_for_weights(backend::Backend& backend, const model::LlamaMo
   }
   gpu->reserve_quant_workspace(linears, max_tokens);  // first: the measurement below then grows nothing
   gpu->measure_w8a8_gemms(linears, max_decode_rows, show_progress);
-  gpu->measure_fp8_gemms(linears, max_decode_rows, max_tokens);
+  gpu->measure_fp8_gemms(linears, max_tokens);
   gpu->measure_int8_gemms(linears, max_tokens);
   gpu->measure_wq_gemms(linears, max_decode_rows);
 #else

@@ -285,8 +285,7 @@ class CudaBackend final : public backend::Backend {
   // shapes and buckets run cuBLASLt. Nothing under fixed choices, --no-gemm-tuning or XINFER_FP8_FAST_ACCUM=0
   // (the wgmma kernels sum with fast accumulation only). Logs one line. Call after measure_w8a8_gemms
   // (cuBLASLt's choices), before graphs are recorded.
-  void measure_fp8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_decode_rows,
-                         int max_tokens);
+  void measure_fp8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_tokens);
   // Warps per decode-attention CTA on steps whose grid is more than one wave of 8-warp CTAs (decode_warps():
   // large batches, one partition each): 8, 4 or 2, or 0 (the default): by context length, as measured.
   // XINFER_DECODE_WARPS sets it at construction (A/B switch). Set it before graphs are recorded.

@@ -440,9 +440,8 @@ std::optional<Int8WgmmaConfig> CudaBackend::fp8_wgmma_for(int m, int n, int k) c
 }
 
 void CudaBackend::measure_fp8_gemms(const std::vector<const backend::LinearWeights*>& linears,
-                                    int max_decode_rows, int max_tokens) {
+                                    int max_tokens) {
   XI_CHECK(!capturing_) << "measure_fp8_gemms() while recording a graph";
-  (void)max_decode_rows;  // every bucket up to max_tokens: an eager step may run any row count up to it
   if (fp8_cublaslt_only_ || fp8_wgmma_fixed_ || !options_.gemm_tuning || !fp8_fast_accumulation() ||
       max_tokens <= kQuantGemvMaxRows)
     return;
@@ -520,7 +519,7 @@ void CudaBackend::measure_fp8_gemms(const std::vector<const backend::LinearWeigh
                     << " rows: " << (chosen ? to_string(*chosen) : std::string("cuBLASLt"));
     }
   }
-  fp8_->release_tuning_scratch();  // any plan the timings above made measured its algorithms on this scratch
+  if (fp8_) fp8_->release_tuning_scratch();  // any plan the timings above made measured its algorithms here
   if (shapes == 0) return;
   XI_LOG(INFO) << "cuda: W8A8-FP8 GEMM measured for " << shapes << " shapes at " << buckets.size()
                << " row buckets (" << buckets.front() << ".." << buckets.back() << ") in "
