@@ -447,11 +447,13 @@ void CudaBackend::measure_fp8_gemms(const std::vector<const backend::LinearWeigh
     return;
   const auto start = std::chrono::steady_clock::now();
   // Every bucket an m-row GEMM past the GEMV's rows can fall in, up to the one holding max_tokens (timed at
-  // min(bucket, max_tokens) rows), so that linear() finds a decision for any step of this engine.
+  // min(bucket, max_tokens) rows), so that linear() finds a decision for any step of this engine; at most
+  // kFp8MeasuredMaxRows (the scratch output grows with the rows: larger steps run cuBLASLt).
   std::vector<int> buckets;
+  const int top = std::min(max_tokens, kFp8MeasuredMaxRows);
   for (int b = fp8_gemm_row_bucket(kQuantGemvMaxRows + 1);; b = fp8_gemm_row_bucket(b + 1)) {
     buckets.push_back(b);
-    if (b >= max_tokens) break;
+    if (b >= top) break;
   }
   const int max_rows = std::min(buckets.back(), max_tokens);
   Fp8WgmmaDecisions& d = fp8_wgmma_decisions();

@@ -115,6 +115,9 @@ void launch_w8a8_int8_wgmma(const Int8GemmArgs& a, cudaStream_t stream, Int8Wgmm
 // sums each output over k in the same order (k steps of 128 in turn, four k32 MMAs each), so all give the
 // same bits; cuBLASLt's differ by summation order. Same requirements as the int8 kernels.
 void launch_w8a8_fp8_wgmma(const Fp8GemmArgs& a, cudaStream_t stream, Int8WgmmaConfig config = {});
+// The most rows CudaBackend::measure_fp8_gemms times (its scratch output is rows x n bf16); steps past the
+// bucket holding them run cuBLASLt.
+inline constexpr int kFp8MeasuredMaxRows = 16384;
 // The row bucket whose measured FP8 decision an m-row GEMM runs (CudaBackend::measure_fp8_gemms): the decode
 // graph bucket up to backend::kMaxDecodeGraphRows (the rows decode steps are padded to), then powers of two
 // from twice that.
