@@ -279,7 +279,8 @@ class CudaBackend final : public backend::Backend {
   // Under "auto": times cuBLASLt's FP8 GEMM (its measured algorithm at the decode graph buckets, the weight's
   // bias) against the wgmma configurations on every distinct W8A8-FP8 shape of `linears`, at every row bucket
   // (fp8_gemm_row_bucket: the decode graph buckets past the GEMV's rows, then 2048, 4096, ..) up to the one
-  // holding max_tokens (each timed at min(bucket, max_tokens) rows, the weight rotated past L2), and keeps
+  // holding max_tokens, at most kFp8MeasuredMaxRows (each timed at min(bucket, max_tokens) rows, the weight
+  // rotated past L2), and keeps
   // the faster per (n, k, bucket): an m-row GEMM then runs its bucket's decision. A bucket's first decision
   // in the process is every backend's (two engines of one process compute every FP8 linear alike); unmeasured
   // shapes and buckets run cuBLASLt. Nothing under fixed choices, --no-gemm-tuning or XINFER_FP8_FAST_ACCUM=0
