@@ -29,6 +29,10 @@ import serve_bench  # noqa: E402
 # longer by the scheduling jitter of a loaded machine (the dev VM runs at load ~9 on 2 cores: up to tens of ms per wake-up).
 EARLY_S = 0.001
 LATE_S = 0.060
+# One sample of a run may be later than LATE_S by up to STALL_S: a 2-core CI machine under load can stall the client
+# or the fake server for ~0.1 s once (CI, session 31: one TTFT 103 ms past its plan); the median bound below still
+# holds the bench to the planned delays.
+STALL_S = 0.5
 MEDIAN_LATE_S = 0.015
 PCT_TOL_MS = 25
 
@@ -186,10 +190,17 @@ def test_percentiles_match_planned_delays(fake, tmp_path):
     # Sequential requests: the server's k-th request is the bench's k-th.
     planned_ttft = [ttft_plan(k) for k in range(n)]
     planned_itl = [gap_plan(k) for k in range(n) for _ in range(out_len - 1)]
-    late = []
+    late, stalls = [], []
+
+    def within_late_bound(value, plan, what):
+        assert value <= plan + STALL_S, what
+        if value > plan + LATE_S:
+            stalls.append(what)
+
     for r in sorted(reqs, key=lambda r: r["index"]):
         k = r["index"]
-        assert ttft_plan(k) - EARLY_S <= r["ttft_s"] <= ttft_plan(k) + LATE_S, (k, r["ttft_s"])
+        assert ttft_plan(k) - EARLY_S <= r["ttft_s"], (k, r["ttft_s"])
+        within_late_bound(r["ttft_s"], ttft_plan(k), (k, r["ttft_s"]))
         late.append(r["ttft_s"] - ttft_plan(k))
         assert len(r["itl_s"]) == out_len - 1 and r["output_tokens"] == out_len
         # One gap may be shorter than planned by as much as the token before it arrived late (the client woke
@@ -199,8 +210,9 @@ def test_percentiles_match_planned_delays(fake, tmp_path):
         for i, g in enumerate(r["itl_s"], start=1):
             arrived += g
             assert arrived >= ttft_plan(k) + i * gap_plan(k) - EARLY_S, (k, i, arrived)
-            assert g <= gap_plan(k) + LATE_S, (k, g)
+            within_late_bound(g, gap_plan(k), (k, i, g))
             late.append(g - gap_plan(k))
+    assert len(stalls) <= 1, stalls
     assert np.median(late) < MEDIAN_LATE_S
     got_ttft = [r["ttft_s"] * 1000 for r in reqs]
     got_itl = [g * 1000 for r in reqs for g in r["itl_s"]]
