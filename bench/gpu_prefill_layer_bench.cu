@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu_bench_util.h"
@@ -357,13 +358,20 @@ void bench_rope_kv(cuda::CudaBackend& be, double bw) {
   }
 }
 
+namespace {
+// "AxB" (an environment setting such as 857x1100) as {A, B}; 0 for a missing or unparsable part.
+std::pair<int, int> parse_a_x_b(const std::string& s) {
+  const size_t x = s.find('x');
+  return {std::atoi(s.c_str()), x == std::string::npos ? 0 : std::atoi(s.c_str() + x + 1)};
+}
+}  // namespace
+
 void bench_prefill_layer(cuda::CudaBackend& be, double peak, double bw) {
   // XINFER_BENCH_PREFILL=SEQSxTOKENS (e.g. 7x2048, the prompts of a 2048/128 mixed step): that step alone,
   // FP8 weights over an FP8 KV cache.
   if (const char* only = std::getenv("XINFER_BENCH_PREFILL"); only != nullptr) {
     const std::string s = only;
-    const int seqs = std::atoi(s.c_str()),
-              tokens = s.find('x') == std::string::npos ? 0 : std::atoi(s.c_str() + s.find('x') + 1);
+    const auto [seqs, tokens] = parse_a_x_b(s);
     XI_CHECK(seqs > 0 && tokens > 0) << "XINFER_BENCH_PREFILL=" << s << ": SEQSxTOKENS, both positive";
     bench_layer(be, peak, bw, {"prefill " + s + " fp8kv", seqs, tokens, tokens, DType::kFP8E4M3, {1}});
     return;
@@ -381,7 +389,7 @@ void bench_decode_steps(cuda::CudaBackend& be, double peak, double bw) {
   // rows.
   const char* only_env = std::getenv("XINFER_BENCH_DECODE_STEP");
   const std::string only = only_env != nullptr ? only_env : "";
-  const int only_rows = only.empty() ? 0 : std::atoi(only.c_str());
+  const auto [only_rows, only_ctx] = parse_a_x_b(only);
   XI_CHECK(only.empty() || (only_rows > 0 && only.find('x') != std::string::npos &&
                             backend::decode_graph_bucket(only_rows) > 0))
       << "XINFER_BENCH_DECODE_STEP=" << only
@@ -405,13 +413,12 @@ void bench_decode_steps(cuda::CudaBackend& be, double peak, double bw) {
     print_row("decode " + std::to_string(rows) + " rows: argmax_rows (f32 logits)", am, 4.0 * rows * V, false, bw, 56);
   }
   if (!only.empty()) {  // as the engine runs it: padded to its graph bucket, measured FP8 GEMM choices
-    const int ctx = std::atoi(only.c_str() + only.find('x') + 1);
     const int bucket = backend::decode_graph_bucket(only_rows);
     bench_layer(be, peak, bw,
                 {"decode " + only + " fp8kv (rows padded to " + std::to_string(bucket) + ")",
                  only_rows,
                  1,
-                 ctx,
+                 only_ctx,
                  DType::kFP8E4M3,
                  {1},
                  bucket});

@@ -280,12 +280,11 @@ class CudaBackend final : public backend::Backend {
   // bias) against the wgmma configurations on every distinct W8A8-FP8 shape of `linears`, at every row bucket
   // (fp8_gemm_row_bucket: the decode graph buckets past the GEMV's rows, then 2048, 4096, ..) up to the one
   // holding max_tokens, at most kFp8MeasuredMaxRows (each timed at min(bucket, max_tokens) rows, the weight
-  // rotated past L2), and keeps
-  // the faster per (n, k, bucket): an m-row GEMM then runs its bucket's decision. A bucket's first decision
-  // in the process is every backend's (two engines of one process compute every FP8 linear alike); unmeasured
-  // shapes and buckets run cuBLASLt. Nothing under fixed choices, --no-gemm-tuning or XINFER_FP8_FAST_ACCUM=0
-  // (the wgmma kernels sum with fast accumulation only). Logs one line. Call after measure_w8a8_gemms
-  // (cuBLASLt's choices), before graphs are recorded.
+  // rotated past L2), and keeps the faster per (n, k, bucket): an m-row GEMM then runs its bucket's decision.
+  // A bucket's first decision in the process is every backend's (two engines of one process compute every FP8
+  // linear alike); unmeasured shapes and buckets run cuBLASLt. Nothing under fixed choices, --no-gemm-tuning
+  // or XINFER_FP8_FAST_ACCUM=0 (the wgmma kernels sum with fast accumulation only). Logs one line. Call after
+  // measure_w8a8_gemms (cuBLASLt's choices), before graphs are recorded.
   void measure_fp8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_tokens);
   // Warps per decode-attention CTA on steps whose grid is more than one wave of 8-warp CTAs (decode_warps():
   // large batches, one partition each): 8, 4 or 2, or 0 (the default): by context length, as measured.

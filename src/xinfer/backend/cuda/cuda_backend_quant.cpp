@@ -460,9 +460,9 @@ void CudaBackend::measure_fp8_gemms(const std::vector<const backend::LinearWeigh
   std::set<std::pair<int, int>> seen;
   int shapes = 0, points = 0, wgmma_wins = 0;
   for (const backend::LinearWeights* w : linears) {
-    const auto* f = std::get_if<quant::W8A8Fp8Format>(&w->format);
     const int ni = static_cast<int>(w->out_features()), ki = static_cast<int>(w->in_features());
-    if (f == nullptr || !seen.insert({ni, ki}).second || !w8a8_int8_wgmma_supports(max_rows, ni, ki))
+    if (!std::holds_alternative<quant::W8A8Fp8Format>(w->format) || !seen.insert({ni, ki}).second ||
+        !w8a8_int8_wgmma_supports(max_rows, ni, ki))
       continue;
     ++shapes;
     // Scratch codes (any finite values: the timing does not depend on them), per-channel scales, output, and
