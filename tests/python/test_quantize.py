@@ -212,6 +212,20 @@ def test_quantized_is_close_to_the_float_model(written):
     assert np.abs(a - b).max() < 0.05 * np.abs(a).max()
 
 
+@pytest.mark.parametrize("name", ["w8a16", "w4a16-g32-zp", "w4a16-gptq-actorder-gidx"])
+def test_decompressed_checkpoint_gives_the_quantized_logits(xinfer_bin, written, name, tmp_path):
+    """tools/decompress_checkpoint.py (numpy decompression, written out dense in f32) loads in xinfer as a plain
+    model with the logits of the weight-only checkpoint it came from (xinfer's quantized kernels)."""
+    dense = tmp_path / "dense"
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "decompress_checkpoint.py"), str(written[name]),
+                        str(dense)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "quantization_config" not in json.loads((dense / "config.json").read_text())
+    want = xinfer_logits(xinfer_bin, written[name], tmp_path)
+    got = xinfer_logits(xinfer_bin, dense, tmp_path)
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max(), (name, np.abs(got - want).max())
+
+
 # --------------------------------------------------------------------------------------------------
 # FP8 KV-cache scales (--kv-cache-scheme fp8)
 
