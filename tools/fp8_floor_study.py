@@ -28,8 +28,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from fp8_rotation_study import e4m3_rows, log_softmax  # noqa: E402
 from gguf_numpy_reference import GgufLlama  # noqa: E402
-from quantize_numpy_reference import round_e4m3  # noqa: E402
 
 WINDOW = 512
 LINEARS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
@@ -42,17 +42,9 @@ def round_rel3(x):
 
 
 def quant_rows(x, mode):
-    """Each row of x (weights: an output channel; activations: a token) quantized with scale max|row| / 448."""
-    if mode == "rel3":
-        return round_rel3(x).astype(np.float32)  # scale-free: a power-of-two scale changes nothing
-    s = np.abs(x).max(1, keepdims=True) / 448.0
-    s = np.where(s > 0, s, 1)
-    return (round_e4m3(x / s) * s).astype(np.float32)
-
-
-def log_softmax(z):
-    z = z - z.max(-1, keepdims=True)
-    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+    """Each row of x (weights: an output channel; activations: a token): e4m3 with the scale max|row| / 448,
+    or rel3 (scale-free: a power-of-two scale changes nothing)."""
+    return round_rel3(x).astype(np.float32) if mode == "rel3" else e4m3_rows(x)
 
 
 class Quantized:
