@@ -7,7 +7,8 @@ Smoothing divides a linear's input channel j by s_j = max|X_j|^alpha / max|W_j|^
 weights' column j by s_j (exact in float; the engine folds s into the preceding norm). The search picks alpha
 from 0, 0.1, ..., 1 per linear, minimising the linear's output error on calibration rows (the float model's
 inputs to that linear on the calibration windows), as `xinfer quantize`'s per-layer alpha search does per
-smoothing group (a per-linear choice is at least as good). "rel3" rounds to 3 mantissa bits with an unbounded
+smoothing group (a per-linear choice is at least as good; s = 1, no smoothing, is not among the candidates:
+compare with the unsmoothed row). "rel3" rounds to 3 mantissa bits with an unbounded
 exponent: e4m3 without its range limits and without the per-token scale that makes each row's largest value exact.
 
 The float32 forward is tools/gguf_numpy_reference.py's (weights from the gguf package's dequantizers), the e4m3
