@@ -168,11 +168,11 @@ def hf_ids(model_dir: pathlib.Path, text: str) -> list[int]:
     return Tokenizer.from_file(str(model_dir / "tokenizer.json")).encode(text).ids
 
 
-def assert_matches(got: dict, want: dict, ctx: int, stride: int):
+def assert_matches(got: dict, want: dict, ctx: int, stride: int, rel: float = REL):
     assert (got["tokens_scored"], got["windows"], got["ctx"], got["stride"]) == \
         (want["tokens_scored"], want["windows"], ctx, stride)
-    assert got["ppl"] == pytest.approx(want["ppl"], rel=REL)
-    assert got["nll_sum"] == pytest.approx(want["nll_sum"], rel=REL)
+    assert got["ppl"] == pytest.approx(want["ppl"], rel=rel)
+    assert got["nll_sum"] == pytest.approx(want["nll_sum"], rel=rel)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -289,7 +289,12 @@ def test_fp8_kv_cache_matches_an_e4m3_emulation(xinfer_bin, tmp_path, shakespear
     got = eval_json(xinfer_bin, tmp_path, text, "--model", BUNDLED, "--reference", BUNDLED, "--ctx", 128,
                     "--stride", 64, "--max-tokens", 300, "--kv-cache-dtype", "fp8", "--kv-cache-scale", scale,
                     "--kv-cache-rotation", rotation)
-    assert_matches(got, want, 128, 64)
+    # A cached value whose f32 (xinfer) and f64 (reference) forms straddle an e4m3 rounding boundary rounds one
+    # step apart (6-12% of the value), which moves this tiny model's PPL by ~1e-4: 0.03 / auto measured -1.5e-4 on
+    # an Intel (AVX-512) host, whose OpenBLAS sums differ from the AMD host's where all four cases passed 1e-4 (the
+    # other three: within 4.1e-5 on both). The KL against the float cache below is the sharp check that the e4m3
+    # rounding happens (zero without it).
+    assert_matches(got, want, 128, 64, rel=3e-4)
     assert got["reference_ppl"] == pytest.approx(plain["ppl"], rel=REL)
     assert got["kl"] == pytest.approx(want["kl"], rel=1e-2, abs=1e-6)  # a small difference of two models
     assert want["kl"] > 0 and abs(want["ppl"] / plain["ppl"] - 1) < 0.05  # e4m3 moves it, a little
