@@ -26,6 +26,7 @@ fi
 nvidia-smi -i "$gpu" --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
   --format=csv,noheader,nounits -lms "${INTERVAL_MS:-50}" > "$csv" 2>&1 &
 smi=$!
+trap 'kill "$smi" 2> /dev/null' EXIT  # also when this script is stopped (a device run's time limit)
 "$@"
 rc=$?
 kill "$smi" 2> /dev/null

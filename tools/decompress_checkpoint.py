@@ -50,7 +50,7 @@ def main():
     (a.out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     write_safetensors_f32(a.out / "model.safetensors", ck.w)
     for f in a.quantized.iterdir():
-        if f.is_file() and f.name not in ("config.json", "model.safetensors") and not f.name.endswith(".json.report"):
+        if f.is_file() and f.name not in ("config.json", "model.safetensors"):
             shutil.copy(f, a.out / f.name)
     print(f"{len(ck.quantized)} quantized modules decompressed, {len(ck.w)} tensors -> {a.out}")
 
