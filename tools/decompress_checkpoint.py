@@ -13,26 +13,9 @@ import pathlib
 import shutil
 
 import numpy as np
+from safetensors.numpy import save_file
 
 from quantize_numpy_reference import Checkpoint
-
-
-def write_safetensors_f32(path: pathlib.Path, tensors: dict) -> None:
-    """tensors: name -> array, stored as little-endian F32 in name order (the safetensors layout: u64 header
-    length, JSON header, data)."""
-    header, blobs, offset = {}, [], 0
-    for name in sorted(tensors):
-        b = np.ascontiguousarray(tensors[name], dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape), "data_offsets": [offset, offset + len(b)]}
-        blobs.append(b)
-        offset += len(b)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(len(h).to_bytes(8, "little"))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
 
 
 def main():
@@ -48,7 +31,8 @@ def main():
     config.pop("quantization_config", None)
     config["torch_dtype"] = "float32"
     (a.out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    write_safetensors_f32(a.out / "model.safetensors", ck.w)
+    save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in ck.w.items()}, str(a.out / "model.safetensors"),
+              metadata={"format": "pt"})
     for f in a.quantized.iterdir():
         if f.is_file() and f.name not in ("config.json", "model.safetensors"):
             shutil.copy(f, a.out / f.name)
