@@ -33,7 +33,6 @@ from fp8_rotation_study import e4m3_rows, log_softmax  # noqa: E402
 from gguf_numpy_reference import GgufLlama  # noqa: E402
 
 WINDOW = 512
-LINEARS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
 
 def round_rel3(x):
@@ -48,21 +47,22 @@ def quant_rows(x, mode):
     return round_rel3(x).astype(np.float32) if mode == "rel3" else e4m3_rows(x)
 
 
-class Quantized:
-    """The float model with its decoder linears quantized: weights per `wmode`, activations per `amode`
-    (None: float), each linear's input channels smoothed by `smooth[name]` (x / s, w * s) when given."""
+class Quantized(GgufLlama):
+    """The float model `m` (its weights shared, not copied) with its decoder linears quantized: weights per
+    `wmode`, activations per `amode` (None: float), each linear's input channels smoothed by `smooth[name]`
+    (x / s, w * s) when given. GgufLlama.forward runs it; lm_head stays float."""
 
-    def __init__(self, m, wmode, amode, smooth=None, sites=LINEARS):
-        self.m, self.wmode, self.amode, self.smooth, self.sites = m, wmode, amode, smooth or {}, sites
+    def __init__(self, m, wmode, amode, smooth=None):  # shares m's loaded state instead of reading the file again
+        self.__dict__.update(m.__dict__)
+        self.wmode, self.amode, self.smooth = wmode, amode, smooth or {}
         self.wq = {}
 
-    def linear(self, x, name):
-        site = name.split(".")[2]
-        if site not in self.sites:
-            return x @ self.m.w[name].T
+    def linear(self, x, name, act_blocks=False):
+        if name is None:
+            return x @ self.lm_head.T
         s = self.smooth.get(name)
         if name not in self.wq:
-            w = self.m.w[name] if s is None else self.m.w[name] * s[None, :]
+            w = self.w[name] if s is None else self.w[name] * s[None, :]
             self.wq[name] = w if self.wmode is None else quant_rows(w, self.wmode)
         if s is not None:
             x = x / s[None, :]
@@ -71,28 +71,7 @@ class Quantized:
         return x @ self.wq[name].T
 
     def log_probs(self, ids):
-        m = self.m
-        T, D, nh, nkv = len(ids), m.D, m.nh, m.nkv
-        pos = np.arange(T)
-        mask = np.triu(np.full((T, T), -np.inf, dtype=np.float32), 1)
-        x = m.w["token_embd.weight"][np.array(ids)]
-        for layer in range(m.L):
-            p = f"blk.{layer}."
-            h = m.rms(x, m.w[p + "attn_norm.weight"])
-            q = m.rope(self.linear(h, p + "attn_q.weight").reshape(T, nh, D), pos)
-            k = m.rope(self.linear(h, p + "attn_k.weight").reshape(T, nkv, D), pos)
-            v = self.linear(h, p + "attn_v.weight").reshape(T, nkv, D)
-            k, v = np.repeat(k, nh // nkv, axis=1), np.repeat(v, nh // nkv, axis=1)
-            s = np.einsum("thd,shd->hts", q, k) / np.sqrt(D) + mask
-            s = np.exp(s - s.max(-1, keepdims=True))
-            s /= s.sum(-1, keepdims=True)
-            a = np.einsum("hts,shd->thd", s, v).reshape(T, nh * D)
-            x = x + self.linear(a, p + "attn_output.weight")
-            h = m.rms(x, m.w[p + "ffn_norm.weight"])
-            gate = self.linear(h, p + "ffn_gate.weight")
-            u = gate / (1 + np.exp(-gate)) * self.linear(h, p + "ffn_up.weight")
-            x = x + self.linear(u, p + "ffn_down.weight")
-        return log_softmax(m.rms(x, m.w["output_norm.weight"]) @ m.lm_head.T)
+        return log_softmax(self.forward(ids))
 
 
 class Calibration(Quantized):
@@ -102,11 +81,12 @@ class Calibration(Quantized):
         super().__init__(m, None, None)
         self.rows, self.rng, self.amax, self.sample = rows, rng, {}, {}
 
-    def linear(self, x, name):
-        self.amax[name] = np.maximum(self.amax.get(name, 0), np.abs(x).max(0))
-        pick = x[self.rng.choice(len(x), min(self.rows, len(x)), replace=False)]
-        self.sample[name] = pick if name not in self.sample else np.concatenate([self.sample[name], pick])
-        return x @ self.m.w[name].T
+    def linear(self, x, name, act_blocks=False):
+        if name is not None:
+            self.amax[name] = np.maximum(self.amax.get(name, 0), np.abs(x).max(0))
+            pick = x[self.rng.choice(len(x), min(self.rows, len(x)), replace=False)]
+            self.sample[name] = pick if name not in self.sample else np.concatenate([self.sample[name], pick])
+        return super().linear(x, name)
 
 
 def smoothing_search(m, cal, wmode, amode):
