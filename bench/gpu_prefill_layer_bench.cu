@@ -86,8 +86,8 @@ struct LayerCase {
   std::vector<int> kinds;
   // Decode steps as the engine runs them: padded to this many rows (its graph bucket) with padding decodes
   // (ModelRunner::padded_decode_plan: context 1, no KV write), the W8A8 GEMMs' choices measured at the
-  // buckets up to it (CudaBackend::measure_w8a8_gemms, as the engine does at start-up); 0: `seqs` rows,
-  // choices as they come.
+  // buckets up to it (CudaBackend::measure_w8a8_gemms and measure_fp8_gemms, as the engine does at start-up);
+  // 0: `seqs` rows, choices as they come.
   int pad_to = 0;
 };
 
@@ -233,8 +233,14 @@ void bench_layer(cuda::CudaBackend& be, double peak, double bw, const LayerCase&
         print_row(c.name + " fp8: silu_mul -> fp8 codes, " + v.name, us, bytes, false, bw, 56);
       }
     }
-    if (c.pad_to > 0 && kind != 0)  // the engine's measured W8A8 choices at the buckets up to the step's rows
-      be.measure_w8a8_gemms({&W(0).qkv.lw, &W(0).o.lw, &W(0).gate_up.lw, &W(0).down.lw}, c.pad_to);
+    // The engine's measured W8A8 choices at the buckets up to the step's rows, in engine.cpp's order:
+    // cuBLASLt's algorithms, then our FP8 GEMM against them.
+    if (c.pad_to > 0 && kind != 0) {
+      const std::vector<const backend::LinearWeights*> linears = {&W(0).qkv.lw, &W(0).o.lw, &W(0).gate_up.lw,
+                                                                  &W(0).down.lw};
+      be.measure_w8a8_gemms(linears, c.pad_to);
+      be.measure_fp8_gemms(linears, c.pad_to);
+    }
     for (const Op& op : ops) op.fn(0);  // workspaces and the tuner's choices before timing
     be.synchronize();
     double sum = 0;

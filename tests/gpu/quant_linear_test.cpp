@@ -966,7 +966,9 @@ TEST(QuantLinear, Fp8MatchesCpuOracle) {
       const double f32_bound = m <= cuda::kQuantGemvMaxRows ? 1e-3 : 3e-3;
       EXPECT_LT(cmp.rel_l2, f32_out ? f32_bound : 1e-2) << what << " (max abs " << cmp.max_abs << ")";
       if (m == 17 || m == 128) std::printf("[ fp8 ] %s: rel L2 %.2e\n", what.c_str(), cmp.rel_l2);
-      if (m > cuda::kQuantGemvMaxRows) {  // the same rows through our FP8 wgmma GEMM (set_fp8_gemm)
+      // The same rows through our FP8 wgmma GEMM (set_fp8_gemm; not under XINFER_FP8_FAST_ACCUM=0, where
+      // cuBLASLt runs every FP8 GEMM).
+      if (m > cuda::kQuantGemvMaxRows && cuda::fp8_fast_accumulation()) {
         struct RestoreDefault {
           ~RestoreDefault() { gpu().set_fp8_gemm("auto"); }
         } restore;
@@ -1152,6 +1154,8 @@ TEST(QuantLinear, Fp8WgmmaGemmMatchesReference) {
   }
 
   // The measured choice through linear(): a W8A8-FP8 weight no other test measures (n 1040 x k 2048).
+  if (!cuda::fp8_fast_accumulation())
+    GTEST_SKIP() << "XINFER_FP8_FAST_ACCUM=0: no measured wgmma choice (the kernels above were checked)";
   const int n = 1040, k = 2048;
   const std::vector<uint8_t> wq = codes(static_cast<size_t>(n) * k);
   std::vector<float> ws(static_cast<size_t>(n), 2e-4f);
@@ -1167,6 +1171,13 @@ TEST(QuantLinear, Fp8WgmmaGemmMatchesReference) {
     std::printf(
         "[ fp8 wgmma ] measured choice at m=%d: %s\n", m,
         gpu().fp8_wgmma_for(m, n, k) ? cuda::to_string(*gpu().fp8_wgmma_for(m, n, k)).c_str() : "cuBLASLt");
+  // Every row count of an engine with max_tokens 3000 finds its bucket's decision (3001..4096 too: bucket
+  // 4096, timed at 3000 rows), none past it; a decision may be cuBLASLt, which fp8_wgmma_for cannot tell from
+  // none.
+  for (int m = cuda::kQuantGemvMaxRows + 1; m <= 4096; ++m)
+    ASSERT_TRUE(gpu().fp8_gemm_measured(m, n, k)) << m;
+  EXPECT_FALSE(gpu().fp8_gemm_measured(4097, n, k));
+  EXPECT_FALSE(gpu().fp8_gemm_measured(cuda::kQuantGemvMaxRows, n, k)) << "the GEMV's rows";
   EXPECT_FALSE(gpu().fp8_wgmma_for(4097, n, k).has_value()) << "past the measured buckets: cuBLASLt";
   EXPECT_FALSE(gpu().fp8_wgmma_for(64, n + 16, k).has_value()) << "an unmeasured shape: cuBLASLt";
   EXPECT_FALSE(gpu().fp8_wgmma_for(16, n, k).has_value()) << "the GEMV's rows";
@@ -1177,6 +1188,7 @@ TEST(QuantLinear, Fp8WgmmaGemmMatchesReference) {
     gpu().set_fp8_gemm("cublaslt");
     EXPECT_FALSE(gpu().fp8_wgmma_for(256, n, k).has_value());
     gpu().set_fp8_gemm("wgmma256s4");
+    ASSERT_TRUE(gpu().fp8_wgmma_for(256, n, k).has_value());
     EXPECT_EQ(cuda::config_name(*gpu().fp8_wgmma_for(256, n, k)), "wgmma256s4");
     EXPECT_DEATH(gpu().set_fp8_gemm("wgmma999"), "XINFER_FP8_GEMM");
   }

@@ -2,6 +2,10 @@
 // measured choices (INT8, FP8), the rule by shape, the tile rows and the band of the tile order.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
+#include <vector>
+
 #include "xinfer/backend/cuda/kernels/gemm/w8a8_int8_wgmma.h"
 
 namespace xinfer {
@@ -33,6 +37,36 @@ TEST(Fp8GemmRowBucket, DecodeGraphBucketsThenPowersOfTwo) {
     ASSERT_GE(b, m);
     ASSERT_EQ(fp8_gemm_row_bucket(b), b) << m;  // a bucket is its own bucket
   }
+}
+
+// The bucket lists CudaBackend::measure_int8_gemms / measure_fp8_gemms time: every row count past the GEMVs'
+// (16) up to the engine's largest step (capped at the measured maximum) must fall in a listed bucket, or its
+// GEMM would run without the measured decision.
+TEST(MeasuredRowBuckets, CoverEveryRowCountUpToTheEnginesSteps) {
+  constexpr int kGemvRows = 16;
+  for (const int max_tokens :
+       {17, 31, 32, 33, 100, 1000, 1024, 1025, 2100, 4096, 8192, 16383, 16384, 20000, 131072}) {
+    const std::vector<int> fp8 = cuda::fp8_measured_row_buckets(kGemvRows + 1, max_tokens);
+    ASSERT_FALSE(fp8.empty()) << max_tokens;
+    EXPECT_LE(fp8.back(), cuda::kFp8MeasuredMaxRows) << max_tokens;
+    for (int m = kGemvRows + 1; m <= std::min(max_tokens, cuda::kFp8MeasuredMaxRows); ++m)
+      ASSERT_TRUE(std::count(fp8.begin(), fp8.end(), cuda::fp8_gemm_row_bucket(m)) == 1)
+          << "fp8, max_tokens " << max_tokens << ", m " << m;
+    const std::vector<int> int8 = cuda::int8_measured_row_buckets(max_tokens);
+    ASSERT_FALSE(int8.empty()) << max_tokens;
+    EXPECT_LE(int8.back(), cuda::kInt8MeasuredMaxRows) << max_tokens;
+    for (int m = kGemvRows + 1; m <= std::min(max_tokens, cuda::kInt8MeasuredMaxRows); ++m)
+      ASSERT_TRUE(std::count(int8.begin(), int8.end(), cuda::int8_wgmma_row_bucket(m)) == 1)
+          << "int8, max_tokens " << max_tokens << ", m " << m;
+  }
+  // The largest bucket holds max_tokens, no more (a bucket past it would be timed at max_tokens rows anyway).
+  EXPECT_EQ(cuda::fp8_measured_row_buckets(kGemvRows + 1, 3000).back(), 4096);
+  EXPECT_EQ(cuda::fp8_measured_row_buckets(kGemvRows + 1, 1024).back(), 1024);
+  EXPECT_TRUE(cuda::fp8_measured_row_buckets(kGemvRows + 1, kGemvRows).empty());  // GEMVs only
+  EXPECT_EQ(cuda::int8_measured_row_buckets(3000).back(), cuda::kInt8MeasuredMaxRows);
+  // Row counts past 2^30 do not overflow the bucket functions.
+  EXPECT_EQ(cuda::int8_wgmma_row_bucket(std::numeric_limits<int>::max()), 1 << 30);
+  EXPECT_EQ(cuda::fp8_gemm_row_bucket(std::numeric_limits<int>::max()), 1 << 30);
 }
 
 TEST(Int8WgmmaRule, ByRowsAndK) {

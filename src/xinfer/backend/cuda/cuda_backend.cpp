@@ -115,6 +115,10 @@ void CudaBackend::set_fp8_gemm(const std::string& name) {
   fp8_wgmma_fixed_ = wgmma_config_named(name);
   XI_CHECK(fp8_wgmma_fixed_.has_value()) << "W8A8-FP8 GEMM (XINFER_FP8_GEMM): one of auto, cublaslt, "
                                          << wgmma_config_names() << "; got '" << name << "'";
+  if (!fp8_fast_accumulation())
+    XI_LOG(WARN) << "W8A8-FP8 GEMM '" << name
+                 << "' not used: XINFER_FP8_FAST_ACCUM=0 (the wgmma kernels sum with "
+                 << "fast accumulation only); cuBLASLt runs every FP8 GEMM";
 }
 
 std::optional<Int8WgmmaConfig> CudaBackend::int8_wgmma_for(int m, int n, int k) const {

@@ -276,15 +276,22 @@ class CudaBackend final : public backend::Backend {
   void set_fp8_gemm(const std::string& name);
   // The wgmma configuration an m x n x k W8A8-FP8 GEMM runs with under that choice, or nullopt: cuBLASLt.
   std::optional<Int8WgmmaConfig> fp8_wgmma_for(int m, int n, int k) const;
+  // True if measure_fp8_gemms left a decision (a wgmma configuration or cuBLASLt) for the bucket of an m-row
+  // n x k GEMM: what the tests check the measured buckets against.
+  bool fp8_gemm_measured(int m, int n, int k) const {
+    return fp8_measured_.count({n, k, fp8_gemm_row_bucket(m)}) > 0;
+  }
   // Under "auto": times cuBLASLt's FP8 GEMM (its measured algorithm at the decode graph buckets, the weight's
   // bias) against the wgmma configurations on every distinct W8A8-FP8 shape of `linears`, at every row bucket
   // (fp8_gemm_row_bucket: the decode graph buckets past the GEMV's rows, then 2048, 4096, ..) up to the one
-  // holding max_tokens, at most kFp8MeasuredMaxRows (each timed at min(bucket, max_tokens) rows, the weight
-  // rotated past L2), and keeps the faster per (n, k, bucket): an m-row GEMM then runs its bucket's decision.
-  // A bucket's first decision in the process is every backend's (two engines of one process compute every FP8
-  // linear alike); unmeasured shapes and buckets run cuBLASLt. Nothing under fixed choices, --no-gemm-tuning
-  // or XINFER_FP8_FAST_ACCUM=0 (the wgmma kernels sum with fast accumulation only). Logs one line. Call after
-  // measure_w8a8_gemms (cuBLASLt's choices), before graphs are recorded.
+  // holding max_tokens, at most kFp8MeasuredMaxRows (fp8_measured_row_buckets; each timed at min(bucket,
+  // max_tokens) rows, the weight rotated past L2), and keeps the faster per (n, k, bucket): an m-row GEMM
+  // then runs its bucket's decision. A bucket's first decision timed at its own rows is every backend's (two
+  // engines of one process compute every FP8 linear alike); unmeasured shapes and buckets run cuBLASLt, as do
+  // shapes whose timing scratch would take more than half of the free memory (one warning each). Nothing
+  // under fixed choices, --no-gemm-tuning or XINFER_FP8_FAST_ACCUM=0 (the wgmma kernels sum with fast
+  // accumulation only). Logs one line. Call after measure_w8a8_gemms (cuBLASLt's choices), before graphs are
+  // recorded.
   void measure_fp8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_tokens);
   // Warps per decode-attention CTA on steps whose grid is more than one wave of 8-warp CTAs (decode_warps():
   // large batches, one partition each): 8, 4 or 2, or 0 (the default): by context length, as measured.

@@ -82,13 +82,6 @@ const T* device_ptr(const TensorView& t, DType dtype, const char* what, const ba
 }
 
 // The row buckets the start-up measurements (measure_int8_gemms, measure_wq_gemms) time, up to max_rows:
-// int8_wgmma_row_bucket's 32, 64, .., kInt8MeasuredMaxRows (rows <= 16 run the GEMVs).
-std::vector<int> measured_row_buckets(int max_rows) {
-  std::vector<int> buckets;
-  for (int b = 32; b / 2 < max_rows && b <= kInt8MeasuredMaxRows; b *= 2) buckets.push_back(b);
-  return buckets;
-}
-
 // XINFER_INT_GEMV (read once per process): 0 unset (the defaults), 1 "dot", 2 "mma" (see top).
 int int_gemv_mode() {
   static const int mode = [] {
@@ -416,9 +409,10 @@ void CudaBackend::measure_w8a8_gemms(const std::vector<const backend::LinearWeig
 namespace {
 
 // The process's FP8 GEMM decisions (CudaBackend::measure_fp8_gemms): (device name, n, k, fp8_gemm_row_bucket)
-// -> the wgmma configuration, or nullopt where cuBLASLt's GEMM was as fast. The first measurement of a key
-// decides it for every backend of the process; each backend copies the keys it measured into its own map
-// (fp8_measured_), which linear() reads without a lock.
+// -> the wgmma configuration, or nullopt where cuBLASLt's GEMM was as fast. The first measurement of a key at
+// the bucket's own rows decides it for every backend of the process; each backend copies the keys it needs
+// into its own map (fp8_measured_), which linear() reads without a lock: measure_fp8_gemms writes it at
+// start-up, before the thread that runs the steps starts (or on that thread), and never while steps run.
 struct Fp8WgmmaDecisions {
   std::mutex mu;
   std::map<std::tuple<std::string, int, int, int>, std::optional<Int8WgmmaConfig>> by_bucket;
@@ -449,12 +443,7 @@ void CudaBackend::measure_fp8_gemms(const std::vector<const backend::LinearWeigh
   // Every bucket an m-row GEMM past the GEMV's rows can fall in, up to the one holding max_tokens (timed at
   // min(bucket, max_tokens) rows), so that linear() finds a decision for any step of this engine; at most
   // kFp8MeasuredMaxRows (the scratch output grows with the rows: larger steps run cuBLASLt).
-  std::vector<int> buckets;
-  const int top = std::min(max_tokens, kFp8MeasuredMaxRows);
-  for (int b = fp8_gemm_row_bucket(kQuantGemvMaxRows + 1);; b = fp8_gemm_row_bucket(b + 1)) {
-    buckets.push_back(b);
-    if (b >= top) break;
-  }
+  const std::vector<int> buckets = fp8_measured_row_buckets(kQuantGemvMaxRows + 1, max_tokens);
   const int max_rows = std::min(buckets.back(), max_tokens);
   Fp8WgmmaDecisions& d = fp8_wgmma_decisions();
   std::set<std::pair<int, int>> seen;
@@ -464,11 +453,24 @@ void CudaBackend::measure_fp8_gemms(const std::vector<const backend::LinearWeigh
     if (!std::holds_alternative<quant::W8A8Fp8Format>(w->format) || !seen.insert({ni, ki}).second ||
         !w8a8_int8_wgmma_supports(max_rows, ni, ki))
       continue;
-    ++shapes;
     // Scratch codes (any finite values: the timing does not depend on them), per-channel scales, output, and
     // copies of the weight to rotate through so that L2 holds none of them, as in the engine's steps. The
     // bias is the weight's own, so cuBLASLt runs the plan (and the measured algorithm) the engine runs.
     const int copies = rotated_copies(static_cast<size_t>(ni) * ki);
+    const size_t scratch_bytes = static_cast<size_t>(copies) * ni * ki + static_cast<size_t>(max_rows) * ki +
+                                 4 * static_cast<size_t>(std::max(max_rows, ni)) +
+                                 2 * static_cast<size_t>(max_rows) * ni;
+    size_t free_bytes = 0, total_bytes = 0;
+    XI_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    // E.g. a 70B gate_up at 16k rows on a nearly full card: not measured rather than an abort.
+    if (scratch_bytes > free_bytes / 2) {
+      XI_LOG(WARN) << "cuda: W8A8-FP8 GEMM [" << ni << ", " << ki << "] not measured: its timing scratch ("
+                   << static_cast<double>(scratch_bytes) / (1 << 30)
+                   << " GiB) exceeds half of the free memory (" << static_cast<double>(free_bytes) / (1 << 30)
+                   << " GiB); cuBLASLt runs it";
+      continue;
+    }
+    ++shapes;
     backend::DeviceTensor wq = allocate(DType::kU8, Shape{copies, static_cast<int64_t>(ni) * ki});
     backend::DeviceTensor xq = allocate(DType::kU8, Shape{max_rows, ki});
     backend::DeviceTensor scales = allocate(DType::kF32, Shape{std::max(max_rows, ni)});
@@ -509,7 +511,8 @@ void CudaBackend::measure_fp8_gemms(const std::vector<const backend::LinearWeigh
           });
       std::optional<Int8WgmmaConfig> chosen;
       if (best > 0) chosen = kInt8WgmmaConfigs[best - 1];
-      {
+      if (m == b) {  // timed at the bucket's own rows, so any engine of the process may take it; a bucket
+                     // timed at fewer rows (this engine's max_tokens) stays this backend's
         std::lock_guard<std::mutex> lock(d.mu);
         chosen =
             d.by_bucket.emplace(key, chosen).first->second;  // another backend's, if it decided meanwhile
@@ -534,7 +537,7 @@ void CudaBackend::measure_int8_gemms(const std::vector<const backend::LinearWeig
   XI_CHECK(!capturing_) << "measure_int8_gemms() while recording a graph";
   if (int8_cublaslt_ || int8_rule_only_ || int8_wgmma_fixed_ || max_tokens <= 16) return;
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<int> buckets = measured_row_buckets(max_tokens);
+  const std::vector<int> buckets = int8_measured_row_buckets(max_tokens);
   std::map<std::string, int> wins;
   std::set<std::pair<int64_t, int64_t>> seen;
   int shapes = 0;
@@ -589,7 +592,7 @@ void CudaBackend::measure_wq_gemms(const std::vector<const backend::LinearWeight
   XI_CHECK(!capturing_) << "measure_wq_gemms() while recording a graph";
   if (wq_gemm_max_rows_ != kWqGemmMeasured || max_rows <= kQuantGemvMaxRows) return;
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<int> buckets = measured_row_buckets(max_rows);
+  const std::vector<int> buckets = int8_measured_row_buckets(max_rows);
   std::set<std::pair<int, int>> seen;
   int shapes = 0, tiled_wins = 0, cases = 0;
   for (const backend::LinearWeights* w : linears) {

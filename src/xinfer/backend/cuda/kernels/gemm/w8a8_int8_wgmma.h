@@ -34,9 +34,11 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_fp8_gemm.h"
 #include "xinfer/backend/cuda/kernels/gemm/cublaslt_int8_gemm.h"
@@ -98,9 +100,16 @@ Int8WgmmaConfig int8_wgmma_auto_config(int m, int k);
 // prefill-sized rows too looked slower for those steps, in runs confounded with a first-run effect.
 inline constexpr int kInt8MeasuredMaxRows = 1024;
 constexpr int int8_wgmma_row_bucket(int m) {
-  int b = 32;
-  while (b < m) b *= 2;
+  int b = 32;  // capped at 2^30 so that no m overflows it (past kInt8MeasuredMaxRows: unmeasured anyway)
+  while (b < m && b < (1 << 30)) b *= 2;
   return b;
+}
+// The buckets CudaBackend::measure_int8_gemms times for steps of up to max_rows rows: 32, 64, .. up to the
+// one holding max_rows, at most kInt8MeasuredMaxRows.
+inline std::vector<int> int8_measured_row_buckets(int max_rows) {
+  std::vector<int> buckets;
+  for (int b = 32; b / 2 < max_rows && b <= kInt8MeasuredMaxRows; b *= 2) buckets.push_back(b);
+  return buckets;
 }
 
 // True if the kernels take this shape: m, n, k > 0 and k % 16 == 0 (16-byte rows). xq and wq must also be
@@ -123,9 +132,24 @@ inline constexpr int kFp8MeasuredMaxRows = 16384;
 // from twice that.
 constexpr int fp8_gemm_row_bucket(int m) {
   if (m <= backend::kMaxDecodeGraphRows) return backend::decode_graph_bucket(m < 1 ? 1 : m);
-  int b = 2 * backend::kMaxDecodeGraphRows;
-  while (b < m) b *= 2;
+  int b = 2 * backend::kMaxDecodeGraphRows;  // capped at 2^30 as int8_wgmma_row_bucket
+  while (b < m && b < (1 << 30)) b *= 2;
   return b;
+}
+static_assert(fp8_gemm_row_bucket(kFp8MeasuredMaxRows) == kFp8MeasuredMaxRows,
+              "the measured rows' cap must be a bucket, or the last measured bucket would exceed it");
+// The buckets CudaBackend::measure_fp8_gemms times for an engine whose steps hold up to max_tokens rows:
+// every bucket from the one holding first_rows (the GEMVs take fewer) up to the one holding max_tokens, at
+// most kFp8MeasuredMaxRows. Empty if first_rows > max_tokens.
+inline std::vector<int> fp8_measured_row_buckets(int first_rows, int max_tokens) {
+  std::vector<int> buckets;
+  if (first_rows > max_tokens) return buckets;
+  const int top = std::min(max_tokens, kFp8MeasuredMaxRows);
+  for (int b = fp8_gemm_row_bucket(first_rows);; b = fp8_gemm_row_bucket(b + 1)) {
+    buckets.push_back(b);
+    if (b >= top) break;
+  }
+  return buckets;
 }
 
 }  // namespace xinfer::cuda
