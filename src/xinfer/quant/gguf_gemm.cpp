@@ -24,6 +24,7 @@
 
 #include "xinfer/core/dtype.h"
 #include "xinfer/quant/gguf_matmul.h"
+#include "xinfer/quant/prefetch.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -311,9 +312,15 @@ bool gguf_gemm(const GgufFormat& f, const QuantizedMatrix& w, const float* x, in
     panel_storage.resize(static_cast<size_t>(kChunkBlocks) * kPanelBlockBytes);
     uint8_t* panel = panel_storage.data();
     float out[kRows][kCols];
+    // The first group's rows, then at each group the next one's (contiguous rows) while this one's are packed
+    // and multiplied (prefetch.h).
+    const auto group_bytes = static_cast<int64_t>(kCols * row_bytes);
+    const uint8_t* task_end = weight + static_cast<size_t>(std::min(g_end * kCols, n_out)) * row_bytes;
+    prefetch_lines_ahead(weight + static_cast<size_t>(g_begin) * kCols * row_bytes, 0, group_bytes, task_end);
     for (int64_t g = g_begin; g < g_end; ++g) {
       const int64_t n0 = g * kCols;
       const int cols = static_cast<int>(std::min<int64_t>(kCols, n_out - n0));
+      prefetch_lines_ahead(weight + static_cast<size_t>(n0) * row_bytes, group_bytes, group_bytes, task_end);
       for (int64_t b0 = 0; b0 < nb; b0 += kChunkBlocks) {
         const int64_t nblk = std::min(kChunkBlocks, nb - b0);
         kern.pack(weight, row_bytes, n0, cols, b0, nblk, panel);

@@ -13,6 +13,7 @@
 
 #include "xinfer/core/check.h"
 #include "xinfer/quant/gguf_matmul.h"
+#include "xinfer/quant/prefetch.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -115,8 +116,11 @@ void run_int(const QuantizedMatrix& w, int64_t group, int64_t scale_stride, cons
   const auto* weight = static_cast<const uint8_t*>(w.weight);
   auto run = [&](int64_t begin, int64_t end) {
     float res[kIntTile];
+    const uint8_t* task_end = weight + static_cast<size_t>(end) * row_bytes;
+    prefetch_stream_start(weight + static_cast<size_t>(begin) * row_bytes, task_end);
     for (int64_t n = begin; n < end; ++n) {
       const uint8_t* wrow = weight + static_cast<size_t>(n) * row_bytes;
+      prefetch_row_ahead(wrow, static_cast<int64_t>(row_bytes), task_end);  // prefetch.h
       const float* s = w.scales + n * scale_stride;
       const uint8_t* z = zeros ? zeros + n * groups : nullptr;
       for (int64_t t0 = 0; t0 < rows; t0 += kIntTile) {
@@ -182,7 +186,12 @@ void run_w8a8_int8(const QuantizedMatrix& w, const W8A8Int8Format& f, const floa
   }
   const auto* weight = static_cast<const int8_t*>(w.weight);
   auto run = [&](int64_t begin, int64_t end) {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(weight);
+    const size_t row_bytes = static_cast<size_t>(k);
+    const uint8_t* task_end = bytes + static_cast<size_t>(end) * row_bytes;
+    prefetch_stream_start(bytes + static_cast<size_t>(begin) * row_bytes, task_end);
     for (int64_t n = begin; n < end; ++n) {
+      prefetch_row_ahead(bytes + static_cast<size_t>(n) * row_bytes, k, task_end);  // prefetch.h
       for (int64_t t = 0; t < rows; ++t) {
         const int32_t dot = dot_i8(weight + n * k, xq.data() + t * k, k);
         y[t * n_out + n] = w.scales[n] * xs[static_cast<size_t>(t)] * static_cast<float>(dot);

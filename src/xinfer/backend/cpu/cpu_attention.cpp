@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "xinfer/backend/cpu/cpu_backend.h"
+#include "xinfer/quant/prefetch.h"
 #include "xinfer/quant/quantized_linear.h"
 
 #if defined(__x86_64__)
@@ -99,6 +100,17 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
     for (int d = 0; d < head_dim; ++d) buf[d] = head_lut[src[d]];
     return buf;
   };
+  // At the first row of a block: the next block's rows of this KV head (contiguous) into the caches, so that
+  // a long context streams as the weights do (quant/prefetch.h).
+  const int64_t head_block_bytes = block_size * head_dim * static_cast<int64_t>(fp8 ? 1 : sizeof(float));
+  auto prefetch_next_block = [&](const TensorView& which, const int32_t* table, int kvh, int j, int n) {
+    if (j % block_size != 0 || j + block_size >= n) return;
+    const int64_t off =
+        (static_cast<int64_t>(table[j / block_size + 1]) * num_kv_heads + kvh) * block_size * head_dim;
+    const uint8_t* p =
+        static_cast<const uint8_t*>(which.data) + off * static_cast<int64_t>(fp8 ? 1 : sizeof(float));
+    quant::prefetch_lines_ahead(p, 0, head_block_bytes, p + head_block_bytes);
+  };
 
   // Which sequence each token belongs to.
   std::vector<int32_t> seq_of(static_cast<size_t>(step.num_tokens));
@@ -132,6 +144,7 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
       scores.resize(static_cast<size_t>(n));
       float max_score = -INFINITY;
       for (int j = 0; j < n; ++j) {
+        prefetch_next_block(cache.k, table, kvh, j, n);
         const float* k = cache_row(cache.k, k_lut, table, kvh, j, row_buf.data());
         const float sc = dot(q, k, head_dim) * scale;
         scores[static_cast<size_t>(j)] = sc;
@@ -142,6 +155,7 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
       for (int j = 0; j < n; ++j) {
         const double p = std::exp(static_cast<double>(scores[static_cast<size_t>(j)] - max_score));
         denom += p;
+        prefetch_next_block(cache.v, table, kvh, j, n);
         const float* v = cache_row(cache.v, v_lut, table, kvh, j, row_buf.data());
         axpy(p, v, acc.data(), head_dim);
       }
