@@ -8,6 +8,8 @@ Figures (each the median of --reps runs, after one warm-up):
   decode   tok/s of 128 tokens (--decode-len) at batch 1, after a 16-token prompt, one token per forward
   batch 8  output tok/s of 8 sequences decoding together (each 16-token prompt + 128 tokens), counting
            decode steps only (xinfer: 8 / the median inter-token latency of the offline run)
+  long     (not by default: --figures ...,long) one --long-len-token prompt (2048), then --decode-len tokens
+           at that context: prefill tok/s and decode tok/s, where attention is most of the work
 Roofline: the bytes one decode step must read (every linear's quantized weights, the tied Q8_0 lm_head, the
 norms; the embedding row is negligible), over the memory bandwidth measured here with numpy (a large array
 copy, bytes read + written). A 135M model's 98 MB do not fit the 32 MB L3, so DRAM bandwidth is the ceiling
@@ -57,7 +59,7 @@ def decode_bytes(path):
     return total + (0 if has_output else embd)
 
 
-def llama_cpp_figures(path, threads, prefill_len, decode_len, reps, figures):
+def llama_cpp_figures(path, threads, prefill_len, decode_len, reps, figures, long_len):
     import llama_cpp
     from llama_cpp import Llama
 
@@ -130,22 +132,43 @@ def llama_cpp_figures(path, threads, prefill_len, decode_len, reps, figures):
             continue
         fn()
         out[name] = statistics.median(fn() for _ in range(reps))
+    out["long_prefill"] = out["long_decode"] = float("nan")
+    if "long" in figures:
+        del llm
+        long_llm = Llama(model_path=path, n_threads=threads, n_threads_batch=threads,
+                         n_ctx=long_len + decode_len + 16, n_batch=512, verbose=False)
+        pre, dec = [], []
+        for _ in range(reps):
+            long_llm.reset()
+            ids = prompt(long_len)
+            t = time.perf_counter()
+            long_llm.eval(ids)
+            pre.append(long_len / (time.perf_counter() - t))
+            t = time.perf_counter()
+            for tok in prompt(decode_len):
+                long_llm.eval([tok])
+            dec.append(decode_len / (time.perf_counter() - t))
+        out["long_prefill"], out["long_decode"] = statistics.median(pre), statistics.median(dec)
     return out
 
 
-def xinfer_figures(xinfer, path, threads, prefill_len, decode_len, reps, figures):
+def xinfer_figures(xinfer, path, threads, prefill_len, decode_len, reps, figures, long_len):
     out = {}
     with tempfile.TemporaryDirectory() as d:
         base = [xinfer, "bench", "--backend", "cpu", "--model", path, "--threads", str(threads), "--no-progress",
-                "--no-ceilings", "--output-dir", d, "--max-model-len", "2048"]
+                "--no-ceilings", "--output-dir", d]
         runs = {
             "prefill": ["--latency", "--input-len", str(prefill_len), "--output-len", "2", "--num-iters", str(reps)],
             "decode": ["--latency", "--input-len", "16", "--output-len", str(decode_len), "--num-iters", str(reps)],
             "batch8": ["--input-len", "16", "--output-len", str(decode_len), "--num-prompts", "8",
                        "--max-num-seqs", "8"],
+            "long": ["--latency", "--input-len", str(long_len), "--output-len", str(decode_len), "--num-iters",
+                     str(reps)],
         }
         for name in figures:
-            subprocess.run(base + runs[name] + ["--name", name], check=True, capture_output=True)
+            max_len = long_len + decode_len + 16 if name == "long" else 2048
+            subprocess.run(base + runs[name] + ["--max-model-len", str(max_len), "--name", name], check=True,
+                           capture_output=True)
         res = {n: json.load(open(os.path.join(d, n + ".json")))["results"][0] for n in figures}
     out["raw"] = res
     nan = float("nan")
@@ -153,6 +176,8 @@ def xinfer_figures(xinfer, path, threads, prefill_len, decode_len, reps, figures
     out["decode"] = 1e3 / res["decode"]["itl_ms"]["p50"] if "decode" in res else nan
     # 8 sequences decoding together: one step per token
     out["batch8"] = 8e3 / res["batch8"]["itl_ms"]["p50"] if "batch8" in res else nan
+    out["long_prefill"] = long_len / (res["long"]["ttft_ms"]["p50"] / 1e3) if "long" in res else nan
+    out["long_decode"] = 1e3 / res["long"]["itl_ms"]["p50"] if "long" in res else nan
     return out
 
 
@@ -207,8 +232,9 @@ def main():
     ap.add_argument("--decode-len", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-llama-cpp", action="store_true", help="skip the peer")
+    ap.add_argument("--long-len", type=int, default=2048, help="the long figure's prompt length")
     ap.add_argument("--figures", default="prefill,decode,batch8",
-                    help="comma-separated subset of prefill,decode,batch8 (default: all)")
+                    help="comma-separated subset of prefill,decode,batch8,long (default: the first three)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="run both engines this many times, alternating (the figures of each round are printed)")
     ap.add_argument("--json", help="write the figures here")
@@ -231,28 +257,33 @@ def main():
           flush=True)
     figures = [f for f in args.figures.split(",") if f]
     for f in figures:
-        if f not in ("prefill", "decode", "batch8"):
+        if f not in ("prefill", "decode", "batch8", "long"):
             ap.error(f"unknown figure {f!r}")
     all_rounds = []
     for rnd in range(args.rounds):
         rows = {}
         if not args.no_llama_cpp:
             rows["llama.cpp"] = llama_cpp_figures(args.gguf, args.threads, args.prefill_len, args.decode_len,
-                                                  args.reps, figures)
+                                                  args.reps, figures, args.long_len)
         if args.xinfer:
             rows["xinfer"] = xinfer_figures(args.xinfer, args.gguf, args.threads, args.prefill_len,
-                                            args.decode_len, args.reps, figures)
+                                            args.decode_len, args.reps, figures, args.long_len)
         all_rounds.append(rows)
         load = os.getloadavg()[0]
         print(f"\nround {rnd + 1} (load average {load:.2f})")
-        print(f"{'engine':<10} {'prefill tok/s':>14} {'decode tok/s':>13} {'of roofline':>12} {'batch 8 tok/s':>14}")
+        long_head = f" {f'ctx {args.long_len}: prefill':>19} {'decode tok/s':>13}" if "long" in figures else ""
+        print(f"{'engine':<10} {'prefill tok/s':>14} {'decode tok/s':>13} {'of roofline':>12} {'batch 8 tok/s':>14}"
+              + long_head)
         for name, r in rows.items():
+            long_cols = f" {r['long_prefill']:>19.1f} {r['long_decode']:>13.1f}" if "long" in figures else ""
             print(f"{name:<10} {r['prefill']:>14.1f} {r['decode']:>13.1f} {r['decode'] / roof:>11.0%} "
-                  f"{r['batch8']:>14.1f}")
+                  f"{r['batch8']:>14.1f}" + long_cols)
         if "llama.cpp" in rows and "xinfer" in rows:
             x, l = rows["xinfer"], rows["llama.cpp"]
+            long_cols = (f" {x['long_prefill'] / l['long_prefill']:>18.2f}x {x['long_decode'] / l['long_decode']:>12.2f}x"
+                         if "long" in figures else "")
             print(f"{'ratio':<10} {x['prefill'] / l['prefill']:>13.2f}x {x['decode'] / l['decode']:>12.2f}x "
-                  f"{'':>12} {x['batch8'] / l['batch8']:>13.2f}x", flush=True)
+                  f"{'':>12} {x['batch8'] / l['batch8']:>13.2f}x" + long_cols, flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"bandwidth_gbs": bw, "decode_step_bytes": step_bytes, "roofline_tok_s": roof,

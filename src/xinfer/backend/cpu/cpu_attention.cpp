@@ -1,14 +1,18 @@
 // Paged causal attention on the CPU: one task per (token, q head). Reads K/V for every position of the
-// token's sequence up to and including its own position through the block table, so the same code
-// serves prefill chunks (which also see cached prefix blocks) and decodes.
+// token's sequence up to and including its own position through the block table, a cache block at a time
+// (its rows of this KV head are contiguous), so the same code serves prefill chunks (which also see cached
+// prefix blocks) and decodes.
 //
-// Precision (the CPU backend is the oracle): scores q.k in f32, the softmax weights exp(score - max) and
-// the weighted sum of V in double. The AVX2+FMA path (when quant::simd_enabled(), i.e. the CPU has it and
-// XINFER_QUANT_PORTABLE is not set) computes the same quantities with 8-lane f32 dot products and 4-lane
-// double accumulation; only the summation order differs from the portable loops.
+// Precision (the CPU backend is the oracle): scores q.k in f32, the softmax weights exp(score - max) in
+// double and their sum in double; the weighted sum of V in f32 within a cache block (at most block_size rows,
+// 16 by default) and in double across blocks. The AVX2+FMA path (when quant::simd_enabled(), i.e. the CPU has
+// it and XINFER_QUANT_PORTABLE is not set) computes the same quantities with 8-lane f32 dot products and
+// 8-lane f32 block sums; only the summation order differs from the portable loops. (Until session 33 the V
+// sum was double per row: 4x slower at long contexts, where attention is most of a CPU step, for no accuracy
+// a reference in f32 could see.)
 //
-// FP8 (e4m3) caches: each K / V row is first dequantized to f32, element = to_float(e4m3) * scale (one f32
-// multiply, through a 256-entry table per layer), then used exactly as an f32 row: the result equals
+// FP8 (e4m3) caches: each block's K / V rows are first dequantized to f32, element = to_float(e4m3) * scale
+// (one f32 multiply, through a 256-entry table per layer), then used exactly as f32 rows: the result equals
 // attention over the dequantized cache in f32.
 #include <algorithm>
 #include <cmath>
@@ -31,9 +35,9 @@ float dot_portable(const float* q, const float* k, int n) {
   return dot;
 }
 
-// acc[d] += p * v[d]
-void axpy_portable(double p, const float* v, double* acc, int n) {
-  for (int d = 0; d < n; ++d) acc[d] += p * v[d];
+// part[d] += p * v[d]
+void axpy_portable(float p, const float* v, float* part, int n) {
+  for (int d = 0; d < n; ++d) part[d] += p * v[d];
 }
 
 #if defined(__x86_64__)
@@ -54,14 +58,12 @@ __attribute__((target("avx2,fma"))) float dot_avx2(const float* q, const float* 
   return dot;
 }
 
-__attribute__((target("avx2,fma"))) void axpy_avx2(double p, const float* v, double* acc, int n) {
-  const __m256d pv = _mm256_set1_pd(p);
+__attribute__((target("avx2,fma"))) void axpy_avx2(float p, const float* v, float* part, int n) {
+  const __m256 pv = _mm256_set1_ps(p);
   int d = 0;
-  for (; d + 4 <= n; d += 4) {
-    const __m256d x = _mm256_cvtps_pd(_mm_loadu_ps(v + d));
-    _mm256_storeu_pd(acc + d, _mm256_fmadd_pd(pv, x, _mm256_loadu_pd(acc + d)));
-  }
-  for (; d < n; ++d) acc[d] += p * v[d];
+  for (; d + 8 <= n; d += 8)
+    _mm256_storeu_ps(part + d, _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + d), _mm256_loadu_ps(part + d)));
+  for (; d < n; ++d) part[d] += p * v[d];
 }
 #endif
 
@@ -90,25 +92,27 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
         v_lut[static_cast<size_t>(h * 256 + c)] = x * cache.host_v_scale(h);
       }
   }
-  // Row j of KV head kvh of cache `which` as f32: the cache's own memory (f32), or dequantized into `buf`.
-  auto cache_row = [&](const TensorView& which, const std::vector<float>& lut, const int32_t* table, int kvh, int j,
-                       float* buf) -> const float* {
-    const int64_t off = ((static_cast<int64_t>(table[j / block_size]) * num_kv_heads + kvh) * block_size + j % block_size) * head_dim;
+  // The rows [0, rows) of KV head kvh in cache block `block` of cache `which` as f32 (head_dim apart): the
+  // cache's own memory (f32), or dequantized into `buf`.
+  const int64_t head_block = block_size * head_dim;  // elements of one KV head in one block
+  auto block_rows = [&](const TensorView& which, const std::vector<float>& lut, int32_t block, int kvh,
+                        int64_t rows, float* buf) -> const float* {
+    const int64_t off = (static_cast<int64_t>(block) * num_kv_heads + kvh) * head_block;
     if (!fp8) return which.as<float>() + off;
     const uint8_t* src = static_cast<const uint8_t*>(which.data) + off;
     const float* head_lut = lut.data() + static_cast<size_t>(kvh) * 256;
-    for (int d = 0; d < head_dim; ++d) buf[d] = head_lut[src[d]];
+    for (int64_t e = 0; e < rows * head_dim; ++e) buf[e] = head_lut[src[e]];
     return buf;
   };
-  // At the first row of a block: the next block's rows of this KV head (contiguous) into the caches, so that
-  // a long context streams as the weights do (quant/prefetch.h).
-  const int64_t head_block_bytes = block_size * head_dim * static_cast<int64_t>(fp8 ? 1 : sizeof(float));
-  auto prefetch_next_block = [&](const TensorView& which, const int32_t* table, int kvh, int j, int n) {
-    if (j % block_size != 0 || j + block_size >= n) return;
-    const int64_t off =
-        (static_cast<int64_t>(table[j / block_size + 1]) * num_kv_heads + kvh) * block_size * head_dim;
-    const uint8_t* p =
-        static_cast<const uint8_t*>(which.data) + off * static_cast<int64_t>(fp8 ? 1 : sizeof(float));
+  // A block's rows of this KV head into the caches while the block before it is used (quant/prefetch.h), for
+  // decodes only: a decode reads its sequence's cache once per step, so a long context streams from memory as
+  // the weights do (SmolLM2 at context 2048: ITL 18.6 -> 16.0 ms); a prefill chunk re-reads it for each of
+  // its tokens from the caches, where the prefetches only cost issue slots (TTFT of 2048 tokens 9.45 -> 10.15
+  // s).
+  const int64_t head_block_bytes = head_block * static_cast<int64_t>(fp8 ? 1 : sizeof(float));
+  auto prefetch_block = [&](const TensorView& which, int32_t block, int kvh) {
+    const uint8_t* p = static_cast<const uint8_t*>(which.data) +
+                       (static_cast<int64_t>(block) * num_kv_heads + kvh) * head_block_bytes;
     quant::prefetch_lines_ahead(p, 0, head_block_bytes, p + head_block_bytes);
   };
 
@@ -129,7 +133,8 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
   pool_->parallel_for(0, tasks, [&](int64_t b, int64_t e) {
     std::vector<float> scores;
     std::vector<double> acc(static_cast<size_t>(head_dim));
-    std::vector<float> row_buf(static_cast<size_t>(head_dim));
+    std::vector<float> part(static_cast<size_t>(head_dim));
+    std::vector<float> block_buf(fp8 ? static_cast<size_t>(head_block) : 0);
     for (int64_t task = b; task < e; ++task) {
       const int64_t t = task / num_heads;
       const int h = static_cast<int>(task % num_heads);
@@ -140,24 +145,34 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
       const int32_t* table = step.block_tables + static_cast<int64_t>(s) * step.max_blocks_per_seq;
       const float* q = qkv.as<float>() + t * row + static_cast<int64_t>(h) * head_dim;
 
-      const int n = pos + 1;
+      const int64_t n = pos + 1;
+      const int64_t num_blocks = (n + block_size - 1) / block_size;
+      const bool decode = step.query_start_loc[s + 1] - step.query_start_loc[s] == 1;
       scores.resize(static_cast<size_t>(n));
       float max_score = -INFINITY;
-      for (int j = 0; j < n; ++j) {
-        prefetch_next_block(cache.k, table, kvh, j, n);
-        const float* k = cache_row(cache.k, k_lut, table, kvh, j, row_buf.data());
-        const float sc = dot(q, k, head_dim) * scale;
-        scores[static_cast<size_t>(j)] = sc;
-        max_score = std::max(max_score, sc);
+      for (int64_t blk = 0; blk < num_blocks; ++blk) {
+        if (decode && blk + 1 < num_blocks) prefetch_block(cache.k, table[blk + 1], kvh);
+        const int64_t j0 = blk * block_size, rows = std::min(block_size, n - j0);
+        const float* k = block_rows(cache.k, k_lut, table[blk], kvh, rows, block_buf.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          const float sc = dot(q, k + r * head_dim, head_dim) * scale;
+          scores[static_cast<size_t>(j0 + r)] = sc;
+          max_score = std::max(max_score, sc);
+        }
       }
       double denom = 0;
       std::fill(acc.begin(), acc.end(), 0.0);
-      for (int j = 0; j < n; ++j) {
-        const double p = std::exp(static_cast<double>(scores[static_cast<size_t>(j)] - max_score));
-        denom += p;
-        prefetch_next_block(cache.v, table, kvh, j, n);
-        const float* v = cache_row(cache.v, v_lut, table, kvh, j, row_buf.data());
-        axpy(p, v, acc.data(), head_dim);
+      for (int64_t blk = 0; blk < num_blocks; ++blk) {
+        if (decode && blk + 1 < num_blocks) prefetch_block(cache.v, table[blk + 1], kvh);
+        const int64_t j0 = blk * block_size, rows = std::min(block_size, n - j0);
+        const float* v = block_rows(cache.v, v_lut, table[blk], kvh, rows, block_buf.data());
+        std::fill(part.begin(), part.end(), 0.0f);
+        for (int64_t r = 0; r < rows; ++r) {
+          const double p = std::exp(static_cast<double>(scores[static_cast<size_t>(j0 + r)] - max_score));
+          denom += p;
+          axpy(static_cast<float>(p), v + r * head_dim, part.data(), head_dim);
+        }
+        for (int d = 0; d < head_dim; ++d) acc[static_cast<size_t>(d)] += part[static_cast<size_t>(d)];
       }
       float* o = out.as<float>() + t * static_cast<int64_t>(num_heads) * head_dim + static_cast<int64_t>(h) * head_dim;
       for (int d = 0; d < head_dim; ++d) o[d] = static_cast<float>(acc[static_cast<size_t>(d)] / denom);
