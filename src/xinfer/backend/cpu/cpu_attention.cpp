@@ -3,18 +3,21 @@
 // (its rows of this KV head are contiguous), so the same code serves prefill chunks (which also see cached
 // prefix blocks) and decodes.
 //
-// Precision (the CPU backend is the oracle): scores q.k in f32, the softmax weights exp(score - max) in
-// double and their sum in double; the weighted sum of V in f32 within a cache block (at most block_size rows,
-// 16 by default) and in double across blocks. The AVX2+FMA path (when quant::simd_enabled(), i.e. the CPU has
-// it and XINFER_QUANT_PORTABLE is not set) computes the same quantities with 8-lane f32 dot products and
-// 8-lane f32 block sums; only the summation order differs from the portable loops. (Until session 33 the V
-// sum was double per row: 4x slower at long contexts, where attention is most of a CPU step, for no accuracy
-// a reference in f32 could see.)
+// Precision (the CPU backend is the oracle): scores q.k in f32; the softmax weights exp(score - max) in
+// double, summed in double, and rounded to f32 (0 below FLT_MIN) for the weighted sum of V, which is f32
+// within each run of kVPartialRows positions (0-15, 16-31, .. of the sequence, whatever the cache's block
+// size) and double across runs. The AVX2+FMA path (when quant::simd_enabled(), i.e. the CPU has it and
+// XINFER_QUANT_PORTABLE is not set) computes the same quantities with 8-lane f32 dot products (another
+// summation order) and FMAs for the V sum. (Until session 33 the V sum was double per row: 4x slower at long
+// contexts, where attention is most of a CPU step, for no accuracy a reference in f32 could see.) Every
+// (token, head) runs on one thread, in an order that depends only on its positions: chunked prefill gives
+// one-shot prefill's bits, a batch gives each sequence's.
 //
 // FP8 (e4m3) caches: each block's K / V rows are first dequantized to f32, element = to_float(e4m3) * scale
 // (one f32 multiply, through a 256-entry table per layer), then used exactly as f32 rows: the result equals
 // attention over the dequantized cache in f32.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <vector>
 
@@ -34,6 +37,9 @@ float dot_portable(const float* q, const float* k, int n) {
   for (int d = 0; d < n; ++d) dot += q[d] * k[d];
   return dot;
 }
+
+// Positions per f32 partial sum of V (see the top).
+constexpr int64_t kVPartialRows = 16;
 
 // part[d] += p * v[d]
 void axpy_portable(float p, const float* v, float* part, int n) {
@@ -104,16 +110,17 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
     for (int64_t e = 0; e < rows * head_dim; ++e) buf[e] = head_lut[src[e]];
     return buf;
   };
-  // A block's rows of this KV head into the caches while the block before it is used (quant/prefetch.h), for
-  // decodes only: a decode reads its sequence's cache once per step, so a long context streams from memory as
-  // the weights do (SmolLM2 at context 2048: ITL 18.6 -> 16.0 ms); a prefill chunk re-reads it for each of
-  // its tokens from the caches, where the prefetches only cost issue slots (TTFT of 2048 tokens 9.45 -> 10.15
-  // s).
-  const int64_t head_block_bytes = head_block * static_cast<int64_t>(fp8 ? 1 : sizeof(float));
-  auto prefetch_block = [&](const TensorView& which, int32_t block, int kvh) {
+  // The first rows (at most kPrefetchAheadBytes: within a block the hardware follows the stream) of this KV
+  // head in the next block, while the block before it is used (quant/prefetch.h), for decodes only: a decode
+  // reads its sequence's cache once per step, so a long context streams from memory as the weights do
+  // (SmolLM2 at context 2048: ITL 18.6 -> 16.0 ms); a prefill chunk re-reads it for each of its tokens from
+  // the caches, where the prefetches only cost issue slots (TTFT of 2048 tokens 9.45 -> 10.15 s).
+  const int64_t row_bytes = head_dim * static_cast<int64_t>(fp8 ? 1 : sizeof(float));
+  auto prefetch_block = [&](const TensorView& which, int32_t block, int kvh, int64_t rows) {
     const uint8_t* p = static_cast<const uint8_t*>(which.data) +
-                       (static_cast<int64_t>(block) * num_kv_heads + kvh) * head_block_bytes;
-    quant::prefetch_lines_ahead(p, 0, head_block_bytes, p + head_block_bytes);
+                       (static_cast<int64_t>(block) * num_kv_heads + kvh) * block_size * row_bytes;
+    const int64_t bytes = std::min(rows * row_bytes, quant::kPrefetchAheadBytes);
+    quant::prefetch_lines_ahead(p, 0, bytes, p + bytes);
   };
 
   // Which sequence each token belongs to.
@@ -151,7 +158,8 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
       scores.resize(static_cast<size_t>(n));
       float max_score = -INFINITY;
       for (int64_t blk = 0; blk < num_blocks; ++blk) {
-        if (decode && blk + 1 < num_blocks) prefetch_block(cache.k, table[blk + 1], kvh);
+        if (decode && blk + 1 < num_blocks)
+          prefetch_block(cache.k, table[blk + 1], kvh, std::min(block_size, n - (blk + 1) * block_size));
         const int64_t j0 = blk * block_size, rows = std::min(block_size, n - j0);
         const float* k = block_rows(cache.k, k_lut, table[blk], kvh, rows, block_buf.data());
         for (int64_t r = 0; r < rows; ++r) {
@@ -162,17 +170,26 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
       }
       double denom = 0;
       std::fill(acc.begin(), acc.end(), 0.0);
+      std::fill(part.begin(), part.end(), 0.0f);
       for (int64_t blk = 0; blk < num_blocks; ++blk) {
-        if (decode && blk + 1 < num_blocks) prefetch_block(cache.v, table[blk + 1], kvh);
+        if (decode && blk + 1 < num_blocks)
+          prefetch_block(cache.v, table[blk + 1], kvh, std::min(block_size, n - (blk + 1) * block_size));
         const int64_t j0 = blk * block_size, rows = std::min(block_size, n - j0);
         const float* v = block_rows(cache.v, v_lut, table[blk], kvh, rows, block_buf.data());
-        std::fill(part.begin(), part.end(), 0.0f);
         for (int64_t r = 0; r < rows; ++r) {
-          const double p = std::exp(static_cast<double>(scores[static_cast<size_t>(j0 + r)] - max_score));
+          const int64_t j = j0 + r;
+          const double p = std::exp(static_cast<double>(scores[static_cast<size_t>(j)] - max_score));
           denom += p;
-          axpy(static_cast<float>(p), v + r * head_dim, part.data(), head_dim);
+          // Weights below f32's normal range add nothing an f32 sum keeps, and subnormal operands can take
+          // microcode assists.
+          axpy(p < FLT_MIN ? 0.0f : static_cast<float>(p), v + r * head_dim, part.data(), head_dim);
+          if ((j + 1) % kVPartialRows == 0 || j + 1 == n) {  // a run of positions done: into the double sum
+            for (int d = 0; d < head_dim; ++d) {
+              acc[static_cast<size_t>(d)] += part[static_cast<size_t>(d)];
+              part[static_cast<size_t>(d)] = 0.0f;
+            }
+          }
         }
-        for (int d = 0; d < head_dim; ++d) acc[static_cast<size_t>(d)] += part[static_cast<size_t>(d)];
       }
       float* o = out.as<float>() + t * static_cast<int64_t>(num_heads) * head_dim + static_cast<int64_t>(h) * head_dim;
       for (int d = 0; d < head_dim; ++d) o[d] = static_cast<float>(acc[static_cast<size_t>(d)] / denom);
