@@ -10,7 +10,7 @@
 //    steps with GQA, cached prefixes, block sizes 1, 4 and 16;
 //  - paged_attention itself (any cache dtype) gives the same bits for one step at every block size (1, 4, 16,
 //    32: its sums run by positions, not blocks) and stays within 2e-6 of a softmax(q k^T) V written here in
-//    double;
+//    double, on its AVX2 loops and on its portable ones;
 //  - the transformers goldens with an FP8 cache (scales 1.0 and 0.05): prompt logits near the golden's f32
 //  ones
 //    (e4m3's 3 mantissa bits: a few % relative L2 on these tiny random models) and greedy generation,
@@ -36,6 +36,7 @@
 #include "xinfer/engine/model_runner.h"
 #include "xinfer/model/llama.h"
 #include "xinfer/model/safetensors.h"
+#include "xinfer/quant/quantized_linear.h"
 
 namespace xinfer {
 namespace {
@@ -234,65 +235,72 @@ TEST(CpuAttention, SameBitsForEveryBlockSizeAndNearADoubleReference) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
 
   cpu::CpuBackend be{cpu::CpuBackendOptions{2}};
-  std::vector<float> first;
-  for (const int bs : {1, 4, 16, 32}) {
-    SCOPED_TRACE("block size " + std::to_string(bs));
-    int total_blocks = 0;
-    const backend::StepPlan plan = make_plan(seqs, bs, total_blocks, rng);
-    const Shape shape{total_blocks, hkv, bs, d};
-    backend::DeviceTensor kc = be.allocate(DType::kF32, shape), vc = be.allocate(DType::kF32, shape);
-    for (size_t s = 0; s < seqs.size(); ++s)
-      for (int pos = 0; pos < seqs[s].cached + seqs[s].q_len; ++pos)
-        for (int h = 0; h < hkv; ++h) {
-          const int32_t block =
-              plan.block_tables[s * static_cast<size_t>(plan.max_blocks_per_seq) + pos / bs];
-          const int64_t row = ((static_cast<int64_t>(block) * hkv + h) * bs + pos % bs) * d;
-          const size_t src = (static_cast<size_t>(pos) * hkv + h) * d;
-          std::copy_n(kx[s].data() + src, d, kc.view.as<float>() + row);
-          std::copy_n(vx[s].data() + src, d, vc.view.as<float>() + row);
-        }
-    backend::DeviceTensor out = be.allocate(DType::kF32, Shape{tokens, hq * d});
-    be.paged_attention(be.upload_step(plan), host_view(qkv, Shape{tokens, width}), hq, hkv, d, scale,
-                       {kc.view, vc.view}, out.view);
-    const std::vector<float> got(out.view.as<float>(), out.view.as<float>() + out.view.numel());
-    if (first.empty()) {
-      first = got;
-      // softmax(q k^T * scale) V in double, from the positions' K / V.
-      int t = 0;
-      double worst = 0;
+  struct RestoreSimd {
+    ~RestoreSimd() { quant::set_force_portable(false); }
+  } restore;
+  // The AVX2 loops (where the CPU has them), then the portable ones.
+  for (const bool portable : {false, true}) {
+    quant::set_force_portable(portable);
+    std::vector<float> first;
+    for (const int bs : {1, 4, 16, 32}) {
+      SCOPED_TRACE(std::string(portable ? "portable" : "simd") + ", block size " + std::to_string(bs));
+      int total_blocks = 0;
+      const backend::StepPlan plan = make_plan(seqs, bs, total_blocks, rng);
+      const Shape shape{total_blocks, hkv, bs, d};
+      backend::DeviceTensor kc = be.allocate(DType::kF32, shape), vc = be.allocate(DType::kF32, shape);
       for (size_t s = 0; s < seqs.size(); ++s)
-        for (int i = 0; i < seqs[s].q_len; ++i, ++t) {
-          const int n = seqs[s].cached + i + 1;
-          for (int h = 0; h < hq; ++h) {
-            const float* q = qkv.data() + static_cast<size_t>(t) * width + static_cast<size_t>(h) * d;
-            const int kvh = h / group;
-            std::vector<double> w(static_cast<size_t>(n));
-            double max_w = -1e300, sum = 0;
-            for (int j = 0; j < n; ++j) {
-              const float* k = kx[s].data() + (static_cast<size_t>(j) * hkv + kvh) * d;
-              double dot = 0;
-              for (int e = 0; e < d; ++e) dot += static_cast<double>(q[e]) * k[e];
-              w[static_cast<size_t>(j)] = dot * scale;
-              max_w = std::max(max_w, w[static_cast<size_t>(j)]);
-            }
-            for (double& x : w) sum += x = std::exp(x - max_w);
-            for (int e = 0; e < d; ++e) {
-              double ref = 0;
-              for (int j = 0; j < n; ++j)
-                ref += w[static_cast<size_t>(j)] * vx[s][(static_cast<size_t>(j) * hkv + kvh) * d + e];
-              ref /= sum;
-              worst = std::max(
-                  worst,
-                  std::fabs(ref - got[static_cast<size_t>(t) * hq * d + static_cast<size_t>(h) * d + e]));
+        for (int pos = 0; pos < seqs[s].cached + seqs[s].q_len; ++pos)
+          for (int h = 0; h < hkv; ++h) {
+            const int32_t block =
+                plan.block_tables[s * static_cast<size_t>(plan.max_blocks_per_seq) + pos / bs];
+            const int64_t row = ((static_cast<int64_t>(block) * hkv + h) * bs + pos % bs) * d;
+            const size_t src = (static_cast<size_t>(pos) * hkv + h) * d;
+            std::copy_n(kx[s].data() + src, d, kc.view.as<float>() + row);
+            std::copy_n(vx[s].data() + src, d, vc.view.as<float>() + row);
+          }
+      backend::DeviceTensor out = be.allocate(DType::kF32, Shape{tokens, hq * d});
+      be.paged_attention(be.upload_step(plan), host_view(qkv, Shape{tokens, width}), hq, hkv, d, scale,
+                         {kc.view, vc.view}, out.view);
+      const std::vector<float> got(out.view.as<float>(), out.view.as<float>() + out.view.numel());
+      if (first.empty()) {
+        first = got;
+        // softmax(q k^T * scale) V in double, from the positions' K / V.
+        int t = 0;
+        double worst = 0;
+        for (size_t s = 0; s < seqs.size(); ++s)
+          for (int i = 0; i < seqs[s].q_len; ++i, ++t) {
+            const int n = seqs[s].cached + i + 1;
+            for (int h = 0; h < hq; ++h) {
+              const float* q = qkv.data() + static_cast<size_t>(t) * width + static_cast<size_t>(h) * d;
+              const int kvh = h / group;
+              std::vector<double> w(static_cast<size_t>(n));
+              double max_w = -1e300, sum = 0;
+              for (int j = 0; j < n; ++j) {
+                const float* k = kx[s].data() + (static_cast<size_t>(j) * hkv + kvh) * d;
+                double dot = 0;
+                for (int e = 0; e < d; ++e) dot += static_cast<double>(q[e]) * k[e];
+                w[static_cast<size_t>(j)] = dot * scale;
+                max_w = std::max(max_w, w[static_cast<size_t>(j)]);
+              }
+              for (double& x : w) sum += x = std::exp(x - max_w);
+              for (int e = 0; e < d; ++e) {
+                double ref = 0;
+                for (int j = 0; j < n; ++j)
+                  ref += w[static_cast<size_t>(j)] * vx[s][(static_cast<size_t>(j) * hkv + kvh) * d + e];
+                ref /= sum;
+                worst = std::max(
+                    worst,
+                    std::fabs(ref - got[static_cast<size_t>(t) * hq * d + static_cast<size_t>(h) * d + e]));
+              }
             }
           }
-        }
-      std::printf("[ cpu attention ] max |xinfer - double reference|: %.2e\n", worst);
-      EXPECT_LT(worst, 2e-6);
-    } else {
-      size_t differ = 0;
-      for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &first[i], sizeof(float)) != 0;
-      EXPECT_EQ(differ, 0u) << "of " << got.size() << " outputs differ from block size 1's";
+        std::printf("[ cpu attention ] max |xinfer - double reference|: %.2e\n", worst);
+        EXPECT_LT(worst, 2e-6);
+      } else {
+        size_t differ = 0;
+        for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &first[i], sizeof(float)) != 0;
+        EXPECT_EQ(differ, 0u) << "of " << got.size() << " outputs differ from block size 1's";
+      }
     }
   }
 }
