@@ -9,9 +9,9 @@
 // size) and double across runs. The AVX2+FMA path (when quant::simd_enabled(), i.e. the CPU has it and
 // XINFER_QUANT_PORTABLE is not set) computes the same quantities with 8-lane f32 dot products (another
 // summation order) and FMAs for the V sum. (Until session 33 the V sum was double per row, for no accuracy
-// a reference in f32 could see.) Every
-// (token, head) runs on one thread, in an order that depends only on its positions: chunked prefill gives
-// one-shot prefill's bits, a batch gives each sequence's.
+// a reference in f32 could see.) Every (token, head) runs on one thread, in an order that depends only on its
+// positions: chunked prefill gives one-shot prefill's bits, a batch gives each sequence's.
+//
 // Tried in session 33 and not kept: the weights in f32 (an 8-lane polynomial exp took prompts of 2048 tokens
 // from 0.98x to 1.05-1.09x llama.cpp's prefill speed; expf too), whose last-ulp differences move which cached
 // values of the FP8 KV test (test_eval_ppl.py) round across an e4m3 midpoint, past its 1% KL bound; and the
