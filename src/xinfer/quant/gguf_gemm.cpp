@@ -312,26 +312,16 @@ bool gguf_gemm(const GgufFormat& f, const QuantizedMatrix& w, const float* x, in
     panel_storage.resize(static_cast<size_t>(kChunkBlocks) * kPanelBlockBytes);
     uint8_t* panel = panel_storage.data();
     float out[kRows][kCols];
-    // Each (group, K chunk)'s weights one item ahead, while the item before it is packed and multiplied
-    // (prefetch.h).
-    const uint8_t* task_begin = weight + static_cast<size_t>(g_begin) * kCols * row_bytes;
-    const uint8_t* task_end = weight + static_cast<size_t>(std::min(g_end * kCols, n_out)) * row_bytes;
-    const int64_t block_bytes = nb > 0 ? static_cast<int64_t>(row_bytes) / nb : 0;
-    auto prefetch_item = [&](int64_t g, int64_t b0) {
-      prefetch_group_chunk(task_begin, (g - g_begin) * kCols, kCols, static_cast<int64_t>(row_bytes),
-                           b0 * block_bytes, std::min(kChunkBlocks, nb - b0) * block_bytes, task_end);
-    };
-    prefetch_item(g_begin, 0);
+    // Each (group, K chunk)'s weights one item ahead, while the item before it is packed and multiplied.
+    const GroupChunkPrefetch prefetch(weight, static_cast<int64_t>(row_bytes), n_out, kCols, g_begin, g_end,
+                                      nb, kChunkBlocks);
+    prefetch.start();
     for (int64_t g = g_begin; g < g_end; ++g) {
       const int64_t n0 = g * kCols;
       const int cols = static_cast<int>(std::min<int64_t>(kCols, n_out - n0));
       for (int64_t b0 = 0; b0 < nb; b0 += kChunkBlocks) {
         const int64_t nblk = std::min(kChunkBlocks, nb - b0);
-        if (b0 + nblk < nb) {
-          prefetch_item(g, b0 + nblk);
-        } else if (g + 1 < g_end) {
-          prefetch_item(g + 1, 0);
-        }
+        prefetch.after(g, b0);
         kern.pack(weight, row_bytes, n0, cols, b0, nblk, panel);
         for (int64_t t0 = 0; t0 < rows; t0 += kRows) {
           const int r_count = static_cast<int>(std::min<int64_t>(kRows, rows - t0));

@@ -406,26 +406,17 @@ bool gguf_matmul(const GgufFormat& f, const QuantizedMatrix& w, const float* x, 
   const int64_t groups = (n_out + kCols - 1) / kCols;
   auto run = [&](int64_t g_begin, int64_t g_end) {
     float out[kTile][kCols];
-    // Each (group, K chunk)'s weights one item ahead (prefetch.h).
-    const uint8_t* task_begin = weight + static_cast<size_t>(g_begin) * kCols * row_bytes;
-    const uint8_t* task_end = weight + static_cast<size_t>(std::min(g_end * kCols, n_out)) * row_bytes;
-    const int64_t block_bytes = nb > 0 ? static_cast<int64_t>(row_bytes) / nb : 0;
-    auto prefetch_item = [&](int64_t g, int64_t b0) {
-      prefetch_group_chunk(task_begin, (g - g_begin) * kCols, kCols, static_cast<int64_t>(row_bytes),
-                           b0 * block_bytes, std::min(kGemmChunkBlocks, nb - b0) * block_bytes, task_end);
-    };
-    prefetch_item(g_begin, 0);
+    // Each (group, K chunk)'s weights one item ahead, while the item before it is multiplied.
+    const GroupChunkPrefetch prefetch(weight, static_cast<int64_t>(row_bytes), n_out, kCols, g_begin, g_end,
+                                      nb, kGemmChunkBlocks);
+    prefetch.start();
     for (int64_t g = g_begin; g < g_end; ++g) {
       const int64_t n0 = g * kCols;
       const int cols = static_cast<int>(std::min<int64_t>(kCols, n_out - n0));
       const uint8_t* wcol0 = weight + static_cast<size_t>(n0) * row_bytes;
       for (int64_t b0 = 0; b0 < nb; b0 += kGemmChunkBlocks) {
         const int64_t nblk = std::min(kGemmChunkBlocks, nb - b0);
-        if (b0 + nblk < nb) {
-          prefetch_item(g, b0 + nblk);
-        } else if (g + 1 < g_end) {
-          prefetch_item(g + 1, 0);
-        }
+        prefetch.after(g, b0);
         for (int64_t t0 = 0; t0 < rows; t0 += kTile) {
           const int r_count = static_cast<int>(std::min<int64_t>(kTile, rows - t0));
           Tile tile;

@@ -37,16 +37,47 @@ inline void prefetch_stream_start(const uint8_t* begin, const uint8_t* end) {
   prefetch_lines_ahead(begin, 0, kPrefetchAheadBytes, end);
 }
 
-// For a task of groups of weight rows worked a K chunk at a time ((group, chunk) in that order), one work
-// item's bytes: rows [first_row, first_row + rows) counted from the task's first row at task_begin, bytes
-// [offset, offset + bytes) of each, as far as they lie before end. Asked for one item ahead, a group's rows
-// stream in pieces of at most rows x chunk bytes (17 KB for Q8_0 chunks of 64 blocks), not as one burst of
-// the whole group, which for a long K would overrun L1 and the line-fill buffers.
-inline void prefetch_group_chunk(const uint8_t* task_begin, int64_t first_row, int64_t rows,
-                                 int64_t row_bytes, int64_t offset, int64_t bytes, const uint8_t* end) {
-  for (int64_t r = 0; r < rows; ++r)
-    prefetch_lines_ahead(task_begin, (first_row + r) * row_bytes + offset, bytes, end);
-}
+// A task's work items of a grouped GEMV / GEMM, (group, K chunk) in that order: groups [g_begin, g_end) of
+// group_rows weight rows of row_bytes each (n_rows in the matrix, so the last group may be short), K in
+// chunks of chunk_blocks of its nb blocks. start() asks for the first item's bytes; after(g, b0), at item (g,
+// b0), for the next item's. One item ahead, a group's rows stream in pieces of at most group_rows x chunk
+// bytes (17 KB for Q8_0 chunks of 64 blocks), not as one burst of a whole group, which for a long K would
+// overrun L1 and the line-fill buffers.
+class GroupChunkPrefetch {
+ public:
+  GroupChunkPrefetch(const uint8_t* weight, int64_t row_bytes, int64_t n_rows, int64_t group_rows,
+                     int64_t g_begin, int64_t g_end, int64_t nb, int64_t chunk_blocks)
+      : begin_(weight + g_begin * group_rows * row_bytes),
+        end_(weight + std::min(g_end * group_rows, n_rows) * row_bytes),
+        row_bytes_(row_bytes),
+        block_bytes_(nb > 0 ? row_bytes / nb : 0),
+        group_rows_(group_rows),
+        g_begin_(g_begin),
+        g_end_(g_end),
+        nb_(nb),
+        chunk_blocks_(chunk_blocks) {}
+
+  void start() const { item(g_begin_, 0); }
+  void after(int64_t g, int64_t b0) const {
+    if (b0 + chunk_blocks_ < nb_) {
+      item(g, b0 + chunk_blocks_);
+    } else if (g + 1 < g_end_) {
+      item(g + 1, 0);
+    }
+  }
+
+ private:
+  void item(int64_t g, int64_t b0) const {
+    const int64_t bytes = std::min(chunk_blocks_, nb_ - b0) * block_bytes_;
+    for (int64_t r = 0; r < group_rows_; ++r)
+      prefetch_lines_ahead(begin_, ((g - g_begin_) * group_rows_ + r) * row_bytes_ + b0 * block_bytes_, bytes,
+                           end_);
+  }
+
+  const uint8_t* begin_;
+  const uint8_t* end_;
+  int64_t row_bytes_, block_bytes_, group_rows_, g_begin_, g_end_, nb_, chunk_blocks_;
+};
 
 // For a task that streams rows of row_bytes in order up to end, at the start of the row at `row`: the row's
 // worth of lines kPrefetchAheadBytes ahead (with prefetch_stream_start, every line is asked for once, that
