@@ -160,19 +160,18 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
       const int64_t n = pos + 1;
       const int64_t num_blocks = (n + block_size - 1) / block_size;
       const bool decode = step.query_start_loc[s + 1] - step.query_start_loc[s] == 1;
-      // Block blk's rows of this KV head in `which` as f32, the next block's first rows prefetched for
-      // decodes.
-      auto rows_of = [&](const TensorView& which, const std::vector<float>& lut, int64_t blk) {
+      // Block blk's first `rows` rows of this KV head in `which` as f32, the next block's first rows
+      // prefetched for decodes.
+      auto rows_of = [&](const TensorView& which, const std::vector<float>& lut, int64_t blk, int64_t rows) {
         if (decode && blk + 1 < num_blocks)
           prefetch_block(which, table[blk + 1], kvh, std::min(block_size, n - (blk + 1) * block_size));
-        return block_rows(which, lut, table[blk], kvh, std::min(block_size, n - blk * block_size),
-                          block_buf.data());
+        return block_rows(which, lut, table[blk], kvh, rows, block_buf.data());
       };
       scores.resize(static_cast<size_t>(n));
       float max_score = -INFINITY;
       for (int64_t blk = 0; blk < num_blocks; ++blk) {
         const int64_t j0 = blk * block_size, rows = std::min(block_size, n - j0);
-        const float* k = rows_of(cache.k, k_lut, blk);
+        const float* k = rows_of(cache.k, k_lut, blk, rows);
         for (int64_t r = 0; r < rows; ++r) {
           const float sc = dot(q, k + r * head_dim, head_dim) * scale;
           scores[static_cast<size_t>(j0 + r)] = sc;
@@ -184,7 +183,7 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
       std::fill(part.begin(), part.end(), 0.0f);
       for (int64_t blk = 0; blk < num_blocks; ++blk) {
         const int64_t j0 = blk * block_size, rows = std::min(block_size, n - j0);
-        const float* v = rows_of(cache.v, v_lut, blk);
+        const float* v = rows_of(cache.v, v_lut, blk, rows);
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t j = j0 + r;
           const double p = std::exp(static_cast<double>(scores[static_cast<size_t>(j)] - max_score));
