@@ -2,7 +2,7 @@
 # Runs every GPU check and the kernel bench from prebuilt binaries, then prints a compact summary.
 # Builds nothing. Usage (repository root, on the GPU machine):
 #   tests/gpu/run_gpu_checks.sh [BIN_DIR]      # BIN_DIR default .gpu-data/bin, holding gpu_tests,
-#                                              # gpu_kernel_bench, xinfer-bench and xinfer (each plain or .gz)
+#                                              # gpu_kernel_bench, xinfer-bench and xinfer (each plain, .xz or .gz)
 #                                              # from a -DXINFER_CUDA=ON -DXINFER_STATIC_DEPS=ON build
 #                                              # (xinfer alone also serves as xinfer-bench)
 # Then the engine benchmarks: `xinfer-bench bench` on Llama-3.1-8B-shaped dummy weights (batch-1 latency at
@@ -26,11 +26,12 @@ mkdir -p "$LOG"
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, "cu13", "lib") for p in nvidia.__path__))' 2>/dev/null); do
   [ -e "$d/libcublasLt.so.13" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" && break
 done
-# Binaries travel gzip-compressed (the carry is limited; OpenBLAS compresses ~4x).
+# Binaries travel xz- or gzip-compressed (the carry is limited to 64 MiB with the tree; strip, then xz -9e).
 UNPACK=$(mktemp -d)  # not under $OUT: only logs and results travel back
 mkdir -p "$UNPACK"
 for f in gpu_tests gpu_kernel_bench xinfer-bench xinfer; do
-  if [ -e "$BIN/$f.gz" ]; then gunzip -c "$BIN/$f.gz" > "$UNPACK/$f" && chmod +x "$UNPACK/$f"
+  if [ -e "$BIN/$f.xz" ]; then xz -dc "$BIN/$f.xz" > "$UNPACK/$f" && chmod +x "$UNPACK/$f"
+  elif [ -e "$BIN/$f.gz" ]; then gunzip -c "$BIN/$f.gz" > "$UNPACK/$f" && chmod +x "$UNPACK/$f"
   elif [ -e "$BIN/$f" ]; then cp "$BIN/$f" "$UNPACK/$f"; fi
 done
 BIN="$UNPACK"
