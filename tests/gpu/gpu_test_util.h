@@ -188,11 +188,16 @@ inline double logit_tol(const std::string& model) { return model == "llama_tied"
 inline constexpr float kDefaultGapMargin = 0.05f;
 inline float gap_margin(const std::string& model) { return model == "llama_tied" ? 0.20f : kDefaultGapMargin; }
 // The same gain for W8A8-FP8 (e4m3 weights per channel, activations per token) against the CPU oracle (f32
-// activations, the same codes): tools/fp8_error_floor.py emulates the CUDA path (bf16 rounding of every op output,
-// so each linear quantizes a bf16 row) on 2,304 teacher-forced rows of three random models of the engine
-// equivalence test's spec: p99 0.548, max 0.775 (the top token differs from the oracle's in 15% of the rows;
-// bf16 alone, the same way: p99 0.070) -> 0.6. A row of e4m3 codes moves to the next code wherever one bf16
-// rounding crosses a code boundary, a relative step of up to 2^-3.
-inline constexpr float kFp8GapMargin = 0.6f;
+// activations, the same codes): tools/fp8_error_floor.py emulates the CUDA path (bf16 rounding of every op
+// output, so each linear quantizes a bf16 row) on 2,304 teacher-forced rows of three random models of the
+// engine equivalence test's spec: p99 0.548, max 0.775 (the top token differs from the oracle's in 15% of the
+// rows, overturning oracle leads of up to 0.616; bf16 alone, the same way: p99 0.070) -> 0.8, the max rounded
+// up. A row of e4m3 codes moves to the next code wherever one bf16 rounding crosses a code boundary, a
+// relative step of up to 2^-3. The p99 (0.6 until session 34) is no bound for a test that checks every token
+// of three paths
+// (~1,800 rows a run): on an H100 (2026-12-05), with the FP8 GEMMs of the 32..64-row prefill chunks on our
+// wgmma kernel (as accurate as cuBLASLt's: QuantLinear.Fp8MatchesCpuOracle, the same rel L2 to three digits),
+// one solo token needed 0.627.
+inline constexpr float kFp8GapMargin = 0.8f;
 
 }  // namespace xinfer::gpu_test

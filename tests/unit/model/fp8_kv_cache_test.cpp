@@ -218,8 +218,14 @@ TEST(Fp8KvCpu, AttentionEqualsF32AttentionOnTheDequantizedCache) {
   });
 }
 
-TEST(CpuAttention, SameBitsForEveryBlockSizeAndNearADoubleReference) {
-  const int hq = 6, hkv = 2, d = 24, group = hq / hkv;  // d not a multiple of 8: the AVX2 loops' tails too
+// Head dims: 24 (a 16-wide step and an 8-wide one), 136 (the V sum in slices of 64, 64 and 8), 12 (not a
+// multiple of 8: the portable loops on the AVX2 path too). Block size 1 scores one row per call; the larger
+// ones four rows at a time, and their runs of 16 positions span blocks (4) or lie inside one (16, 32): the
+// same bits throughout.
+class CpuAttentionHeadDim : public testing::TestWithParam<int> {};
+
+TEST_P(CpuAttentionHeadDim, SameBitsForEveryBlockSizeAndNearADoubleReference) {
+  const int hq = 6, hkv = 2, d = GetParam(), group = hq / hkv;
   const std::vector<Seq> seqs = {{0, 40}, {70, 1}, {33, 5}};  // a prompt, a decode at 71, a chunk after 33
   const int width = (hq + 2 * hkv) * d;
   std::mt19937 rng(11);
@@ -304,6 +310,11 @@ TEST(CpuAttention, SameBitsForEveryBlockSizeAndNearADoubleReference) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, CpuAttentionHeadDim, testing::Values(24, 136, 12),
+                         [](const testing::TestParamInfo<int>& i) {
+                           return std::string("d").append(std::to_string(i.param));
+                         });
 
 TEST(Fp8KvCpu, RopeKvWriteStoresTheScaledE4m3OfTheF32Cache) {
   for_each_case(9, [](cpu::CpuBackend& be, const OpCase& oc, OpSetup& c, std::mt19937& rng) {

@@ -7,10 +7,17 @@
 // double, summed in double, and rounded to f32 (0 below FLT_MIN) for the weighted sum of V, which is f32
 // within each run of kVPartialRows positions (0-15, 16-31, .. of the sequence, whatever the cache's block
 // size) and double across runs. The AVX2+FMA path (when quant::simd_enabled(), i.e. the CPU has it and
-// XINFER_QUANT_PORTABLE is not set) computes the same quantities with 8-lane f32 dot products (another
-// summation order) and FMAs for the V sum. (Until session 33 the V sum was double per row, for no accuracy
-// a reference in f32 could see.) Every (token, head) runs on one thread, in an order that depends only on its
-// positions: chunked prefill gives one-shot prefill's bits, a batch gives each sequence's.
+// XINFER_QUANT_PORTABLE is not set, and head_dim % 8 == 0) computes the same quantities with 8-lane f32 dot
+// products (another summation order) and FMAs for the V sum. (Until session 33 the V sum was double per row,
+// for no accuracy a reference in f32 could see.) Every (token, head) runs on one thread, in an order that
+// depends only on its positions: chunked prefill gives one-shot prefill's bits, a batch gives each
+// sequence's.
+//
+// Speed (session 34, the same bits as before): a block's keys are scored four at a time (dot_rows: q loaded
+// once for the four, the four reductions side by side), the V sum keeps its f32 partial sums in registers
+// over a run's rows (axpy_rows), and the tasks are handed to the threads early and late tokens interleaved (a
+// causal prefill's later tokens cost more). SmolLM2 Q4_1, a 2048-token prompt on 2 cores: prefill 220 -> 331
+// tok/s, decode at that context 66 -> 72 (docs/PERF.md "Session 34").
 //
 // Tried in session 33 and not kept: the weights in f32 (an 8-lane polynomial exp took prompts of 2048 tokens
 // from 0.98x to 1.05-1.09x llama.cpp's prefill speed; expf too), whose last-ulp differences move which cached
@@ -22,8 +29,10 @@
 // (one f32 multiply, through a 256-entry table per layer), then used exactly as f32 rows: the result equals
 // attention over the dequantized cache in f32.
 #include <algorithm>
+#include <array>
 #include <cfloat>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "xinfer/backend/cpu/cpu_backend.h"
@@ -46,12 +55,39 @@ float dot_portable(const float* q, const float* k, int n) {
 // Positions per f32 partial sum of V (see the top).
 constexpr int64_t kVPartialRows = 16;
 
-// part[d] += p * v[d]
-void axpy_portable(float p, const float* v, float* part, int n) {
-  for (int d = 0; d < n; ++d) part[d] += p * v[d];
+// Rows per call of the dot kernels: the rows of a cache block are scored kDotRows at a time.
+constexpr int64_t kDotRows = 4;
+
+// out[r] = q . k[r * n ..] for r < kDotRows: dot_portable's value for each row.
+void dot_rows_portable(const float* q, const float* k, int n, float* out) {
+  for (int64_t r = 0; r < kDotRows; ++r) out[r] = dot_portable(q, k + r * n, n);
+}
+
+// part[d] += p[r] * v[r * n + d] for r = 0, 1, .. rows - 1 in turn: each element's sum in the order of the
+// rows, as one call per row would give.
+void axpy_rows_portable(const float* p, const float* v, int64_t rows, int n, float* part) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int d = 0; d < n; ++d) part[d] += p[r] * v[r * n + d];
 }
 
 #if defined(__x86_64__)
+// Lanes 0..7 of s0 + s1 summed as (x0 + x4 + (x2 + x6)) + (x1 + x5 + (x3 + x7)), the pairing of the four-row
+// reduction in dot_rows_avx2 (floating-point addition is commutative, so the operand order within a pair does
+// not matter; the pairing does).
+__attribute__((target("avx2,fma"))) inline __m128 halves_avx2(__m256 s0, __m256 s1) {
+  const __m256 x = _mm256_add_ps(s0, s1);
+  return _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));  // lanes x0 + x4, .., x3 + x7
+}
+
+__attribute__((target("avx2,fma"))) inline float reduce_avx2(__m256 s0, __m256 s1) {
+  __m128 s4 = halves_avx2(s0, s1);
+  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+  return _mm_cvtss_f32(s4);
+}
+
+// The one-row dot product of the AVX2 path: two 8-lane accumulators (16 elements a step, then 8), reduced by
+// reduce_avx2. n % 8 == 0.
 __attribute__((target("avx2,fma"))) float dot_avx2(const float* q, const float* k, int n) {
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
   int d = 0;
@@ -59,22 +95,70 @@ __attribute__((target("avx2,fma"))) float dot_avx2(const float* q, const float* 
     s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), s0);
     s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(k + d + 8), s1);
   }
-  for (; d + 8 <= n; d += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), s0);
-  s0 = _mm256_add_ps(s0, s1);
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
-  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-  float dot = _mm_cvtss_f32(s4);
-  for (; d < n; ++d) dot += q[d] * k[d];
-  return dot;
+  if (d + 8 <= n) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), s0);
+  return reduce_avx2(s0, s1);
 }
 
-__attribute__((target("avx2,fma"))) void axpy_avx2(float p, const float* v, float* part, int n) {
-  const __m256 pv = _mm256_set1_ps(p);
+// kDotRows rows at once, each row's operations exactly dot_avx2's (so the same bits): q is loaded once per
+// step for the four rows, and the four reductions run side by side (a 4x4 transpose, then the same pairs).
+// n % 8 == 0 (no scalar tail).
+__attribute__((target("avx2,fma"))) void dot_rows_avx2(const float* q, const float* k, int n, float* out) {
+  static_assert(kDotRows == 4);
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0;
+  const float *ka = k, *kb = k + n, *kc = k + 2 * n, *kd = k + 3 * n;
   int d = 0;
-  for (; d + 8 <= n; d += 8)
-    _mm256_storeu_ps(part + d, _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + d), _mm256_loadu_ps(part + d)));
-  for (; d < n; ++d) part[d] += p * v[d];
+  for (; d + 16 <= n; d += 16) {
+    const __m256 q0 = _mm256_loadu_ps(q + d), q1 = _mm256_loadu_ps(q + d + 8);
+    a0 = _mm256_fmadd_ps(q0, _mm256_loadu_ps(ka + d), a0);
+    a1 = _mm256_fmadd_ps(q1, _mm256_loadu_ps(ka + d + 8), a1);
+    b0 = _mm256_fmadd_ps(q0, _mm256_loadu_ps(kb + d), b0);
+    b1 = _mm256_fmadd_ps(q1, _mm256_loadu_ps(kb + d + 8), b1);
+    c0 = _mm256_fmadd_ps(q0, _mm256_loadu_ps(kc + d), c0);
+    c1 = _mm256_fmadd_ps(q1, _mm256_loadu_ps(kc + d + 8), c1);
+    d0 = _mm256_fmadd_ps(q0, _mm256_loadu_ps(kd + d), d0);
+    d1 = _mm256_fmadd_ps(q1, _mm256_loadu_ps(kd + d + 8), d1);
+  }
+  if (d + 8 <= n) {
+    const __m256 q0 = _mm256_loadu_ps(q + d);
+    a0 = _mm256_fmadd_ps(q0, _mm256_loadu_ps(ka + d), a0);
+    b0 = _mm256_fmadd_ps(q0, _mm256_loadu_ps(kb + d), b0);
+    c0 = _mm256_fmadd_ps(q0, _mm256_loadu_ps(kc + d), c0);
+    d0 = _mm256_fmadd_ps(q0, _mm256_loadu_ps(kd + d), d0);
+  }
+  __m128 ta = halves_avx2(a0, a1), tb = halves_avx2(b0, b1), tc = halves_avx2(c0, c1),
+         td = halves_avx2(d0, d1);
+  _MM_TRANSPOSE4_PS(ta, tb, tc, td);  // ta: lane 0 of each row, tb: lane 1, ...
+  _mm_storeu_ps(out, _mm_add_ps(_mm_add_ps(ta, tc), _mm_add_ps(tb, td)));
+}
+
+// axpy_rows for 8 * C elements: the partial sums stay in registers across the rows.
+template <int C>
+__attribute__((target("avx2,fma"))) inline void axpy_rows_slice_avx2(const float* p, const float* v,
+                                                                     int64_t rows, int n, float* part) {
+  __m256 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_loadu_ps(part + 8 * c);
+  for (int64_t r = 0; r < rows; ++r) {
+    const __m256 pv = _mm256_set1_ps(p[r]);
+    const float* vr = v + r * n;
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 8 * c), acc[c]);
+  }
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(part + 8 * c, acc[c]);
+}
+
+// axpy_rows_slice_avx2<1..8>, by slice width in 8-lane vectors - 1.
+using AxpySliceFn = void (*)(const float*, const float*, int64_t, int, float*);
+template <size_t... I>
+constexpr std::array<AxpySliceFn, sizeof...(I)> axpy_slices(std::index_sequence<I...>) {
+  return {&axpy_rows_slice_avx2<static_cast<int>(I) + 1>...};
+}
+constexpr auto kAxpySlices = axpy_slices(std::make_index_sequence<8>{});
+
+// axpy_rows_portable's sums with one FMA each (the AVX2 path's rounding: p * v + part rounded once), in
+// slices of up to 64 elements. n % 8 == 0.
+__attribute__((target("avx2,fma"))) void axpy_rows_avx2(const float* p, const float* v, int64_t rows, int n,
+                                                        float* part) {
+  for (int d = 0; d < n; d += 64)
+    kAxpySlices[static_cast<size_t>(std::min(64, n - d) / 8 - 1)](p, v + d, rows, n, part + d);
 }
 #endif
 
@@ -134,11 +218,13 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
     for (int t = step.query_start_loc[s]; t < step.query_start_loc[s + 1]; ++t) seq_of[static_cast<size_t>(t)] = s;
 
   auto* dot = dot_portable;
-  auto* axpy = axpy_portable;
+  auto* dot_rows = dot_rows_portable;
+  auto* axpy_rows = axpy_rows_portable;
 #if defined(__x86_64__)
-  if (quant::simd_enabled()) {
+  if (quant::simd_enabled() && head_dim % 8 == 0) {
     dot = dot_avx2;
-    axpy = axpy_avx2;
+    dot_rows = dot_rows_avx2;
+    axpy_rows = axpy_rows_avx2;
   }
 #endif
   const int64_t tasks = static_cast<int64_t>(step.num_tokens) * num_heads;
@@ -146,10 +232,15 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
     std::vector<float> scores;
     std::vector<double> acc(static_cast<size_t>(head_dim));
     std::vector<float> part(static_cast<size_t>(head_dim));
+    float weights[kVPartialRows];
     std::vector<float> block_buf(fp8 ? static_cast<size_t>(head_block) : 0);
-    for (int64_t task = b; task < e; ++task) {
-      const int64_t t = task / num_heads;
-      const int h = static_cast<int>(task % num_heads);
+    for (int64_t i = b; i < e; ++i) {
+      // A causal prefill's later tokens cost more (their task reads every position before them), and the pool
+      // gives each thread one contiguous range of indices: index i runs token 0, T-1, 1, T-2, ... (a token's
+      // heads together: they read the same cache rows), so every range holds early and late tokens alike.
+      const int64_t ti = i / num_heads;
+      const int64_t t = ti % 2 == 0 ? ti / 2 : step.num_tokens - 1 - ti / 2;
+      const int h = static_cast<int>(i % num_heads);
       const int kvh = h / group;
       const int s = seq_of[static_cast<size_t>(t)];
       const int32_t pos = step.positions[t];
@@ -172,10 +263,13 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
       for (int64_t blk = 0; blk < num_blocks; ++blk) {
         const int64_t j0 = blk * block_size, rows = std::min(block_size, n - j0);
         const float* k = rows_of(cache.k, k_lut, blk, rows);
-        for (int64_t r = 0; r < rows; ++r) {
-          const float sc = dot(q, k + r * head_dim, head_dim) * scale;
-          scores[static_cast<size_t>(j0 + r)] = sc;
-          max_score = std::max(max_score, sc);
+        float* sc = scores.data() + j0;
+        int64_t r = 0;
+        for (; r + kDotRows <= rows; r += kDotRows) dot_rows(q, k + r * head_dim, head_dim, sc + r);
+        for (; r < rows; ++r) sc[r] = dot(q, k + r * head_dim, head_dim);
+        for (r = 0; r < rows; ++r) {
+          sc[r] *= scale;
+          max_score = std::max(max_score, sc[r]);
         }
       }
       double denom = 0;
@@ -184,14 +278,21 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
       for (int64_t blk = 0; blk < num_blocks; ++blk) {
         const int64_t j0 = blk * block_size, rows = std::min(block_size, n - j0);
         const float* v = rows_of(cache.v, v_lut, blk, rows);
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t j = j0 + r;
-          const double p = std::exp(static_cast<double>(scores[static_cast<size_t>(j)] - max_score));
-          denom += p;
-          // Weights below f32's normal range add nothing an f32 sum keeps, and subnormal operands can take
-          // microcode assists.
-          axpy(p < FLT_MIN ? 0.0f : static_cast<float>(p), v + r * head_dim, part.data(), head_dim);
-          if ((j + 1) % kVPartialRows == 0 || j + 1 == n) {  // a run of positions done: into the double sum
+        // The block's rows in pieces that end where a run of kVPartialRows positions ends (or the block
+        // does).
+        for (int64_t r0 = 0; r0 < rows;) {
+          const int64_t j0r = j0 + r0;
+          const int64_t len = std::min(rows - r0, kVPartialRows - j0r % kVPartialRows);
+          for (int64_t r = 0; r < len; ++r) {
+            const double p = std::exp(static_cast<double>(scores[static_cast<size_t>(j0r + r)] - max_score));
+            denom += p;
+            // Weights below f32's normal range add nothing an f32 sum keeps, and subnormal operands can take
+            // microcode assists.
+            weights[r] = p < FLT_MIN ? 0.0f : static_cast<float>(p);
+          }
+          axpy_rows(weights, v + r0 * head_dim, len, head_dim, part.data());
+          r0 += len;
+          if ((j0r + len) % kVPartialRows == 0 || j0r + len == n) {  // a run done: into the double sum
             for (int d = 0; d < head_dim; ++d) {
               acc[static_cast<size_t>(d)] += part[static_cast<size_t>(d)];
               part[static_cast<size_t>(d)] = 0.0f;
