@@ -1,7 +1,7 @@
-// Paged causal attention on the CPU: one task per (token, q head). Reads K/V for every position of the
-// token's sequence up to and including its own position through the block table, a cache block at a time
-// (its rows of this KV head are contiguous), so the same code serves prefill chunks (which also see cached
-// prefix blocks) and decodes.
+// Paged causal attention on the CPU: one task per (token, KV head), which computes the token's query heads of
+// that KV head's group. Reads K/V for every position of the token's sequence up to and including its own
+// position through the block table, a cache block at a time (its rows of this KV head are contiguous), so the
+// same code serves prefill chunks (which also see cached prefix blocks) and decodes.
 //
 // Precision (the CPU backend is the oracle): scores q.k in f32; the softmax weights exp(score - max) in
 // double, summed in double, and rounded to f32 (0 below FLT_MIN) for the weighted sum of V, which is f32
@@ -13,11 +13,13 @@
 // depends only on its positions: chunked prefill gives one-shot prefill's bits, a batch gives each
 // sequence's.
 //
-// Speed (session 34, the same bits as before): a block's keys are scored four at a time (dot_rows: q loaded
-// once for the four, the four reductions side by side), the V sum keeps its f32 partial sums in registers
-// over a run's rows (axpy_rows), and the tasks are handed to the threads early and late tokens interleaved (a
-// causal prefill's later tokens cost more). SmolLM2 Q4_1, a 2048-token prompt on 2 cores: prefill 220 -> 331
-// tok/s, decode at that context 66 -> 72 (docs/PERF.md "Session 34").
+// Speed (session 34, the same bits as before on SmolLM2's logits): a block's keys are scored four at a time
+// (dot_rows: q loaded once for the four, the four reductions side by side), the V sum keeps its f32 partial
+// sums in registers over a run's rows (axpy_rows), the softmax weights' exp runs four doubles at a time
+// (simd_math.h, within 1 ulp of std::exp), a block serves the whole GQA group (read, or for fp8 dequantized,
+// once), fp8 codes are dequantized eight at a time, and the tasks are handed to the threads early and late
+// tokens interleaved (a causal prefill's later tokens cost more). SmolLM2 Q4_1, a 2048-token prompt on 2
+// cores: see docs/PERF.md "Session 34".
 //
 // Tried in session 33 and not kept: the weights in f32 (an 8-lane polynomial exp took prompts of 2048 tokens
 // from 0.98x to 1.05-1.09x llama.cpp's prefill speed; expf too), whose last-ulp differences move which cached
@@ -26,16 +28,19 @@
 // overlap the FMAs).
 //
 // FP8 (e4m3) caches: each block's K / V rows are first dequantized to f32, element = to_float(e4m3) * scale
-// (one f32 multiply, through a 256-entry table per layer), then used exactly as f32 rows: the result equals
-// attention over the dequantized cache in f32.
+// (one f32 multiply; the code's exact value from its bits on the AVX2 path, eight at a time, from a 256-entry
+// table per KV head otherwise), then used exactly as f32 rows: the result equals attention over the
+// dequantized cache in f32.
 #include <algorithm>
 #include <array>
 #include <cfloat>
 #include <cmath>
+#include <limits>
 #include <utility>
 #include <vector>
 
 #include "xinfer/backend/cpu/cpu_backend.h"
+#include "xinfer/backend/cpu/simd_math.h"
 #include "xinfer/quant/prefetch.h"
 #include "xinfer/quant/quantized_linear.h"
 
@@ -68,6 +73,22 @@ void dot_rows_portable(const float* q, const float* k, int n, float* out) {
 void axpy_rows_portable(const float* p, const float* v, int64_t rows, int n, float* part) {
   for (int64_t r = 0; r < rows; ++r)
     for (int d = 0; d < n; ++d) part[d] += p[r] * v[r * n + d];
+}
+
+// The softmax weights of `len` scores: p = exp(score - max) in double (the f32 difference widened), added to
+// *denom in order, and w = p rounded to f32, 0 below FLT_MIN (weights below f32's normal range add nothing an
+// f32 sum keeps, and subnormal operands can take microcode assists).
+void softmax_weights_portable(const float* scores, int64_t len, float max_score, double* denom, float* w) {
+  for (int64_t r = 0; r < len; ++r) {
+    const double p = std::exp(static_cast<double>(scores[r] - max_score));
+    *denom += p;
+    w[r] = p < FLT_MIN ? 0.0f : static_cast<float>(p);
+  }
+}
+
+// dst[e] = the e4m3 code src[e] dequantized: lut[code] = to_float(code) * the head's scale (in f32).
+void dequant_e4m3_portable(const uint8_t* src, int64_t count, const float* lut, float /*scale*/, float* dst) {
+  for (int64_t e = 0; e < count; ++e) dst[e] = lut[src[e]];
 }
 
 #if defined(__x86_64__)
@@ -145,6 +166,40 @@ __attribute__((target("avx2,fma"))) inline void axpy_rows_slice_avx2(const float
   for (int c = 0; c < C; ++c) _mm256_storeu_ps(part + 8 * c, acc[c]);
 }
 
+// softmax_weights_portable with exp four at a time (simd_math.h: within 1 ulp of std::exp); every score goes
+// through the same exp, the last partial group too, so a weight's bits do not depend on where a piece ends.
+__attribute__((target("avx2,fma"))) void softmax_weights_avx2(const float* scores, int64_t len,
+                                                              float max_score, double* denom, float* w) {
+  const __m128 max4 = _mm_set1_ps(max_score);
+  const __m256d min_normal = _mm256_set1_pd(FLT_MIN);
+  for (int64_t r = 0; r < len; r += 4) {
+    const int64_t m = std::min<int64_t>(4, len - r);
+    const __m128 sc = m == 4
+                          ? _mm_loadu_ps(scores + r)
+                          : _mm_maskload_ps(scores + r, _mm_cmpgt_epi32(_mm_set1_epi32(static_cast<int>(m)),
+                                                                        _mm_setr_epi32(0, 1, 2, 3)));
+    const __m256d p = exp_nonpositive_pd_avx2(_mm256_cvtps_pd(_mm_sub_ps(sc, max4)));
+    double pd[4];
+    _mm256_storeu_pd(pd, p);
+    // 0 below FLT_MIN before the conversion: an f32 subnormal result would take a microcode assist.
+    float wf[4];
+    _mm_storeu_ps(wf, _mm256_cvtpd_ps(_mm256_andnot_pd(_mm256_cmp_pd(p, min_normal, _CMP_LT_OQ), p)));
+    for (int64_t l = 0; l < m; ++l) {
+      *denom += pd[l];
+      w[r + l] = wf[l];
+    }
+  }
+}
+
+// dequant_e4m3_portable's values (the exact code times the scale, one f32 rounding), eight at a time.
+__attribute__((target("avx2,fma"))) void dequant_e4m3_avx2(const uint8_t* src, int64_t count,
+                                                           const float* lut, float scale, float* dst) {
+  const __m256 s = _mm256_set1_ps(scale);
+  int64_t e = 0;
+  for (; e + 8 <= count; e += 8) _mm256_storeu_ps(dst + e, _mm256_mul_ps(e4m3x8_to_f32_avx2(src + e), s));
+  for (; e < count; ++e) dst[e] = lut[src[e]];
+}
+
 // axpy_rows_slice_avx2<1..8>, by slice width in 8-lane vectors - 1.
 using AxpySliceFn = void (*)(const float*, const float*, int64_t, int, float*);
 template <size_t... I>
@@ -176,27 +231,34 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
   const bool fp8 = cache.fp8();
   XI_CHECK(fp8 || cache.k.dtype == DType::kF32) << "cpu: KV cache in " << dtype_name(cache.k.dtype);
   // fp8: the dequantized value of each code, for K and for V of each KV head: [num_kv_heads, 256].
-  std::vector<float> k_lut, v_lut;
+  std::vector<float> k_lut, v_lut, k_scale, v_scale;
   if (fp8) {
     k_lut.resize(static_cast<size_t>(num_kv_heads) * 256);
     v_lut.resize(k_lut.size());
-    for (int h = 0; h < num_kv_heads; ++h)
+    for (int h = 0; h < num_kv_heads; ++h) {
+      k_scale.push_back(cache.host_k_scale(h));
+      v_scale.push_back(cache.host_v_scale(h));
       for (int c = 0; c < 256; ++c) {
         const float x = to_float(fp8_e4m3{static_cast<uint8_t>(c)});
-        k_lut[static_cast<size_t>(h * 256 + c)] = x * cache.host_k_scale(h);
-        v_lut[static_cast<size_t>(h * 256 + c)] = x * cache.host_v_scale(h);
+        k_lut[static_cast<size_t>(h * 256 + c)] = x * k_scale.back();
+        v_lut[static_cast<size_t>(h * 256 + c)] = x * v_scale.back();
       }
+    }
   }
+  auto* dequant = dequant_e4m3_portable;
+#if defined(__x86_64__)
+  if (quant::simd_enabled()) dequant = dequant_e4m3_avx2;
+#endif
   // The rows [0, rows) of KV head kvh in cache block `block` of cache `which` as f32 (head_dim apart): the
   // cache's own memory (f32), or dequantized into `buf`.
   const int64_t head_block = block_size * head_dim;  // elements of one KV head in one block
-  auto block_rows = [&](const TensorView& which, const std::vector<float>& lut, int32_t block, int kvh,
-                        int64_t rows, float* buf) -> const float* {
+  auto block_rows = [&](const TensorView& which, const std::vector<float>& lut,
+                        const std::vector<float>& scales, int32_t block, int kvh, int64_t rows,
+                        float* buf) -> const float* {
     const int64_t off = (static_cast<int64_t>(block) * num_kv_heads + kvh) * head_block;
     if (!fp8) return which.as<float>() + off;
-    const uint8_t* src = static_cast<const uint8_t*>(which.data) + off;
-    const float* head_lut = lut.data() + static_cast<size_t>(kvh) * 256;
-    for (int64_t e = 0; e < rows * head_dim; ++e) buf[e] = head_lut[src[e]];
+    dequant(static_cast<const uint8_t*>(which.data) + off, rows * head_dim,
+            lut.data() + static_cast<size_t>(kvh) * 256, scales[static_cast<size_t>(kvh)], buf);
     return buf;
   };
   // The first rows (at most kPrefetchAheadBytes: within a block the hardware follows the stream) of this KV
@@ -220,90 +282,110 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
   auto* dot = dot_portable;
   auto* dot_rows = dot_rows_portable;
   auto* axpy_rows = axpy_rows_portable;
+  auto* softmax_weights = softmax_weights_portable;
 #if defined(__x86_64__)
   if (quant::simd_enabled() && head_dim % 8 == 0) {
     dot = dot_avx2;
     dot_rows = dot_rows_avx2;
     axpy_rows = axpy_rows_avx2;
+    softmax_weights = softmax_weights_avx2;
   }
 #endif
-  const int64_t tasks = static_cast<int64_t>(step.num_tokens) * num_heads;
-  pool_->parallel_for(0, tasks, [&](int64_t b, int64_t e) {
-    std::vector<float> scores;
-    std::vector<double> acc(static_cast<size_t>(head_dim));
-    std::vector<float> part(static_cast<size_t>(head_dim));
-    float weights[kVPartialRows];
-    std::vector<float> block_buf(fp8 ? static_cast<size_t>(head_block) : 0);
-    for (int64_t i = b; i < e; ++i) {
-      // A causal prefill's later tokens cost more (their task reads every position before them), and the pool
-      // gives each thread one contiguous range of indices: index i runs token 0, T-1, 1, T-2, ... (a token's
-      // heads together: they read the same cache rows), so every range holds early and late tokens alike.
-      const int64_t ti = i / num_heads;
-      const int64_t t = ti % 2 == 0 ? ti / 2 : step.num_tokens - 1 - ti / 2;
-      const int h = static_cast<int>(i % num_heads);
-      const int kvh = h / group;
-      const int s = seq_of[static_cast<size_t>(t)];
-      const int32_t pos = step.positions[t];
-      XI_CHECK_LT(pos, step.seq_lens[s]) << "token position past its sequence's length";
-      const int32_t* table = step.block_tables + static_cast<int64_t>(s) * step.max_blocks_per_seq;
-      const float* q = qkv.as<float>() + t * row + static_cast<int64_t>(h) * head_dim;
+  // One task per (token, KV head): the query heads of its group read the same cache rows, so each block is
+  // read (and for fp8, dequantized) once for all of them, while every head's arithmetic is its own. Also for
+  // a decode of one sequence, where the tasks are few (SmolLM2 has 3 KV heads for 2 threads): one task per
+  // query head balanced the threads but lost more than that, ITL at context 2048 f32 KV 13.1-13.7 ms against
+  // 14.0-14.1 grouped, FP8 KV 19.4 against 14.7-15.4.
+  const int64_t tasks = static_cast<int64_t>(step.num_tokens) * num_kv_heads;
+  const size_t hd = static_cast<size_t>(head_dim);
+  pool_->parallel_for(
+      0, tasks,
+      [&](int64_t b, int64_t e) {
+        std::vector<float> scores;                                 // [group][n]
+        std::vector<double> acc(static_cast<size_t>(group) * hd);  // [group][head_dim]
+        std::vector<float> part(static_cast<size_t>(group) * hd);
+        std::vector<float> max_score(static_cast<size_t>(group));
+        std::vector<double> denom(static_cast<size_t>(group));
+        float weights[kVPartialRows];
+        std::vector<float> block_buf(fp8 ? static_cast<size_t>(head_block) : 0);
+        for (int64_t i = b; i < e; ++i) {
+          // A causal prefill's later tokens cost more (their task reads every position before them), and the
+          // pool gives each thread one contiguous range of indices: index i runs token 0, T-1, 1, T-2, ... (a
+          // token's KV heads together), so every range holds early and late tokens alike.
+          const int64_t ti = i / num_kv_heads;
+          const int64_t t = ti % 2 == 0 ? ti / 2 : step.num_tokens - 1 - ti / 2;
+          const int kvh = static_cast<int>(i % num_kv_heads);
+          const int h0 = kvh * group;  // the task's first query head
+          const int s = seq_of[static_cast<size_t>(t)];
+          const int32_t pos = step.positions[t];
+          XI_CHECK_LT(pos, step.seq_lens[s]) << "token position past its sequence's length";
+          const int32_t* table = step.block_tables + static_cast<int64_t>(s) * step.max_blocks_per_seq;
+          // The task's query heads h0 + g are adjacent in the row.
+          const float* q0 = qkv.as<float>() + t * row + static_cast<int64_t>(h0) * head_dim;
 
-      const int64_t n = pos + 1;
-      const int64_t num_blocks = (n + block_size - 1) / block_size;
-      const bool decode = step.query_start_loc[s + 1] - step.query_start_loc[s] == 1;
-      // Block blk's first `rows` rows of this KV head in `which` as f32, the next block's first rows
-      // prefetched for decodes.
-      auto rows_of = [&](const TensorView& which, const std::vector<float>& lut, int64_t blk, int64_t rows) {
-        if (decode && blk + 1 < num_blocks)
-          prefetch_block(which, table[blk + 1], kvh, std::min(block_size, n - (blk + 1) * block_size));
-        return block_rows(which, lut, table[blk], kvh, rows, block_buf.data());
-      };
-      scores.resize(static_cast<size_t>(n));
-      float max_score = -INFINITY;
-      for (int64_t blk = 0; blk < num_blocks; ++blk) {
-        const int64_t j0 = blk * block_size, rows = std::min(block_size, n - j0);
-        const float* k = rows_of(cache.k, k_lut, blk, rows);
-        float* sc = scores.data() + j0;
-        int64_t r = 0;
-        for (; r + kDotRows <= rows; r += kDotRows) dot_rows(q, k + r * head_dim, head_dim, sc + r);
-        for (; r < rows; ++r) sc[r] = dot(q, k + r * head_dim, head_dim);
-        for (r = 0; r < rows; ++r) {
-          sc[r] *= scale;
-          max_score = std::max(max_score, sc[r]);
-        }
-      }
-      double denom = 0;
-      std::fill(acc.begin(), acc.end(), 0.0);
-      std::fill(part.begin(), part.end(), 0.0f);
-      for (int64_t blk = 0; blk < num_blocks; ++blk) {
-        const int64_t j0 = blk * block_size, rows = std::min(block_size, n - j0);
-        const float* v = rows_of(cache.v, v_lut, blk, rows);
-        // The block's rows in pieces that end where a run of kVPartialRows positions ends (or the block
-        // does).
-        for (int64_t r0 = 0; r0 < rows;) {
-          const int64_t j0r = j0 + r0;
-          const int64_t len = std::min(rows - r0, kVPartialRows - j0r % kVPartialRows);
-          for (int64_t r = 0; r < len; ++r) {
-            const double p = std::exp(static_cast<double>(scores[static_cast<size_t>(j0r + r)] - max_score));
-            denom += p;
-            // Weights below f32's normal range add nothing an f32 sum keeps, and subnormal operands can take
-            // microcode assists.
-            weights[r] = p < FLT_MIN ? 0.0f : static_cast<float>(p);
-          }
-          axpy_rows(weights, v + r0 * head_dim, len, head_dim, part.data());
-          r0 += len;
-          if ((j0r + len) % kVPartialRows == 0 || j0r + len == n) {  // a run done: into the double sum
-            for (int d = 0; d < head_dim; ++d) {
-              acc[static_cast<size_t>(d)] += part[static_cast<size_t>(d)];
-              part[static_cast<size_t>(d)] = 0.0f;
+          const int64_t n = pos + 1;
+          const int64_t num_blocks = (n + block_size - 1) / block_size;
+          const bool decode = step.query_start_loc[s + 1] - step.query_start_loc[s] == 1;
+          // Block blk's first `rows` rows of this KV head in `which` as f32, the next block's first rows
+          // prefetched for decodes.
+          auto rows_of = [&](const TensorView& which, const std::vector<float>& lut,
+                             const std::vector<float>& scales, int64_t blk, int64_t rows) {
+            if (decode && blk + 1 < num_blocks)
+              prefetch_block(which, table[blk + 1], kvh, std::min(block_size, n - (blk + 1) * block_size));
+            return block_rows(which, lut, scales, table[blk], kvh, rows, block_buf.data());
+          };
+          scores.resize(static_cast<size_t>(group * n));
+          std::fill(max_score.begin(), max_score.end(), -INFINITY);
+          for (int64_t blk = 0; blk < num_blocks; ++blk) {
+            const int64_t j0 = blk * block_size, rows = std::min(block_size, n - j0);
+            const float* k = rows_of(cache.k, k_lut, k_scale, blk, rows);
+            for (int g = 0; g < group; ++g) {
+              const float* q = q0 + static_cast<int64_t>(g) * head_dim;
+              float* sc = scores.data() + g * n + j0;
+              int64_t r = 0;
+              for (; r + kDotRows <= rows; r += kDotRows) dot_rows(q, k + r * head_dim, head_dim, sc + r);
+              for (; r < rows; ++r) sc[r] = dot(q, k + r * head_dim, head_dim);
+              float block_max = -INFINITY;  // a local, kept in a register
+              for (r = 0; r < rows; ++r) {
+                sc[r] *= scale;
+                block_max = std::max(block_max, sc[r]);
+              }
+              max_score[static_cast<size_t>(g)] = std::max(max_score[static_cast<size_t>(g)], block_max);
             }
           }
+          std::fill(denom.begin(), denom.end(), 0.0);
+          std::fill(acc.begin(), acc.end(), 0.0);
+          std::fill(part.begin(), part.end(), 0.0f);
+          for (int64_t blk = 0; blk < num_blocks; ++blk) {
+            const int64_t j0 = blk * block_size, rows = std::min(block_size, n - j0);
+            const float* v = rows_of(cache.v, v_lut, v_scale, blk, rows);
+            for (int g = 0; g < group; ++g) {
+              const size_t gi = static_cast<size_t>(g);
+              float* part_g = part.data() + gi * hd;
+              double* acc_g = acc.data() + gi * hd;
+              // The block's rows in pieces that end where a run of kVPartialRows positions ends (or the block
+              // does).
+              for (int64_t r0 = 0; r0 < rows;) {
+                const int64_t j0r = j0 + r0;
+                const int64_t len = std::min(rows - r0, kVPartialRows - j0r % kVPartialRows);
+                softmax_weights(scores.data() + g * n + j0r, len, max_score[gi], &denom[gi], weights);
+                axpy_rows(weights, v + r0 * head_dim, len, head_dim, part_g);
+                r0 += len;
+                if ((j0r + len) % kVPartialRows == 0 || j0r + len == n) {  // a run done: into the double sum
+                  for (size_t d = 0; d < hd; ++d) {
+                    acc_g[d] += part_g[d];
+                    part_g[d] = 0.0f;
+                  }
+                }
+              }
+            }
+          }
+          float* o = out.as<float>() + (t * num_heads + h0) * static_cast<int64_t>(head_dim);
+          for (size_t x = 0; x < static_cast<size_t>(group) * hd; ++x)
+            o[x] = static_cast<float>(acc[x] / denom[x / hd]);
         }
-      }
-      float* o = out.as<float>() + t * static_cast<int64_t>(num_heads) * head_dim + static_cast<int64_t>(h) * head_dim;
-      for (int d = 0; d < head_dim; ++d) o[d] = static_cast<float>(acc[static_cast<size_t>(d)] / denom);
-    }
-  }, grain_for(4 * static_cast<int64_t>(step.max_seq_len) * head_dim));
+      },
+      grain_for(4 * static_cast<int64_t>(step.max_seq_len) * head_dim * group));
 }
 
 }  // namespace xinfer::cpu
