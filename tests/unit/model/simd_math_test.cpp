@@ -61,6 +61,11 @@ TEST(SimdMath, ExpEdgesOfItsRange) {
   const double under[4] = {-708.001, -745.2, -1e6, -INFINITY};
   exp4(under, y);
   for (double v : y) EXPECT_EQ(v, 0.0);  // exp below the normal range: 0 (see simd_math.h)
+  const double nan[4] = {std::nan(""), 0.0, std::nan(""),
+                         -1.0};  // a NaN score must not become a weight of ~0
+  exp4(nan, y);
+  EXPECT_TRUE(std::isnan(y[0]) && std::isnan(y[2]));
+  EXPECT_EQ(y[1], 1.0);
 }
 
 __attribute__((target("avx2,fma"))) void e4m3x8(const uint8_t* codes, float* out) {

@@ -92,14 +92,15 @@ void dequant_e4m3_portable(const uint8_t* src, int64_t count, const float* lut, 
 }
 
 #if defined(__x86_64__)
-// Lanes 0..7 of s0 + s1 summed as (x0 + x4 + (x2 + x6)) + (x1 + x5 + (x3 + x7)), the pairing of the four-row
-// reduction in dot_rows_avx2 (floating-point addition is commutative, so the operand order within a pair does
-// not matter; the pairing does).
+// x = s0 + s1, then its two halves added: lanes x0 + x4, x1 + x5, x2 + x6, x3 + x7.
 __attribute__((target("avx2,fma"))) inline __m128 halves_avx2(__m256 s0, __m256 s1) {
   const __m256 x = _mm256_add_ps(s0, s1);
   return _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));  // lanes x0 + x4, .., x3 + x7
 }
 
+// The lanes of s0 + s1 summed as ((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7)); dot_rows_avx2's four-row
+// reduction forms the same pairs (floating-point addition is commutative, so the operand order within a pair
+// does not matter; the pairing does).
 __attribute__((target("avx2,fma"))) inline float reduce_avx2(__m256 s0, __m256 s1) {
   __m128 s4 = halves_avx2(s0, s1);
   s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));

@@ -22,7 +22,7 @@ namespace xinfer::cpu {
 __attribute__((target("avx2,fma"))) inline __m256d exp_nonpositive_pd_avx2(__m256d x) {
   const __m256d lowest = _mm256_set1_pd(-708.0);  // n >= -1021 from here up: 2^n * exp(r) stays normal
   const __m256d underflow = _mm256_cmp_pd(x, lowest, _CMP_LT_OQ);
-  x = _mm256_max_pd(x, lowest);
+  x = _mm256_max_pd(lowest, x);  // a NaN x passes (max_pd returns its second operand then): exp(NaN) = NaN
   const __m256d n = _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(1.4426950408889634)),  // x * log2(e)
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   // ln 2 = hi + lo: hi keeps 32 significant bits, so n * hi is exact for |n| < 2^21.
