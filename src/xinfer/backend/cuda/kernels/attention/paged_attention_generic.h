@@ -1,5 +1,5 @@
 // Generic paged attention for any head_dim <= 256 (the tiny test models use 8, 16, 32): one CTA per
-// (token, q head), mirroring the CPU reference. Keys are scored 128 at a time with an online softmax;
+// (token, q head), as the CPU reference computes each head. Keys are scored 128 at a time with an online softmax;
 // each thread owns up to two output dims. Simple and slow: used only for head dims the fast decode and
 // prefill kernels are not instantiated for.
 #pragma once
