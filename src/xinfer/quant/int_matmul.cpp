@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "xinfer/core/check.h"
+#include "xinfer/quant/e4m3_simd.h"
 #include "xinfer/quant/gguf_matmul.h"
 #include "xinfer/quant/prefetch.h"
 
@@ -48,16 +49,8 @@ __attribute__((target("avx2,fma,f16c"))) inline void decode32(const uint8_t* p, 
     q[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(e1));
     q[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(e1, 8)));
   } else if constexpr (kKind == WKind::kFp8) {
-    // e4m3 -> f16 bits: sign to bit 15, exponent and mantissa shifted under f16's (bias 15 vs 7), so the f16
-    // is the e4m3 value times 2^-8, exactly, subnormals included (NaN patterns are not weights).
-    for (int i = 0; i < 2; ++i) {
-      const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i)));
-      const __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8),
-                                        _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7f)), 7));
-      const __m256 k256 = _mm256_set1_ps(256.0f);
-      q[2 * i] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), k256);
-      q[2 * i + 1] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), k256);
-    }
+    e4m3x16_to_f32_avx2(p, q);  // e4m3_simd.h (NaN patterns are not weights)
+    e4m3x16_to_f32_avx2(p + 16, q + 2);
   } else {
     for (int i = 0; i < 4; ++i) {
       const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * i));

@@ -1,6 +1,7 @@
-// backend/cpu/simd_math.h against scalar references: exp_nonpositive_pd_avx2 against glibc's std::exp (within
-// 1 ulp over [-708, 0], exactly 1 at 0, 0 below); e4m3x8_to_f32_avx2 against to_float for all 256 codes (the
-// same bits). Skipped where the CPU has no AVX2 + FMA.
+// The CPU's vector math against scalar references: exp_nonpositive_pd_avx2 (backend/cpu/simd_math.h) against
+// glibc's std::exp (within 1 ulp over [-708, 0], exactly 1 at 0, 0 below); the e4m3 decoders
+// (quant/e4m3_simd.h) against to_float for all 256 codes (the same bits; NaN codes NaN, or +-480 where NaN is
+// not expected). Skipped where the CPU has no AVX2 + FMA + F16C.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "xinfer/backend/cpu/simd_math.h"
 #include "xinfer/core/dtype.h"
 #include "xinfer/quant/cpu_features.h"
+#include "xinfer/quant/e4m3_simd.h"
 
 namespace xinfer {
 namespace {
@@ -68,24 +70,33 @@ TEST(SimdMath, ExpEdgesOfItsRange) {
   EXPECT_EQ(y[1], 1.0);
 }
 
-__attribute__((target("avx2,fma"))) void e4m3x8(const uint8_t* codes, float* out) {
-  _mm256_storeu_ps(out, cpu::e4m3x8_to_f32_avx2(codes));
+__attribute__((target("avx2,fma,f16c"))) void e4m3x16(const uint8_t* codes, float* plain, float* with_nan) {
+  __m256 q[2];
+  quant::e4m3x16_to_f32_avx2(codes, q);
+  _mm256_storeu_ps(plain, q[0]);
+  _mm256_storeu_ps(plain + 8, q[1]);
+  quant::e4m3x16_to_f32_nan_avx2(codes, q);
+  _mm256_storeu_ps(with_nan, q[0]);
+  _mm256_storeu_ps(with_nan + 8, q[1]);
 }
 
 TEST(SimdMath, E4m3ToF32IsToFloatForEveryCode) {
-  if (!quant::detail::cpu_has_avx2_fma()) GTEST_SKIP() << "no AVX2 + FMA";
-  for (int c0 = 0; c0 < 256; c0 += 8) {
-    uint8_t codes[8];
-    float got[8];
-    for (int l = 0; l < 8; ++l) codes[l] = static_cast<uint8_t>(c0 + l);
-    e4m3x8(codes, got);
-    for (int l = 0; l < 8; ++l) {
+  if (!quant::detail::cpu_has_avx2_fma()) GTEST_SKIP() << "no AVX2 + FMA + F16C";
+  for (int c0 = 0; c0 < 256; c0 += 16) {
+    uint8_t codes[16];
+    for (int l = 0; l < 16; ++l) codes[l] = static_cast<uint8_t>(c0 + l);
+    float plain[16], with_nan[16];
+    e4m3x16(codes, plain, with_nan);
+    for (int l = 0; l < 16; ++l) {
       const float want = to_float(fp8_e4m3{codes[l]});
       if (std::isnan(want)) {
-        EXPECT_TRUE(std::isnan(got[l])) << "code " << c0 + l;
+        EXPECT_TRUE(std::isnan(with_nan[l])) << "code " << c0 + l;
+        EXPECT_EQ(plain[l], codes[l] & 0x80 ? -480.0f : 480.0f) << "code " << c0 + l;
       } else {
-        EXPECT_EQ(std::memcmp(&got[l], &want, sizeof(float)), 0)
-            << "code " << c0 + l << ": " << got[l] << " vs " << want;
+        EXPECT_EQ(std::memcmp(&with_nan[l], &want, sizeof(float)), 0)
+            << "code " << c0 + l << ": " << with_nan[l] << " vs " << want;
+        EXPECT_EQ(std::memcmp(&plain[l], &want, sizeof(float)), 0)
+            << "code " << c0 + l << ": " << plain[l] << " vs " << want;
       }
     }
   }

@@ -17,7 +17,7 @@
 // (dot_rows: q loaded once for the four, the four reductions side by side), the V sum keeps its f32 partial
 // sums in registers over a run's rows (axpy_rows), the softmax weights' exp runs four doubles at a time
 // (simd_math.h, within 1 ulp of std::exp), a block serves the whole GQA group (read, or for fp8 dequantized,
-// once), fp8 codes are dequantized eight at a time, and the tasks are handed to the threads early and late
+// once), fp8 codes are dequantized sixteen at a time, and the tasks are handed to the threads early and late
 // tokens interleaved (a causal prefill's later tokens cost more). SmolLM2 Q4_1, a 2048-token prompt on 2
 // cores: see docs/PERF.md "Session 34".
 //
@@ -28,8 +28,8 @@
 // overlap the FMAs).
 //
 // FP8 (e4m3) caches: each block's K / V rows are first dequantized to f32, element = to_float(e4m3) * scale
-// (one f32 multiply; the code's exact value from its bits on the AVX2 path, eight at a time, from a 256-entry
-// table per KV head otherwise), then used exactly as f32 rows: the result equals attention over the
+// (one f32 multiply; the code's exact value from its bits on the AVX2 path, sixteen at a time, from a
+// 256-entry table per KV head otherwise), then used exactly as f32 rows: the result equals attention over the
 // dequantized cache in f32.
 #include <algorithm>
 #include <array>
@@ -41,6 +41,7 @@
 
 #include "xinfer/backend/cpu/cpu_backend.h"
 #include "xinfer/backend/cpu/simd_math.h"
+#include "xinfer/quant/e4m3_simd.h"
 #include "xinfer/quant/prefetch.h"
 #include "xinfer/quant/quantized_linear.h"
 
@@ -192,12 +193,18 @@ __attribute__((target("avx2,fma"))) void softmax_weights_avx2(const float* score
   }
 }
 
-// dequant_e4m3_portable's values (the exact code times the scale, one f32 rounding), eight at a time.
-__attribute__((target("avx2,fma"))) void dequant_e4m3_avx2(const uint8_t* src, int64_t count,
-                                                           const float* lut, float scale, float* dst) {
+// dequant_e4m3_portable's values (the exact code times the scale, one f32 rounding), sixteen at a time
+// (quant/e4m3_simd.h).
+__attribute__((target("avx2,fma,f16c"))) void dequant_e4m3_avx2(const uint8_t* src, int64_t count,
+                                                                const float* lut, float scale, float* dst) {
   const __m256 s = _mm256_set1_ps(scale);
   int64_t e = 0;
-  for (; e + 8 <= count; e += 8) _mm256_storeu_ps(dst + e, _mm256_mul_ps(e4m3x8_to_f32_avx2(src + e), s));
+  for (; e + 16 <= count; e += 16) {
+    __m256 v[2];
+    quant::e4m3x16_to_f32_nan_avx2(src + e, v);
+    _mm256_storeu_ps(dst + e, _mm256_mul_ps(v[0], s));
+    _mm256_storeu_ps(dst + e + 8, _mm256_mul_ps(v[1], s));
+  }
   for (; e < count; ++e) dst[e] = lut[src[e]];
 }
 

@@ -1,4 +1,5 @@
-// Vector math of the CPU attention (cpu_attention.cpp), AVX2 + FMA; tests/unit/model/simd_math_test.cpp.
+// Vector math of the CPU attention (cpu_attention.cpp), AVX2 + FMA; tests/unit/model/simd_math_test.cpp. (Its
+// e4m3 decoding is quant/e4m3_simd.h, shared with the FP8 weight GEMV.)
 //
 // exp_nonpositive_pd_avx2: exp of four doubles at once, for the softmax weights, which are exp(score - max)
 // in double: glibc's scalar exp took a quarter of the attention's time at long prompts. Method: n = round(x /
@@ -13,9 +14,6 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-
-#include <cstdint>
-#include <limits>
 
 namespace xinfer::cpu {
 
@@ -49,22 +47,6 @@ __attribute__((target("avx2,fma"))) inline __m256d exp_nonpositive_pd_avx2(__m25
   const __m256i bits = _mm256_slli_epi64(
       _mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(n)), _mm256_set1_epi64x(1023)), 52);
   return _mm256_andnot_pd(underflow, _mm256_mul_pd(p, _mm256_castsi256_pd(bits)));
-}
-
-// Eight e4m3 codes as f32, exactly (to_float): normals by their bits (the exponent rebiased from 7 to 127,
-// the mantissa moved up), subnormals (exponent 0) as mantissa * 2^-9, 0x7f / 0xff as NaN.
-__attribute__((target("avx2,fma"))) inline __m256 e4m3x8_to_f32_avx2(const uint8_t* src) {
-  const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
-  const __m256i v = _mm256_and_si256(b, _mm256_set1_epi32(0x7f));
-  const __m256 normal =
-      _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(v, 20), _mm256_set1_epi32(120 << 23)));
-  const __m256 subnormal = _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(1.0f / 512.0f));  // v < 8 here
-  __m256 mag =
-      _mm256_blendv_ps(normal, subnormal, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), v)));
-  mag = _mm256_or_ps(
-      mag, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24)));
-  return _mm256_blendv_ps(mag, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()),
-                          _mm256_castsi256_ps(_mm256_cmpeq_epi32(v, _mm256_set1_epi32(0x7f))));
 }
 
 }  // namespace xinfer::cpu
