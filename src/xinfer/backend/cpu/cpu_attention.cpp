@@ -241,15 +241,20 @@ void CpuBackend::paged_attention(const backend::StepMeta& step, const TensorView
   // fp8: the dequantized value of each code, for K and for V of each KV head: [num_kv_heads, 256].
   std::vector<float> k_lut, v_lut, k_scale, v_scale;
   if (fp8) {
+    // Every code's value, computed once per process (this runs for every layer of every step).
+    static const std::array<float, 256> kCodeValue = [] {
+      std::array<float, 256> v{};
+      for (int c = 0; c < 256; ++c) v[static_cast<size_t>(c)] = to_float(fp8_e4m3{static_cast<uint8_t>(c)});
+      return v;
+    }();
     k_lut.resize(static_cast<size_t>(num_kv_heads) * 256);
     v_lut.resize(k_lut.size());
     for (int h = 0; h < num_kv_heads; ++h) {
       k_scale.push_back(cache.host_k_scale(h));
       v_scale.push_back(cache.host_v_scale(h));
-      for (int c = 0; c < 256; ++c) {
-        const float x = to_float(fp8_e4m3{static_cast<uint8_t>(c)});
-        k_lut[static_cast<size_t>(h * 256 + c)] = x * k_scale.back();
-        v_lut[static_cast<size_t>(h * 256 + c)] = x * v_scale.back();
+      for (size_t c = 0; c < 256; ++c) {
+        k_lut[static_cast<size_t>(h) * 256 + c] = kCodeValue[c] * k_scale.back();
+        v_lut[static_cast<size_t>(h) * 256 + c] = kCodeValue[c] * v_scale.back();
       }
     }
   }
