@@ -81,7 +81,6 @@ const T* device_ptr(const TensorView& t, DType dtype, const char* what, const ba
   return static_cast<const T*>(t.data);
 }
 
-// The row buckets the start-up measurements (measure_int8_gemms, measure_wq_gemms) time, up to max_rows:
 // XINFER_INT_GEMV (read once per process): 0 unset (the defaults), 1 "dot", 2 "mma" (see top).
 int int_gemv_mode() {
   static const int mode = [] {

@@ -104,8 +104,8 @@ constexpr int int8_wgmma_row_bucket(int m) {
   while (b < m && b < (1 << 30)) b *= 2;
   return b;
 }
-// The buckets CudaBackend::measure_int8_gemms times for steps of up to max_rows rows: 32, 64, .. up to the
-// one holding max_rows, at most kInt8MeasuredMaxRows.
+// The buckets CudaBackend::measure_int8_gemms and measure_wq_gemms time for steps of up to max_rows rows: 32,
+// 64, .. up to the one holding max_rows, at most kInt8MeasuredMaxRows (rows <= 16 run the GEMVs).
 inline std::vector<int> int8_measured_row_buckets(int max_rows) {
   std::vector<int> buckets;
   for (int b = 32; b / 2 < max_rows && b <= kInt8MeasuredMaxRows; b *= 2) buckets.push_back(b);
