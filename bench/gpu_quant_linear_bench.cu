@@ -6,9 +6,9 @@
 //     (values + f32 scales + zero points) + x + y, against the copy bandwidth: the roofline of the quantized
 //     bytes (one pass over them per launch of 8 rows) against the copy bandwidth;
 //   - int4 / int8 at m = 1..4: also the CUDA-core GEMV (quant_dot_gemv.h), each compiled schedule (its
-//   default
-//     marked "dot*"); --quant-dot: only these rows (int4 g128 / g128-zp / g32 / g32-zp and int8 per channel,
-//     m 1..4, the mma GEMV's default beside them);
+//     default marked "dot*"); int4 at m <= 16: the tensor-core int4 decode GEMV (int4_decode_gemv.h), each
+//     schedule; --quant-dot: only these rows (int4 g128 / g128-zp / g32 / g32-zp and int8 per channel,
+//     m 1..4, 8, 16, the mma GEMV's default beside them);
 //   - m = 16, 32: the GEMV in launches of 8 rows against dequantize + bf16 GEMM (where the crossover is; GB/s
 //     of both on the same basis, one pass over the quantized bytes, so they compare by time);
 //   - prefill (m = 2048): dequantize + bf16 GEMM in TFLOP/s against the bf16 GEMM alone;
@@ -193,8 +193,8 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
       auto wi = [&](int i) -> const backend::LinearWeights& { return ws[static_cast<size_t>(i % copies)].lw; };
       const std::string base = std::string("quant ") + qf.name + " " + sh.name + " n=" + std::to_string(sh.n) +
                                " k=" + std::to_string(sh.k);
-      // Correctness: the GEMV against the dequantize path (bf16 weight, tuned GEMM) at m = 1 and 8.
-      for (int m : {1, 8}) {
+      // Correctness: the GEMV against the dequantize path (bf16 weight, tuned GEMM) at m = 1, 8 and 16.
+      for (int m : {1, 8, 16}) {
         if (fp8 || only_m > 0) break;  // fp8: checked against the CPU oracle in quant_linear_test only
         auto x = be.allocate(DType::kBF16, Shape{m, sh.k});
         fill_bf16<<<256, 256, 0, s>>>(static_cast<__nv_bfloat16*>(x.view.data), static_cast<size_t>(x.view.numel()), 5);
@@ -225,7 +225,7 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
       }
       backend::DeviceTensor dense = be.allocate(DType::kBF16, Shape{sh.n, sh.k});  // bf16 comparison (one copy
       // would sit in L2 for o/qkv: rotate the dequantized copies of the quantized weights instead)
-      std::vector<int> ms = dot_only ? std::vector<int>{1, 2, 3, 4}
+      std::vector<int> ms = dot_only ? std::vector<int>{1, 2, 3, 4, 8, 16}
                             : quick  ? std::vector<int>{1, 8, 16, 2048}
                                      : std::vector<int>{1, 2, 4, 8, 16, 32, 2048};
       for (int m : ms) {
@@ -330,19 +330,21 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
                  false, bw);
             t = std::min(t, tc);
           }
-          if (m == 1 &&
+          if (m <= cuda::kInt4DecodeGemvMaxRows &&
               cuda::int4_decode_gemv_supports(q0)) {  // the tensor-core int4 decode GEMV (linear()'s default)
-            const cuda::Int4GemvSchedule chosen = cuda::int4_decode_gemv_default_schedule(q0);
+            const cuda::Int4GemvSchedule chosen = cuda::int4_decode_gemv_default_schedule(q0, m);
             for (const int warps : {4, 8})
-              for (const bool prefetch : {false, true}) {
-                const cuda::Int4GemvSchedule sched{warps, prefetch};
+              for (const int form : {0, 1, 2}) {   // staged x, staged x + prefetch, direct x
+                if (m > 1 && form != 2) continue;  // past m = 1 x is read directly, without prefetch
+                const cuda::Int4GemvSchedule sched{warps, form == 1, form == 2 || m > 1};
                 const double tc = graph_us(s, 20, [&](int i) {
                   const cuda::QuantWeight q = be.quant_weight(wi(i));
                   cuda::launch_int4_decode_gemv(
-                      {static_cast<const __nv_bfloat16*>(x.view.data), q, nullptr, y.view.data, false, 1}, s,
+                      {static_cast<const __nv_bfloat16*>(x.view.data), q, nullptr, y.view.data, false, m}, s,
                       true, sched);
                 });
-                const bool is_default = sched.warps == chosen.warps && sched.prefetch == chosen.prefetch;
+                const bool is_default = sched.warps == chosen.warps && sched.prefetch == chosen.prefetch &&
+                                        sched.direct_x == chosen.direct_x;
                 line(what + " int4 tc " + cuda::to_string(sched) + " pdl" + (is_default ? " *" : ""), tc,
                      static_cast<double>(qbytes) + io, false, bw);
                 t = std::min(t, tc);

@@ -376,11 +376,12 @@ TEST(QuantLinear, DotGemvSchedulesMatchCpuOracle) {
   EXPECT_FALSE(cuda::dot_gemv_supports(gpu().quant_weight(cg.lw), 5));
 }
 
-// The tensor-core int4 decode GEMV (int4_decode_gemv.h, linear()'s default for int4 at m = 1) against the
-// oracle, directly through launch_int4_decode_gemv in each schedule, with and without PDL: groups 128 / 256 /
-// 512 (several per row: k 1024 .. 65536) and one group over all of k (k 32, 256, 576, 4096), symmetric and
-// with zero points; a partial last row tile (n 1, 7, 17, 33, 4097), a partial last step and warps without
-// steps (k 32, 192, 576), rows of several batches per warp (k 4224, 14336), rows long enough that x needs the
+// The tensor-core int4 decode GEMV (int4_decode_gemv.h, linear()'s default for int4 at m <= 16) against the
+// oracle, directly through launch_int4_decode_gemv in each schedule (direct_x included) at m = 1 and at one
+// of m 2..16 (one or two tiles of tokens, partial tiles), with and without PDL: groups 128 / 256 / 512
+// (several per row: k 1024 .. 65536) and one group over all of k (k 32, 256, 576, 4096), symmetric and with
+// zero points; a partial last row tile (n 1, 7, 17, 33, 4097), a partial last step and warps without steps (k
+// 32, 192, 576), rows of several batches per warp (k 4224, 14336), rows long enough that x needs the
 // shared-memory opt-in (k 28672: 56 KB; k 65536, the longest taken: 128 KB), many tiles (n 70000). Its sums
 // are f32 (products of f16 values, exact): f32 out within 1e-4 relative L2, bf16 out within bf16's rounding.
 // Groups of 32 / 64 (GPTQ g32 / g64, GGUF Q4 blocks) fold the scale into bf16 weights as the mma GEMV does
@@ -401,6 +402,8 @@ TEST(QuantLinear, Int4DecodeGemvMatchesCpuOracle) {
       {4, 512, true, 200, 3072}, {4, 256, false, 17, 65536}, {4, 32, false, 33, 4096},
       {4, 32, true, 70, 576},    {4, 64, true, 4097, 1024},  {4, 64, false, 48, 14336},
       {4, 32, true, 17, 4128},   {4, 32, false, 6144, 4096}, {4, 64, false, 9, 192}};
+  // Rows of x besides 1: one or two tiles of 8 tokens, partial ones included, in turn per case and schedule.
+  const int kRows[] = {2, 3, 5, 8, 9, 12, 16};
   int run = 0;
   for (const Case& cs : cases) {
     QuantCase c =
@@ -409,34 +412,32 @@ TEST(QuantLinear, Int4DecodeGemvMatchesCpuOracle) {
     ASSERT_TRUE(cuda::int4_decode_gemv_supports(q)) << cuda::describe(q);
     for (const cuda::Int4GemvSchedule sched :
          {cuda::Int4GemvSchedule{8, false}, cuda::Int4GemvSchedule{8, true}, cuda::Int4GemvSchedule{4, false},
-          cuda::Int4GemvSchedule{4, true}}) {
-      const bool pdl = run % 3 != 0;
-      const bool f32_out = c.n == 1 || (run++ % 2 == 0);
-      const std::vector<float> x = random_bf16(static_cast<size_t>(c.k), rng);
-      auto xd = gpu().upload(host_view(x, Shape{1, c.k}), DType::kBF16);
-      auto yd = gpu().allocate(f32_out ? DType::kF32 : DType::kBF16, Shape{1, c.n});
-      poison(yd.view);
-      cuda::launch_int4_decode_gemv(
-          {static_cast<const __nv_bfloat16*>(xd.view.data), q,
-           c.lw.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(c.lw.bias.data), yd.view.data,
-           f32_out, 1},
-          gpu().stream(), pdl, sched);
-      const Compare cmp = compare(download(gpu(), yd.view), oracle(c, x, 1));
-      const std::string what = name(c, 1, f32_out) + " " + cuda::to_string(sched) + (pdl ? " pdl" : "");
-      EXPECT_EQ(cmp.nans, 0) << what << ": unwritten outputs";
-      const bool fold = cs.group < 128 && cs.group < cs.k;
-      EXPECT_LT(cmp.rel_l2, f32_out && !fold ? 1e-4 : 1e-2) << what;
-      if (fold && f32_out) {  // the mma GEMV on the same x: the same folded weights
-        auto ym = gpu().allocate(DType::kF32, Shape{1, c.n});
-        cuda::launch_quant_gemv(
-            {static_cast<const __nv_bfloat16*>(xd.view.data), q,
-             c.lw.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(c.lw.bias.data), ym.view.data,
-             true, 1},
-            gpu().stream());
-        const Compare cm = compare(download(gpu(), yd.view), download(gpu(), ym.view));
-        EXPECT_LT(cm.rel_l2, 1e-5) << what << " vs the mma GEMV";
+          cuda::Int4GemvSchedule{4, true}, cuda::Int4GemvSchedule{8, false, true}})
+      for (const int m : {1, kRows[run % 7]}) {
+        const bool pdl = run % 3 != 0;
+        const bool f32_out = c.n == 1 || (run++ % 2 == 0);
+        const std::vector<float> x = random_bf16(static_cast<size_t>(m) * c.k, rng);
+        auto xd = gpu().upload(host_view(x, Shape{m, c.k}), DType::kBF16);
+        auto yd = gpu().allocate(f32_out ? DType::kF32 : DType::kBF16, Shape{m, c.n});
+        poison(yd.view);
+        const auto* bias = c.lw.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(c.lw.bias.data);
+        cuda::launch_int4_decode_gemv(
+            {static_cast<const __nv_bfloat16*>(xd.view.data), q, bias, yd.view.data, f32_out, m},
+            gpu().stream(), pdl, sched);
+        const Compare cmp = compare(download(gpu(), yd.view), oracle(c, x, m));
+        const std::string what = name(c, m, f32_out) + " " + cuda::to_string(sched) + (pdl ? " pdl" : "");
+        EXPECT_EQ(cmp.nans, 0) << what << ": unwritten outputs";
+        const bool fold = cs.group < 128 && cs.group < cs.k;
+        EXPECT_LT(cmp.rel_l2, f32_out && !fold ? 1e-4 : 1e-2) << what;
+        if (fold && f32_out) {  // the mma GEMV on the same x: the same folded weights
+          auto ym = gpu().allocate(DType::kF32, Shape{m, c.n});
+          cuda::launch_quant_gemv(
+              {static_cast<const __nv_bfloat16*>(xd.view.data), q, bias, ym.view.data, true, m},
+              gpu().stream());
+          const Compare cm = compare(download(gpu(), yd.view), download(gpu(), ym.view));
+          EXPECT_LT(cm.rel_l2, 1e-5) << what << " vs the mma GEMV";
+        }
       }
-    }
   }
   // What it does not take: g_idx, groups that are not a power of two (below k), int8, k % 32 != 0.
   QuantCase ca = make_case(quant::IntGroupFormat{4, 128, false}, 16, 256, false, true, rng);
@@ -1263,27 +1264,33 @@ TEST(QuantLinear, ActOrderSortedAtLoadMatchesCpuOracle) {
   }
 }
 
-// GGUF Q4_0 / Q8_0 rows repacked at load (model/gguf_repack.h) run through the int kernels: against the float
-// reference of the original blocks (dequantize_gguf, f64 dot products), at m = 1 (GEMV) and 40 (dequantize
-// path); k 576 is SmolLM2's hidden size (a partial int4 step).
+// GGUF Q4_0 / Q4_1 / Q8_0 rows repacked at load (model/gguf_repack.h) run through the int kernels: against
+// the float reference of the original blocks (dequantize_gguf, f64 dot products), at m = 1 and 8 (the GEMVs;
+// Q4_1's mins the int4 decode GEMV's) and 40 (dequantize path); k 576 is SmolLM2's hidden size (a partial
+// int4 step).
 TEST(QuantLinear, GgufRepackedRowsMatchTheGgufReference) {
   std::mt19937 rng(31);
   std::uniform_int_distribution<int> byte(0, 255);
-  for (quant::GgufType type : {quant::GgufType::kQ4_0, quant::GgufType::kQ8_0}) {
+  for (quant::GgufType type : {quant::GgufType::kQ4_0, quant::GgufType::kQ4_1, quant::GgufType::kQ8_0}) {
     const int64_t n = 100, k = 576;
-    const size_t row_bytes = *quant::gguf_row_bytes(type, k), block = type == quant::GgufType::kQ4_0 ? 18 : 34;
+    const size_t row_bytes = *quant::gguf_row_bytes(type, k);
+    const auto block = static_cast<size_t>(quant::gguf_block_bytes(type));
     std::vector<uint8_t> rows(static_cast<size_t>(n) * row_bytes);
     for (auto& b : rows) b = static_cast<uint8_t>(byte(rng));
     for (size_t off = 0; off < rows.size(); off += block) {
       const f16 d = to_f16(std::uniform_real_distribution<float>(0.002f, 0.01f)(rng));
       std::memcpy(rows.data() + off, &d.bits, 2);
+      if (type == quant::GgufType::kQ4_1) {  // the min: about -8 d, as a Q4_1 quantizer makes it
+        const f16 m = to_f16(-8.0f * to_float(d) * std::uniform_real_distribution<float>(0.5f, 1.5f)(rng));
+        std::memcpy(rows.data() + off + 2, &m.bits, 2);
+      }
     }
     std::vector<float> wf(static_cast<size_t>(n * k));
     for (int64_t r = 0; r < n; ++r) ASSERT_TRUE(quant::dequantize_gguf(type, rows.data() + r * row_bytes, k, wf.data() + r * k).ok());
     auto h = model::repack_gguf_rows(type, rows.data(), n, k);
     ASSERT_TRUE(h.ok()) << h.status().to_string();
     model::UploadedLinear up = model::upload_linear(gpu(), *h, DType::kBF16);
-    for (int64_t m : {1, 40}) {
+    for (int64_t m : {1, 8, 40}) {
       const std::vector<float> x = random_bf16(static_cast<size_t>(m * k), rng);
       std::vector<float> ref(static_cast<size_t>(m * n));
       for (int64_t t = 0; t < m; ++t)
@@ -1295,10 +1302,12 @@ TEST(QuantLinear, GgufRepackedRowsMatchTheGgufReference) {
       auto xd = gpu().upload(host_view(x, Shape{m, k}), DType::kBF16);
       auto yd = gpu().allocate(DType::kF32, Shape{m, n});
       poison(yd.view);
+      const int64_t gemvs = gpu().quant_gemvs();
       gpu().linear(xd.view, up.weights, yd.view);
       const Compare cmp = compare(download(gpu(), yd.view), ref);
       EXPECT_EQ(cmp.nans, 0);
       EXPECT_LT(cmp.rel_l2, 1e-2) << quant::gguf_type_name(type) << " m=" << m;
+      EXPECT_EQ(gpu().quant_gemvs(), gemvs + (m <= 16 ? 1 : 0)) << quant::gguf_type_name(type) << " m=" << m;
     }
   }
 }
@@ -1306,6 +1315,9 @@ TEST(QuantLinear, GgufRepackedRowsMatchTheGgufReference) {
 TEST(QuantLinear, SupportsAndBadWeights) {
   EXPECT_TRUE(gpu().supports(quant::IntGroupFormat{4, 128, true}));
   EXPECT_TRUE(gpu().supports(quant::IntGroupFormat{8, 32, false}));
+  EXPECT_TRUE(gpu().supports(quant::IntGroupFormat{4, 32, false, true}));   // mins (GGUF Q4_1)
+  EXPECT_FALSE(gpu().supports(quant::IntGroupFormat{8, 32, false, true}));  // mins are int4's only
+  EXPECT_FALSE(gpu().supports(quant::IntGroupFormat{4, 32, true, true}));   // not with zero points
   EXPECT_TRUE(gpu().supports(quant::Int8ChannelFormat{}));
   EXPECT_TRUE(gpu().supports(quant::DenseFormat{DType::kBF16}));
   EXPECT_TRUE(gpu().supports(quant::W8A8Fp8Format{}));

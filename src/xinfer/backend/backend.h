@@ -69,7 +69,7 @@ struct LinearWeights {
   TensorView weight;  // [N, K] dense, or the format's packed layout
   TensorView bias;    // [N] or empty
   quant::WeightFormat format = quant::DenseFormat{};
-  TensorView scales{}, zeros{}, g_idx{}, input_scale{};  // as the format says, or empty
+  TensorView scales{}, zeros{}, mins{}, g_idx{}, input_scale{};  // as the format says, or empty
   // i32 [K] or empty: the packed weight's columns are stored in this order of the input's (GPTQ act order
   // sorted at load, model/checkpoint_linear.h sort_act_order): y = x[:, input_perm] @ W_stored^T. Backends
   // gather x so.

@@ -514,6 +514,7 @@ quant::QuantizedMatrix HostLinear::matrix() const {
   m.weight = weight.view().data;
   m.scales = scales.view().empty() ? nullptr : scales.data<float>();
   m.zeros = zeros.view().empty() ? nullptr : zeros.data<uint8_t>();
+  m.mins = mins.view().empty() ? nullptr : mins.data<float>();
   m.g_idx = g_idx.view().empty() ? nullptr : g_idx.data<int32_t>();
   m.input_scale = input_scale.view().empty() ? nullptr : input_scale.data<float>();
   m.input_perm = input_perm.view().empty() ? nullptr : input_perm.data<int32_t>();
@@ -607,6 +608,7 @@ UploadedLinear upload_linear(backend::Backend& be, const HostLinear& w, DType de
   u.weights.format = dense ? quant::WeightFormat{quant::DenseFormat{dense_dtype}} : w.format;
   u.weights.scales = put(w.scales, DType::kF32);
   u.weights.zeros = put(w.zeros, DType::kU8);
+  u.weights.mins = put(w.mins, DType::kF32);
   u.weights.g_idx = put(w.g_idx, DType::kI32);
   u.weights.input_perm = put(w.input_perm, DType::kI32);
   u.weights.input_scale = put(w.input_scale, DType::kF32);

@@ -46,6 +46,7 @@ struct HostLinear {
   HostTensor weight;       // the format's layout, [N, K] dense f32 / [N, K] i8 / [N, K/2] u8 (int4) ...
   HostTensor scales;       // f32 [N, G] (groups), [N] (channel), [1] (FP8 per-tensor)
   HostTensor zeros;        // u8 [N, G] or empty
+  HostTensor mins;         // f32 [N, G] (IntGroupFormat::min_offset) or empty
   HostTensor g_idx;        // i32 [K] or empty
   HostTensor input_perm;  // i32 [K] or empty: column j multiplies input column input_perm[j] (sort_act_order)
   HostTensor input_scale;  // f32 [1] (static activations) or empty

@@ -1,11 +1,16 @@
-// GGUF Q4_0 / Q8_0 rows repacked into the int per-group format (quant/weight_format.h IntGroupFormat, group 32,
-// symmetric), for backends that have int4 / int8 kernels but none for GGUF blocks (CUDA). Exact: the same codes
-// and the block's f16 scale as an f32 scale, so dequantize_matrix of the result equals dequantize_gguf.
-//   Q4_0 [d, qs[16]]: x[j] = d (qs[j] & 15 - 8), x[j + 16] = d (qs[j] >> 4 - 8)  ->  int4-g32: element e in the
+// GGUF Q4_0 / Q4_1 / Q8_0 rows repacked into the int per-group format (quant/weight_format.h IntGroupFormat,
+// group 32), for backends that have int4 / int8 kernels but none for GGUF blocks (CUDA). Exact: the same
+// codes and the block's f16 scale (and min) as f32, so dequantize_matrix of the result equals
+// dequantize_gguf.
+//   Q4_0 [d, qs[16]]: x[j] = d (qs[j] & 15 - 8), x[j + 16] = d (qs[j] >> 4 - 8)  ->  int4-g32: element e in
+//   the
 //        low nibble of byte e / 2 for even e (the nibbles re-ordered), scale d, zero 8 (symmetric)
+//   Q4_1 [d, m, qs[16]]: x[j] = d (qs[j] & 15) + m, x[j + 16] = d (qs[j] >> 4) + m  ->  int4-g32-min: the
+//   nibbles
+//        as Q4_0's, scale d, min m (its zero point -m / d is no integer, so not a u8 zero point)
 //   Q8_0 [d, qs[32] i8]: x[j] = d qs[j]  ->  int8-g32: u8 qs[j] + 128, scale d, zero 128 (symmetric)
-// Q4_1 (x = d q + m) has no such form: its zero point -m / d is not an integer, and IntGroupFormat stores u8
-// zero points, not float minimums; it stays dequantized at load on such backends (as do the other types).
+// The other types stay dequantized at load on such backends. Unsharded only (the loader repacks only then;
+// shard_weights.h does not carry mins).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +23,7 @@
 
 namespace xinfer::model {
 
-// The format a GGUF type repacks into, or nullopt (only Q4_0 and Q8_0 do).
+// The format a GGUF type repacks into, or nullopt (only Q4_0, Q4_1 and Q8_0 do).
 std::optional<quant::IntGroupFormat> gguf_repack_format(quant::GgufType type);
 // rows: n rows of gguf_row_bytes(type, k) bytes each, contiguous. INVALID_ARGUMENT for other types or a k that
 // is not a multiple of 32.

@@ -203,7 +203,7 @@ void run_w8a8_int8(const QuantizedMatrix& w, const W8A8Int8Format& f, const floa
 bool int_matmul_avx2(const QuantizedMatrix& w, const float* x, int64_t rows, float* y, ThreadPool* pool) {
   if (w.k % 32 != 0) return false;
   if (const auto* g = std::get_if<IntGroupFormat>(&w.format)) {
-    if (w.g_idx != nullptr || g->group_size % 32 != 0) return false;
+    if (w.g_idx != nullptr || g->group_size % 32 != 0 || g->min_offset) return false;
     const uint8_t* zeros = g->zero_point ? w.zeros : nullptr;
     if (g->bits == 4) {
       run_int<WKind::kU4>(w, g->group_size, (w.k + g->group_size - 1) / g->group_size, zeros, 8, x, rows, y,

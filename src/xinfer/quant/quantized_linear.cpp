@@ -66,6 +66,16 @@ void dequantize_row(const QuantizedMatrix& w, int64_t n, float* dst) {
           const uint8_t* z = f.zero_point ? w.zeros + n * groups : nullptr;
           const int sym = f.bits == 4 ? 8 : 128;
           const auto* q = static_cast<const uint8_t*>(w.weight) + n * (k * f.bits / 8);
+          if (f.min_offset) {  // scale * value + min (GGUF Q4_1: the product is exact, one rounding in the
+                               // add)
+            XI_CHECK(f.bits == 4 && w.mins != nullptr && w.g_idx == nullptr) << format_name(f) << ": mins";
+            const float* mn = w.mins + n * groups;
+            for (int64_t i = 0; i < k; ++i) {
+              const int g = static_cast<int>(i / f.group_size);
+              dst[i] = s[g] * static_cast<float>((q[i / 2] >> ((i % 2) * 4)) & 15) + mn[g];
+            }
+            return;
+          }
           if (w.g_idx == nullptr && f.bits == 4 && f.group_size % 2 == 0) {  // the common case: per group
             for (int64_t g0 = 0, g = 0; g0 < k; g0 += f.group_size, ++g) {
               const float zg = static_cast<float>(z ? z[g] : sym), sg = s[g];
@@ -119,7 +129,8 @@ bool cpu_supports(const WeightFormat& f) {
         if constexpr (std::is_same_v<T, DenseFormat>) {
           return v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16;
         } else if constexpr (std::is_same_v<T, IntGroupFormat>) {
-          return (v.bits == 4 || v.bits == 8) && v.group_size > 0;
+          return (v.bits == 4 || v.bits == 8) && v.group_size > 0 &&
+                 !(v.min_offset && (v.bits != 4 || v.zero_point));
         } else if constexpr (std::is_same_v<T, GgufFormat>) {
           return gguf_block_elems(v.type) > 0;
         } else {

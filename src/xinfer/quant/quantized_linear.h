@@ -30,6 +30,7 @@ struct QuantizedMatrix {  // a linear's weights in one format; pointers into hos
   const void* weight = nullptr;        // layout of the format (weight_format.h)
   const float* scales = nullptr;       // or nullptr
   const uint8_t* zeros = nullptr;      // or nullptr
+  const float* mins = nullptr;         // IntGroupFormat::min_offset: [n, G], else nullptr
   const int32_t* g_idx = nullptr;      // or nullptr
   const float* input_scale = nullptr;  // static activation scale or nullptr
   // i32 [k] or nullptr: the weight's columns were stored in this order (GPTQ act order sorted at load so that

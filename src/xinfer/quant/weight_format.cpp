@@ -22,7 +22,7 @@ std::string format_name(const WeightFormat& f) {
           return "int8-channel";
         } else if constexpr (std::is_same_v<T, IntGroupFormat>) {
           return "int" + std::to_string(v.bits) + "-g" + std::to_string(v.group_size) +
-                 (v.zero_point ? "-zp" : "");
+                 (v.zero_point ? "-zp" : "") + (v.min_offset ? "-min" : "");
         } else if constexpr (std::is_same_v<T, W8A8Int8Format>) {
           return std::string("w8a8-int8-") + act_name(v.act);
         } else if constexpr (std::is_same_v<T, W8A8Fp8Format>) {
@@ -46,7 +46,8 @@ size_t format_weight_bytes(const WeightFormat& f, int64_t n, int64_t k) {
         } else if constexpr (std::is_same_v<T, IntGroupFormat>) {
           const size_t groups =
               (uk + static_cast<size_t>(v.group_size) - 1) / static_cast<size_t>(v.group_size);
-          return un * (uk * static_cast<size_t>(v.bits) / 8) + un * groups * (4 + (v.zero_point ? 1 : 0));
+          return un * (uk * static_cast<size_t>(v.bits) / 8) +
+                 un * groups * (4 + (v.zero_point ? 1 : 0) + (v.min_offset ? 4 : 0));
         } else if constexpr (std::is_same_v<T, W8A8Fp8Format>) {
           return un * uk + (v.per_channel ? un : 1) * 4;
         } else {

@@ -10,6 +10,9 @@
 //     bits 8: u8 [N, K] (W = scale * (value - 128) symmetric, scale * (value - zero) with zero points);
 //     scales f32 [N, G]; zeros u8 [N, G] (zero_point) or absent; G = ceil(K / group) (a last partial group).
 //     g_idx (i32 [K], GPTQ act-order) optional: the group of input column k is g_idx[k] instead of k/group.
+//     min_offset (bits 4, no zero point, no g_idx: GGUF Q4_1 repacked, model/gguf_repack.h): W = scale *
+//     value
+//     + min, mins f32 [N, G].
 //   W8A8Int8Format     weight i8 [N, K], scales f32 [N]; activations quantized to int8 per token (dynamic,
 //                      scale = max|x_t| / 127) or with a static per-tensor input_scale f32 [1]
 //   W8A8Fp8Format      weight fp8_e4m3 [N, K], scales f32 [N] (per_channel) or [1]; activations to e4m3 per
@@ -35,6 +38,7 @@ struct IntGroupFormat {
   int bits = 4;  // 4 or 8
   int group_size = 128;
   bool zero_point = false;
+  bool min_offset = false;  // W = scale * value + min (value 0..15 unshifted), mins f32 [N, G]
 };
 enum class ActScaleMode { kDynamicPerToken, kStaticPerTensor };
 struct W8A8Int8Format {
@@ -51,11 +55,12 @@ struct GgufFormat {
 using WeightFormat =
     std::variant<DenseFormat, Int8ChannelFormat, IntGroupFormat, W8A8Int8Format, W8A8Fp8Format, GgufFormat>;
 
-// "dense(bf16)", "int8-channel", "int4-g128", "int4-g128-zp", "w8a8-int8-dynamic", "w8a8-fp8-channel-static",
-// "gguf(Q4_1)".
+// "dense(bf16)", "int8-channel", "int4-g128", "int4-g128-zp", "int4-g32-min", "w8a8-int8-dynamic",
+// "w8a8-fp8-channel-static", "gguf(Q4_1)".
 std::string format_name(const WeightFormat& f);
-// Bytes of the weight plus its scales and zero points for an [n, k] linear (g_idx and input_scale not
-// counted: they do not scale with n). For GGUF, n * gguf_row_bytes(k) (k must be a multiple of the block).
+// Bytes of the weight plus its scales and zero points (or mins) for an [n, k] linear (g_idx and input_scale
+// not counted: they do not scale with n). For GGUF, n * gguf_row_bytes(k) (k must be a multiple of the
+// block).
 size_t format_weight_bytes(const WeightFormat& f, int64_t n, int64_t k);
 
 }  // namespace xinfer::quant

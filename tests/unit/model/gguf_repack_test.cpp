@@ -1,8 +1,11 @@
-// GGUF Q4_0 / Q8_0 rows repacked into int4 / int8 per group of 32 (model/gguf_repack.h): the repacked matrix
-// dequantizes (quant::dequantize_matrix) to exactly what quant::dequantize_gguf gives for the original blocks,
-// on random blocks with f16 scales across the normal range; other types have no repack; bad k is refused.
+// GGUF Q4_0 / Q4_1 / Q8_0 rows repacked into int4 / int8 per group of 32 (model/gguf_repack.h): the repacked
+// matrix dequantizes (quant::dequantize_matrix) to exactly what quant::dequantize_gguf (the gguf package's
+// arithmetic, tests/python/test_gguf_quant.py) gives for the original blocks, on random blocks with f16
+// scales (and Q4_1 mins) across the normal range, and the CPU's matmul of it (the portable path for Q4_1's
+// mins) agrees with the GGUF kernels; other types have no repack; bad k is refused.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -18,28 +21,50 @@ TEST(GgufRepack, DequantizesExactlyAsGguf) {
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> mag(-12.0f, 2.0f);
-  for (quant::GgufType type : {quant::GgufType::kQ4_0, quant::GgufType::kQ8_0}) {
+  for (quant::GgufType type : {quant::GgufType::kQ4_0, quant::GgufType::kQ4_1, quant::GgufType::kQ8_0}) {
     const int64_t n = 7, k = 96;
     const size_t row_bytes = *quant::gguf_row_bytes(type, k);
     std::vector<uint8_t> rows(n * row_bytes);
     for (auto& b : rows) b = static_cast<uint8_t>(byte(rng));
-    const size_t block = type == quant::GgufType::kQ4_0 ? 18 : 34;
-    for (size_t off = 0; off < rows.size(); off += block) {  // finite f16 scales, both signs
-      const f16 d = to_f16((byte(rng) % 2 ? -1.0f : 1.0f) * std::exp2(mag(rng)));
-      std::memcpy(rows.data() + off, &d.bits, 2);
-    }
+    const auto block = static_cast<size_t>(quant::gguf_block_bytes(type));
+    const int halves = type == quant::GgufType::kQ4_1 ? 2 : 1;  // d (and Q4_1's m): finite f16, both signs
+    for (size_t off = 0; off < rows.size(); off += block)
+      for (int h = 0; h < halves; ++h) {
+        const f16 d = to_f16((byte(rng) % 2 ? -1.0f : 1.0f) * std::exp2(mag(rng)));
+        std::memcpy(rows.data() + off + 2 * h, &d.bits, 2);
+      }
     auto h = repack_gguf_rows(type, rows.data(), n, k);
     ASSERT_TRUE(h.ok()) << h.status().to_string();
-    EXPECT_EQ(quant::format_name(h->format), type == quant::GgufType::kQ4_0 ? "int4-g32" : "int8-g32");
+    EXPECT_EQ(quant::format_name(h->format), type == quant::GgufType::kQ4_0   ? "int4-g32"
+                                             : type == quant::GgufType::kQ4_1 ? "int4-g32-min"
+                                                                              : "int8-g32");
     std::vector<float> got(static_cast<size_t>(n * k)), want(static_cast<size_t>(n * k));
     quant::dequantize_matrix(h->matrix(), got.data());
     for (int64_t r = 0; r < n; ++r) ASSERT_TRUE(quant::dequantize_gguf(type, rows.data() + r * row_bytes, k, want.data() + r * k).ok());
     for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << quant::gguf_type_name(type) << " element " << i;
+    // The CPU's matmul of the repacked matrix against the GGUF kernels' on the original blocks (which
+    // quantize x to 8 bits: 1e-2).
+    const int64_t m = 3;
+    std::vector<float> x(static_cast<size_t>(m * k)), y_int(static_cast<size_t>(m * n)), y_gguf(y_int.size());
+    for (auto& v : x) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+    quant::quantized_matmul(h->matrix(), x.data(), m, y_int.data(), nullptr);
+    quant::QuantizedMatrix g;
+    g.format = quant::GgufFormat{type};
+    g.n = n;
+    g.k = k;
+    g.weight = rows.data();
+    quant::quantized_matmul(g, x.data(), m, y_gguf.data(), nullptr);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < y_int.size(); ++i) {
+      num += (y_int[i] - y_gguf[i]) * static_cast<double>(y_int[i] - y_gguf[i]);
+      den += static_cast<double>(y_gguf[i]) * y_gguf[i];
+    }
+    EXPECT_LT(std::sqrt(num / den), 1e-2) << quant::gguf_type_name(type);
   }
-  EXPECT_FALSE(gguf_repack_format(quant::GgufType::kQ4_1).has_value());
+  EXPECT_FALSE(gguf_repack_format(quant::GgufType::kQ5_1).has_value());
   EXPECT_FALSE(gguf_repack_format(quant::GgufType::kQ4_K).has_value());
   std::vector<uint8_t> some(64);
-  EXPECT_FALSE(repack_gguf_rows(quant::GgufType::kQ4_1, some.data(), 1, 32).ok());
+  EXPECT_FALSE(repack_gguf_rows(quant::GgufType::kQ5_1, some.data(), 1, 32).ok());
   EXPECT_FALSE(repack_gguf_rows(quant::GgufType::kQ8_0, some.data(), 1, 48).ok());
 }
 

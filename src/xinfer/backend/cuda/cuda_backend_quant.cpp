@@ -1,8 +1,11 @@
 // CudaBackend's weight-only quantized linears (kernels/gemm/quant_linear.h): which formats it runs
 // (supports()), the checks of a LinearWeights in those formats, and the dispatch of linear():
-//   int4 with power-of-two groups >= 32, m = 1 (default; not with XINFER_INT_GEMV=dot / mma) ->
-//                launch_int4_decode_gemv (int4_decode_gemv.h), the tensor-core decode GEMV with the lean
-//                instruction stream (groups of 32 / 64 with the scales folded into bf16 weights)
+//   int4 with power-of-two groups >= 32, m 1..4 and 9..16, and at every m <= 16 for mins (GGUF Q4_1)
+//   (default;
+//                not with XINFER_INT_GEMV=dot / mma; XINFER_INT4_GEMV_ROWS=all|1 widens / narrows the rows)
+//                -> launch_int4_decode_gemv (int4_decode_gemv.h), the tensor-core decode GEMV with the lean
+//                instruction stream (groups of 32 / 64 with the scales folded into bf16 weights), the weight
+//                read once for all rows
 //   int8 (default) / int4 (XINFER_INT_GEMV=dot), m = 1, bf16 y -> launch_dot_gemv (quant_dot_gemv.h), the
 //                CUDA-core GEMV; XINFER_INT_GEMV=mma keeps both on the mma GEMV (read once per process). int4
 //                stays opt-in: under it the W4A16 batched == solo engine test fails (docs/cuda_backend.md)
@@ -23,9 +26,9 @@
 //                m <= kQuantGemvMaxRows our FP8 GEMV (quant_linear.h launch_fp8_gemv), else cuBLASLt's
 //                FP8 GEMM with the per-token x per-channel scales (a per-tensor weight scale broadcast to a
 //                vector first), or our wgmma GEMM on the e4m3 codes where measure_fp8_gemms() found it faster
-//                for the shape and rows (set_fp8_gemm / XINFER_FP8_GEMM; on an H200 it lost at every 8B shape,
-//                docs/PERF.md session 31); a shape cuBLASLt has no FP8 algorithm for fails naming layer shape
-//                and m.
+//                for the shape and rows (set_fp8_gemm / XINFER_FP8_GEMM; on an H200 it lost at every 8B
+//                shape, docs/PERF.md session 31); a shape cuBLASLt has no FP8 algorithm for fails naming
+//                layer shape and m.
 //   W8A8-INT8 (any m) -> each row of x quantized to int8 with its scale (SmoothQuant's symmetric per-token or
 //                static codes, the oracle's bits), then for m <= kQuantGemvMaxRows our int8 GEMV
 //                (launch_w8a8_int8_gemv: int8 mma, int32 sums), else our wgmma GEMM with the scales fused
@@ -98,9 +101,25 @@ bool int_dot_gemv_enabled(int bits) {
   return int_gemv_mode() == 1 || (int_gemv_mode() == 0 && bits == 8);
 }
 
-// Whether int4 single decode rows run the tensor-core decode GEMV (int4_decode_gemv.h): by default.
+// Whether int4 decode rows run the tensor-core decode GEMV (int4_decode_gemv.h): by default.
 bool int4_decode_gemv_enabled() {
   return int_gemv_mode() == 0;
+}
+
+// Whether it runs m rows of x of weight q (else the mma GEMV, in launches of 8). Measured on an H100
+// (docs/PERF.md session 35, the 8B shapes' four linears per layer): m 2..4 even with the mma GEMV (57.7
+// / 59.6 against 58.6 / 59.4 us), m 5..8 3% slower (65.0 against 63.1 us at 8; the engine at 8 sequences 2.98
+// against 2.87 ms a step), m 9..16 20-24% faster (98.7 against 123.9 us at 16: one launch, where the mma GEMV
+// makes two; the engine at 16 sequences 4.08 against 4.91 ms a step). Mins (GGUF Q4_1) only it takes.
+// XINFER_INT4_GEMV_ROWS=all runs it at every m <= 16, =1 at m = 1 only (plus mins).
+bool int4_decode_gemv_for(const QuantWeight& q, int m) {
+  static const int mode = [] {  // 0 measured rule, 1 all, 2 m = 1 only
+    const char* v = std::getenv("XINFER_INT4_GEMV_ROWS");
+    return v == nullptr ? 0 : std::strcmp(v, "all") == 0 ? 1 : std::strcmp(v, "1") == 0 ? 2 : 0;
+  }();
+  if (m < 1 || m > kInt4DecodeGemvMaxRows) return false;
+  if (m == 1 || q.mins != nullptr || mode == 1) return true;
+  return mode == 0 && (m <= 4 || m > 8);
 }
 
 // W8A8-FP8 single decode rows (m = 1, bf16 y) run the CUDA-core FP8 GEMV, with the activation quantization
@@ -158,7 +177,8 @@ bool CudaBackend::supports(const quant::WeightFormat& f) const {
   if (std::holds_alternative<quant::DenseFormat>(f) || std::holds_alternative<quant::Int8ChannelFormat>(f))
     return true;
   if (const auto* g = std::get_if<quant::IntGroupFormat>(&f))
-    return (g->bits == 4 || g->bits == 8) && g->group_size >= 1;
+    return (g->bits == 4 || g->bits == 8) && g->group_size >= 1 &&
+           !(g->min_offset && (g->bits != 4 || g->zero_point));
   return std::holds_alternative<quant::W8A8Fp8Format>(f) || std::holds_alternative<quant::W8A8Int8Format>(f);
 }
 
@@ -200,6 +220,12 @@ QuantWeight CudaBackend::quant_weight(const backend::LinearWeights& w) const {
   if (g->zero_point) {
     q.zeros = device_ptr<uint8_t>(w.zeros, DType::kU8, "zeros", w);
     XI_CHECK_EQ(w.zeros.numel(), n * groups) << "linear " << fmt(w) << ": zeros vs [" << n << ", " << groups << "]";
+  }
+  if (g->min_offset) {
+    XI_CHECK(g->bits == 4 && !g->zero_point) << "linear " << fmt(w) << ": mins need int4 without zero points";
+    q.mins = device_ptr<float>(w.mins, DType::kF32, "mins", w);
+    XI_CHECK_EQ(w.mins.numel(), n * groups)
+        << "linear " << fmt(w) << ": mins vs [" << n << ", " << groups << "]";
   }
   if (!w.g_idx.empty()) {
     q.g_idx = device_ptr<int32_t>(w.g_idx, DType::kI32, "g_idx", w);
@@ -807,10 +833,10 @@ void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWei
     launch_gather_columns(xp, perm, m, q.k, xg, stream_);
     xp = xg;
   }
-  if (m == 1 && q.bits == 4 && int4_decode_gemv_enabled() && int4_decode_gemv_supports(q) &&
-      reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
+  if (q.bits == 4 && int4_decode_gemv_for(q, m) && int4_decode_gemv_enabled() &&
+      int4_decode_gemv_supports(q) && reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
     launch_int4_decode_gemv({xp, q, bias, out.data, y_f32, m}, stream_, options_.gemv_pdl,
-                            int4_decode_gemv_default_schedule(q));
+                            int4_decode_gemv_default_schedule(q, m));
     ++quant_gemvs_;
     return;
   }

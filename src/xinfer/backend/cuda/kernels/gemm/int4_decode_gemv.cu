@@ -1,4 +1,4 @@
-// The int4 decode GEMV at m = 1 on tensor cores (int4_decode_gemv.h).
+// The int4 decode GEMV for 1..16 rows of x on tensor cores (int4_decode_gemv.h).
 #include "xinfer/backend/cuda/kernels/gemm/int4_decode_gemv.h"
 
 #include <cuda_bf16.h>
@@ -24,10 +24,11 @@ struct Params {
   const uint8_t* w;           // [n, k / 2]
   const float* scales;        // [n, G]
   const uint8_t* zeros;       // [n, G] or nullptr (8)
+  const float* mins;          // [n, G] or nullptr: W = scale * value + min (kMin)
   const __nv_bfloat16* bias;  // [n] or nullptr
   void* y;                    // [n] bf16 or f32
   bool y_f32;
-  int n, k, G;
+  int m, n, k, G;   // x [m, k], y [m, n]
   int group_shift;  // column c is in group c >> group_shift (31: one group)
 };
 
@@ -38,6 +39,7 @@ struct Step {
   uint4 w[2];
   float s[2];
   uint32_t z[2];
+  float mn[2];  // kMin only
 };
 
 // (a & kMask) | kMagic as one LOP3 (written as C, ptxas splits it in two: one immediate per LOP3).
@@ -64,15 +66,46 @@ __device__ __forceinline__ void nibble_pairs(uint32_t wd, uint32_t z, uint32_t (
   a[3] = hfma2(and_or<0x00F000F0u, kMagic>(w8), kSixteenth, zhi);
 }
 
-// The 8 nibbles of word `wd` with the scale folded in (kFold: groups of 32 / 64), in the same pairing: bf16
-// (q - z) exactly under the exponent 0x4300 (128 + q; one shift per nibble position), then times the bf16
-// scale, one bf16 rounding: the weights the mma GEMV (quant_gemv.cu) folds for these groups, bit for bit.
-__device__ __forceinline__ void nibble_pairs_folded(uint32_t wd, uint32_t zz, uint32_t ss, uint32_t (&a)[4]) {
+// The 8 nibbles of word `wd` as bf16 pairs q - z, exactly, in the same pairing: 128 + q under the exponent
+// 0x4300 (one shift per nibble position), minus zz = 128 + z in both halves. The rows of x tokens (kTiles >
+// 0) multiply them with bf16 x as it is.
+__device__ __forceinline__ void nibble_pairs_bf16(uint32_t wd, uint32_t zz, uint32_t (&a)[4]) {
   constexpr uint32_t kMagic = 0x43004300u;
-  a[0] = quant_gemv::bf16x2_mul(quant_gemv::bf16x2_sub(and_or<0x000F000Fu, kMagic>(wd), zz), ss);
-  a[1] = quant_gemv::bf16x2_mul(quant_gemv::bf16x2_sub(and_or<0x000F000Fu, kMagic>(wd >> 4), zz), ss);
-  a[2] = quant_gemv::bf16x2_mul(quant_gemv::bf16x2_sub(and_or<0x000F000Fu, kMagic>(wd >> 8), zz), ss);
-  a[3] = quant_gemv::bf16x2_mul(quant_gemv::bf16x2_sub(and_or<0x000F000Fu, kMagic>(wd >> 12), zz), ss);
+  a[0] = quant_gemv::bf16x2_sub(and_or<0x000F000Fu, kMagic>(wd), zz);
+  a[1] = quant_gemv::bf16x2_sub(and_or<0x000F000Fu, kMagic>(wd >> 4), zz);
+  a[2] = quant_gemv::bf16x2_sub(and_or<0x000F000Fu, kMagic>(wd >> 8), zz);
+  a[3] = quant_gemv::bf16x2_sub(and_or<0x000F000Fu, kMagic>(wd >> 12), zz);
+}
+
+// The same times the bf16 scale ss (kFold: groups of 32 / 64), one bf16 rounding: the weights the mma GEMV
+// (quant_gemv.cu) folds for these groups, bit for bit.
+__device__ __forceinline__ void nibble_pairs_folded(uint32_t wd, uint32_t zz, uint32_t ss, uint32_t (&a)[4]) {
+  nibble_pairs_bf16(wd, zz, a);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) a[j] = quant_gemv::bf16x2_mul(a[j], ss);
+}
+
+// f16 pair (v, v): exact for a GGUF block's f16 scale or min stored as f32.
+__device__ __forceinline__ uint32_t f16x2_of(float v) {
+  uint32_t d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(d) : "f"(v));
+  return d;
+}
+
+// The 8 nibbles of word `wd` as f16 scale * q + min (kMin: GGUF Q4_1 repacked; groups of 32 / 64), in the
+// same pairing: q exactly (nibble_pairs with zero 0), then one f16 FMA with the block's f16 scale and min,
+// both exact in f16: one rounding to f16's 11 bits (x goes through f16 too, as at m = 1 for groups of 128).
+__device__ __forceinline__ void nibble_pairs_min(uint32_t wd, uint32_t dd, uint32_t mm, uint32_t (&a)[4]) {
+  nibble_pairs(wd, 0, a);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) a[j] = hfma2(a[j], dd, mm);
+}
+
+// x's columns c .. c + 7 of one token (16 bytes of bf16) as the B fragments' pairs (x0, x4), (x1, x5), (x2,
+// x6), (x3, x7): the pairing of the nibble masks above.
+__device__ __forceinline__ uint4 pair_x8(const uint4 a) {
+  return make_uint4(__byte_perm(a.x, a.z, 0x5410), __byte_perm(a.x, a.z, 0x7632),
+                    __byte_perm(a.y, a.w, 0x5410), __byte_perm(a.y, a.w, 0x7632));
 }
 
 // A lane's read positions, advanced by whole batches so that the steps of a batch are immediate offsets
@@ -88,7 +121,7 @@ struct LaneCursor {
 // (s * 128) >> group_shift, i.e. s itself for groups of 128 (kG128: immediate offsets too). kFold (groups of
 // 32 / 64): the group of the lane's own 32 columns, a lane past k taking the last group (its weights are not
 // loaded and x is 0 there).
-template <int kWarps, bool kZeros, bool kG128, bool kFold>
+template <int kWarps, bool kZeros, bool kG128, bool kFold, bool kMin>
 __device__ __forceinline__ void load_step(const Params& p, const LaneCursor& c, int u, bool live, Step& st) {
   const int gi = kFold   ? min(((c.step + u * kWarps) << 7) + 32 * c.t, p.k - 32) >> p.group_shift
                  : kG128 ? u * kWarps
@@ -97,19 +130,26 @@ __device__ __forceinline__ void load_step(const Params& p, const LaneCursor& c, 
   for (int r = 0; r < 2; ++r) {
     st.w[r] = live ? quant_gemv::load_weights(c.w[r] + u * kWarps * 64) : make_uint4(0, 0, 0, 0);
     st.s[r] = __ldg(p.scales + c.grp[r] + gi);
-    st.z[r] = kZeros ? static_cast<uint32_t>(__ldg(p.zeros + c.grp[r] + gi)) : 8u;
+    st.z[r] = kZeros ? static_cast<uint32_t>(__ldg(p.zeros + c.grp[r] + gi)) : kMin ? 0u : 8u;
+    if constexpr (kMin) st.mn[r] = __ldg(p.mins + c.grp[r] + gi);
   }
 }
 
-// grid: ceil(n / 16) CTAs of kWarps warps; dynamic shared memory: steps * 256 bytes of x pairs (f16; kFold:
-// bf16, the mma in bf16 with the scales in the weights and the sums over all steps in the mma's f32).
-// Occupancy: 24 warps per SM (<= 85 registers), 16 with prefetch or zero points (<= 128: held to 85 registers
-// the zero-point kernels spilled 32-40 bytes and ran gate_up at 25.2 us against the symmetric kernel's 19.0).
-template <int kWarps, int kU, bool kZeros, bool kG128, bool kPrefetch, bool kFold>
-__global__ void __launch_bounds__(kWarps * 32, (kPrefetch || kZeros ? 16 : 24) / kWarps)
+// grid: ceil(n / 16) CTAs of kWarps warps. kTiles 0 (m = 1): dynamic shared memory of steps * 256 bytes holds
+// x's pairs (f16; kFold: bf16, the mma in bf16 with the scales in the weights and the sums over all steps in
+// the mma's f32), every B column x. kTiles 1 / 2 (m 2..8 / 9..16): the B columns are x's tokens, lane (g, t)
+// reading its token g of each tile of 8 from global memory as bf16 (L1 serves the CTAs of an SM: they walk x
+// in the same order), the weights bf16 (q - z) exactly, no shared memory for x. Occupancy: 24 warps per SM
+// (<= 85 registers), 16 with prefetch, zero points, mins or tokens (<= 128: held to 85 registers the
+// zero-point kernels spilled 32-40 bytes and ran gate_up at 25.2 us against the symmetric kernel's 19.0).
+template <int kWarps, int kU, int kTiles, bool kZeros, bool kG128, bool kPrefetch, bool kFold,
+          bool kMin = false>
+__global__ void __launch_bounds__(kWarps * 32, (kPrefetch || kZeros || kMin || kTiles > 0 ? 16 : 24) / kWarps)
     int4_decode_gemv_kernel(Params p) {
-  extern __shared__ uint4 xs[];  // [step][word i][t]: x columns 128 s + 32 t + 8 i .. + 7, re-paired, f16
-  __shared__ float red[kWarps][16];
+  constexpr int kTok = kTiles == 0 ? 1 : 8 * kTiles;  // outputs per row a CTA reduces
+  extern __shared__ uint4
+      xs[];  // kTiles 0: [step][word i][t]: x columns 128 s + 32 t + 8 i .. + 7, re-paired, f16
+  __shared__ float red[kWarps][16][kTok];
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, t = lane % 4;
   const int steps = (p.k + kStepCols - 1) / kStepCols;
@@ -129,7 +169,8 @@ __global__ void __launch_bounds__(kWarps * 32, (kPrefetch || kZeros ? 16 : 24) /
     for (int u = 0; u < kU; ++u) {
       const int step = c.step + u * kWarps;
       if (step < steps)
-        load_step<kWarps, kZeros, kG128, kFold>(p, c, u, !tail || step * kStepCols + t * 32 < p.k, st[u]);
+        load_step<kWarps, kZeros, kG128, kFold, kMin>(p, c, u, !tail || step * kStepCols + t * 32 < p.k,
+                                                      st[u]);
     }
   };
   auto advance = [&] {
@@ -146,47 +187,132 @@ __global__ void __launch_bounds__(kWarps * 32, (kPrefetch || kZeros ? 16 : 24) /
   load_batch(st0);
   pdl_release();
   pdl_wait();
-  // x -> shared memory: 8 columns per thread and pass, pairs (x0, x4), (x1, x5), (x2, x6), (x3, x7); zeros
-  // past k.
-  for (int c8 = static_cast<int>(threadIdx.x); c8 < steps * 16; c8 += kWarps * 32) {
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (c8 * 8 < p.k) {
-      const uint4 a = __ldg(reinterpret_cast<const uint4*>(p.x) + c8);
-      v = make_uint4(__byte_perm(a.x, a.z, 0x5410), __byte_perm(a.x, a.z, 0x7632),
-                     __byte_perm(a.y, a.w, 0x5410), __byte_perm(a.y, a.w, 0x7632));
-      if constexpr (!kFold) {
-        using quant_gemv::bf16x2_to_f16x2;
-        v = make_uint4(bf16x2_to_f16x2(v.x), bf16x2_to_f16x2(v.y), bf16x2_to_f16x2(v.z),
-                       bf16x2_to_f16x2(v.w));
+  if constexpr (kTiles == 0) {
+    // x -> shared memory: 8 columns per thread and pass, pairs (x0, x4), (x1, x5), (x2, x6), (x3, x7); zeros
+    // past k.
+    for (int c8 = static_cast<int>(threadIdx.x); c8 < steps * 16; c8 += kWarps * 32) {
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (c8 * 8 < p.k) {
+        v = pair_x8(__ldg(reinterpret_cast<const uint4*>(p.x) + c8));
+        if constexpr (!kFold || kMin) {
+          using quant_gemv::bf16x2_to_f16x2;
+          v = make_uint4(bf16x2_to_f16x2(v.x), bf16x2_to_f16x2(v.y), bf16x2_to_f16x2(v.z),
+                         bf16x2_to_f16x2(v.w));
+        }
       }
+      const int step = c8 / 16, tt = (c8 / 4) % 4, i = c8 % 4;
+      xs[(step * 4 + i) * 4 + tt] = v;
     }
-    const int step = c8 / 16, tt = (c8 / 4) % 4, i = c8 % 4;
-    xs[(step * 4 + i) * 4 + tt] = v;
+    __syncthreads();
   }
-  __syncthreads();
   float acc[2] = {0.f, 0.f};
   float dsum[4] = {0.f, 0.f, 0.f, 0.f};  // kFold: the mma's sums over all steps
   const uint4* xl = xs + warp * 16 + t;  // this warp's batch's first step, word 0, lane column t
-  // The batch whose first step is `step0` (weights in st) into acc (kFold: dsum).
+  // kTiles > 0: tile j's sums (rows g, g + 8 x tokens 8 j + 2 t, + 1: the C fragment), and the lane's x rows,
+  // token 8 j + g (the last token past m: its columns are not stored).
+  float tacc[kTiles > 0 ? kTiles : 1][4] = {};
+  const uint4* xrow[kTiles > 0 ? kTiles : 1] = {};
+  if constexpr (kTiles > 0) {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+      xrow[j] =
+          reinterpret_cast<const uint4*>(p.x + static_cast<size_t>(min(8 * j + g, p.m - 1)) * p.k) + 4 * t;
+  }
+  // The batch whose first step is `step0` (weights in st) into acc (kFold: dsum; kTiles > 0: tacc).
   auto compute = [&](const Step(&st)[kU], int step0) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
-      if (step0 + u * kWarps >= steps) break;
-      if constexpr (kFold) {
-        uint32_t zz[2], ss[2];
+      const int step = step0 + u * kWarps;
+      if (step >= steps) break;
+      if constexpr (kTiles > 0) {
+        // x's words for word i of the weights, loaded one word ahead (the nibble work covers L1's latency)
+        const bool live = !tail || step * kStepCols + t * 32 < p.k;
+        auto load_x = [&](int i, uint4(&xv)[kTiles]) {
+#pragma unroll
+          for (int j = 0; j < kTiles; ++j)
+            xv[j] = live ? __ldg(xrow[j] + step * 16 + i) : make_uint4(0, 0, 0, 0);
+        };
+        uint4 xv[2][kTiles];
+        load_x(0, xv[0]);
+        uint32_t zz[2], ss[2], mm[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           zz[r] = (0x4300u | st[u].z[r]) * 0x00010001u;  // bf16 128 + z, both halves
-          ss[r] = quant_gemv::pack_bf16x2(st[u].s[r], st[u].s[r]);
+          if constexpr (kMin) {                          // f16 scale and min
+            ss[r] = f16x2_of(st[u].s[r]);
+            mm[r] = f16x2_of(st[u].mn[r]);
+          } else if constexpr (kFold) {
+            ss[r] = quant_gemv::pack_bf16x2(st[u].s[r], st[u].s[r]);
+          }
+        }
+        float d[kTiles][4] = {};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          if (i < 3) load_x(i + 1, xv[(i + 1) % 2]);
+          uint32_t a[2][4];
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            if constexpr (kMin)
+              nibble_pairs_min((&st[u].w[r].x)[i], ss[r], mm[r], a[r]);
+            else if constexpr (kFold)
+              nibble_pairs_folded((&st[u].w[r].x)[i], zz[r], ss[r], a[r]);
+            else
+              nibble_pairs_bf16((&st[u].w[r].x)[i], zz[r], a[r]);
+          }
+#pragma unroll
+          for (int j = 0; j < kTiles; ++j) {
+            float(&dj)[4] = kFold ? tacc[j] : d[j];
+            const uint4 b = pair_x8(xv[i % 2][j]);
+            if constexpr (kMin) {  // f16 weights: x to f16 as well
+              using quant_gemv::bf16x2_to_f16x2;
+              quant_gemv::mma_f16(dj, a[0][0], a[1][0], a[0][1], a[1][1], bf16x2_to_f16x2(b.x),
+                                  bf16x2_to_f16x2(b.y));
+              quant_gemv::mma_f16(dj, a[0][2], a[1][2], a[0][3], a[1][3], bf16x2_to_f16x2(b.z),
+                                  bf16x2_to_f16x2(b.w));
+            } else {
+              quant_gemv::mma(dj, a[0][0], a[1][0], a[0][1], a[1][1], b.x, b.y);
+              quant_gemv::mma(dj, a[0][2], a[1][2], a[0][3], a[1][3], b.z, b.w);
+            }
+          }
+        }
+        if constexpr (!kFold) {
+#pragma unroll
+          for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) tacc[j][e] = fmaf(d[j][e], st[u].s[e / 2], tacc[j][e]);
+        }
+        continue;
+      }
+      if constexpr (kFold) {
+        uint32_t zz[2], ss[2], mm[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          zz[r] = (0x4300u | st[u].z[r]) * 0x00010001u;  // bf16 128 + z, both halves
+          if constexpr (kMin) {                          // f16 scale and min, f16 x in shared memory
+            ss[r] = f16x2_of(st[u].s[r]);
+            mm[r] = f16x2_of(st[u].mn[r]);
+          } else {
+            ss[r] = quant_gemv::pack_bf16x2(st[u].s[r], st[u].s[r]);
+          }
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const uint4 xv = xl[u * kWarps * 16 + i * 4];
           uint32_t a[2][4];
 #pragma unroll
-          for (int r = 0; r < 2; ++r) nibble_pairs_folded((&st[u].w[r].x)[i], zz[r], ss[r], a[r]);
-          quant_gemv::mma(dsum, a[0][0], a[1][0], a[0][1], a[1][1], xv.x, xv.y);
-          quant_gemv::mma(dsum, a[0][2], a[1][2], a[0][3], a[1][3], xv.z, xv.w);
+          for (int r = 0; r < 2; ++r) {
+            if constexpr (kMin)
+              nibble_pairs_min((&st[u].w[r].x)[i], ss[r], mm[r], a[r]);
+            else
+              nibble_pairs_folded((&st[u].w[r].x)[i], zz[r], ss[r], a[r]);
+          }
+          if constexpr (kMin) {
+            quant_gemv::mma_f16(dsum, a[0][0], a[1][0], a[0][1], a[1][1], xv.x, xv.y);
+            quant_gemv::mma_f16(dsum, a[0][2], a[1][2], a[0][3], a[1][3], xv.z, xv.w);
+          } else {
+            quant_gemv::mma(dsum, a[0][0], a[1][0], a[0][1], a[1][1], xv.x, xv.y);
+            quant_gemv::mma(dsum, a[0][2], a[1][2], a[0][3], a[1][3], xv.z, xv.w);
+          }
         }
         continue;
       }
@@ -228,26 +354,40 @@ __global__ void __launch_bounds__(kWarps * 32, (kPrefetch || kZeros ? 16 : 24) /
     while (run(st0, st0)) {
     }
   }
-  if constexpr (kFold) {
-    acc[0] = dsum[0];
-    acc[1] = dsum[2];
-  }
-  if (t == 0) {
-    red[warp][g] = acc[0];
-    red[warp][g + 8] = acc[1];
+  if constexpr (kTiles > 0) {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) red[warp][g + 8 * (e / 2)][8 * j + 2 * t + e % 2] = tacc[j][e];
+  } else {
+    if constexpr (kFold) {
+      acc[0] = dsum[0];
+      acc[1] = dsum[2];
+    }
+    if (t == 0) {
+      red[warp][g][0] = acc[0];
+      red[warp][g + 8][0] = acc[1];
+    }
   }
   __syncthreads();
-  const int tid = static_cast<int>(threadIdx.x);
-  const int row = static_cast<int>(blockIdx.x) * 16 + tid;
-  if (tid < 16 && row < p.n) {
+  // Thread i sums row i % 16's output for token i / 16 over the warps; bias; store.
+  auto store = [&](int i) {
+    const int row = static_cast<int>(blockIdx.x) * 16 + i % 16, tok = i / 16;
+    if (row >= p.n || tok >= p.m) return;
     float v = 0.f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) v += red[w][tid];
+    for (int w = 0; w < kWarps; ++w) v += red[w][i % 16][tok];
     if (p.bias) v += __bfloat162float(p.bias[row]);
+    const size_t at = static_cast<size_t>(tok) * p.n + row;
     if (p.y_f32)
-      static_cast<float*>(p.y)[row] = v;
+      static_cast<float*>(p.y)[at] = v;
     else
-      static_cast<__nv_bfloat16*>(p.y)[row] = __float2bfloat16(v);
+      static_cast<__nv_bfloat16*>(p.y)[at] = __float2bfloat16(v);
+  };
+  if constexpr (kTiles == 0) {
+    if (threadIdx.x < 16) store(static_cast<int>(threadIdx.x));
+  } else {
+    for (int i = static_cast<int>(threadIdx.x); i < 16 * kTok; i += kWarps * 32) store(i);
   }
 }
 
@@ -269,14 +409,16 @@ bool int4_decode_gemv_supports(const QuantWeight& w) {
   return w.bits == 4 && !w.is_signed && w.g_idx == nullptr && w.n >= 1 && w.k >= 32 && w.k % 32 == 0 &&
          w.k <= kMaxK && (w.group_size >= w.k || w.group_size % kStepCols == 0 || w.group_size % 32 == 0) &&
          group_shift(w) >= 0 && static_cast<int64_t>(w.n) * w.groups() < (int64_t{1} << 31) &&
-         reinterpret_cast<uintptr_t>(w.w) % 16 == 0;
+         reinterpret_cast<uintptr_t>(w.w) % 16 == 0 &&
+         (w.mins == nullptr || (folded(w) && w.zeros == nullptr));
 }
 
 std::string to_string(const Int4GemvSchedule& s) {
-  return std::to_string(s.warps) + " warps" + (s.prefetch ? " prefetch" : "");
+  return std::to_string(s.warps) + " warps" + (s.prefetch ? " prefetch" : "") +
+         (s.direct_x ? " direct x" : "");
 }
 
-Int4GemvSchedule int4_decode_gemv_default_schedule(const QuantWeight& w) {
+Int4GemvSchedule int4_decode_gemv_default_schedule(const QuantWeight& w, int m) {
   // H200, m = 1, the 8B shapes (docs/PERF.md session 23, us): symmetric weights take 8 warps (16 warps lost
   // everywhere, e.g. gate_up 34.2 vs 19.1), prefetching where a warp has more than one batch (k > 4096 at 8
   // warps: down 12.1 vs 13.1; qkv 7.1 vs 6.3 without). Zero points hold ~92 registers, 16 warps per SM: no
@@ -284,7 +426,14 @@ Int4GemvSchedule int4_decode_gemv_default_schedule(const QuantWeight& w) {
   // down best at 8).
   Int4GemvSchedule s;
   const int tiles = (w.n + 15) / 16, steps = (w.k + kStepCols - 1) / kStepCols;
-  if (w.zeros) {
+  if (m >
+      1) {  // x's tokens as the B columns, no prefetch (the x words take its registers). H100, session 35:
+    // 8 warps, but 4-warp CTAs on the many-tile shapes at m > 8 (qkv 13.2 vs 15.3 us, gate_up 50.7 vs 52.6; o
+    // and down, 256 tiles, 8.4 vs 12.4 and 22.4 vs 37.8 at 8 warps)
+    s.warps = m > 8 && tiles >= 384 ? 4 : 8;
+    s.prefetch = false;
+    s.direct_x = true;
+  } else if (w.zeros || w.mins) {  // mins: as zero points (their prefetch kernels spill)
     s.warps = tiles >= 1024 ? 4 : 8;
     s.prefetch = false;
   } else {
@@ -298,13 +447,16 @@ void launch_int4_decode_gemv(const QuantLinearArgs& a, cudaStream_t stream, bool
                              const Int4GemvSchedule& sched) {
   const QuantWeight& w = a.w;
   XI_CHECK(int4_decode_gemv_supports(w)) << "int4 decode GEMV: unsupported weight " << describe(w);
-  XI_CHECK_EQ(a.m, 1) << "int4 decode GEMV: one row of x";
+  XI_CHECK(a.m >= 1 && a.m <= kInt4DecodeGemvMaxRows) << "int4 decode GEMV: " << a.m << " rows of x";
   XI_CHECK(reinterpret_cast<uintptr_t>(a.x) % 16 == 0) << "int4 decode GEMV: x must be 16-byte aligned";
   XI_CHECK(sched.warps == 4 || sched.warps == 8) << "int4 decode GEMV: " << to_string(sched);
-  Params p{a.x, w.w, w.scales, w.zeros, a.bias, a.y, a.y_f32, w.n, w.k, w.groups(), group_shift(w)};
+  Params p{a.x,     w.w, w.scales, w.zeros, w.mins,     a.bias,        a.y,
+           a.y_f32, a.m, w.n,      w.k,     w.groups(), group_shift(w)};
   const int tiles = (w.n + 15) / 16;
   const int steps = (w.k + kStepCols - 1) / kStepCols;
-  const size_t smem = static_cast<size_t>(steps) * kStepCols * 2;  // x: 128 f16 columns per step
+  // m = 1: x in shared memory, 128 f16 columns per step; more rows (or direct_x) read x from global memory.
+  const bool staged = a.m == 1 && !sched.direct_x;
+  const size_t smem = staged ? static_cast<size_t>(steps) * kStepCols * 2 : 0;
   auto launch = [&](auto kernel) {
     if (smem > 40 * 1024) raise_smem_limit(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
     if (pdl)
@@ -312,26 +464,38 @@ void launch_int4_decode_gemv(const QuantLinearArgs& a, cudaStream_t stream, bool
     else
       kernel<<<tiles, sched.warps * 32, smem, stream>>>(p);
   };
-  auto pick = [&](auto zeros, auto g128, auto prefetch, auto fold) {
+  auto pick = [&](auto zeros, auto g128, auto prefetch, auto fold, auto min) {
     constexpr bool kZ = decltype(zeros)::value, kG = decltype(g128)::value, kP = decltype(prefetch)::value;
-    constexpr bool kF = decltype(fold)::value;
+    constexpr bool kF = decltype(fold)::value, kM = decltype(min)::value;
+    auto by_tiles = [&](auto warps) {
+      constexpr int kW = decltype(warps)::value;
+      if (staged)
+        launch(int4_decode_gemv_kernel<kW, kBatch, 0, kZ, kG, kP, kF, kM>);
+      else if (a.m <= 8)  // no prefetch past m = 1: the x words take its registers
+        launch(int4_decode_gemv_kernel<kW, kBatch, 1, kZ, kG, false, kF, kM>);
+      else  // two tiles: two steps per batch, or the sums and x words spill
+        launch(int4_decode_gemv_kernel<kW, kBatch / 2, 2, kZ, kG, false, kF, kM>);
+    };
     if (sched.warps == 8)
-      launch(int4_decode_gemv_kernel<8, kBatch, kZ, kG, kP, kF>);
+      by_tiles(std::integral_constant<int, 8>{});
     else
-      launch(int4_decode_gemv_kernel<4, kBatch, kZ, kG, kP, kF>);
+      by_tiles(std::integral_constant<int, 4>{});
   };
   using T = std::true_type;
   using F = std::false_type;
-  auto pick_prefetch = [&](auto zeros, auto g128, auto fold) {
-    sched.prefetch ? pick(zeros, g128, T{}, fold) : pick(zeros, g128, F{}, fold);
+  auto pick_prefetch = [&](auto zeros, auto g128, auto fold, auto min) {
+    sched.prefetch ? pick(zeros, g128, T{}, fold, min) : pick(zeros, g128, F{}, fold, min);
   };
+  auto pick_no_min = [&](auto zeros, auto g128, auto fold) { pick_prefetch(zeros, g128, fold, F{}); };
   const bool g128 = w.group_size == kStepCols && w.k > kStepCols;
-  if (folded(w))
-    w.zeros ? pick_prefetch(T{}, F{}, T{}) : pick_prefetch(F{}, F{}, T{});
+  if (w.mins)  // supports(): folded, no zero points
+    pick_prefetch(F{}, F{}, T{}, T{});
+  else if (folded(w))
+    w.zeros ? pick_no_min(T{}, F{}, T{}) : pick_no_min(F{}, F{}, T{});
   else if (w.zeros)
-    g128 ? pick_prefetch(T{}, T{}, F{}) : pick_prefetch(T{}, F{}, F{});
+    g128 ? pick_no_min(T{}, T{}, F{}) : pick_no_min(T{}, F{}, F{});
   else
-    g128 ? pick_prefetch(F{}, T{}, F{}) : pick_prefetch(F{}, F{}, F{});
+    g128 ? pick_no_min(F{}, T{}, F{}) : pick_no_min(F{}, F{}, F{});
   XI_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,4 +1,4 @@
-// The int4 decode GEMV for one row of x (m = 1): y[1, n] = x[1, k] @ W[n, k]^T (+ bias), W int4 per group in
+// The int4 decode GEMV for 1..16 rows of x: y[m, n] = x[m, k] @ W[n, k]^T (+ bias), W int4 per group in
 // the CPU layout of quant_linear.h (no repack), bf16 x, f32 accumulation, y bf16 or f32. Tensor cores do the
 // multiply-adds so that the instruction stream per weight stays short: the H200 streams ~34 int4 weights per
 // SM-clock at its copy bandwidth against 128 issue slots, and the mma GEMV (quant_gemv.cu) and the CUDA-core
@@ -27,6 +27,19 @@
 // bf16 scale (one rounding, as a bf16 checkpoint has), x stays bf16 in shared memory, and the mma's f32 sums
 // run over all steps: the mma GEMV's products, so m = 1 and m >= 2 differ by summation order only.
 //
+// Rows 2..16 (decode steps of a few sequences; the mma GEMV reads the weight once per 8 rows): the B
+// operand's 8 columns are x's tokens (one tile of 8 for m <= 8, two for m <= 16, each mma issued per tile on
+// the same weight fragments), so the weight is read once for all rows. x stays bf16 and is read from global
+// memory by the lane that needs it (token g, its 32 columns of the step; the CTAs of an SM share it through
+// L1, where staging it per CTA would read up to 2 x 14336 x 16 bytes from L2 for each 16 rows of weights),
+// and the nibbles become bf16 q - z exactly (magic 0x4300, as the folded path; three more shifts per word
+// than the f16 form); per group the f32 sums are scaled as at m = 1. The weight bytes per row of x fall by m,
+// so these rows are bound by the weight stream as m = 1 is.
+//
+// Mins (GGUF Q4_1 repacked, QuantWeight::mins, groups of 32 / 64 only): weights f16 scale * q + min, one f16
+// FMA on the block's f16 scale and min (exact in f16: one rounding to 11 bits, where the bf16 forms keep 8),
+// f16 x, the sums over all steps in the mma's f32.
+//
 // Requirements (int4_decode_gemv_supports): int4, k % 32 == 0, a power-of-two group of 32 or more, or one
 // group over all of k, no g_idx, x 16-byte aligned, k <= 65536 (x's 2 k bytes of shared memory). Numerics of
 // the unfolded path (groups of 128 and more) it does not share with the other GEMVs: zero points are exact up
@@ -45,16 +58,22 @@ namespace xinfer::cuda {
 
 bool int4_decode_gemv_supports(const QuantWeight& w);
 
-// The compiled schedules: 4 or 8 warps per CTA; prefetch: a warp requests its next batch of steps before it
-// computes the current one (twice the weight registers), else after.
+inline constexpr int kInt4DecodeGemvMaxRows = 16;  // rows of x one launch takes
+
+// The compiled schedules: 4 or 8 warps per CTA; prefetch (m = 1 only): a warp requests its next batch of
+// steps before it computes the current one (twice the weight registers), else after; direct_x: at m = 1 too,
+// x read by each lane from global memory as the rows 2..16 read it (no staging in shared memory before the
+// first mma; more instructions per step), always so past m = 1.
 struct Int4GemvSchedule {
   int warps = 8;
   bool prefetch = false;
+  bool direct_x = false;
 };
 std::string to_string(const Int4GemvSchedule& s);
-Int4GemvSchedule int4_decode_gemv_default_schedule(const QuantWeight& w);
+Int4GemvSchedule int4_decode_gemv_default_schedule(const QuantWeight& w, int m);
 
-// a.m must be 1. pdl: the launch allows programmatic dependent launch (pdl.cuh).
+// 1 <= a.m <= kInt4DecodeGemvMaxRows, x [m, k] contiguous. pdl: the launch allows programmatic dependent
+// launch (pdl.cuh).
 void launch_int4_decode_gemv(const QuantLinearArgs& a, cudaStream_t stream, bool pdl,
                              const Int4GemvSchedule& s);
 

@@ -476,7 +476,7 @@ int group_shift(const QuantWeight& w) {
 
 bool dot_gemv_supports(const QuantWeight& w, int m) {
   if (w.bits != 4 && w.bits != 8) return false;
-  if (w.is_signed && (w.bits != 8 || w.zeros != nullptr)) return false;
+  if ((w.is_signed && (w.bits != 8 || w.zeros != nullptr)) || w.mins != nullptr) return false;
   const int cols = w.bits == 4 ? kChunkCols<4> : kChunkCols<8>;
   return w.g_idx == nullptr && m >= 1 && m <= 4 && w.n >= 1 && w.k >= cols && w.k % cols == 0 && group_shift(w) >= 0;
 }

@@ -159,8 +159,9 @@ __global__ void dequantize_kernel(QuantWeight w, int G, __nv_bfloat16* dst, cons
       v = w.w[i];
       z = w.zeros ? w.zeros[si] : 128;
     }
+    const float s = w.scales[si];
     dst[col_perm ? static_cast<size_t>(row) * w.k + col_perm[col] : i] =
-        __float2bfloat16(w.scales[si] * static_cast<float>(v - z));
+        __float2bfloat16(w.mins ? fmaf(s, static_cast<float>(v), w.mins[si]) : s * static_cast<float>(v - z));
   }
 }
 
@@ -193,9 +194,13 @@ __global__ void dequantize8_kernel(QuantWeight w, int G, __nv_bfloat16* dst) {
     }
     uint4 out;
     uint32_t* o = &out.x;
+    const float mn = w.mins ? __ldg(w.mins + si) : 0.f;
+    auto value = [&](int j) {  // scale * (v - z), or scale * v + min (mins: GGUF Q4_1's arithmetic)
+      return w.mins ? fmaf(s, static_cast<float>(v[j]), mn) : s * static_cast<float>(v[j] - z);
+    };
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const __nv_bfloat162 h = __floats2bfloat162_rn(s * static_cast<float>(v[2 * j] - z), s * static_cast<float>(v[2 * j + 1] - z));
+      const __nv_bfloat162 h = __floats2bfloat162_rn(value(2 * j), value(2 * j + 1));
       o[j] = *reinterpret_cast<const uint32_t*>(&h);
     }
     *reinterpret_cast<uint4*>(dst + static_cast<size_t>(row) * w.k + col) = out;
@@ -214,15 +219,16 @@ std::string describe(const QuantWeight& w) {
   if (w.is_signed)
     std::snprintf(buf, sizeof(buf), "int8-channel [%d, %d]", w.n, w.k);
   else
-    std::snprintf(buf, sizeof(buf), "int%d g%d%s%s [%d, %d]", w.bits, w.group_size, w.zeros ? " zp" : "",
-                  w.g_idx ? " g_idx" : "", w.n, w.k);
+    std::snprintf(buf, sizeof(buf), "int%d g%d%s%s%s [%d, %d]", w.bits, w.group_size, w.zeros ? " zp" : "",
+                  w.mins ? " min" : "", w.g_idx ? " g_idx" : "", w.n, w.k);
   return buf;
 }
 
 bool quant_gemv_supports(const QuantWeight& w) {
   if (w.bits != 4 && w.bits != 8) return false;
   const int lane_cols = w.bits == 4 ? 32 : 16;  // a lane's columns of a step: all in k or none
-  if (w.n < 1 || w.k < lane_cols || w.k % lane_cols != 0 || w.g_idx != nullptr) return false;
+  if (w.n < 1 || w.k < lane_cols || w.k % lane_cols != 0 || w.g_idx != nullptr || w.mins != nullptr)
+    return false;
   if (w.is_signed) return w.bits == 8 && w.group_size == w.k && w.zeros == nullptr;
   return w.group_size >= 32 && w.group_size % 32 == 0;
 }

@@ -45,14 +45,15 @@ struct QuantWeight {
   const uint8_t* w = nullptr;        // [n, k / 2] (bits 4) or [n, k]
   const float* scales = nullptr;     // [n, G]
   const uint8_t* zeros = nullptr;    // [n, G] or nullptr: symmetric (8 for int4, 128 for unsigned int8)
+  const float* mins = nullptr;       // [n, G] or nullptr: W = scale * value + min (int4, no zeros; GGUF Q4_1)
   const int32_t* g_idx = nullptr;    // [k] or nullptr
   int group_size = 128;              // columns per group (k for int8 per channel)
   int n = 0, k = 0;
   int groups() const { return (k + group_size - 1) / group_size; }
   size_t weight_bytes() const { return static_cast<size_t>(n) * (bits == 4 ? (k + 1) / 2 : k); }
-  // The quantized bytes one pass over the weight reads: values, scales, zero points.
+  // The quantized bytes one pass over the weight reads: values, scales, zero points or mins.
   size_t bytes() const {
-    return weight_bytes() + static_cast<size_t>(n) * groups() * (4 + (zeros ? 1 : 0));
+    return weight_bytes() + static_cast<size_t>(n) * groups() * (4 + (zeros ? 1 : 0) + (mins ? 4 : 0));
   }
 };
 

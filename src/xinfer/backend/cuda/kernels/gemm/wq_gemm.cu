@@ -280,8 +280,8 @@ int wq_gemm_tile_rows(int m, int n, int sms) {
 }
 
 bool wq_gemm_supports(const QuantWeight& w) {
-  return (w.bits == 4 || w.bits == 8) && w.g_idx == nullptr && w.k % kBK == 0 && w.group_size >= 32 &&
-         w.group_size % 32 == 0 && (!w.is_signed || w.bits == 8) && w.n > 0;
+  return (w.bits == 4 || w.bits == 8) && w.g_idx == nullptr && w.mins == nullptr && w.k % kBK == 0 &&
+         w.group_size >= 32 && w.group_size % 32 == 0 && (!w.is_signed || w.bits == 8) && w.n > 0;
 }
 
 void launch_wq_gemm(const QuantLinearArgs& a, cudaStream_t stream, int tile_rows) {
