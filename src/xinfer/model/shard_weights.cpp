@@ -317,6 +317,10 @@ const char* shard_role_name(ShardRole r) {
 
 Result<ShardedLinear> shard_for_rank(const HostLinearView& w, ShardRole role, const ModelShard& s,
                                      const std::string& name) {
+  // Views carry no mins: such weights (GGUF Q4_1 repacked) are made for unsharded linears only
+  // (gguf_weights.cpp).
+  if (const auto* g = std::get_if<quant::IntGroupFormat>(&w.format); g != nullptr && g->min_offset)
+    return unimplemented(name + ": " + quant::format_name(w.format) + " weights cannot be sharded");
   const int64_t D = s.head_dim;
   const int64_t q_total = static_cast<int64_t>(s.total_heads) * D, kv_total = static_cast<int64_t>(s.total_kv_heads) * D;
   auto expect_rows = [&](int64_t rows) -> Status {

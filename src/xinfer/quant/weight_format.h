@@ -10,9 +10,9 @@
 //     bits 8: u8 [N, K] (W = scale * (value - 128) symmetric, scale * (value - zero) with zero points);
 //     scales f32 [N, G]; zeros u8 [N, G] (zero_point) or absent; G = ceil(K / group) (a last partial group).
 //     g_idx (i32 [K], GPTQ act-order) optional: the group of input column k is g_idx[k] instead of k/group.
-//     min_offset (bits 4, no zero point, no g_idx: GGUF Q4_1 repacked, model/gguf_repack.h): W = scale *
-//     value
-//     + min, mins f32 [N, G].
+//     min_offset (bits 4, no zero point, no g_idx; GGUF Q4_1 repacked, model/gguf_repack.h):
+//             W = scale * value + min, mins f32 [N, G]; scales and mins are f16 values (GGUF's), which the
+//             CUDA kernel relies on (it forms these weights in f16).
 //   W8A8Int8Format     weight i8 [N, K], scales f32 [N]; activations quantized to int8 per token (dynamic,
 //                      scale = max|x_t| / 127) or with a static per-tensor input_scale f32 [1]
 //   W8A8Fp8Format      weight fp8_e4m3 [N, K], scales f32 [N] (per_channel) or [1]; activations to e4m3 per

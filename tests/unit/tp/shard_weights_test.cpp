@@ -404,6 +404,31 @@ TEST(ShardForRank, QkvGateUpAndVocabTakeTheRanksRows) {
 // The tensor-parallel identity itself: x @ W^T for the row-parallel o / down equals the sum over ranks of
 // x[:, cols_r] @ W[:, cols_r]^T (partials added once, the bias only by rank 0); column-parallel gate_up rows
 // concatenated over ranks give [gate | up] of the whole model, per rank block.
+// Weights with mins (GGUF Q4_1 repacked, made for unsharded linears only) are refused with a clear error
+// rather than sharded without their mins.
+TEST(ShardForRank, WeightsWithMinsAreRefused) {
+  ModelConfig c;
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.num_layers = 1;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  c.vocab_size = 10;
+  HostTensor w(DType::kU8, Shape{128, 32}), scales(DType::kF32, Shape{128, 2});
+  HostLinearView v;
+  v.format = quant::IntGroupFormat{4, 32, false, true};
+  v.n = 128;
+  v.k = 64;
+  v.weight = w.view();
+  v.scales = scales.view();
+  const ModelShard s = *ModelShard::make(c, 2, 0);
+  Result<ShardedLinear> got = shard_for_rank(v, ShardRole::kGateUp, s, "l.mlp.gate_proj.weight");
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(got.status().to_string().find("int4-g32-min"), std::string::npos) << got.status().to_string();
+}
+
 TEST(ShardForRank, RowParallelPartialsSumToTheWholeProduct) {
   ModelConfig c;
   c.hidden_size = 3;

@@ -141,6 +141,7 @@ void CpuBackend::quantized_linear(const TensorView& x, const backend::LinearWeig
   q.weight = w.weight.data;
   q.scales = w.scales.empty() ? nullptr : w.scales.as<float>();
   q.zeros = w.zeros.empty() ? nullptr : static_cast<const uint8_t*>(w.zeros.data);
+  q.mins = w.mins.empty() ? nullptr : w.mins.as<float>();
   q.g_idx = w.g_idx.empty() ? nullptr : w.g_idx.as<int32_t>();
   q.input_perm = w.input_perm.empty() ? nullptr : w.input_perm.as<int32_t>();
   q.input_scale = w.input_scale.empty() ? nullptr : w.input_scale.as<float>();
