@@ -401,9 +401,6 @@ TEST(ShardForRank, QkvGateUpAndVocabTakeTheRanksRows) {
   }
 }
 
-// The tensor-parallel identity itself: x @ W^T for the row-parallel o / down equals the sum over ranks of
-// x[:, cols_r] @ W[:, cols_r]^T (partials added once, the bias only by rank 0); column-parallel gate_up rows
-// concatenated over ranks give [gate | up] of the whole model, per rank block.
 // Weights with mins (GGUF Q4_1 repacked, made for unsharded linears only) are refused with a clear error
 // rather than sharded without their mins.
 TEST(ShardForRank, WeightsWithMinsAreRefused) {
@@ -429,6 +426,9 @@ TEST(ShardForRank, WeightsWithMinsAreRefused) {
   EXPECT_NE(got.status().to_string().find("int4-g32-min"), std::string::npos) << got.status().to_string();
 }
 
+// The tensor-parallel identity itself: x @ W^T for the row-parallel o / down equals the sum over ranks of
+// x[:, cols_r] @ W[:, cols_r]^T (partials added once, the bias only by rank 0); column-parallel gate_up rows
+// concatenated over ranks give [gate | up] of the whole model, per rank block.
 TEST(ShardForRank, RowParallelPartialsSumToTheWholeProduct) {
   ModelConfig c;
   c.hidden_size = 3;
