@@ -2,12 +2,11 @@
 // group 32), for backends that have int4 / int8 kernels but none for GGUF blocks (CUDA). Exact: the same
 // codes and the block's f16 scale (and min) as f32, so dequantize_matrix of the result equals
 // dequantize_gguf.
-//   Q4_0 [d, qs[16]]: x[j] = d (qs[j] & 15 - 8), x[j + 16] = d (qs[j] >> 4 - 8)  ->  int4-g32: element e in
-//   the
-//        low nibble of byte e / 2 for even e (the nibbles re-ordered), scale d, zero 8 (symmetric)
-//   Q4_1 [d, m, qs[16]]: x[j] = d (qs[j] & 15) + m, x[j + 16] = d (qs[j] >> 4) + m  ->  int4-g32-min: the
-//   nibbles
-//        as Q4_0's, scale d, min m (its zero point -m / d is no integer, so not a u8 zero point)
+//   Q4_0 [d, qs[16]]: x[j] = d (qs[j] & 15 - 8), x[j + 16] = d (qs[j] >> 4 - 8)
+//        -> int4-g32: element e in the low nibble of byte e / 2 for even e (the nibbles re-ordered), scale d,
+//        zero 8 (symmetric)
+//   Q4_1 [d, m, qs[16]]: x[j] = d (qs[j] & 15) + m, x[j + 16] = d (qs[j] >> 4) + m
+//        -> int4-g32-min: the nibbles as Q4_0's, scale d, min m (its zero point -m / d is no integer)
 //   Q8_0 [d, qs[32] i8]: x[j] = d qs[j]  ->  int8-g32: u8 qs[j] + 128, scale d, zero 128 (symmetric)
 // The other types stay dequantized at load on such backends. Unsharded only (the loader repacks only then;
 // shard_weights.h does not carry mins).

@@ -66,8 +66,7 @@ void dequantize_row(const QuantizedMatrix& w, int64_t n, float* dst) {
           const uint8_t* z = f.zero_point ? w.zeros + n * groups : nullptr;
           const int sym = f.bits == 4 ? 8 : 128;
           const auto* q = static_cast<const uint8_t*>(w.weight) + n * (k * f.bits / 8);
-          if (f.min_offset) {  // scale * value + min (GGUF Q4_1: the product is exact, one rounding in the
-                               // add)
+          if (f.min_offset) {  // scale * value + min (GGUF Q4_1: an exact product, one rounding in the add)
             XI_CHECK(f.bits == 4 && w.mins != nullptr && w.g_idx == nullptr) << format_name(f) << ": mins";
             const float* mn = w.mins + n * groups;
             for (int64_t i = 0; i < k; ++i) {

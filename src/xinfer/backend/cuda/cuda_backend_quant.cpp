@@ -1,7 +1,6 @@
 // CudaBackend's weight-only quantized linears (kernels/gemm/quant_linear.h): which formats it runs
 // (supports()), the checks of a LinearWeights in those formats, and the dispatch of linear():
-//   int4 with power-of-two groups >= 32, m 1..4 and 9..16, and at every m <= 16 for mins (GGUF Q4_1)
-//   (default;
+//   int4 with power-of-two groups >= 32 at m 1..4 and 9..16, mins (GGUF Q4_1) at every m <= 16 (default;
 //                not with XINFER_INT_GEMV=dot / mma; XINFER_INT4_GEMV_ROWS=all|1 widens / narrows the rows)
 //                -> launch_int4_decode_gemv (int4_decode_gemv.h), the tensor-core decode GEMV with the lean
 //                instruction stream (groups of 32 / 64 with the scales folded into bf16 weights), the weight

@@ -72,8 +72,7 @@ struct Int4GemvSchedule {
 std::string to_string(const Int4GemvSchedule& s);
 Int4GemvSchedule int4_decode_gemv_default_schedule(const QuantWeight& w, int m);
 
-// 1 <= a.m <= kInt4DecodeGemvMaxRows, x [m, k] contiguous. pdl: the launch allows programmatic dependent
-// launch (pdl.cuh).
+// 1 <= a.m <= kInt4DecodeGemvMaxRows, x [m, k] contiguous. pdl: programmatic dependent launch (pdl.cuh).
 void launch_int4_decode_gemv(const QuantLinearArgs& a, cudaStream_t stream, bool pdl,
                              const Int4GemvSchedule& s);
 
