@@ -252,8 +252,10 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
     const size_t weights_estimate = static_cast<size_t>(
         static_cast<double>(model::planned_weight_bytes(
             config.model_dir, mc, before.activation_dtype, kept,
-            config.load_format == model::LoadFormat::kDummy ? config.dummy_quantization : std::nullopt)) *
-        static_cast<double>(shard0.parameter_count(mc)) / static_cast<double>(model::LlamaModel::parameter_count(mc)));
+            config.load_format == model::LoadFormat::kDummy ? config.dummy_quantization : std::nullopt,
+            tp > 1)) *
+        static_cast<double>(shard0.parameter_count(mc)) /
+        static_cast<double>(model::LlamaModel::parameter_count(mc)));
     const double usable = config.gpu_memory_utilization * static_cast<double>(before.total_memory) -
                           static_cast<double>(before.total_memory - before.free_memory);
     if (static_cast<double>(weights_estimate) > usable)

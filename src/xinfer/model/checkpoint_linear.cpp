@@ -26,6 +26,7 @@
 #include "xinfer/core/logging.h"
 #include "xinfer/model/gguf_config.h"
 #include "xinfer/model/gguf_file.h"
+#include "xinfer/model/gguf_repack.h"
 
 namespace xinfer::model {
 namespace {
@@ -666,7 +667,7 @@ size_t checkpoint_weight_bytes(const ModelConfig& c, DType dense_dtype, const Li
 
 size_t planned_weight_bytes(const std::string& model_path, const ModelConfig& c, DType dense_dtype,
                             const LinearSupported& supported,
-                            const std::optional<quant::WeightFormat>& linear_format) {
+                            const std::optional<quant::WeightFormat>& linear_format, bool sharded) {
   if (linear_format || !is_gguf_path(model_path)) return checkpoint_weight_bytes(c, dense_dtype, supported, linear_format);
   Result<GgufFile> file = GgufFile::open(model_path);
   if (!file.ok()) return checkpoint_weight_bytes(c, dense_dtype, supported);
@@ -674,8 +675,20 @@ size_t planned_weight_bytes(const std::string& model_path, const ModelConfig& c,
   for (const GgufTensorInfo& t : file->tensors()) {
     const bool is_float = t.type == quant::GgufType::kF32 || t.type == quant::GgufType::kF16 ||
                           t.type == quant::GgufType::kBF16;
-    const bool kept = t.ne.size() == 2 && !is_float && supported(quant::GgufFormat{t.type}, t.ne[1], t.ne[0]);
-    total += kept ? t.bytes : dtype_bytes(dense_dtype, static_cast<size_t>(t.numel()));
+    const bool matrix = t.ne.size() == 2;
+    if (matrix && !is_float && supported(quant::GgufFormat{t.type}, t.ne[1], t.ne[0])) {
+      total += t.bytes;
+      continue;
+    }
+    // Repacked into an int format where the backend runs that one instead (gguf_repack.h; the loader does so
+    // for unsharded linears, never the embedding table).
+    const std::optional<quant::IntGroupFormat> repacked = gguf_repack_format(t.type);
+    if (matrix && repacked && !sharded && t.ne[0] % 32 == 0 && t.name != gguf_tensor_name(-1, "token_embd") &&
+        supported(*repacked, t.ne[1], t.ne[0])) {
+      total += quant::format_weight_bytes(*repacked, t.ne[1], t.ne[0]);
+      continue;
+    }
+    total += dtype_bytes(dense_dtype, static_cast<size_t>(t.numel()));
   }
   return total;
 }

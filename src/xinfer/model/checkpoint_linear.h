@@ -95,10 +95,13 @@ using LinearSupported = std::function<bool(const quant::WeightFormat& f, int64_t
 size_t checkpoint_weight_bytes(const ModelConfig& c, DType dense_dtype, const LinearSupported& supported,
                                const std::optional<quant::WeightFormat>& linear_format = std::nullopt);
 // The same for whatever `model_path` is: a `.gguf` file (every tensor as load_gguf_weights puts it: block
-// formats kept where supported, the rest in `dense_dtype`), else checkpoint_weight_bytes(c, ...). A GGUF
-// that cannot be opened falls back to checkpoint_weight_bytes (the load reports the error).
+// formats kept where supported, Q4_0 / Q4_1 / Q8_0 linears at their repacked int size where the backend runs
+// that format instead and the model is not `sharded`, the rest in `dense_dtype`), else
+// checkpoint_weight_bytes(c, ...). A GGUF that cannot be opened falls back to checkpoint_weight_bytes (the
+// load reports the error).
 size_t planned_weight_bytes(const std::string& model_path, const ModelConfig& c, DType dense_dtype,
                             const LinearSupported& supported,
-                            const std::optional<quant::WeightFormat>& linear_format = std::nullopt);
+                            const std::optional<quant::WeightFormat>& linear_format = std::nullopt,
+                            bool sharded = false);
 
 }  // namespace xinfer::model

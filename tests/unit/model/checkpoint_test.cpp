@@ -724,6 +724,21 @@ TEST(PlannedWeightBytes, GgufFileAsLoaded) {
   };
   EXPECT_EQ(planned_weight_bytes(path, (*m)->config(), DType::kF32, dense_only),
             static_cast<size_t>(LlamaModel::parameter_count((*m)->config())) * 4);
+  // A backend with int kernels but none for GGUF blocks (CUDA): the Q4_1 linears at their repacked size
+  // (int4-g32-min: half a byte per weight, an f32 scale and min per 32), the Q8_0 embedding table and the
+  // norms dense; sharded models are not repacked.
+  auto int_only = [](const quant::WeightFormat& f, int64_t, int64_t) {
+    return std::holds_alternative<quant::DenseFormat>(f) || std::holds_alternative<quant::IntGroupFormat>(f);
+  };
+  const ModelConfig& c = (*m)->config();
+  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
+  const int64_t linear =
+      c.num_layers * (H * (c.num_heads + 2 * c.num_kv_heads) * D + c.num_heads * D * H + 3 * H * I);
+  const size_t dense = static_cast<size_t>(LlamaModel::parameter_count(c)) * 4;
+  EXPECT_EQ(planned_weight_bytes(path, c, DType::kF32, int_only), dense - static_cast<size_t>(linear) * 4 +
+                                                                      static_cast<size_t>(linear) / 2 +
+                                                                      static_cast<size_t>(linear) / 32 * 8);
+  EXPECT_EQ(planned_weight_bytes(path, c, DType::kF32, int_only, std::nullopt, /*sharded=*/true), dense);
 }
 
 }  // namespace
