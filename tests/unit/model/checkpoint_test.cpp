@@ -25,6 +25,7 @@
 #include "xinfer/backend/cpu/cpu_backend.h"
 #include "xinfer/engine/model_runner.h"
 #include "xinfer/model/checkpoint_linear.h"
+#include "xinfer/model/gguf_config.h"
 #include "xinfer/model/llama.h"
 #include "xinfer/model/model_config.h"
 #include "xinfer/model/preset_configs.h"
@@ -704,6 +705,71 @@ TEST_F(BrokenCheckpoint, CompressedTensorsGIdx) {
 
 namespace xinfer::model {
 namespace {
+
+// The CPU backend without its GGUF kernels: a backend with int kernels only, as CUDA is for GGUF files.
+class NoGgufCpuBackend : public cpu::CpuBackend {
+ public:
+  using cpu::CpuBackend::CpuBackend;
+  bool supports(const quant::WeightFormat& f) const override {
+    return !std::holds_alternative<quant::GgufFormat>(f) && cpu::CpuBackend::supports(f);
+  }
+};
+
+// Prompt logits (every position) of the model at `path` loaded on `backend`.
+std::vector<float> prompt_logits(const std::string& path, backend::Backend& backend, LoadOptions opts,
+                                 const std::vector<int32_t>& prompt, size_t* weight_bytes) {
+  opts.max_tokens = 64;
+  opts.max_logit_rows = 64;
+  opts.show_progress = false;
+  auto loaded = LlamaModel::load(path, backend, opts);
+  EXPECT_TRUE(loaded.ok()) << loaded.status().to_string();
+  if (!loaded.ok()) return {};
+  const LlamaModel& m = **loaded;
+  *weight_bytes = m.weight_bytes();
+  const ModelConfig& c = m.config();
+  backend::KvCacheSpec spec{c.num_layers, 16, 4, c.num_kv_heads, c.head_dim, DType::kF32};
+  std::vector<int32_t> table(15);
+  std::iota(table.begin(), table.end(), 1);
+  backend::StepPlan plan =
+      engine::ModelRunner::plan(std::vector<engine::SequenceChunk>{{prompt, 0, table, true}}, 4);
+  plan.logit_rows.resize(prompt.size());
+  std::iota(plan.logit_rows.begin(), plan.logit_rows.end(), 0);
+  backend::KvCache kv = backend.allocate_kv_cache(spec);
+  TensorView logits = (*loaded)->forward(backend.upload_step(plan), kv);
+  return std::vector<float>(logits.as<float>(), logits.as<float>() + logits.numel());
+}
+
+// A GGUF's Q4_1 linears on a backend without GGUF kernels: repacked at load into int4-g32-min (the loader's
+// path on CUDA), run by the backend's int kernel (here the CPU's, whose dequantization of the repacked rows
+// is dequantize_gguf's bit for bit), they give the logits of the weights dequantized at load (float32 both:
+// summation order apart), and the memory plan's estimate is the bytes loaded.
+TEST(GgufRepack, LoadedOnABackendWithoutGgufKernels) {
+  const char* src = std::getenv("XINFER_SOURCE_DIR");
+  const std::string path = std::string(src ? src : ".") + "/tests/unit/model/data/tiny_llama_q4_1.gguf";
+  const std::vector<int32_t> prompt = {1, 5, 9, 13, 17, 21, 25, 40, 41, 7};
+  NoGgufCpuBackend int_only{cpu::CpuBackendOptions{1}};
+  cpu::CpuBackend plain{cpu::CpuBackendOptions{1}};
+  size_t repacked_bytes = 0, dequantized_bytes = 0;
+  const std::vector<float> got = prompt_logits(path, int_only, LoadOptions{}, prompt, &repacked_bytes);
+  LoadOptions deq;
+  deq.dequantize_gguf = true;
+  const std::vector<float> want = prompt_logits(path, plain, deq, prompt, &dequantized_bytes);
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_FALSE(got.empty());
+  float diff = 0, scale = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff = std::max(diff, std::fabs(got[i] - want[i]));
+    scale = std::max(scale, std::fabs(want[i]));
+  }
+  EXPECT_LT(diff, 1e-5f * std::max(1.0f, scale)) << "logits up to " << scale;
+  EXPECT_LT(repacked_bytes, dequantized_bytes) << "the linears stayed quantized";
+  const Result<ModelConfig> c = load_gguf_model_config(path);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  auto supported = [&](const quant::WeightFormat& f, int64_t n, int64_t k) {
+    return int_only.supports_linear(f, n, k);
+  };
+  EXPECT_EQ(planned_weight_bytes(path, *c, DType::kF32, supported), repacked_bytes);
+}
 
 // The memory plan's estimate for a GGUF file: the block formats the CPU backend keeps, as loaded.
 TEST(PlannedWeightBytes, GgufFileAsLoaded) {
