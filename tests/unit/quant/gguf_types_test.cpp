@@ -50,10 +50,14 @@ TEST(WeightFormat, NamesAndBytes) {
   EXPECT_EQ(format_name(IntGroupFormat{4, 128, true}), "int4-g128-zp");
   EXPECT_EQ(format_name(IntGroupFormat{8, 32, false}), "int8-g32");
   EXPECT_EQ(format_name(Int8ChannelFormat{}), "int8-channel");
+  EXPECT_EQ(format_name(IntGroupFormat{4, 32, false, true}), "int4-g32-min");  // GGUF Q4_1 repacked
   EXPECT_EQ(format_weight_bytes(DenseFormat{DType::kBF16}, 3, 8), 48u);
   EXPECT_EQ(format_weight_bytes(GgufFormat{GgufType::kQ4_1}, 576, 576), 576u * 360u);
   EXPECT_EQ(format_weight_bytes(IntGroupFormat{4, 128, true}, 2, 256), 2u * 128u + 2u * 2u * 5u);
   EXPECT_EQ(format_weight_bytes(W8A8Fp8Format{false, ActScaleMode::kStaticPerTensor}, 2, 16), 36u);
+  // Q4_1's 20-byte blocks of 32 repacked: 16 bytes of codes, an f32 scale and an f32 min
+  EXPECT_EQ(format_weight_bytes(IntGroupFormat{4, 32, false, true}, 576, 576), 576u * 18u * 24u);
+  EXPECT_FALSE(cpu_supports(IntGroupFormat{8, 32, false, true}));  // mins are int4's only
   for (const WeightFormat& f : {WeightFormat{DenseFormat{}}, WeightFormat{Int8ChannelFormat{}},
                                 WeightFormat{IntGroupFormat{}}, WeightFormat{W8A8Int8Format{}},
                                 WeightFormat{W8A8Fp8Format{}}, WeightFormat{GgufFormat{GgufType::kQ6_K}}}) {
