@@ -88,6 +88,18 @@ fi
 timeout 60 "$BIN/xinfer-bench" bench --model llama-3.1-70b --no-progress --output-dir "$LOG/results" > "$LOG/engine_70b.log" 2>&1
 r70_rc=$?
 t4=$(date +%s)
+# GGUF on CUDA (Q4_1 repacked into the int4 kernels) against the CPU's float reference, on the tiny Q4_1 GGUF
+# (needs numpy + safetensors; GGUF_CHECK_MODEL=M.gguf checks another file too, e.g. tools/truncate_gguf.py's cut
+# of SmolLM2).
+gg_rc=skipped
+if [ -x "$BIN/xinfer" ] && python3 -c 'import numpy, safetensors' 2> /dev/null; then
+  { timeout 120 python3 tests/gpu/check_gguf_cuda_vs_cpu.py --xinfer "$BIN/xinfer" --out "$LOG/gguf_check"
+    gg_rc=$?
+    if [ -n "${GGUF_CHECK_MODEL:-}" ]; then
+      timeout 300 python3 tests/gpu/check_gguf_cuda_vs_cpu.py --xinfer "$BIN/xinfer" --gguf "$GGUF_CHECK_MODEL" \
+        --out "$LOG/gguf_check_model" || gg_rc=$?
+    fi; } > "$LOG/gguf_check.log" 2>&1
+fi
 # CHECK_8B=1: Llama-3.1-8B-shaped random model, `xinfer-bench logits` vs transformers bf16/f32 (needs torch +
 # transformers; ~2 min; 16 GB temp model under /tmp). Table in $LOG/check_8b.txt.
 c8_rc=skipped
@@ -179,6 +191,10 @@ fi
 [ $lat_rc -ne 0 ] && tail -5 "$LOG/engine_latency.log"
 [ $thr_rc -ne 0 ] && tail -5 "$LOG/engine_throughput.log"
 echo "70B (expected refusal, rc $r70_rc): $(tail -1 "$LOG/engine_70b.log" | cut -c1-300)"
+if [ "$gg_rc" != skipped ]; then
+  echo "==== GGUF on cuda vs the cpu's float reference (rc $gg_rc) ===="
+  cat "$LOG/gguf_check.log"
+fi
 if [ "$c8_rc" != skipped ]; then
   echo "==== Llama-3.1-8B shape: xinfer vs transformers (rc $c8_rc) ===="
   if [ -e "$LOG/check_8b.txt" ]; then cat "$LOG/check_8b.txt"; else tail -20 "$LOG/check_8b.log"; fi
