@@ -255,16 +255,14 @@ TEST(ActOrder, SortedColumnsAreTheSameWeight) {
 // 1.27 (fp8): a kernel that skipped or mis-scaled it would fail by orders of magnitude. (Our kernels scale
 // by 1 / s where torch divides by s: a value within an ulp of a rounding boundary could move one step; none
 // does in these goldens.)
-// The golden prompt's logits (every position) from the checkpoint loaded on `backend`; the model stays in m.
-std::vector<float> golden_logits(const std::string& dir, const WeightFiles& golden, backend::Backend& backend,
-                                 std::unique_ptr<LlamaModel>& m) {
-  TensorView pv = *golden.get("prompt");
-  std::vector<int32_t> prompt(pv.as<int32_t>(), pv.as<int32_t>() + pv.numel());
-  LoadOptions opts;
+// Prompt logits (every position) of the model at `path` loaded on `backend` with `opts` (its limits set
+// here); the model stays in m.
+std::vector<float> load_and_run_prompt(const std::string& path, backend::Backend& backend, LoadOptions opts,
+                                       const std::vector<int32_t>& prompt, std::unique_ptr<LlamaModel>& m) {
   opts.max_tokens = 64;
   opts.max_logit_rows = 64;
   opts.show_progress = false;
-  auto loaded = LlamaModel::load(dir, backend, opts);
+  auto loaded = LlamaModel::load(path, backend, opts);
   EXPECT_TRUE(loaded.ok()) << loaded.status().to_string();
   if (!loaded.ok()) return {};
   m = std::move(*loaded);
@@ -278,6 +276,14 @@ std::vector<float> golden_logits(const std::string& dir, const WeightFiles& gold
   backend::KvCache kv = backend.allocate_kv_cache(spec);
   TensorView logits = m->forward(backend.upload_step(plan), kv);
   return std::vector<float>(logits.as<float>(), logits.as<float>() + logits.numel());
+}
+
+// The golden prompt's logits (every position) from the checkpoint loaded on `backend`; the model stays in m.
+std::vector<float> golden_logits(const std::string& dir, const WeightFiles& golden, backend::Backend& backend,
+                                 std::unique_ptr<LlamaModel>& m) {
+  TensorView pv = *golden.get("prompt");
+  std::vector<int32_t> prompt(pv.as<int32_t>(), pv.as<int32_t>() + pv.numel());
+  return load_and_run_prompt(dir, backend, LoadOptions{}, prompt, m);
 }
 
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -715,30 +721,6 @@ class NoGgufCpuBackend : public cpu::CpuBackend {
   }
 };
 
-// Prompt logits (every position) of the model at `path` loaded on `backend`.
-std::vector<float> prompt_logits(const std::string& path, backend::Backend& backend, LoadOptions opts,
-                                 const std::vector<int32_t>& prompt, size_t* weight_bytes) {
-  opts.max_tokens = 64;
-  opts.max_logit_rows = 64;
-  opts.show_progress = false;
-  auto loaded = LlamaModel::load(path, backend, opts);
-  EXPECT_TRUE(loaded.ok()) << loaded.status().to_string();
-  if (!loaded.ok()) return {};
-  const LlamaModel& m = **loaded;
-  *weight_bytes = m.weight_bytes();
-  const ModelConfig& c = m.config();
-  backend::KvCacheSpec spec{c.num_layers, 16, 4, c.num_kv_heads, c.head_dim, DType::kF32};
-  std::vector<int32_t> table(15);
-  std::iota(table.begin(), table.end(), 1);
-  backend::StepPlan plan =
-      engine::ModelRunner::plan(std::vector<engine::SequenceChunk>{{prompt, 0, table, true}}, 4);
-  plan.logit_rows.resize(prompt.size());
-  std::iota(plan.logit_rows.begin(), plan.logit_rows.end(), 0);
-  backend::KvCache kv = backend.allocate_kv_cache(spec);
-  TensorView logits = (*loaded)->forward(backend.upload_step(plan), kv);
-  return std::vector<float>(logits.as<float>(), logits.as<float>() + logits.numel());
-}
-
 // A GGUF's Q4_1 linears on a backend without GGUF kernels: repacked at load into int4-g32-min (the loader's
 // path on CUDA), run by the backend's int kernel (here the CPU's, whose dequantization of the repacked rows
 // is dequantize_gguf's bit for bit), they give the logits of the weights dequantized at load (float32 both:
@@ -749,11 +731,13 @@ TEST(GgufRepack, LoadedOnABackendWithoutGgufKernels) {
   const std::vector<int32_t> prompt = {1, 5, 9, 13, 17, 21, 25, 40, 41, 7};
   NoGgufCpuBackend int_only{cpu::CpuBackendOptions{1}};
   cpu::CpuBackend plain{cpu::CpuBackendOptions{1}};
-  size_t repacked_bytes = 0, dequantized_bytes = 0;
-  const std::vector<float> got = prompt_logits(path, int_only, LoadOptions{}, prompt, &repacked_bytes);
+  std::unique_ptr<LlamaModel> repacked, dequantized;
+  const std::vector<float> got = load_and_run_prompt(path, int_only, LoadOptions{}, prompt, repacked);
   LoadOptions deq;
   deq.dequantize_gguf = true;
-  const std::vector<float> want = prompt_logits(path, plain, deq, prompt, &dequantized_bytes);
+  const std::vector<float> want = load_and_run_prompt(path, plain, deq, prompt, dequantized);
+  ASSERT_TRUE(repacked != nullptr && dequantized != nullptr);
+  const size_t repacked_bytes = repacked->weight_bytes(), dequantized_bytes = dequantized->weight_bytes();
   ASSERT_EQ(got.size(), want.size());
   ASSERT_FALSE(got.empty());
   float diff = 0, scale = 0;
