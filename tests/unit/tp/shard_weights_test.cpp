@@ -404,22 +404,16 @@ TEST(ShardForRank, QkvGateUpAndVocabTakeTheRanksRows) {
 // Weights with mins (GGUF Q4_1 repacked, made for unsharded linears only) are refused with a clear error
 // rather than sharded without their mins.
 TEST(ShardForRank, WeightsWithMinsAreRefused) {
-  ModelConfig c;
-  c.hidden_size = 64;
-  c.intermediate_size = 128;
-  c.num_layers = 1;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 16;
-  c.vocab_size = 10;
-  HostTensor w(DType::kU8, Shape{128, 32}), scales(DType::kF32, Shape{128, 2});
+  const ModelConfig c = smollm2_like();
+  const int64_t n = 2 * c.intermediate_size, k = c.hidden_size;  // gate_up, Q4_1 repacked
+  HostTensor w(DType::kU8, Shape{n, k / 2}), scales(DType::kF32, Shape{n, k / 32});
   HostLinearView v;
   v.format = quant::IntGroupFormat{4, 32, false, true};
-  v.n = 128;
-  v.k = 64;
+  v.n = n;
+  v.k = k;
   v.weight = w.view();
   v.scales = scales.view();
-  const ModelShard s = *ModelShard::make(c, 2, 0);
+  const ModelShard s = *ModelShard::make(c, 3, 0);
   Result<ShardedLinear> got = shard_for_rank(v, ShardRole::kGateUp, s, "l.mlp.gate_proj.weight");
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), StatusCode::kUnimplemented);
