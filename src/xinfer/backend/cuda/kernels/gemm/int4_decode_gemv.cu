@@ -108,6 +108,53 @@ __device__ __forceinline__ uint4 pair_x8(const uint4 a) {
                     __byte_perm(a.y, a.w, 0x5410), __byte_perm(a.y, a.w, 0x7632));
 }
 
+// A step's per-row constants for the bf16 forms of the weights: zz = bf16 128 + z in both halves; ss = the
+// scale (kFold: bf16; kMin: f16) and mm = the min (kMin: f16).
+template <bool kFold, bool kMin>
+__device__ __forceinline__ void step_constants(const Step& st, uint32_t (&zz)[2], uint32_t (&ss)[2],
+                                               uint32_t (&mm)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    zz[r] = (0x4300u | st.z[r]) * 0x00010001u;
+    if constexpr (kMin) {
+      ss[r] = f16x2_of(st.s[r]);
+      mm[r] = f16x2_of(st.mn[r]);
+    } else if constexpr (kFold) {
+      ss[r] = quant_gemv::pack_bf16x2(st.s[r], st.s[r]);
+    }
+  }
+}
+
+// Word i of a step's two rows as A fragments: f16 scale * q + min (kMin), bf16 (q - z) * scale (kFold) or
+// bf16 q - z.
+template <bool kFold, bool kMin>
+__device__ __forceinline__ void weight_pairs(const Step& st, int i, const uint32_t (&zz)[2],
+                                             const uint32_t (&ss)[2], const uint32_t (&mm)[2],
+                                             uint32_t (&a)[2][4]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if constexpr (kMin)
+      nibble_pairs_min((&st.w[r].x)[i], ss[r], mm[r], a[r]);
+    else if constexpr (kFold)
+      nibble_pairs_folded((&st.w[r].x)[i], zz[r], ss[r], a[r]);
+    else
+      nibble_pairs_bf16((&st.w[r].x)[i], zz[r], a[r]);
+  }
+}
+
+// d += the word's two m16n8k16 products: its 16 columns (x0, x4) .. (x3, x7) in b, f16 operands (kF16) or
+// bf16.
+template <bool kF16>
+__device__ __forceinline__ void mma_word(float (&d)[4], const uint32_t (&a)[2][4], const uint4 b) {
+  if constexpr (kF16) {
+    quant_gemv::mma_f16(d, a[0][0], a[1][0], a[0][1], a[1][1], b.x, b.y);
+    quant_gemv::mma_f16(d, a[0][2], a[1][2], a[0][3], a[1][3], b.z, b.w);
+  } else {
+    quant_gemv::mma(d, a[0][0], a[1][0], a[0][1], a[1][1], b.x, b.y);
+    quant_gemv::mma(d, a[0][2], a[1][2], a[0][3], a[1][3], b.z, b.w);
+  }
+}
+
 // A lane's read positions, advanced by whole batches so that the steps of a batch are immediate offsets
 // (session 23's first version spent as many integer instructions on addresses as on the nibbles).
 struct LaneCursor {
@@ -235,44 +282,22 @@ __global__ void __launch_bounds__(kWarps * 32, (kPrefetch || kZeros || kMin || k
         uint4 xv[2][kTiles];
         load_x(0, xv[0]);
         uint32_t zz[2], ss[2], mm[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          zz[r] = (0x4300u | st[u].z[r]) * 0x00010001u;  // bf16 128 + z, both halves
-          if constexpr (kMin) {                          // f16 scale and min
-            ss[r] = f16x2_of(st[u].s[r]);
-            mm[r] = f16x2_of(st[u].mn[r]);
-          } else if constexpr (kFold) {
-            ss[r] = quant_gemv::pack_bf16x2(st[u].s[r], st[u].s[r]);
-          }
-        }
+        step_constants<kFold, kMin>(st[u], zz, ss, mm);
         float d[kTiles][4] = {};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           if (i < 3) load_x(i + 1, xv[(i + 1) % 2]);
           uint32_t a[2][4];
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            if constexpr (kMin)
-              nibble_pairs_min((&st[u].w[r].x)[i], ss[r], mm[r], a[r]);
-            else if constexpr (kFold)
-              nibble_pairs_folded((&st[u].w[r].x)[i], zz[r], ss[r], a[r]);
-            else
-              nibble_pairs_bf16((&st[u].w[r].x)[i], zz[r], a[r]);
-          }
+          weight_pairs<kFold, kMin>(st[u], i, zz, ss, mm, a);
 #pragma unroll
           for (int j = 0; j < kTiles; ++j) {
-            float(&dj)[4] = kFold ? tacc[j] : d[j];
-            const uint4 b = pair_x8(xv[i % 2][j]);
+            uint4 b = pair_x8(xv[i % 2][j]);
             if constexpr (kMin) {  // f16 weights: x to f16 as well
               using quant_gemv::bf16x2_to_f16x2;
-              quant_gemv::mma_f16(dj, a[0][0], a[1][0], a[0][1], a[1][1], bf16x2_to_f16x2(b.x),
-                                  bf16x2_to_f16x2(b.y));
-              quant_gemv::mma_f16(dj, a[0][2], a[1][2], a[0][3], a[1][3], bf16x2_to_f16x2(b.z),
-                                  bf16x2_to_f16x2(b.w));
-            } else {
-              quant_gemv::mma(dj, a[0][0], a[1][0], a[0][1], a[1][1], b.x, b.y);
-              quant_gemv::mma(dj, a[0][2], a[1][2], a[0][3], a[1][3], b.z, b.w);
+              b = make_uint4(bf16x2_to_f16x2(b.x), bf16x2_to_f16x2(b.y), bf16x2_to_f16x2(b.z),
+                             bf16x2_to_f16x2(b.w));
             }
+            mma_word<kMin>(kFold ? tacc[j] : d[j], a, b);
           }
         }
         if constexpr (!kFold) {
@@ -283,36 +308,15 @@ __global__ void __launch_bounds__(kWarps * 32, (kPrefetch || kZeros || kMin || k
         }
         continue;
       }
-      if constexpr (kFold) {
+      if constexpr (kFold) {  // kMin: f16 weights and f16 x in shared memory
         uint32_t zz[2], ss[2], mm[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          zz[r] = (0x4300u | st[u].z[r]) * 0x00010001u;  // bf16 128 + z, both halves
-          if constexpr (kMin) {                          // f16 scale and min, f16 x in shared memory
-            ss[r] = f16x2_of(st[u].s[r]);
-            mm[r] = f16x2_of(st[u].mn[r]);
-          } else {
-            ss[r] = quant_gemv::pack_bf16x2(st[u].s[r], st[u].s[r]);
-          }
-        }
+        step_constants<kFold, kMin>(st[u], zz, ss, mm);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const uint4 xv = xl[u * kWarps * 16 + i * 4];
           uint32_t a[2][4];
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            if constexpr (kMin)
-              nibble_pairs_min((&st[u].w[r].x)[i], ss[r], mm[r], a[r]);
-            else
-              nibble_pairs_folded((&st[u].w[r].x)[i], zz[r], ss[r], a[r]);
-          }
-          if constexpr (kMin) {
-            quant_gemv::mma_f16(dsum, a[0][0], a[1][0], a[0][1], a[1][1], xv.x, xv.y);
-            quant_gemv::mma_f16(dsum, a[0][2], a[1][2], a[0][3], a[1][3], xv.z, xv.w);
-          } else {
-            quant_gemv::mma(dsum, a[0][0], a[1][0], a[0][1], a[1][1], xv.x, xv.y);
-            quant_gemv::mma(dsum, a[0][2], a[1][2], a[0][3], a[1][3], xv.z, xv.w);
-          }
+          weight_pairs<kFold, kMin>(st[u], i, zz, ss, mm, a);
+          mma_word<kMin>(dsum, a, xv);
         }
         continue;
       }
@@ -323,8 +327,7 @@ __global__ void __launch_bounds__(kWarps * 32, (kPrefetch || kZeros || kMin || k
         uint32_t a[2][4];
 #pragma unroll
         for (int r = 0; r < 2; ++r) nibble_pairs((&st[u].w[r].x)[i], st[u].z[r], a[r]);
-        quant_gemv::mma_f16(d, a[0][0], a[1][0], a[0][1], a[1][1], xv.x, xv.y);
-        quant_gemv::mma_f16(d, a[0][2], a[1][2], a[0][3], a[1][3], xv.z, xv.w);
+        mma_word<true>(d, a, xv);
       }
       acc[0] = fmaf(d[0], st[u].s[0], acc[0]);
       acc[1] = fmaf(d[2], st[u].s[1], acc[1]);
