@@ -680,11 +680,10 @@ size_t planned_weight_bytes(const std::string& model_path, const ModelConfig& c,
       total += t.bytes;
       continue;
     }
-    // Repacked into an int format where the backend runs that one instead (gguf_repack.h; the loader does so
-    // for unsharded linears, never the embedding table).
-    const std::optional<quant::IntGroupFormat> repacked = gguf_repack_format(t.type);
-    if (matrix && repacked && !sharded && t.ne[0] % 32 == 0 && t.name != gguf_tensor_name(-1, "token_embd") &&
-        supported(*repacked, t.ne[1], t.ne[0])) {
+    // Repacked into an int format where the backend runs that one instead, as the loader does
+    // (gguf_repack.h).
+    const std::optional<quant::IntGroupFormat> repacked = gguf_repack_format(t.type, t.name, sharded);
+    if (matrix && repacked && t.ne[0] % 32 == 0 && supported(*repacked, t.ne[1], t.ne[0])) {
       total += quant::format_weight_bytes(*repacked, t.ne[1], t.ne[0]);
       continue;
     }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "xinfer/core/dtype.h"
+#include "xinfer/model/gguf_config.h"
 
 namespace xinfer::model {
 
@@ -12,6 +13,12 @@ std::optional<quant::IntGroupFormat> gguf_repack_format(quant::GgufType type) {
   if (type == quant::GgufType::kQ4_1) return quant::IntGroupFormat{4, 32, false, true};
   if (type == quant::GgufType::kQ8_0) return quant::IntGroupFormat{8, 32, false};
   return std::nullopt;
+}
+
+std::optional<quant::IntGroupFormat> gguf_repack_format(quant::GgufType type, const std::string& tensor_name,
+                                                        bool sharded) {
+  if (sharded || tensor_name == gguf_tensor_name(-1, "token_embd")) return std::nullopt;
+  return gguf_repack_format(type);
 }
 
 Result<HostLinear> repack_gguf_rows(quant::GgufType type, const uint8_t* rows, int64_t n, int64_t k) {

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "xinfer/core/status.h"
 #include "xinfer/model/checkpoint_linear.h"
@@ -24,6 +25,11 @@ namespace xinfer::model {
 
 // The format a GGUF type repacks into, or nullopt (only Q4_0, Q4_1 and Q8_0 do).
 std::optional<quant::IntGroupFormat> gguf_repack_format(quant::GgufType type);
+// The format GGUF tensor `tensor_name` of `type` is repacked into at load where the backend runs it and not
+// the GGUF blocks (the loader and the memory plan ask this alike), or nullopt: Q4_0 / Q4_1 / Q8_0 linears of
+// an unsharded model, never the embedding table (a float table on such backends).
+std::optional<quant::IntGroupFormat> gguf_repack_format(quant::GgufType type, const std::string& tensor_name,
+                                                        bool sharded);
 // rows: n rows of gguf_row_bytes(type, k) bytes each, contiguous. INVALID_ARGUMENT for other types or a k that
 // is not a multiple of 32.
 Result<HostLinear> repack_gguf_rows(quant::GgufType type, const uint8_t* rows, int64_t n, int64_t k);

@@ -66,9 +66,10 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
     };
     // No GGUF kernel on the backend but int4 / int8 ones (CUDA): Q4_0 / Q8_0 linears repacked exactly into
     // int4 / int8 per group of 32 (gguf_repack.h); the embedding table stays a float table.
-    const std::optional<quant::IntGroupFormat> repacked = gguf_repack_format(type);
+    const std::optional<quant::IntGroupFormat> repacked =
+        gguf_repack_format(type, parts[0].name, shard_.sharded());
     if (!vector && same && !options_.dequantize_gguf && !backend_.supports(packed) && repacked &&
-        backend_.supports(*repacked) && !shard_.sharded() && parts[0].name != gguf_tensor_name(-1, "token_embd")) {
+        backend_.supports(*repacked)) {
       XI_ASSIGN_OR_RETURN(size_t row_bytes, quant::gguf_row_bytes(type, k));
       std::vector<uint8_t> gathered(static_cast<size_t>(rows) * row_bytes);
       uint8_t* dst = gathered.data();

@@ -62,6 +62,10 @@ TEST(GgufRepack, DequantizesExactlyAsGguf) {
     EXPECT_LT(std::sqrt(num / den), 1e-2) << quant::gguf_type_name(type);
   }
   EXPECT_FALSE(gguf_repack_format(quant::GgufType::kQ5_1).has_value());
+  // Per tensor: the linears of an unsharded model, never the embedding table.
+  EXPECT_TRUE(gguf_repack_format(quant::GgufType::kQ4_1, "blk.0.attn_q.weight", false).has_value());
+  EXPECT_FALSE(gguf_repack_format(quant::GgufType::kQ4_1, "blk.0.attn_q.weight", true).has_value());
+  EXPECT_FALSE(gguf_repack_format(quant::GgufType::kQ8_0, "token_embd.weight", false).has_value());
   EXPECT_FALSE(gguf_repack_format(quant::GgufType::kQ4_K).has_value());
   std::vector<uint8_t> some(64);
   EXPECT_FALSE(repack_gguf_rows(quant::GgufType::kQ5_1, some.data(), 1, 32).ok());
