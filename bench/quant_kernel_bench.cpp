@@ -1,10 +1,12 @@
 // quantized_matmul GB/s per weight format on SmolLM2-135M's linear shapes, against the measured read
 // bandwidth (the roofline of a GEMV: weight bytes / bandwidth), plus the whole model's linears per token.
 //
-//   quant_kernel_bench [--quick | --model-only | --act-order]
+//   quant_kernel_bench [--quick | --model-only | --act-order | --gguf-repack]
 //
 // --act-order: GPTQ act-order weights, the g_idx path against the columns sorted at load (input_perm), CPU
 // time.
+// --gguf-repack: each GGUF type that model/gguf_repack.h repacks, its GGUF kernel against the int kernel on
+// the repacked rows (what a backend without that GGUF kernel runs), streamed from DRAM, 1 thread, CPU time.
 //
 // Each figure is "hot" (one matrix, called repeatedly: L2/L3-resident when it fits) and "cold" (as many
 // copies of the matrix as fill 160 MB, called in turn, so the bytes stream from DRAM as in a real decode:
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "roofline.h"
+#include "xinfer/model/gguf_repack.h"
 #include "xinfer/quant/quantized_linear.h"
 
 namespace xq = xinfer::quant;
@@ -70,7 +73,8 @@ std::unique_ptr<Matrix> make_matrix(const xq::WeightFormat& f, int64_t n, int64_
     const size_t bb = static_cast<size_t>(xq::gguf_block_bytes(g->type));
     for (size_t off = 0; off < weight_bytes; off += bb) {
       put_half(&w->weight[off], 0.01f);
-      if (g->type == xq::GgufType::kQ4_1) put_half(&w->weight[off + 2], -0.05f);
+      if (g->type == xq::GgufType::kQ4_1 || g->type == xq::GgufType::kQ4_K)
+        put_half(&w->weight[off + 2], -0.05f);
     }
   } else if (const auto* d = std::get_if<xq::DenseFormat>(&f)) {
     std::vector<float> v(static_cast<size_t>(n * k), 0.01f);
@@ -128,6 +132,61 @@ int main(int argc, char** argv) {
     read_bw[threads] = c.read_bandwidth_bytes_per_s;
     std::printf("measured: %d thread(s): DRAM read %.1f GB/s, copy (read+write) %.1f GB/s\n", threads,
                 c.read_bandwidth_bytes_per_s / 1e9, c.bandwidth_bytes_per_s / 1e9);
+  }
+  if (argc > 1 && std::string(argv[1]) == "--gguf-repack") {
+    // As many copies as fill 160 MB, called in turn (cold), 1 thread, process CPU time per call.
+    std::mt19937 grng(13);
+    const Shape sh{"2048x2048", 2048, 2048};
+    std::printf("\n%-6s %-10s %4s %-14s %9s %9s %6s %-14s %9s %9s %6s %8s\n", "type", "NxK", "rows", "gguf",
+                "us", "GB/s", "roof", "repacked", "us", "GB/s", "roof", "speed-up");
+    for (xq::GgufType t : {xq::GgufType::kQ4_0, xq::GgufType::kQ4_1, xq::GgufType::kQ5_0, xq::GgufType::kQ8_0,
+                           xq::GgufType::kQ4_K}) {
+      const xq::WeightFormat f = xq::GgufFormat{t};
+      const size_t bytes = xq::format_weight_bytes(f, sh.n, sh.k);
+      const size_t copies = std::max<size_t>(1, (160u << 20) / bytes);
+      std::vector<std::unique_ptr<Matrix>> mats;
+      std::vector<xinfer::model::HostLinear> repacked;
+      for (size_t c = 0; c < copies; ++c) {
+        mats.push_back(make_matrix(f, sh.n, sh.k, grng));
+        auto h = xinfer::model::repack_gguf_rows(t, mats.back()->weight.data(), sh.n, sh.k);
+        if (!h.ok()) {
+          std::printf("%s: %s\n", xq::gguf_type_name(t), h.status().to_string().c_str());
+          return 1;
+        }
+        repacked.push_back(std::move(*h));
+      }
+      const size_t int_bytes = xq::format_weight_bytes(repacked[0].format, sh.n, sh.k);
+      ThreadPool pool(1);
+      for (int64_t rows : {1, 8}) {
+        std::vector<float> x(static_cast<size_t>(rows * sh.k), 0.3f), y(static_cast<size_t>(rows * sh.n));
+        double a = 0, b = 0;
+        size_t next = 0;
+        seconds_per_call(
+            [&] {
+              xq::quantized_matmul(mats[next]->m, x.data(), rows, y.data(), &pool);
+              next = (next + 1) % mats.size();
+            },
+            min_s, &a);
+        seconds_per_call(
+            [&] {
+              xq::quantized_matmul(repacked[next].matrix(), x.data(), rows, y.data(), &pool);
+              next = (next + 1) % repacked.size();
+            },
+            min_s, &b);
+        const double gbs_a = static_cast<double>(bytes) / a / 1e9,
+                     gbs_b = static_cast<double>(int_bytes) / b / 1e9;
+        std::printf("%-6s %-10s %4lld %-14s %9.1f %9.1f %5.0f%% %-14s %9.1f %9.1f %5.0f%% %7.2fx\n",
+                    xq::gguf_type_name(t), sh.name, static_cast<long long>(rows), xq::format_name(f).c_str(),
+                    a * 1e6, gbs_a, 100.0 * gbs_a * 1e9 / read_bw[1],
+                    xq::format_name(repacked[0].format).c_str(), b * 1e6, gbs_b,
+                    100.0 * gbs_b * 1e9 / read_bw[1], a / b);
+      }
+    }
+    std::printf(
+        "roof: GB/s against the measured 1-thread DRAM read (%.1f GB/s), the roofline of a GEMV; us is\n"
+        "process CPU time per call\n",
+        read_bw[1] / 1e9);
+    return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "--act-order") {
     // GPTQ act order: the g_idx path (a row dequantized at a time) against the columns sorted at load (the

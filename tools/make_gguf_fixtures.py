@@ -3,8 +3,11 @@
 write_tiny_llama(path, ...) writes a random llama-architecture model (hidden 64, 2 layers, heads 4/2, ffn 128,
 vocab 96, a byte-level BPE vocabulary) with its linears quantized by gguf.quants.quantize to `qtype`, the
 embedding to `embd_type`, norms f32; options make the bad inputs the tests need (another architecture,
-a tensor of the wrong shape). Used by tests/python/test_gguf_model.py; run as a script it writes one
-file per type into DIR:
+a tensor of the wrong shape), other sizes (`hidden`, `ffn`: K-quants need rows of 256) and per-tensor types
+(`tensor_types`: Q4_K_M's v / down in another type). The gguf package quantizes no K-quant, so Q4_K is quantized
+here (quantize_q4_k: a plain min / max fit per sub-block, not llama.cpp's search; the layout is ggml's, and
+the tests read it back with the gguf package's dequantizer). Used by tests/python/test_gguf_model.py; run as a
+script it writes one file per type into DIR, and tiny_llama_mixed.gguf (copied to tests/unit/model/data):
 
     python3 tools/make_gguf_fixtures.py DIR
 """
@@ -16,6 +19,42 @@ from gguf import GGMLQuantizationType as Q
 from gguf.quants import quantize
 
 H, LAYERS, HEADS, KV_HEADS, FFN, VOCAB, CTX = 64, 2, 4, 2, 128, 96, 256
+
+
+def f16_round(x):
+    return np.asarray(x, dtype=np.float16).astype(np.float32)
+
+
+def quantize_q4_k(x):
+    """x [N, K] (K % 256 == 0) -> uint8 [N, K / 256 * 144], ggml's block_q4_K: f16 d, f16 dmin, 12 bytes of
+    6-bit sub-block scales and mins, 128 bytes of nibbles; sub-block j of 32 is x = d sc_j q - dmin m_j."""
+    n, k = x.shape
+    b = x.reshape(n, k // 256, 8, 32).astype(np.float32)
+    lo = np.minimum(b.min(-1), 0.0)
+    scale = (b.max(-1) - lo) / 15.0  # per sub-block, before the 6-bit step
+    mins = -lo
+    d = f16_round(scale.max(-1) / 63.0)
+    dmin = f16_round(mins.max(-1) / 63.0)
+    sc = np.clip(np.round(scale / np.where(d > 0, d, 1)[..., None]), 0, 63).astype(np.uint8)
+    mq = np.clip(np.round(mins / np.where(dmin > 0, dmin, 1)[..., None]), 0, 63).astype(np.uint8)
+    eff_s = d[..., None] * sc
+    eff_m = dmin[..., None] * mq
+    q = np.round((b + eff_m[..., None]) / np.where(eff_s > 0, eff_s, 1)[..., None])
+    q = np.clip(q, 0, 15).astype(np.uint8)  # [n, blocks, 8, 32]
+    out = np.zeros((n, k // 256, 144), dtype=np.uint8)
+    out[..., 0:2] = d.astype(np.float16)[..., None].view(np.uint8)
+    out[..., 2:4] = dmin.astype(np.float16)[..., None].view(np.uint8)
+    for i in range(4):  # the inverse of ggml's get_scale_min_k4
+        out[..., 4 + i] = sc[..., i] | ((sc[..., i + 4] >> 4) << 6)
+        out[..., 8 + i] = mq[..., i] | ((mq[..., i + 4] >> 4) << 6)
+        out[..., 12 + i] = (sc[..., i + 4] & 15) | ((mq[..., i + 4] & 15) << 4)
+    for c in range(4):  # 64 elements per 32 bytes: sub-block 2c in the low nibbles, 2c + 1 in the high
+        out[..., 16 + 32 * c:16 + 32 * (c + 1)] = q[..., 2 * c, :] | (q[..., 2 * c + 1, :] << 4)
+    return out.reshape(n, -1)
+
+
+def quantize_any(x, t):
+    return quantize_q4_k(x) if t == Q.Q4_K else quantize(x, t)
 
 
 def gpt2_vocab():
@@ -56,21 +95,22 @@ def spm_vocab(model_path):
 
 
 def write_tiny_llama(path, qtype=Q.Q8_0, embd_type=Q.Q8_0, arch="llama", bad_shape=None, seed=0, tied=True,
-                     spm_model=None):
+                     spm_model=None, hidden=H, ffn=FFN, tensor_types=None):
     """spm_model: a sentencepiece tokenizer.model whose vocabulary (tokenizer.ggml.model "llama") replaces the
-    byte-level BPE one; the vocab size then follows it."""
+    byte-level BPE one; the vocab size then follows it. tensor_types: {tensor name suffix: type} overriding `qtype`
+    (e.g. {"attn_v.weight": Q.Q8_0})."""
     rng = np.random.default_rng(seed)
     vocab_size = VOCAB
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(LAYERS)
     w.add_context_length(CTX)
-    w.add_embedding_length(H)
-    w.add_feed_forward_length(FFN)
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(ffn)
     w.add_head_count(HEADS)
     w.add_head_count_kv(KV_HEADS)
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_dimension_count(H // HEADS)
+    w.add_rope_dimension_count(hidden // HEADS)
     if spm_model is not None:
         tokens, scores, types, sp = spm_vocab(spm_model)
         vocab_size = len(tokens)
@@ -121,12 +161,14 @@ def write_tiny_llama(path, qtype=Q.Q8_0, embd_type=Q.Q8_0, arch="llama", bad_sha
             w.add_tensor(name, x)
             return
         x = (0.1 * rng.standard_normal(shape)).astype(np.float32)
-        t = embd_type if kind == "embd" else qtype
+        t = embd_type if kind == "embd" else next(
+            (v for suffix, v in (tensor_types or {}).items() if name.endswith(suffix)), qtype)
         if t == Q.F32:
             w.add_tensor(name, x)
         else:
-            w.add_tensor(name, quantize(x, t), raw_dtype=t)
+            w.add_tensor(name, quantize_any(x, t), raw_dtype=t)
 
+    H, FFN = hidden, ffn
     D = H // HEADS
     tensor("token_embd.weight", (vocab_size, H), "embd")
     for l in range(LAYERS):
@@ -155,3 +197,7 @@ if __name__ == "__main__":
     out.mkdir(parents=True, exist_ok=True)
     for t in (Q.F32, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1):
         write_tiny_llama(out / f"tiny_{t.name.lower()}.gguf", qtype=t)
+    # tests/unit/model/data/tiny_llama_mixed.gguf: the types of one concatenated weight differ (v beside q / k),
+    # as in llama.cpp's Q4_K_M, in the tiny model's sizes.
+    write_tiny_llama(out / "tiny_llama_mixed.gguf", qtype=Q.Q4_1,
+                     tensor_types={"attn_v.weight": Q.Q8_0, "ffn_down.weight": Q.Q5_0})

@@ -19,8 +19,8 @@
 //    recording that would grow the workspace fails cleanly and succeeds after end_capture() grew it;
 //  - W8A8-FP8 (per-channel / per-tensor weight scales, dynamic / static activations) against the oracle: the
 //    activations quantize to the CPU's bits, so f32 outputs agree to 1e-3 (tensor-core FP8 accumulation);
-//  - GGUF Q4_0 / Q8_0 rows repacked at load (model/gguf_repack.h) through these kernels vs the GGUF
-//  reference;
+//  - GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K rows repacked at load (model/gguf_repack.h) through these kernels
+//  vs the GGUF reference;
 //  - supports(): the formats above and W8A8-INT8 (quant_w8a8_int8_test.cpp) yes, GGUF no; bad weights fail
 //    with the format named.
 #include <gtest/gtest.h>
@@ -1281,25 +1281,33 @@ TEST(QuantLinear, ActOrderSortedAtLoadMatchesCpuOracle) {
   }
 }
 
-// GGUF Q4_0 / Q4_1 / Q8_0 rows repacked at load (model/gguf_repack.h) run through the int kernels: against
-// the float reference of the original blocks (dequantize_gguf, f64 dot products), at m = 1 and 8 (the GEMVs;
-// Q4_1's mins the int4 decode GEMV's) and 40 (dequantize path); k 576 is SmolLM2's hidden size (a partial
-// int4 step).
+// GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K rows repacked at load (model/gguf_repack.h) run through the int
+// kernels: against the float reference of the original blocks (dequantize_gguf, f64 dot products), at m = 1
+// and 8 (the GEMVs; Q4_1's and Q4_K's mins the int4 decode GEMV's) and 40 (dequantize path); k 576 is
+// SmolLM2's hidden size (a partial int4 step), 768 three Q4_K super-blocks.
 TEST(QuantLinear, GgufRepackedRowsMatchTheGgufReference) {
   std::mt19937 rng(31);
   std::uniform_int_distribution<int> byte(0, 255);
-  for (quant::GgufType type : {quant::GgufType::kQ4_0, quant::GgufType::kQ4_1, quant::GgufType::kQ8_0}) {
-    const int64_t n = 100, k = 576;
+  for (quant::GgufType type : {quant::GgufType::kQ4_0, quant::GgufType::kQ4_1, quant::GgufType::kQ5_0,
+                               quant::GgufType::kQ8_0, quant::GgufType::kQ4_K}) {
+    const bool k_quant = type == quant::GgufType::kQ4_K;
+    const int64_t n = 100, k = k_quant ? 768 : 576;
     const size_t row_bytes = *quant::gguf_row_bytes(type, k);
     const auto block = static_cast<size_t>(quant::gguf_block_bytes(type));
     std::vector<uint8_t> rows(static_cast<size_t>(n) * row_bytes);
     for (auto& b : rows) b = static_cast<uint8_t>(byte(rng));
     for (size_t off = 0; off < rows.size(); off += block) {
-      const f16 d = to_f16(std::uniform_real_distribution<float>(0.002f, 0.01f)(rng));
+      // Q4_K: d and dmin scale 6-bit sub-block scales and mins (random bytes: 0..63 each, so d / 32 and
+      // dmin / 32 about match the other types' ranges; the min about -8 times the scale on average)
+      const float unit = k_quant ? 1.0f / 32 : 1.0f;
+      const f16 d = to_f16(unit * std::uniform_real_distribution<float>(0.002f, 0.01f)(rng));
       std::memcpy(rows.data() + off, &d.bits, 2);
       if (type == quant::GgufType::kQ4_1) {  // the min: about -8 d, as a Q4_1 quantizer makes it
         const f16 m = to_f16(-8.0f * to_float(d) * std::uniform_real_distribution<float>(0.5f, 1.5f)(rng));
         std::memcpy(rows.data() + off + 2, &m.bits, 2);
+      } else if (k_quant) {
+        const f16 dmin = to_f16(8.0f * to_float(d) * std::uniform_real_distribution<float>(0.5f, 1.5f)(rng));
+        std::memcpy(rows.data() + off + 2, &dmin.bits, 2);
       }
     }
     std::vector<float> wf(static_cast<size_t>(n * k));

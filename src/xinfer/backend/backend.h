@@ -294,6 +294,12 @@ class Backend {
     (void)k;
     return supports(f);
   }
+  // Whether the GGUF loader repacks linears of GGUF `type` into the int format model/gguf_repack.h gives the
+  // type (where there is one and supports() takes it) instead of keeping the blocks: by default where
+  // linear() has no kernel for the blocks.
+  virtual bool prefers_repacked_gguf(quant::GgufType type) const {
+    return !supports(quant::GgufFormat{type});
+  }
 
   // ---- memory ----
   virtual DeviceTensor allocate(DType dtype, const Shape& shape) = 0;

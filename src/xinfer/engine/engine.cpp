@@ -253,7 +253,7 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineConfig config) {
         static_cast<double>(model::planned_weight_bytes(
             config.model_dir, mc, before.activation_dtype, kept,
             config.load_format == model::LoadFormat::kDummy ? config.dummy_quantization : std::nullopt,
-            tp > 1)) *
+            tp > 1, [&](quant::GgufType t) { return be.prefers_repacked_gguf(t); })) *
         static_cast<double>(shard0.parameter_count(mc)) /
         static_cast<double>(model::LlamaModel::parameter_count(mc)));
     const double usable = config.gpu_memory_utilization * static_cast<double>(before.total_memory) -

@@ -20,7 +20,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <numeric>
+#include <set>
 #include <type_traits>
 
 #include "xinfer/core/logging.h"
@@ -667,25 +669,42 @@ size_t checkpoint_weight_bytes(const ModelConfig& c, DType dense_dtype, const Li
 
 size_t planned_weight_bytes(const std::string& model_path, const ModelConfig& c, DType dense_dtype,
                             const LinearSupported& supported,
-                            const std::optional<quant::WeightFormat>& linear_format, bool sharded) {
+                            const std::optional<quant::WeightFormat>& linear_format, bool sharded,
+                            const RepackPreferred& repack) {
   if (linear_format || !is_gguf_path(model_path)) return checkpoint_weight_bytes(c, dense_dtype, supported, linear_format);
   Result<GgufFile> file = GgufFile::open(model_path);
   if (!file.ok()) return checkpoint_weight_bytes(c, dense_dtype, supported);
+  // The loader concatenates q / k / v and gate / up into one weight, which keeps a block format only where
+  // its parts share one type (load_gguf_weights): otherwise the parts load dense (Q4_K_M's v in Q6_K beside
+  // q / k in Q4_K).
+  auto concat_group = [](const std::string& name) {
+    for (const char* part : {".attn_q.", ".attn_k.", ".attn_v."})
+      if (const size_t at = name.find(part); at != std::string::npos) return name.substr(0, at) + ".qkv";
+    for (const char* part : {".ffn_gate.", ".ffn_up."})
+      if (const size_t at = name.find(part); at != std::string::npos) return name.substr(0, at) + ".gate_up";
+    return name;
+  };
+  std::map<std::string, std::set<quant::GgufType>> group_types;
+  for (const GgufTensorInfo& t : file->tensors()) group_types[concat_group(t.name)].insert(t.type);
   size_t total = 0;
   for (const GgufTensorInfo& t : file->tensors()) {
     const bool is_float = t.type == quant::GgufType::kF32 || t.type == quant::GgufType::kF16 ||
                           t.type == quant::GgufType::kBF16;
-    const bool matrix = t.ne.size() == 2;
-    if (matrix && !is_float && supported(quant::GgufFormat{t.type}, t.ne[1], t.ne[0])) {
-      total += t.bytes;
-      continue;
-    }
-    // Repacked into an int format where the backend runs that one instead, as the loader does
-    // (gguf_repack.h).
-    const std::optional<quant::IntGroupFormat> repacked = gguf_repack_format(t.type, t.name, sharded);
-    if (matrix && repacked && t.ne[0] % 32 == 0 && supported(*repacked, t.ne[1], t.ne[0])) {
-      total += quant::format_weight_bytes(*repacked, t.ne[1], t.ne[0]);
-      continue;
+    const bool one_type_matrix = t.ne.size() == 2 && group_types[concat_group(t.name)].size() == 1;
+    if (one_type_matrix && !is_float) {
+      const int64_t n = t.ne[1], k = t.ne[0];
+      // Repacked into an int format where the backend prefers and runs that one, as the loader does
+      // (gguf_repack.h), else the blocks kept where supported.
+      const std::optional<quant::IntGroupFormat> repacked = gguf_repack_format(t.type, t.name, sharded);
+      const bool prefers = repack ? repack(t.type) : !supported(quant::GgufFormat{t.type}, n, k);
+      if (prefers && repacked && supported(*repacked, n, k)) {
+        total += quant::format_weight_bytes(*repacked, n, k);
+        continue;
+      }
+      if (supported(quant::GgufFormat{t.type}, n, k)) {
+        total += t.bytes;
+        continue;
+      }
     }
     total += dtype_bytes(dense_dtype, static_cast<size_t>(t.numel()));
   }

@@ -94,14 +94,18 @@ using LinearSupported = std::function<bool(const quant::WeightFormat& f, int64_t
 // decoder linear in that format instead, the lm_head dense (dummy weights, `--quantization`).
 size_t checkpoint_weight_bytes(const ModelConfig& c, DType dense_dtype, const LinearSupported& supported,
                                const std::optional<quant::WeightFormat>& linear_format = std::nullopt);
-// The same for whatever `model_path` is: a `.gguf` file (every tensor as load_gguf_weights puts it: block
-// formats kept where supported, Q4_0 / Q4_1 / Q8_0 linears at their repacked int size where the backend runs
-// that format instead and the model is not `sharded`, the rest in `dense_dtype`), else
-// checkpoint_weight_bytes(c, ...). A GGUF that cannot be opened falls back to checkpoint_weight_bytes (the
-// load reports the error).
+// Whether a backend prefers GGUF linears of a type repacked into int formats
+// (Backend::prefers_repacked_gguf).
+using RepackPreferred = std::function<bool(quant::GgufType type)>;
+
+// The same for whatever `model_path` is: a `.gguf` file (every tensor as load_gguf_weights puts it: linears
+// whose type gguf_repack.h repacks at their int size where `repack` says so, the model is not `sharded` and
+// the backend runs the int format; other block formats kept where supported; the rest in `dense_dtype`),
+// else checkpoint_weight_bytes(c, ...). `repack` empty: where the blocks are not supported. A GGUF that
+// cannot be opened falls back to checkpoint_weight_bytes (the load reports the error).
 size_t planned_weight_bytes(const std::string& model_path, const ModelConfig& c, DType dense_dtype,
                             const LinearSupported& supported,
                             const std::optional<quant::WeightFormat>& linear_format = std::nullopt,
-                            bool sharded = false);
+                            bool sharded = false, const RepackPreferred& repack = {});
 
 }  // namespace xinfer::model

@@ -8,11 +8,89 @@
 
 namespace xinfer::model {
 
+namespace {
+
+float half(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return to_float(f16{bits});
+}
+
+// One group of 32 elements as the int formats hold it: codes 0..15 (int4) or u8 with 128 as zero (int8), the
+// scale and (int4-g32-min) the min, so that x = scale * (code - zero) or scale * code + min.
+struct Group32 {
+  uint8_t code[32];
+  float scale = 0;
+  float min = 0;
+};
+
+// A 32-element block's nibbles: element j in the low nibble of byte j, element j + 16 in its high nibble.
+void nibbles(const uint8_t* qs, uint8_t* code) {
+  for (int j = 0; j < 16; ++j) {
+    code[j] = qs[j] & 15;
+    code[j + 16] = qs[j] >> 4;
+  }
+}
+
+// The groups of one block of `type` (1, or 8 for Q4_K); each product below is exact in f32.
+void unpack_block(quant::GgufType type, const uint8_t* b, Group32* g) {
+  switch (type) {
+    case quant::GgufType::kQ4_0:  // d, qs[16]; zero 8 (int4-g32, symmetric)
+      g->scale = half(b);
+      nibbles(b + 2, g->code);
+      return;
+    case quant::GgufType::kQ4_1:  // d, m, qs[16]
+      g->scale = half(b);
+      g->min = half(b + 2);
+      nibbles(b + 4, g->code);
+      return;
+    case quant::GgufType::kQ5_0: {  // d, qh[4], qs[16]: 5-bit q - 16 as int8 (q - 16) + 128
+      g->scale = half(b);
+      uint32_t qh;
+      std::memcpy(&qh, b + 2, 4);
+      nibbles(b + 6, g->code);
+      for (int j = 0; j < 32; ++j)
+        g->code[j] = static_cast<uint8_t>(g->code[j] + (((qh >> j) & 1) << 4) + 112);
+      return;
+    }
+    case quant::GgufType::kQ8_0: {  // d, qs[32] i8
+      g->scale = half(b);
+      for (int j = 0; j < 32; ++j) g->code[j] = static_cast<uint8_t>(static_cast<int8_t>(b[2 + j]) + 128);
+      return;
+    }
+    case quant::GgufType::kQ4_K: {  // d, dmin, 12 packed 6-bit (sc, m), qs[128]: sub-blocks 2i / 2i + 1 the
+                                    // low / high nibbles of qs[32 i .. 32 i + 31]; x = d sc q - dmin m
+      const float d = half(b), dmin = half(b + 2);
+      for (int j = 0; j < 8; ++j) {
+        int sc, m;
+        quant::gguf_k_scale_min(j, b + 4, &sc, &m);
+        g[j].scale = d * static_cast<float>(sc);
+        g[j].min = -(dmin * static_cast<float>(m));
+        const uint8_t* qs = b + 16 + 32 * (j / 2);
+        for (int l = 0; l < 32; ++l) g[j].code[l] = j % 2 == 0 ? qs[l] & 15 : qs[l] >> 4;
+      }
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+}  // namespace
+
 std::optional<quant::IntGroupFormat> gguf_repack_format(quant::GgufType type) {
-  if (type == quant::GgufType::kQ4_0) return quant::IntGroupFormat{4, 32, false};
-  if (type == quant::GgufType::kQ4_1) return quant::IntGroupFormat{4, 32, false, true};
-  if (type == quant::GgufType::kQ8_0) return quant::IntGroupFormat{8, 32, false};
-  return std::nullopt;
+  switch (type) {
+    case quant::GgufType::kQ4_0:
+      return quant::IntGroupFormat{4, 32, false};
+    case quant::GgufType::kQ4_1:
+    case quant::GgufType::kQ4_K:
+      return quant::IntGroupFormat{4, 32, false, true};
+    case quant::GgufType::kQ5_0:
+    case quant::GgufType::kQ8_0:
+      return quant::IntGroupFormat{8, 32, false};
+    default:
+      return std::nullopt;
+  }
 }
 
 std::optional<quant::IntGroupFormat> gguf_repack_format(quant::GgufType type, const std::string& tensor_name,
@@ -24,46 +102,42 @@ std::optional<quant::IntGroupFormat> gguf_repack_format(quant::GgufType type, co
 Result<HostLinear> repack_gguf_rows(quant::GgufType type, const uint8_t* rows, int64_t n, int64_t k) {
   const std::optional<quant::IntGroupFormat> f = gguf_repack_format(type);
   if (!f) return invalid_argument(std::string("gguf repack: no int format for ") + quant::gguf_type_name(type));
-  if (k <= 0 || k % 32 != 0) return invalid_argument("gguf repack: k " + std::to_string(k) + " is not a multiple of 32");
-  const int64_t blocks = k / 32;
+  const int64_t block = quant::gguf_block_elems(type);
+  if (k <= 0 || k % block != 0)
+    return invalid_argument("gguf repack: k " + std::to_string(k) + " is not a multiple of " +
+                            quant::gguf_type_name(type) + "'s block of " + std::to_string(block));
+  const int64_t blocks = k / block, groups = k / 32;
+  const int per_block = static_cast<int>(block / 32);
   const auto block_bytes = static_cast<size_t>(quant::gguf_block_bytes(type));
-  const size_t codes_at = f->min_offset ? 4 : 2;  // Q4_1: d, m, then the codes
   HostLinear h;
   h.format = *f;
   h.n = n;
   h.k = k;
-  h.scales = HostTensor(DType::kF32, Shape{n, blocks});
+  h.scales = HostTensor(DType::kF32, Shape{n, groups});
   float* s = h.scales.data<float>();
   float* mn = nullptr;
   if (f->min_offset) {
-    h.mins = HostTensor(DType::kF32, Shape{n, blocks});
+    h.mins = HostTensor(DType::kF32, Shape{n, groups});
     mn = h.mins.data<float>();
   }
-  h.weight = HostTensor(DType::kU8, Shape{n, f->bits == 4 ? k / 2 : k});
+  const int64_t row_bytes = f->bits == 4 ? k / 2 : k;
+  h.weight = HostTensor(DType::kU8, Shape{n, row_bytes});
   uint8_t* w = h.weight.data<uint8_t>();
+  Group32 g[8];
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* blk = rows + (static_cast<size_t>(r * blocks + b)) * block_bytes;
-      uint16_t d;
-      std::memcpy(&d, blk, 2);
-      s[r * blocks + b] = to_float(f16{d});
-      if (mn != nullptr) {
-        uint16_t m;
-        std::memcpy(&m, blk + 2, 2);
-        mn[r * blocks + b] = to_float(f16{m});
-      }
-      const uint8_t* qs = blk + codes_at;
-      if (f->bits == 4) {
-        uint8_t* out = w + r * (k / 2) + b * 16;  // 32 elements, two per byte
-        uint8_t e[32];
-        for (int j = 0; j < 16; ++j) {
-          e[j] = qs[j] & 15;
-          e[j + 16] = qs[j] >> 4;
+      unpack_block(type, rows + static_cast<size_t>(r * blocks + b) * block_bytes, g);
+      for (int j = 0; j < per_block; ++j) {
+        const int64_t gi = b * per_block + j;
+        s[r * groups + gi] = g[j].scale;
+        if (mn != nullptr) mn[r * groups + gi] = g[j].min;
+        if (f->bits == 4) {  // element e in the low nibble of byte e / 2 for even e
+          uint8_t* out = w + r * row_bytes + gi * 16;
+          for (int e = 0; e < 16; ++e)
+            out[e] = static_cast<uint8_t>(g[j].code[2 * e] | (g[j].code[2 * e + 1] << 4));
+        } else {
+          std::memcpy(w + r * row_bytes + gi * 32, g[j].code, 32);
         }
-        for (int j = 0; j < 16; ++j) out[j] = static_cast<uint8_t>(e[2 * j] | (e[2 * j + 1] << 4));
-      } else {
-        uint8_t* out = w + r * k + b * 32;
-        for (int j = 0; j < 32; ++j) out[j] = static_cast<uint8_t>(static_cast<int8_t>(qs[j]) + 128);
       }
     }
   }

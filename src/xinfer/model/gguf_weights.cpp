@@ -64,11 +64,12 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
       const int64_t src = p.permute_head_dim > 0 ? gguf_row_of_hf_row(hf_row, p.permute_head_dim) : hf_row;
       return t.data + static_cast<size_t>(src) * row_bytes;
     };
-    // No GGUF kernel on the backend but int4 / int8 ones (CUDA): Q4_0 / Q8_0 linears repacked exactly into
-    // int4 / int8 per group of 32 (gguf_repack.h); the embedding table stays a float table.
+    // Repacked exactly into int4 / int8 per group of 32 (gguf_repack.h: Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K)
+    // where the backend prefers its int kernels (CUDA: no GGUF kernels; the CPU: Q4_K, Q5_0); the embedding
+    // table is never repacked.
     const std::optional<quant::IntGroupFormat> repacked =
         gguf_repack_format(type, parts[0].name, shard_.sharded());
-    if (!vector && same && !options_.dequantize_gguf && !backend_.supports(packed) && repacked &&
+    if (!vector && same && !options_.dequantize_gguf && backend_.prefers_repacked_gguf(type) && repacked &&
         backend_.supports(*repacked)) {
       XI_ASSIGN_OR_RETURN(size_t row_bytes, quant::gguf_row_bytes(type, k));
       std::vector<uint8_t> gathered(static_cast<size_t>(rows) * row_bytes);
@@ -80,7 +81,9 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
       }
       XI_ASSIGN_OR_RETURN(HostLinear h, repack_gguf_rows(type, gathered.data(), rows, k));
       if (logged.insert(h.note).second)
-        XI_LOG(INFO) << h.note << " at load (" << backend_.info().name << " has no kernel for gguf("
+        XI_LOG(INFO) << h.note << " at load (" << backend_.info().name
+                     << (backend_.supports(packed) ? ": its int kernels run it faster than its gguf("
+                                                   : " has no kernel for gguf(")
                      << gguf_type_name(type) << "))";
       UploadedLinear up = upload_linear(backend_, h, dtype);
       owned_.insert(owned_.end(), up.buffers.begin(), up.buffers.end());

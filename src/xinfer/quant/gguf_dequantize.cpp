@@ -7,6 +7,17 @@
 #include "xinfer/quant/gguf_types.h"
 
 namespace xinfer::quant {
+
+void gguf_k_scale_min(int j, const uint8_t* packed, int* sc, int* m) {
+  if (j < 4) {
+    *sc = packed[j] & 63;
+    *m = packed[j + 4] & 63;
+  } else {
+    *sc = (packed[j + 4] & 15) | ((packed[j - 4] >> 6) << 4);
+    *m = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
+  }
+}
+
 namespace {
 
 float half(const uint8_t* p) {
@@ -65,17 +76,6 @@ void dq_q8_1(const uint8_t* b, float* y) {
   for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(qs[j]);
 }
 
-// The 6-bit scale and min of sub-block j (0..7) of Q4_K / Q5_K's 12 packed scale bytes.
-void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // dst[256] from one super-block of each K type.
 void dq_q2_k(const uint8_t* b, float* y) {
   const uint8_t* scales = b;
@@ -128,9 +128,9 @@ void dq_q4_k(const uint8_t* b, float* y) {
   const uint8_t* q = b + 16;
   for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
     int sc, m;
-    scale_min_k4(is, scales, &sc, &m);
+    gguf_k_scale_min(is, scales, &sc, &m);
     const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
-    scale_min_k4(is + 1, scales, &sc, &m);
+    gguf_k_scale_min(is + 1, scales, &sc, &m);
     const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
     for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 15) - m1;
     for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
@@ -144,9 +144,9 @@ void dq_q5_k(const uint8_t* b, float* y) {
   uint8_t u1 = 1, u2 = 2;
   for (int j = 0, is = 0; j < 256; j += 64, is += 2, ql += 32) {
     int sc, m;
-    scale_min_k4(is, scales, &sc, &m);
+    gguf_k_scale_min(is, scales, &sc, &m);
     const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
-    scale_min_k4(is + 1, scales, &sc, &m);
+    gguf_k_scale_min(is + 1, scales, &sc, &m);
     const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
     for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>((ql[l] & 15) + ((qh[l] & u1) ? 16 : 0)) - m1;
     for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;

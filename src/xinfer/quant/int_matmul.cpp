@@ -2,7 +2,8 @@
 //   int4 / int8 per group (no g_idx; group a multiple of 32; K may end in a partial group), int8 per channel
 //   (W8A16): weights decoded to
 //     f32 in registers, 32 at a time, and multiplied with f32 activations; per group
-//     sum_k x_k W_k = s_g * (sum_k x_k q_k - z_g * sum_k x_k), the activation sums per group computed once
+//     sum_k x_k W_k = s_g * (sum_k x_k q_k - z_g * sum_k x_k), the activation sums per group computed once;
+//     int4 with mins (GGUF Q4_1 / Q4_K repacked): s_g * sum_k x_k q_k + min_g * sum_k x_k
 //   W8A8 fp8: e4m3 weights decoded through f16 (exact) against the e4m3-rounded activations
 //   W8A8 int8: activations quantized to int8 per token (or with the static scale), int32 dot products
 //     (maddubs/madd, sign trick), y = s_w[n] * s_x[t] * sum_k qw_k qx_k
@@ -59,11 +60,13 @@ __attribute__((target("avx2,fma,f16c"))) inline void decode32(const uint8_t* p, 
   }
 }
 
-// res[r] = sum_g s[g] * (sum_{k in g} x_r[k] q[k] - z_g * xsum_r[g]) for one weight row.
-// wrow: packed row  s: [groups]  z: [groups] or nullptr (then `sym`)  x[r]: [k]  xsum[r]: [groups]
+// res[r] = sum_g s[g] * (sum_{k in g} x_r[k] q[k] - z_g * xsum_r[g]) for one weight row, or with mins
+// sum_g (s[g] * sum_{k in g} x_r[k] q[k] + mn[g] * xsum_r[g]).
+// wrow: packed row  s: [groups]  z: [groups] or nullptr (then `sym`)  mn: [groups] or nullptr  x[r]: [k]
+// xsum[r]: [groups]
 template <WKind kKind, int R>
 __attribute__((target("avx2,fma,f16c"))) void int_rows(const uint8_t* wrow, const float* s, const uint8_t* z,
-                                                       int sym, int64_t k, int64_t group,
+                                                       int sym, const float* mn, int64_t k, int64_t group,
                                                        const float* const* x, const float* const* xsum,
                                                        float* res) {
   constexpr int kBytes32 = kKind == WKind::kU4 ? 16 : 32;
@@ -85,23 +88,25 @@ __attribute__((target("avx2,fma,f16c"))) void int_rows(const uint8_t* wrow, cons
         ga[r][1] = _mm256_fmadd_ps(q[3], _mm256_loadu_ps(xr + 24), ga[r][1]);
       }
     }
-    const float zg = z ? static_cast<float>(z[g]) : static_cast<float>(sym);
+    // What the group takes off: s z per unit of xsum, or gives: its min.
+    const float off = mn ? -mn[g] : s[g] * (z ? static_cast<float>(z[g]) : static_cast<float>(sym));
     for (int r = 0; r < R; ++r) {
       acc[r] = _mm256_fmadd_ps(_mm256_add_ps(ga[r][0], ga[r][1]), _mm256_set1_ps(s[g]), acc[r]);
-      corr[r] += s[g] * zg * xsum[r][g];
+      corr[r] += off * xsum[r][g];
     }
   }
   for (int r = 0; r < R; ++r) res[r] = hsum8(acc[r]) - corr[r];
 }
 
 template <WKind kKind>
-// scale_stride: scales per weight row (groups; 1 per channel; 0: one per tensor).
+// scale_stride: scales per weight row (groups; 1 per channel; 0: one per tensor). mins: [n, groups] or
+// nullptr.
 void run_int(const QuantizedMatrix& w, int64_t group, int64_t scale_stride, const uint8_t* zeros, int sym,
-             const float* x, int64_t rows, float* y, ThreadPool* pool) {
+             const float* mins, const float* x, int64_t rows, float* y, ThreadPool* pool) {
   const int64_t k = w.k, n_out = w.n, groups = (k + group - 1) / group;
   const size_t row_bytes = static_cast<size_t>(kKind == WKind::kU4 ? k / 2 : k);
   std::vector<float> xsum(static_cast<size_t>(rows * groups), 0.0f);
-  if (sym != 0 || zeros != nullptr) {
+  if (sym != 0 || zeros != nullptr || mins != nullptr) {
     for (int64_t t = 0; t < rows; ++t) {
       for (int64_t i = 0; i < k; ++i) xsum[static_cast<size_t>(t * groups + i / group)] += x[t * k + i];
     }
@@ -116,16 +121,17 @@ void run_int(const QuantizedMatrix& w, int64_t group, int64_t scale_stride, cons
       prefetch_row_ahead(wrow, static_cast<int64_t>(row_bytes), task_end);  // prefetch.h
       const float* s = w.scales + n * scale_stride;
       const uint8_t* z = zeros ? zeros + n * groups : nullptr;
+      const float* mn = mins ? mins + n * groups : nullptr;
       for (int64_t t0 = 0; t0 < rows; t0 += kIntTile) {
         const float* xs[kIntTile] = {x + t0 * k, x + std::min(t0 + 1, rows - 1) * k};
         const float* xsums[kIntTile] = {xsum.data() + t0 * groups,
                                         xsum.data() + std::min(t0 + 1, rows - 1) * groups};
         if (rows - t0 >= 2) {
-          int_rows<kKind, 2>(wrow, s, z, sym, k, group, xs, xsums, res);
+          int_rows<kKind, 2>(wrow, s, z, sym, mn, k, group, xs, xsums, res);
           y[t0 * n_out + n] = res[0];
           y[(t0 + 1) * n_out + n] = res[1];
         } else {
-          int_rows<kKind, 1>(wrow, s, z, sym, k, group, xs, xsums, res);
+          int_rows<kKind, 1>(wrow, s, z, sym, mn, k, group, xs, xsums, res);
           y[t0 * n_out + n] = res[0];
         }
       }
@@ -203,21 +209,23 @@ void run_w8a8_int8(const QuantizedMatrix& w, const W8A8Int8Format& f, const floa
 bool int_matmul_avx2(const QuantizedMatrix& w, const float* x, int64_t rows, float* y, ThreadPool* pool) {
   if (w.k % 32 != 0) return false;
   if (const auto* g = std::get_if<IntGroupFormat>(&w.format)) {
-    if (w.g_idx != nullptr || g->group_size % 32 != 0 || g->min_offset) return false;
+    if (w.g_idx != nullptr || g->group_size % 32 != 0 ||
+        (g->min_offset && (g->bits != 4 || w.mins == nullptr)))
+      return false;
     const uint8_t* zeros = g->zero_point ? w.zeros : nullptr;
-    if (g->bits == 4) {
-      run_int<WKind::kU4>(w, g->group_size, (w.k + g->group_size - 1) / g->group_size, zeros, 8, x, rows, y,
-                          pool);
+    const int64_t groups = (w.k + g->group_size - 1) / g->group_size;
+    if (g->bits == 4) {  // values 0..15 around zero 8, or unshifted with mins
+      const float* mins = g->min_offset ? w.mins : nullptr;
+      run_int<WKind::kU4>(w, g->group_size, groups, zeros, mins ? 0 : 8, mins, x, rows, y, pool);
     } else if (g->bits == 8) {
-      run_int<WKind::kU8>(w, g->group_size, (w.k + g->group_size - 1) / g->group_size, zeros, 128, x, rows, y,
-                          pool);
+      run_int<WKind::kU8>(w, g->group_size, groups, zeros, 128, nullptr, x, rows, y, pool);
     } else {
       return false;
     }
     return true;
   }
   if (std::holds_alternative<Int8ChannelFormat>(w.format)) {
-    run_int<WKind::kI8>(w, w.k, 1, nullptr, 0, x, rows, y, pool);
+    run_int<WKind::kI8>(w, w.k, 1, nullptr, 0, nullptr, x, rows, y, pool);
     return true;
   }
   if (const auto* f = std::get_if<W8A8Int8Format>(&w.format)) {
@@ -230,7 +238,7 @@ bool int_matmul_avx2(const QuantizedMatrix& w, const float* x, int64_t rows, flo
 bool fp8_matmul_avx2(const QuantizedMatrix& w, const float* xq, int64_t rows, float* y, ThreadPool* pool) {
   const auto* f = std::get_if<W8A8Fp8Format>(&w.format);
   if (f == nullptr || w.k % 32 != 0) return false;
-  run_int<WKind::kFp8>(w, w.k, f->per_channel ? 1 : 0, nullptr, 0, xq, rows, y, pool);
+  run_int<WKind::kFp8>(w, w.k, f->per_channel ? 1 : 0, nullptr, 0, nullptr, xq, rows, y, pool);
   return true;
 }
 #else

@@ -791,6 +791,38 @@ TEST(PlannedWeightBytes, GgufFileAsLoaded) {
   EXPECT_EQ(planned_weight_bytes(path, c, DType::kF32, int_only, std::nullopt, /*sharded=*/true), dense);
 }
 
+// A GGUF whose concatenated weights mix types (q / k in Q4_1 with v in Q8_0, as llama.cpp's Q4_K_M puts v in
+// another type than q / k; down in Q5_0): the loader makes such a qkv dense, and the estimate follows it, on
+// the CPU (which keeps Q4_1 / Q8_0 blocks and repacks Q5_0) and on a backend without GGUF kernels (CUDA's
+// case: Q4_1 and Q5_0 repacked).
+TEST(PlannedWeightBytes, GgufWithMixedTypesAsLoaded) {
+  const char* src = std::getenv("XINFER_SOURCE_DIR");
+  const std::string path = std::string(src ? src : ".") + "/tests/unit/model/data/tiny_llama_mixed.gguf";
+  cpu::CpuBackend plain{cpu::CpuBackendOptions{1}};
+  NoGgufCpuBackend int_only{cpu::CpuBackendOptions{1}};
+  for (backend::Backend* be : std::initializer_list<backend::Backend*>{&plain, &int_only}) {
+    LoadOptions opts;
+    opts.show_progress = false;
+    opts.max_tokens = 16;
+    opts.max_logit_rows = 16;
+    auto m = LlamaModel::load(path, *be, opts);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    auto supported = [&](const quant::WeightFormat& f, int64_t n, int64_t k) {
+      return be->supports_linear(f, n, k);
+    };
+    auto repack = [&](quant::GgufType t) { return be->prefers_repacked_gguf(t); };
+    const ModelConfig& c = (*m)->config();
+    EXPECT_EQ(planned_weight_bytes(path, c, DType::kF32, supported, std::nullopt, false, repack),
+              (*m)->weight_bytes())
+        << (be == &plain ? "cpu" : "no gguf kernels");
+    // The qkv of each layer is dense: more than the Q4_1 / Q8_0 bytes of its parts.
+    const int64_t H = c.hidden_size,
+                  qkv_rows = static_cast<int64_t>(c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+    EXPECT_GT((*m)->weight_bytes(), static_cast<size_t>(c.num_layers * qkv_rows * H) * 4)
+        << (be == &plain ? "cpu" : "no gguf kernels");
+  }
+}
+
 }  // namespace
 }  // namespace xinfer::model
 

@@ -25,7 +25,7 @@ namespace {
 struct Weights {
   QuantizedMatrix m;
   std::vector<uint8_t> weight, zeros;
-  std::vector<float> scales, input_scale;
+  std::vector<float> scales, mins, input_scale;
   std::vector<int32_t> g_idx;
 };
 
@@ -99,6 +99,11 @@ Weights make_weights(const WeightFormat& f, int64_t n, int64_t k, bool use_g_idx
             w.zeros.resize(static_cast<size_t>(n * groups));
             for (uint8_t& z : w.zeros) z = static_cast<uint8_t>(byte(rng) % (1 << v.bits));
           }
+          if (v.min_offset) {  // about -8 scales, as GGUF's Q4_1 / Q4_K quantizers make them
+            w.mins.resize(static_cast<size_t>(n * groups));
+            for (size_t i = 0; i < w.mins.size(); ++i)
+              w.mins[i] = -8.0f * w.scales[i] * (0.5f + scale(rng) * 50.0f);
+          }
           if (use_g_idx) {
             w.g_idx.resize(static_cast<size_t>(k));
             for (int32_t& g : w.g_idx) g = static_cast<int32_t>(byte(rng) % groups);
@@ -123,6 +128,7 @@ Weights make_weights(const WeightFormat& f, int64_t n, int64_t k, bool use_g_idx
   w.m.weight = w.weight.data();
   w.m.scales = w.scales.empty() ? nullptr : w.scales.data();
   w.m.zeros = w.zeros.empty() ? nullptr : w.zeros.data();
+  w.m.mins = w.mins.empty() ? nullptr : w.mins.data();
   w.m.g_idx = w.g_idx.empty() ? nullptr : w.g_idx.data();
   return w;
 }
@@ -173,6 +179,7 @@ std::vector<FormatCase> all_formats() {
       {IntGroupFormat{4, 32, false}},
       {IntGroupFormat{4, 128, true}},
       {IntGroupFormat{4, 64, true}, true},
+      {IntGroupFormat{4, 32, false, true}},  // mins (GGUF Q4_1 / Q4_K repacked)
       {IntGroupFormat{8, 32, false}},
       {IntGroupFormat{8, 128, true}, true},
       {IntGroupFormat{8, 128, true}},

@@ -33,6 +33,9 @@ class CpuBackend : public backend::Backend {
 
   // Every format (quant::cpu_supports): non-dense linears run quant::quantized_matmul.
   bool supports(const quant::WeightFormat& f) const override;
+  // Q4_K and Q5_0: the int kernels on the repacked rows beat this backend's GGUF path for them, which
+  // dequantizes a row at a time (bench/quant_kernel_bench --gguf-repack: 3.4x / 6.2x at one row on AVX2).
+  bool prefers_repacked_gguf(quant::GgufType type) const override;
   // f32 (the activation dtype) or fp8 e4m3: rope_kv_write stores to_fp8_e4m3(x / scale), paged_attention reads
   // to_float(e4m3) * scale (both core/dtype.h's conversions, round to nearest even with saturation).
   bool supports_kv_cache_dtype(DType d) const override { return d == DType::kF32 || d == DType::kFP8E4M3; }

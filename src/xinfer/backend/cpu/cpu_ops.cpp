@@ -83,6 +83,11 @@ bool CpuBackend::supports(const quant::WeightFormat& f) const {
   return quant::cpu_supports(f);
 }
 
+bool CpuBackend::prefers_repacked_gguf(quant::GgufType type) const {
+  return type == quant::GgufType::kQ4_K || type == quant::GgufType::kQ5_0 ||
+         Backend::prefers_repacked_gguf(type);
+}
+
 void CpuBackend::embedding_weights(const backend::StepMeta& step, const backend::LinearWeights& table,
                                    const TensorView& out, const backend::VocabRows& rows) {
   if (table.dense()) return embedding(step, table.weight, out, rows);
