@@ -157,6 +157,8 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
                {"int4-g32", quant::IntGroupFormat{4, 32, false}},
                {"int4-g32-zp", quant::IntGroupFormat{4, 32, true}},
                {"int8-channel", quant::Int8ChannelFormat{}},
+               {"int8-g32", quant::IntGroupFormat{8, 32, false}},  // GGUF Q8_0 / Q5_0 repacked
+               {"int8-g16", quant::IntGroupFormat{8, 16, false}},  // GGUF Q6_K repacked
                {"fp8", quant::W8A8Fp8Format{}}};
   if (!quick && !dot_only) {  // the bf16 GEMM after dequantization runs the tuned choice (quick: cuBLASLt's heuristic)
     std::vector<cuda::GemmShape> gs;

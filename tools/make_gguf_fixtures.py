@@ -4,9 +4,9 @@ write_tiny_llama(path, ...) writes a random llama-architecture model (hidden 64,
 vocab 96, a byte-level BPE vocabulary) with its linears quantized by gguf.quants.quantize to `qtype`, the
 embedding to `embd_type`, norms f32; options make the bad inputs the tests need (another architecture,
 a tensor of the wrong shape), other sizes (`hidden`, `ffn`: K-quants need rows of 256) and per-tensor types
-(`tensor_types`: Q4_K_M's v / down in another type). The gguf package quantizes no K-quant, so Q4_K is quantized
-here (quantize_q4_k: a plain min / max fit per sub-block, not llama.cpp's search; the layout is ggml's, and
-the tests read it back with the gguf package's dequantizer). Used by tests/python/test_gguf_model.py; run as a
+(`tensor_types`: Q4_K_M's v / down in another type). The gguf package quantizes no K-quant, so Q4_K and Q6_K are
+quantized here (quantize_q4_k / quantize_q6_k: a plain min / max fit per sub-block, not llama.cpp's search; the
+layout is ggml's, and the tests read it back with the gguf package's dequantizer). Used by tests/python/test_gguf_model.py; run as a
 script it writes one file per type into DIR, and tiny_llama_mixed.gguf (copied to tests/unit/model/data):
 
     python3 tools/make_gguf_fixtures.py DIR
@@ -53,8 +53,34 @@ def quantize_q4_k(x):
     return out.reshape(n, -1)
 
 
+def quantize_q6_k(x):
+    """x [N, K] (K % 256 == 0) -> uint8 [N, K / 256 * 210], ggml's block_q6_K: ql[128] (low nibbles), qh[64]
+    (high 2 bits), i8 scales[16], f16 d; element e of each 128-half is x = d sc[e / 16] (q - 32), q 0..63."""
+    n, k = x.shape
+    b = x.reshape(n, k // 256, 16, 16).astype(np.float32)
+    s = np.abs(b).max(-1) / 31.0  # per sub-block of 16, before the 8-bit step
+    d = f16_round(s.max(-1) / 127.0)
+    sc = np.clip(np.round(s / np.where(d > 0, d, 1)[..., None]), -128, 127).astype(np.int8)
+    eff = d[..., None] * sc
+    q = np.clip(np.round(b / np.where(eff != 0, eff, 1)[..., None]) + 32, 0, 63).astype(np.uint8)
+    q = q.reshape(n, k // 256, 2, 128)  # [.., half, element]
+    out = np.zeros((n, k // 256, 210), dtype=np.uint8)
+    for h in range(2):  # the inverse of ggml's dequantize_row_q6_K
+        q1, q2, q3, q4 = (q[..., h, 32 * i:32 * (i + 1)] for i in range(4))
+        out[..., 64 * h:64 * h + 32] = (q1 & 15) | ((q3 & 15) << 4)
+        out[..., 64 * h + 32:64 * h + 64] = (q2 & 15) | ((q4 & 15) << 4)
+        out[..., 128 + 32 * h:128 + 32 * (h + 1)] = (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6)
+    out[..., 192:208] = sc.view(np.uint8)
+    out[..., 208:210] = d.astype(np.float16)[..., None].view(np.uint8)
+    return out.reshape(n, -1)
+
+
 def quantize_any(x, t):
-    return quantize_q4_k(x) if t == Q.Q4_K else quantize(x, t)
+    if t == Q.Q4_K:
+        return quantize_q4_k(x)
+    if t == Q.Q6_K:
+        return quantize_q6_k(x)
+    return quantize(x, t)
 
 
 def gpt2_vocab():

@@ -200,10 +200,12 @@ bool folded(const quant::WeightFormat& f) {
 TEST(QuantLinear, GemvMatchesCpuOracle) {
   std::mt19937 rng(7);
   const std::vector<quant::WeightFormat> formats = {
-      quant::IntGroupFormat{4, 128, false}, quant::IntGroupFormat{4, 128, true}, quant::IntGroupFormat{4, 32, false},
-      quant::IntGroupFormat{4, 32, true},   quant::IntGroupFormat{4, 64, true},  quant::IntGroupFormat{4, 256, true},
-      quant::IntGroupFormat{8, 128, false}, quant::IntGroupFormat{8, 64, true},  quant::IntGroupFormat{8, 32, true},
-      quant::Int8ChannelFormat{}};
+      quant::IntGroupFormat{4, 128, false}, quant::IntGroupFormat{4, 128, true},
+      quant::IntGroupFormat{4, 32, false},  quant::IntGroupFormat{4, 32, true},
+      quant::IntGroupFormat{4, 64, true},   quant::IntGroupFormat{4, 256, true},
+      quant::IntGroupFormat{8, 128, false}, quant::IntGroupFormat{8, 64, true},
+      quant::IntGroupFormat{8, 32, true},   quant::IntGroupFormat{8, 16, false},
+      quant::IntGroupFormat{8, 16, true},   quant::Int8ChannelFormat{}};
   struct Shape2 {
     int64_t n, k;
   };
@@ -267,15 +269,12 @@ TEST(QuantLinear, GemvSchedulesMatchCpuOracle) {
     quant::WeightFormat f;
     int64_t n, k;
   };
-  const std::vector<Case> cases = {{quant::IntGroupFormat{4, 128, false}, 33, 576},
-                                   {quant::IntGroupFormat{4, 128, true}, 4097, 1024},
-                                   {quant::IntGroupFormat{4, 32, true}, 70, 192},
-                                   {quant::IntGroupFormat{4, 64, false}, 70000, 256},
-                                   {quant::IntGroupFormat{4, 128, true}, 48, 14336},
-                                   {quant::Int8ChannelFormat{}, 4097, 576},
-                                   {quant::Int8ChannelFormat{}, 70000, 128},
-                                   {quant::IntGroupFormat{8, 64, true}, 130, 4224},
-                                   {quant::IntGroupFormat{8, 32, false}, 9, 192}};
+  const std::vector<Case> cases = {
+      {quant::IntGroupFormat{4, 128, false}, 33, 576},  {quant::IntGroupFormat{4, 128, true}, 4097, 1024},
+      {quant::IntGroupFormat{4, 32, true}, 70, 192},    {quant::IntGroupFormat{4, 64, false}, 70000, 256},
+      {quant::IntGroupFormat{4, 128, true}, 48, 14336}, {quant::Int8ChannelFormat{}, 4097, 576},
+      {quant::Int8ChannelFormat{}, 70000, 128},         {quant::IntGroupFormat{8, 64, true}, 130, 4224},
+      {quant::IntGroupFormat{8, 32, false}, 9, 192},    {quant::IntGroupFormat{8, 16, true}, 130, 1040}};
   for (const Case& cs : cases) {
     QuantCase c = make_case(cs.f, cs.n, cs.k, cs.n % 2 == 0, false, rng);
     const cuda::QuantWeight q = gpu().quant_weight(c.lw);
@@ -315,19 +314,14 @@ TEST(QuantLinear, DotGemvSchedulesMatchCpuOracle) {
     quant::WeightFormat f;
     int64_t n, k;
   };
-  const std::vector<Case> cases = {{quant::IntGroupFormat{4, 128, false}, 33, 576},
-                                   {quant::IntGroupFormat{4, 128, true}, 4097, 1024},
-                                   {quant::IntGroupFormat{4, 32, true}, 70, 192},
-                                   {quant::IntGroupFormat{4, 32, false}, 7, 32},
-                                   {quant::IntGroupFormat{4, 64, false}, 1, 4224},
-                                   {quant::IntGroupFormat{4, 256, true}, 130, 4224},
-                                   {quant::IntGroupFormat{4, 128, true}, 48, 14336},
-                                   {quant::Int8ChannelFormat{}, 33, 576},
-                                   {quant::Int8ChannelFormat{}, 4097, 1024},
-                                   {quant::Int8ChannelFormat{}, 7, 16},
-                                   {quant::Int8ChannelFormat{}, 40, 14336},
-                                   {quant::IntGroupFormat{8, 128, true}, 130, 4224},
-                                   {quant::IntGroupFormat{8, 64, false}, 1, 192}};
+  const std::vector<Case> cases = {
+      {quant::IntGroupFormat{4, 128, false}, 33, 576},  {quant::IntGroupFormat{4, 128, true}, 4097, 1024},
+      {quant::IntGroupFormat{4, 32, true}, 70, 192},    {quant::IntGroupFormat{4, 32, false}, 7, 32},
+      {quant::IntGroupFormat{4, 64, false}, 1, 4224},   {quant::IntGroupFormat{4, 256, true}, 130, 4224},
+      {quant::IntGroupFormat{4, 128, true}, 48, 14336}, {quant::Int8ChannelFormat{}, 33, 576},
+      {quant::Int8ChannelFormat{}, 4097, 1024},         {quant::Int8ChannelFormat{}, 7, 16},
+      {quant::Int8ChannelFormat{}, 40, 14336},          {quant::IntGroupFormat{8, 128, true}, 130, 4224},
+      {quant::IntGroupFormat{8, 64, false}, 1, 192},    {quant::IntGroupFormat{8, 16, false}, 33, 576}};
   int run = 0;
   double worst4[2] = {0, 0}, worst8[2] = {0, 0};  // [bf16 out, f32 out]
   for (const Case& cs : cases) {
@@ -1281,16 +1275,16 @@ TEST(QuantLinear, ActOrderSortedAtLoadMatchesCpuOracle) {
   }
 }
 
-// GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K rows repacked at load (model/gguf_repack.h) run through the int
-// kernels: against the float reference of the original blocks (dequantize_gguf, f64 dot products), at m = 1
-// and 8 (the GEMVs; Q4_1's and Q4_K's mins the int4 decode GEMV's) and 40 (dequantize path); k 576 is
-// SmolLM2's hidden size (a partial int4 step), 768 three Q4_K super-blocks.
+// GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K rows repacked at load (model/gguf_repack.h) run through the
+// int kernels: against the float reference of the original blocks (dequantize_gguf, f64 dot products), at
+// m = 1 and 8 (the GEMVs; Q4_1's and Q4_K's mins the int4 decode GEMV's, Q6_K's groups of 16 the int8 ones)
+// and 40 (dequantize path); k 576 is SmolLM2's hidden size (a partial int4 step), 768 three super-blocks.
 TEST(QuantLinear, GgufRepackedRowsMatchTheGgufReference) {
   std::mt19937 rng(31);
   std::uniform_int_distribution<int> byte(0, 255);
   for (quant::GgufType type : {quant::GgufType::kQ4_0, quant::GgufType::kQ4_1, quant::GgufType::kQ5_0,
-                               quant::GgufType::kQ8_0, quant::GgufType::kQ4_K}) {
-    const bool k_quant = type == quant::GgufType::kQ4_K;
+                               quant::GgufType::kQ8_0, quant::GgufType::kQ4_K, quant::GgufType::kQ6_K}) {
+    const bool k_quant = type == quant::GgufType::kQ4_K || type == quant::GgufType::kQ6_K;
     const int64_t n = 100, k = k_quant ? 768 : 576;
     const size_t row_bytes = *quant::gguf_row_bytes(type, k);
     const auto block = static_cast<size_t>(quant::gguf_block_bytes(type));
@@ -1298,14 +1292,15 @@ TEST(QuantLinear, GgufRepackedRowsMatchTheGgufReference) {
     for (auto& b : rows) b = static_cast<uint8_t>(byte(rng));
     for (size_t off = 0; off < rows.size(); off += block) {
       // Q4_K: d and dmin scale 6-bit sub-block scales and mins (random bytes: 0..63 each, so d / 32 and
-      // dmin / 32 about match the other types' ranges; the min about -8 times the scale on average)
+      // dmin / 32 about match the other types' ranges; the min about -8 times the scale on average); Q6_K:
+      // d (its last field) scales i8 sub-block scales
       const float unit = k_quant ? 1.0f / 32 : 1.0f;
       const f16 d = to_f16(unit * std::uniform_real_distribution<float>(0.002f, 0.01f)(rng));
-      std::memcpy(rows.data() + off, &d.bits, 2);
+      std::memcpy(rows.data() + off + (type == quant::GgufType::kQ6_K ? 208 : 0), &d.bits, 2);
       if (type == quant::GgufType::kQ4_1) {  // the min: about -8 d, as a Q4_1 quantizer makes it
         const f16 m = to_f16(-8.0f * to_float(d) * std::uniform_real_distribution<float>(0.5f, 1.5f)(rng));
         std::memcpy(rows.data() + off + 2, &m.bits, 2);
-      } else if (k_quant) {
+      } else if (type == quant::GgufType::kQ4_K) {
         const f16 dmin = to_f16(8.0f * to_float(d) * std::uniform_real_distribution<float>(0.5f, 1.5f)(rng));
         std::memcpy(rows.data() + off + 2, &dmin.bits, 2);
       }

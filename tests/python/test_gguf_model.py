@@ -158,24 +158,24 @@ def test_smollm2_quantized_logits_close_to_references(smollm2_logits, smollm2_re
         assert (mine.argmax(-1)[clear] == np.array(c["top_ids"])[clear, 0]).all()
 
 
-# K-quants need rows of 256: those models are 256 wide (ffn 512). "Q4_K_M": q / k / gate / up in Q4_K with v in
-# Q8_0 (parts of the concatenated qkv differ in type: dense) and down in Q5_0, as llama.cpp's Q4_K_M mixes types.
+# K-quants need rows of 256: those models are 256 wide (ffn 512). "Q4_K_M": q / k / gate / up in Q4_K with v and
+# down in Q6_K (parts of the concatenated qkv differ in type: dense), as llama.cpp's Q4_K_M mixes types.
 TINY_GGUFS = {t.name: (t, {}) for t in (Q.F32, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1)}
 TINY_GGUFS["Q4_K"] = (Q.Q4_K, {"hidden": 256, "ffn": 512})
+TINY_GGUFS["Q6_K"] = (Q.Q6_K, {"hidden": 256, "ffn": 512})
 TINY_GGUFS["Q4_K_M"] = (Q.Q4_K, {"hidden": 256, "ffn": 512,
-                                 "tensor_types": {"attn_v.weight": Q.Q8_0, "ffn_down.weight": Q.Q5_0}})
-# What the CPU loader does with each (its log): Q4_K and Q5_0 linears repacked into the int formats.
+                                 "tensor_types": {"attn_v.weight": Q.Q6_K, "ffn_down.weight": Q.Q6_K}})
+# What the CPU loader does with each (its log): Q4_K and Q5_0 linears repacked into the int formats, Q6_K kept.
 TINY_GGUF_LOGS = {"Q4_K": ["gguf Q4_K repacked into int4-g32-min"],
                   "Q5_0": ["gguf Q5_0 repacked into int8-g32"],
-                  "Q4_K_M": ["gguf Q5_0 repacked into int8-g32", "gguf Q4_K repacked into int4-g32-min",
-                             "parts of one concatenated weight differ in type"]}
+                  "Q4_K_M": ["gguf Q4_K repacked into int4-g32-min", "parts of one concatenated weight differ in type"]}
 
 
 @pytest.mark.parametrize("name", list(TINY_GGUFS))
 def test_tiny_gguf_matches_numpy(xinfer_bin, tmp_path, name):
     qtype, kwargs = TINY_GGUFS[name]
     path = tmp_path / f"tiny_{name}.gguf"
-    make_gguf_fixtures.write_tiny_llama(path, qtype=qtype, tied=qtype not in (Q.Q4_0, Q.Q4_K), **kwargs)
+    make_gguf_fixtures.write_tiny_llama(path, qtype=qtype, tied=qtype not in (Q.Q4_0, Q.Q4_K, Q.Q6_K), **kwargs)
     ref = GgufLlama(str(path))
     prompts = [[5, 6, 7, 8, 9, 10, 11], [3], [40, 41, 42, 43] * 6]
     deq, _ = run_logits(xinfer_bin, path, tmp_path / "deq.safetensors", prompts, tmp_path, "--dequantize")

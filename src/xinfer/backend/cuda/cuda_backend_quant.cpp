@@ -866,7 +866,8 @@ void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWei
     }
     if (first)
       XI_LOG(INFO) << "cuda: no decode GEMV for " << describe(q)
-                   << " (needs k % 32 (int4) / 16 (int8), group % 32, no g_idx): dequantize + bf16 GEMM";
+                   << " (needs k % 32 (int4) / 16 (int8), group % 32 (int4) / 16 (int8), no g_idx): "
+                      "dequantize + bf16 GEMM";
   }
   XI_CHECK(perm == nullptr) << "linear " << fmt(w)
                             << ": x gathered into the workspace the dequantize path needs";

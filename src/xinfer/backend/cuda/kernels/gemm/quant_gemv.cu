@@ -230,7 +230,9 @@ bool quant_gemv_supports(const QuantWeight& w) {
   if (w.n < 1 || w.k < lane_cols || w.k % lane_cols != 0 || w.g_idx != nullptr || w.mins != nullptr)
     return false;
   if (w.is_signed) return w.bits == 8 && w.group_size == w.k && w.zeros == nullptr;
-  return w.group_size >= 32 && w.group_size % 32 == 0;
+  // Each lane's columns of a step lie in one group (groups smaller than a step fold their scale into the
+  // weights): int4 groups of 32, int8 groups of 16 (GGUF Q6_K repacked) and their multiples.
+  return w.group_size >= lane_cols && w.group_size % lane_cols == 0;
 }
 
 std::string to_string(const QuantGemvConfig& c) {

@@ -26,7 +26,8 @@
 // shared memory. No allocation, no synchronization: graph-capturable.
 //
 // Requirements (quant_gemv_supports): k % 32 == 0 (int4) / k % 16 == 0 (int8) (a last partial step: lanes
-// past k load nothing and read x as zeros), group % 32 == 0, no g_idx, x 16-byte aligned. The dequantization
+// past k load nothing and read x as zeros), group % 32 == 0 (int4) / group % 16 == 0 (int8), no g_idx, x
+// 16-byte aligned. The dequantization
 // kernel takes every layout above.
 #pragma once
 
