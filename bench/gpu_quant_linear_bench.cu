@@ -244,7 +244,14 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
           fill_scales<<<1, 256, 0, s>>>(static_cast<float*>(xs.view.data), static_cast<size_t>(m), 4, 0.01f);
           XI_CUDA_CHECK_LAUNCH();
           const double fio = static_cast<double>(xq.view.bytes() + y.view.bytes());
-          for (const cuda::QuantGemvConfig& c : fp8_gemv_configs()) {
+          std::vector<cuda::QuantGemvConfig> fconfigs = fp8_gemv_configs();
+          if (m > 8)  // also 16 rows per launch where compiled (2 CTAs per SM)
+            for (size_t i = 0, e = fconfigs.size(); i < e; ++i)
+              if (fconfigs[i].ctas_per_sm == 2) {
+                fconfigs.push_back(fconfigs[i]);
+                fconfigs.back().tokens16 = true;
+              }
+          for (const cuda::QuantGemvConfig& c : fconfigs) {
             const double tc = graph_us(s, 20, [&](int i) {
               const backend::LinearWeights& lw = wi(i);
               cuda::launch_fp8_gemv({static_cast<const uint8_t*>(xq.view.data), static_cast<const float*>(xs.view.data),
@@ -314,10 +321,18 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
         if (m <= 32) {
           double t = 1e30;
           const cuda::QuantGemvConfig chosen = cuda::quant_gemv_default_config(q0, true);
-          for (const cuda::QuantGemvConfig& c : gemv_configs(m)) {
+          std::vector<cuda::QuantGemvConfig> configs = gemv_configs(m);
+          if (q0.bits == 8 && m > 8)  // int8: also 16 rows per launch where compiled
+            for (size_t i = 0, e = configs.size(); i < e; ++i)
+              if (configs[i].stages == 0 && configs[i].ctas_per_sm == 2 && !configs[i].sum_x &&
+                  !configs[i].f16_x) {
+                configs.push_back(configs[i]);
+                configs.back().tokens16 = true;
+              }
+          for (const cuda::QuantGemvConfig& c : configs) {
             if (dot_only && !(c.stages == chosen.stages && c.ctas_per_sm == chosen.ctas_per_sm && c.wide == chosen.wide &&
                               c.f16_x == chosen.f16_x))
-              continue;  // --quant-dot: the mma GEMV's default only
+              continue;  // --quant-dot: the mma GEMV's default only (16 rows per launch or not)
             if (c.sum_x && q0.group_size % (q0.bits == 4 ? 128 : 64) != 0) continue;  // sum_x: unfolded scales
             if (c.f16_x && (q0.bits != 8 || q0.group_size % 64 != 0)) continue;    // f16_x: unfolded int8
             const double tc = graph_us(s, 20, [&](int i) {
@@ -327,7 +342,8 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
             });
             const bool is_default = c.stages == chosen.stages && c.ctas_per_sm == chosen.ctas_per_sm &&
                                     c.persistent == chosen.persistent && c.wide == chosen.wide &&
-                                    c.sum_x == chosen.sum_x && c.f16_x == chosen.f16_x;
+                                    c.sum_x == chosen.sum_x && c.f16_x == chosen.f16_x &&
+                                    (c.tokens16 == chosen.tokens16 || m <= 8);
             line(what + " gemv " + cuda::to_string(c) + (is_default ? " *" : ""), tc, static_cast<double>(qbytes) + io,
                  false, bw);
             t = std::min(t, tc);

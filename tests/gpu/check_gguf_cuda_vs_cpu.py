@@ -2,7 +2,7 @@
 """A GGUF model on the CUDA backend against the CPU backend's float reference, on the GPU machine itself.
 
 Runs `xinfer logits` three times on the same requests (prompts plus greedy steps):
-  - `--backend cuda`: the CUDA loader's path (Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K linears repacked into the int kernels'
+  - `--backend cuda`: the CUDA loader's path (Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K linears repacked into the int kernels'
     formats, model/gguf_repack.h; other types dequantized to bf16 at load),
   - `--backend cuda --dequantize`: every block-format weight dequantized to bf16 at load,
   - `--backend cpu --dequantize`: the float32 reference (the weights exactly as the gguf package dequantizes them),

@@ -19,8 +19,8 @@
 //    recording that would grow the workspace fails cleanly and succeeds after end_capture() grew it;
 //  - W8A8-FP8 (per-channel / per-tensor weight scales, dynamic / static activations) against the oracle: the
 //    activations quantize to the CPU's bits, so f32 outputs agree to 1e-3 (tensor-core FP8 accumulation);
-//  - GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K rows repacked at load (model/gguf_repack.h) through these kernels
-//  vs the GGUF reference;
+//  - GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K rows repacked at load (model/gguf_repack.h) through these
+//  kernels vs the GGUF reference;
 //  - supports(): the formats above and W8A8-INT8 (quant_w8a8_int8_test.cpp) yes, GGUF no; bad weights fail
 //    with the format named.
 #include <gtest/gtest.h>
@@ -216,7 +216,7 @@ TEST(QuantLinear, GemvMatchesCpuOracle) {
     for (const Shape2& s : shapes) {
       const bool bias = case_index % 2 == 0;
       QuantCase c = make_case(f, s.n, s.k, bias, false, rng);
-      for (int64_t m : {1, 2, 3, 5, 8, 13}) {
+      for (int64_t m : {1, 2, 3, 5, 8, 13, 16}) {
         const bool f32_out = (case_index + m) % 2 == 1;
         const double tol = f32_out && !folded(f) ? 1e-4 : 1e-2;
         const int64_t before = gpu().quant_gemvs();
@@ -234,16 +234,20 @@ TEST(QuantLinear, GemvInChunksOfEightRows) {
                         quant::WeightFormat{quant::Int8ChannelFormat{}}}) {
     QuantCase c = make_case(f, 77, 512, true, false, rng);
     const cuda::QuantWeight q = gpu().quant_weight(c.lw);
-    for (int64_t m : {9, 16, 21, 3}) {
+    for (int64_t m : {9, 16, 21, 3, 40, 26}) {
       const int ctas = m % 2 == 0 ? 2 : 3;  // both compiled variants (quant_linear.h QuantGemvConfig), with and
       const bool pdl = m > 10;              // without programmatic dependent launch
+      // int8 at 2 CTAs per SM: 16 rows per launch (16: one launch of two tiles; 40 = 16 + 16 + 8; 26 = 16 +
+      // 10)
+      const bool tokens16 = q.bits == 8 && ctas == 2;
       const std::vector<float> x = random_bf16(static_cast<size_t>(m * c.k), rng);
       auto xd = gpu().upload(host_view(x, Shape{m, c.k}), DType::kBF16);
       auto yd = gpu().allocate(DType::kF32, Shape{m, c.n});
       poison(yd.view);
-      cuda::launch_quant_gemv({static_cast<const __nv_bfloat16*>(xd.view.data), q,
-                               static_cast<const __nv_bfloat16*>(c.lw.bias.data), yd.view.data, true, static_cast<int>(m)},
-                              gpu().stream(), cuda::QuantGemvConfig{ctas, pdl});
+      cuda::launch_quant_gemv(
+          {static_cast<const __nv_bfloat16*>(xd.view.data), q,
+           static_cast<const __nv_bfloat16*>(c.lw.bias.data), yd.view.data, true, static_cast<int>(m)},
+          gpu().stream(), cuda::QuantGemvConfig{ctas, pdl, 0, false, false, false, false, tokens16});
       const Compare cmp = compare(download(gpu(), yd.view), oracle(c, x, m));
       EXPECT_EQ(cmp.nans, 0);
       EXPECT_LT(cmp.rel_l2, 1e-4) << name(c, m, true);
@@ -259,12 +263,24 @@ TEST(QuantLinear, GemvInChunksOfEightRows) {
 // n 70000 = 4375 tiles loops ~11-17 times per CTA).
 TEST(QuantLinear, GemvSchedulesMatchCpuOracle) {
   std::mt19937 rng(23);
-  const std::vector<cuda::QuantGemvConfig> configs = {
-      {2, true, 0, false, false}, {3, true, 4, false, false}, {2, false, 4, false, false}, {2, true, 8, false, false},
-      {3, false, 4, true, false}, {2, true, 4, true, false},  {2, true, 8, true, false},   {2, true, 0, false, true},
-      {2, false, 0, false, true}, {3, true, 0, false, false}, {2, true, 0, false, false, true},
-      {3, false, 0, false, false, true}, {2, true, 0, false, true, true}, {2, true, 0, false, false, false, true},
-      {3, true, 0, false, false, false, true}, {2, false, 0, false, true, false, true}};
+  const std::vector<cuda::QuantGemvConfig> configs = {{2, true, 0, false, false},
+                                                      {3, true, 4, false, false},
+                                                      {2, false, 4, false, false},
+                                                      {2, true, 8, false, false},
+                                                      {3, false, 4, true, false},
+                                                      {2, true, 4, true, false},
+                                                      {2, true, 8, true, false},
+                                                      {2, true, 0, false, true},
+                                                      {2, false, 0, false, true},
+                                                      {3, true, 0, false, false},
+                                                      {2, true, 0, false, false, true},
+                                                      {3, false, 0, false, false, true},
+                                                      {2, true, 0, false, true, true},
+                                                      {2, true, 0, false, false, false, true},
+                                                      {3, true, 0, false, false, false, true},
+                                                      {2, false, 0, false, true, false, true},
+                                                      {2, true, 0, false, false, false, false, true},
+                                                      {2, false, 0, false, true, false, false, true}};
   struct Case {
     quant::WeightFormat f;
     int64_t n, k;
@@ -282,7 +298,8 @@ TEST(QuantLinear, GemvSchedulesMatchCpuOracle) {
     for (size_t ci = 0; ci < configs.size(); ++ci) {
       if (configs[ci].sum_x && folded(cs.f)) continue;  // sum_x: unfolded scales only
       if (configs[ci].f16_x && (folded(cs.f) || q.bits != 8)) continue;  // f16_x: unfolded int8 only
-      const int64_t m = std::vector<int64_t>{1, 5, 8, 3, 11, 1, 2, 1, 13, 4, 1, 7, 12, 1, 6, 9}[ci];
+      if (configs[ci].tokens16 && q.bits != 8) continue;                 // tokens16: int8 only
+      const int64_t m = std::vector<int64_t>{1, 5, 8, 3, 11, 1, 2, 1, 13, 4, 1, 7, 12, 1, 6, 9, 16, 10}[ci];
       const std::vector<float> x = random_bf16(static_cast<size_t>(m * c.k), rng);
       auto xd = gpu().upload(host_view(x, Shape{m, c.k}), DType::kBF16);
       auto yd = gpu().allocate(DType::kF32, Shape{m, c.n});
@@ -477,7 +494,13 @@ TEST(QuantLinear, Fp8GemvSchedulesMatchReference) {
   std::vector<double> decoded(256);
   for (int b = 0; b < 256; ++b) decoded[static_cast<size_t>(b)] = to_float(fp8_e4m3{static_cast<uint8_t>(b)});
   const std::vector<cuda::QuantGemvConfig> configs = {
-      {3, true, 4, false}, {2, false, 4, false}, {2, true, 8, false}, {2, true, 8, true}, {3, true, 4, true}};
+      {3, true, 4, false},
+      {2, false, 4, false},
+      {2, true, 8, false},
+      {2, true, 8, true},
+      {3, true, 4, true},
+      {2, true, 8, false, false, false, false, true},  // 16 rows of x per launch
+      {2, false, 4, true, false, false, false, true}};
   struct Case {
     int n, k;
     bool per_channel;
@@ -494,7 +517,7 @@ TEST(QuantLinear, Fp8GemvSchedulesMatchReference) {
     auto wsd = gpu().upload(raw_view(ws, DType::kF32, Shape{static_cast<int64_t>(ws.size())}), DType::kF32);
     auto bd = gpu().upload(host_view(bias, Shape{cs.n}), DType::kBF16);
     for (size_t ci = 0; ci < configs.size(); ++ci) {
-      const int m = std::vector<int>{1, 8, 3, 13, 2}[ci];
+      const int m = std::vector<int>{1, 8, 3, 13, 2, 16, 11}[ci];
       std::vector<uint8_t> xq(static_cast<size_t>(m) * cs.k);
       for (auto& b : xq) b = code();
       std::vector<float> xs(static_cast<size_t>(m));
@@ -953,7 +976,7 @@ TEST(QuantLinear, Fp8MatchesCpuOracle) {
     hm.weight = w.data();
     hm.scales = scales.data();
     hm.input_scale = cs.act == quant::ActScaleMode::kStaticPerTensor ? input_scale.data() : nullptr;
-    for (int64_t m : {1, 3, 8, 17, 128}) {
+    for (int64_t m : {1, 3, 8, 13, 17, 128}) {
       const bool f32_out = (index + m) % 2 == 1;
       const std::vector<float> x = random_bf16(static_cast<size_t>(m * cs.k), rng);
       std::vector<float> ref(static_cast<size_t>(m * cs.n));

@@ -155,8 +155,10 @@ TEST(W8A8Int8, GemvSchedulesMatchExactReference) {
   struct Shape2 {
     int n, k;
   };
-  for (const Shape2 sh : {Shape2{1, 16}, Shape2{33, 80}, Shape2{100, 1040}, Shape2{4096, 512}}) {
-    for (int m : {1, 3, 8, 13}) {
+  // n 16384: more tiles than the persistent grid holds (each CTA loops over several)
+  for (const Shape2 sh :
+       {Shape2{1, 16}, Shape2{33, 80}, Shape2{100, 1040}, Shape2{4096, 512}, Shape2{16384, 64}}) {
+    for (int m : {1, 3, 8, 13, 16}) {
       std::vector<int8_t> w(static_cast<size_t>(sh.n) * sh.k), x(static_cast<size_t>(m) * sh.k);
       for (auto& b : w) b = static_cast<int8_t>(v(rng) - (v(rng) > 120 ? 1 : 0));  // -128 appears too
       for (auto& b : x) b = static_cast<int8_t>(v(rng));
@@ -170,7 +172,12 @@ TEST(W8A8Int8, GemvSchedulesMatchExactReference) {
       auto xsd = gpu().upload(raw(xs, DType::kF32, Shape{m}), DType::kF32);
       auto yd = gpu().allocate(DType::kF32, Shape{m, sh.n});
       const std::vector<cuda::QuantGemvConfig> configs = {
-          {2, false, 4, false, false}, {3, true, 4, false, false}, {2, true, 8, false, false}, {2, true, 8, true, false}};
+          {2, false, 4, false, false},
+          {3, true, 4, false, false},
+          {2, true, 8, false, false},
+          {2, true, 8, true, false},
+          {2, true, 8, false, false, false, false, true},
+          {2, false, 4, true, false, false, false, true}};  // 16 rows a launch
       for (const cuda::QuantGemvConfig& c : configs) {
         poison(yd.view);
         cuda::launch_w8a8_int8_gemv({static_cast<const uint8_t*>(xd.view.data), static_cast<const float*>(xsd.view.data),

@@ -93,7 +93,8 @@ class CublasLtInt8Gemm;
 // The most decodes a step may have for rope_paged_attention to run fused (see above).
 inline constexpr int kMaxFusedRopeDecodes = 128;
 
-// Quantized linears with at most this many rows run the quantized GEMV (in launches of 8 rows), more the
+// Quantized linears with at most this many rows run the quantized GEMV (in launches of 8 rows, 16 with
+// QuantGemvConfig::tokens16), more the
 // dequantize + bf16 GEMM path (see above). Measured (H200, int4 g128 qkv 6144 x 4096, m = 16): GEMV in two
 // launches 27.5 us, dequantize + GEMM 131.7 us with the first (scalar) dequantization kernel.
 inline constexpr int kQuantGemvMaxRows = 16;

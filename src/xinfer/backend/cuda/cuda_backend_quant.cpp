@@ -11,7 +11,9 @@
 //   W8A8-FP8, m = 1, bf16 y (default; XINFER_FP8_GEMV=mma turns it off) -> the CUDA-core FP8 GEMV: rows
 //                shorter than 8192 launch_fp8_quant_dot_gemv (x quantized in each CTA: one launch, the bits
 //                of the two-kernel path), longer ones quantize x first, then launch_fp8_dot_gemv (split-K)
-//   m <= kQuantGemvMaxRows and the GEMV takes the weight -> launch_quant_gemv (weights read once per 8 rows)
+//   m <= kQuantGemvMaxRows and the GEMV takes the weight -> launch_quant_gemv (weights read once per 8 rows;
+//                int8 once per 16, QuantGemvConfig::tokens16, as the W8A8 GEMVs, unless
+//                XINFER_GEMV_TOKENS16=0)
 //   act order sorted at load (LinearWeights::input_perm): m <= kQuantGemvMaxRows -> x's columns gathered into
 //                the workspace (launch_gather_columns), then the GEMVs as below; more rows -> the dequantize
 //                path with the weight written back in the input's column order
@@ -103,6 +105,17 @@ bool int_dot_gemv_enabled(int bits) {
 // Whether int4 decode rows run the tensor-core decode GEMV (int4_decode_gemv.h): by default.
 bool int4_decode_gemv_enabled() {
   return int_gemv_mode() == 0;
+}
+
+// A GEMV configuration with its 16 rows per launch (QuantGemvConfig::tokens16: int8 weight-only, FP8 and
+// W8A8-INT8) turned off by XINFER_GEMV_TOKENS16=0 (the A/B switch; read once per process).
+QuantGemvConfig tokens16_switch(QuantGemvConfig c) {
+  static const bool tokens16 = [] {
+    const char* v = std::getenv("XINFER_GEMV_TOKENS16");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  c.tokens16 = c.tokens16 && tokens16;
+  return c;
 }
 
 // Whether it runs m rows of x of weight q (else the mma GEMV, in launches of 8). Measured on an H100
@@ -329,7 +342,7 @@ void CudaBackend::fp8_linear(const TensorView& x, const backend::LinearWeights& 
   }
   if (m <= kQuantGemvMaxRows && fp8_gemv_supports(ni, ki)) {
     // Decode rows: our FP8 GEMV (cuBLASLt's FP8 GEMM reached 24-55% of the bandwidth at m = 1; this 50-86%).
-    const QuantGemvConfig config = fp8_gemv_default_config(ni, ki, options_.gemv_pdl);
+    const QuantGemvConfig config = tokens16_switch(fp8_gemv_default_config(ni, ki, options_.gemv_pdl));
     launch_fp8_gemv({ws->xq, ws->xs, wq, ws_in, f.per_channel, bias, out.data, out.dtype == DType::kF32, m, ni, ki},
                     stream_, config);
     ++fp8_gemvs_;
@@ -682,7 +695,8 @@ void CudaBackend::int8_linear(const TensorView& x, const backend::LinearWeights&
     launch_quantize_int8_rows(static_cast<const __nv_bfloat16*>(x.data), m, ki, input_scale, xq, ws->xs, stream_);
   const bool y_f32 = out.dtype == DType::kF32;
   if (int8_runs_gemv(m, n, k)) {
-    const QuantGemvConfig config = w8a8_int8_gemv_default_config(ni, ki, m, options_.gemv_pdl);
+    const QuantGemvConfig config =
+        tokens16_switch(w8a8_int8_gemv_default_config(ni, ki, m, options_.gemv_pdl));
     launch_w8a8_int8_gemv({ws->xq, ws->xs, reinterpret_cast<const uint8_t*>(wq), w_scales, true, bias, out.data, y_f32, m,
                            ni, ki},
                           stream_, config);
@@ -769,6 +783,7 @@ bool CudaBackend::quant_fused_chain(const backend::NormLinearArgs& a) {
   QuantGemvConfig config = quant_gemv_default_config(q, options_.gemv_pdl);
   config.ctas_per_sm = 2;  // the normed kernels spill at 3 CTAs per SM (ptxas: up to 308 bytes)
   config.sum_x = false;
+  config.tokens16 = false;  // m <= 8 here; fusion takes one token tile
   const QuantGemvFusion consumer{false, static_cast<const __nv_bfloat16*>(a.norm_weight.data), a.eps,
                                  swiglu ? static_cast<__nv_bfloat16*>(a.act_out.data) : nullptr};
   if (a.norm_weight.dtype != DType::kBF16 || !quant_gemv_fusion_supports(q, m, consumer, config)) return false;
@@ -845,7 +860,8 @@ void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWei
     return;
   }
   if (m <= kQuantGemvMaxRows && quant_gemv_supports(q) && reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
-    launch_quant_gemv({xp, q, bias, out.data, y_f32, m}, stream_, quant_gemv_default_config(q, options_.gemv_pdl));
+    launch_quant_gemv({xp, q, bias, out.data, y_f32, m}, stream_,
+                      tokens16_switch(quant_gemv_default_config(q, options_.gemv_pdl)));
     ++quant_gemvs_;
     return;
   }

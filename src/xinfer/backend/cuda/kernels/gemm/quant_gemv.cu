@@ -40,15 +40,18 @@ __device__ __forceinline__ void load_step(const Params& p, const int (&row)[2], 
 // kSumX: compute_step_sum_x (the zero point and the magic taken off with x's per-step column sums, computed
 // by the CTA after pdl_wait() into sx[step][token]; at most kMaxSumSteps steps).
 // kMath: 0 compute_step; 1 (kSumX) compute_step_sum_x; 2 (f16_x) compute_step_int8_f16.
-template <Kind kKind, bool kFold, int kMinBlocks, bool kNormed, bool kWide, int kMath>
+// kTok: token tiles of 8 rows of x per launch (2, QuantGemvConfig::tokens16: rows 8..15 through the same
+// weight fragments; the plain kernel only).
+template <Kind kKind, bool kFold, int kMinBlocks, bool kNormed, bool kWide, int kMath, int kTok = 1>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) quant_gemv_kernel(Params p) {
   using G = Geometry<kKind>;
   constexpr bool kSumX = kMath == 1;
   static_assert(kMath == 0 || (!kFold && !kNormed), "sum_x / f16_x: unfolded scales, x as given");
   static_assert(kMath != 2 || kKind == Kind::kInt8, "f16_x: int8 weights");
+  static_assert(kTok == 1 || (kMath == 0 && !kNormed), "two token tiles: the plain kernel");
   constexpr int kHalves = kWide ? 2 : 1;             // 16-row tiles per CTA
   constexpr int kSteps = kWide ? kBatch / 2 : kBatch;  // steps in flight per lane (same bytes either way)
-  __shared__ float red[kHalves][kWarps][kTileRows][kTileTokens];
+  __shared__ float red[kHalves * kTok][kWarps][kTileRows][kTileTokens];
   __shared__ float ss_red[kHalves][kWarps][kTileTokens];
   __shared__ __align__(8) float sx[kSumX ? kMaxSumSteps : 1][kTileTokens];
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
@@ -66,7 +69,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) quant_gemv_kernel(Params
   }
   const int steps = (p.k + G::kStep - 1) / G::kStep;
 
-  float acc[kHalves][4] = {};
+  float acc[kHalves][kTok][4] = {};
   float ss = 0.f;
   StepLoad l[kSteps][kHalves];
   int s = warp;
@@ -106,22 +109,23 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) quant_gemv_kernel(Params
 #pragma unroll
     for (int u = 0; u < kSteps; ++u)
       if (s + u * kWarps < steps) {
-        uint4 xv[4];
-        load_x_step<kKind>(p, s + u * kWarps, g, t, xv);
-        if constexpr (kNormed) normalize_x_step<kKind>(p, s + u * kWarps, t, xv, ss);
+        uint4 xv[kTok][4];
+#pragma unroll
+        for (int tt = 0; tt < kTok; ++tt) load_x_step<kKind>(p, s + u * kWarps, g + 8 * tt, t, xv[tt]);
+        if constexpr (kNormed) normalize_x_step<kKind>(p, s + u * kWarps, t, xv[0], ss);
         if constexpr (kMath == 2) {
           uint32_t xh[8];
 #pragma unroll
-          for (int j = 0; j < 8; ++j) xh[j] = bf16x2_to_f16x2((&xv[j / 4].x)[j % 4]);
+          for (int j = 0; j < 8; ++j) xh[j] = bf16x2_to_f16x2((&xv[0][j / 4].x)[j % 4]);
 #pragma unroll
-          for (int h = 0; h < kHalves; ++h) compute_step_int8_f16(p, l[u][h], xh, acc[h]);
+          for (int h = 0; h < kHalves; ++h) compute_step_int8_f16(p, l[u][h], xh, acc[h][0]);
         } else if constexpr (kSumX) {
           const float2 sxs = *reinterpret_cast<const float2*>(&sx[s + u * kWarps][2 * t]);
 #pragma unroll
-          for (int h = 0; h < kHalves; ++h) compute_step_sum_x<kKind>(p, l[u][h], xv, sxs, acc[h]);
+          for (int h = 0; h < kHalves; ++h) compute_step_sum_x<kKind>(p, l[u][h], xv[0], sxs, acc[h][0]);
         } else {
 #pragma unroll
-          for (int h = 0; h < kHalves; ++h) compute_step<kKind, kFold>(p, l[u][h], xv, acc[h]);
+          for (int h = 0; h < kHalves; ++h) compute_step<kKind, kFold, kTok>(p, l[u][h], xv, acc[h]);
         }
       }
     s += kSteps * kWarps;
@@ -135,7 +139,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) quant_gemv_kernel(Params
 #pragma unroll
   for (int h = 0; h < kHalves; ++h) {
     if (h > 0 && static_cast<int>(blockIdx.x) * kHalves + h >= tiles) break;  // uniform across the CTA
-    finish_tile<kKind, kNormed, kFusion>(p, red[h], ss_red[h], tile[h], warp, lane, acc[h], ss);
+#pragma unroll
+    for (int tt = 0; tt < kTok; ++tt)
+      finish_tile<kKind, kNormed, kFusion>(p, red[h * kTok + tt], ss_red[h], tile[h], warp, lane, acc[h][tt],
+                                           ss, 8 * tt);
   }
 }
 
@@ -237,8 +244,12 @@ bool quant_gemv_supports(const QuantWeight& w) {
 
 std::string to_string(const QuantGemvConfig& c) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%s%d%s%s %d ctas/sm%s%s", c.stages > 0 ? "pipe" : "batch", c.stages,
-                c.wide ? " wide" : "", c.sum_x ? " sumx" : c.f16_x ? " f16x" : "", c.ctas_per_sm, c.persistent ? " persistent" : "",
+  std::snprintf(buf, sizeof(buf), "%s%d%s%s%s %d ctas/sm%s%s", c.stages > 0 ? "pipe" : "batch", c.stages,
+                c.wide ? " wide" : "",
+                c.sum_x   ? " sumx"
+                : c.f16_x ? " f16x"
+                          : "",
+                c.tokens16 ? " x16" : "", c.ctas_per_sm, c.persistent ? " persistent" : "",
                 c.pdl ? " pdl" : "");
   return buf;
 }
@@ -250,19 +261,23 @@ QuantGemvConfig quant_gemv_default_config(const QuantWeight& w, bool pdl) {
   // wide tiles for n >= 6144 with k <= 4096 (gate_up: int4 27.3 vs 31.8 us, int8 37.7 vs 45.1 us; qkv:
   // int4 7.6 vs 8.2 us at 3 CTAs per SM, int8 10.7 vs 11.5 us), 2 CTAs per SM otherwise (o, down: wide
   // tiles leave SMs idle there, 128 CTAs for n = 4096).
+  // int8: 16 rows of x per launch (H100, session 36: see docs/PERF.md).
   QuantGemvConfig c;
   c.pdl = pdl;
   c.wide = w.n >= 6144 && w.k <= 4096;
+  c.tokens16 = w.bits == 8;
   return c;
 }
 
 QuantGemvConfig fp8_gemv_default_config(int n, int k, bool pdl) {
   // H200, cudaq-1 (m = 1): 8 stages for n <= 4096 (o 7.2 vs 7.9 us, down 22.9 vs 25.0 us), 4 stages at 2
   // CTAs per SM for the wide ones (qkv 8.8 vs 11.4 us, gate_up 32.0 vs 35.5 us).
+  // 16 rows of x per launch (H100, session 36: see docs/PERF.md).
   QuantGemvConfig c;
   c.pdl = pdl;
   c.stages = n <= 4096 ? 8 : 4;
   c.ctas_per_sm = 2;
+  c.tokens16 = true;
   (void)k;
   return c;
 }
@@ -298,7 +313,7 @@ Params base_params(const QuantWeight& w, const __nv_bfloat16* bias, bool y_f32) 
   return p;
 }
 
-// One launch of <= 8 rows of x in the configured schedule.
+// One launch of <= 8 rows of x (16 with tokens16) in the configured schedule.
 void launch_rows(Kind kind, bool fold, const Params& p, const QuantGemvConfig& config, cudaStream_t stream) {
   if (config.stages > 0) return launch_pipelined(kind, fold, p, config, stream);
   XI_CHECK(!is_w8a8(kind)) << "quant GEMV: the W8A8 GEMVs run the pipelined schedule only (stages 4 or 8)";
@@ -333,6 +348,11 @@ void launch_rows(Kind kind, bool fold, const Params& p, const QuantGemvConfig& c
     }
     XI_CHECK(kernel != nullptr || (!config.sum_x && !config.f16_x))
         << "quant GEMV: sum_x needs unfolded scales (group % step == 0); f16_x unfolded int8";
+    if constexpr (kK == Kind::kInt8) {
+      if (config.tokens16 && p.m > kTileTokens)
+        kernel = config.wide ? quant_gemv_kernel<kK, kF, 2, false, true, 0, 2>
+                             : quant_gemv_kernel<kK, kF, 2, false, false, 0, 2>;
+    }
     if (kernel == nullptr) {
       if (config.wide)
         kernel = normed ? quant_gemv_kernel<kK, kF, 2, true, true, 0> : quant_gemv_kernel<kK, kF, 2, false, true, 0>;
@@ -363,6 +383,8 @@ void check_config(const QuantGemvConfig& c) {
   XI_CHECK(!c.wide || (c.stages == 0 && c.ctas_per_sm == 2)) << "quant GEMV: wide tiles: batch schedule, 2 CTAs per SM";
   XI_CHECK(!c.sum_x || c.stages == 0) << "quant GEMV: sum_x: batch schedule only";
   XI_CHECK(!c.f16_x || (c.stages == 0 && !c.sum_x)) << "quant GEMV: f16_x: batch schedule only, not with sum_x";
+  XI_CHECK(!c.tokens16 || (c.ctas_per_sm == 2 && !c.sum_x && !c.f16_x))
+      << "quant GEMV: tokens16: 2 CTAs per SM, not with sum_x / f16_x";
 }
 
 }  // namespace
@@ -370,6 +392,7 @@ void check_config(const QuantGemvConfig& c) {
 bool quant_gemv_fusion_supports(const QuantWeight& w, int m, const QuantGemvFusion& f, const QuantGemvConfig& c) {
   const bool any = f.add_to_y || f.norm_weight || f.swiglu_out;
   if (!any) return true;
+  if (c.tokens16) return false;  // fusion takes one token tile
   if (m < 1 || m > kTileTokens || (f.add_to_y && f.norm_weight)) return false;
   if (f.add_to_y && c.stages == 0) return false;  // the plain batch kernels have no fused epilogue
   if (f.swiglu_out && (f.norm_weight == nullptr || w.n % 2 != 0)) return false;
@@ -401,12 +424,17 @@ void launch_quant_gemv(const QuantLinearArgs& a, cudaStream_t stream, QuantGemvC
   p.eps = fusion.eps;
   p.swiglu_out = fusion.swiglu_out;
   const Kind kind = w.bits == 4 ? Kind::kInt4 : Kind::kInt8;
+  XI_CHECK(!config.tokens16 || (kind == Kind::kInt8 && config.stages == 0 && !fusion.add_to_y &&
+                                !fusion.norm_weight && !fusion.swiglu_out))
+      << "quant GEMV: tokens16 takes int8 weights in the batch schedule without fusion (" << describe(w)
+      << ")";
   const bool fold = fold_scale(w);
   const size_t y_row = static_cast<size_t>(w.n) * (a.y_f32 ? 4 : 2);
-  for (int m0 = 0; m0 < a.m; m0 += kTileTokens) {
+  const int per_launch = config.tokens16 ? 2 * kTileTokens : kTileTokens;
+  for (int m0 = 0; m0 < a.m; m0 += per_launch) {
     p.x = a.x + static_cast<size_t>(m0) * w.k;
     p.y = static_cast<char*>(a.y) + m0 * y_row;
-    p.m = std::min(kTileTokens, a.m - m0);
+    p.m = std::min(per_launch, a.m - m0);
     launch_rows(kind, fold, p, config, stream);
   }
 }
@@ -435,11 +463,12 @@ void launch_w8a8_gemv(Kind kind, const Fp8GemvArgs& a, cudaStream_t stream, Quan
   p.group = a.k;
   p.G = 1;
   const size_t y_row = static_cast<size_t>(a.n) * (a.y_f32 ? 4 : 2);
-  for (int m0 = 0; m0 < a.m; m0 += kTileTokens) {
+  const int per_launch = config.tokens16 ? 2 * kTileTokens : kTileTokens;
+  for (int m0 = 0; m0 < a.m; m0 += per_launch) {
     p.xq = a.xq + static_cast<size_t>(m0) * a.k;
     p.xs = a.x_scales + m0;
     p.y = static_cast<char*>(a.y) + m0 * y_row;
-    p.m = std::min(kTileTokens, a.m - m0);
+    p.m = std::min(per_launch, a.m - m0);
     launch_rows(kind, false, p, config, stream);
   }
 }

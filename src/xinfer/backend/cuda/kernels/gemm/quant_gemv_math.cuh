@@ -155,7 +155,8 @@ __device__ __forceinline__ int lane_group(const Params& p, int step, int col) {
   return (col < p.k ? col : step * Geometry<kKind>::kStep) / p.group;
 }
 
-// x's columns of this lane's step (row g; zeros for rows past m and columns past k).
+// x's columns of this lane's step (token row g: the lane's B column, + 8 for a second token tile; zeros for
+// rows past m and columns past k).
 template <Kind kKind>
 __device__ __forceinline__ void load_x_step(const Params& p, int step, int g, int t, uint4 (&xv)[4]) {
   using G = Geometry<kKind>;
@@ -170,15 +171,16 @@ __device__ __forceinline__ void load_x_step(const Params& p, int step, int g, in
   }
 }
 
-// One step: the lane's 32 (int4) or 16 (int8, e4m3) columns of rows g, g + 8 times x rows 0..7 into acc
-// (kFold: the scale is in the bf16 weights; kFp8: no scale here, applied per output at the end; else the
-// step is scaled in f32 here).
-template <Kind kKind, bool kFold>
-__device__ __forceinline__ void compute_step(const Params& p, const StepLoad& l, const uint4 (&xv)[4],
-                                             float (&acc)[4]) {
-  float d[4] = {0.f, 0.f, 0.f, 0.f};
+// One step: the lane's 32 (int4) or 16 (int8, e4m3) columns of rows g, g + 8 times x rows 0..7 (and, with
+// kTok = 2 token tiles, rows 8..15: xv[1] / acc[1], the same weight fragments) into acc (kFold: the scale is
+// in the bf16 weights; kFp8: no scale here, applied per output at the end; else the step is scaled in f32
+// here).
+template <Kind kKind, bool kFold, int kTok>
+__device__ __forceinline__ void compute_step(const Params& p, const StepLoad& l, const uint4 (&xv)[kTok][4],
+                                             float (&acc)[kTok][4]) {
+  float d[kTok][4] = {};
   constexpr bool kDirect = kFold || is_w8a8(kKind);
-  float(&sum)[4] = kDirect ? acc : d;
+  float(&sum)[kTok][4] = kDirect ? acc : d;
   if constexpr (kKind == Kind::kInt4) {
     uint32_t zz[2], ss[2];
 #pragma unroll
@@ -200,11 +202,15 @@ __device__ __forceinline__ void compute_step(const Params& p, const StepLoad& l,
           a[r][j] = v;
         }
       }
-      const uint32_t x01 = (&xv[i].x)[0], x23 = (&xv[i].x)[1], x45 = (&xv[i].x)[2], x67 = (&xv[i].x)[3];
-      const uint32_t x04 = __byte_perm(x01, x45, 0x5410), x15 = __byte_perm(x01, x45, 0x7632);
-      const uint32_t x26 = __byte_perm(x23, x67, 0x5410), x37 = __byte_perm(x23, x67, 0x7632);
-      mma(sum, a[0][0], a[1][0], a[0][1], a[1][1], x04, x15);
-      mma(sum, a[0][2], a[1][2], a[0][3], a[1][3], x26, x37);
+#pragma unroll
+      for (int tt = 0; tt < kTok; ++tt) {
+        const uint32_t x01 = (&xv[tt][i].x)[0], x23 = (&xv[tt][i].x)[1], x45 = (&xv[tt][i].x)[2],
+                       x67 = (&xv[tt][i].x)[3];
+        const uint32_t x04 = __byte_perm(x01, x45, 0x5410), x15 = __byte_perm(x01, x45, 0x7632);
+        const uint32_t x26 = __byte_perm(x23, x67, 0x5410), x37 = __byte_perm(x23, x67, 0x7632);
+        mma(sum[tt], a[0][0], a[1][0], a[0][1], a[1][1], x04, x15);
+        mma(sum[tt], a[0][2], a[1][2], a[0][3], a[1][3], x26, x37);
+      }
     }
   } else if constexpr (kKind == Kind::kInt8) {
     float zf[2];
@@ -226,8 +232,11 @@ __device__ __forceinline__ void compute_step(const Params& p, const StepLoad& l,
         a[r][0] = pack_bf16x2(f[0], f[1]);
         a[r][1] = pack_bf16x2(f[2], f[3]);
       }
-      const uint32_t x01 = (&xv[i / 2].x)[(i % 2) * 2], x23 = (&xv[i / 2].x)[(i % 2) * 2 + 1];
-      mma(sum, a[0][0], a[1][0], a[0][1], a[1][1], x01, x23);
+#pragma unroll
+      for (int tt = 0; tt < kTok; ++tt) {
+        const uint32_t x01 = (&xv[tt][i / 2].x)[(i % 2) * 2], x23 = (&xv[tt][i / 2].x)[(i % 2) * 2 + 1];
+        mma(sum[tt], a[0][0], a[1][0], a[0][1], a[1][1], x01, x23);
+      }
     }
   } else if constexpr (kKind == Kind::kW8A8Int8) {
     // Words 0, 1 and 2, 3 of the lane's 16 bytes as one k32 mma each: A's k slots 4t..4t+3 (a0 / a1: rows g,
@@ -236,22 +245,32 @@ __device__ __forceinline__ void compute_step(const Params& p, const StepLoad& l,
     for (int i = 0; i < 2; ++i) {
       const uint32_t w00 = (&l.w[0].x)[2 * i], w01 = (&l.w[0].x)[2 * i + 1];
       const uint32_t w10 = (&l.w[1].x)[2 * i], w11 = (&l.w[1].x)[2 * i + 1];
-      mma_s8(sum, w00, w10, w01, w11, (&xv[0].x)[2 * i], (&xv[0].x)[2 * i + 1]);
+#pragma unroll
+      for (int tt = 0; tt < kTok; ++tt)
+        mma_s8(sum[tt], w00, w10, w01, w11, (&xv[tt][0].x)[2 * i], (&xv[tt][0].x)[2 * i + 1]);
     }
   } else {
     // e4m3 word i (columns i * 4 + 0..3) -> f16 pairs (e0, e1), (e2, e3), weights and x alike.
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const uint32_t w0 = (&l.w[0].x)[i], w1 = (&l.w[1].x)[i], xw = (&xv[0].x)[i];
-      mma_f16(sum, e4m3x2_to_f16x2(w0, false), e4m3x2_to_f16x2(w1, false), e4m3x2_to_f16x2(w0, true),
-              e4m3x2_to_f16x2(w1, true), e4m3x2_to_f16x2(xw, false), e4m3x2_to_f16x2(xw, true));
+      const uint32_t w0 = (&l.w[0].x)[i], w1 = (&l.w[1].x)[i];
+      const uint32_t a0 = e4m3x2_to_f16x2(w0, false), a1 = e4m3x2_to_f16x2(w1, false),
+                     a2 = e4m3x2_to_f16x2(w0, true), a3 = e4m3x2_to_f16x2(w1, true);
+#pragma unroll
+      for (int tt = 0; tt < kTok; ++tt) {
+        const uint32_t xw = (&xv[tt][0].x)[i];
+        mma_f16(sum[tt], a0, a1, a2, a3, e4m3x2_to_f16x2(xw, false), e4m3x2_to_f16x2(xw, true));
+      }
     }
   }
   if constexpr (!kDirect) {
-    acc[0] = fmaf(d[0], l.s[0], acc[0]);
-    acc[1] = fmaf(d[1], l.s[0], acc[1]);
-    acc[2] = fmaf(d[2], l.s[1], acc[2]);
-    acc[3] = fmaf(d[3], l.s[1], acc[3]);
+#pragma unroll
+    for (int tt = 0; tt < kTok; ++tt) {
+      acc[tt][0] = fmaf(d[tt][0], l.s[0], acc[tt][0]);
+      acc[tt][1] = fmaf(d[tt][1], l.s[0], acc[tt][1]);
+      acc[tt][2] = fmaf(d[tt][2], l.s[1], acc[tt][2]);
+      acc[tt][3] = fmaf(d[tt][3], l.s[1], acc[tt][3]);
+    }
   }
 }
 
@@ -401,11 +420,13 @@ __device__ __forceinline__ void normalize_x_step(const Params& p, int step, int 
 // The end of a tile: each warp's C fragment (acc[0], acc[1] = row g, tokens 2t, 2t + 1; acc[2], acc[3] = row
 // g + 8) and (kNormed) its sums of squares of x rows into shared memory, one barrier, then the 8 warps' sums
 // per output: 1 / rms, bias, the store; SwiGLU tiles also store silu(gate) * up. rb / ss_red: this tile's
-// reduction buffers (a buffer is rewritten only after the next tile's barrier).
+// reduction buffers (a buffer is rewritten only after the next tile's barrier). tok0: the token tile's first
+// row of x (8 for the second of two token tiles; never with the norm, whose inv_rms(tok) and ss_red index
+// the first tile's tokens: the kernels static_assert it).
 template <Kind kKind, bool kNormed, bool kFusion = true>
 __device__ __forceinline__ void finish_tile(const Params& p, float (&rb)[kWarps][kTileRows][kTileTokens],
-                                            float (&ss_red)[kWarps][kTileTokens], int tile, int warp, int lane,
-                                            const float (&acc)[4], float ss) {
+                                            float (&ss_red)[kWarps][kTileTokens], int tile, int warp,
+                                            int lane, const float (&acc)[4], float ss, int tok0 = 0) {
   const int g = lane / 4, t = lane % 4;
   rb[warp][g][2 * t] = acc[0];
   rb[warp][g][2 * t + 1] = acc[1];
@@ -430,7 +451,7 @@ __device__ __forceinline__ void finish_tile(const Params& p, float (&rb)[kWarps]
     const int half = p.n / 2;
     if (tid < 8 * kTileTokens) {
       const int r = tid % 8, tok = tid / 8, gate = tile * 8 + r;
-      if (tok < p.m && gate < half) {
+      if (tok0 + tok < p.m && gate < half) {
         float gv = 0.f, uv = 0.f;
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) {
@@ -438,14 +459,14 @@ __device__ __forceinline__ void finish_tile(const Params& p, float (&rb)[kWarps]
           uv += rb[w][r + 8][tok];
         }
         const float inv = inv_rms(tok);
-        const float go = store_output<kKind, kFusion>(p, gate, tok, gv, inv);
-        const float uo = store_output<kKind, kFusion>(p, half + gate, tok, uv, inv);
-        p.swiglu_out[static_cast<size_t>(tok) * half + gate] = __float2bfloat16(silu_mul_f32(go, uo));
+        const float go = store_output<kKind, kFusion>(p, gate, tok0 + tok, gv, inv);
+        const float uo = store_output<kKind, kFusion>(p, half + gate, tok0 + tok, uv, inv);
+        p.swiglu_out[static_cast<size_t>(tok0 + tok) * half + gate] = __float2bfloat16(silu_mul_f32(go, uo));
       }
     }
   } else if (tid < kTileRows * kTileTokens) {
     const int r = tid % kTileRows, tok = tid / kTileRows, n = tile * kTileRows + r;
-    if (tok < p.m && n < p.n) {
+    if (tok0 + tok < p.m && n < p.n) {
       float v = 0.f;
       if constexpr (kKind == Kind::kW8A8Int8) {  // exact int32 sums of the warps' int32 partial dots
         int32_t iv = 0;
@@ -456,12 +477,13 @@ __device__ __forceinline__ void finish_tile(const Params& p, float (&rb)[kWarps]
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) v += rb[w][r][tok];
       }
-      store_output<kKind, kFusion>(p, n, tok, v, inv_rms(tok));
+      store_output<kKind, kFusion>(p, n, tok0 + tok, v, inv_rms(tok));
     }
   }
 }
 
-// quant_gemv_pipelined.cu: one launch of the pipelined schedule (config.stages > 0) for p.m <= 8 rows.
+// quant_gemv_pipelined.cu: one launch of the pipelined schedule (config.stages > 0) for p.m <= 8 rows (16
+// with tokens16).
 void launch_pipelined(Kind kind, bool fold, const Params& p, const QuantGemvConfig& config, cudaStream_t stream);
 
 }  // namespace xinfer::cuda::quant_gemv

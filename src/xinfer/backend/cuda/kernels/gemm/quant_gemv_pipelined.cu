@@ -12,6 +12,10 @@
 //   z[2][32] u32     the aligned 4-byte word holding their zero point (zero-point weights only)
 // Dynamic shared memory: red[2][kWarps][16][8] f32 (the per-tile reduction, double-buffered so one barrier
 // per tile suffices) then kWarps rings of `stages` slots.
+// kTok = 2 (QuantGemvConfig::tokens16, the W8A8 kinds): rows 8..15 of x as a second mma N tile on the same
+// weight fragments, so 9..16 rows read the weights once; red[tt] then holds token tile tt's reduction (a
+// thread writes a buffer again only after the barrier of the other one, which every thread reaches after its
+// reads of the first: no double buffering across tiles needed).
 //
 // persistent: grid = min(tiles, SMs x ctas_per_sm) and a CTA loops over tiles blockIdx.x, + gridDim.x, ...;
 // a warp's ring then runs on across its tiles (the next tile's weights are in flight during the reduction).
@@ -73,10 +77,11 @@ __device__ __forceinline__ void issue(const Params& p, Slot& slot, int tile, int
 }
 
 // grid: tiles (or fewer, persistent) CTAs of 8 warps; dynamic shared memory smem_bytes(kStages).
-template <Kind kKind, bool kFold, int kStages, int kMinBlocks, bool kNormed>
+template <Kind kKind, bool kFold, int kStages, int kMinBlocks, bool kNormed, int kTok = 1>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) quant_gemv_pipelined_kernel(Params p) {
   using G = Geometry<kKind>;
   static_assert(!kNormed || !is_w8a8(kKind), "the norm folds into bf16 x only");
+  static_assert(kTok == 1 || !kNormed, "two token tiles: no norm");
   extern __shared__ __align__(16) unsigned char smem[];
   auto* red = reinterpret_cast<float(*)[kWarps][kTileRows][kTileTokens]>(smem);  // [2][kWarps][16][8]
   auto* ss_red = reinterpret_cast<float(*)[kWarps][kTileTokens]>(smem + kRedFloats * sizeof(float));  // [2][kWarps][8]
@@ -110,7 +115,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) quant_gemv_pipelined_ker
   int j = 0;  // this warp's next step to compute (flattened)
   for (int ti = 0; ti < my_tiles; ++ti) {
     const int tile = cta + ti * ctas;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    float acc[kTok][4] = {};
     float ss = 0.f;  // kNormed: sum of squares of x row g over this lane's columns
     for (int u = 0; u < per_tile; ++u, ++j) {
       if (issued < total) {
@@ -120,9 +125,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) quant_gemv_pipelined_ker
       }
       cp_async_commit();
       const int step = warp + u * kWarps;
-      uint4 xv[4];
-      load_x_step<kKind>(p, step, g, t, xv);  // L1 / L2: requested before the wait below
-      if constexpr (kNormed) normalize_x_step<kKind>(p, step, t, xv, ss);
+      uint4 xv[kTok][4];
+#pragma unroll
+      for (int tt = 0; tt < kTok; ++tt)
+        load_x_step<kKind>(p, step, g + 8 * tt, t, xv[tt]);  // L1 / L2: requested before the wait below
+      if constexpr (kNormed) normalize_x_step<kKind>(p, step, t, xv[0], ss);
       cp_async_wait<kStages - 1>();            // step j's copies (this lane's) have landed
       const Slot& sl = ring[j % kStages];
       StepLoad l;
@@ -140,18 +147,22 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) quant_gemv_pipelined_ker
           }
         }
       }
-      compute_step<kKind, kFold>(p, l, xv, acc);
+      compute_step<kKind, kFold, kTok>(p, l, xv, acc);
     }
-    // C fragment: acc[0], acc[1] = (row g, tokens 2t, 2t + 1); acc[2], acc[3] = (row g + 8, same tokens).
-    float(&rb)[kWarps][kTileRows][kTileTokens] = red[ti & 1];
-    finish_tile<kKind, kNormed>(p, rb, ss_red[ti & 1], tile, warp, lane, acc, ss);
+    // C fragment: acc[tt][0], acc[tt][1] = (row g, tokens 8 tt + 2t, + 1); acc[tt][2], acc[tt][3] = (row g +
+    // 8, same tokens).
+#pragma unroll
+    for (int tt = 0; tt < kTok; ++tt) {
+      float(&rb)[kWarps][kTileRows][kTileTokens] = red[kTok == 1 ? ti & 1 : tt];
+      finish_tile<kKind, kNormed>(p, rb, ss_red[ti & 1], tile, warp, lane, acc[tt], ss, 8 * tt);
+    }
   }
   cp_async_wait<0>();
 }
 
-template <Kind kKind, bool kFold, int kStages, int kMinBlocks, bool kNormed>
+template <Kind kKind, bool kFold, int kStages, int kMinBlocks, bool kNormed, int kTok = 1>
 void launch_typed(const Params& p, const QuantGemvConfig& c, cudaStream_t stream) {
-  auto* kernel = quant_gemv_pipelined_kernel<kKind, kFold, kStages, kMinBlocks, kNormed>;
+  auto* kernel = quant_gemv_pipelined_kernel<kKind, kFold, kStages, kMinBlocks, kNormed, kTok>;
   const size_t smem = smem_bytes(kStages);
   raise_smem_limit(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));  // per device
   const int tiles = tile_count(p.n, p.swiglu_out != nullptr);
@@ -174,6 +185,15 @@ void dispatch_stages(const Params& p, const QuantGemvConfig& c, cudaStream_t str
   }
   XI_CHECK(!normed) << "quant GEMV: the folded RMSNorm runs at stages x CTAs 4 x 3 or 8 x 2 only, not "
                     << to_string(c);
+  if constexpr (is_w8a8(kKind)) {  // 16 rows of x per launch: the W8A8 kinds at 2 CTAs per SM
+    if (c.tokens16 && p.m > kTileTokens) {
+      if (c.stages == 4 && c.ctas_per_sm == 2)
+        return launch_typed<kKind, kFold, 4, 2, false, 2>(p, c, stream);
+      if (c.stages == 8 && c.ctas_per_sm == 2)
+        return launch_typed<kKind, kFold, 8, 2, false, 2>(p, c, stream);
+      XI_CHECK(false) << "quant GEMV: tokens16 runs at stages x CTAs 4 x 2 or 8 x 2, not " << to_string(c);
+    }
+  }
   if (c.stages == 4 && c.ctas_per_sm == 3) return launch_typed<kKind, kFold, 4, 3, false>(p, c, stream);
   if (c.stages == 4 && c.ctas_per_sm == 2) return launch_typed<kKind, kFold, 4, 2, false>(p, c, stream);
   if (c.stages == 8 && c.ctas_per_sm == 2) return launch_typed<kKind, kFold, 8, 2, false>(p, c, stream);

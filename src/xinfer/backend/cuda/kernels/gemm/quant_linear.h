@@ -2,7 +2,8 @@
 // integers plus scales (and zero points) in the CPU layout of quant/weight_format.h, bf16 x, f32
 // accumulation, y bf16 or f32. Two ways to run one:
 //
-//   launch_quant_gemv     decode rows (m <= 8 per launch; more rows run in launches of 8): the weight is
+//   launch_quant_gemv     decode rows (m <= 8 per launch, 16 with QuantGemvConfig::tokens16; more rows run in
+//                         launches of that many): the weight is
 //                         streamed once per launch and dequantized in registers straight into tensor-core
 //                         mma.sync m16n8k16 operands (16 weight rows x 8 rows of x per warp tile).
 //   launch_dequantize_weight + a bf16 GEMM (CudaBackend::linear, m > 8 or what the GEMV does not take): the
@@ -84,6 +85,11 @@ std::string describe(const QuantWeight& w);  // "int4 g128 zp [4096, 4096]"
 //   sum_x (batch, unfolded scales, no folded norm, k <= 512 steps): weights enter the mma as exact magic + u
 //             (no per-weight subtract; int8 split into nibbles), the magic and zero point come off per step
 //             with x's column sums (computed by each CTA): fewer dequantization instructions per weight.
+//   tokens16 (int8 weight-only in the batch schedule, plain or wide; the W8A8 GEMVs pipelined; 2 CTAs per SM,
+//             no sum_x / f16_x / fusion): 16 rows of x per launch, rows 8..15 a second mma N tile on the same
+//             dequantized weight fragments, so 9..16 rows read the weight once instead of twice (int4 has the
+//             int4 decode GEMV for that). Each output's products and sums are the launch of 8's: the same
+//             bits.
 struct QuantGemvConfig {
   int ctas_per_sm = 2;
   bool pdl = false;
@@ -92,6 +98,7 @@ struct QuantGemvConfig {
   bool wide = false;
   bool sum_x = false;
   bool f16_x = false;  // int8, unfolded scales, batch: bytes -> f16 1024 + u by PRMT, x to f16 per step
+  bool tokens16 = false;
 };
 std::string to_string(const QuantGemvConfig& c);  // "pipe4 3 ctas/sm pdl"
 // The backend's choice for this weight / FP8 shape (H200 measurements: docs/PERF.md "Quantized linears").
@@ -117,14 +124,15 @@ struct QuantGemvFusion {
 bool quant_gemv_supports(const QuantWeight& w);
 // True if launch_quant_gemv takes this weight, these rows and fusion with `config`.
 bool quant_gemv_fusion_supports(const QuantWeight& w, int m, const QuantGemvFusion& f, const QuantGemvConfig& config);
-// The GEMV (ceil(m / 8) launches). XI_CHECK-fails on unsupported arguments.
+// The GEMV (ceil(m / 8) launches, ceil(m / 16) with tokens16). XI_CHECK-fails on unsupported arguments.
 void launch_quant_gemv(const QuantLinearArgs& a, cudaStream_t stream, QuantGemvConfig config = {},
                        const QuantGemvFusion& fusion = {});
 
 // W8A8-FP8 decode GEMV: y[m, n] = (xq[m, k] . w[n, k]) * x_scales[m] * w_scales[n or 0] (+ bias[n]), xq and w
 // e4m3 (the activations quantized per token beforehand: quantize_activations.h), converted exactly to f16
 // for the tensor cores (mma m16n8k16, f32 accumulation): the oracle's products, summed in another order.
-// The pipelined schedule's tile and ring (int8's geometry: steps of 64 columns); ceil(m / 8) launches.
+// The pipelined schedule's tile and ring (int8's geometry: steps of 64 columns); ceil(m / 8) launches
+// (ceil(m / 16) with tokens16).
 struct Fp8GemvArgs {
   const uint8_t* xq = nullptr;          // [m, k] e4m3
   const float* x_scales = nullptr;      // [m]
