@@ -72,7 +72,7 @@ std::unique_ptr<Matrix> make_matrix(const xq::WeightFormat& f, int64_t n, int64_
   if (const auto* g = std::get_if<xq::GgufFormat>(&f)) {
     const size_t bb = static_cast<size_t>(xq::gguf_block_bytes(g->type));
     for (size_t off = 0; off < weight_bytes; off += bb) {
-      put_half(&w->weight[off], 0.01f);
+      put_half(&w->weight[off + (g->type == xq::GgufType::kQ6_K ? 208 : 0)], 0.01f);  // Q6_K's d is last
       if (g->type == xq::GgufType::kQ4_1 || g->type == xq::GgufType::kQ4_K)
         put_half(&w->weight[off + 2], -0.05f);
     }
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
     std::printf("\n%-6s %-10s %4s %-14s %9s %9s %6s %-14s %9s %9s %6s %8s\n", "type", "NxK", "rows", "gguf",
                 "us", "GB/s", "roof", "repacked", "us", "GB/s", "roof", "speed-up");
     for (xq::GgufType t : {xq::GgufType::kQ4_0, xq::GgufType::kQ4_1, xq::GgufType::kQ5_0, xq::GgufType::kQ8_0,
-                           xq::GgufType::kQ4_K}) {
+                           xq::GgufType::kQ4_K, xq::GgufType::kQ6_K}) {
       const xq::WeightFormat f = xq::GgufFormat{t};
       const size_t bytes = xq::format_weight_bytes(f, sh.n, sh.k);
       const size_t copies = std::max<size_t>(1, (160u << 20) / bytes);

@@ -165,10 +165,12 @@ TINY_GGUFS["Q4_K"] = (Q.Q4_K, {"hidden": 256, "ffn": 512})
 TINY_GGUFS["Q6_K"] = (Q.Q6_K, {"hidden": 256, "ffn": 512})
 TINY_GGUFS["Q4_K_M"] = (Q.Q4_K, {"hidden": 256, "ffn": 512,
                                  "tensor_types": {"attn_v.weight": Q.Q6_K, "ffn_down.weight": Q.Q6_K}})
-# What the CPU loader does with each (its log): Q4_K and Q5_0 linears repacked into the int formats, Q6_K kept.
+# What the CPU loader does with each (its log): Q4_K, Q5_0 and Q6_K linears repacked into the int formats.
 TINY_GGUF_LOGS = {"Q4_K": ["gguf Q4_K repacked into int4-g32-min"],
                   "Q5_0": ["gguf Q5_0 repacked into int8-g32"],
-                  "Q4_K_M": ["gguf Q4_K repacked into int4-g32-min", "parts of one concatenated weight differ in type"]}
+                  "Q6_K": ["gguf Q6_K repacked into int8-g16"],
+                  "Q4_K_M": ["gguf Q4_K repacked into int4-g32-min", "gguf Q6_K repacked into int8-g16",
+                             "parts of one concatenated weight differ in type"]}
 
 
 @pytest.mark.parametrize("name", list(TINY_GGUFS))

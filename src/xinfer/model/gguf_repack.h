@@ -1,8 +1,8 @@
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K rows repacked into the int per-group format
 // (quant/weight_format.h IntGroupFormat, group 32; 16 for Q6_K), for backends that prefer their int4 / int8
-// kernels to GGUF blocks (Backend::prefers_repacked_gguf: CUDA, which has no GGUF kernels; the CPU for Q4_K
-// and Q5_0). Exact: the same codes, and each group's scale (and min) as the f32 products the GGUF arithmetic
-// forms, so dequantize_matrix of the result equals dequantize_gguf bit for bit.
+// kernels to GGUF blocks (Backend::prefers_repacked_gguf: CUDA, which has no GGUF kernels; the CPU for Q4_K,
+// Q5_0 and Q6_K). Exact: the same codes, and each group's scale (and min) as the f32 products the GGUF
+// arithmetic forms, so dequantize_matrix of the result equals dequantize_gguf bit for bit.
 //   Q4_0 [d, qs[16]]: x[j] = d (qs[j] & 15 - 8), x[j + 16] = d (qs[j] >> 4 - 8)
 //        -> int4-g32: element e in the low nibble of byte e / 2 for even e (the nibbles re-ordered), scale d,
 //        zero 8 (symmetric)

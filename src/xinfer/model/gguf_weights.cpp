@@ -65,8 +65,8 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
       return t.data + static_cast<size_t>(src) * row_bytes;
     };
     // Repacked exactly into int4 / int8 per group (gguf_repack.h: Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K per 32,
-    // Q6_K per 16) where the backend prefers its int kernels (CUDA: no GGUF kernels; the CPU: Q4_K, Q5_0);
-    // the embedding table is never repacked.
+    // Q6_K per 16) where the backend prefers its int kernels (CUDA: no GGUF kernels; the CPU: Q4_K, Q5_0,
+    // Q6_K); the embedding table is never repacked.
     const std::optional<quant::IntGroupFormat> repacked =
         gguf_repack_format(type, parts[0].name, shard_.sharded());
     if (!vector && same && !options_.dequantize_gguf && backend_.prefers_repacked_gguf(type) && repacked &&

@@ -40,7 +40,7 @@ constexpr int64_t kGemmMinRows = 8;
 constexpr int64_t kGemmChunkBlocks = 64;
 bool gguf_gemm(const GgufFormat& f, const QuantizedMatrix& w, const float* x, int64_t rows, float* y,
                ThreadPool* pool);
-// AVX2 only (call when simd_enabled()): int per-group without g_idx (group a multiple of 32), int8 per
+// AVX2 only (call when simd_enabled()): int per-group without g_idx (group 16 or a multiple of 32), int8 per
 // channel, W8A8 int8 (int32 dot products); K a multiple of 32. Returns false (nothing written) otherwise.
 bool int_matmul_avx2(const QuantizedMatrix& w, const float* x, int64_t rows, float* y, ThreadPool* pool);
 // AVX2 only: W8A8 fp8 with K a multiple of 32, on activations already rounded to e4m3 and scaled back (xq).

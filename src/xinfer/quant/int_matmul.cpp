@@ -1,9 +1,10 @@
 // AVX2 kernels for the int weight formats (the portable path is the row-dequantizing kernel):
-//   int4 / int8 per group (no g_idx; group a multiple of 32; K may end in a partial group), int8 per channel
-//   (W8A16): weights decoded to
+//   int4 / int8 per group (no g_idx; group 16 or a multiple of 32; K may end in a partial group), int8 per
+//   channel (W8A16): weights decoded to
 //     f32 in registers, 32 at a time, and multiplied with f32 activations; per group
 //     sum_k x_k W_k = s_g * (sum_k x_k q_k - z_g * sum_k x_k), the activation sums per group computed once;
-//     int4 with mins (GGUF Q4_1 / Q4_K repacked): s_g * sum_k x_k q_k + min_g * sum_k x_k
+//     int4 with mins (GGUF Q4_1 / Q4_K repacked): s_g * sum_k x_k q_k + min_g * sum_k x_k; groups of 16 (GGUF
+//     Q6_K repacked) take the two halves of each 32-weight chunk apart
 //   W8A8 fp8: e4m3 weights decoded through f16 (exact) against the e4m3-rounded activations
 //   W8A8 int8: activations quantized to int8 per token (or with the static scale), int32 dot products
 //     (maddubs/madd, sign trick), y = s_w[n] * s_x[t] * sum_k qw_k qx_k
@@ -98,6 +99,37 @@ __attribute__((target("avx2,fma,f16c"))) void int_rows(const uint8_t* wrow, cons
   for (int r = 0; r < R; ++r) res[r] = hsum8(acc[r]) - corr[r];
 }
 
+// int_rows for groups of 16 (no mins): chunk c's elements 0..15 (q[0], q[1]) are group c / 16, 16..31 (q[2],
+// q[3]) the next one; k a multiple of 32.
+template <WKind kKind, int R>
+__attribute__((target("avx2,fma,f16c"))) void int_rows_g16(const uint8_t* wrow, const float* s,
+                                                           const uint8_t* z, int sym, int64_t k,
+                                                           const float* const* x, const float* const* xsum,
+                                                           float* res) {
+  constexpr int kBytes32 = kKind == WKind::kU4 ? 16 : 32;
+  __m256 acc[R];
+  float corr[R] = {};
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < k; c += 32) {
+    __m256 q[4];
+    decode32<kKind>(wrow + c / 32 * kBytes32, q);
+    const int64_t g = c / 16;
+    const __m256 s0 = _mm256_set1_ps(s[g]), s1 = _mm256_set1_ps(s[g + 1]);
+    const float off0 = s[g] * static_cast<float>(z ? z[g] : sym);
+    const float off1 = s[g + 1] * static_cast<float>(z ? z[g + 1] : sym);
+    for (int r = 0; r < R; ++r) {
+      const float* xr = x[r] + c;
+      const __m256 a0 =
+          _mm256_fmadd_ps(q[1], _mm256_loadu_ps(xr + 8), _mm256_mul_ps(q[0], _mm256_loadu_ps(xr)));
+      const __m256 a1 =
+          _mm256_fmadd_ps(q[3], _mm256_loadu_ps(xr + 24), _mm256_mul_ps(q[2], _mm256_loadu_ps(xr + 16)));
+      acc[r] = _mm256_fmadd_ps(a1, s1, _mm256_fmadd_ps(a0, s0, acc[r]));
+      corr[r] += off0 * xsum[r][g] + off1 * xsum[r][g + 1];
+    }
+  }
+  for (int r = 0; r < R; ++r) res[r] = hsum8(acc[r]) - corr[r];
+}
+
 template <WKind kKind>
 // scale_stride: scales per weight row (groups; 1 per channel; 0: one per tensor). mins: [n, groups] or
 // nullptr.
@@ -127,11 +159,17 @@ void run_int(const QuantizedMatrix& w, int64_t group, int64_t scale_stride, cons
         const float* xsums[kIntTile] = {xsum.data() + t0 * groups,
                                         xsum.data() + std::min(t0 + 1, rows - 1) * groups};
         if (rows - t0 >= 2) {
-          int_rows<kKind, 2>(wrow, s, z, sym, mn, k, group, xs, xsums, res);
+          if (group == 16)
+            int_rows_g16<kKind, 2>(wrow, s, z, sym, k, xs, xsums, res);
+          else
+            int_rows<kKind, 2>(wrow, s, z, sym, mn, k, group, xs, xsums, res);
           y[t0 * n_out + n] = res[0];
           y[(t0 + 1) * n_out + n] = res[1];
         } else {
-          int_rows<kKind, 1>(wrow, s, z, sym, mn, k, group, xs, xsums, res);
+          if (group == 16)
+            int_rows_g16<kKind, 1>(wrow, s, z, sym, k, xs, xsums, res);
+          else
+            int_rows<kKind, 1>(wrow, s, z, sym, mn, k, group, xs, xsums, res);
           y[t0 * n_out + n] = res[0];
         }
       }
@@ -209,8 +247,9 @@ void run_w8a8_int8(const QuantizedMatrix& w, const W8A8Int8Format& f, const floa
 bool int_matmul_avx2(const QuantizedMatrix& w, const float* x, int64_t rows, float* y, ThreadPool* pool) {
   if (w.k % 32 != 0) return false;
   if (const auto* g = std::get_if<IntGroupFormat>(&w.format)) {
-    if (w.g_idx != nullptr || g->group_size % 32 != 0 ||
-        (g->min_offset && (g->bits != 4 || w.mins == nullptr)))
+    const bool g16 = g->group_size == 16;  // GGUF Q6_K repacked (no mins)
+    if (w.g_idx != nullptr || (g->group_size % 32 != 0 && !g16) ||
+        (g->min_offset && (g->bits != 4 || w.mins == nullptr || g16)))
       return false;
     const uint8_t* zeros = g->zero_point ? w.zeros : nullptr;
     const int64_t groups = (w.k + g->group_size - 1) / g->group_size;

@@ -180,6 +180,8 @@ std::vector<FormatCase> all_formats() {
       {IntGroupFormat{4, 128, true}},
       {IntGroupFormat{4, 64, true}, true},
       {IntGroupFormat{4, 32, false, true}},  // mins (GGUF Q4_1 / Q4_K repacked)
+      {IntGroupFormat{8, 16, false}},        // groups of 16 (GGUF Q6_K repacked)
+      {IntGroupFormat{8, 16, true}},
       {IntGroupFormat{8, 32, false}},
       {IntGroupFormat{8, 128, true}, true},
       {IntGroupFormat{8, 128, true}},

@@ -33,8 +33,8 @@ class CpuBackend : public backend::Backend {
 
   // Every format (quant::cpu_supports): non-dense linears run quant::quantized_matmul.
   bool supports(const quant::WeightFormat& f) const override;
-  // Q4_K and Q5_0: the int kernels on the repacked rows beat this backend's GGUF path for them, which
-  // dequantizes a row at a time (bench/quant_kernel_bench --gguf-repack: 3.4x / 6.2x at one row on AVX2).
+  // Q4_K, Q5_0 and Q6_K: the int kernels on the repacked rows beat this backend's GGUF path for them, which
+  // dequantizes a row at a time (bench/quant_kernel_bench --gguf-repack).
   bool prefers_repacked_gguf(quant::GgufType type) const override;
   // f32 (the activation dtype) or fp8 e4m3: rope_kv_write stores to_fp8_e4m3(x / scale), paged_attention reads
   // to_float(e4m3) * scale (both core/dtype.h's conversions, round to nearest even with saturation).

@@ -84,7 +84,7 @@ bool CpuBackend::supports(const quant::WeightFormat& f) const {
 }
 
 bool CpuBackend::prefers_repacked_gguf(quant::GgufType type) const {
-  return type == quant::GgufType::kQ4_K || type == quant::GgufType::kQ5_0 ||
+  return type == quant::GgufType::kQ4_K || type == quant::GgufType::kQ5_0 || type == quant::GgufType::kQ6_K ||
          Backend::prefers_repacked_gguf(type);
 }
 
