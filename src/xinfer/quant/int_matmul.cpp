@@ -64,8 +64,9 @@ __attribute__((target("avx2,fma,f16c"))) inline void decode32(const uint8_t* p, 
 // res[r] = sum_g s[g] * (sum_{k in g} x_r[k] q[k] - z_g * xsum_r[g]) for one weight row, or with mins
 // sum_g (s[g] * sum_{k in g} x_r[k] q[k] + mn[g] * xsum_r[g]).
 // wrow: packed row  s: [groups]  z: [groups] or nullptr (then `sym`)  mn: [groups] or nullptr  x[r]: [k]
-// xsum[r]: [groups]
-template <WKind kKind, int R>
+// xsum[r]: [groups]. kG16: groups of 16 (no mins; k a multiple of 32): chunk c's elements 0..15 (q[0], q[1])
+// are group c / 16, 16..31 (q[2], q[3]) the next one.
+template <WKind kKind, int R, bool kG16 = false>
 __attribute__((target("avx2,fma,f16c"))) void int_rows(const uint8_t* wrow, const float* s, const uint8_t* z,
                                                        int sym, const float* mn, int64_t k, int64_t group,
                                                        const float* const* x, const float* const* xsum,
@@ -74,57 +75,48 @@ __attribute__((target("avx2,fma,f16c"))) void int_rows(const uint8_t* wrow, cons
   __m256 acc[R];
   float corr[R] = {};
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  const int64_t groups = (k + group - 1) / group;  // the last group may be partial (a multiple of 32)
-  for (int64_t g = 0; g < groups; ++g) {
-    __m256 ga[R][2];
-    for (int r = 0; r < R; ++r) ga[r][0] = ga[r][1] = _mm256_setzero_ps();
-    for (int64_t c = g * group; c < std::min(k, (g + 1) * group); c += 32) {
+  // What group g takes off: s z per unit of xsum, or gives: its min.
+  auto offset = [&](int64_t g) {
+    return mn ? -mn[g] : s[g] * (z ? static_cast<float>(z[g]) : static_cast<float>(sym));
+  };
+  if constexpr (kG16) {
+    for (int64_t c = 0; c < k; c += 32) {
       __m256 q[4];
       decode32<kKind>(wrow + c / 32 * kBytes32, q);
+      const int64_t g = c / 16;
+      const __m256 s0 = _mm256_set1_ps(s[g]), s1 = _mm256_set1_ps(s[g + 1]);
+      const float off0 = offset(g), off1 = offset(g + 1);
       for (int r = 0; r < R; ++r) {
         const float* xr = x[r] + c;
-        ga[r][0] = _mm256_fmadd_ps(q[0], _mm256_loadu_ps(xr), ga[r][0]);
-        ga[r][1] = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(xr + 8), ga[r][1]);
-        ga[r][0] = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(xr + 16), ga[r][0]);
-        ga[r][1] = _mm256_fmadd_ps(q[3], _mm256_loadu_ps(xr + 24), ga[r][1]);
+        const __m256 a0 =
+            _mm256_fmadd_ps(q[1], _mm256_loadu_ps(xr + 8), _mm256_mul_ps(q[0], _mm256_loadu_ps(xr)));
+        const __m256 a1 =
+            _mm256_fmadd_ps(q[3], _mm256_loadu_ps(xr + 24), _mm256_mul_ps(q[2], _mm256_loadu_ps(xr + 16)));
+        acc[r] = _mm256_fmadd_ps(a1, s1, _mm256_fmadd_ps(a0, s0, acc[r]));
+        corr[r] += off0 * xsum[r][g] + off1 * xsum[r][g + 1];
       }
     }
-    // What the group takes off: s z per unit of xsum, or gives: its min.
-    const float off = mn ? -mn[g] : s[g] * (z ? static_cast<float>(z[g]) : static_cast<float>(sym));
-    for (int r = 0; r < R; ++r) {
-      acc[r] = _mm256_fmadd_ps(_mm256_add_ps(ga[r][0], ga[r][1]), _mm256_set1_ps(s[g]), acc[r]);
-      corr[r] += off * xsum[r][g];
-    }
-  }
-  for (int r = 0; r < R; ++r) res[r] = hsum8(acc[r]) - corr[r];
-}
-
-// int_rows for groups of 16 (no mins): chunk c's elements 0..15 (q[0], q[1]) are group c / 16, 16..31 (q[2],
-// q[3]) the next one; k a multiple of 32.
-template <WKind kKind, int R>
-__attribute__((target("avx2,fma,f16c"))) void int_rows_g16(const uint8_t* wrow, const float* s,
-                                                           const uint8_t* z, int sym, int64_t k,
-                                                           const float* const* x, const float* const* xsum,
-                                                           float* res) {
-  constexpr int kBytes32 = kKind == WKind::kU4 ? 16 : 32;
-  __m256 acc[R];
-  float corr[R] = {};
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t c = 0; c < k; c += 32) {
-    __m256 q[4];
-    decode32<kKind>(wrow + c / 32 * kBytes32, q);
-    const int64_t g = c / 16;
-    const __m256 s0 = _mm256_set1_ps(s[g]), s1 = _mm256_set1_ps(s[g + 1]);
-    const float off0 = s[g] * static_cast<float>(z ? z[g] : sym);
-    const float off1 = s[g + 1] * static_cast<float>(z ? z[g + 1] : sym);
-    for (int r = 0; r < R; ++r) {
-      const float* xr = x[r] + c;
-      const __m256 a0 =
-          _mm256_fmadd_ps(q[1], _mm256_loadu_ps(xr + 8), _mm256_mul_ps(q[0], _mm256_loadu_ps(xr)));
-      const __m256 a1 =
-          _mm256_fmadd_ps(q[3], _mm256_loadu_ps(xr + 24), _mm256_mul_ps(q[2], _mm256_loadu_ps(xr + 16)));
-      acc[r] = _mm256_fmadd_ps(a1, s1, _mm256_fmadd_ps(a0, s0, acc[r]));
-      corr[r] += off0 * xsum[r][g] + off1 * xsum[r][g + 1];
+  } else {
+    const int64_t groups = (k + group - 1) / group;  // the last group may be partial (a multiple of 32)
+    for (int64_t g = 0; g < groups; ++g) {
+      __m256 ga[R][2];
+      for (int r = 0; r < R; ++r) ga[r][0] = ga[r][1] = _mm256_setzero_ps();
+      for (int64_t c = g * group; c < std::min(k, (g + 1) * group); c += 32) {
+        __m256 q[4];
+        decode32<kKind>(wrow + c / 32 * kBytes32, q);
+        for (int r = 0; r < R; ++r) {
+          const float* xr = x[r] + c;
+          ga[r][0] = _mm256_fmadd_ps(q[0], _mm256_loadu_ps(xr), ga[r][0]);
+          ga[r][1] = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(xr + 8), ga[r][1]);
+          ga[r][0] = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(xr + 16), ga[r][0]);
+          ga[r][1] = _mm256_fmadd_ps(q[3], _mm256_loadu_ps(xr + 24), ga[r][1]);
+        }
+      }
+      const float off = offset(g);
+      for (int r = 0; r < R; ++r) {
+        acc[r] = _mm256_fmadd_ps(_mm256_add_ps(ga[r][0], ga[r][1]), _mm256_set1_ps(s[g]), acc[r]);
+        corr[r] += off * xsum[r][g];
+      }
     }
   }
   for (int r = 0; r < R; ++r) res[r] = hsum8(acc[r]) - corr[r];
@@ -159,17 +151,11 @@ void run_int(const QuantizedMatrix& w, int64_t group, int64_t scale_stride, cons
         const float* xsums[kIntTile] = {xsum.data() + t0 * groups,
                                         xsum.data() + std::min(t0 + 1, rows - 1) * groups};
         if (rows - t0 >= 2) {
-          if (group == 16)
-            int_rows_g16<kKind, 2>(wrow, s, z, sym, k, xs, xsums, res);
-          else
-            int_rows<kKind, 2>(wrow, s, z, sym, mn, k, group, xs, xsums, res);
+          (group == 16 ? int_rows<kKind, 2, true> : int_rows<kKind, 2>)(wrow, s, z, sym, mn, k, group, xs, xsums, res);
           y[t0 * n_out + n] = res[0];
           y[(t0 + 1) * n_out + n] = res[1];
         } else {
-          if (group == 16)
-            int_rows_g16<kKind, 1>(wrow, s, z, sym, k, xs, xsums, res);
-          else
-            int_rows<kKind, 1>(wrow, s, z, sym, mn, k, group, xs, xsums, res);
+          (group == 16 ? int_rows<kKind, 1, true> : int_rows<kKind, 1>)(wrow, s, z, sym, mn, k, group, xs, xsums, res);
           y[t0 * n_out + n] = res[0];
         }
       }
