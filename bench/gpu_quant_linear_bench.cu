@@ -132,6 +132,19 @@ std::vector<cuda::QuantGemvConfig> gemv_configs(int m) {
   out.push_back({2, true, 8, false, false, false});
   return out;
 }
+// configs plus a copy with QuantGemvConfig::tokens16 of each one `compiled` says has it (m > 8 only: at most
+// 8 rows the 16-row kernels are not launched).
+template <typename Compiled>
+std::vector<cuda::QuantGemvConfig> with_tokens16(std::vector<cuda::QuantGemvConfig> configs, int m,
+                                                 Compiled compiled) {
+  if (m <= 8) return configs;
+  for (size_t i = 0, e = configs.size(); i < e; ++i)
+    if (compiled(configs[i])) {
+      configs.push_back(configs[i]);
+      configs.back().tokens16 = true;
+    }
+  return configs;
+}
 std::vector<cuda::QuantGemvConfig> fp8_gemv_configs() {
   return {{2, true, 4, false, false}, {3, true, 4, false, false}, {2, true, 8, false, false}, {2, true, 8, true, false}};
 }
@@ -244,13 +257,9 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
           fill_scales<<<1, 256, 0, s>>>(static_cast<float*>(xs.view.data), static_cast<size_t>(m), 4, 0.01f);
           XI_CUDA_CHECK_LAUNCH();
           const double fio = static_cast<double>(xq.view.bytes() + y.view.bytes());
-          std::vector<cuda::QuantGemvConfig> fconfigs = fp8_gemv_configs();
-          if (m > 8)  // also 16 rows per launch where compiled (2 CTAs per SM)
-            for (size_t i = 0, e = fconfigs.size(); i < e; ++i)
-              if (fconfigs[i].ctas_per_sm == 2) {
-                fconfigs.push_back(fconfigs[i]);
-                fconfigs.back().tokens16 = true;
-              }
+          // also 16 rows per launch where compiled (2 CTAs per SM)
+          const std::vector<cuda::QuantGemvConfig> fconfigs = with_tokens16(
+              fp8_gemv_configs(), m, [](const cuda::QuantGemvConfig& c) { return c.ctas_per_sm == 2; });
           for (const cuda::QuantGemvConfig& c : fconfigs) {
             const double tc = graph_us(s, 20, [&](int i) {
               const backend::LinearWeights& lw = wi(i);
@@ -321,14 +330,12 @@ std::vector<std::string> bench_quant_linears(cuda::CudaBackend& be, double bw, d
         if (m <= 32) {
           double t = 1e30;
           const cuda::QuantGemvConfig chosen = cuda::quant_gemv_default_config(q0, true);
-          std::vector<cuda::QuantGemvConfig> configs = gemv_configs(m);
-          if (q0.bits == 8 && m > 8)  // int8: also 16 rows per launch where compiled
-            for (size_t i = 0, e = configs.size(); i < e; ++i)
-              if (configs[i].stages == 0 && configs[i].ctas_per_sm == 2 && !configs[i].sum_x &&
-                  !configs[i].f16_x) {
-                configs.push_back(configs[i]);
-                configs.back().tokens16 = true;
-              }
+          // int8: also 16 rows per launch where compiled (the batch schedule at 2 CTAs per SM, plain)
+          const std::vector<cuda::QuantGemvConfig> configs =
+              q0.bits != 8 ? gemv_configs(m)
+                           : with_tokens16(gemv_configs(m), m, [](const cuda::QuantGemvConfig& c) {
+                               return c.stages == 0 && c.ctas_per_sm == 2 && !c.sum_x && !c.f16_x;
+                             });
           for (const cuda::QuantGemvConfig& c : configs) {
             if (dot_only && !(c.stages == chosen.stages && c.ctas_per_sm == chosen.ctas_per_sm && c.wide == chosen.wide &&
                               c.f16_x == chosen.f16_x))

@@ -10,12 +10,6 @@ namespace xinfer::model {
 
 namespace {
 
-float half(const uint8_t* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return to_float(f16{bits});
-}
-
 // One block as the int formats hold it: its codes in element order (0..15 for int4; u8 with 128 as zero for
 // int8) and per group of the format (32; 16 for Q6_K) the scale and (int4-g32-min) the min, so that
 // x = scale * (code - zero) or scale * code + min.
@@ -38,16 +32,16 @@ void unpack_block(quant::GgufType type, const uint8_t* b, Block* out) {
   uint8_t* code = out->code;
   switch (type) {
     case quant::GgufType::kQ4_0:  // d, qs[16]; zero 8 (int4-g32, symmetric)
-      out->scale[0] = half(b);
+      out->scale[0] = quant::gguf_f16(b);
       nibbles(b + 2, code);
       return;
     case quant::GgufType::kQ4_1:  // d, m, qs[16]
-      out->scale[0] = half(b);
-      out->min[0] = half(b + 2);
+      out->scale[0] = quant::gguf_f16(b);
+      out->min[0] = quant::gguf_f16(b + 2);
       nibbles(b + 4, code);
       return;
     case quant::GgufType::kQ5_0: {  // d, qh[4], qs[16]: 5-bit q - 16 as int8 (q - 16) + 128
-      out->scale[0] = half(b);
+      out->scale[0] = quant::gguf_f16(b);
       uint32_t qh;
       std::memcpy(&qh, b + 2, 4);
       nibbles(b + 6, code);
@@ -55,12 +49,12 @@ void unpack_block(quant::GgufType type, const uint8_t* b, Block* out) {
       return;
     }
     case quant::GgufType::kQ8_0:  // d, qs[32] i8
-      out->scale[0] = half(b);
+      out->scale[0] = quant::gguf_f16(b);
       for (int j = 0; j < 32; ++j) code[j] = static_cast<uint8_t>(static_cast<int8_t>(b[2 + j]) + 128);
       return;
     case quant::GgufType::kQ4_K: {  // d, dmin, 12 packed 6-bit (sc, m), qs[128]: sub-blocks 2i / 2i + 1 the
                                     // low / high nibbles of qs[32 i .. 32 i + 31]; x = d sc q - dmin m
-      const float d = half(b), dmin = half(b + 2);
+      const float d = quant::gguf_f16(b), dmin = quant::gguf_f16(b + 2);
       for (int j = 0; j < 8; ++j) {
         int sc, m;
         quant::gguf_k_scale_min(j, b + 4, &sc, &m);
@@ -73,7 +67,7 @@ void unpack_block(quant::GgufType type, const uint8_t* b, Block* out) {
     }
     case quant::GgufType::kQ6_K: {  // ql[128], qh[64], sc[16] i8, d: x = d sc[e / 16] (q6 - 32) per 128-half;
                                     // q6 + 96 as int8 (q6 - 32) + 128
-      const float d = half(b + 208);
+      const float d = quant::gguf_f16(b + 208);
       const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
       for (int j = 0; j < 16; ++j) out->scale[j] = d * static_cast<float>(sc[j]);
       for (int h = 0; h < 2; ++h) {

@@ -20,15 +20,9 @@ void gguf_k_scale_min(int j, const uint8_t* packed, int* sc, int* m) {
 
 namespace {
 
-float half(const uint8_t* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return to_float(f16{bits});
-}
-
 // dst[32] from one block of each 32-element type.
 void dq_q4_0(const uint8_t* b, float* y) {
-  const float d = half(b);
+  const float d = gguf_f16(b);
   const uint8_t* qs = b + 2;
   for (int j = 0; j < 16; ++j) {
     y[j] = d * static_cast<float>((qs[j] & 15) - 8);
@@ -36,7 +30,7 @@ void dq_q4_0(const uint8_t* b, float* y) {
   }
 }
 void dq_q4_1(const uint8_t* b, float* y) {
-  const float d = half(b), m = half(b + 2);
+  const float d = gguf_f16(b), m = gguf_f16(b + 2);
   const uint8_t* qs = b + 4;
   for (int j = 0; j < 16; ++j) {
     y[j] = d * static_cast<float>(qs[j] & 15) + m;
@@ -44,7 +38,7 @@ void dq_q4_1(const uint8_t* b, float* y) {
   }
 }
 void dq_q5_0(const uint8_t* b, float* y) {
-  const float d = half(b);
+  const float d = gguf_f16(b);
   uint32_t qh;
   std::memcpy(&qh, b + 2, 4);
   const uint8_t* qs = b + 6;
@@ -55,7 +49,7 @@ void dq_q5_0(const uint8_t* b, float* y) {
   }
 }
 void dq_q5_1(const uint8_t* b, float* y) {
-  const float d = half(b), m = half(b + 2);
+  const float d = gguf_f16(b), m = gguf_f16(b + 2);
   uint32_t qh;
   std::memcpy(&qh, b + 4, 4);
   const uint8_t* qs = b + 8;
@@ -66,12 +60,12 @@ void dq_q5_1(const uint8_t* b, float* y) {
   }
 }
 void dq_q8_0(const uint8_t* b, float* y) {
-  const float d = half(b);
+  const float d = gguf_f16(b);
   const auto* qs = reinterpret_cast<const int8_t*>(b + 2);
   for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(qs[j]);
 }
 void dq_q8_1(const uint8_t* b, float* y) {
-  const float d = half(b);
+  const float d = gguf_f16(b);
   const auto* qs = reinterpret_cast<const int8_t*>(b + 4);
   for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(qs[j]);
 }
@@ -80,7 +74,7 @@ void dq_q8_1(const uint8_t* b, float* y) {
 void dq_q2_k(const uint8_t* b, float* y) {
   const uint8_t* scales = b;
   const uint8_t* q = b + 16;
-  const float d = half(b + 80), dmin = half(b + 82);
+  const float d = gguf_f16(b + 80), dmin = gguf_f16(b + 82);
   int is = 0;
   for (int n = 0; n < 256; n += 128) {
     for (int shift = 0; shift < 8; shift += 2) {
@@ -97,7 +91,7 @@ void dq_q3_k(const uint8_t* b, float* y) {
   const uint8_t* hm = b;
   const uint8_t* q = b + 32;
   const uint8_t* packed = b + 96;
-  const float d = half(b + 108);
+  const float d = gguf_f16(b + 108);
   // 16 6-bit scales: low 4 bits in packed[0..7] (two per byte), high 2 bits in packed[8..11].
   int8_t scales[16];
   for (int j = 0; j < 16; ++j) {
@@ -123,7 +117,7 @@ void dq_q3_k(const uint8_t* b, float* y) {
   }
 }
 void dq_q4_k(const uint8_t* b, float* y) {
-  const float d = half(b), dmin = half(b + 2);
+  const float d = gguf_f16(b), dmin = gguf_f16(b + 2);
   const uint8_t* scales = b + 4;
   const uint8_t* q = b + 16;
   for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
@@ -137,7 +131,7 @@ void dq_q4_k(const uint8_t* b, float* y) {
   }
 }
 void dq_q5_k(const uint8_t* b, float* y) {
-  const float d = half(b), dmin = half(b + 2);
+  const float d = gguf_f16(b), dmin = gguf_f16(b + 2);
   const uint8_t* scales = b + 4;
   const uint8_t* qh = b + 16;
   const uint8_t* ql = b + 48;
@@ -158,7 +152,7 @@ void dq_q6_k(const uint8_t* b, float* y) {
   const uint8_t* ql = b;
   const uint8_t* qh = b + 128;
   const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
-  const float d = half(b + 208);
+  const float d = gguf_f16(b + 208);
   for (int n = 0; n < 256; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
     for (int l = 0; l < 32; ++l) {
       const int is = l / 16;

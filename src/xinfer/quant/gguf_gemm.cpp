@@ -38,12 +38,6 @@ constexpr int kRows = 4;             // activation rows per micro-kernel
 constexpr int64_t kChunkBlocks = kGemmChunkBlocks;  // blocks of K per panel: 64 * 320 B = 20 KB
 constexpr int kPanelBlockBytes = 8 * 32 + 2 * 8 * 4;  // w[8][32] + d[8] + m[8]
 
-float half_at(const uint8_t* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return to_float(f16{bits});
-}
-
 template <GgufType kType>
 constexpr int block_bytes() {
   return kType == GgufType::kQ8_0 ? 34 : kType == GgufType::kQ4_1 ? 20 : 18;
@@ -59,11 +53,11 @@ void pack_panel_portable(const uint8_t* weight, size_t row_bytes, int64_t n0, in
     float d[kCols] = {}, m[kCols] = {};
     for (int c = 0; c < cols; ++c) {
       const uint8_t* blk = weight + static_cast<size_t>(n0 + c) * row_bytes + (b0 + b) * block_bytes<kType>();
-      d[c] = half_at(blk);
+      d[c] = gguf_f16(blk);
       if constexpr (kType == GgufType::kQ8_0) {
         for (int e = 0; e < 32; ++e) pb[(e / 4) * 32 + 4 * c + e % 4] = blk[2 + e];
       } else {
-        m[c] = kType == GgufType::kQ4_1 ? half_at(blk + 2) : -8.0f * d[c];
+        m[c] = kType == GgufType::kQ4_1 ? gguf_f16(blk + 2) : -8.0f * d[c];
         const uint8_t* q = blk + (kType == GgufType::kQ4_1 ? 4 : 2);
         for (int e = 0; e < 16; ++e) {
           pb[(e / 4) * 32 + 4 * c + e % 4] = q[e] & 15;             // element e

@@ -31,12 +31,6 @@ namespace {
 constexpr int kTile = 4;  // activation rows per pass over a group of weight rows
 constexpr int kCols = 8;  // weight rows (output columns) per pass, one per AVX2 lane
 
-float half_at(const uint8_t* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return to_float(f16{bits});
-}
-
 // Pointers to the R activation rows of a tile.
 struct Tile {
   const int8_t* qs[kTile];
@@ -56,7 +50,7 @@ void cols_portable(const uint8_t* wcol0, size_t row_bytes, int cols, const Tile&
   for (int64_t b = b0; b < b0 + nblk; ++b) {
     for (int c = 0; c < cols; ++c) {
       const uint8_t* blk = wcol0 + static_cast<size_t>(c) * row_bytes + b * kBytes;
-      const float wd = half_at(blk);
+      const float wd = gguf_f16(blk);
       for (int r = 0; r < R; ++r) {
         const int8_t* q = a.qs[r] + b * 32;
         int sum = 0;
@@ -69,7 +63,7 @@ void cols_portable(const uint8_t* wcol0, size_t row_bytes, int cols, const Tile&
         }
         out[r][c] += wd * a.ds[r][2 * b] * static_cast<float>(sum);
         if constexpr (kType != GgufType::kQ8_0) {
-          const float wm = kType == GgufType::kQ4_1 ? half_at(blk + 2) : -8.0f * wd;
+          const float wm = kType == GgufType::kQ4_1 ? gguf_f16(blk + 2) : -8.0f * wd;
           out[r][c] += wm * a.ds[r][2 * b + 1];
         }
       }

@@ -15,8 +15,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 
+#include "xinfer/core/dtype.h"
 #include "xinfer/core/status.h"
 
 namespace xinfer::quant {
@@ -48,6 +50,12 @@ Result<size_t> gguf_row_bytes(GgufType t, int64_t n);
 // dst[n] = the n elements of src (n a multiple of the block size). Every type above is supported, Q8_1 and
 // Q8_K included. INVALID_ARGUMENT when n is not a multiple of the block size.
 Status dequantize_gguf(GgufType t, const void* src, int64_t n, float* dst);
+// A block's f16 field (d, m, dmin) at p, as f32 (exact).
+inline float gguf_f16(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return to_float(f16{bits});
+}
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block, from its 12 packed scale bytes
 // (the block's bytes 4..15): x = d * sc * q - dmin * m over the sub-block's 32 elements.
 void gguf_k_scale_min(int j, const uint8_t* packed, int* sc, int* m);
