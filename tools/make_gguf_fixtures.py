@@ -83,7 +83,7 @@ def quantize_any(x, t):
     return quantize(x, t)
 
 
-def gpt2_vocab():
+def gpt2_vocab(size=VOCAB):
     tokens = [chr(c) for c in range(ord("a"), ord("z") + 1)] + [chr(c) for c in range(ord("A"), ord("Z") + 1)]
     tokens += ["Ġ", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", ".", ",", "!", "?", "Ċ"]
     merges = ["t h", "th e", "Ġ th", "Ġth e", "a n", "i n", "e r", "o n", "r e", "a t"]
@@ -91,10 +91,10 @@ def gpt2_vocab():
         tokens.append(m.replace(" ", ""))
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tokens = specials + tokens
-    while len(tokens) < VOCAB:
+    while len(tokens) < size:
         tokens.append(f"<unused{len(tokens)}>")
     types = [3] * len(specials) + [1] * (len(tokens) - len(specials))
-    return tokens[:VOCAB], types[:VOCAB], merges
+    return tokens[:size], types[:size], merges
 
 
 def spm_vocab(model_path):

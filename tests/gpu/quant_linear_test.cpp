@@ -791,6 +791,12 @@ TEST(QuantLinear, TiledGemmMatchesCpuOracle) {
       {quant::IntGroupFormat{4, 128, false}, 130, 4096, false, {70}, true},  // long k, the 8B model's width
       {quant::IntGroupFormat{4, 128, true}, 96, 512, true, {20}, false},     // g_idx: the dequantize path
       {quant::IntGroupFormat{4, 32, false}, 37, 96, false, {17}, false},  // k % 64 != 0: the dequantize path
+      {quant::IntGroupFormat{4, 32, false, true}, 257, 512, false, {17, 65, 130}, true},  // mins (GGUF Q4_1 /
+                                                                                          // Q4_K)
+      {quant::IntGroupFormat{4, 64, false, true}, 100, 256, false, {40}, true},
+      {quant::IntGroupFormat{8, 16, false}, 257, 512, false, {17, 65, 130}, true},  // groups of 16 (GGUF
+                                                                                    // Q6_K)
+      {quant::IntGroupFormat{8, 48, false}, 64, 192, false, {20}, true},
   };
   const int saved = gpu().wq_gemm_max_rows();
   gpu().set_wq_gemm_max_rows(1024);
@@ -812,7 +818,9 @@ TEST(QuantLinear, TiledGemmMatchesCpuOracle) {
                {quant::IntGroupFormat{4, 128, true}, 257, 512, 65},
                {quant::IntGroupFormat{4, 32, false}, 200, 128, 17},
                {quant::Int8ChannelFormat{}, 129, 256, 40},
-               {quant::IntGroupFormat{8, 64, true}, 96, 192, 130}}) {
+               {quant::IntGroupFormat{8, 64, true}, 96, 192, 130},
+               {quant::IntGroupFormat{4, 32, false, true}, 130, 256, 70},
+               {quant::IntGroupFormat{8, 16, false}, 130, 256, 70}}) {
         QuantCase c = make_case(f, n, k, /*bias=*/f32, false, rng);
         const std::vector<float> x = random_bf16(static_cast<size_t>(m * k), rng);
         auto xd = gpu().upload(host_view(x, Shape{m, k}), DType::kBF16);
@@ -1302,32 +1310,52 @@ TEST(QuantLinear, ActOrderSortedAtLoadMatchesCpuOracle) {
 // int kernels: against the float reference of the original blocks (dequantize_gguf, f64 dot products), at
 // m = 1 and 8 (the GEMVs; Q4_1's and Q4_K's mins the int4 decode GEMV's, Q6_K's groups of 16 the int8 ones)
 // and 40 (dequantize path); k 576 is SmolLM2's hidden size (a partial int4 step), 768 three super-blocks.
+// n rows of random GGUF blocks of `type` over k columns with realistic block scales: Q4_K's d and dmin scale
+// 6-bit sub-block scales and mins (random bytes: 0..63 each, so d / 32 and dmin / 32 about match the other
+// types' ranges; the min about -8 times the scale on average); Q6_K's d (its last field) scales i8 sub-block
+// scales; Q4_1's min about -8 d, as a Q4_1 quantizer makes it.
+std::vector<uint8_t> random_gguf_rows(quant::GgufType type, int64_t n, int64_t k, std::mt19937& rng) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  const bool k_quant = type == quant::GgufType::kQ4_K || type == quant::GgufType::kQ6_K;
+  const auto block = static_cast<size_t>(quant::gguf_block_bytes(type));
+  std::vector<uint8_t> rows(static_cast<size_t>(n) * *quant::gguf_row_bytes(type, k));
+  for (auto& b : rows) b = static_cast<uint8_t>(byte(rng));
+  for (size_t off = 0; off < rows.size(); off += block) {
+    const float unit = k_quant ? 1.0f / 32 : 1.0f;
+    const f16 d = to_f16(unit * std::uniform_real_distribution<float>(0.002f, 0.01f)(rng));
+    std::memcpy(rows.data() + off + (type == quant::GgufType::kQ6_K ? 208 : 0), &d.bits, 2);
+    if (type == quant::GgufType::kQ4_1) {
+      const f16 m = to_f16(-8.0f * to_float(d) * std::uniform_real_distribution<float>(0.5f, 1.5f)(rng));
+      std::memcpy(rows.data() + off + 2, &m.bits, 2);
+    } else if (type == quant::GgufType::kQ4_K) {
+      const f16 dmin = to_f16(8.0f * to_float(d) * std::uniform_real_distribution<float>(0.5f, 1.5f)(rng));
+      std::memcpy(rows.data() + off + 2, &dmin.bits, 2);
+    }
+  }
+  return rows;
+}
+
+// y[m, n] = x[m, k] @ w[n, k]^T in double.
+std::vector<float> reference_matmul(const std::vector<float>& x, const std::vector<float>& w, int64_t m,
+                                    int64_t n, int64_t k) {
+  std::vector<float> y(static_cast<size_t>(m * n));
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t i = 0; i < k; ++i) acc += static_cast<double>(x[t * k + i]) * w[j * k + i];
+      y[static_cast<size_t>(t * n + j)] = static_cast<float>(acc);
+    }
+  return y;
+}
+
 TEST(QuantLinear, GgufRepackedRowsMatchTheGgufReference) {
   std::mt19937 rng(31);
-  std::uniform_int_distribution<int> byte(0, 255);
   for (quant::GgufType type : {quant::GgufType::kQ4_0, quant::GgufType::kQ4_1, quant::GgufType::kQ5_0,
                                quant::GgufType::kQ8_0, quant::GgufType::kQ4_K, quant::GgufType::kQ6_K}) {
     const bool k_quant = type == quant::GgufType::kQ4_K || type == quant::GgufType::kQ6_K;
     const int64_t n = 100, k = k_quant ? 768 : 576;
     const size_t row_bytes = *quant::gguf_row_bytes(type, k);
-    const auto block = static_cast<size_t>(quant::gguf_block_bytes(type));
-    std::vector<uint8_t> rows(static_cast<size_t>(n) * row_bytes);
-    for (auto& b : rows) b = static_cast<uint8_t>(byte(rng));
-    for (size_t off = 0; off < rows.size(); off += block) {
-      // Q4_K: d and dmin scale 6-bit sub-block scales and mins (random bytes: 0..63 each, so d / 32 and
-      // dmin / 32 about match the other types' ranges; the min about -8 times the scale on average); Q6_K:
-      // d (its last field) scales i8 sub-block scales
-      const float unit = k_quant ? 1.0f / 32 : 1.0f;
-      const f16 d = to_f16(unit * std::uniform_real_distribution<float>(0.002f, 0.01f)(rng));
-      std::memcpy(rows.data() + off + (type == quant::GgufType::kQ6_K ? 208 : 0), &d.bits, 2);
-      if (type == quant::GgufType::kQ4_1) {  // the min: about -8 d, as a Q4_1 quantizer makes it
-        const f16 m = to_f16(-8.0f * to_float(d) * std::uniform_real_distribution<float>(0.5f, 1.5f)(rng));
-        std::memcpy(rows.data() + off + 2, &m.bits, 2);
-      } else if (type == quant::GgufType::kQ4_K) {
-        const f16 dmin = to_f16(8.0f * to_float(d) * std::uniform_real_distribution<float>(0.5f, 1.5f)(rng));
-        std::memcpy(rows.data() + off + 2, &dmin.bits, 2);
-      }
-    }
+    const std::vector<uint8_t> rows = random_gguf_rows(type, n, k, rng);
     std::vector<float> wf(static_cast<size_t>(n * k));
     for (int64_t r = 0; r < n; ++r) ASSERT_TRUE(quant::dequantize_gguf(type, rows.data() + r * row_bytes, k, wf.data() + r * k).ok());
     auto h = model::repack_gguf_rows(type, rows.data(), n, k);
@@ -1335,13 +1363,7 @@ TEST(QuantLinear, GgufRepackedRowsMatchTheGgufReference) {
     model::UploadedLinear up = model::upload_linear(gpu(), *h, DType::kBF16);
     for (int64_t m : {1, 8, 40}) {
       const std::vector<float> x = random_bf16(static_cast<size_t>(m * k), rng);
-      std::vector<float> ref(static_cast<size_t>(m * n));
-      for (int64_t t = 0; t < m; ++t)
-        for (int64_t j = 0; j < n; ++j) {
-          double acc = 0;
-          for (int64_t i = 0; i < k; ++i) acc += static_cast<double>(x[t * k + i]) * wf[j * k + i];
-          ref[static_cast<size_t>(t * n + j)] = static_cast<float>(acc);
-        }
+      const std::vector<float> ref = reference_matmul(x, wf, m, n, k);
       auto xd = gpu().upload(host_view(x, Shape{m, k}), DType::kBF16);
       auto yd = gpu().allocate(DType::kF32, Shape{m, n});
       poison(yd.view);
@@ -1353,6 +1375,87 @@ TEST(QuantLinear, GgufRepackedRowsMatchTheGgufReference) {
       EXPECT_EQ(gpu().quant_gemvs(), gemvs + (m <= 16 ? 1 : 0)) << quant::gguf_type_name(type) << " m=" << m;
     }
   }
+}
+
+// A weight stored as segments (backend.h LinearWeights::segments; the GGUF loader's Q4_K_M qkv: q / k in
+// Q4_K, v in Q6_K) matches the GGUF dequantizer's weights. Where each segment runs its own kernel (decode
+// rows: in place at one row, through the workspace and a strided copy at more; the tiled GEMM past 16 rows),
+// each segment's columns equal that segment run alone, bit for bit, bf16 and f32 outputs. Prefill rows on the
+// dequantize path run one GEMM over the segments' weights dequantized side by side.
+TEST(QuantLinear, SegmentedWeightEqualsItsSegments) {
+  std::mt19937 rng(37);
+  const int64_t k = 512;
+  struct Seg {
+    quant::GgufType type;
+    int64_t n;
+  };
+  const std::vector<Seg> segs = {
+      {quant::GgufType::kQ4_K, 96}, {quant::GgufType::kQ6_K, 40}, {quant::GgufType::kQ4_K, 24}};
+  backend::LinearWeights w;
+  std::vector<model::UploadedLinear> ups;
+  std::vector<float> wf;
+  int64_t n = 0;
+  for (const Seg& sg : segs) {
+    const std::vector<uint8_t> rows = random_gguf_rows(sg.type, sg.n, k, rng);
+    const size_t row_bytes = *quant::gguf_row_bytes(sg.type, k);
+    wf.resize(static_cast<size_t>((n + sg.n) * k));
+    for (int64_t r = 0; r < sg.n; ++r)
+      ASSERT_TRUE(
+          quant::dequantize_gguf(sg.type, rows.data() + r * row_bytes, k, wf.data() + (n + r) * k).ok());
+    auto h = model::repack_gguf_rows(sg.type, rows.data(), sg.n, k);
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    ups.push_back(model::upload_linear(gpu(), *h, DType::kBF16));
+    w.segments.push_back(ups.back().weights);
+    n += sg.n;
+  }
+  ASSERT_EQ(w.out_features(), n);
+  ASSERT_EQ(w.in_features(), k);
+  ASSERT_FALSE(w.dense());
+  const int saved = gpu().wq_gemm_max_rows();
+  // (rows, wq_gemm_max_rows): decode rows; 40 rows on the tiled GEMM (max 1024) and on the dequantize path
+  // (16).
+  for (const auto& [m, max_rows] :
+       std::vector<std::pair<int64_t, int>>{{1, 16}, {5, 16}, {16, 16}, {40, 1024}, {40, 16}}) {
+    gpu().set_wq_gemm_max_rows(max_rows);
+    const bool one_gemm = m > 16 && max_rows < m;
+    for (const DType out_dtype : {DType::kBF16, DType::kF32}) {
+      const std::string what =
+          "m=" + std::to_string(m) + " wq max rows " + std::to_string(max_rows) + " " + dtype_name(out_dtype);
+      const std::vector<float> x = random_bf16(static_cast<size_t>(m * k), rng);
+      auto xd = gpu().upload(host_view(x, Shape{m, k}), DType::kBF16);
+      auto yd = gpu().allocate(out_dtype, Shape{m, n});
+      poison(yd.view);
+      const int64_t dequant = gpu().quant_dequant_gemms();
+      gpu().linear(xd.view, w, yd.view);
+      if (one_gemm) {
+        EXPECT_EQ(gpu().quant_dequant_gemms(), dequant + 1) << what;
+      }
+      const std::vector<float> y = download(gpu(), yd.view);
+      int64_t col = 0;
+      for (const backend::LinearWeights& s : w.segments) {
+        const int64_t ns = s.out_features();
+        auto alone = gpu().allocate(out_dtype, Shape{m, ns});
+        gpu().linear(xd.view, s, alone.view);
+        const std::vector<float> want = download(gpu(), alone.view);
+        std::vector<float> mine(static_cast<size_t>(m * ns));
+        for (int64_t t = 0; t < m; ++t)
+          for (int64_t j = 0; j < ns; ++j)
+            mine[static_cast<size_t>(t * ns + j)] = y[static_cast<size_t>(t * n + col + j)];
+        if (one_gemm) {  // another GEMM shape: the same products, summed in another order
+          EXPECT_LT(compare(mine, want).rel_l2, 1e-2) << what;
+        } else {
+          for (size_t i = 0; i < mine.size(); ++i) {
+            ASSERT_EQ(mine[i], want[i]) << what << " element " << i << " of segment columns " << col;
+          }
+        }
+        col += ns;
+      }
+      const Compare cmp = compare(y, reference_matmul(x, wf, m, n, k));
+      EXPECT_EQ(cmp.nans, 0) << what;
+      EXPECT_LT(cmp.rel_l2, 1e-2) << what;
+    }
+  }
+  gpu().set_wq_gemm_max_rows(saved);
 }
 
 TEST(QuantLinear, SupportsAndBadWeights) {

@@ -159,7 +159,7 @@ def test_smollm2_quantized_logits_close_to_references(smollm2_logits, smollm2_re
 
 
 # K-quants need rows of 256: those models are 256 wide (ffn 512). "Q4_K_M": q / k / gate / up in Q4_K with v and
-# down in Q6_K (parts of the concatenated qkv differ in type: dense), as llama.cpp's Q4_K_M mixes types.
+# down in Q6_K (parts of the concatenated qkv differ in type: two segments), as llama.cpp's Q4_K_M mixes types.
 TINY_GGUFS = {t.name: (t, {}) for t in (Q.F32, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1)}
 TINY_GGUFS["Q4_K"] = (Q.Q4_K, {"hidden": 256, "ffn": 512})
 TINY_GGUFS["Q6_K"] = (Q.Q6_K, {"hidden": 256, "ffn": 512})
@@ -170,7 +170,7 @@ TINY_GGUF_LOGS = {"Q4_K": ["gguf Q4_K repacked into int4-g32-min"],
                   "Q5_0": ["gguf Q5_0 repacked into int8-g32"],
                   "Q6_K": ["gguf Q6_K repacked into int8-g16"],
                   "Q4_K_M": ["gguf Q4_K repacked into int4-g32-min", "gguf Q6_K repacked into int8-g16",
-                             "parts of one concatenated weight differ in type"]}
+                             "differ in type: run as segments (Q4_K as int4-g32-min + Q6_K as int8-g16)"]}
 
 
 @pytest.mark.parametrize("name", list(TINY_GGUFS))

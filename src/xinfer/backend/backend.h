@@ -75,9 +75,24 @@ struct LinearWeights {
   // gather x so.
   TensorView input_perm{};
   int64_t k = 0;  // in_features when set (packed formats); 0: weight.shape[1]
-  int64_t out_features() const { return weight.shape[0]; }
-  int64_t in_features() const { return k > 0 ? k : weight.shape[1]; }
-  bool dense() const { return std::holds_alternative<quant::DenseFormat>(format); }
+  // Row blocks of one concatenated weight stored in different formats (a GGUF qkv whose v is Q6_K beside q
+  // and k in Q4_K, as in llama.cpp's Q4_K_M): out's columns are the segments' outputs side by side, in order,
+  // each segment a whole linear of its own (its bias included). When set, the fields above are unused and
+  // empty; such a weight is not dense(). Backends run it as one linear (linear(); the fused chains take the
+  // composition).
+  std::vector<LinearWeights> segments{};
+  bool segmented() const { return !segments.empty(); }
+  int64_t out_features() const {
+    if (segments.empty()) return weight.shape[0];
+    int64_t n = 0;
+    for (const LinearWeights& s : segments) n += s.out_features();
+    return n;
+  }
+  int64_t in_features() const {
+    if (!segments.empty()) return segments[0].in_features();
+    return k > 0 ? k : weight.shape[1];
+  }
+  bool dense() const { return segments.empty() && std::holds_alternative<quant::DenseFormat>(format); }
 };
 
 // The arguments of Backend::add_rms_norm_linear: the chain between two halves of a decoder layer, from the

@@ -156,16 +156,21 @@ void prepare_backend_for_weights(backend::Backend& backend, const model::LlamaMo
 #if defined(XINFER_HAVE_CUDA)
   auto* gpu = dynamic_cast<cuda::CudaBackend*>(&backend);
   if (gpu == nullptr) return;
-  std::vector<const backend::LinearWeights*> linears;
+  // runs: what the kernels run, a segmented weight's segments (backend.h) in its place
+  std::vector<const backend::LinearWeights*> linears, runs;
   for (int l = 0; l < model.config().num_layers; ++l) {
     const model::LayerWeights& w = model.layer(l);
-    for (const backend::LinearWeights* lw : {&w.qkv, &w.o, &w.gate_up, &w.down}) linears.push_back(lw);
+    for (const backend::LinearWeights* lw : {&w.qkv, &w.o, &w.gate_up, &w.down}) {
+      linears.push_back(lw);
+      if (!lw->segmented()) runs.push_back(lw);
+      for (const backend::LinearWeights& s : lw->segments) runs.push_back(&s);
+    }
   }
   gpu->reserve_quant_workspace(linears, max_tokens);  // first: the measurement below then grows nothing
-  gpu->measure_w8a8_gemms(linears, max_decode_rows, show_progress);
-  gpu->measure_fp8_gemms(linears, max_tokens);
-  gpu->measure_int8_gemms(linears, max_tokens);
-  gpu->measure_wq_gemms(linears, max_decode_rows);
+  gpu->measure_w8a8_gemms(runs, max_decode_rows, show_progress);
+  gpu->measure_fp8_gemms(runs, max_tokens);
+  gpu->measure_int8_gemms(runs, max_tokens);
+  gpu->measure_wq_gemms(runs, max_decode_rows);
 #else
   (void)backend, (void)model, (void)max_tokens, (void)max_decode_rows, (void)show_progress;
 #endif

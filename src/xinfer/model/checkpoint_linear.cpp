@@ -674,9 +674,10 @@ size_t planned_weight_bytes(const std::string& model_path, const ModelConfig& c,
   if (linear_format || !is_gguf_path(model_path)) return checkpoint_weight_bytes(c, dense_dtype, supported, linear_format);
   Result<GgufFile> file = GgufFile::open(model_path);
   if (!file.ok()) return checkpoint_weight_bytes(c, dense_dtype, supported);
-  // The loader concatenates q / k / v and gate / up into one weight, which keeps a block format only where
-  // its parts share one type (load_gguf_weights): otherwise the parts load dense (Q4_K_M's v in Q6_K beside
-  // q / k in Q4_K).
+  // The loader concatenates q / k / v and gate / up into one weight. Where its parts differ in type (Q4_K_M's
+  // v in Q6_K beside q / k in Q4_K), an unsharded model runs it as segments, each part in the format of its
+  // own type (or all dense where no part stays packed: the same bytes); a sharded one loads such parts dense
+  // (load_gguf_weights).
   auto concat_group = [](const std::string& name) {
     for (const char* part : {".attn_q.", ".attn_k.", ".attn_v."})
       if (const size_t at = name.find(part); at != std::string::npos) return name.substr(0, at) + ".qkv";
@@ -690,8 +691,8 @@ size_t planned_weight_bytes(const std::string& model_path, const ModelConfig& c,
   for (const GgufTensorInfo& t : file->tensors()) {
     const bool is_float = t.type == quant::GgufType::kF32 || t.type == quant::GgufType::kF16 ||
                           t.type == quant::GgufType::kBF16;
-    const bool one_type_matrix = t.ne.size() == 2 && group_types[concat_group(t.name)].size() == 1;
-    if (one_type_matrix && !is_float) {
+    const bool own_format = t.ne.size() == 2 && (!sharded || group_types[concat_group(t.name)].size() == 1);
+    if (own_format && !is_float) {
       const int64_t n = t.ne[1], k = t.ne[0];
       // Repacked into an int format where the backend prefers and runs that one, as the loader does
       // (gguf_repack.h), else the blocks kept where supported.

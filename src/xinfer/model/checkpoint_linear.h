@@ -100,7 +100,8 @@ using RepackPreferred = std::function<bool(quant::GgufType type)>;
 
 // The same for whatever `model_path` is: a `.gguf` file (every tensor as load_gguf_weights puts it: linears
 // whose type gguf_repack.h repacks at their int size where `repack` says so, the model is not `sharded` and
-// the backend runs the int format; other block formats kept where supported; the rest in `dense_dtype`),
+// the backend runs the int format; other block formats kept where supported; the parts of a concatenated
+// weight that differ in type (segments) each so unless `sharded`; the rest in `dense_dtype`),
 // else checkpoint_weight_bytes(c, ...). `repack` empty: where the blocks are not supported. A GGUF that
 // cannot be opened falls back to checkpoint_weight_bytes (the load reports the error).
 size_t planned_weight_bytes(const std::string& model_path, const ModelConfig& c, DType dense_dtype,

@@ -3,6 +3,8 @@
 // it: its rows are copied as they are (blocks run along K, so a row is whole blocks and permuting or
 // concatenating rows never splits one). Otherwise, and for F32/F16/BF16 tensors, it is dequantized once to
 // f32 on the host and uploaded in the activation dtype; one log line per format says so. Norms are f32.
+// Where the backend prefers its int kernels, the blocks are repacked into their int format (gguf_repack.h).
+// A concatenated weight (q / k / v, gate / up) whose parts differ in type runs as segments, one per type.
 #include <cstring>
 #include <set>
 
@@ -44,7 +46,7 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
   std::set<std::string> logged;
 
   // Fetches the parts, checks their shapes, and uploads them as one weight in the best format.
-  auto load = [&](const std::vector<Part>& parts) -> Result<backend::LinearWeights> {
+  auto load_joined = [&](const std::vector<Part>& parts) -> Result<backend::LinearWeights> {
     std::vector<const GgufTensorInfo*> infos;
     for (const Part& p : parts) {
       XI_ASSIGN_OR_RETURN(const GgufTensorInfo* t, file.tensor(p.name, p.shape));
@@ -155,8 +157,47 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
     for (const GgufTensorInfo* t : infos) progress.advance(1, static_cast<int64_t>(t->bytes));
     return w;
   };
+  // Whether linears of `type` keep a packed format on this backend (repacked or the blocks), as load_joined
+  // decides for parts of one type.
+  auto stays_packed = [&](quant::GgufType type, const std::string& name) {
+    if (is_float_type(type) || options_.dequantize_gguf) return false;
+    const std::optional<quant::IntGroupFormat> repacked = gguf_repack_format(type, name, shard_.sharded());
+    return (backend_.prefers_repacked_gguf(type) && repacked && backend_.supports(*repacked)) ||
+           backend_.supports(quant::GgufFormat{type});
+  };
+  // A concatenated weight whose parts differ in type (llama.cpp's Q4_K_M: v in Q6_K beside q / k in Q4_K) is
+  // loaded as segments, one per run of parts of one type, each in its own format (backend.h
+  // LinearWeights::segments), where one of them stays packed and the model is not sharded; otherwise, as
+  // parts of one type are, joined.
+  auto load = [&](const std::vector<Part>& parts) -> Result<backend::LinearWeights> {
+    std::vector<std::vector<Part>> runs;
+    std::vector<quant::GgufType> types;
+    for (const Part& p : parts) {
+      XI_ASSIGN_OR_RETURN(const GgufTensorInfo* t, file.tensor(p.name, p.shape));
+      if (types.empty() || types.back() != t->type) {
+        runs.emplace_back();
+        types.push_back(t->type);
+      }
+      runs.back().push_back(p);
+    }
+    bool packed = false;
+    for (size_t i = 0; i < runs.size(); ++i) packed = packed || stays_packed(types[i], runs[i][0].name);
+    if (runs.size() == 1 || !packed || shard_.sharded()) return load_joined(parts);
+    backend::LinearWeights w;
+    std::string kinds;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      XI_ASSIGN_OR_RETURN(backend::LinearWeights s, load_joined(runs[i]));
+      kinds += std::string(kinds.empty() ? "" : " + ") + gguf_type_name(types[i]) + " as " +
+               quant::format_name(s.format);
+      w.segments.push_back(std::move(s));
+    }
+    if (logged.insert(kinds).second)
+      XI_LOG(INFO) << "gguf: parts of one concatenated weight differ in type: run as segments (" << kinds
+                   << "), e.g. " << parts[0].name;
+    return w;
+  };
   auto vec = [&](const std::string& name, int64_t n) -> Result<TensorView> {
-    XI_ASSIGN_OR_RETURN(backend::LinearWeights w, load({{name, Shape{n}, 0}}));
+    XI_ASSIGN_OR_RETURN(backend::LinearWeights w, load_joined({{name, Shape{n}, 0}}));
     return w.weight;
   };
 

@@ -792,9 +792,9 @@ TEST(PlannedWeightBytes, GgufFileAsLoaded) {
 }
 
 // A GGUF whose concatenated weights mix types (q / k in Q4_1 with v in Q8_0, as llama.cpp's Q4_K_M puts v in
-// another type than q / k; down in Q5_0): the loader makes such a qkv dense, and the estimate follows it, on
-// the CPU (which keeps Q4_1 / Q8_0 blocks and repacks Q5_0) and on a backend without GGUF kernels (CUDA's
-// case: Q4_1 and Q5_0 repacked).
+// another type than q / k; down in Q5_0): the loader runs such a qkv as two segments, each in its type's
+// format, and the estimate follows it, on the CPU (which keeps Q4_1 / Q8_0 blocks and repacks Q5_0) and on a
+// backend without GGUF kernels (CUDA's case: Q4_1, Q8_0 and Q5_0 repacked).
 TEST(PlannedWeightBytes, GgufWithMixedTypesAsLoaded) {
   const char* src = std::getenv("XINFER_SOURCE_DIR");
   const std::string path = std::string(src ? src : ".") + "/tests/unit/model/data/tiny_llama_mixed.gguf";
@@ -815,10 +815,23 @@ TEST(PlannedWeightBytes, GgufWithMixedTypesAsLoaded) {
     EXPECT_EQ(planned_weight_bytes(path, c, DType::kF32, supported, std::nullopt, false, repack),
               (*m)->weight_bytes())
         << (be == &plain ? "cpu" : "no gguf kernels");
-    // The qkv of each layer is dense: more than the Q4_1 / Q8_0 bytes of its parts.
-    const int64_t H = c.hidden_size,
-                  qkv_rows = static_cast<int64_t>(c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
-    EXPECT_GT((*m)->weight_bytes(), static_cast<size_t>(c.num_layers * qkv_rows * H) * 4)
+    const std::vector<std::string> want = be == &plain ? std::vector<std::string>{"gguf(Q4_1)", "gguf(Q8_0)"}
+                                                       : std::vector<std::string>{"int4-g32-min", "int8-g32"};
+    for (int l = 0; l < c.num_layers; ++l) {
+      const backend::LinearWeights& qkv = (*m)->layer(l).qkv;
+      ASSERT_EQ(qkv.segments.size(), 2u) << "layer " << l;
+      EXPECT_EQ(quant::format_name(qkv.segments[0].format), want[0]);
+      EXPECT_EQ(quant::format_name(qkv.segments[1].format), want[1]);
+      EXPECT_EQ(qkv.segments[0].out_features(),
+                static_cast<int64_t>(c.num_heads + c.num_kv_heads) * c.head_dim);
+      EXPECT_EQ(qkv.out_features(), static_cast<int64_t>(c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
+      EXPECT_FALSE(qkv.dense());
+    }
+    // Sharded, the mixed qkv loads dense: the estimate counts it so.
+    const int64_t qkv_numel =
+        static_cast<int64_t>(c.num_layers) * c.hidden_size * (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+    EXPECT_GT(planned_weight_bytes(path, c, DType::kF32, supported, std::nullopt, true, repack),
+              (*m)->weight_bytes() + static_cast<size_t>(qkv_numel) * 2)  // 4 bytes against 0.6-1.1
         << (be == &plain ? "cpu" : "no gguf kernels");
   }
 }

@@ -72,6 +72,9 @@ class CpuBackend : public backend::Backend {
 
   // linear() for a non-dense format: quant::quantized_matmul, then the bias.
   void quantized_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out);
+  // linear() of a weight stored as segments (backend.h LinearWeights::segments): each into its columns of
+  // out.
+  void segmented_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out);
 
   std::unique_ptr<ThreadPool> pool_;
   backend::StepPlan step_copy_;  // storage behind the last StepMeta

@@ -113,6 +113,7 @@ void CpuBackend::embedding_weights(const backend::StepMeta& step, const backend:
 
 void CpuBackend::linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) {
   check_f32(x, "linear input");
+  if (w.segmented()) return segmented_linear(x, w, out);
   if (!w.dense()) return quantized_linear(x, w, out);
   check_f32(w.weight, "linear weight");
   const int64_t k = w.in_features();
@@ -129,6 +130,29 @@ void CpuBackend::linear(const TensorView& x, const backend::LinearWeights& w, co
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
               static_cast<int>(k), 1.0f, x.as<float>(), static_cast<int>(k), w.weight.as<float>(),
               static_cast<int>(k), w.bias.empty() ? 0.0f : 1.0f, y, static_cast<int>(n));
+}
+
+void CpuBackend::segmented_linear(const TensorView& x, const backend::LinearWeights& w,
+                                  const TensorView& out) {
+  const int64_t k = w.in_features(), n = w.out_features(), m = x.numel() / k;
+  XI_CHECK_EQ(last_dim(x), k) << "linear: input width vs segmented weight [" << n << ", " << k << "]";
+  XI_CHECK_EQ(out.numel(), m * n);
+  std::vector<float> part;  // a segment's [m, ns] when m > 1; one row is a contiguous run of out
+  int64_t col = 0;
+  for (const backend::LinearWeights& s : w.segments) {
+    const int64_t ns = s.out_features();
+    XI_CHECK_EQ(s.in_features(), k) << "segmented linear: segments differ in input width";
+    float* dst = out.as<float>() + col;
+    if (m == 1) {
+      linear(x, s, TensorView{dst, DType::kF32, Shape{1, ns}, Device::kCpu});
+    } else {
+      part.resize(static_cast<size_t>(m * ns));
+      linear(x, s, TensorView{part.data(), DType::kF32, Shape{m, ns}, Device::kCpu});
+      for (int64_t r = 0; r < m; ++r)
+        std::memcpy(dst + r * n, part.data() + r * ns, static_cast<size_t>(ns) * sizeof(float));
+    }
+    col += ns;
+  }
 }
 
 void CpuBackend::quantized_linear(const TensorView& x, const backend::LinearWeights& w,

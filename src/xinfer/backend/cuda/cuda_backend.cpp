@@ -141,7 +141,8 @@ CudaBackend::~CudaBackend() {
   gemm_.reset();
   fp8_.reset();
   if (decode_ws_) cudaFree(decode_ws_);
-  if (quant_ws_) cudaFree(quant_ws_);
+  if (quant_ws_.ptr) cudaFree(quant_ws_.ptr);
+  if (segment_ws_.ptr) cudaFree(segment_ws_.ptr);
   if (step_device_) cudaFree(step_device_);
   if (step_host_) cudaFreeHost(step_host_);
   if (copy_host_) cudaFreeHost(copy_host_);
@@ -459,7 +460,7 @@ void CudaBackend::begin_capture() {
   capturing_ = true;
   capture_failed_ = false;
   capture_ws_floats_ = 0;
-  capture_quant_ws_bytes_ = 0;
+  quant_ws_.capture_bytes = segment_ws_.capture_bytes = 0;
 }
 
 bool CudaBackend::end_capture(uint64_t key) {
@@ -470,7 +471,8 @@ bool CudaBackend::end_capture(uint64_t key) {
   if (capture_failed_) {
     if (graph) XI_CUDA_CHECK(cudaGraphDestroy(graph));
     if (capture_ws_floats_ > 0) decode_workspace(capture_ws_floats_);
-    if (capture_quant_ws_bytes_ > 0) quant_workspace(capture_quant_ws_bytes_);
+    for (GrowableBuffer* b : {&quant_ws_, &segment_ws_})
+      if (b->capture_bytes > 0) grow(*b, b->capture_bytes, "workspace");
     return false;
   }
   cudaGraphExec_t exec = nullptr;
@@ -480,7 +482,7 @@ bool CudaBackend::end_capture(uint64_t key) {
     destroy_graph(it->second);
     graphs_.erase(it);
   }
-  graphs_[key] = Graph{exec, step_signature(), step_device_, decode_ws_, quant_ws_};
+  graphs_[key] = Graph{exec, step_signature(), step_device_, decode_ws_, quant_ws_.ptr, segment_ws_.ptr};
   return true;
 }
 
@@ -489,8 +491,8 @@ bool CudaBackend::replay(uint64_t key) {
   auto it = graphs_.find(key);
   if (it == graphs_.end()) return false;
   Graph& g = it->second;
-  if (g.step_device != step_device_ || g.decode_ws != decode_ws_ || g.quant_ws != quant_ws_ ||
-      g.signature != step_signature()) {
+  if (g.step_device != step_device_ || g.decode_ws != decode_ws_ || g.quant_ws != quant_ws_.ptr ||
+      g.segment_ws != segment_ws_.ptr || g.signature != step_signature()) {
     destroy_graph(g);
     graphs_.erase(it);
     return false;
@@ -602,6 +604,7 @@ void CudaBackend::add_rms_norm(const TensorView& residual, const TensorView& del
 }
 
 void CudaBackend::linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) {
+  if (w.segmented()) return segmented_linear(x, w, out);
   const int64_t k = w.in_features(), n = w.out_features();
   const int64_t m = x.numel() / k;
   DebugTimer timer("linear launch", 1.0);  // a slow one only: plans, workspace growth, tuning
@@ -618,6 +621,34 @@ void CudaBackend::linear(const TensorView& x, const backend::LinearWeights& w, c
               w.bias.empty() ? nullptr : bf16_ptr(w.bias, "linear bias"), out.data, out.dtype == DType::kF32,
               to_int(m), to_int(n), to_int(k)},
              stream_);
+}
+
+void CudaBackend::segmented_linear(const TensorView& x, const backend::LinearWeights& w,
+                                   const TensorView& out) {
+  const int64_t k = w.in_features(), n = w.out_features(), m = x.numel() / k;
+  XI_CHECK_EQ(last_dim(x), k) << "linear: input width vs segmented weight [" << n << ", " << k << "]";
+  XI_CHECK_EQ(out.numel(), m * n);
+  if (m == 0 || segments_gemm(x, w, out)) return;
+  const size_t elem = dtype_bytes(out.dtype, 1);
+  int64_t widest = 0;
+  for (const backend::LinearWeights& s : w.segments) widest = std::max(widest, s.out_features());
+  // One row: each segment's output is a contiguous run of out. More: through the workspace, then its columns.
+  auto* ws = m == 1
+                 ? nullptr
+                 : static_cast<char*>(grow(segment_ws_, static_cast<size_t>(m * widest) * elem, "segments"));
+  if (m > 1 && ws == nullptr) return;  // recording failed (see top of cuda_backend_quant.cpp)
+  int64_t col = 0;
+  for (const backend::LinearWeights& s : w.segments) {
+    const int64_t ns = s.out_features();
+    XI_CHECK_EQ(s.in_features(), k) << "segmented linear: segments differ in input width";
+    char* dst = static_cast<char*>(out.data) + static_cast<size_t>(col) * elem;
+    linear(x, s, TensorView{m == 1 ? dst : ws, out.dtype, Shape{m, ns}, out.device});
+    if (m > 1)
+      XI_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<size_t>(n) * elem, ws, static_cast<size_t>(ns) * elem,
+                                      static_cast<size_t>(ns) * elem, static_cast<size_t>(m),
+                                      cudaMemcpyDeviceToDevice, stream_));
+    col += ns;
+  }
 }
 
 namespace {

@@ -229,11 +229,13 @@ class CudaBackend final : public backend::Backend {
   // it there (int8_wgmma_for), the rule by shape elsewhere. Every configuration gives the same bits. Logs one line;
   // nothing to do under set_int8_gemm("cublaslt"), "rule" or a fixed configuration.
   void measure_int8_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_tokens);
-  // Allocates the quantized linears' workspace (activation codes and scales, INT8 sums, dequantized weights) for
-  // steps of up to max_tokens rows through `linears` now, so that the memory plan counts it and it never grows
-  // (a growth waits for the device) during serving.
+  // Allocates the quantized linears' workspace (activation codes and scales, INT8 sums, dequantized weights)
+  // and the segmented weights' (their segments' outputs) for steps of up to max_tokens rows through `linears`
+  // now, so that the memory plan counts them and they never grow (a growth waits for the device) during
+  // serving.
   void reserve_quant_workspace(const std::vector<const backend::LinearWeights*>& linears, int max_tokens);
-  size_t quant_workspace_bytes() const { return quant_ws_bytes_; }
+  size_t quant_workspace_bytes() const { return quant_ws_.bytes; }
+  size_t segment_workspace_bytes() const { return segment_ws_.bytes; }
   GemmTuner& gemm() { return *gemm_; }
   // The GEMM tuner's cache file (--gemm-tuning-cache, else its default path); "" when tuning or the cache is
   // off.
@@ -394,6 +396,14 @@ class CudaBackend final : public backend::Backend {
   // The quantized linears' workspace (dequantized weights, quantized activations), at least `bytes` long;
   // nullptr while recording a graph that would have to grow it (the recording is failed).
   void* quant_workspace(size_t bytes);
+  // linear() of a weight stored as segments (backend.h LinearWeights::segments): each segment's linear into
+  // its columns of out (one row: in place; more: through segment_ws_ and a strided copy).
+  void segmented_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out);
+  // Its prefill rows (m > kQuantGemvMaxRows) where every segment is weight-only (no bias, no input
+  // permutation) and would dequantize its weight for the bf16 GEMM rather than run the tiled GEMM: the
+  // segments dequantize into one bf16 [n, k] weight in the quant workspace and one GEMM writes out (the GEMM
+  // of a weight in one format; no column copies). False, nothing launched, otherwise.
+  bool segments_gemm(const TensorView& x, const backend::LinearWeights& w, const TensorView& out);
 
   int device_;
   CudaBackendOptions options_;
@@ -469,8 +479,17 @@ class CudaBackend final : public backend::Backend {
 
   void* decode_ws_ = nullptr;  // split-KV partials, grown on demand
   size_t decode_ws_floats_ = 0;
-  void* quant_ws_ = nullptr;  // dequantized weights (bf16) or quantized activations, grown on demand
-  size_t quant_ws_bytes_ = 0;
+  // A device buffer grown on demand outside recordings (a cudaMalloc synchronizes): a recording that would
+  // grow it fails instead, and end_capture() grows it to what that recording asked for (then the step runs
+  // eagerly).
+  struct GrowableBuffer {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+    size_t capture_bytes = 0;  // what a failed recording needed
+  };
+  void* grow(GrowableBuffer& b, size_t bytes, const char* what);
+  GrowableBuffer quant_ws_;    // dequantized weights (bf16) or quantized activations
+  GrowableBuffer segment_ws_;  // a segmented linear's segment outputs before they go to their columns
   // An activation whose codes swiglu() left in the W8A8 workspace for `weight`: valid for the next linear()
   // only (it consumes or drops the record), add_rms_norm_linear hands it to its first linear.
   struct QuantizedInput {
@@ -494,6 +513,7 @@ class CudaBackend final : public backend::Backend {
     const void* step_device = nullptr;
     const void* decode_ws = nullptr;
     const void* quant_ws = nullptr;
+    const void* segment_ws = nullptr;
   };
   StepSignature step_signature() const;
   void destroy_graph(Graph& g);
@@ -506,7 +526,6 @@ class CudaBackend final : public backend::Backend {
   bool capturing_ = false;
   bool capture_failed_ = false;
   size_t capture_ws_floats_ = 0;  // decode workspace a failed recording needed
-  size_t capture_quant_ws_bytes_ = 0;  // quantized-linear workspace a failed recording needed
 };
 
 }  // namespace xinfer::cuda

@@ -49,6 +49,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include <unistd.h>
 
@@ -246,21 +247,26 @@ QuantWeight CudaBackend::quant_weight(const backend::LinearWeights& w) const {
   return q;
 }
 
-void* CudaBackend::quant_workspace(size_t bytes) {
-  if (bytes > quant_ws_bytes_) {
+void* CudaBackend::grow(GrowableBuffer& b, size_t bytes, const char* what) {
+  if (bytes > b.bytes) {
     if (capturing_) {  // a synchronizing cudaMalloc cannot be recorded: fail this recording (see top)
       capture_failed_ = true;
-      capture_quant_ws_bytes_ = std::max(capture_quant_ws_bytes_, bytes);
+      b.capture_bytes = std::max(b.capture_bytes, bytes);
       return nullptr;
     }
-    DebugTimer timer("quant workspace growth (synchronizes)");
-    if (timer.enabled()) timer.detail() << quant_ws_bytes_ << " -> " << bytes << " bytes";
+    DebugTimer timer("workspace growth (synchronizes)");
+    if (timer.enabled()) timer.detail() << what << " " << b.bytes << " -> " << bytes << " bytes";
     synchronize();
-    if (quant_ws_) XI_CUDA_CHECK(cudaFree(quant_ws_));
-    quant_ws_bytes_ = bytes;
-    XI_CUDA_CHECK(cudaMalloc(&quant_ws_, bytes));
+    if (b.ptr) XI_CUDA_CHECK(cudaFree(b.ptr));
+    b.ptr = nullptr;
+    XI_CUDA_CHECK(cudaMalloc(&b.ptr, bytes));
+    b.bytes = bytes;
   }
-  return quant_ws_;
+  return b.ptr;
+}
+
+void* CudaBackend::quant_workspace(size_t bytes) {
+  return grow(quant_ws_, bytes, "quantized linears");
 }
 
 CudaBackend::W8a8WorkspaceLayout CudaBackend::w8a8_workspace_layout(const backend::LinearWeights& w, int m) {
@@ -286,8 +292,26 @@ std::optional<CudaBackend::W8a8Workspace> CudaBackend::w8a8_workspace(const back
 
 void CudaBackend::reserve_quant_workspace(const std::vector<const backend::LinearWeights*>& linears, int max_tokens) {
   XI_CHECK(!capturing_) << "reserve_quant_workspace() while recording a graph";
-  size_t bytes = 0;
+  size_t bytes = 0, segment_bytes = 0;
+  std::vector<const backend::LinearWeights*> flat;  // segments in place of a segmented weight
   for (const backend::LinearWeights* w : linears) {
+    if (!w->segmented()) {
+      flat.push_back(w);
+      continue;
+    }
+    for (const backend::LinearWeights& s : w->segments) {
+      flat.push_back(&s);
+      if (max_tokens > 1)  // bf16 outputs (qkv, gate_up); an f32 one grows it outside a recording
+        segment_bytes = std::max(segment_bytes,
+                                 static_cast<size_t>(max_tokens) * s.out_features() * sizeof(__nv_bfloat16));
+    }
+    if (max_tokens >
+        kQuantGemvMaxRows)  // prefill rows: all segments dequantized into one weight (segments_gemm)
+      bytes =
+          std::max(bytes, static_cast<size_t>(w->out_features()) * w->in_features() * sizeof(__nv_bfloat16));
+  }
+  if (segment_bytes > 0) grow(segment_ws_, segment_bytes, "segments");
+  for (const backend::LinearWeights* w : flat) {
     if (w->dense()) continue;
     if (std::holds_alternative<quant::W8A8Fp8Format>(w->format) ||
         std::holds_alternative<quant::W8A8Int8Format>(w->format)) {
@@ -892,6 +916,33 @@ void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWei
   launch_dequantize_weight(q, ws, stream_);
   gemm_->run({xp, ws, bias, out.data, y_f32, m, q.n, q.k}, stream_);
   ++quant_dequant_gemms_;
+}
+
+bool CudaBackend::segments_gemm(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) {
+  const int64_t n = w.out_features(), k = w.in_features();
+  const int m = static_cast<int>(x.numel() / k);
+  if (m <= kQuantGemvMaxRows || x.dtype != DType::kBF16) return false;
+  std::vector<QuantWeight> qs;
+  for (const backend::LinearWeights& s : w.segments) {
+    const bool weight_only = std::holds_alternative<quant::IntGroupFormat>(s.format) ||
+                             std::holds_alternative<quant::Int8ChannelFormat>(s.format);
+    if (!weight_only || !s.input_perm.empty() || !s.bias.empty()) return false;
+    qs.push_back(quant_weight(s));
+    if (wq_gemm_for(m, qs.back().n, qs.back().k) && wq_gemm_supports(qs.back()))
+      return false;  // tiled: its own
+  }
+  auto* ws = static_cast<__nv_bfloat16*>(quant_workspace(static_cast<size_t>(n) * k * sizeof(__nv_bfloat16)));
+  if (ws == nullptr) return true;  // recording failed (see top)
+  size_t row = 0;
+  for (const QuantWeight& q : qs) {
+    launch_dequantize_weight(q, ws + row * k, stream_);
+    row += static_cast<size_t>(q.n);
+  }
+  gemm_->run({static_cast<const __nv_bfloat16*>(x.data), ws, nullptr, out.data, out.dtype == DType::kF32, m,
+              static_cast<int>(n), static_cast<int>(k)},
+             stream_);
+  ++quant_dequant_gemms_;
+  return true;
 }
 
 }  // namespace xinfer::cuda

@@ -35,7 +35,7 @@ struct Tile {
   static constexpr int kThreadsPerRow = kBK / kCols;  // 2, 4, 8
   static_assert(kBN == 32 || kBN == 64 || kBN == 128, "32, 64 or 128 weight rows per CTA");
   static_assert(kCols % 8 == 0 && kCols <= 32,
-                "a thread's run: whole 16-byte stores, within one group of 32");
+                "a thread's run: whole 16-byte stores, within one group of 32 or two of 16");
   static_assert(kBTiles == 1 || kBTiles % 2 == 0, "B tiles in pairs (ldmatrix .x4) or one (.x2)");
 };
 
@@ -52,6 +52,7 @@ struct WqParams {
   const uint8_t* w;           // [n, k * bits / 8]
   const float* scales;        // [n, groups]
   const uint8_t* zeros;       // [n, groups] or nullptr
+  const float* mins;          // [n, groups] or nullptr: W = scale * q + min (GGUF Q4_1 / Q4_K repacked)
   const __nv_bfloat16* bias;  // [n] or nullptr
   void* y;                    // [m, n]
   bool y_f32;
@@ -86,25 +87,35 @@ __device__ __forceinline__ void load_stage(const WqParams& p, int n0, int m0, in
   }
 }
 
-// The scale and zero point (as the f32 2^23 + z) of this thread's run of kCols columns of step kb: loaded
-// before the step's barrier so that their latency overlaps it. A run lies in one group (group % 32 == 0,
-// kCols <= 32). Signed int8 reads as u8 ^ 0x80 with zero 128.
+// The scale, zero point (as the f32 2^23 + z; 2^23 with mins) and min (int4 only; 0 without) of this
+// thread's run of kCols columns of step kb, [0] for its first 16 columns and [1] for the rest (int8 only:
+// groups of 16, GGUF Q6_K): loaded before the step's barrier so that their latency overlaps it. A run lies in
+// one group (group % 32 == 0, kCols <= 32) or, int8 in groups of 16, a run of 32 in two. Signed int8 reads as
+// u8 ^ 0x80 with zero 128.
+template <int kBits, int kBN>
 struct RunScale {
-  float s = 0.0f, zf = 0.0f;
+  static constexpr int kParts = kBits == 8 && Tile<kBN>::kCols > 16 ? 2 : 1;
+  float s[kParts] = {}, zf[kParts] = {}, mn[kParts] = {};
 };
 template <int kBits, int kBN>
-__device__ __forceinline__ RunScale run_scale(const WqParams& p, int n0, int kb) {
+__device__ __forceinline__ RunScale<kBits, kBN> run_scale(const WqParams& p, int n0, int kb) {
   using T = Tile<kBN>;
   const int tid = static_cast<int>(threadIdx.x);
   const int n = n0 + tid / T::kThreadsPerRow, col = kb * kBK + (tid % T::kThreadsPerRow) * T::kCols;
-  RunScale r;
+  RunScale<kBits, kBN> r;
   if (n >= p.n) return r;
   const size_t si = static_cast<size_t>(n) * p.groups + col / p.group_size;
-  r.s = __ldg(p.scales + si);
-  const uint32_t z = p.is_signed ? 128u
-                     : p.zeros   ? static_cast<uint32_t>(__ldg(p.zeros + si))
-                                 : (kBits == 4 ? 8u : 128u);
-  r.zf = __uint_as_float(0x4B000000u | z);
+  auto load = [&](int h, size_t gi) {
+    r.s[h] = __ldg(p.scales + gi);
+    const uint32_t z = p.is_signed ? 128u
+                       : p.mins    ? 0u
+                       : p.zeros   ? static_cast<uint32_t>(__ldg(p.zeros + gi))
+                                   : (kBits == 4 ? 8u : 128u);
+    r.zf[h] = __uint_as_float(0x4B000000u | z);
+    r.mn[h] = kBits == 4 && p.mins ? __ldg(p.mins + gi) : 0.0f;
+  };
+  load(0, si);
+  if constexpr (RunScale<kBits, kBN>::kParts == 2) load(1, p.group_size == 16 ? si + 1 : si);
   return r;
 }
 
@@ -126,11 +137,11 @@ __device__ __forceinline__ void load_words(const uint8_t* p, uint32_t (&w)[kWord
   }
 }
 
-// The stage's weight tile as bf16 s * (q - z), dequantize8_kernel's values: q - z is formed exactly as
-// (2^23 + q) - (2^23 + z) in f32 (no integer conversion instruction), then one f32 multiply and one rounding
-// to bf16.
+// The stage's weight tile as bf16 s * (q - z) (or s * q + min), dequantize8_kernel's values: q - z is formed
+// exactly as (2^23 + q) - (2^23 + z) in f32 (no integer conversion instruction), then one f32 FMA with the
+// min (0 without mins: the product's one rounding) and one rounding to bf16.
 template <int kBits, int kBN>
-__device__ __forceinline__ void dequantize_tile(const WqParams& p, int n0, const RunScale& rs,
+__device__ __forceinline__ void dequantize_tile(const WqParams& p, int n0, const RunScale<kBits, kBN>& rs,
                                                 const uint8_t* wq, __nv_bfloat16* wd) {
   using T = Tile<kBN>;
   constexpr int kCols = T::kCols, kWords = kCols * kBits / 32;
@@ -149,10 +160,12 @@ __device__ __forceinline__ void dequantize_tile(const WqParams& p, int n0, const
 #pragma unroll
       for (int j = 0; j < kCols; ++j) v[j] = 0x4B000000u | (((words[j / 4] ^ sx) >> (8 * (j % 4))) & 0xffu);
     }
+    auto value = [&](int j) {
+      const int h = RunScale<kBits, kBN>::kParts == 2 && j >= 16 ? 1 : 0;
+      return fmaf(rs.s[h], __uint_as_float(v[j]) - rs.zf[h], rs.mn[h]);
+    };
 #pragma unroll
-    for (int j = 0; j < kCols / 2; ++j)
-      out[j] = quant_gemv::pack_bf16x2(rs.s * (__uint_as_float(v[2 * j]) - rs.zf),
-                                       rs.s * (__uint_as_float(v[2 * j + 1]) - rs.zf));
+    for (int j = 0; j < kCols / 2; ++j) out[j] = quant_gemv::pack_bf16x2(value(2 * j), value(2 * j + 1));
   } else {
 #pragma unroll
     for (int j = 0; j < kCols / 2; ++j) out[j] = 0;
@@ -280,21 +293,24 @@ int wq_gemm_tile_rows(int m, int n, int sms) {
 }
 
 bool wq_gemm_supports(const QuantWeight& w) {
-  return (w.bits == 4 || w.bits == 8) && w.g_idx == nullptr && w.mins == nullptr && w.k % kBK == 0 &&
-         w.group_size >= 32 && w.group_size % 32 == 0 && (!w.is_signed || w.bits == 8) && w.n > 0;
+  const bool groups = w.group_size % 32 == 0 || (w.bits == 8 && w.group_size % 16 == 0);  // 16: int8's only
+  return (w.bits == 4 || w.bits == 8) && w.g_idx == nullptr && w.k % kBK == 0 && w.group_size > 0 && groups &&
+         (!w.is_signed || w.bits == 8) && (w.mins == nullptr || (w.bits == 4 && w.zeros == nullptr)) &&
+         w.n > 0;
 }
 
 void launch_wq_gemm(const QuantLinearArgs& a, cudaStream_t stream, int tile_rows) {
-  XI_CHECK(wq_gemm_supports(a.w)) << "wq GEMM: unsupported weight " << describe(a.w)
-                                  << " (needs bits 4 / 8, no g_idx, k % 64, group % 32)";
+  XI_CHECK(wq_gemm_supports(a.w))
+      << "wq GEMM: unsupported weight " << describe(a.w)
+      << " (needs bits 4 / 8, no g_idx, k % 64, group % 32 (int8: % 16), mins int4's only)";
   XI_CHECK(a.m >= 1) << "wq GEMM: m " << a.m;
   if (tile_rows == 0) tile_rows = wq_gemm_tile_rows(a.m, a.w.n, sm_count());
   XI_CHECK(tile_rows == 128 || tile_rows == 64 || tile_rows == 32) << "wq GEMM: tile rows " << tile_rows;
   XI_CHECK((a.w.n + tile_rows - 1) / tile_rows <= 65535)
       << "wq GEMM: n " << a.w.n << " exceeds the grid's y limit";
   XI_CHECK(reinterpret_cast<uintptr_t>(a.x) % 16 == 0) << "wq GEMM: x must be 16-byte aligned";
-  const WqParams p{a.x,           a.w.w, a.w.scales, a.w.zeros, a.bias,       a.y,           a.y_f32,
-                   a.w.is_signed, a.m,   a.w.n,      a.w.k,     a.w.groups(), a.w.group_size};
+  const WqParams p{a.x,     a.w.w,         a.w.scales, a.w.zeros, a.w.mins, a.bias,       a.y,
+                   a.y_f32, a.w.is_signed, a.m,        a.w.n,     a.w.k,    a.w.groups(), a.w.group_size};
   if (a.w.bits == 4)
     launch_bits<4>(p, tile_rows, stream);
   else
