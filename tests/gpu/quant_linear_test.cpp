@@ -1378,9 +1378,10 @@ TEST(QuantLinear, GgufRepackedRowsMatchTheGgufReference) {
 }
 
 // A weight stored as segments (backend.h LinearWeights::segments; the GGUF loader's Q4_K_M qkv: q / k in
-// Q4_K, v in Q6_K) matches the GGUF dequantizer's weights. Where each segment runs its own kernel (decode
-// rows: in place at one row, through the workspace and a strided copy at more; the tiled GEMM past 16 rows),
-// each segment's columns equal that segment run alone, bit for bit, bf16 and f32 outputs. Prefill rows on the
+// Q4_K, v in Q6_K) matches the GGUF dequantizer's weights (and a bf16 segment's). Where each segment runs its
+// own kernel (one row: in place; 2..16 rows: the GEMVs with a row stride; past 16 the tiled GEMM with one; a
+// bf16 segment, or a dequantize path: through the workspace and a strided copy), each segment's columns equal
+// that segment run alone, bit for bit, bf16 and f32 outputs. Prefill rows where every segment takes the
 // dequantize path run one GEMM over the segments' weights dequantized side by side.
 TEST(QuantLinear, SegmentedWeightEqualsItsSegments) {
   std::mt19937 rng(37);
@@ -1411,48 +1412,61 @@ TEST(QuantLinear, SegmentedWeightEqualsItsSegments) {
   ASSERT_EQ(w.out_features(), n);
   ASSERT_EQ(w.in_features(), k);
   ASSERT_FALSE(w.dense());
+  // The same with a bf16 segment of 24 rows last (its kernels take no row stride: the copy path).
+  backend::LinearWeights with_dense = w;
+  const std::vector<float> dense_rows = random_bf16(static_cast<size_t>(24 * k), rng, 0.05f);
+  backend::DeviceTensor dense_w = gpu().upload(host_view(dense_rows, Shape{24, k}), DType::kBF16);
+  backend::LinearWeights dense_segment_weights;
+  dense_segment_weights.weight = dense_w.view;
+  with_dense.segments.push_back(dense_segment_weights);
+  std::vector<float> wf_dense = wf;
+  wf_dense.insert(wf_dense.end(), dense_rows.begin(), dense_rows.end());
   const int saved = gpu().wq_gemm_max_rows();
-  // (rows, wq_gemm_max_rows): decode rows; 40 rows on the tiled GEMM (max 1024) and on the dequantize path
-  // (16).
-  for (const auto& [m, max_rows] :
-       std::vector<std::pair<int64_t, int>>{{1, 16}, {5, 16}, {16, 16}, {40, 1024}, {40, 16}}) {
-    gpu().set_wq_gemm_max_rows(max_rows);
-    const bool one_gemm = m > 16 && max_rows < m;
-    for (const DType out_dtype : {DType::kBF16, DType::kF32}) {
-      const std::string what =
-          "m=" + std::to_string(m) + " wq max rows " + std::to_string(max_rows) + " " + dtype_name(out_dtype);
-      const std::vector<float> x = random_bf16(static_cast<size_t>(m * k), rng);
-      auto xd = gpu().upload(host_view(x, Shape{m, k}), DType::kBF16);
-      auto yd = gpu().allocate(out_dtype, Shape{m, n});
-      poison(yd.view);
-      const int64_t dequant = gpu().quant_dequant_gemms();
-      gpu().linear(xd.view, w, yd.view);
-      if (one_gemm) {
-        EXPECT_EQ(gpu().quant_dequant_gemms(), dequant + 1) << what;
-      }
-      const std::vector<float> y = download(gpu(), yd.view);
-      int64_t col = 0;
-      for (const backend::LinearWeights& s : w.segments) {
-        const int64_t ns = s.out_features();
-        auto alone = gpu().allocate(out_dtype, Shape{m, ns});
-        gpu().linear(xd.view, s, alone.view);
-        const std::vector<float> want = download(gpu(), alone.view);
-        std::vector<float> mine(static_cast<size_t>(m * ns));
-        for (int64_t t = 0; t < m; ++t)
-          for (int64_t j = 0; j < ns; ++j)
-            mine[static_cast<size_t>(t * ns + j)] = y[static_cast<size_t>(t * n + col + j)];
-        if (one_gemm) {  // another GEMM shape: the same products, summed in another order
-          EXPECT_LT(compare(mine, want).rel_l2, 1e-2) << what;
-        } else {
-          for (size_t i = 0; i < mine.size(); ++i) {
-            ASSERT_EQ(mine[i], want[i]) << what << " element " << i << " of segment columns " << col;
-          }
+  for (const bool dense_segment : {false, true}) {
+    const backend::LinearWeights& lw = dense_segment ? with_dense : w;
+    const int64_t nn = lw.out_features();
+    // (rows, wq_gemm_max_rows): decode rows; 40 rows on the tiled GEMM (max 1024) and on the dequantize path
+    // (16).
+    for (const auto& [m, max_rows] :
+         std::vector<std::pair<int64_t, int>>{{1, 16}, {5, 16}, {16, 16}, {40, 1024}, {40, 16}}) {
+      gpu().set_wq_gemm_max_rows(max_rows);
+      const bool one_gemm = m > 16 && max_rows < m && !dense_segment;
+      for (const DType out_dtype : {DType::kBF16, DType::kF32}) {
+        const std::string what = "m=" + std::to_string(m) + " wq max rows " + std::to_string(max_rows) + " " +
+                                 dtype_name(out_dtype) + (dense_segment ? " with a bf16 segment" : "");
+        const std::vector<float> x = random_bf16(static_cast<size_t>(m * k), rng);
+        auto xd = gpu().upload(host_view(x, Shape{m, k}), DType::kBF16);
+        auto yd = gpu().allocate(out_dtype, Shape{m, nn});
+        poison(yd.view);
+        const int64_t dequant = gpu().quant_dequant_gemms();
+        gpu().linear(xd.view, lw, yd.view);
+        if (one_gemm) {
+          EXPECT_EQ(gpu().quant_dequant_gemms(), dequant + 1) << what;
         }
-        col += ns;
+        const std::vector<float> y = download(gpu(), yd.view);
+        int64_t col = 0;
+        for (const backend::LinearWeights& s : lw.segments) {
+          const int64_t ns = s.out_features();
+          auto alone = gpu().allocate(out_dtype, Shape{m, ns});
+          gpu().linear(xd.view, s, alone.view);
+          const std::vector<float> want = download(gpu(), alone.view);
+          std::vector<float> mine(static_cast<size_t>(m * ns));
+          for (int64_t t = 0; t < m; ++t)
+            for (int64_t j = 0; j < ns; ++j)
+              mine[static_cast<size_t>(t * ns + j)] = y[static_cast<size_t>(t * nn + col + j)];
+          if (one_gemm) {  // another GEMM shape: the same products, summed in another order
+            EXPECT_LT(compare(mine, want).rel_l2, 1e-2) << what;
+          } else {
+            for (size_t i = 0; i < mine.size(); ++i) {
+              ASSERT_EQ(mine[i], want[i]) << what << " element " << i << " of segment columns " << col;
+            }
+          }
+          col += ns;
+        }
+        const Compare cmp = compare(y, reference_matmul(x, dense_segment ? wf_dense : wf, m, nn, k));
+        EXPECT_EQ(cmp.nans, 0) << what;
+        EXPECT_LT(cmp.rel_l2, 1e-2) << what;
       }
-      const Compare cmp = compare(y, reference_matmul(x, wf, m, n, k));
-      EXPECT_EQ(cmp.nans, 0) << what;
-      EXPECT_LT(cmp.rel_l2, 1e-2) << what;
     }
   }
   gpu().set_wq_gemm_max_rows(saved);

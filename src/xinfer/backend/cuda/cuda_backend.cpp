@@ -628,26 +628,30 @@ void CudaBackend::segmented_linear(const TensorView& x, const backend::LinearWei
   const int64_t k = w.in_features(), n = w.out_features(), m = x.numel() / k;
   XI_CHECK_EQ(last_dim(x), k) << "linear: input width vs segmented weight [" << n << ", " << k << "]";
   XI_CHECK_EQ(out.numel(), m * n);
+  quantized_input_ = {};  // no W8A8 segment consumes codes a swiglu() left
   if (m == 0 || segments_gemm(x, w, out)) return;
   const size_t elem = dtype_bytes(out.dtype, 1);
-  int64_t widest = 0;
-  for (const backend::LinearWeights& s : w.segments) widest = std::max(widest, s.out_features());
-  // One row: each segment's output is a contiguous run of out. More: through the workspace, then its columns.
-  auto* ws = m == 1
-                 ? nullptr
-                 : static_cast<char*>(grow(segment_ws_, static_cast<size_t>(m * widest) * elem, "segments"));
-  if (m > 1 && ws == nullptr) return;  // recording failed (see top of cuda_backend_quant.cpp)
   int64_t col = 0;
   for (const backend::LinearWeights& s : w.segments) {
     const int64_t ns = s.out_features();
     XI_CHECK_EQ(s.in_features(), k) << "segmented linear: segments differ in input width";
     char* dst = static_cast<char*>(out.data) + static_cast<size_t>(col) * elem;
-    linear(x, s, TensorView{m == 1 ? dst : ws, out.dtype, Shape{m, ns}, out.device});
-    if (m > 1)
-      XI_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<size_t>(n) * elem, ws, static_cast<size_t>(ns) * elem,
-                                      static_cast<size_t>(ns) * elem, static_cast<size_t>(m),
-                                      cudaMemcpyDeviceToDevice, stream_));
     col += ns;
+    if (m == 1) {  // a contiguous run of out
+      linear(x, s, TensorView{dst, out.dtype, Shape{1, ns}, out.device});
+      continue;
+    }
+    const bool weight_only = std::holds_alternative<quant::IntGroupFormat>(s.format) ||
+                             std::holds_alternative<quant::Int8ChannelFormat>(s.format);
+    if (weight_only && (out.dtype == DType::kBF16 || out.dtype == DType::kF32) &&
+        weight_only_linear(x, s, dst, out.dtype == DType::kF32, static_cast<int>(n)))
+      continue;
+    auto* ws = static_cast<char*>(grow(segment_ws_, static_cast<size_t>(m * ns) * elem, "segments"));
+    if (ws == nullptr) return;  // recording failed (see top of cuda_backend_quant.cpp)
+    linear(x, s, TensorView{ws, out.dtype, Shape{m, ns}, out.device});
+    XI_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<size_t>(n) * elem, ws, static_cast<size_t>(ns) * elem,
+                                    static_cast<size_t>(ns) * elem, static_cast<size_t>(m),
+                                    cudaMemcpyDeviceToDevice, stream_));
   }
 }
 

@@ -366,6 +366,10 @@ class CudaBackend final : public backend::Backend {
   // x_quantized: x's codes and scales are already in the W8A8 workspace (w8a8_workspace(w, m)), made by the
   // norm or SwiGLU kernel before it; x is then read for its shape only.
   void quantized_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out, bool x_quantized);
+  // The weight-only formats (int4 / int8) into y (bf16, or f32 with y_f32), rows ldy elements apart (0: n). A
+  // stride wider than n is taken by the GEMVs and the tiled GEMM only: where another path would run, returns
+  // false and launches nothing (true otherwise, also when a recording failed).
+  bool weight_only_linear(const TensorView& x, const backend::LinearWeights& w, void* y, bool y_f32, int ldy);
   void fp8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out, bool x_quantized);
   void int8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out, bool x_quantized);
   // The W8A8 linears' workspace for `m` rows of w's input: xq [m, k] e4m3 / int8 codes | xs [m] scales | tail
@@ -397,7 +401,8 @@ class CudaBackend final : public backend::Backend {
   // nullptr while recording a graph that would have to grow it (the recording is failed).
   void* quant_workspace(size_t bytes);
   // linear() of a weight stored as segments (backend.h LinearWeights::segments): each segment's linear into
-  // its columns of out (one row: in place; more: through segment_ws_ and a strided copy).
+  // its columns of out: in place at one row, and at more where its kernel takes a row stride (the int GEMVs,
+  // the tiled GEMM); otherwise through segment_ws_ and a strided copy.
   void segmented_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out);
   // Its prefill rows (m > kQuantGemvMaxRows) where every segment is weight-only (no bias, no input
   // permutation) and would dequantize its weight for the bf16 GEMM rather than run the tiled GEMM: the

@@ -299,14 +299,22 @@ void CudaBackend::reserve_quant_workspace(const std::vector<const backend::Linea
       flat.push_back(w);
       continue;
     }
+    // Segment outputs through the workspace (segmented_linear): a segment whose kernel takes no row stride,
+    // at any m (bf16 and W8A8 segments); a weight-only one only where the dequantize path runs it beside a
+    // tiled one (segments_gemm takes them all together otherwise): up to the tiled GEMM's last row. bf16
+    // outputs (qkv, gate_up); an f32 one grows it outside a recording.
+    const int tiled_rows = wq_gemm_max_rows_ == kWqGemmMeasured ? kInt8MeasuredMaxRows : wq_gemm_max_rows_;
     for (const backend::LinearWeights& s : w->segments) {
       flat.push_back(&s);
-      if (max_tokens > 1)  // bf16 outputs (qkv, gate_up); an f32 one grows it outside a recording
-        segment_bytes = std::max(segment_bytes,
-                                 static_cast<size_t>(max_tokens) * s.out_features() * sizeof(__nv_bfloat16));
+      const bool weight_only = std::holds_alternative<quant::IntGroupFormat>(s.format) ||
+                               std::holds_alternative<quant::Int8ChannelFormat>(s.format);
+      const int rows = weight_only ? std::min(max_tokens, tiled_rows) : max_tokens;
+      if (rows > kQuantGemvMaxRows || (!weight_only && rows > 1))
+        segment_bytes =
+            std::max(segment_bytes, static_cast<size_t>(rows) * s.out_features() * sizeof(__nv_bfloat16));
     }
-    if (max_tokens >
-        kQuantGemvMaxRows)  // prefill rows: all segments dequantized into one weight (segments_gemm)
+    // prefill rows: all segments dequantized into one weight (segments_gemm)
+    if (max_tokens > kQuantGemvMaxRows)
       bytes =
           std::max(bytes, static_cast<size_t>(w->out_features()) * w->in_features() * sizeof(__nv_bfloat16));
   }
@@ -842,59 +850,66 @@ void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWei
   if (std::holds_alternative<quant::W8A8Fp8Format>(w.format)) return fp8_linear(x, w, out, x_quantized);
   if (std::holds_alternative<quant::W8A8Int8Format>(w.format)) return int8_linear(x, w, out, x_quantized);
   XI_CHECK(!x_quantized) << "linear " << fmt(w) << ": quantized input for a weight-only format";
+  weight_only_linear(x, w, out.data, out.dtype == DType::kF32, 0);
+}
+
+bool CudaBackend::weight_only_linear(const TensorView& x, const backend::LinearWeights& w, void* y,
+                                     bool y_f32, int ldy) {
   const QuantWeight q = quant_weight(w);
   const int m = static_cast<int>(x.numel() / q.k);
   XI_CHECK(x.dtype == DType::kBF16 && x.device == Device::kCuda) << "linear x must be a bf16 cuda tensor";
   const auto* bias = w.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(w.bias.data);
   if (!w.bias.empty()) XI_CHECK(w.bias.dtype == DType::kBF16) << "linear bias must be bf16";
-  const bool y_f32 = out.dtype == DType::kF32;
+  const bool strided = ldy > 0 && ldy != q.n && m > 1;  // a row stride only the GEMVs and the tiled GEMM take
   const auto* xp = static_cast<const __nv_bfloat16*>(x.data);
   const int32_t* perm = nullptr;  // act order sorted at load (LinearWeights::input_perm)
   if (!w.input_perm.empty()) {
+    if (strided) return false;
     perm = device_ptr<int32_t>(w.input_perm, DType::kI32, "input_perm", w);
     XI_CHECK_EQ(w.input_perm.numel(), static_cast<int64_t>(q.k)) << "linear " << fmt(w) << ": input_perm";
     if (m > kQuantGemvMaxRows ||
         !quant_gemv_supports(q)) {  // the weight dequantized in the input's column order
       auto* ws = static_cast<__nv_bfloat16*>(
           quant_workspace(static_cast<size_t>(q.n) * q.k * sizeof(__nv_bfloat16)));
-      if (ws == nullptr) return;  // recording failed (see top)
+      if (ws == nullptr) return true;  // recording failed (see top)
       launch_dequantize_weight(q, ws, stream_, perm);
-      gemm_->run({xp, ws, bias, out.data, y_f32, m, q.n, q.k}, stream_);
+      gemm_->run({xp, ws, bias, y, y_f32, m, q.n, q.k}, stream_);
       ++quant_dequant_gemms_;
-      return;
+      return true;
     }
     // Decode rows: x's columns in the weight's stored order (the workspace holds nothing else on this path),
     // then the GEMVs below as for any weight with contiguous groups.
     auto* xg =
         static_cast<__nv_bfloat16*>(quant_workspace(static_cast<size_t>(m) * q.k * sizeof(__nv_bfloat16)));
-    if (xg == nullptr) return;  // recording failed (see top)
+    if (xg == nullptr) return true;  // recording failed (see top)
     launch_gather_columns(xp, perm, m, q.k, xg, stream_);
     xp = xg;
   }
   if (q.bits == 4 && int4_decode_gemv_for(q, m) && int4_decode_gemv_enabled() &&
       int4_decode_gemv_supports(q) && reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
-    launch_int4_decode_gemv({xp, q, bias, out.data, y_f32, m}, stream_, options_.gemv_pdl,
+    launch_int4_decode_gemv({xp, q, bias, y, y_f32, m, ldy}, stream_, options_.gemv_pdl,
                             int4_decode_gemv_default_schedule(q, m));
     ++quant_gemvs_;
-    return;
+    return true;
   }
   if (m == 1 && !y_f32 && int_dot_gemv_enabled(q.bits) && dot_gemv_supports(q, m) && reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
-    launch_dot_gemv({xp, q, bias, out.data, false, m}, stream_, dot_gemv_default_config(q, m, options_.gemv_pdl));
+    launch_dot_gemv({xp, q, bias, y, false, m}, stream_, dot_gemv_default_config(q, m, options_.gemv_pdl));
     ++quant_gemvs_;
-    return;
+    return true;
   }
   if (m <= kQuantGemvMaxRows && quant_gemv_supports(q) && reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
-    launch_quant_gemv({xp, q, bias, out.data, y_f32, m}, stream_,
+    launch_quant_gemv({xp, q, bias, y, y_f32, m, ldy}, stream_,
                       tokens16_switch(quant_gemv_default_config(q, options_.gemv_pdl)));
     ++quant_gemvs_;
-    return;
+    return true;
   }
   if (m > kQuantGemvMaxRows && perm == nullptr && wq_gemm_for(m, q.n, q.k) && wq_gemm_supports(q) &&
       reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
-    launch_wq_gemm({xp, q, bias, out.data, y_f32, m}, stream_);
+    launch_wq_gemm({xp, q, bias, y, y_f32, m, ldy}, stream_);
     ++quant_tiled_gemms_;
-    return;
+    return true;
   }
+  if (strided) return false;
   if (m <= kQuantGemvMaxRows) {
     // Once per process and shape; tensor-parallel ranks run this on their own threads.
     static std::mutex logged_mutex;
@@ -912,10 +927,11 @@ void CudaBackend::quantized_linear(const TensorView& x, const backend::LinearWei
   XI_CHECK(perm == nullptr) << "linear " << fmt(w)
                             << ": x gathered into the workspace the dequantize path needs";
   auto* ws = static_cast<__nv_bfloat16*>(quant_workspace(static_cast<size_t>(q.n) * q.k * sizeof(__nv_bfloat16)));
-  if (ws == nullptr) return;  // recording failed (see top)
+  if (ws == nullptr) return true;  // recording failed (see top)
   launch_dequantize_weight(q, ws, stream_);
-  gemm_->run({xp, ws, bias, out.data, y_f32, m, q.n, q.k}, stream_);
+  gemm_->run({xp, ws, bias, y, y_f32, m, q.n, q.k}, stream_);
   ++quant_dequant_gemms_;
+  return true;
 }
 
 bool CudaBackend::segments_gemm(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) {

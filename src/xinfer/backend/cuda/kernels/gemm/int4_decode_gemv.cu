@@ -28,8 +28,9 @@ struct Params {
   const __nv_bfloat16* bias;  // [n] or nullptr
   void* y;                    // [n] bf16 or f32
   bool y_f32;
-  int m, n, k, G;   // x [m, k], y [m, n]
+  int m, n, k, G;   // x [m, k], y [m, n] (rows ldy apart)
   int group_shift;  // column c is in group c >> group_shift (31: one group)
+  int ldy;
 };
 
 // One step's operands of a lane: 16 bytes of rows g and g + 8, the step's group scales and zero points (raw:
@@ -381,7 +382,7 @@ __global__ void __launch_bounds__(kWarps * 32, (kPrefetch || kZeros || kMin || k
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) v += red[w][i % 16][tok];
     if (p.bias) v += __bfloat162float(p.bias[row]);
-    const size_t at = static_cast<size_t>(tok) * p.n + row;
+    const size_t at = static_cast<size_t>(tok) * p.ldy + row;
     if (p.y_f32)
       static_cast<float*>(p.y)[at] = v;
     else
@@ -453,8 +454,9 @@ void launch_int4_decode_gemv(const QuantLinearArgs& a, cudaStream_t stream, bool
   XI_CHECK(a.m >= 1 && a.m <= kInt4DecodeGemvMaxRows) << "int4 decode GEMV: " << a.m << " rows of x";
   XI_CHECK(reinterpret_cast<uintptr_t>(a.x) % 16 == 0) << "int4 decode GEMV: x must be 16-byte aligned";
   XI_CHECK(sched.warps == 4 || sched.warps == 8) << "int4 decode GEMV: " << to_string(sched);
-  Params p{a.x,     w.w, w.scales, w.zeros, w.mins,     a.bias,        a.y,
-           a.y_f32, a.m, w.n,      w.k,     w.groups(), group_shift(w)};
+  XI_CHECK(a.ldy == 0 || a.ldy >= w.n) << "int4 decode GEMV: y row stride " << a.ldy << " < n " << w.n;
+  Params p{a.x,     w.w, w.scales, w.zeros, w.mins,     a.bias,         a.y,
+           a.y_f32, a.m, w.n,      w.k,     w.groups(), group_shift(w), a.ldy > 0 ? a.ldy : w.n};
   const int tiles = (w.n + 15) / 16;
   const int steps = (w.k + kStepCols - 1) / kStepCols;
   // m = 1: x in shared memory, 128 f16 columns per step; more rows (or direct_x) read x from global memory.

@@ -556,6 +556,8 @@ void launch_dot_gemv(const QuantLinearArgs& a, cudaStream_t stream, const DotGem
                                          " whole number of chunks, no g_idx, m 1..4)";
   XI_CHECK(reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(w.w) % 16 == 0)
       << "dot GEMV: x and the weight must be 16-byte aligned";
+  XI_CHECK(a.ldy == 0 || a.ldy == w.n || a.m == 1)
+      << "dot GEMV: no y row stride (" << a.ldy << ") at m " << a.m;
   DotParams p{};
   p.x = a.x;
   p.w = w.w;

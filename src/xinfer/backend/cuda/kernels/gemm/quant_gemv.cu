@@ -305,6 +305,7 @@ Params base_params(const QuantWeight& w, const __nv_bfloat16* bias, bool y_f32) 
   p.bias = bias;
   p.y_f32 = y_f32;
   p.n = w.n;
+  p.ldy = w.n;
   p.k = w.k;
   p.group = w.group_size;
   p.G = w.groups();
@@ -428,8 +429,12 @@ void launch_quant_gemv(const QuantLinearArgs& a, cudaStream_t stream, QuantGemvC
                                 !fusion.norm_weight && !fusion.swiglu_out))
       << "quant GEMV: tokens16 takes int8 weights in the batch schedule without fusion (" << describe(w)
       << ")";
+  XI_CHECK(a.ldy == 0 || (a.ldy >= w.n && !fusion.add_to_y && !fusion.swiglu_out))
+      << "quant GEMV: y row stride " << a.ldy << " for " << describe(w)
+      << " (>= n, not with add_to_y / SwiGLU)";
+  if (a.ldy > 0) p.ldy = a.ldy;
   const bool fold = fold_scale(w);
-  const size_t y_row = static_cast<size_t>(w.n) * (a.y_f32 ? 4 : 2);
+  const size_t y_row = static_cast<size_t>(p.ldy) * (a.y_f32 ? 4 : 2);
   const int per_launch = config.tokens16 ? 2 * kTileTokens : kTileTokens;
   for (int m0 = 0; m0 < a.m; m0 += per_launch) {
     p.x = a.x + static_cast<size_t>(m0) * w.k;
@@ -459,6 +464,7 @@ void launch_w8a8_gemv(Kind kind, const Fp8GemvArgs& a, cudaStream_t stream, Quan
   p.bias = a.bias;
   p.y_f32 = a.y_f32;
   p.n = a.n;
+  p.ldy = a.n;
   p.k = a.k;
   p.group = a.k;
   p.G = 1;

@@ -42,6 +42,7 @@ struct Params {
   bool y_f32;
   bool per_channel;           // kFp8: scales [n] (else [1])
   int m, n, k, group, G;
+  int ldy;            // y's row stride (elements)
   uint32_t sign_xor;  // 0x80808080 for i8 values (-> u8 = v + 128, zero 128), else 0
   int sym_zero;       // the zero point of symmetric weights
   // The fused decode chain (QuantGemvFusion; pipelined schedule only).
@@ -383,7 +384,7 @@ __device__ __forceinline__ float store_output(const Params& p, int n, int tok, f
   if constexpr (is_w8a8(kKind)) v *= __ldg(p.scales + (p.per_channel ? n : 0)) * __ldg(p.xs + tok);
   const float b = p.bias ? __bfloat162float(p.bias[n]) : 0.0f;
   v = kFusion && p.norm_weight ? __fmaf_rn(v, inv_rms, b) : __fadd_rn(v, b);
-  const size_t i = static_cast<size_t>(tok) * p.n + n;
+  const size_t i = static_cast<size_t>(tok) * p.ldy + n;
   if (p.y_f32) {
     static_cast<float*>(p.y)[i] = v;
     return v;

@@ -66,6 +66,9 @@ struct QuantLinearArgs {
   void* y = nullptr;                    // [m, n], bf16 or f32 (y_f32)
   bool y_f32 = false;
   int m = 0;
+  // y's row stride in elements, 0: n. Wider: the columns of a segment of a wider output (backend.h
+  // LinearWeights::segments); the int4 decode GEMV, the quant GEMV and the tiled GEMM take it.
+  int ldy = 0;
 };
 
 std::string describe(const QuantWeight& w);  // "int4 g128 zp [4096, 4096]"

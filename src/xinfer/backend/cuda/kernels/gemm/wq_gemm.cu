@@ -54,10 +54,11 @@ struct WqParams {
   const uint8_t* zeros;       // [n, groups] or nullptr
   const float* mins;          // [n, groups] or nullptr: W = scale * q + min (GGUF Q4_1 / Q4_K repacked)
   const __nv_bfloat16* bias;  // [n] or nullptr
-  void* y;                    // [m, n]
+  void* y;                    // [m, n], rows ldy apart
   bool y_f32;
   bool is_signed;  // int8 per channel: i8 values, zero 0
   int m, n, k, groups, group_size;
+  int ldy;
 };
 
 // Step `kb`'s raw weight bytes (rows n0.., 16-byte chunks, streamed in 256-byte L2 lines) and x tile (rows
@@ -255,7 +256,7 @@ __global__ void __launch_bounds__(kThreads) wq_gemm_kernel(WqParams p) {
           const int row = m0 + wm * T::kWarpM + bt * 8 + 2 * t + c;
           if (row >= p.m) continue;
           const float v = acc[at][bt][half * 2 + c] + bias;
-          const size_t i = static_cast<size_t>(row) * p.n + n;
+          const size_t i = static_cast<size_t>(row) * p.ldy + n;
           if (p.y_f32)
             static_cast<float*>(p.y)[i] = v;
           else
@@ -304,13 +305,15 @@ void launch_wq_gemm(const QuantLinearArgs& a, cudaStream_t stream, int tile_rows
       << "wq GEMM: unsupported weight " << describe(a.w)
       << " (needs bits 4 / 8, no g_idx, k % 64, group % 32 (int8: % 16), mins int4's only)";
   XI_CHECK(a.m >= 1) << "wq GEMM: m " << a.m;
+  XI_CHECK(a.ldy == 0 || a.ldy >= a.w.n) << "wq GEMM: y row stride " << a.ldy << " < n " << a.w.n;
   if (tile_rows == 0) tile_rows = wq_gemm_tile_rows(a.m, a.w.n, sm_count());
   XI_CHECK(tile_rows == 128 || tile_rows == 64 || tile_rows == 32) << "wq GEMM: tile rows " << tile_rows;
   XI_CHECK((a.w.n + tile_rows - 1) / tile_rows <= 65535)
       << "wq GEMM: n " << a.w.n << " exceeds the grid's y limit";
   XI_CHECK(reinterpret_cast<uintptr_t>(a.x) % 16 == 0) << "wq GEMM: x must be 16-byte aligned";
-  const WqParams p{a.x,     a.w.w,         a.w.scales, a.w.zeros, a.w.mins, a.bias,       a.y,
-                   a.y_f32, a.w.is_signed, a.m,        a.w.n,     a.w.k,    a.w.groups(), a.w.group_size};
+  const WqParams p{a.x,    a.w.w, a.w.scales,   a.w.zeros,      a.w.mins,
+                   a.bias, a.y,   a.y_f32,      a.w.is_signed,  a.m,
+                   a.w.n,  a.w.k, a.w.groups(), a.w.group_size, a.ldy > 0 ? a.ldy : a.w.n};
   if (a.w.bits == 4)
     launch_bits<4>(p, tile_rows, stream);
   else
