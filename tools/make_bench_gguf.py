@@ -21,7 +21,7 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as Q
 
-from make_gguf_fixtures import gpt2_vocab
+from make_gguf_fixtures import add_gpt2_tokenizer
 
 
 def use_more_bits(i, n):
@@ -69,15 +69,7 @@ def main():
     w.add_rope_freq_base(500000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(D)
-    tokens, types, merges = gpt2_vocab(a.vocab)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(0)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(False)
+    add_gpt2_tokenizer(w, a.vocab)
     w.add_vocab_size(a.vocab)
     base = Q.Q6_K if a.type == "Q6_K" else Q.Q4_K
 

@@ -97,6 +97,19 @@ def gpt2_vocab(size=VOCAB):
     return tokens[:size], types[:size], merges
 
 
+def add_gpt2_tokenizer(w, size=VOCAB):
+    """The byte-level BPE vocabulary of gpt2_vocab(size) into GGUFWriter w (bos 0, eos 2, no bos added)."""
+    tokens, types, merges = gpt2_vocab(size)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(False)
+
+
 def spm_vocab(model_path):
     """tokens, scores, token types of a sentencepiece tokenizer.model, as llama.cpp's converter stores them
     (gguf.TokenType: NORMAL 1, UNKNOWN 2, CONTROL 3, USER_DEFINED 4, UNUSED 5, BYTE 6)."""
@@ -151,15 +164,7 @@ def write_tiny_llama(path, qtype=Q.Q8_0, embd_type=Q.Q8_0, arch="llama", bad_sha
         w.add_add_bos_token(True)
         w.add_add_eos_token(False)
     else:
-        tokens, types, merges = gpt2_vocab()
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre("smollm")
-        w.add_token_list(tokens)
-        w.add_token_types(types)
-        w.add_token_merges(merges)
-        w.add_bos_token_id(0)
-        w.add_eos_token_id(2)
-        w.add_add_bos_token(False)
+        add_gpt2_tokenizer(w, vocab_size)
     w.add_vocab_size(vocab_size)
     w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}")
     # metadata of every value type (read back by the reader tests)
