@@ -7,7 +7,8 @@ a tensor of the wrong shape), other sizes (`hidden`, `ffn`: K-quants need rows o
 (`tensor_types`: Q4_K_M's v / down in another type). The gguf package quantizes no K-quant, so Q4_K and Q6_K are
 quantized here (quantize_q4_k / quantize_q6_k: a plain min / max fit per sub-block, not llama.cpp's search; the
 layout is ggml's, and the tests read it back with the gguf package's dequantizer). Used by tests/python/test_gguf_model.py; run as a
-script it writes one file per type into DIR, and tiny_llama_mixed.gguf (copied to tests/unit/model/data):
+script it writes one file per type into DIR, and tiny_llama_mixed.gguf and tiny_llama_mixed_q5_1.gguf (copied to
+tests/unit/model/data):
 
     python3 tools/make_gguf_fixtures.py DIR
 """
@@ -232,3 +233,6 @@ if __name__ == "__main__":
     # as in llama.cpp's Q4_K_M, in the tiny model's sizes.
     write_tiny_llama(out / "tiny_llama_mixed.gguf", qtype=Q.Q4_1,
                      tensor_types={"attn_v.weight": Q.Q8_0, "ffn_down.weight": Q.Q5_0})
+    # tests/unit/model/data/tiny_llama_mixed_q5_1.gguf: v in Q5_1, which a backend without GGUF kernels cannot
+    # repack (the qkv then loads dense, not as segments).
+    write_tiny_llama(out / "tiny_llama_mixed_q5_1.gguf", qtype=Q.Q4_1, tensor_types={"attn_v.weight": Q.Q5_1})

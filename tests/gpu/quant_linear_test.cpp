@@ -820,7 +820,8 @@ TEST(QuantLinear, TiledGemmMatchesCpuOracle) {
                {quant::Int8ChannelFormat{}, 129, 256, 40},
                {quant::IntGroupFormat{8, 64, true}, 96, 192, 130},
                {quant::IntGroupFormat{4, 32, false, true}, 130, 256, 70},
-               {quant::IntGroupFormat{8, 16, false}, 130, 256, 70}}) {
+               {quant::IntGroupFormat{8, 16, false}, 130, 256, 70},
+               {quant::IntGroupFormat{8, 48, true}, 130, 192, 70}}) {
         QuantCase c = make_case(f, n, k, /*bias=*/f32, false, rng);
         const std::vector<float> x = random_bf16(static_cast<size_t>(m * k), rng);
         auto xd = gpu().upload(host_view(x, Shape{m, k}), DType::kBF16);

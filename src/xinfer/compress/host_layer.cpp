@@ -40,8 +40,10 @@ std::vector<float> to_host(backend::Backend& b, const TensorView& t) {
 
 Result<HostLinear> copy_linear(backend::Backend& b, const backend::LinearWeights& w, int l, const char* what) {
   if (!w.dense())
-    return invalid_argument("layer " + std::to_string(l) + " " + what + " is stored as " +
-                               quant::format_name(w.format) + "; quantize needs float weights");
+    return invalid_argument(
+        "layer " + std::to_string(l) + " " + what + " is stored as " +
+        (w.segmented() ? std::string("segments of different formats") : quant::format_name(w.format)) +
+        "; quantize needs float weights");
   HostLinear h;
   h.n = w.out_features();
   h.k = w.in_features();

@@ -675,9 +675,8 @@ size_t planned_weight_bytes(const std::string& model_path, const ModelConfig& c,
   Result<GgufFile> file = GgufFile::open(model_path);
   if (!file.ok()) return checkpoint_weight_bytes(c, dense_dtype, supported);
   // The loader concatenates q / k / v and gate / up into one weight. Where its parts differ in type (Q4_K_M's
-  // v in Q6_K beside q / k in Q4_K), an unsharded model runs it as segments, each part in the format of its
-  // own type (or all dense where no part stays packed: the same bytes); a sharded one loads such parts dense
-  // (load_gguf_weights).
+  // v in Q6_K beside q / k in Q4_K) and every part stays packed, an unsharded model runs it as segments, each
+  // part in the format of its own type; otherwise such parts load dense (load_gguf_weights).
   auto concat_group = [](const std::string& name) {
     for (const char* part : {".attn_q.", ".attn_k.", ".attn_v."})
       if (const size_t at = name.find(part); at != std::string::npos) return name.substr(0, at) + ".qkv";
@@ -685,29 +684,34 @@ size_t planned_weight_bytes(const std::string& model_path, const ModelConfig& c,
       if (const size_t at = name.find(part); at != std::string::npos) return name.substr(0, at) + ".gate_up";
     return name;
   };
-  std::map<std::string, std::set<quant::GgufType>> group_types;
-  for (const GgufTensorInfo& t : file->tensors()) group_types[concat_group(t.name)].insert(t.type);
-  size_t total = 0;
-  for (const GgufTensorInfo& t : file->tensors()) {
+  // A matrix's bytes in the format it keeps on its own: repacked into an int format where the backend prefers
+  // and runs that one, as the loader does (gguf_repack.h), else the blocks kept where supported; nullopt:
+  // dense.
+  auto packed_bytes = [&](const GgufTensorInfo& t) -> std::optional<size_t> {
     const bool is_float = t.type == quant::GgufType::kF32 || t.type == quant::GgufType::kF16 ||
                           t.type == quant::GgufType::kBF16;
-    const bool own_format = t.ne.size() == 2 && (!sharded || group_types[concat_group(t.name)].size() == 1);
-    if (own_format && !is_float) {
-      const int64_t n = t.ne[1], k = t.ne[0];
-      // Repacked into an int format where the backend prefers and runs that one, as the loader does
-      // (gguf_repack.h), else the blocks kept where supported.
-      const std::optional<quant::IntGroupFormat> repacked = gguf_repack_format(t.type, t.name, sharded);
-      const bool prefers = repack ? repack(t.type) : !supported(quant::GgufFormat{t.type}, n, k);
-      if (prefers && repacked && supported(*repacked, n, k)) {
-        total += quant::format_weight_bytes(*repacked, n, k);
-        continue;
-      }
-      if (supported(quant::GgufFormat{t.type}, n, k)) {
-        total += t.bytes;
-        continue;
-      }
-    }
-    total += dtype_bytes(dense_dtype, static_cast<size_t>(t.numel()));
+    if (t.ne.size() != 2 || is_float) return std::nullopt;
+    const int64_t n = t.ne[1], k = t.ne[0];
+    const std::optional<quant::IntGroupFormat> repacked = gguf_repack_format(t.type, t.name, sharded);
+    const bool prefers = repack ? repack(t.type) : !supported(quant::GgufFormat{t.type}, n, k);
+    if (prefers && repacked && supported(*repacked, n, k)) return quant::format_weight_bytes(*repacked, n, k);
+    if (supported(quant::GgufFormat{t.type}, n, k)) return t.bytes;
+    return std::nullopt;
+  };
+  std::map<std::string, std::set<quant::GgufType>> group_types;
+  std::map<std::string, bool> group_packed;  // every part of the group keeps a packed format
+  for (const GgufTensorInfo& t : file->tensors()) {
+    const std::string g = concat_group(t.name);
+    group_types[g].insert(t.type);
+    const bool packed = packed_bytes(t).has_value();
+    group_packed[g] = group_packed.count(g) ? group_packed[g] && packed : packed;
+  }
+  size_t total = 0;
+  for (const GgufTensorInfo& t : file->tensors()) {
+    const std::string g = concat_group(t.name);
+    const bool own_format = group_types[g].size() == 1 || (!sharded && group_packed[g]);
+    const std::optional<size_t> packed = own_format ? packed_bytes(t) : std::nullopt;
+    total += packed ? *packed : dtype_bytes(dense_dtype, static_cast<size_t>(t.numel()));
   }
   return total;
 }

@@ -167,8 +167,9 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
   };
   // A concatenated weight whose parts differ in type (llama.cpp's Q4_K_M: v in Q6_K beside q / k in Q4_K) is
   // loaded as segments, one per run of parts of one type, each in its own format (backend.h
-  // LinearWeights::segments), where one of them stays packed and the model is not sharded; otherwise, as
-  // parts of one type are, joined.
+  // LinearWeights::segments), where every one of them stays packed and the model is not sharded; otherwise
+  // joined, dequantized (a dense segment beside a packed one would lose the dense weight's fused and tuned
+  // decode GEMV and add a copy for a few MB).
   auto load = [&](const std::vector<Part>& parts) -> Result<backend::LinearWeights> {
     std::vector<std::vector<Part>> runs;
     std::vector<quant::GgufType> types;
@@ -180,8 +181,8 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
       }
       runs.back().push_back(p);
     }
-    bool packed = false;
-    for (size_t i = 0; i < runs.size(); ++i) packed = packed || stays_packed(types[i], runs[i][0].name);
+    bool packed = true;
+    for (size_t i = 0; i < runs.size(); ++i) packed = packed && stays_packed(types[i], runs[i][0].name);
     if (runs.size() == 1 || !packed || shard_.sharded()) return load_joined(parts);
     backend::LinearWeights w;
     std::string kinds;

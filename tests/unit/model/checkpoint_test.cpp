@@ -836,6 +836,42 @@ TEST(PlannedWeightBytes, GgufWithMixedTypesAsLoaded) {
   }
 }
 
+// v in Q5_1 beside q / k in Q4_1: on a backend without GGUF kernels Q5_1 has no int format, so the qkv would
+// be a dense segment beside a packed one; it loads dense, joined, as before segments (and the estimate says
+// so). The CPU keeps both blocks: segments.
+TEST(PlannedWeightBytes, GgufMixedWithADensePartLoadsJoined) {
+  const char* src = std::getenv("XINFER_SOURCE_DIR");
+  const std::string path = std::string(src ? src : ".") + "/tests/unit/model/data/tiny_llama_mixed_q5_1.gguf";
+  cpu::CpuBackend plain{cpu::CpuBackendOptions{1}};
+  NoGgufCpuBackend int_only{cpu::CpuBackendOptions{1}};
+  for (backend::Backend* be : std::initializer_list<backend::Backend*>{&plain, &int_only}) {
+    LoadOptions opts;
+    opts.show_progress = false;
+    opts.max_tokens = 16;
+    opts.max_logit_rows = 16;
+    auto m = LlamaModel::load(path, *be, opts);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    auto supported = [&](const quant::WeightFormat& f, int64_t n, int64_t k) {
+      return be->supports_linear(f, n, k);
+    };
+    auto repack = [&](quant::GgufType t) { return be->prefers_repacked_gguf(t); };
+    const ModelConfig& c = (*m)->config();
+    EXPECT_EQ(planned_weight_bytes(path, c, DType::kF32, supported, std::nullopt, false, repack),
+              (*m)->weight_bytes())
+        << (be == &plain ? "cpu" : "no gguf kernels");
+    for (int l = 0; l < c.num_layers; ++l) {
+      const backend::LinearWeights& qkv = (*m)->layer(l).qkv;
+      if (be == &plain) {
+        ASSERT_EQ(qkv.segments.size(), 2u) << "layer " << l;
+        EXPECT_EQ(quant::format_name(qkv.segments[1].format), "gguf(Q5_1)");
+      } else {
+        EXPECT_FALSE(qkv.segmented()) << "layer " << l;
+        EXPECT_TRUE(qkv.dense()) << "layer " << l;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace xinfer::model
 

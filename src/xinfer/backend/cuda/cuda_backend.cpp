@@ -628,6 +628,8 @@ void CudaBackend::segmented_linear(const TensorView& x, const backend::LinearWei
   const int64_t k = w.in_features(), n = w.out_features(), m = x.numel() / k;
   XI_CHECK_EQ(last_dim(x), k) << "linear: input width vs segmented weight [" << n << ", " << k << "]";
   XI_CHECK_EQ(out.numel(), m * n);
+  XI_CHECK(out.dtype == DType::kBF16 || out.dtype == DType::kF32)
+      << "linear out dtype " << dtype_name(out.dtype);
   quantized_input_ = {};  // no W8A8 segment consumes codes a swiglu() left
   if (m == 0 || segments_gemm(x, w, out)) return;
   const size_t elem = dtype_bytes(out.dtype, 1);

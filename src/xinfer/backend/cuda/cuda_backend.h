@@ -367,8 +367,9 @@ class CudaBackend final : public backend::Backend {
   // norm or SwiGLU kernel before it; x is then read for its shape only.
   void quantized_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out, bool x_quantized);
   // The weight-only formats (int4 / int8) into y (bf16, or f32 with y_f32), rows ldy elements apart (0: n). A
-  // stride wider than n is taken by the GEMVs and the tiled GEMM only: where another path would run, returns
-  // false and launches nothing (true otherwise, also when a recording failed).
+  // stride wider than n at m > 1 is taken by the int4 decode GEMV, the quant GEMV and the tiled GEMM only:
+  // where another path would run, returns false and launches nothing (true otherwise, also when a recording
+  // failed).
   bool weight_only_linear(const TensorView& x, const backend::LinearWeights& w, void* y, bool y_f32, int ldy);
   void fp8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out, bool x_quantized);
   void int8_linear(const TensorView& x, const backend::LinearWeights& w, const TensorView& out, bool x_quantized);

@@ -299,17 +299,21 @@ void CudaBackend::reserve_quant_workspace(const std::vector<const backend::Linea
       flat.push_back(w);
       continue;
     }
-    // Segment outputs through the workspace (segmented_linear): a segment whose kernel takes no row stride,
-    // at any m (bf16 and W8A8 segments); a weight-only one only where the dequantize path runs it beside a
-    // tiled one (segments_gemm takes them all together otherwise): up to the tiled GEMM's last row. bf16
-    // outputs (qkv, gate_up); an f32 one grows it outside a recording.
+    // Segment outputs through the workspace (segmented_linear): every segment at any m where segments_gemm
+    // cannot join them (a bf16 or W8A8 segment, a bias, an input permutation); otherwise a weight-only
+    // segment only where its GEMV or the tiled GEMM does not take it, beside a tiled one: up to the tiled
+    // GEMM's last row (at least the GEMVs' 16), segments_gemm taking them all together past it. bf16 outputs
+    // (qkv, gate_up); an f32 one grows it outside a recording.
+    bool joinable = true;
+    for (const backend::LinearWeights& s : w->segments)
+      joinable = joinable && s.bias.empty() && s.input_perm.empty() &&
+                 (std::holds_alternative<quant::IntGroupFormat>(s.format) ||
+                  std::holds_alternative<quant::Int8ChannelFormat>(s.format));
     const int tiled_rows = wq_gemm_max_rows_ == kWqGemmMeasured ? kInt8MeasuredMaxRows : wq_gemm_max_rows_;
+    const int rows = joinable ? std::min(max_tokens, std::max(tiled_rows, kQuantGemvMaxRows)) : max_tokens;
     for (const backend::LinearWeights& s : w->segments) {
       flat.push_back(&s);
-      const bool weight_only = std::holds_alternative<quant::IntGroupFormat>(s.format) ||
-                               std::holds_alternative<quant::Int8ChannelFormat>(s.format);
-      const int rows = weight_only ? std::min(max_tokens, tiled_rows) : max_tokens;
-      if (rows > kQuantGemvMaxRows || (!weight_only && rows > 1))
+      if (rows > 1)
         segment_bytes =
             std::max(segment_bytes, static_cast<size_t>(rows) * s.out_features() * sizeof(__nv_bfloat16));
     }

@@ -90,9 +90,10 @@ __device__ __forceinline__ void load_stage(const WqParams& p, int n0, int m0, in
 
 // The scale, zero point (as the f32 2^23 + z; 2^23 with mins) and min (int4 only; 0 without) of this
 // thread's run of kCols columns of step kb, [0] for its first 16 columns and [1] for the rest (int8 only:
-// groups of 16, GGUF Q6_K): loaded before the step's barrier so that their latency overlaps it. A run lies in
-// one group (group % 32 == 0, kCols <= 32) or, int8 in groups of 16, a run of 32 in two. Signed int8 reads as
-// u8 ^ 0x80 with zero 128.
+// groups of a multiple of 16, GGUF Q6_K's 16): loaded before the step's barrier so that their latency
+// overlaps it. A run lies in one group (group % 32 == 0, kCols <= 32) or, int8 in groups of 16, 48, .., a run
+// of 32 in at most two, split at its middle (runs start at multiples of kCols). Signed int8 reads as u8 ^
+// 0x80 with zero 128.
 template <int kBits, int kBN>
 struct RunScale {
   static constexpr int kParts = kBits == 8 && Tile<kBN>::kCols > 16 ? 2 : 1;
@@ -116,7 +117,10 @@ __device__ __forceinline__ RunScale<kBits, kBN> run_scale(const WqParams& p, int
     r.mn[h] = kBits == 4 && p.mins ? __ldg(p.mins + gi) : 0.0f;
   };
   load(0, si);
-  if constexpr (RunScale<kBits, kBN>::kParts == 2) load(1, p.group_size == 16 ? si + 1 : si);
+  // The run's second half (columns col + 16..): in the next group where groups of 16 (or 48, 80, ..) end
+  // there.
+  if constexpr (RunScale<kBits, kBN>::kParts == 2)
+    load(1, static_cast<size_t>(n) * p.groups + (col + 16) / p.group_size);
   return r;
 }
 

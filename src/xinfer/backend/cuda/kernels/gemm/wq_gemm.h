@@ -17,7 +17,8 @@
 // mma.sync m16n8k16 on ldmatrix fragments of both tiles. Rows past n and m are zero-filled and not stored.
 //
 // Requirements (wq_gemm_supports): bits 4 or 8, no g_idx, k % 64 == 0, group % 32 == 0 (int8 per channel: one
-// group of k; int8 also groups of 16, GGUF Q6_K repacked: a thread's run of 32 columns takes two scales),
+// group of k; int8 also groups of a multiple of 16, GGUF Q6_K's 16: a thread's run of 32 columns may take two
+// scales),
 // int4 zero points or mins (W = scale * q + min: GGUF Q4_1 / Q4_K repacked), not both, x 16-byte aligned (the
 // caller checks the pointer). No allocation, no synchronization: graph-capturable.
 #pragma once
