@@ -791,39 +791,47 @@ TEST(PlannedWeightBytes, GgufFileAsLoaded) {
   EXPECT_EQ(planned_weight_bytes(path, c, DType::kF32, int_only, std::nullopt, /*sharded=*/true), dense);
 }
 
-// A GGUF whose concatenated weights mix types (q / k in Q4_1 with v in Q8_0, as llama.cpp's Q4_K_M puts v in
-// another type than q / k; down in Q5_0): the loader runs such a qkv as two segments, each in its type's
-// format, and the estimate follows it, on the CPU (which keeps Q4_1 / Q8_0 blocks and repacks Q5_0) and on a
-// backend without GGUF kernels (CUDA's case: Q4_1, Q8_0 and Q5_0 repacked).
-TEST(PlannedWeightBytes, GgufWithMixedTypesAsLoaded) {
+// Loads the committed GGUF fixture tests/unit/model/data/<name> on the CPU backend (GGUF kernels) and on one
+// without GGUF kernels (CUDA's case), checks on each that the memory plan's estimate equals the loaded bytes,
+// and hands each model to check(model, backend, cpu).
+template <typename Check>
+void load_with_and_without_gguf_kernels(const std::string& name, Check check) {
   const char* src = std::getenv("XINFER_SOURCE_DIR");
-  const std::string path = std::string(src ? src : ".") + "/tests/unit/model/data/tiny_llama_mixed.gguf";
+  const std::string path = std::string(src ? src : ".") + "/tests/unit/model/data/" + name;
   cpu::CpuBackend plain{cpu::CpuBackendOptions{1}};
   NoGgufCpuBackend int_only{cpu::CpuBackendOptions{1}};
   for (backend::Backend* be : std::initializer_list<backend::Backend*>{&plain, &int_only}) {
+    SCOPED_TRACE(name + (be == &plain ? " on the cpu" : " without gguf kernels"));
     LoadOptions opts;
     opts.show_progress = false;
     opts.max_tokens = 16;
     opts.max_logit_rows = 16;
     auto m = LlamaModel::load(path, *be, opts);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
-    auto supported = [&](const quant::WeightFormat& f, int64_t n, int64_t k) {
-      return be->supports_linear(f, n, k);
-    };
+    auto supported = [&](const quant::WeightFormat& f, int64_t n, int64_t k) { return be->supports_linear(f, n, k); };
     auto repack = [&](quant::GgufType t) { return be->prefers_repacked_gguf(t); };
-    const ModelConfig& c = (*m)->config();
-    EXPECT_EQ(planned_weight_bytes(path, c, DType::kF32, supported, std::nullopt, false, repack),
-              (*m)->weight_bytes())
-        << (be == &plain ? "cpu" : "no gguf kernels");
-    const std::vector<std::string> want = be == &plain ? std::vector<std::string>{"gguf(Q4_1)", "gguf(Q8_0)"}
-                                                       : std::vector<std::string>{"int4-g32-min", "int8-g32"};
+    EXPECT_EQ(planned_weight_bytes(path, (*m)->config(), DType::kF32, supported, std::nullopt, false, repack),
+              (*m)->weight_bytes());
+    check(**m, path, supported, repack, be == &plain);
+  }
+}
+
+// A GGUF whose concatenated weights mix types (q / k in Q4_1 with v in Q8_0, as llama.cpp's Q4_K_M puts v in
+// another type than q / k; down in Q5_0): the loader runs such a qkv as two segments, each in its type's
+// format, and the estimate follows it, on the CPU (which keeps Q4_1 / Q8_0 blocks and repacks Q5_0) and on a
+// backend without GGUF kernels (CUDA's case: Q4_1, Q8_0 and Q5_0 repacked).
+TEST(PlannedWeightBytes, GgufWithMixedTypesAsLoaded) {
+  load_with_and_without_gguf_kernels("tiny_llama_mixed.gguf", [](const LlamaModel& m, const std::string& path,
+                                                                 const auto& supported, const auto& repack, bool cpu) {
+    const ModelConfig& c = m.config();
+    const std::vector<std::string> want = cpu ? std::vector<std::string>{"gguf(Q4_1)", "gguf(Q8_0)"}
+                                              : std::vector<std::string>{"int4-g32-min", "int8-g32"};
     for (int l = 0; l < c.num_layers; ++l) {
-      const backend::LinearWeights& qkv = (*m)->layer(l).qkv;
+      const backend::LinearWeights& qkv = m.layer(l).qkv;
       ASSERT_EQ(qkv.segments.size(), 2u) << "layer " << l;
       EXPECT_EQ(quant::format_name(qkv.segments[0].format), want[0]);
       EXPECT_EQ(quant::format_name(qkv.segments[1].format), want[1]);
-      EXPECT_EQ(qkv.segments[0].out_features(),
-                static_cast<int64_t>(c.num_heads + c.num_kv_heads) * c.head_dim);
+      EXPECT_EQ(qkv.segments[0].out_features(), static_cast<int64_t>(c.num_heads + c.num_kv_heads) * c.head_dim);
       EXPECT_EQ(qkv.out_features(), static_cast<int64_t>(c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
       EXPECT_FALSE(qkv.dense());
     }
@@ -831,37 +839,19 @@ TEST(PlannedWeightBytes, GgufWithMixedTypesAsLoaded) {
     const int64_t qkv_numel =
         static_cast<int64_t>(c.num_layers) * c.hidden_size * (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
     EXPECT_GT(planned_weight_bytes(path, c, DType::kF32, supported, std::nullopt, true, repack),
-              (*m)->weight_bytes() + static_cast<size_t>(qkv_numel) * 2)  // 4 bytes against 0.6-1.1
-        << (be == &plain ? "cpu" : "no gguf kernels");
-  }
+              m.weight_bytes() + static_cast<size_t>(qkv_numel) * 2);  // 4 bytes against 0.6-1.1
+  });
 }
 
 // v in Q5_1 beside q / k in Q4_1: on a backend without GGUF kernels Q5_1 has no int format, so the qkv would
 // be a dense segment beside a packed one; it loads dense, joined, as before segments (and the estimate says
 // so). The CPU keeps both blocks: segments.
 TEST(PlannedWeightBytes, GgufMixedWithADensePartLoadsJoined) {
-  const char* src = std::getenv("XINFER_SOURCE_DIR");
-  const std::string path = std::string(src ? src : ".") + "/tests/unit/model/data/tiny_llama_mixed_q5_1.gguf";
-  cpu::CpuBackend plain{cpu::CpuBackendOptions{1}};
-  NoGgufCpuBackend int_only{cpu::CpuBackendOptions{1}};
-  for (backend::Backend* be : std::initializer_list<backend::Backend*>{&plain, &int_only}) {
-    LoadOptions opts;
-    opts.show_progress = false;
-    opts.max_tokens = 16;
-    opts.max_logit_rows = 16;
-    auto m = LlamaModel::load(path, *be, opts);
-    ASSERT_TRUE(m.ok()) << m.status().to_string();
-    auto supported = [&](const quant::WeightFormat& f, int64_t n, int64_t k) {
-      return be->supports_linear(f, n, k);
-    };
-    auto repack = [&](quant::GgufType t) { return be->prefers_repacked_gguf(t); };
-    const ModelConfig& c = (*m)->config();
-    EXPECT_EQ(planned_weight_bytes(path, c, DType::kF32, supported, std::nullopt, false, repack),
-              (*m)->weight_bytes())
-        << (be == &plain ? "cpu" : "no gguf kernels");
-    for (int l = 0; l < c.num_layers; ++l) {
-      const backend::LinearWeights& qkv = (*m)->layer(l).qkv;
-      if (be == &plain) {
+  load_with_and_without_gguf_kernels("tiny_llama_mixed_q5_1.gguf", [](const LlamaModel& m, const std::string&,
+                                                                      const auto&, const auto&, bool cpu) {
+    for (int l = 0; l < m.config().num_layers; ++l) {
+      const backend::LinearWeights& qkv = m.layer(l).qkv;
+      if (cpu) {
         ASSERT_EQ(qkv.segments.size(), 2u) << "layer " << l;
         EXPECT_EQ(quant::format_name(qkv.segments[1].format), "gguf(Q5_1)");
       } else {
@@ -869,7 +859,7 @@ TEST(PlannedWeightBytes, GgufMixedWithADensePartLoadsJoined) {
         EXPECT_TRUE(qkv.dense()) << "layer " << l;
       }
     }
-  }
+  });
 }
 
 }  // namespace
