@@ -45,6 +45,17 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
                        options_.show_progress);
   std::set<std::string> logged;
 
+  // How linears of `type` are kept on this backend: repacked exactly into int4 / int8 per group (gguf_repack.h:
+  // Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K per 32, Q6_K per 16) where the backend prefers its int kernels (CUDA: no
+  // GGUF kernels; the CPU: Q4_K, Q5_0, Q6_K; the embedding table is never repacked), else the GGUF blocks where
+  // it runs them, else dequantized.
+  enum class Kept { kRepacked, kBlocks, kDequantized };
+  auto kept = [&](quant::GgufType type, const std::string& name) {
+    if (is_float_type(type) || options_.dequantize_gguf) return Kept::kDequantized;
+    const std::optional<quant::IntGroupFormat> repacked = gguf_repack_format(type, name, shard_.sharded());
+    if (backend_.prefers_repacked_gguf(type) && repacked && backend_.supports(*repacked)) return Kept::kRepacked;
+    return backend_.supports(quant::GgufFormat{type}) ? Kept::kBlocks : Kept::kDequantized;
+  };
   // Fetches the parts, checks their shapes, and uploads them as one weight in the best format.
   auto load_joined = [&](const std::vector<Part>& parts) -> Result<backend::LinearWeights> {
     std::vector<const GgufTensorInfo*> infos;
@@ -66,13 +77,8 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
       const int64_t src = p.permute_head_dim > 0 ? gguf_row_of_hf_row(hf_row, p.permute_head_dim) : hf_row;
       return t.data + static_cast<size_t>(src) * row_bytes;
     };
-    // Repacked exactly into int4 / int8 per group (gguf_repack.h: Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K per 32,
-    // Q6_K per 16) where the backend prefers its int kernels (CUDA: no GGUF kernels; the CPU: Q4_K, Q5_0,
-    // Q6_K); the embedding table is never repacked.
-    const std::optional<quant::IntGroupFormat> repacked =
-        gguf_repack_format(type, parts[0].name, shard_.sharded());
-    if (!vector && same && !options_.dequantize_gguf && backend_.prefers_repacked_gguf(type) && repacked &&
-        backend_.supports(*repacked)) {
+    const Kept how = vector || !same ? Kept::kDequantized : kept(type, parts[0].name);
+    if (how == Kept::kRepacked) {
       XI_ASSIGN_OR_RETURN(size_t row_bytes, quant::gguf_row_bytes(type, k));
       std::vector<uint8_t> gathered(static_cast<size_t>(rows) * row_bytes);
       uint8_t* dst = gathered.data();
@@ -93,7 +99,7 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
       for (const GgufTensorInfo* t : infos) progress.advance(1, static_cast<int64_t>(t->bytes));
       return up.weights;
     }
-    if (!vector && same && !is_float_type(type) && !options_.dequantize_gguf && backend_.supports(packed)) {
+    if (how == Kept::kBlocks) {
       XI_ASSIGN_OR_RETURN(size_t row_bytes, quant::gguf_row_bytes(type, k));
       HostTensor host(DType::kU8, Shape{rows, static_cast<int64_t>(row_bytes)});
       uint8_t* dst = host.data<uint8_t>();
@@ -157,14 +163,6 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
     for (const GgufTensorInfo* t : infos) progress.advance(1, static_cast<int64_t>(t->bytes));
     return w;
   };
-  // Whether linears of `type` keep a packed format on this backend (repacked or the blocks), as load_joined
-  // decides for parts of one type.
-  auto stays_packed = [&](quant::GgufType type, const std::string& name) {
-    if (is_float_type(type) || options_.dequantize_gguf) return false;
-    const std::optional<quant::IntGroupFormat> repacked = gguf_repack_format(type, name, shard_.sharded());
-    return (backend_.prefers_repacked_gguf(type) && repacked && backend_.supports(*repacked)) ||
-           backend_.supports(quant::GgufFormat{type});
-  };
   // A concatenated weight whose parts differ in type (llama.cpp's Q4_K_M: v in Q6_K beside q / k in Q4_K) is
   // loaded as segments, one per run of parts of one type, each in its own format (backend.h
   // LinearWeights::segments), where every one of them stays packed and the model is not sharded; otherwise
@@ -182,7 +180,7 @@ Status LlamaModel::load_gguf_weights(const GgufFile& file) {
       runs.back().push_back(p);
     }
     bool packed = true;
-    for (size_t i = 0; i < runs.size(); ++i) packed = packed && stays_packed(types[i], runs[i][0].name);
+    for (size_t i = 0; i < runs.size(); ++i) packed = packed && kept(types[i], runs[i][0].name) != Kept::kDequantized;
     if (runs.size() == 1 || !packed || shard_.sharded()) return load_joined(parts);
     backend::LinearWeights w;
     std::string kinds;

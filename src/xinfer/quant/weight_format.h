@@ -55,6 +55,11 @@ struct GgufFormat {
 using WeightFormat =
     std::variant<DenseFormat, Int8ChannelFormat, IntGroupFormat, W8A8Int8Format, W8A8Fp8Format, GgufFormat>;
 
+// The weight-only integer formats (int8 per channel, int4 / int8 per group): activations stay float.
+inline bool is_weight_only_int(const WeightFormat& f) {
+  return std::holds_alternative<Int8ChannelFormat>(f) || std::holds_alternative<IntGroupFormat>(f);
+}
+
 // "dense(bf16)", "int8-channel", "int4-g128", "int4-g128-zp", "int4-g32-min", "w8a8-int8-dynamic",
 // "w8a8-fp8-channel-static", "gguf(Q4_1)".
 std::string format_name(const WeightFormat& f);

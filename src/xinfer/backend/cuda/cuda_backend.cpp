@@ -643,9 +643,7 @@ void CudaBackend::segmented_linear(const TensorView& x, const backend::LinearWei
       linear(x, s, TensorView{dst, out.dtype, Shape{1, ns}, out.device});
       continue;
     }
-    const bool weight_only = std::holds_alternative<quant::IntGroupFormat>(s.format) ||
-                             std::holds_alternative<quant::Int8ChannelFormat>(s.format);
-    if (weight_only && (out.dtype == DType::kBF16 || out.dtype == DType::kF32) &&
+    if (quant::is_weight_only_int(s.format) &&
         weight_only_linear(x, s, dst, out.dtype == DType::kF32, static_cast<int>(n)))
       continue;
     auto* ws = static_cast<char*>(grow(segment_ws_, static_cast<size_t>(m * ns) * elem, "segments"));

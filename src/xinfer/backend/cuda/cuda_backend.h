@@ -410,6 +410,9 @@ class CudaBackend final : public backend::Backend {
   // segments dequantize into one bf16 [n, k] weight in the quant workspace and one GEMM writes out (the GEMM
   // of a weight in one format; no column copies). False, nothing launched, otherwise.
   bool segments_gemm(const TensorView& x, const backend::LinearWeights& w, const TensorView& out);
+  // Whether segments_gemm can join w's segments into one GEMM: every one weight-only, without bias or input
+  // permutation (the tiled GEMM's choice per m aside).
+  static bool segments_joinable(const backend::LinearWeights& w);
 
   int device_;
   CudaBackendOptions options_;

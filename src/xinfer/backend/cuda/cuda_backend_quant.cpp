@@ -304,11 +304,7 @@ void CudaBackend::reserve_quant_workspace(const std::vector<const backend::Linea
     // segment only where its GEMV or the tiled GEMM does not take it, beside a tiled one: up to the tiled
     // GEMM's last row (at least the GEMVs' 16), segments_gemm taking them all together past it. bf16 outputs
     // (qkv, gate_up); an f32 one grows it outside a recording.
-    bool joinable = true;
-    for (const backend::LinearWeights& s : w->segments)
-      joinable = joinable && s.bias.empty() && s.input_perm.empty() &&
-                 (std::holds_alternative<quant::IntGroupFormat>(s.format) ||
-                  std::holds_alternative<quant::Int8ChannelFormat>(s.format));
+    const bool joinable = segments_joinable(*w);
     const int tiled_rows = wq_gemm_max_rows_ == kWqGemmMeasured ? kInt8MeasuredMaxRows : wq_gemm_max_rows_;
     const int rows = joinable ? std::min(max_tokens, std::max(tiled_rows, kQuantGemvMaxRows)) : max_tokens;
     for (const backend::LinearWeights& s : w->segments) {
@@ -669,9 +665,7 @@ void CudaBackend::measure_wq_gemms(const std::vector<const backend::LinearWeight
   std::set<std::pair<int, int>> seen;
   int shapes = 0, tiled_wins = 0, cases = 0;
   for (const backend::LinearWeights* w : linears) {
-    if (!std::holds_alternative<quant::IntGroupFormat>(w->format) &&
-        !std::holds_alternative<quant::Int8ChannelFormat>(w->format))
-      continue;
+    if (!quant::is_weight_only_int(w->format)) continue;
     const QuantWeight q = quant_weight(*w);
     if (!w->input_perm.empty() || !wq_gemm_supports(q) || !seen.insert({q.n, q.k}).second) continue;
     auto* ws =
@@ -801,11 +795,9 @@ bool CudaBackend::quant_fused_chain(const backend::NormLinearArgs& a) {
   // Only with LinearFusion::kAlways: on the H200 the chain made batch-1 decode slower than the composition
   // (cudaq-2, 8B: w4a16 ITL 2.985 vs 2.583 ms, w8a16 3.576 vs 3.433 ms), so the default runs the composition.
   if (linear_fusion_ != LinearFusion::kAlways) return false;
-  auto int_quant = [](const backend::LinearWeights& w) {
-    return std::holds_alternative<quant::IntGroupFormat>(w.format) ||
-           std::holds_alternative<quant::Int8ChannelFormat>(w.format);
-  };
-  if (!int_quant(a.linear) || (!a.delta_x.empty() && !int_quant(a.delta_linear))) return false;
+  if (!quant::is_weight_only_int(a.linear.format) ||
+      (!a.delta_x.empty() && !quant::is_weight_only_int(a.delta_linear.format)))
+    return false;
   // The fused GEMVs read the residual / delta_x in place: no gather of an act-order weight's input.
   if (!a.linear.input_perm.empty() || (!a.delta_x.empty() && !a.delta_linear.input_perm.empty()))
     return false;
@@ -938,15 +930,18 @@ bool CudaBackend::weight_only_linear(const TensorView& x, const backend::LinearW
   return true;
 }
 
+bool CudaBackend::segments_joinable(const backend::LinearWeights& w) {
+  for (const backend::LinearWeights& s : w.segments)
+    if (!quant::is_weight_only_int(s.format) || !s.input_perm.empty() || !s.bias.empty()) return false;
+  return true;
+}
+
 bool CudaBackend::segments_gemm(const TensorView& x, const backend::LinearWeights& w, const TensorView& out) {
   const int64_t n = w.out_features(), k = w.in_features();
   const int m = static_cast<int>(x.numel() / k);
-  if (m <= kQuantGemvMaxRows || x.dtype != DType::kBF16) return false;
+  if (m <= kQuantGemvMaxRows || x.dtype != DType::kBF16 || !segments_joinable(w)) return false;
   std::vector<QuantWeight> qs;
   for (const backend::LinearWeights& s : w.segments) {
-    const bool weight_only = std::holds_alternative<quant::IntGroupFormat>(s.format) ||
-                             std::holds_alternative<quant::Int8ChannelFormat>(s.format);
-    if (!weight_only || !s.input_perm.empty() || !s.bias.empty()) return false;
     qs.push_back(quant_weight(s));
     if (wq_gemm_for(m, qs.back().n, qs.back().k) && wq_gemm_supports(qs.back()))
       return false;  // tiled: its own
