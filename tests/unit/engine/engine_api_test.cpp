@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <future>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -110,9 +111,18 @@ TEST(EngineSubmit, ValidationErrors) {
   EXPECT_EQ(code(make_request("a", prompt_of(250), too_many)), StatusCode::kOutOfRange);
   EXPECT_EQ(e->submit(make_request("a", {5}, greedy_params(4)), nullptr).code(), StatusCode::kInvalidArgument);
 
-  // Duplicate of a live id; the id is free again once its final output has been delivered.
-  ASSERT_TRUE(e->submit(make_request("dup", {5}, greedy_params(200)), c.callback()).ok());
+  // Duplicate of a live id; the id is free again once its final output has been delivered. The first
+  // request's callback holds the engine's loop until the duplicate was tried: on a loaded machine its 200
+  // tokens could otherwise all be generated (and the id freed) before the second submit.
+  std::promise<void> tried;
+  std::shared_future<void> gate = tried.get_future().share();
+  OutputCallback held = [gate, cb = c.callback()](RequestOutput out) {
+    gate.wait();
+    cb(std::move(out));
+  };
+  ASSERT_TRUE(e->submit(make_request("dup", {5}, greedy_params(200)), held).ok());
   EXPECT_EQ(code(make_request("dup", {6}, greedy_params(4))), StatusCode::kInvalidArgument);
+  tried.set_value();
   e->abort("dup");
   c.wait_finished(1);
   EXPECT_TRUE(e->submit(make_request("dup", {6}, greedy_params(4)), c.callback()).ok());
