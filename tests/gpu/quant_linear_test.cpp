@@ -810,9 +810,11 @@ TEST(QuantLinear, TiledGemmMatchesCpuOracle) {
       EXPECT_EQ(gpu().quant_dequant_gemms(), dequant + (cs.tiled ? 0 : 1)) << what;
     }
   }
-  // Each tile width launched directly (linear() picks by shape; the cases above are small enough to take 32),
-  // f32 out with a bias and bf16 out without one.
-  for (const int tile : {128, 64, 32})
+  // Each way of cutting k launched directly (linear() picks by shape: the cases above are one (m, n) tile or
+  // a few, so most of them split k as far as it goes): one range, ranges of 128 and 256 columns (the last one
+  // partial where k is not a multiple), f32 out with a bias and bf16 out without one. Twice each: the split
+  // launches must leave their workspace zero for the next.
+  for (const int split : {0, 128, 256, 128})
     for (const bool f32 : {true, false})
       for (const auto& [f, n, k, m] : std::vector<std::tuple<quant::WeightFormat, int64_t, int64_t, int64_t>>{
                {quant::IntGroupFormat{4, 128, true}, 257, 512, 65},
@@ -821,7 +823,9 @@ TEST(QuantLinear, TiledGemmMatchesCpuOracle) {
                {quant::IntGroupFormat{8, 64, true}, 96, 192, 130},
                {quant::IntGroupFormat{4, 32, false, true}, 130, 256, 70},
                {quant::IntGroupFormat{8, 16, false}, 130, 256, 70},
-               {quant::IntGroupFormat{8, 48, true}, 130, 192, 70}}) {
+               {quant::IntGroupFormat{8, 48, true}, 130, 192, 70},
+               {quant::IntGroupFormat{4, 128, false}, 256, 2048,
+                20}}) {  // an o projection's shape: 16 ranges
         QuantCase c = make_case(f, n, k, /*bias=*/f32, false, rng);
         const std::vector<float> x = random_bf16(static_cast<size_t>(m * k), rng);
         auto xd = gpu().upload(host_view(x, Shape{m, k}), DType::kBF16);
@@ -830,15 +834,44 @@ TEST(QuantLinear, TiledGemmMatchesCpuOracle) {
         cuda::launch_wq_gemm({static_cast<const __nv_bfloat16*>(xd.view.data), gpu().quant_weight(c.lw),
                               c.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(c.lw.bias.data),
                               yd.view.data, f32, static_cast<int>(m)},
-                             gpu().stream(), tile);
-        const Compare cmp = compare(download(gpu(), yd.view), oracle(c, x, m));
-        const std::string what = name(c, m, f32) + " tile rows " + std::to_string(tile);
+                             gpu().wq_gemm_workspace(), gpu().stream(),
+                             split == 0 ? static_cast<int>(k) : split);
+        const std::vector<float> got = download(gpu(), yd.view);
+        const Compare cmp = compare(got, oracle(c, x, m));
+        const std::string what = name(c, m, f32) + " k ranges of " + std::to_string(split == 0 ? k : split);
         EXPECT_EQ(cmp.nans, 0) << what << ": unwritten outputs";
         EXPECT_LT(cmp.rel_l2, 1e-2) << what;
+        if (!f32) continue;
+        // Only the summation order parts the kernel from the f64 product of its weights, so a wrong fragment,
+        // scale or column mapping cannot hide in the 1e-2: with scaled sums those are the exact weights s (q
+        // - z) (the oracle's, in f32 sums), else launch_dequantize_weight's bf16 values (checked bit for bit
+        // against the CPU in DequantizedWeightMatchesReference).
+        const cuda::QuantWeight qw = gpu().quant_weight(c.lw);
+        std::vector<float> wb(static_cast<size_t>(n * k));
+        if (cuda::wq_gemm_scaled_sums(qw)) {
+          quant::dequantize_matrix(c.host(), wb.data());
+        } else {
+          auto wd = gpu().allocate(DType::kBF16, Shape{n, k});
+          cuda::launch_dequantize_weight(qw, static_cast<__nv_bfloat16*>(wd.view.data), gpu().stream());
+          wb = download(gpu(), wd.view);
+        }
+        std::vector<float> ref(static_cast<size_t>(m * n));
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t j = 0; j < n; ++j) {
+            double s = c.bias.empty() ? 0.0 : c.bias[static_cast<size_t>(j)];
+            for (int64_t i = 0; i < k; ++i)
+              s +=
+                  static_cast<double>(x[static_cast<size_t>(r * k + i)]) * wb[static_cast<size_t>(j * k + i)];
+            ref[static_cast<size_t>(r * n + j)] = static_cast<float>(s);
+          }
+        EXPECT_LT(compare(got, ref).rel_l2, 1e-5)
+            << what << (cuda::wq_gemm_scaled_sums(qw) ? " (scaled sums)" : "")
+            << " against the f64 product of its weights";
       }
-  EXPECT_EQ(cuda::wq_gemm_tile_rows(64, 28672, 132), 128);  // the 8B gate_up at 64 rows: 224 CTAs
-  EXPECT_EQ(cuda::wq_gemm_tile_rows(64, 4096, 132), 32);    // o / down: 128 CTAs instead of 32
-  EXPECT_EQ(cuda::wq_gemm_tile_rows(128, 6144, 132), 64);   // qkv at 128 rows: 2 x 96 CTAs
+  EXPECT_EQ(cuda::wq_gemm_split_cols(64, 28672, 4096, 132), 4096);   // the 8B gate_up at 64 rows: 112 tiles
+  EXPECT_EQ(cuda::wq_gemm_split_cols(64, 4096, 4096, 132), 512);     // o: 16 tiles x 8 ranges
+  EXPECT_EQ(cuda::wq_gemm_split_cols(64, 4096, 14336, 132), 1024);   // down: 16 x 14
+  EXPECT_EQ(cuda::wq_gemm_split_cols(256, 28672, 4096, 132), 4096);  // 448 tiles: no split
 
   // Measured per shape and row bucket ("auto"): whichever path each bucket took, linear() still matches the
   // oracle, and exactly one of the two paths runs per call.

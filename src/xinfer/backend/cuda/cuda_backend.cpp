@@ -143,6 +143,7 @@ CudaBackend::~CudaBackend() {
   if (decode_ws_) cudaFree(decode_ws_);
   if (quant_ws_.ptr) cudaFree(quant_ws_.ptr);
   if (segment_ws_.ptr) cudaFree(segment_ws_.ptr);
+  if (wq_gemm_ws_.partial) cudaFree(wq_gemm_ws_.partial);
   if (step_device_) cudaFree(step_device_);
   if (step_host_) cudaFreeHost(step_host_);
   if (copy_host_) cudaFreeHost(copy_host_);

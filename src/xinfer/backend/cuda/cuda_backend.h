@@ -83,6 +83,7 @@
 #include "xinfer/backend/cuda/kernels/gemm/gemv.h"
 #include "xinfer/backend/cuda/kernels/gemm/quant_linear.h"
 #include "xinfer/backend/cuda/kernels/gemm/w8a8_int8_wgmma.h"
+#include "xinfer/backend/cuda/kernels/gemm/wq_gemm.h"
 
 namespace xinfer::cuda {
 
@@ -326,6 +327,10 @@ class CudaBackend final : public backend::Backend {
   void measure_wq_gemms(const std::vector<const backend::LinearWeights*>& linears, int max_rows);
   // Whether linear() runs the tiled GEMM for a weight-only [n, k] weight at m rows (after the GEMV's rows).
   bool wq_gemm_for(int m, int n, int k) const;
+  // The tiled GEMM's split-k workspace (wq_gemm.h; 32 MB), allocated on first use outside a
+  // recording (reserve_quant_workspace allocates it for weight-only models); inside a recording before that,
+  // none: the GEMM then runs one k range per tile.
+  WqGemmWorkspace wq_gemm_workspace();
   // Host calls of add_rms_norm_linear / rope_paged_attention that launched the fused kernels so far (a graph
   // recording counts once, its replays not at all).
   int64_t fused_linears() const { return fused_linears_; }
@@ -499,6 +504,7 @@ class CudaBackend final : public backend::Backend {
   void* grow(GrowableBuffer& b, size_t bytes, const char* what);
   GrowableBuffer quant_ws_;    // dequantized weights (bf16) or quantized activations
   GrowableBuffer segment_ws_;  // a segmented linear's segment outputs before they go to their columns
+  WqGemmWorkspace wq_gemm_ws_;  // one allocation: partials, then counters
   // An activation whose codes swiglu() left in the W8A8 workspace for `weight`: valid for the next linear()
   // only (it consumes or drops the record), add_rms_norm_linear hands it to its first linear.
   struct QuantizedInput {

@@ -18,8 +18,8 @@
 //                the workspace (launch_gather_columns), then the GEMVs as below; more rows -> the dequantize
 //                path with the weight written back in the input's column order
 //   kQuantGemvMaxRows < m, where measure_wq_gemms() found it faster (the default; set_wq_gemm_max_rows) ->
-//                launch_wq_gemm (wq_gemm.h): the quantized weight read once per 64 rows, dequantized tile by
-//                tile in shared memory
+//                launch_wq_gemm (wq_gemm.h): the quantized weight read once per 64 rows and dequantized in
+//                registers, x held in shared memory, k split over CTAs where the tiles leave SMs idle
 //   otherwise -> the weight dequantized to bf16 into a workspace, then the bf16 GEMM (GemmTuner::run, the
 //                tuner's choice for the shape): prefill in every format, and g_idx / odd group sizes at any m
 //                (one log line per weight description: a slower path).
@@ -265,6 +265,23 @@ void* CudaBackend::grow(GrowableBuffer& b, size_t bytes, const char* what) {
   return b.ptr;
 }
 
+WqGemmWorkspace CudaBackend::wq_gemm_workspace() {
+  if (wq_gemm_ws_.partial == nullptr && !capturing_) {
+    const size_t bytes = WqGemmWorkspace::partial_bytes() + WqGemmWorkspace::counter_bytes();
+    void* p = nullptr;
+    synchronize();
+    XI_CUDA_CHECK(cudaMalloc(&p, bytes));
+    // On the backend's stream and waited for: a cudaMemset on the legacy stream does not order with this
+    // non-blocking stream, so the first GEMM's counters could be zeroed under it.
+    XI_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+    XI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    wq_gemm_ws_.partial = static_cast<float*>(p);
+    wq_gemm_ws_.counters =
+        reinterpret_cast<unsigned*>(static_cast<char*>(p) + WqGemmWorkspace::partial_bytes());
+  }
+  return wq_gemm_ws_;
+}
+
 void* CudaBackend::quant_workspace(size_t bytes) {
   return grow(quant_ws_, bytes, "quantized linears");
 }
@@ -326,6 +343,7 @@ void CudaBackend::reserve_quant_workspace(const std::vector<const backend::Linea
       bytes = std::max(bytes, w8a8_workspace_layout(*w, max_tokens).total());  // grows with m
     } else if (max_tokens > kQuantGemvMaxRows) {  // weight-only formats: prefill rows dequantize the weight
       bytes = std::max(bytes, static_cast<size_t>(w->out_features()) * w->in_features() * sizeof(__nv_bfloat16));
+      if (wq_gemm_max_rows_ != 0) wq_gemm_workspace();  // the tiled GEMM's split-k partials
     }
     if (!w->input_perm.empty())  // act order: decode rows gather x's columns here (quantized_linear)
       bytes = std::max(bytes, static_cast<size_t>(std::min(max_tokens, kQuantGemvMaxRows)) *
@@ -685,7 +703,7 @@ void CudaBackend::measure_wq_gemms(const std::vector<const backend::LinearWeight
           launch_dequantize_weight(q, ws, stream_);
           gemm_->run({xp, ws, nullptr, y.view.data, false, m, q.n, q.k}, stream_);
         } else {
-          launch_wq_gemm({xp, q, nullptr, y.view.data, false, m}, stream_);
+          launch_wq_gemm({xp, q, nullptr, y.view.data, false, m}, wq_gemm_workspace(), stream_);
         }
         return CUBLAS_STATUS_SUCCESS;
       });
@@ -901,7 +919,7 @@ bool CudaBackend::weight_only_linear(const TensorView& x, const backend::LinearW
   }
   if (m > kQuantGemvMaxRows && perm == nullptr && wq_gemm_for(m, q.n, q.k) && wq_gemm_supports(q) &&
       reinterpret_cast<uintptr_t>(xp) % 16 == 0) {
-    launch_wq_gemm({xp, q, bias, y, y_f32, m, ldy}, stream_);
+    launch_wq_gemm({xp, q, bias, y, y_f32, m, ldy}, wq_gemm_workspace(), stream_);
     ++quant_tiled_gemms_;
     return true;
   }

@@ -8,19 +8,27 @@
 // each quantized weight once per 64 rows of x (and the weight tile of the other 64-row tiles of x from L2:
 // consecutive CTAs share it).
 //
-// How: a CTA owns 128, 64 or 32 weight rows (wq_gemm_tile_rows: the widest whose grid still gives every SM a
-// CTA: at m <= 64 the 4096-row linears of an 8B model would otherwise run 32 CTAs) x 64 rows of x and walks k
-// in steps of 64. A 3-stage cp.async ring brings the step's raw weight bytes and x tile into shared memory;
-// the CTA dequantizes the weight tile into a bf16 tile (each weight s * (q - z) rounded to bf16 once:
-// launch_dequantize_weight's values, so the results are the dequantize + GEMM path's up to summation order),
-// then 8 warps (32 weight rows each, the CTA's 64 rows of x split among the warps that share them) run
-// mma.sync m16n8k16 on ldmatrix fragments of both tiles. Rows past n and m are zero-filled and not stored.
+// How (Marlin's shape of the problem, not its code): a CTA of 8 warps owns kWqGemmTileN (256) weight rows
+// (32 per warp) x kWqGemmTileM (64) rows of x over a range of k. It holds its range's x in shared memory (up
+// to 1024 columns at a time, loaded once by cp.async), so x is read from L2 once per 256 weight rows rather
+// than once per step of every small tile (the earlier kernels' limit: all CTAs re-reading the same few x
+// lines); the weights go straight from global memory into registers, each lane loading 16 bytes of each of
+// its 4 rows a step ahead of its use (no shared memory, no barrier in the main loop), and are dequantized in
+// registers into the A fragments of mma.sync m16n8k16 (bf16, f32 sums), x's B fragments read with 128-bit
+// shared loads in the k order the lane's weights came in (an mma's k order is free as long as A and B agree).
+// Each weight is s * (q - z) + min rounded to bf16 once: launch_dequantize_weight's values, so the results
+// are the dequantize + GEMM path's up to summation order.
 //
-// Requirements (wq_gemm_supports): bits 4 or 8, no g_idx, k % 64 == 0, group % 32 == 0 (int8 per channel: one
-// group of k; int8 also groups of a multiple of 16, GGUF Q6_K's 16: a thread's run of 32 columns may take two
-// scales),
-// int4 zero points or mins (W = scale * q + min: GGUF Q4_1 / Q4_K repacked), not both, x 16-byte aligned (the
-// caller checks the pointer). No allocation, no synchronization: graph-capturable.
+// Split k: where the (m, n) tiles alone would leave more than half the SMs idle (the 4096-row linears of an
+// 8B model: 16 tiles at 64 rows of x), wq_gemm_split_cols cuts k into ranges (grid z) so that ~every SM gets
+// a CTA; each range stores its f32 sums in its own slice of the tile (WqGemmWorkspace), and the last CTA to
+// arrive (a counter per tile) adds the slices in range order (deterministic: the same bits whatever the
+// arrival order), adds the bias, writes y and zeroes the counter again. Without a workspace it runs one range
+// per tile.
+//
+// Requirements (wq_gemm_supports): bits 4 or 8, no g_idx, k % 64 == 0, group % 32 == 0 (int8 also groups of a
+// multiple of 16, GGUF Q6_K's 16), int4 zero points or mins (W = scale * q + min: GGUF Q4_1 / Q4_K
+// repacked), not both, x 16-byte aligned. No allocation, no synchronization: graph-capturable.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,11 +37,30 @@
 
 namespace xinfer::cuda {
 
+inline constexpr int kWqGemmTileM = 64;             // rows of x per CTA
+inline constexpr int kWqGemmTileN = 128;            // weight rows per CTA
+inline constexpr int kWqGemmMaxSplitSlices = 1024;  // (tile, k range) pairs a split-k launch may have
+
+// The f32 sums and arrival counters of split-k launches: kWqGemmMaxSplitSlices slices of kWqGemmTileM x
+// kWqGemmTileN floats (32 MB) and as many counters, the counters zero when allocated (the kernel leaves them
+// so). One launch at a time may use it (a stream's order).
+struct WqGemmWorkspace {
+  float* partial = nullptr;
+  unsigned* counters = nullptr;
+  static constexpr size_t partial_bytes() {
+    return static_cast<size_t>(kWqGemmMaxSplitSlices) * kWqGemmTileM * kWqGemmTileN * sizeof(float);
+  }
+  static constexpr size_t counter_bytes() { return kWqGemmMaxSplitSlices * sizeof(unsigned); }
+};
+
 bool wq_gemm_supports(const QuantWeight& w);
-// The weight rows per CTA launch_wq_gemm takes for m rows of x and n weight rows on a device of `sms` SMs.
-int wq_gemm_tile_rows(int m, int n, int sms);
-// XI_CHECK-fails on an unsupported weight or m < 1. tile_rows: 128, 64 or 32 weight rows per CTA, or 0: by
-// wq_gemm_tile_rows (tests pin each).
-void launch_wq_gemm(const QuantLinearArgs& a, cudaStream_t stream, int tile_rows = 0);
+// Whether the GEMM keeps the weights as exact integers q - z and scales each group's f32 sums (see above).
+bool wq_gemm_scaled_sums(const QuantWeight& w);
+// The columns of each k range launch_wq_gemm runs for m rows of x on a device of `sms` SMs (k: one range).
+int wq_gemm_split_cols(int m, int n, int k, int sms);
+// XI_CHECK-fails on an unsupported weight or m < 1. split_cols: 0 picks wq_gemm_split_cols (one range without
+// a workspace), else a multiple of 128 columns (tests pin it); more than one range needs `ws`.
+void launch_wq_gemm(const QuantLinearArgs& a, const WqGemmWorkspace& ws, cudaStream_t stream,
+                    int split_cols = 0);
 
 }  // namespace xinfer::cuda
