@@ -8,23 +8,30 @@
 // each quantized weight once per 64 rows of x (and the weight tile of the other 64-row tiles of x from L2:
 // consecutive CTAs share it).
 //
-// How (Marlin's shape of the problem, not its code): a CTA of 8 warps owns kWqGemmTileN (256) weight rows
-// (32 per warp) x kWqGemmTileM (64) rows of x over a range of k. It holds its range's x in shared memory (up
-// to 1024 columns at a time, loaded once by cp.async), so x is read from L2 once per 256 weight rows rather
-// than once per step of every small tile (the earlier kernels' limit: all CTAs re-reading the same few x
-// lines); the weights go straight from global memory into registers, each lane loading 16 bytes of each of
-// its 4 rows a step ahead of its use (no shared memory, no barrier in the main loop), and are dequantized in
-// registers into the A fragments of mma.sync m16n8k16 (bf16, f32 sums), x's B fragments read with 128-bit
-// shared loads in the k order the lane's weights came in (an mma's k order is free as long as A and B agree).
-// Each weight is s * (q - z) + min rounded to bf16 once: launch_dequantize_weight's values, so the results
-// are the dequantize + GEMM path's up to summation order.
+// How (Marlin's shape of the problem, not its code): a CTA of 8 warps (two per SM: 128 registers a thread,
+// ~68 KB of shared memory) owns kWqGemmTileN (128) weight rows (16 per warp) x kWqGemmTileM (64) rows of x
+// over a range of k. It holds x's columns in shared memory 512 at a time (loaded once by cp.async), so x is
+// read from L2 once per 128 weight rows rather than once per step of every small tile (the earlier kernel's
+// limit: all CTAs re-reading the same few x lines); the weights go straight from global memory into
+// registers, each lane loading 16 bytes of each of its 2 rows a step ahead of its use (no shared memory, no
+// barrier within a chunk of x), and become the A fragments of mma.sync m16n8k16 (bf16, f32 sums) in
+// registers, x's B fragments read with 128-bit shared loads in the k order the lane's weights came in (an
+// mma's k order is free as long as A and B agree). Numerics (wq_gemm_scaled_sums):
+//   - a step (128 int4 / 64 int8 columns) within one group and no mins (int4 groups of 128, int8 per channel
+//   or
+//     groups of 64): the weights enter the mma as exact integers q - z (int4: PRMT + mask under the bf16
+//     exponent of 128, one bf16 subtract) and each step's f32 sums are scaled per row in f32: the oracle's
+//     arithmetic up to summation order, as the decode GEMVs at m <= 16;
+//   - otherwise (groups of 32 / 64, mins, int8 groups of 16 / 48): each weight s * (q - z) + min rounded to
+//   bf16
+//     once, launch_dequantize_weight's value, so the dequantize + GEMM path's results up to summation order.
 //
-// Split k: where the (m, n) tiles alone would leave more than half the SMs idle (the 4096-row linears of an
-// 8B model: 16 tiles at 64 rows of x), wq_gemm_split_cols cuts k into ranges (grid z) so that ~every SM gets
-// a CTA; each range stores its f32 sums in its own slice of the tile (WqGemmWorkspace), and the last CTA to
-// arrive (a counter per tile) adds the slices in range order (deterministic: the same bits whatever the
-// arrival order), adds the bias, writes y and zeroes the counter again. Without a workspace it runs one range
-// per tile.
+// Split k: where the (m, n) tiles alone would fill less than half the CTA slots (two per SM; the 4096-row
+// linears of an 8B model: 32 tiles at 64 rows of x), wq_gemm_split_cols cuts k into ranges (grid z) of up to
+// 2048 columns so that ~every slot gets a CTA; each range stores its f32 sums in its own slice of the tile
+// (WqGemmWorkspace), and the last CTA to arrive (a counter per tile) adds the slices in range order
+// (deterministic: the same bits whatever the arrival order), adds the bias, writes y and zeroes the counter
+// again. Without a workspace it runs one range per tile.
 //
 // Requirements (wq_gemm_supports): bits 4 or 8, no g_idx, k % 64 == 0, group % 32 == 0 (int8 also groups of a
 // multiple of 16, GGUF Q6_K's 16), int4 zero points or mins (W = scale * q + min: GGUF Q4_1 / Q4_K
