@@ -49,7 +49,7 @@ struct WqParams {
   int m, n, k, groups, group_size;
   int ldy;
   int splits, split_cols;  // the k ranges (grid z) and their columns (a multiple of the step)
-  float* partial;          // splits > 1: [tiles][kBM][kBN] f32 sums, zero between launches
+  float* partial;          // splits > 1: [tiles][splits][kBN][kBM] f32 sums, one slice per (tile, range)
   unsigned* counters;      // splits > 1: [tiles] arrivals, zero between launches
 };
 
@@ -182,7 +182,7 @@ __device__ __forceinline__ void integer_chunk(const Run& r, int i, int c, bool i
   }
 }
 
-// One step of the warp on scaled sums: the step's integer A fragments first, then for each group of 4 B tiles
+// One step of the warp on scaled sums: the step's integer A fragments first, then for each pair of B tiles
 // the step's f32 sums in fresh registers (8 or 4 mma deep each), scaled per weight row into acc (C fragment:
 // c0, c1 row g, c2, c3 row g + 8).
 template <int kBits>
