@@ -38,7 +38,8 @@
 //          runs them, then a persistent one-kernel-per-token probe of the same layer,
 //          gpu_layer_stream_bench.cu;
 //          --wq-gemm: the ceilings and the weight-only int4 / int8 linears at m 16..2048, dequantize + bf16
-//          GEMM vs the tiled GEMM (wq_gemm.h), gpu_quant_linear_bench.cu;
+//          GEMM vs the tiled GEMM (wq_gemm.h), gpu_quant_linear_bench.cu (XINFER_BENCH_WQ=TEXT: only the
+//          "format shape" pairs containing TEXT, e.g. "int4-g128 gate_up");
 //          --int8-wgmma: the ceilings and the W8A8-INT8 GEMM, cuBLASLt + epilogue vs our wgmma kernel with
 //          fused scales vs FP8, at the engine's row counts, gpu_w8a8_gemm_bench.cu;
 //          --act-quant: the ceilings and the W8A8 activation quantization kernels at 1-12288 rows,

@@ -22,6 +22,8 @@
 // bench_wq_gemm (--wq-gemm): the rows past the GEMV (m 17..2048), the dequantize path vs the tiled GEMM
 // (below). Checked first on every shape and format: the GEMV and the dequantize path agree (relative L2 <
 // 1e-2 at m = 1 and 8). Weights rotate among copies totalling >= 512 MiB so L2 (50 MB) does not serve them.
+// XINFER_BENCH_WQ=<text>: only the (format, shape) pairs whose "format shape" name contains it (e.g.
+// "int4-g128 gate_up"; a profiler's first wq_gemm launch is then that shape's check at m = 64).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -460,8 +462,10 @@ void bench_wq_gemm(cuda::CudaBackend& be, double bw, double peak) {
     std::printf("%s\n", be.gemm().tune(gs, to, s).to_string().c_str());
   }
   const int saved = be.wq_gemm_max_rows();
+  const char* only = std::getenv("XINFER_BENCH_WQ");
   for (const QuantFormat& qf : formats)
     for (const Linear8b& sh : kLinears8b) {
+      if (only != nullptr && (std::string(qf.name) + " " + sh.name).find(only) == std::string::npos) continue;
       QuantTensors first = make_weight(be, qf.format, sh.n, sh.k, 300);
       const size_t qbytes = be.quant_weight(first.lw).bytes();
       const int copies = static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / qbytes, 1, 32));
