@@ -868,10 +868,11 @@ TEST(QuantLinear, TiledGemmMatchesCpuOracle) {
             << what << (cuda::wq_gemm_scaled_sums(qw) ? " (scaled sums)" : "")
             << " against the f64 product of its weights";
       }
-  EXPECT_EQ(cuda::wq_gemm_split_cols(64, 28672, 4096, 132), 4096);   // the 8B gate_up at 64 rows: 112 tiles
-  EXPECT_EQ(cuda::wq_gemm_split_cols(64, 4096, 4096, 132), 512);     // o: 16 tiles x 8 ranges
-  EXPECT_EQ(cuda::wq_gemm_split_cols(64, 4096, 14336, 132), 1024);   // down: 16 x 14
-  EXPECT_EQ(cuda::wq_gemm_split_cols(256, 28672, 4096, 132), 4096);  // 448 tiles: no split
+  EXPECT_EQ(cuda::wq_gemm_split_cols(64, 28672, 4096, 132), 4096);   // the 8B gate_up at 64 rows: 224 tiles
+  EXPECT_EQ(cuda::wq_gemm_split_cols(64, 4096, 4096, 132), 1024);    // o: 32 tiles x 4 ranges (not shorter)
+  EXPECT_EQ(cuda::wq_gemm_split_cols(64, 6144, 4096, 132), 1024);    // qkv: 48 x 4
+  EXPECT_EQ(cuda::wq_gemm_split_cols(64, 4096, 14336, 132), 1024);   // down: 32 x 14
+  EXPECT_EQ(cuda::wq_gemm_split_cols(256, 28672, 4096, 132), 4096);  // 896 tiles: no split
 
   // Measured per shape and row bucket ("auto"): whichever path each bucket took, linear() still matches the
   // oracle, and exactly one of the two paths runs per call.

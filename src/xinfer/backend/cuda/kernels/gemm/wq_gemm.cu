@@ -22,6 +22,7 @@ constexpr int kBTiles = kBM / 8;     // mma B tiles (8 rows of x) per warp: ever
 constexpr int kRunBytes = 16;        // a lane's bytes of one weight row per step
 constexpr int kXCols = 512;          // the most columns of x a CTA holds in shared memory at once
 constexpr int kMaxRangeCols = 2048;  // the longest k range wq_gemm_split_cols gives a split CTA
+constexpr int kMinRangeCols = 1024;  // ... and the shortest (where the workspace allows)
 
 template <int kBits>
 struct Geometry {
@@ -333,11 +334,13 @@ int wq_gemm_split_cols(int m, int n, int k, int sms) {
   const int64_t tiles = static_cast<int64_t>((m + kBM - 1) / kBM) * ((n + kBN - 1) / kBN);
   const int64_t slots = 2 * static_cast<int64_t>(sms);  // 2 CTAs per SM
   // Split where the tiles leave more than half the CTA slots idle (a range costs its x load and its sums'
-  // trip through L2), into the longest ranges (a multiple of 128 columns, at most kMaxRangeCols) that fill at
-  // least 90% of them.
+  // trip through L2), into the longest ranges (a multiple of 128 columns, kMinRangeCols..kMaxRangeCols) that
+  // fill at least 90% of them. Shorter ranges lose more to their prologue and x loads than the extra CTAs
+  // gain (session 39, H100, int4 g128 at 17-64 rows: qkv 27.8-36.6 us with ranges of 1024 columns
+  // against 35.3-49.2 with 512, o 22.0-30.5 against 21.5-37.6; session 38's H200 rows agree).
   if (2 * tiles >= slots) return k;
   int cols = kMaxRangeCols;
-  while (cols > 128 && tiles * ((k + cols - 1) / cols) * 10 < slots * 9) cols /= 2;
+  while (cols > kMinRangeCols && tiles * ((k + cols - 1) / cols) * 10 < slots * 9) cols /= 2;
   while (cols < k && tiles * ((k + cols - 1) / cols) > kWqGemmMaxSplitSlices) cols *= 2;  // the workspace
   return cols >= k ? k : cols;
 }

@@ -27,8 +27,9 @@
 //     once, launch_dequantize_weight's value, so the dequantize + GEMM path's results up to summation order.
 //
 // Split k: where the (m, n) tiles alone would fill less than half the CTA slots (two per SM; the 4096-row
-// linears of an 8B model: 32 tiles at 64 rows of x), wq_gemm_split_cols cuts k into ranges (grid z) of up to
-// 2048 columns so that ~every slot gets a CTA; each range stores its f32 sums in its own slice of the tile
+// linears of an 8B model: 32 tiles at 64 rows of x), wq_gemm_split_cols cuts k into ranges (grid z) of 1024
+// or 2048 columns, the longer where they fill 90% of the slots (shorter ranges cost more than the CTAs they
+// add); each range stores its f32 sums in its own slice of the tile
 // (WqGemmWorkspace), and the last CTA to arrive (a counter per tile) adds the slices in range order
 // (deterministic: the same bits whatever the arrival order), adds the bias, writes y and zeroes the counter
 // again. Without a workspace it runs one range per tile.
