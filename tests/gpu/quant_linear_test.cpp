@@ -824,6 +824,8 @@ TEST(QuantLinear, TiledGemmMatchesCpuOracle) {
                {quant::IntGroupFormat{4, 32, false, true}, 130, 256, 70},
                {quant::IntGroupFormat{8, 16, false}, 130, 256, 70},
                {quant::IntGroupFormat{8, 48, true}, 130, 192, 70},
+               {quant::IntGroupFormat{4, 128, false}, 130, 576, 40},  // k % 128 == 64 (SmolLM2's 576): the
+               {quant::IntGroupFormat{4, 128, true}, 70, 704, 70},    // last step half past k
                {quant::IntGroupFormat{4, 128, false}, 256, 2048,
                 20}}) {  // an o projection's shape: 16 ranges
         QuantCase c = make_case(f, n, k, /*bias=*/f32, false, rng);

@@ -70,7 +70,10 @@ __device__ __forceinline__ void load_x(const WqParams& p, int m0, int c0, int co
 // The lane's run (16 bytes at column col) of its 2 weight rows (row0 + 8 i) and their scale, zero point (as
 // the f32 2^23 + z; 2^23 with mins; 128 for signed int8, whose bytes read as u8 ^ 0x80) and min (0 without):
 // a run of 32 (int4) / 16 (int8) columns lies in one group (groups are multiples of 32 / 16). Rows past n
-// and runs past k load nothing and dequantize to 0 (scale 0).
+// load nothing and dequantize to 0 (scale 0). Runs past k (the lanes t >= 2 of an int4 step half past k) load
+// no weights and give A = 0 either way (z 0, no min), but keep the row's scale of the last group: with scaled
+// sums each C fragment sums all 4 lanes' runs and is scaled by its own lane's, so a 0 there would drop the
+// other lanes' columns.
 struct Run {
   uint4 w[2];
   float s[2], zf[2], mn[2];
@@ -85,7 +88,11 @@ __device__ __forceinline__ void load_run(const WqParams& p, int row0, int col, R
     const int n = row0 + 8 * i;
     r.w[i] = make_uint4(0, 0, 0, 0);
     r.s[i] = 0.0f, r.zf[i] = __uint_as_float(0x4B000000u), r.mn[i] = 0.0f, r.z2[i] = 0;
-    if (n >= p.n || col >= p.k) continue;
+    if (n >= p.n) continue;
+    if (col >= p.k) {
+      r.s[i] = __ldg(p.scales + static_cast<size_t>(n) * p.groups + (p.k - 1) / p.group_size);
+      continue;
+    }
     r.w[i] = quant_gemv::load_weights(p.w + static_cast<size_t>(n) * row_bytes +
                                       static_cast<size_t>(col) * kBits / 8);
     const size_t gi = static_cast<size_t>(n) * p.groups + group;
