@@ -286,11 +286,23 @@ TEST(QuantLinear, GemvSchedulesMatchCpuOracle) {
     int64_t n, k;
   };
   const std::vector<Case> cases = {
-      {quant::IntGroupFormat{4, 128, false}, 33, 576},  {quant::IntGroupFormat{4, 128, true}, 4097, 1024},
-      {quant::IntGroupFormat{4, 32, true}, 70, 192},    {quant::IntGroupFormat{4, 64, false}, 70000, 256},
-      {quant::IntGroupFormat{4, 128, true}, 48, 14336}, {quant::Int8ChannelFormat{}, 4097, 576},
-      {quant::Int8ChannelFormat{}, 70000, 128},         {quant::IntGroupFormat{8, 64, true}, 130, 4224},
-      {quant::IntGroupFormat{8, 32, false}, 9, 192},    {quant::IntGroupFormat{8, 16, true}, 130, 1040}};
+      {quant::IntGroupFormat{4, 128, false}, 33, 576},
+      {quant::IntGroupFormat{4, 128, true}, 4097, 1024},
+      {quant::IntGroupFormat{4, 32, true}, 70, 192},
+      {quant::IntGroupFormat{4, 64, false}, 70000, 256},
+      {quant::IntGroupFormat{4, 128, true}, 48, 14336},
+      {quant::Int8ChannelFormat{}, 4097, 576},
+      {quant::Int8ChannelFormat{}, 70000, 128},
+      {quant::IntGroupFormat{8, 64, true}, 130, 4224},
+      {quant::IntGroupFormat{8, 32, false}, 9, 192},
+      {quant::IntGroupFormat{8, 16, true}, 130, 1040},
+      // The tail of k inside a step with scales after the MMA (session 39's audit): int4 g128 at k % 128 = 32
+      // / 96, int8 groups of 64 / 128 and per channel at k % 64 != 0.
+      {quant::IntGroupFormat{4, 128, true}, 33, 160},
+      {quant::IntGroupFormat{4, 128, false}, 33, 4192},
+      {quant::IntGroupFormat{8, 64, true}, 33, 1040},
+      {quant::IntGroupFormat{8, 128, false}, 33, 1072},
+      {quant::Int8ChannelFormat{}, 33, 1040}};
   for (const Case& cs : cases) {
     QuantCase c = make_case(cs.f, cs.n, cs.k, cs.n % 2 == 0, false, rng);
     const cuda::QuantWeight q = gpu().quant_weight(c.lw);
@@ -331,14 +343,24 @@ TEST(QuantLinear, DotGemvSchedulesMatchCpuOracle) {
     quant::WeightFormat f;
     int64_t n, k;
   };
-  const std::vector<Case> cases = {
-      {quant::IntGroupFormat{4, 128, false}, 33, 576},  {quant::IntGroupFormat{4, 128, true}, 4097, 1024},
-      {quant::IntGroupFormat{4, 32, true}, 70, 192},    {quant::IntGroupFormat{4, 32, false}, 7, 32},
-      {quant::IntGroupFormat{4, 64, false}, 1, 4224},   {quant::IntGroupFormat{4, 256, true}, 130, 4224},
-      {quant::IntGroupFormat{4, 128, true}, 48, 14336}, {quant::Int8ChannelFormat{}, 33, 576},
-      {quant::Int8ChannelFormat{}, 4097, 1024},         {quant::Int8ChannelFormat{}, 7, 16},
-      {quant::Int8ChannelFormat{}, 40, 14336},          {quant::IntGroupFormat{8, 128, true}, 130, 4224},
-      {quant::IntGroupFormat{8, 64, false}, 1, 192},    {quant::IntGroupFormat{8, 16, false}, 33, 576}};
+  const std::vector<Case> cases = {{quant::IntGroupFormat{4, 128, false}, 33, 576},
+                                   {quant::IntGroupFormat{4, 128, true}, 4097, 1024},
+                                   {quant::IntGroupFormat{4, 32, true}, 70, 192},
+                                   {quant::IntGroupFormat{4, 32, false}, 7, 32},
+                                   {quant::IntGroupFormat{4, 64, false}, 1, 4224},
+                                   {quant::IntGroupFormat{4, 256, true}, 130, 4224},
+                                   {quant::IntGroupFormat{4, 128, true}, 48, 14336},
+                                   {quant::Int8ChannelFormat{}, 33, 576},
+                                   {quant::Int8ChannelFormat{}, 4097, 1024},
+                                   {quant::Int8ChannelFormat{}, 7, 16},
+                                   {quant::Int8ChannelFormat{}, 40, 14336},
+                                   {quant::IntGroupFormat{8, 128, true}, 130, 4224},
+                                   {quant::IntGroupFormat{8, 64, false}, 1, 192},
+                                   {quant::IntGroupFormat{8, 16, false}, 33, 576},
+                                   // The tail of k inside a chunk group (session 39's audit).
+                                   {quant::IntGroupFormat{4, 128, true}, 33, 160},
+                                   {quant::IntGroupFormat{8, 64, true}, 33, 1040},
+                                   {quant::Int8ChannelFormat{}, 33, 1040}};
   int run = 0;
   double worst4[2] = {0, 0}, worst8[2] = {0, 0};  // [bf16 out, f32 out]
   for (const Case& cs : cases) {
@@ -420,15 +442,35 @@ TEST(QuantLinear, Int4DecodeGemvMatchesCpuOracle) {
     bool mins = false;  // GGUF Q4_1's form (f16 weights in the kernel)
   };
   const std::vector<Case> cases = {
-      {4, 128, false, 33, 576},      {4, 128, true, 4097, 1024},       {4, 128, true, 70, 192},
-      {4, 32, false, 7, 32},         {4, 128, false, 1, 4224},         {4, 256, true, 130, 4224},
-      {4, 128, true, 48, 14336},     {4, 128, false, 40, 28672},       {4, 512, true, 70000, 256},
-      {4, 576, false, 9, 576},       {4, 4096, true, 300, 4096},       {4, 128, false, 6144, 4096},
-      {4, 512, true, 200, 3072},     {4, 256, false, 17, 65536},       {4, 32, false, 33, 4096},
-      {4, 32, true, 70, 576},        {4, 64, true, 4097, 1024},        {4, 64, false, 48, 14336},
-      {4, 32, true, 17, 4128},       {4, 32, false, 6144, 4096},       {4, 64, false, 9, 192},
-      {4, 32, false, 33, 576, true}, {4, 64, false, 4097, 1024, true}, {4, 32, false, 6144, 4096, true},
-      {4, 32, false, 17, 4128, true}};
+      {4, 128, false, 33, 576},
+      {4, 128, true, 4097, 1024},
+      {4, 128, true, 70, 192},
+      {4, 32, false, 7, 32},
+      {4, 128, false, 1, 4224},
+      {4, 256, true, 130, 4224},
+      {4, 128, true, 48, 14336},
+      {4, 128, false, 40, 28672},
+      {4, 512, true, 70000, 256},
+      {4, 576, false, 9, 576},
+      {4, 4096, true, 300, 4096},
+      {4, 128, false, 6144, 4096},
+      {4, 512, true, 200, 3072},
+      {4, 256, false, 17, 65536},
+      {4, 32, false, 33, 4096},
+      {4, 32, true, 70, 576},
+      {4, 64, true, 4097, 1024},
+      {4, 64, false, 48, 14336},
+      {4, 32, true, 17, 4128},
+      {4, 32, false, 6144, 4096},
+      {4, 64, false, 9, 192},
+      {4, 32, false, 33, 576, true},
+      {4, 64, false, 4097, 1024, true},
+      {4, 32, false, 6144, 4096, true},
+      {4, 32, false, 17, 4128, true},
+      // Scales after the MMA with 1 or 3 lanes' runs past k (k % 128 = 32 / 96): session 39's audit.
+      {4, 128, false, 33, 160},
+      {4, 128, true, 33, 4192},
+      {4, 256, false, 33, 4192}};
   // Rows of x besides 1: one or two tiles of 8 tokens, partial ones included, in turn per case and schedule.
   const int kRows[] = {2, 3, 5, 8, 9, 12, 16};
   int run = 0;
