@@ -511,14 +511,16 @@ void bench_wq_gemm(cuda::CudaBackend& be, double bw, double peak) {
         const double bytes = static_cast<double>(qbytes + x.view.bytes() + y.view.bytes());
         const double flops = 2.0 * m * sh.n * sh.k;
         const std::string what = base + " m=" + std::to_string(m);
+        const cuda::WqGemmKernel kernel = cuda::wq_gemm_kernel_for(be.quant_weight(wi(0)));
         for (const int rows : {0, 4096}) {
           if (m <= cuda::kQuantGemvMaxRows && rows > 0) continue;  // m <= 16: the GEMV either way
           be.set_wq_gemm_max_rows(rows);
           be.linear(x.view, wi(0), y.view);  // grows the dequantize workspace before a recording
           const double us = graph_us(s, 20, [&](int i) { be.linear(x.view, wi(i), y.view); });
-          const std::string path = m <= cuda::kQuantGemvMaxRows ? " gemv"
-                                   : rows > 0                   ? " tiled"
-                                                                : " dequantize+gemm";
+          const std::string path =
+              m <= cuda::kQuantGemvMaxRows ? " gemv"
+              : rows > 0 ? (kernel == cuda::WqGemmKernel::kWgmma ? " tiled, wgmma kernel" : " tiled")
+                         : " dequantize+gemm";
           if (m >= 256)
             line(what + path, us, flops, true, peak);
           else
@@ -538,8 +540,20 @@ void bench_wq_gemm(cuda::CudaBackend& be, double bw, double peak) {
             line(what + " bf16 weights (cuBLASLt)", us,
                  static_cast<double>(bf16_bytes + x.view.bytes() + y.view.bytes()), false, bw);
         }
+        if (m > cuda::kQuantGemvMaxRows &&
+            kernel == cuda::WqGemmKernel::kWgmma) {  // the other kernel beside it
+          const double us = graph_us(s, 20, [&](int i) {
+            cuda::launch_wq_gemm({static_cast<const __nv_bfloat16*>(x.view.data), be.quant_weight(wi(i)),
+                                  nullptr, y.view.data, false, m},
+                                 be.wq_gemm_workspace(), s, 0, cuda::WqGemmKernel::kMma);
+          });
+          if (m >= 256)
+            line(what + " tiled, mma.sync kernel", us, flops, true, peak);
+          else
+            line(what + " tiled, mma.sync kernel", us, bytes, false, bw);
+        }
         if (m > cuda::kQuantGemvMaxRows && m <= 256) {  // each way of cutting k pinned (* linear()'s)
-          const int chosen = cuda::wq_gemm_split_cols(m, sh.n, sh.k, be.num_sms());
+          const int chosen = cuda::wq_gemm_split_cols(m, sh.n, sh.k, be.num_sms(), kernel);
           const int64_t tiles = static_cast<int64_t>((m + cuda::kWqGemmTileM - 1) / cuda::kWqGemmTileM) *
                                 ((sh.n + cuda::kWqGemmTileN - 1) / cuda::kWqGemmTileN);
           for (const int cols : {sh.k, 1024, 512, 256}) {

@@ -815,9 +815,9 @@ TEST(QuantLinear, DequantizePathMatchesCpuOracle) {
 
 // The tiled GEMM (wq_gemm.h) through linear() once set_wq_gemm_max_rows lets it take m > 16: int4 groups of
 // 32 / 64 / 128 with and without zero points, int8 per group and per channel, n and m not multiples of the
-// tiles, bias, bf16 and f32 out, against the oracle at the bf16-weight tolerance (these shapes take 32 weight
-// rows per CTA; each width is also launched directly); weights it does not take (g_idx, k % 64 != 0) still
-// run the dequantize path, and m <= 16 the GEMV.
+// tiles, bias, bf16 and f32 out, against the oracle at the bf16-weight tolerance (each width is also launched
+// directly, with each kernel: mma.sync, and wgmma where it applies); weights it does not take (g_idx, k % 64
+// != 0) still run the dequantize path, and m <= 16 the GEMV.
 TEST(QuantLinear, TiledGemmMatchesCpuOracle) {
   std::mt19937 rng(29);
   const std::vector<PathCase> cases = {
@@ -852,10 +852,10 @@ TEST(QuantLinear, TiledGemmMatchesCpuOracle) {
       EXPECT_EQ(gpu().quant_dequant_gemms(), dequant + (cs.tiled ? 0 : 1)) << what;
     }
   }
-  // Each way of cutting k launched directly (linear() picks by shape: the cases above are one (m, n) tile or
-  // a few, so most of them split k as far as it goes): one range, ranges of 128 and 256 columns (the last one
-  // partial where k is not a multiple), f32 out with a bias and bf16 out without one. Twice each: the split
-  // launches must leave their workspace zero for the next.
+  // Each way of cutting k launched directly with each kernel (linear() picks by shape: the cases above are
+  // one (m, n) tile or a few): one range, ranges of 128 and 256 columns (the last one partial where k is not
+  // a multiple), f32 out with a bias and bf16 out without one. Twice each: the split launches must leave
+  // their workspace zero for the next.
   for (const int split : {0, 128, 256, 128})
     for (const bool f32 : {true, false})
       for (const auto& [f, n, k, m] : std::vector<std::tuple<quant::WeightFormat, int64_t, int64_t, int64_t>>{
@@ -873,50 +873,60 @@ TEST(QuantLinear, TiledGemmMatchesCpuOracle) {
         QuantCase c = make_case(f, n, k, /*bias=*/f32, false, rng);
         const std::vector<float> x = random_bf16(static_cast<size_t>(m * k), rng);
         auto xd = gpu().upload(host_view(x, Shape{m, k}), DType::kBF16);
-        auto yd = gpu().allocate(f32 ? DType::kF32 : DType::kBF16, Shape{m, n});
-        poison(yd.view);
-        cuda::launch_wq_gemm({static_cast<const __nv_bfloat16*>(xd.view.data), gpu().quant_weight(c.lw),
-                              c.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(c.lw.bias.data),
-                              yd.view.data, f32, static_cast<int>(m)},
-                             gpu().wq_gemm_workspace(), gpu().stream(),
-                             split == 0 ? static_cast<int>(k) : split);
-        const std::vector<float> got = download(gpu(), yd.view);
-        const Compare cmp = compare(got, oracle(c, x, m));
-        const std::string what = name(c, m, f32) + " k ranges of " + std::to_string(split == 0 ? k : split);
-        EXPECT_EQ(cmp.nans, 0) << what << ": unwritten outputs";
-        EXPECT_LT(cmp.rel_l2, 1e-2) << what;
-        if (!f32) continue;
-        // Only the summation order parts the kernel from the f64 product of its weights, so a wrong fragment,
-        // scale or column mapping cannot hide in the 1e-2: with scaled sums those are the exact weights s (q
-        // - z) (the oracle's, in f32 sums), else launch_dequantize_weight's bf16 values (checked bit for bit
-        // against the CPU in DequantizedWeightMatchesReference).
-        const cuda::QuantWeight qw = gpu().quant_weight(c.lw);
-        std::vector<float> wb(static_cast<size_t>(n * k));
-        if (cuda::wq_gemm_scaled_sums(qw)) {
-          quant::dequantize_matrix(c.host(), wb.data());
-        } else {
-          auto wd = gpu().allocate(DType::kBF16, Shape{n, k});
-          cuda::launch_dequantize_weight(qw, static_cast<__nv_bfloat16*>(wd.view.data), gpu().stream());
-          wb = download(gpu(), wd.view);
-        }
-        std::vector<float> ref(static_cast<size_t>(m * n));
-        for (int64_t r = 0; r < m; ++r)
-          for (int64_t j = 0; j < n; ++j) {
-            double s = c.bias.empty() ? 0.0 : c.bias[static_cast<size_t>(j)];
-            for (int64_t i = 0; i < k; ++i)
-              s +=
-                  static_cast<double>(x[static_cast<size_t>(r * k + i)]) * wb[static_cast<size_t>(j * k + i)];
-            ref[static_cast<size_t>(r * n + j)] = static_cast<float>(s);
+        for (const cuda::WqGemmKernel kernel : {cuda::WqGemmKernel::kMma, cuda::WqGemmKernel::kWgmma}) {
+          if (kernel == cuda::WqGemmKernel::kWgmma && !cuda::wq_gemm_wgmma_supports(gpu().quant_weight(c.lw)))
+            continue;
+          auto yd = gpu().allocate(f32 ? DType::kF32 : DType::kBF16, Shape{m, n});
+          poison(yd.view);
+          cuda::launch_wq_gemm({static_cast<const __nv_bfloat16*>(xd.view.data), gpu().quant_weight(c.lw),
+                                c.bias.empty() ? nullptr : static_cast<const __nv_bfloat16*>(c.lw.bias.data),
+                                yd.view.data, f32, static_cast<int>(m)},
+                               gpu().wq_gemm_workspace(), gpu().stream(),
+                               split == 0 ? static_cast<int>(k) : split, kernel);
+          const std::vector<float> got = download(gpu(), yd.view);
+          const Compare cmp = compare(got, oracle(c, x, m));
+          const std::string what = name(c, m, f32) + " k ranges of " +
+                                   std::to_string(split == 0 ? k : split) +
+                                   (kernel == cuda::WqGemmKernel::kWgmma ? " (wgmma)" : " (mma.sync)");
+          EXPECT_EQ(cmp.nans, 0) << what << ": unwritten outputs";
+          EXPECT_LT(cmp.rel_l2, 1e-2) << what;
+          if (!f32) continue;
+          // Only the summation order parts the kernel from the f64 product of its weights, so a wrong
+          // fragment, scale or column mapping cannot hide in the 1e-2: with scaled sums those are the exact
+          // weights s (q
+          // - z) (the oracle's, in f32 sums), else launch_dequantize_weight's bf16 values (checked bit for
+          // bit against the CPU in DequantizedWeightMatchesReference).
+          const cuda::QuantWeight qw = gpu().quant_weight(c.lw);
+          std::vector<float> wb(static_cast<size_t>(n * k));
+          if (cuda::wq_gemm_scaled_sums(qw)) {
+            quant::dequantize_matrix(c.host(), wb.data());
+          } else {
+            auto wd = gpu().allocate(DType::kBF16, Shape{n, k});
+            cuda::launch_dequantize_weight(qw, static_cast<__nv_bfloat16*>(wd.view.data), gpu().stream());
+            wb = download(gpu(), wd.view);
           }
-        EXPECT_LT(compare(got, ref).rel_l2, 1e-5)
-            << what << (cuda::wq_gemm_scaled_sums(qw) ? " (scaled sums)" : "")
-            << " against the f64 product of its weights";
+          std::vector<float> ref(static_cast<size_t>(m * n));
+          for (int64_t r = 0; r < m; ++r)
+            for (int64_t j = 0; j < n; ++j) {
+              double s = c.bias.empty() ? 0.0 : c.bias[static_cast<size_t>(j)];
+              for (int64_t i = 0; i < k; ++i)
+                s += static_cast<double>(x[static_cast<size_t>(r * k + i)]) *
+                     wb[static_cast<size_t>(j * k + i)];
+              ref[static_cast<size_t>(r * n + j)] = static_cast<float>(s);
+            }
+          EXPECT_LT(compare(got, ref).rel_l2, 1e-5)
+              << what << (cuda::wq_gemm_scaled_sums(qw) ? " (scaled sums)" : "")
+              << " against the f64 product of its weights";
+        }
       }
   EXPECT_EQ(cuda::wq_gemm_split_cols(64, 28672, 4096, 132), 4096);   // the 8B gate_up at 64 rows: 224 tiles
   EXPECT_EQ(cuda::wq_gemm_split_cols(64, 4096, 4096, 132), 1024);    // o: 32 tiles x 4 ranges (not shorter)
   EXPECT_EQ(cuda::wq_gemm_split_cols(64, 6144, 4096, 132), 1024);    // qkv: 48 x 4
   EXPECT_EQ(cuda::wq_gemm_split_cols(64, 4096, 14336, 132), 1024);   // down: 32 x 14
   EXPECT_EQ(cuda::wq_gemm_split_cols(256, 28672, 4096, 132), 4096);  // 896 tiles: no split
+  // The wgmma kernel (one CTA per SM at 64 rows of x): gate_up's 224 tiles fill the SMs; o splits as before.
+  EXPECT_EQ(cuda::wq_gemm_split_cols(64, 28672, 4096, 132, cuda::WqGemmKernel::kWgmma), 4096);
+  EXPECT_EQ(cuda::wq_gemm_split_cols(64, 4096, 4096, 132, cuda::WqGemmKernel::kWgmma), 1024);
 
   // Measured per shape and row bucket ("auto"): whichever path each bucket took, linear() still matches the
   // oracle, and exactly one of the two paths runs per call.

@@ -26,6 +26,12 @@
 //   bf16
 //     once, launch_dequantize_weight's value, so the dequantize + GEMM path's results up to summation order.
 //
+// Weights with scaled sums (int4 groups of a multiple of 128: the GPTQ / AWQ / compressed-tensors formats;
+// int8 per channel or groups of 64) run a second kernel on warpgroup MMAs (WqGemmKernel::kWgmma; wq_gemm.cu):
+// the same tile and numerics, the weights through a cp.async ring in shared memory instead of registers, x in
+// wgmma's swizzled layout, a wgmma m64nNk16 per k16 slice with the A fragments (exact q - z) from registers.
+// Not yet run on a GPU (session 39: the branch carrying it waits for its first run).
+//
 // Split k: where the (m, n) tiles alone would fill less than half the CTA slots (two per SM; the 4096-row
 // linears of an 8B model: 32 tiles at 64 rows of x), wq_gemm_split_cols cuts k into ranges (grid z) of 1024
 // or 2048 columns, the longer where they fill 90% of the slots (shorter ranges cost more than the CTAs they
@@ -61,14 +67,24 @@ struct WqGemmWorkspace {
   static constexpr size_t counter_bytes() { return kWqGemmMaxSplitSlices * sizeof(unsigned); }
 };
 
+// Which kernel runs the tiles: the mma.sync one (every supported weight) or the warpgroup-MMA one (scaled
+// sums: wq_gemm_wgmma_supports). kAuto: wgmma where it applies, unless the environment sets
+// XINFER_WQ_WGMMA=0.
+enum class WqGemmKernel { kAuto, kMma, kWgmma };
+
 bool wq_gemm_supports(const QuantWeight& w);
+bool wq_gemm_wgmma_supports(const QuantWeight& w);
 // Whether the GEMM keeps the weights as exact integers q - z and scales each group's f32 sums (see above).
 bool wq_gemm_scaled_sums(const QuantWeight& w);
-// The columns of each k range launch_wq_gemm runs for m rows of x on a device of `sms` SMs (k: one range).
-int wq_gemm_split_cols(int m, int n, int k, int sms);
-// XI_CHECK-fails on an unsupported weight or m < 1. split_cols: 0 picks wq_gemm_split_cols (one range without
-// a workspace), else a multiple of 128 columns (tests pin it); more than one range needs `ws`.
+// The kernel kAuto runs for w.
+WqGemmKernel wq_gemm_kernel_for(const QuantWeight& w);
+// The columns of each k range launch_wq_gemm runs for m rows of x on a device of `sms` SMs (k: one range)
+// with `kernel` (kMma or kWgmma: their CTAs per SM differ).
+int wq_gemm_split_cols(int m, int n, int k, int sms, WqGemmKernel kernel = WqGemmKernel::kMma);
+// XI_CHECK-fails on an unsupported weight (or kWgmma where it does not apply) or m < 1. split_cols: 0 picks
+// wq_gemm_split_cols (one range without a workspace), else a multiple of 128 columns (tests pin it); more
+// than one range needs `ws`.
 void launch_wq_gemm(const QuantLinearArgs& a, const WqGemmWorkspace& ws, cudaStream_t stream,
-                    int split_cols = 0);
+                    int split_cols = 0, WqGemmKernel kernel = WqGemmKernel::kAuto);
 
 }  // namespace xinfer::cuda
