@@ -59,20 +59,29 @@ struct WqParams {
   unsigned* counters;      // splits > 1: [tiles] arrivals, zero between launches
 };
 
-// x rows m0 .. m0 + kTileM, columns c0 .. c0 + cols of the CTA's range into shared memory (zero past m and
-// k). Thread i takes chunk i % 64 of rows i / 64, + 4, ...: no division, consecutive threads on one row.
-template <int kBits, int kTileM>
-__device__ __forceinline__ void load_x(const WqParams& p, int m0, int c0, int cols, __nv_bfloat16* xs) {
-  using G = Geometry<kBits>;
+// x rows m0 .. m0 + kTileM, columns c0 .. c0 + cols of the CTA's range into shared memory, row r's 16-byte
+// chunk c at dst(r, c) (zeros past m and k). Thread i takes chunk i % 64 of rows i / 64, + 4, ...: no
+// division, consecutive threads on one row. Both kernels' layouts: load_x below, wg::load_x.
+template <int kTileM, typename Dst>
+__device__ __forceinline__ void load_x_rows(const WqParams& p, int m0, int c0, int cols, Dst dst) {
   constexpr int kRowChunks = kXCols / 8, kRowsPerPass = kThreads / kRowChunks;
   const int tid = static_cast<int>(threadIdx.x), c = tid % kRowChunks, col = c0 + c * 8;
   if (c * 8 >= cols) return;
 #pragma unroll 1
-  for (int row = tid / kRowChunks; row < kTileM; row += kRowsPerPass) {
-    const bool valid = m0 + row < p.m && col < p.k;
-    const __nv_bfloat16* src = valid ? p.x + static_cast<size_t>(m0 + row) * p.k + col : p.x;
-    cp_async_16(smem_u32(xs + (row * G::kPitchChunks + G::phys_chunk(c)) * 8), src, valid);
+  for (int r = tid / kRowChunks; r < kTileM; r += kRowsPerPass) {
+    const bool valid = m0 + r < p.m && col < p.k;
+    const __nv_bfloat16* src = valid ? p.x + static_cast<size_t>(m0 + r) * p.k + col : p.x;
+    cp_async_16(dst(r, c), src, valid);
   }
+}
+
+// The mma.sync kernel's x: rows kPitchChunks chunks apart, chunks swizzled by phys_chunk.
+template <int kBits, int kTileM>
+__device__ __forceinline__ void load_x(const WqParams& p, int m0, int c0, int cols, __nv_bfloat16* xs) {
+  using G = Geometry<kBits>;
+  load_x_rows<kTileM>(p, m0, c0, cols, [&](int r, int c) {
+    return smem_u32(xs + (r * G::kPitchChunks + G::phys_chunk(c)) * 8);
+  });
 }
 
 // The lane's run (16 bytes at column col) of its 2 weight rows (row0 + 8 i) and their scale, zero point (as
@@ -145,6 +154,25 @@ __device__ __forceinline__ void dequantize_chunk(const Run& r, int i, int c, boo
   }
 }
 
+// d[d0 + j] += one chunk's A fragments (rows g, g + 8 x mma 2c, 2c + 1 x (lo, hi)) times x's B tiles bt0 + j,
+// j < kQuad, at physical chunk pc: each tile's two MMAs (k halves) kQuad apart, so none waits on the one just
+// issued.
+template <int kBits, int kQuad, int kN>
+__device__ __forceinline__ void mma_tiles(const uint32_t (&a)[2][2][2], const __nv_bfloat16* xs, int g,
+                                          int pc, int bt0, float (&d)[kN][4], int d0) {
+  using G = Geometry<kBits>;
+  uint4 b[kQuad];
+#pragma unroll
+  for (int j = 0; j < kQuad; ++j)
+    b[j] = *reinterpret_cast<const uint4*>(xs + (((bt0 + j) * 8 + g) * G::kPitchChunks + pc) * 8);
+#pragma unroll
+  for (int j = 0; j < kQuad; ++j)
+    quant_gemv::mma(d[d0 + j], a[0][0][0], a[1][0][0], a[0][0][1], a[1][0][1], b[j].x, b[j].y);
+#pragma unroll
+  for (int j = 0; j < kQuad; ++j)
+    quant_gemv::mma(d[d0 + j], a[0][1][0], a[1][1][0], a[0][1][1], a[1][1][1], b[j].z, b[j].w);
+}
+
 // One step of the warp: its 16 weight rows x kTileM rows of x x the 4 lanes' runs. The B tiles go 4 at a
 // time, each tile's two mma (k halves) 4 apart: no mma waits on the one just issued.
 template <int kBits, int kTiles>
@@ -159,18 +187,7 @@ __device__ __forceinline__ void compute_run(const Run& r, const __nv_bfloat16* x
     for (int i = 0; i < 2; ++i) dequantize_chunk<kBits>(r, i, c, is_signed, a[i]);
     const int pc = G::phys_chunk(chunk0 + c);
 #pragma unroll
-    for (int bt0 = 0; bt0 < kTiles; bt0 += kQuad) {
-      uint4 b[kQuad];
-#pragma unroll
-      for (int j = 0; j < kQuad; ++j)
-        b[j] = *reinterpret_cast<const uint4*>(xs + (((bt0 + j) * 8 + g) * G::kPitchChunks + pc) * 8);
-#pragma unroll
-      for (int j = 0; j < kQuad; ++j)
-        quant_gemv::mma(acc[bt0 + j], a[0][0][0], a[1][0][0], a[0][0][1], a[1][0][1], b[j].x, b[j].y);
-#pragma unroll
-      for (int j = 0; j < kQuad; ++j)
-        quant_gemv::mma(acc[bt0 + j], a[0][1][0], a[1][1][0], a[0][1][1], a[1][1][1], b[j].z, b[j].w);
-    }
+    for (int bt0 = 0; bt0 < kTiles; bt0 += kQuad) mma_tiles<kBits, kQuad>(a, xs, g, pc, bt0, acc, bt0);
   }
 }
 
@@ -225,17 +242,7 @@ __device__ __forceinline__ void compute_run_scaled(const Run& r, const __nv_bflo
     float sum[kQuad][4] = {};
 #pragma unroll
     for (int c = 0; c < G::kChunks; ++c) {
-      const int pc = G::phys_chunk(chunk0 + c);
-      uint4 b[kQuad];
-#pragma unroll
-      for (int j = 0; j < kQuad; ++j)
-        b[j] = *reinterpret_cast<const uint4*>(xs + (((bt0 + j) * 8 + g) * G::kPitchChunks + pc) * 8);
-#pragma unroll
-      for (int j = 0; j < kQuad; ++j)
-        quant_gemv::mma(sum[j], a[c][0][0][0], a[c][1][0][0], a[c][0][0][1], a[c][1][0][1], b[j].x, b[j].y);
-#pragma unroll
-      for (int j = 0; j < kQuad; ++j)
-        quant_gemv::mma(sum[j], a[c][0][1][0], a[c][1][1][0], a[c][0][1][1], a[c][1][1][1], b[j].z, b[j].w);
+      mma_tiles<kBits, kQuad>(a[c], xs, g, G::phys_chunk(chunk0 + c), bt0, sum, 0);
     }
 #pragma unroll
     for (int j = 0; j < kQuad; ++j) {
@@ -407,38 +414,31 @@ struct Smem {
   m(d[i]), m(d[i + 1]), m(d[i + 2]), m(d[i + 3]), m(d[i + 4]), m(d[i + 5]), m(d[i + 6]), m(d[i + 7])
 #define XI_WQ_RW(x) "+f"(x)
 #define XI_WQ_W(x) "=f"(x)
+// One wgmma: SHAPE, its accumulator list D and A / B operand numbers, scale-d SCALE_D (0 or 1), the outputs.
+#define XI_WQ_WGMMA(SHAPE, D, AB, SCALE_D, ...)                                                              \
+  asm volatile("wgmma.mma_async.sync.aligned." SHAPE ".f32.bf16.bf16 " D ", " AB ", " SCALE_D ", 1, 1, 0;\n" \
+               : __VA_ARGS__                                                                                 \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)                                          \
+               : "memory")
 template <bool kFirst>
 __device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
   if constexpr (kFirst)
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " XI_WQ_D32
-                 ", {%32, %33, %34, %35}, %36, 0, 1, 1, 0;\n"
-                 : XI_WQ_OUT8(XI_WQ_W, d, 0), XI_WQ_OUT8(XI_WQ_W, d, 8), XI_WQ_OUT8(XI_WQ_W, d, 16),
-                   XI_WQ_OUT8(XI_WQ_W, d, 24)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
-                 : "memory");
+    XI_WQ_WGMMA("m64n64k16", XI_WQ_D32, "{%32, %33, %34, %35}, %36", "0", XI_WQ_OUT8(XI_WQ_W, d, 0),
+                XI_WQ_OUT8(XI_WQ_W, d, 8), XI_WQ_OUT8(XI_WQ_W, d, 16), XI_WQ_OUT8(XI_WQ_W, d, 24));
   else
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " XI_WQ_D32
-                 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
-                 : XI_WQ_OUT8(XI_WQ_RW, d, 0), XI_WQ_OUT8(XI_WQ_RW, d, 8), XI_WQ_OUT8(XI_WQ_RW, d, 16),
-                   XI_WQ_OUT8(XI_WQ_RW, d, 24)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
-                 : "memory");
+    XI_WQ_WGMMA("m64n64k16", XI_WQ_D32, "{%32, %33, %34, %35}, %36", "1", XI_WQ_OUT8(XI_WQ_RW, d, 0),
+                XI_WQ_OUT8(XI_WQ_RW, d, 8), XI_WQ_OUT8(XI_WQ_RW, d, 16), XI_WQ_OUT8(XI_WQ_RW, d, 24));
 }
 template <bool kFirst>
 __device__ __forceinline__ void wgmma_rs(float (&d)[16], const uint32_t (&a)[4], uint64_t b) {
   if constexpr (kFirst)
-    asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " XI_WQ_D16
-                 ", {%16, %17, %18, %19}, %20, 0, 1, 1, 0;\n"
-                 : XI_WQ_OUT8(XI_WQ_W, d, 0), XI_WQ_OUT8(XI_WQ_W, d, 8)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
-                 : "memory");
+    XI_WQ_WGMMA("m64n32k16", XI_WQ_D16, "{%16, %17, %18, %19}, %20", "0", XI_WQ_OUT8(XI_WQ_W, d, 0),
+                XI_WQ_OUT8(XI_WQ_W, d, 8));
   else
-    asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " XI_WQ_D16
-                 ", {%16, %17, %18, %19}, %20, 1, 1, 1, 0;\n"
-                 : XI_WQ_OUT8(XI_WQ_RW, d, 0), XI_WQ_OUT8(XI_WQ_RW, d, 8)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b)
-                 : "memory");
+    XI_WQ_WGMMA("m64n32k16", XI_WQ_D16, "{%16, %17, %18, %19}, %20", "1", XI_WQ_OUT8(XI_WQ_RW, d, 0),
+                XI_WQ_OUT8(XI_WQ_RW, d, 8));
 }
+#undef XI_WQ_WGMMA
 #undef XI_WQ_D32
 #undef XI_WQ_D16
 #undef XI_WQ_OUT8
@@ -462,19 +462,12 @@ __device__ __forceinline__ void load_weights(const WqParams& p, int n0, int wg, 
   }
 }
 
-// x rows m0 .. m0 + kTileM, columns c0 .. c0 + cols into `buf` (128-byte swizzle: row r's 16-byte chunk c of
-// panel c / 8 at c % 8 ^ r % 8); zeros past m and k.
+// The wgmma kernel's x into `buf`: 128-byte swizzle, row r's 16-byte chunk c of panel c / 8 at c % 8 ^ r % 8.
 template <int kTileM>
 __device__ __forceinline__ void load_x(const WqParams& p, int m0, int c0, int cols, uint32_t buf) {
-  constexpr int kRowChunks = kXCols / 8, kRowsPerPass = kThreads / kRowChunks;
-  const int tid = static_cast<int>(threadIdx.x), c = tid % kRowChunks, col = c0 + c * 8;
-  if (c * 8 >= cols) return;
-#pragma unroll 1
-  for (int r = tid / kRowChunks; r < kTileM; r += kRowsPerPass) {
-    const bool valid = m0 + r < p.m && col < p.k;
-    const __nv_bfloat16* src = valid ? p.x + static_cast<size_t>(m0 + r) * p.k + col : p.x;
-    cp_async_16(buf + (c / 8) * (kTileM * 128) + r * 128 + (((c % 8) ^ (r % 8)) << 4), src, valid);
-  }
+  load_x_rows<kTileM>(p, m0, c0, cols, [&](int r, int c) {
+    return buf + (c / 8) * (kTileM * 128) + r * 128 + (((c % 8) ^ (r % 8)) << 4);
+  });
 }
 
 // The scale and zero point of the lane's 2 rows (row0, row0 + 8) for the group holding column col.
