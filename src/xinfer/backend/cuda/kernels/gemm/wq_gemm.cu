@@ -556,7 +556,7 @@ __device__ __forceinline__ void add_scaled(float (&acc)[kTiles][4], const float 
 }
 
 template <int kBits, int kTileM>
-__global__ void __launch_bounds__(kThreads, 1) wq_wgmma_kernel(WqParams p) {
+__global__ void __launch_bounds__(kThreads, kTileM == 64 ? 1 : 2) wq_wgmma_kernel(WqParams p) {
   using S = Smem<kTileM>;
   constexpr int kStepCols = kStepColsOf<kBits>, kSlices = kStepCols / 16, kStepsPerChunk = kXCols / kStepCols;
   // Commit groups: the prologue's kStages - 1, then one a step (step s + kStages - 1's weights; at a chunk's
@@ -604,11 +604,17 @@ __global__ void __launch_bounds__(kThreads, 1) wq_wgmma_kernel(WqParams p) {
         __syncthreads();
         if (c0 + kStepsPerChunk < steps) {
           const int nc = k_begin + (c0 + kStepsPerChunk) * kStepCols;
-          load_x<kTileM>(p, m0, nc, min(kXCols, k_end - nc), xbuf(chunk + 1));
+          // Whole steps: a last step half past k reads zeros (its weights there give A = -z, not 0).
+          load_x<kTileM>(p, m0, nc, min(kXCols, (steps - c0 - kStepsPerChunk) * kStepCols), xbuf(chunk + 1));
         }
       } else {
         cp_async_wait<kPending>();               // step s's weights have landed
-        named_barrier_sync(1 + wg, kWgThreads);  // (this warpgroup's rows: its own copies); s - 1's read
+        // (this warpgroup's rows: its own copies); s - 1's read. Barrier ids 1, 2 as constants: a register id
+        // makes ptxas reserve all 16.
+        if (wg == 0)
+          named_barrier_sync(1, kWgThreads);
+        else
+          named_barrier_sync(2, kWgThreads);
       }
       // Refill the stage step s - 1 used (this warpgroup's rows) with step s + kStages - 1.
       if (s + S::kStages - 1 < steps)
