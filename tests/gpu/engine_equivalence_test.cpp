@@ -426,6 +426,35 @@ float token_boost(const std::vector<float>& row, int32_t t, const Case& c, std::
   return sampled_boost(row, t, c, prefix, rule.margin);
 }
 
+// Where the oracle puts token t (for a failure's message): its logit's gap to the best, its rank, its
+// probability at the request's temperature, the mass of the tokens above it against top-p, and, sampled, the
+// boost sampled_boost finds with 20 times the margin (a slightly wider error, or none near).
+std::string oracle_view(const std::vector<float>& row, int32_t t, const Case& c,
+                        std::span<const int32_t> prefix, float margin) {
+  const float temp = c.sampled && c.params.temperature > 0 ? c.params.temperature : 1.0f;
+  const float mx = *std::max_element(row.begin(), row.end()), lt = row[static_cast<size_t>(t)];
+  double sum = 0, above = 0;
+  int rank = 0;
+  for (const float v : row) {
+    const double e = std::exp(static_cast<double>(v - mx) / temp);
+    sum += e;
+    if (v > lt) above += e, ++rank;
+  }
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "oracle: token %d logit %.4f (best %.4f), rank %d, p %.4f, mass above %.4f (top-p %.2f)", t,
+                static_cast<double>(lt), static_cast<double>(mx), rank,
+                std::exp(static_cast<double>(lt - mx) / temp) / sum, above / sum,
+                static_cast<double>(c.params.top_p));
+  std::string out = buf;
+  if (c.sampled) {
+    std::snprintf(buf, sizeof(buf), "; boost within 20x the margin %.4f",
+                  static_cast<double>(sampled_boost(row, t, c, prefix, 20 * margin)));
+    out += buf;
+  }
+  return out;
+}
+
 struct Comparison {
   int exact = 0;
   std::string partings;  // "id@k boost_batched/boost_solo; ..."
@@ -457,10 +486,13 @@ Comparison compare_with_solo(const std::vector<Case>& cases, const std::vector<s
     const std::vector<int32_t> tokens = {got[i][k], solo[i][k]};
     std::vector<float> boosts;
     for (const int32_t t : tokens) boosts.push_back(token_boost(row, t, c, std::span(solo[i].data(), k), rule));
+    const std::span<const int32_t> prefix(solo[i].data(), k);
     EXPECT_LE(boosts[0], margin) << "token " << k << ": the batched token " << tokens[0]
-                                  << " is no near-tie in the f32 reference";
+                                 << " is no near-tie in the f32 reference; "
+                                 << oracle_view(row, tokens[0], c, prefix, margin);
     EXPECT_LE(boosts[1], margin) << "token " << k << ": the solo token " << tokens[1]
-                                  << " is no near-tie in the f32 reference";
+                                 << " is no near-tie in the f32 reference; "
+                                 << oracle_view(row, tokens[1], c, prefix, margin);
     char buf[160];
     std::snprintf(buf, sizeof(buf), "%s%s@%zu %.4f/%.4f", r.partings.empty() ? "" : ", ", c.id.c_str(), k,
                   static_cast<double>(boosts[0]), static_cast<double>(boosts[1]));
@@ -488,7 +520,8 @@ float check_every_token(const Case& c, const std::vector<int32_t>& out, CpuRefer
                                  rows.begin() + static_cast<std::ptrdiff_t>((j + 1) * V));
     const float boost = token_boost(row, out[j], c, std::span(out.data(), j), rule);
     EXPECT_LE(boost, rule.margin) << what << " " << c.id << " output " << j << ": token " << out[j]
-                             << " is no near-top token of the oracle";
+                                  << " is no near-top token of the oracle; "
+                                  << oracle_view(row, out[j], c, std::span(out.data(), j), rule.margin);
     worst = std::max(worst, boost);
   }
   return worst;

@@ -709,12 +709,15 @@ bool wq_gemm_wgmma_supports(const QuantWeight& w) {
   return wq_gemm_supports(w) && wq_gemm_scaled_sums(w);
 }
 
+// int4 only: session 40 (H100) measured the wgmma kernel faster for int4 g128 at 64-256 rows (qkv 39.5
+// against 55.3 us at 128, down 128.9 against 179.6 at 256; W4A16 128/128 at 64 sequences 6,813 against 6,031
+// tok/s) and slower for int8 per channel (gate_up 218.1 against 173.5 us at 128; W8A16 5,528 against 5,847
+// tok/s): its ring holds half the k of an int4 one per stage, so int8 keeps mma.sync.
 WqGemmKernel wq_gemm_kernel_for(const QuantWeight& w) {
-  static const bool wgmma_on = [] {  // XINFER_WQ_WGMMA=0: the mma.sync kernel everywhere (an A/B switch)
-    const char* e = std::getenv("XINFER_WQ_WGMMA");
-    return e == nullptr || std::string(e) != "0";
-  }();
-  return wgmma_on && wq_gemm_wgmma_supports(w) ? WqGemmKernel::kWgmma : WqGemmKernel::kMma;
+  static const char* const env = std::getenv("XINFER_WQ_WGMMA");  // 0: mma.sync everywhere; 1: wgmma wherever
+  const std::string choice = env == nullptr ? "" : env;           // it applies (A/B switches)
+  const bool wgmma = choice == "1" || (choice != "0" && w.bits == 4);
+  return wgmma && wq_gemm_wgmma_supports(w) ? WqGemmKernel::kWgmma : WqGemmKernel::kMma;
 }
 
 bool wq_gemm_supports(const QuantWeight& w) {
@@ -732,8 +735,7 @@ void launch_wq_gemm(const QuantLinearArgs& a, const WqGemmWorkspace& ws, cudaStr
   if (kernel == WqGemmKernel::kAuto) kernel = wq_gemm_kernel_for(a.w);
   XI_CHECK(kernel != WqGemmKernel::kWgmma || wq_gemm_wgmma_supports(a.w))
       << "wq GEMM: the wgmma kernel takes scaled sums (int4 groups of 128 k, int8 of 64 k or per channel, no "
-         "mins), "
-         "not "
+         "mins), not "
       << describe(a.w);
   XI_CHECK(a.m >= 1) << "wq GEMM: m " << a.m;
   XI_CHECK(a.ldy == 0 || a.ldy >= a.w.n) << "wq GEMM: y row stride " << a.ldy << " < n " << a.w.n;

@@ -27,10 +27,11 @@
 //     once, launch_dequantize_weight's value, so the dequantize + GEMM path's results up to summation order.
 //
 // Weights with scaled sums (int4 groups of a multiple of 128: the GPTQ / AWQ / compressed-tensors formats;
-// int8 per channel or groups of 64) run a second kernel on warpgroup MMAs (WqGemmKernel::kWgmma; wq_gemm.cu):
-// the same tile and numerics, the weights through a cp.async ring in shared memory instead of registers, x in
-// wgmma's swizzled layout, a wgmma m64nNk16 per k16 slice with the A fragments (exact q - z) from registers.
-// Not yet run on a GPU (session 39: the branch carrying it waits for its first run).
+// int8 per channel or groups of 64) can run a second kernel on warpgroup MMAs (WqGemmKernel::kWgmma;
+// wq_gemm.cu): the same tile and numerics, the weights through a cp.async ring in shared memory instead of
+// registers, x in wgmma's swizzled layout, a wgmma m64nNk16 per k16 slice with the A fragments (exact q - z)
+// from registers. kAuto takes it for int4 only (wq_gemm_kernel_for: measured faster for int4, slower for
+// int8; docs/PERF.md session 40).
 //
 // Split k: where the (m, n) tiles alone would fill less than half the CTA slots (two per SM; the 4096-row
 // linears of an 8B model: 32 tiles at 64 rows of x), wq_gemm_split_cols cuts k into ranges (grid z) of 1024
@@ -68,8 +69,8 @@ struct WqGemmWorkspace {
 };
 
 // Which kernel runs the tiles: the mma.sync one (every supported weight) or the warpgroup-MMA one (scaled
-// sums: wq_gemm_wgmma_supports). kAuto: wgmma where it applies, unless the environment sets
-// XINFER_WQ_WGMMA=0.
+// sums: wq_gemm_wgmma_supports). kAuto: wgmma for int4 weights it applies to; the environment's
+// XINFER_WQ_WGMMA=0 keeps mma.sync everywhere, =1 takes wgmma for int8 too.
 enum class WqGemmKernel { kAuto, kMma, kWgmma };
 
 bool wq_gemm_supports(const QuantWeight& w);
