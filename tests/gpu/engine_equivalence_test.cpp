@@ -19,16 +19,17 @@
 // first differing output index k, with reference logits l = the CPU model (f32) teacher-forced on the prompt
 // and the solo path's first k tokens, each of the two tokens must win when its own logit is raised by
 // gap_margin() (greedy: max(l) - l[t] < margin; sampled: the device sampler, given this request's random
-// bits for index k, picks t from l under some logit error of spread at most margin: t raised alone, or the
-// tokens above t and those that still beat it lowered, sampled_boost). That is what bf16 rounding can do: if
-// run 1 picks t with logits l + e1, then l[t] + max_i(e1[i] - e1[t]) wins too, and gap_margin() bounds that
-// gain (gpu_test_util.h; it was measured over the top-6 tokens, which are the greedy competitors; a sampled
-// draw also depends on the top-p boundary, which an error shared by the many tokens above it moves, and its
-// competitors are any of the kept tokens, so there the same margin is a slightly less safe bound). After a
-// parting the paths are not compared (they differ in their inputs). Besides, at least half of the requests
-// must match their solo run exactly (a guard against a path that parts everywhere; how many part at near-ties
-// depends on the kernels the GEMM tuner measured as fastest on that machine: on two H200s of 2026-12-02,
-// 18-19 and 15 of 24 equal, every parting a near-tie, so the earlier two-thirds bound failed on the second).
+// bits for index k, picks t from l under some logit error of spread at most margin: t raised alone, or a set
+// of tokens lowered, grown from the tokens above t by those that still beat it and, below t, by the tail that
+// moves the top-p boundary, sampled_boost). That is what bf16 rounding can do: if run 1 picks t with logits
+// l + e1, then l[t] + max_i(e1[i] - e1[t]) wins too, and gap_margin() bounds that gain (gpu_test_util.h; it
+// was measured over the top-6 tokens, the greedy competitors; a sampled draw also depends on the top-p
+// boundary, which an error shared by many tokens moves: kSampledMargin below has the emulated spread it
+// needs). After a parting the paths are not compared (they differ in their inputs). Besides, at least half
+// of the requests must match their solo run exactly (a guard against a path that parts everywhere; how many
+// part at near-ties depends on the kernels the GEMM tuner measured as fastest on that machine: on two H200s
+// of 2026-12-02, 18-19 and 15 of 24 equal, every parting a near-tie, so the earlier two-thirds bound failed
+// on the second).
 //
 // The KV budget: on CUDA the engine sizes the KV cache from gpu_memory_utilization (kv_cache_memory is the
 // CPU's), as util * total - memory in use after loading - graph reserve. engine_with_kv_blocks() learns the
