@@ -827,7 +827,9 @@ const std::string& quantized_model_dir(compress::Scheme scheme) {
 // Issue 16: batched, chunked and preempted generation equals single-request generation in W4A16 (int4, group
 // 128, symmetric) too, with the same margin: the weights are the same codes on both paths, which differ by
 // their kernels' accumulation order and bf16 rounding, as in bf16 (H200, 2026-12-01: 18 of 24 exact in both
-// configurations, every parting at an f32 gap <= 0.0401).
+// configurations, every parting at an f32 gap <= 0.0401). The dequantize path's bf16-rounded weights add no
+// more than bf16's own: tools/fp8_error_floor.py --scheme w4a16 --w4-weights bf16 emulates the same error
+// floor as --scheme bf16 (docs/PERF.md session 40).
 TEST(EngineEquivalenceOnCuda, QuantizedW4a16BatchedEqualsSolo) {
   check_batched_equals_solo(quantized_model_dir(compress::Scheme::kW4A16), {{true, true}, {false, false}});
 }
