@@ -7,7 +7,7 @@
 //                read once for all rows
 //   int8 (default) / int4 (XINFER_INT_GEMV=dot), m = 1, bf16 y -> launch_dot_gemv (quant_dot_gemv.h), the
 //                CUDA-core GEMV; XINFER_INT_GEMV=mma keeps both on the mma GEMV (read once per process). int4
-//                stays opt-in: under it the W4A16 batched == solo engine test fails (docs/cuda_backend.md)
+//                stays opt-in: the int4 decode GEMV above is faster at m = 1 (docs/cuda_backend.md)
 //   W8A8-FP8, m = 1, bf16 y (default; XINFER_FP8_GEMV=mma turns it off) -> the CUDA-core FP8 GEMV: rows
 //                shorter than 8192 launch_fp8_quant_dot_gemv (x quantized in each CTA: one launch, the bits
 //                of the two-kernel path), longer ones quantize x first, then launch_fp8_dot_gemv (split-K)
