@@ -84,6 +84,19 @@ __device__ __forceinline__ void load_x(const WqParams& p, int m0, int c0, int co
   });
 }
 
+// The group holding column col, and the zero point of group entry gi (128 for signed int8, whose bytes read
+// as u8 ^ 0x80; 0 with mins; the symmetric 8 / 128 without zero points): both kernels' scale loads.
+__device__ __forceinline__ int group_of(const WqParams& p, int col) {
+  return p.group_shift >= 0 ? col >> p.group_shift : col / p.group_size;
+}
+template <int kBits>
+__device__ __forceinline__ uint32_t zero_point(const WqParams& p, size_t gi) {
+  return p.is_signed ? 128u
+         : p.mins    ? 0u
+         : p.zeros   ? static_cast<uint32_t>(__ldg(p.zeros + gi))
+                     : (kBits == 4 ? 8u : 128u);
+}
+
 // The lane's run (16 bytes at column col) of its 2 weight rows (row0 + 8 i) and their scale, zero point (as
 // the f32 2^23 + z; 2^23 with mins; 128 for signed int8, whose bytes read as u8 ^ 0x80) and min (0 without):
 // a run of 32 (int4) / 16 (int8) columns lies in one group (groups are multiples of 32 / 16). Rows past n
@@ -99,7 +112,7 @@ struct Run {
 template <int kBits>
 __device__ __forceinline__ void load_run(const WqParams& p, int row0, int col, Run& r) {
   const size_t row_bytes = static_cast<size_t>(p.k) * kBits / 8;
-  const int group = p.group_shift >= 0 ? col >> p.group_shift : col / p.group_size;
+  const int group = group_of(p, col);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int n = row0 + 8 * i;
@@ -114,10 +127,7 @@ __device__ __forceinline__ void load_run(const WqParams& p, int row0, int col, R
                                       static_cast<size_t>(col) * kBits / 8);
     const size_t gi = static_cast<size_t>(n) * p.groups + group;
     r.s[i] = __ldg(p.scales + gi);
-    const uint32_t z = p.is_signed ? 128u
-                       : p.mins    ? 0u
-                       : p.zeros   ? static_cast<uint32_t>(__ldg(p.zeros + gi))
-                                   : (kBits == 4 ? 8u : 128u);
+    const uint32_t z = zero_point<kBits>(p, gi);
     r.zf[i] = __uint_as_float(0x4B000000u | z);
     r.z2[i] = z | (z << 16);
     r.mn[i] = kBits == 4 && p.mins ? __ldg(p.mins + gi) : 0.0f;
@@ -478,15 +488,14 @@ struct Meta {
 };
 template <int kBits>
 __device__ __forceinline__ void load_meta(const WqParams& p, int row0, int col, Meta& m) {
-  const int group = p.group_shift >= 0 ? col >> p.group_shift : col / p.group_size;
+  const int group = group_of(p, col);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int n = row0 + 8 * i;
     const size_t gi = static_cast<size_t>(n) * p.groups + group;
     const bool valid = n < p.n && col < p.k;
     m.s[i] = valid ? __ldg(p.scales + gi) : 0.0f;
-    const uint32_t z = valid && p.zeros && !p.is_signed ? static_cast<uint32_t>(__ldg(p.zeros + gi))
-                                                        : (kBits == 4 ? 8u : 128u);
+    const uint32_t z = valid ? zero_point<kBits>(p, gi) : (kBits == 4 ? 8u : 128u);  // no mins here
     m.z[i] = kBits == 4 ? 0x43004300u + (z | (z << 16)) : 0x4B000000u | z;
   }
 }
